@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite from a fresh clone: installs what is missing, builds, runs CTest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+export CTXPAR_MODEL="${CTXPAR_MODEL:-$(bash scripts/fetch-model.sh)}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+cmake --preset default
+cmake --build --preset default
+ctest --preset default "$@"
