@@ -1,0 +1,41 @@
+// `ctxpar bench KIND [options]`: dispatches to the benchmarks that cli/bench_*.cpp register.
+#include "bench.h"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "command.h"
+
+namespace ctxpar::cli {
+
+namespace {
+std::vector<Command>& BenchRegistry() {
+  static std::vector<Command> benches;
+  return benches;
+}
+
+int RunBench(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    std::fprintf(args.empty() ? stderr : stdout, "usage: ctxpar bench KIND [options]\n\n");
+    for (const Command& b : BenchRegistry()) std::fprintf(stdout, "  %-10s %s\n", b.name, b.summary);
+    return args.empty() ? kExitInvalid : kExitOk;
+  }
+  for (const Command& b : BenchRegistry()) {
+    if (args[0] == b.name) return b.run(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
+  std::fprintf(stderr, "ctxpar bench: unknown benchmark '%s' (see ctxpar bench --help)\n",
+               args[0].c_str());
+  return kExitInvalid;
+}
+}  // namespace
+
+bool RegisterBench(const Command& bench) {
+  BenchRegistry().push_back(bench);
+  return true;
+}
+
+CTXPAR_REGISTER_COMMAND("bench", "kernel and collective benchmarks with measured ceilings",
+                        RunBench);
+
+}  // namespace ctxpar::cli

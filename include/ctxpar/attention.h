@@ -1,0 +1,60 @@
+// Partial decode attention on one rank's shard of a paged KV cache (CPU kernels).
+//
+// Contract
+// - Query rows: row i belongs to sequence row_seq[i] (or sequence i when row_seq is null) and
+//   sees the first row_kv_len[i] local rows of that sequence's shard. Decode has one row per
+//   sequence with the whole shard visible; causal prefill has one row per token, each seeing the
+//   shard rows whose global position is <= the token's position (kv_layout.h computes that).
+// - Shapes (row-major, fp32 unless stated):
+//     q   [num_rows, num_q_heads, head_dim_qk]
+//     o   [num_rows, num_q_heads, head_dim_v]          written
+//     lse [num_rows, num_q_heads]                      written, NATURAL log of sum_j exp(s_j)
+//     kv.k  pages [num_pages, page_size, num_kv_heads, head_dim_qk]  (fp32 or bf16)
+//     kv.v  pages [num_pages, page_size, num_kv_heads, head_dim_v], or null: then V is the first
+//           head_dim_v elements of each K row (absorbed MLA: K = 512 latent + 64 rope, V = latent)
+//     kv.block_table [num_seqs, max_pages_per_seq]: local row r of sequence s lives in page
+//           block_table[s * max_pages_per_seq + r / page_size], slot r % page_size.
+//   Scores are s_j = scale * dot(q, k_j); query head h reads KV head h / (num_q_heads /
+//   num_kv_heads) (GQA; num_q_heads must be a multiple of num_kv_heads).
+// - A row that sees no key gets O = 0 and lse = -inf, so the merge (merge.h) gives it weight 0.
+// - Thread safety: a call reads its inputs and writes only o and lse; concurrent calls on
+//   disjoint outputs are safe. num_threads <= 0 means all hardware threads.
+#pragma once
+
+#include <cstdint>
+
+#include "ctxpar/status.h"
+
+namespace ctxpar {
+
+enum class KvDtype { kF32, kBF16 };
+
+struct PagedKv {
+  const void* k = nullptr;
+  const void* v = nullptr;  // null: V is the prefix of K (absorbed MLA)
+  KvDtype dtype = KvDtype::kF32;
+  int page_size = 0;
+  int num_kv_heads = 0;
+  int head_dim_qk = 0;
+  int head_dim_v = 0;
+  const int32_t* block_table = nullptr;
+  int max_pages_per_seq = 0;
+};
+
+struct PartialAttentionParams {
+  const float* q = nullptr;
+  float* o = nullptr;
+  float* lse = nullptr;
+  int num_rows = 0;
+  int num_q_heads = 0;
+  const int32_t* row_seq = nullptr;     // [num_rows] or null (row i is sequence i)
+  const int32_t* row_kv_len = nullptr;  // [num_rows]
+  float scale = 1.0f;
+  PagedKv kv;
+  int num_threads = 0;
+};
+
+// Validates the params (naming the first bad field) and computes O and LSE for every row and head.
+Status PartialAttentionCpu(const PartialAttentionParams& params);
+
+}  // namespace ctxpar
