@@ -1,0 +1,342 @@
+#include "model/linear.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+namespace ctxpar::model {
+
+float Fp16ToFp32(std::uint16_t h) {
+  const std::uint32_t sign = std::uint32_t(h & 0x8000) << 16;
+  const std::uint32_t exp = (h >> 10) & 0x1F;
+  std::uint32_t mant = h & 0x3FF;
+  std::uint32_t bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (mant << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {
+    int e = -1;
+    do {
+      ++e;
+      mant <<= 1;
+    } while ((mant & 0x400) == 0);
+    bits = sign | std::uint32_t(112 - e) << 23 | ((mant & 0x3FF) << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+std::uint16_t Fp32ToFp16(float f) {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  const std::uint16_t sign = std::uint16_t((x >> 16) & 0x8000);
+  const std::uint32_t abs = x & 0x7FFFFFFFu;
+  if (abs >= 0x7F800000u) return sign | (abs > 0x7F800000u ? 0x7E00 : 0x7C00);
+  if (abs >= 0x477FF000u) return sign | 0x7C00;  // rounds past the largest half
+  if (abs < 0x38800000u) {
+    // Subnormal half: the value in units of 2^-24, rounded to nearest even by the FPU.
+    const float scaled = std::bit_cast<float>(abs) * 16777216.0f;
+    return sign | std::uint16_t(std::nearbyint(scaled));
+  }
+  const std::uint32_t mant_odd = (abs >> 13) & 1;
+  const std::uint32_t rounded = abs + 0xFFF + mant_odd;
+  return sign | std::uint16_t((rounded - 0x38000000u) >> 13);
+}
+
+QuantMatrix QuantMatrix::RowRange(int begin, int count) const {
+  QuantMatrix m = *this;
+  m.data = data + std::size_t(begin) * row_stride;
+  m.rows = count;
+  return m;
+}
+
+QuantMatrix QuantMatrix::ColRange(int begin, int count) const {
+  QuantMatrix m = *this;
+  m.data = data + std::size_t(begin / kBlock) * BlockBytes(type);
+  m.cols = count;
+  return m;
+}
+
+ThreadPool::ThreadPool(int num_threads) {
+  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { Work(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  start_cv_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+namespace {
+void PartRange(std::int64_t n, int parts, int index, std::int64_t* begin, std::int64_t* end) {
+  *begin = n * index / parts;
+  *end = n * (index + 1) / parts;
+}
+}  // namespace
+
+void ThreadPool::ParallelFor(std::int64_t n,
+                             const std::function<void(std::int64_t, std::int64_t)>& fn) {
+  if (workers_.empty() || n <= 1) {
+    if (n > 0) fn(0, n);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fn_ = &fn;
+    n_ = n;
+    pending_ = static_cast<int>(workers_.size());
+    ++generation_;
+  }
+  start_cv_.notify_all();
+  std::int64_t begin, end;
+  PartRange(n, size(), 0, &begin, &end);
+  if (begin < end) fn(begin, end);
+  std::unique_lock<std::mutex> lock(mu_);
+  done_cv_.wait(lock, [this] { return pending_ == 0; });
+  fn_ = nullptr;
+}
+
+void ThreadPool::Work(int index) {
+  std::uint64_t seen = 0;
+  for (;;) {
+    const std::function<void(std::int64_t, std::int64_t)>* fn;
+    std::int64_t n;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      fn = fn_;
+      n = n_;
+    }
+    std::int64_t begin, end;
+    PartRange(n, size(), index, &begin, &end);
+    if (begin < end) (*fn)(begin, end);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--pending_ == 0) done_cv_.notify_one();
+  }
+}
+
+void QuantizeActs(WeightType type, const float* x, int n, int cols, int ldx, QuantActs* out) {
+  out->type = type;
+  out->n = n;
+  out->blocks_per_row = cols / kBlock;
+  out->blocks.resize(std::size_t(n) * out->blocks_per_row);
+  for (int t = 0; t < n; ++t) {
+    for (int b = 0; b < out->blocks_per_row; ++b) {
+      const float* v = x + std::size_t(t) * ldx + b * kBlock;
+      ActBlock& blk = out->blocks[std::size_t(t) * out->blocks_per_row + b];
+      float amax = 0.0f;
+      for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      int sum = 0;
+      // ggml's x86 quantizer rounds half to even (_mm256_round_ps nearest), as nearbyint does.
+      for (int j = 0; j < kBlock; ++j) {
+        blk.q[j] = static_cast<std::int8_t>(std::nearbyint(v[j] * id));
+        sum += blk.q[j];
+      }
+      blk.d = Fp16ToFp32(Fp32ToFp16(d));
+      blk.s = type == WeightType::kQ4_1 ? Fp16ToFp32(Fp32ToFp16(d * float(sum))) : 0.0f;
+    }
+  }
+}
+
+float DotScalar(WeightType type, const std::uint8_t* w, const ActBlock* x, int num_blocks) {
+  float sum = 0.0f;
+  for (int b = 0; b < num_blocks; ++b) {
+    const std::uint8_t* blk = w + b * BlockBytes(type);
+    std::uint16_t dh;
+    std::memcpy(&dh, blk, 2);
+    const float dw = Fp16ToFp32(dh);
+    int sumi = 0;
+    if (type == WeightType::kQ4_1) {
+      std::uint16_t mh;
+      std::memcpy(&mh, blk + 2, 2);
+      for (int j = 0; j < 16; ++j) {
+        sumi += (blk[4 + j] & 0xF) * x[b].q[j] + (blk[4 + j] >> 4) * x[b].q[j + 16];
+      }
+      sum += dw * x[b].d * float(sumi) + Fp16ToFp32(mh) * x[b].s;
+    } else {
+      const auto* q = reinterpret_cast<const std::int8_t*>(blk + 2);
+      for (int j = 0; j < kBlock; ++j) sumi += q[j] * x[b].q[j];
+      sum += dw * x[b].d * float(sumi);
+    }
+  }
+  return sum;
+}
+
+namespace {
+
+#define CTXPAR_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define CTXPAR_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+
+CTXPAR_AVX2 inline float HSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+CTXPAR_AVX2 inline float Half(const std::uint8_t* p) {
+  std::uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+CTXPAR_AVX2 inline __m256i Nibbles(const std::uint8_t* qs) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_and_si128(bytes, mask);
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);
+  return _mm256_set_m128i(hi, lo);
+}
+
+CTXPAR_VNNI float DotQ41Vnni(const std::uint8_t* w, const ActBlock* x, int nb) {
+  __m256 acc = _mm256_setzero_ps();
+  float msum = 0.0f;
+  for (int b = 0; b < nb; ++b) {
+    const std::uint8_t* blk = w + b * 20;
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q));
+    const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), Nibbles(blk + 4), a);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(Half(blk) * x[b].d), acc);
+    msum += Half(blk + 2) * x[b].s;
+  }
+  return HSum(acc) + msum;
+}
+
+CTXPAR_VNNI float DotQ80Vnni(const std::uint8_t* w, const ActBlock* x, int nb) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int b = 0; b < nb; ++b) {
+    const std::uint8_t* blk = w + b * 34;
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q));
+    // dpbusd multiplies unsigned by signed: move w's sign onto a.
+    const __m256i p =
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(q), _mm256_sign_epi8(a, q));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(Half(blk) * x[b].d), acc);
+  }
+  return HSum(acc);
+}
+
+CTXPAR_AVX2 inline __m256i MulSum(__m256i u, __m256i s) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+CTXPAR_AVX2 float DotQ41Avx2(const std::uint8_t* w, const ActBlock* x, int nb) {
+  __m256 acc = _mm256_setzero_ps();
+  float msum = 0.0f;
+  for (int b = 0; b < nb; ++b) {
+    const std::uint8_t* blk = w + b * 20;
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q));
+    const __m256i p = MulSum(Nibbles(blk + 4), a);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(Half(blk) * x[b].d), acc);
+    msum += Half(blk + 2) * x[b].s;
+  }
+  return HSum(acc) + msum;
+}
+
+CTXPAR_AVX2 float DotQ80Avx2(const std::uint8_t* w, const ActBlock* x, int nb) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int b = 0; b < nb; ++b) {
+    const std::uint8_t* blk = w + b * 34;
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q));
+    const __m256i p = MulSum(_mm256_abs_epi8(q), _mm256_sign_epi8(a, q));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(Half(blk) * x[b].d), acc);
+  }
+  return HSum(acc);
+}
+
+using DotFn = float (*)(const std::uint8_t*, const ActBlock*, int);
+
+struct Kernels {
+  const char* isa;
+  DotFn q41;
+  DotFn q80;
+};
+
+float DotQ41Scalar(const std::uint8_t* w, const ActBlock* x, int nb) {
+  return DotScalar(WeightType::kQ4_1, w, x, nb);
+}
+float DotQ80Scalar(const std::uint8_t* w, const ActBlock* x, int nb) {
+  return DotScalar(WeightType::kQ8_0, w, x, nb);
+}
+
+const Kernels& Selected() {
+  static const Kernels kernels = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512bw")) {
+      return Kernels{"avx512vnni", &DotQ41Vnni, &DotQ80Vnni};
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+      return Kernels{"avx2", &DotQ41Avx2, &DotQ80Avx2};
+    }
+    return Kernels{"scalar", &DotQ41Scalar, &DotQ80Scalar};
+  }();
+  return kernels;
+}
+
+// Rows per tile: a tile of weights stays in L1 while every activation row passes over it.
+constexpr int kRowTile = 16;
+
+}  // namespace
+
+const char* MatMulIsa() { return Selected().isa; }
+
+void MatMul(const QuantMatrix& w, const QuantActs& x, int col_begin, float* y, int ldy,
+            ThreadPool* pool) {
+  const DotFn dot = w.type == WeightType::kQ4_1 ? Selected().q41 : Selected().q80;
+  const int nb = w.cols / kBlock;
+  const int b0 = col_begin / kBlock;
+  const std::int64_t tiles = (w.rows + kRowTile - 1) / kRowTile;
+  auto run = [&](std::int64_t tile_begin, std::int64_t tile_end) {
+    for (std::int64_t tile = tile_begin; tile < tile_end; ++tile) {
+      const int r0 = static_cast<int>(tile * kRowTile);
+      const int r1 = std::min(w.rows, r0 + kRowTile);
+      for (int t = 0; t < x.n; ++t) {
+        const ActBlock* xa = x.Row(t) + b0;
+        float* yt = y + std::size_t(t) * ldy;
+        for (int r = r0; r < r1; ++r) yt[r] = dot(w.data + std::size_t(r) * w.row_stride, xa, nb);
+      }
+    }
+  };
+  if (pool != nullptr) {
+    pool->ParallelFor(tiles, run);
+  } else {
+    run(0, tiles);
+  }
+}
+
+void DequantizeRow(const QuantMatrix& w, int r, float* out) {
+  const std::uint8_t* row = w.data + std::size_t(r) * w.row_stride;
+  for (int b = 0; b < w.cols / kBlock; ++b) {
+    const std::uint8_t* blk = row + b * BlockBytes(w.type);
+    std::uint16_t dh;
+    std::memcpy(&dh, blk, 2);
+    const float d = Fp16ToFp32(dh);
+    float* o = out + b * kBlock;
+    if (w.type == WeightType::kQ4_1) {
+      std::uint16_t mh;
+      std::memcpy(&mh, blk + 2, 2);
+      const float m = Fp16ToFp32(mh);
+      for (int j = 0; j < 16; ++j) {
+        o[j] = d * float(blk[4 + j] & 0xF) + m;
+        o[j + 16] = d * float(blk[4 + j] >> 4) + m;
+      }
+    } else {
+      const auto* q = reinterpret_cast<const std::int8_t*>(blk + 2);
+      for (int j = 0; j < kBlock; ++j) o[j] = d * float(q[j]);
+    }
+  }
+}
+
+}  // namespace ctxpar::model

@@ -1,0 +1,114 @@
+// The matmul kernels of the Llama forward: ggml-quantized weights (Q4_1, Q8_0) times activations
+// quantized per 32-element block to int8, the way llama.cpp's CPU backend computes them.
+//
+// Why quantized dot products rather than dequantized bf16/fp32 weights: decode reads every weight
+// once per token, so its speed is the weight bytes over the memory bandwidth. Q4_1 is 0.625 byte
+// per weight against 2 for bf16 and 4 for fp32, and AVX512-VNNI multiplies the unsigned nibbles
+// by the signed int8 activations in one instruction (docs/perf-model.md has the measurements).
+// It also reproduces llama.cpp's numerics, which the golden tests compare against.
+//
+// Contract
+// - A weight matrix W is [rows, cols] row-major in ggml blocks of 32 along cols: row r, block b
+//   starts at data + r * row_stride + b * BlockBytes(type). A view of a column range (a
+//   row-sharded projection) keeps row_stride and offsets data by whole blocks.
+// - Activations x [n, cols] fp32 are quantized per row into cols / 32 ActBlocks (Q8_1 for Q4_1
+//   weights: d, s = d * sum(q); Q8_0 for Q8_0 weights). d and s are rounded to fp16 as ggml
+//   stores them, so the dot products match ggml's bit for bit up to float summation order.
+// - y[t * ldy + r] = sum_c W[r, c] * x[t, c] for t < n, r < rows.
+// - Thread safety: ThreadPool::ParallelFor is called by one thread at a time; the kernels are
+//   pure functions of their inputs and write only their output range.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "ctxpar/status.h"
+
+namespace ctxpar::model {
+
+enum class WeightType { kQ4_1, kQ8_0 };
+
+inline constexpr int kBlock = 32;
+
+// Bytes of one 32-weight block: Q4_1 = fp16 d, fp16 m, 16 nibble bytes; Q8_0 = fp16 d, 32 int8.
+constexpr std::size_t BlockBytes(WeightType type) { return type == WeightType::kQ4_1 ? 20 : 34; }
+
+struct QuantMatrix {
+  WeightType type = WeightType::kQ4_1;
+  const std::uint8_t* data = nullptr;
+  int rows = 0;
+  int cols = 0;                // a multiple of 32
+  std::size_t row_stride = 0;  // bytes between rows
+
+  // Rows [begin, begin + count): an output-sharded (column-parallel) projection.
+  QuantMatrix RowRange(int begin, int count) const;
+  // Columns [begin, begin + count), both multiples of 32: an input-sharded (row-parallel) one.
+  QuantMatrix ColRange(int begin, int count) const;
+};
+
+struct ActBlock {
+  float d;  // scale, fp16-rounded
+  float s;  // d * sum(q), fp16-rounded (Q8_1 only)
+  std::int8_t q[kBlock];
+};
+
+// Activations of n rows quantized for `type`; row t is blocks[t * blocks_per_row ...].
+struct QuantActs {
+  WeightType type = WeightType::kQ4_1;
+  int n = 0;
+  int blocks_per_row = 0;
+  std::vector<ActBlock> blocks;
+  const ActBlock* Row(int t) const { return blocks.data() + std::size_t(t) * blocks_per_row; }
+};
+
+// A fixed set of worker threads; ParallelFor(n, fn) runs fn(begin, end) over a static partition
+// of [0, n) (the calling thread takes the first part) and returns when all parts are done.
+class ThreadPool {
+ public:
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+  void ParallelFor(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& fn);
+
+ private:
+  void Work(int index);
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable start_cv_;
+  std::condition_variable done_cv_;
+  const std::function<void(std::int64_t, std::int64_t)>* fn_ = nullptr;
+  std::int64_t n_ = 0;
+  std::uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+};
+
+// Quantizes x [n, cols] (row stride ldx floats) for weights of `type`. cols % 32 == 0.
+void QuantizeActs(WeightType type, const float* x, int n, int cols, int ldx, QuantActs* out);
+
+// y = x W^T over the column range [col_begin, col_begin + w.cols) of the quantized acts (so one
+// quantization serves a row-sharded view). pool may be null (single thread).
+void MatMul(const QuantMatrix& w, const QuantActs& x, int col_begin, float* y, int ldy,
+            ThreadPool* pool);
+
+// Row r of w dequantized to fp32 (the embedding lookup).
+void DequantizeRow(const QuantMatrix& w, int r, float* out);
+
+// The scalar kernel (no SIMD), for tests of the dispatched one.
+float DotScalar(WeightType type, const std::uint8_t* w_row, const ActBlock* x, int num_blocks);
+// The kernel MatMul dispatches to on this CPU ("avx512vnni", "avx2" or "scalar").
+const char* MatMulIsa();
+
+float Fp16ToFp32(std::uint16_t h);
+std::uint16_t Fp32ToFp16(float f);
+
+}  // namespace ctxpar::model
