@@ -17,8 +17,16 @@
 //   Scores are s_j = scale * dot(q, k_j); query head h reads KV head h / (num_q_heads /
 //   num_kv_heads) (GQA; num_q_heads must be a multiple of num_kv_heads).
 // - A row that sees no key gets O = 0 and lse = -inf, so the merge (merge.h) gives it weight 0.
+// - Numerics: online softmax with a running max and sum in fp32, accumulation in fp32. bf16 K/V
+//   are widened exactly to fp32, except on the avx512_bf16 path (cpu_features.h), which rounds
+//   Q (times scale) to bf16 once per row for the vdpbf16ps q.k products: a relative error of up
+//   to 2^-9 per Q element, so scores move by about 2^-9 * |scale| * ||q|| ||k|| / sqrt(head_dim)
+//   and O and lse agree with an exact computation to about 1e-2 relative (fp32 KV: 1e-5).
+// - Work is split over rows, KV heads and chunks of keys (split-KV); the chunks of one row are
+//   merged with merge.h, so a single long sequence uses every thread.
 // - Thread safety: a call reads its inputs and writes only o and lse; concurrent calls on
-//   disjoint outputs are safe. num_threads <= 0 means all hardware threads.
+//   disjoint outputs are safe. num_threads <= 0 means all hardware threads. The SIMD path is
+//   the one SelectCpuIsa() picks (CTXPAR_CPU_ISA can force a lower one).
 #pragma once
 
 #include <cstdint>
@@ -29,16 +37,18 @@ namespace ctxpar {
 
 enum class KvDtype { kF32, kBF16 };
 
+// bf16 elements are uint16_t bit patterns (the upper half of an IEEE fp32).
 struct PagedKv {
   const void* k = nullptr;
   const void* v = nullptr;  // null: V is the prefix of K (absorbed MLA)
   KvDtype dtype = KvDtype::kF32;
   int page_size = 0;
   int num_kv_heads = 0;
-  int head_dim_qk = 0;
-  int head_dim_v = 0;
+  int head_dim_qk = 0;  // a multiple of 16, at most 1024
+  int head_dim_v = 0;   // a multiple of 16, at most 1024; <= head_dim_qk when v is null
   const int32_t* block_table = nullptr;
   int max_pages_per_seq = 0;
+  int num_pages = 0;  // pages in k (and v); 0: block-table entries are only checked >= 0
 };
 
 struct PartialAttentionParams {
@@ -48,13 +58,16 @@ struct PartialAttentionParams {
   int num_rows = 0;
   int num_q_heads = 0;
   const int32_t* row_seq = nullptr;     // [num_rows] or null (row i is sequence i)
-  const int32_t* row_kv_len = nullptr;  // [num_rows]
+  const int32_t* row_kv_len = nullptr;  // [num_rows], each in [0, max_pages_per_seq * page_size]
   float scale = 1.0f;
   PagedKv kv;
   int num_threads = 0;
+  int num_seqs = 0;       // rows of block_table; 0: row_seq is only checked >= 0
+  int split_kv_keys = 0;  // keys per split-KV chunk; 0: chosen from the sizes and num_threads
 };
 
-// Validates the params (naming the first bad field) and computes O and LSE for every row and head.
+// Validates the params (naming the first bad field, its value and the rule) and computes O and
+// LSE for every row and head.
 Status PartialAttentionCpu(const PartialAttentionParams& params);
 
 }  // namespace ctxpar

@@ -1,0 +1,65 @@
+// The per-ISA partial-attention kernels behind PartialAttentionCpu (internal).
+//
+// One call handles one task: one query row, the G query heads of one KV head, and the keys
+// [key_begin, key_end) of that row's sequence. It writes the task's O [G, head_dim_v] and natural
+// lse [G] (O = 0, lse = -inf for an empty range). Each ISA's kernels live in their own
+// translation unit, compiled with that ISA's flags; the caller picks one with SelectKernel after
+// checking the CPU (cpu_features.h), so no wider instruction runs on a CPU that lacks it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ctxpar/attention.h"
+#include "ctxpar/cpu_features.h"
+
+namespace ctxpar::attention_internal {
+
+// Keys per block of the online softmax; a task's scratch holds one block of scores.
+inline constexpr int kKeyBlock = 16;
+
+struct KernelArgs {
+  const float* q = nullptr;  // [group, head_dim_qk], the row's query heads of this KV head
+  float* o = nullptr;        // [group, head_dim_v]
+  float* lse = nullptr;      // [group]
+  int group = 0;
+  int head_dim_qk = 0;
+  int head_dim_v = 0;
+  float scale = 1.0f;
+  // K row of local position r: k + (page(r) * page_size + r % page_size) * k_row_stride
+  // + k_head_offset, page(r) = pages[r / page_size]; likewise V.
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t k_row_stride = 0;
+  int64_t v_row_stride = 0;
+  int64_t k_head_offset = 0;
+  int64_t v_head_offset = 0;
+  int page_size = 0;
+  const int32_t* pages = nullptr;
+  int key_begin = 0;
+  int key_end = 0;
+  float* scratch = nullptr;  // KernelScratchFloats(group, head_dim_qk) floats, 64-byte aligned
+};
+
+using KernelFn = void (*)(const KernelArgs& args);
+
+inline size_t KernelScratchFloats(int group, int head_dim_qk) {
+  // Scaled Q, one block of scores, running max and sum; rounded to whole cache lines.
+  const size_t n = static_cast<size_t>(group) * head_dim_qk +
+                   static_cast<size_t>(group) * kKeyBlock + 2 * static_cast<size_t>(group);
+  return (n + 15) / 16 * 16 + 16;
+}
+
+void AttendScalarF32(const KernelArgs& args);
+void AttendScalarBf16(const KernelArgs& args);
+#if defined(CTXPAR_X86_KERNELS)
+void AttendAvx2F32(const KernelArgs& args);
+void AttendAvx2Bf16(const KernelArgs& args);
+void AttendAvx512F32(const KernelArgs& args);
+void AttendAvx512Bf16(const KernelArgs& args);
+void AttendAvx512DpBf16(const KernelArgs& args);
+#endif
+
+KernelFn SelectKernel(CpuIsa isa, KvDtype dtype);
+
+}  // namespace ctxpar::attention_internal

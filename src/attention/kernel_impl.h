@@ -1,0 +1,173 @@
+// The partial-attention kernel, written once over a SIMD traits type and instantiated by each
+// ISA's translation unit (internal; include only from kernel_<isa>.cpp, inside an anonymous
+// namespace, so that every ISA keeps its own copy).
+//
+// Traits T provide: V, kLanes, Zero, Set1, Load(const float*), Load(const uint16_t*) (bf16
+// widened to fp32), Store, Add, Mul, Max, Fma(a, b, c) = a * b + c, ReduceMax, ReduceAdd,
+// Exp2 (2^x, 0 below -127), Reduce4(a, b, c, d, out) (out[i] = sum of the lanes of the i-th),
+// kQkHeads and kPvHeads (register tile heights), QElem and PrepareQ (how Q is held for the dot
+// products), and Dot(acc, q, k) (one step of kDotStep elements of q . k into acc).
+//
+// Algorithm (per task: one row, the G query heads of one KV head, a range of keys): Q is scaled
+// by scale * log2(e) once so that the softmax runs in base 2 (exp2 is cheaper than exp); keys go
+// in blocks of kKeyBlock: scores for a tile of heads x 4 keys are accumulated along the head
+// dimension in registers and reduced at the end, then the online softmax updates the running
+// max m and sum l per head (rescaling O only when m grew), then O += P V in tiles of heads x
+// 4 vectors of head_dim_v, each V row loaded once per tile of heads. Finally O /= l and
+// lse = (m + log2 l) * ln 2.
+
+// No include guard on purpose: each ISA's file includes this once inside its own namespace.
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+template <class KElem>
+const KElem* RowPtr(const void* base, const KernelArgs& a, int64_t stride, int64_t head_offset,
+                    int r) {
+  const int64_t page = a.pages[r / a.page_size];
+  const int64_t slot = page * a.page_size + r % a.page_size;
+  return static_cast<const KElem*>(base) + slot * stride + head_offset;
+}
+
+template <class T, class KElem, int HB>
+void ScoreTile(const typename T::QElem* q, int dqk, const KElem* const* k, float* s) {
+  using V = typename T::V;
+  V acc[HB][4];
+  for (int i = 0; i < HB; ++i) {
+    for (int c = 0; c < 4; ++c) acc[i][c] = T::Zero();
+  }
+  for (int d = 0; d < dqk; d += T::kDotStep) {
+    for (int i = 0; i < HB; ++i) {
+      const typename T::QElem* qi = q + static_cast<int64_t>(i) * dqk + d;
+      for (int c = 0; c < 4; ++c) acc[i][c] = T::Dot(acc[i][c], qi, k[c] + d);
+    }
+  }
+  for (int i = 0; i < HB; ++i) {
+    T::Reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3], s + i * kKeyBlock);
+  }
+}
+
+template <class T, class KElem, int HB>
+void ScoreRows(const typename T::QElem* q, int dqk, const KElem* const* k, int n4, int heads,
+               float* s) {
+  if constexpr (HB > 1) {
+    if (heads < HB) return ScoreRows<T, KElem, HB - 1>(q, dqk, k, n4, heads, s);
+  }
+  for (int c = 0; c < n4; c += 4) ScoreTile<T, KElem, HB>(q, dqk, k + c, s + c);
+}
+
+template <class T, class KElem>
+void Scores(const typename T::QElem* q, int group, int dqk, const KElem* const* k, int n4,
+            float* s) {
+  for (int h = 0; h < group; h += T::kQkHeads) {
+    const int heads = group - h < T::kQkHeads ? group - h : T::kQkHeads;
+    ScoreRows<T, KElem, T::kQkHeads>(q + static_cast<int64_t>(h) * dqk, dqk, k, n4, heads,
+                                     s + h * kKeyBlock);
+  }
+}
+
+template <class T, class KElem, int HB, int DB>
+void PvTile(const float* p, int n, const KElem* const* v, int d0, float* o, int dv) {
+  using V = typename T::V;
+  V acc[HB][DB];
+  for (int i = 0; i < HB; ++i) {
+    for (int b = 0; b < DB; ++b) acc[i][b] = T::Load(o + i * dv + d0 + b * T::kLanes);
+  }
+  for (int j = 0; j < n; ++j) {
+    V vv[DB];
+    for (int b = 0; b < DB; ++b) vv[b] = T::Load(v[j] + d0 + b * T::kLanes);
+    for (int i = 0; i < HB; ++i) {
+      const V pij = T::Set1(p[i * kKeyBlock + j]);
+      for (int b = 0; b < DB; ++b) acc[i][b] = T::Fma(pij, vv[b], acc[i][b]);
+    }
+  }
+  for (int i = 0; i < HB; ++i) {
+    for (int b = 0; b < DB; ++b) T::Store(o + i * dv + d0 + b * T::kLanes, acc[i][b]);
+  }
+}
+
+template <class T, class KElem, int HB>
+void PvRows(const float* p, int n, const KElem* const* v, int heads, float* o, int dv) {
+  if constexpr (HB > 1) {
+    if (heads < HB) return PvRows<T, KElem, HB - 1>(p, n, v, heads, o, dv);
+  }
+  constexpr int kWide = 4 * T::kLanes;
+  int d = 0;
+  for (; d + kWide <= dv; d += kWide) PvTile<T, KElem, HB, 4>(p, n, v, d, o, dv);
+  for (; d < dv; d += T::kLanes) PvTile<T, KElem, HB, 1>(p, n, v, d, o, dv);
+}
+
+template <class T>
+void ScaleRow(float* x, int n, float f) {
+  const typename T::V vf = T::Set1(f);
+  for (int d = 0; d < n; d += T::kLanes) T::Store(x + d, T::Mul(T::Load(x + d), vf));
+}
+
+template <class T, class KElem>
+void Attend(const KernelArgs& a) {
+  using V = typename T::V;
+  const int group = a.group;
+  const int dqk = a.head_dim_qk;
+  const int dv = a.head_dim_v;
+  for (int64_t i = 0; i < static_cast<int64_t>(group) * dv; i += T::kLanes) {
+    T::Store(a.o + i, T::Zero());
+  }
+  if (a.key_begin >= a.key_end) {
+    for (int h = 0; h < group; ++h) a.lse[h] = -__builtin_inff();
+    return;
+  }
+  auto* q = reinterpret_cast<typename T::QElem*>(a.scratch);
+  float* s = a.scratch + static_cast<int64_t>(group) * dqk;
+  float* m = s + group * kKeyBlock;
+  float* l = m + group;
+  for (int h = 0; h < group; ++h) {
+    T::PrepareQ(a.q + static_cast<int64_t>(h) * dqk, a.scale * kLog2e,
+                q + static_cast<int64_t>(h) * dqk, dqk);
+    m[h] = -__builtin_inff();
+    l[h] = 0.0f;
+  }
+  const void* vbase = a.v != nullptr ? a.v : a.k;
+  const KElem* kp[kKeyBlock];
+  const KElem* vp[kKeyBlock];
+  for (int kb = a.key_begin; kb < a.key_end; kb += kKeyBlock) {
+    const int n = a.key_end - kb < kKeyBlock ? a.key_end - kb : kKeyBlock;
+    const int n4 = (n + 3) / 4 * 4;
+    for (int j = 0; j < n; ++j) {
+      kp[j] = RowPtr<KElem>(a.k, a, a.k_row_stride, a.k_head_offset, kb + j);
+      vp[j] = RowPtr<KElem>(vbase, a, a.v_row_stride, a.v_head_offset, kb + j);
+    }
+    for (int j = n; j < n4; ++j) kp[j] = kp[0];
+    Scores<T, KElem>(q, group, dqk, kp, n4, s);
+    for (int h = 0; h < group; ++h) {
+      float* sh = s + h * kKeyBlock;
+      for (int j = n; j < kKeyBlock; ++j) sh[j] = -__builtin_inff();
+      V vmax = T::Load(sh);
+      for (int j = T::kLanes; j < kKeyBlock; j += T::kLanes) vmax = T::Max(vmax, T::Load(sh + j));
+      const float block_max = T::ReduceMax(vmax);
+      const float m_new = m[h] > block_max ? m[h] : block_max;
+      V vsum = T::Zero();
+      for (int j = 0; j < kKeyBlock; j += T::kLanes) {
+        const V p = T::Exp2(T::Add(T::Load(sh + j), T::Set1(-m_new)));
+        T::Store(sh + j, p);
+        vsum = T::Add(vsum, p);
+      }
+      if (m_new > m[h]) {
+        const float corr = __builtin_exp2f(m[h] - m_new);
+        l[h] *= corr;
+        ScaleRow<T>(a.o + static_cast<int64_t>(h) * dv, dv, corr);
+        m[h] = m_new;
+      }
+      l[h] += T::ReduceAdd(vsum);
+    }
+    for (int h = 0; h < group; h += T::kPvHeads) {
+      const int heads = group - h < T::kPvHeads ? group - h : T::kPvHeads;
+      PvRows<T, KElem, T::kPvHeads>(s + h * kKeyBlock, n, vp, heads,
+                                    a.o + static_cast<int64_t>(h) * dv, dv);
+    }
+  }
+  for (int h = 0; h < group; ++h) {
+    // l >= 1 here: the key that set the max contributes exp2(0).
+    ScaleRow<T>(a.o + static_cast<int64_t>(h) * dv, dv, 1.0f / l[h]);
+    a.lse[h] = (m[h] + __builtin_log2f(l[h])) * kLn2;
+  }
+}

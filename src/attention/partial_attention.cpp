@@ -1,0 +1,303 @@
+// PartialAttentionCpu: validation, the split-KV plan, the threads, and the merge of the splits.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "attention/kernel.h"
+#include "ctxpar/attention.h"
+#include "ctxpar/cpu_features.h"
+#include "ctxpar/merge.h"
+
+namespace ctxpar {
+
+namespace {
+
+using attention_internal::KernelArgs;
+using attention_internal::KernelFn;
+
+// Below this many keys a chunk costs more in merging and scheduling than it gains.
+constexpr int kMinSplitKeys = 256;
+// Chunks per thread: enough slack to even out rows of different lengths.
+constexpr int kChunksPerThread = 4;
+// Multiply-adds below which extra threads cost more to start than they save.
+constexpr double kFmasPerThread = 2e5;
+
+Status Bad(const std::string& field, long long value, const std::string& rule) {
+  return InvalidArgument("PartialAttentionParams." + field + " = " + std::to_string(value) + ": " +
+                         rule);
+}
+
+Status NullField(const std::string& field) {
+  return InvalidArgument("PartialAttentionParams." + field + " is null: it must point to data");
+}
+
+Status CheckHeadDim(const std::string& field, int value) {
+  if (value < 16 || value > 1024 || value % 16 != 0) {
+    return Bad(field, value, "must be a multiple of 16 in [16, 1024]");
+  }
+  return Status::Ok();
+}
+
+Status Validate(const PartialAttentionParams& p) {
+  const PagedKv& kv = p.kv;
+  if (p.num_rows < 0) return Bad("num_rows", p.num_rows, "must be >= 0");
+  if (p.num_q_heads < 1) return Bad("num_q_heads", p.num_q_heads, "must be >= 1");
+  if (kv.num_kv_heads < 1) return Bad("kv.num_kv_heads", kv.num_kv_heads, "must be >= 1");
+  if (p.num_q_heads % kv.num_kv_heads != 0) {
+    return Bad("num_q_heads", p.num_q_heads,
+               "must be a multiple of kv.num_kv_heads = " + std::to_string(kv.num_kv_heads));
+  }
+  CTXPAR_RETURN_IF_ERROR(CheckHeadDim("kv.head_dim_qk", kv.head_dim_qk));
+  CTXPAR_RETURN_IF_ERROR(CheckHeadDim("kv.head_dim_v", kv.head_dim_v));
+  if (kv.v == nullptr && kv.head_dim_v > kv.head_dim_qk) {
+    return Bad("kv.head_dim_v", kv.head_dim_v,
+               "must be <= kv.head_dim_qk = " + std::to_string(kv.head_dim_qk) +
+                   " when kv.v is null (V is the prefix of the K row)");
+  }
+  if (kv.dtype != KvDtype::kF32 && kv.dtype != KvDtype::kBF16) {
+    return Bad("kv.dtype", static_cast<int>(kv.dtype), "must be KvDtype::kF32 or kBF16");
+  }
+  if (kv.page_size < 1) return Bad("kv.page_size", kv.page_size, "must be >= 1");
+  if (kv.max_pages_per_seq < 1) {
+    return Bad("kv.max_pages_per_seq", kv.max_pages_per_seq, "must be >= 1");
+  }
+  if (kv.num_pages < 0) return Bad("kv.num_pages", kv.num_pages, "must be >= 0 (0: unknown)");
+  if (p.num_seqs < 0) return Bad("num_seqs", p.num_seqs, "must be >= 0 (0: unknown)");
+  if (p.split_kv_keys < 0) {
+    return Bad("split_kv_keys", p.split_kv_keys, "must be >= 0 (0: chosen automatically)");
+  }
+  if (!std::isfinite(p.scale)) {
+    return InvalidArgument("PartialAttentionParams.scale = " + std::to_string(p.scale) +
+                           ": must be finite");
+  }
+  if (p.num_rows == 0) return Status::Ok();
+  if (p.q == nullptr) return NullField("q");
+  if (p.o == nullptr) return NullField("o");
+  if (p.lse == nullptr) return NullField("lse");
+  if (p.row_kv_len == nullptr) return NullField("row_kv_len");
+  if (kv.k == nullptr) return NullField("kv.k");
+  if (kv.block_table == nullptr) return NullField("kv.block_table");
+  const int64_t max_len = static_cast<int64_t>(kv.max_pages_per_seq) * kv.page_size;
+  for (int i = 0; i < p.num_rows; ++i) {
+    std::string at = "[";  // built in steps: GCC 12 warns falsely on "[" + std::string
+    at += std::to_string(i);
+    at += "]";
+    const int len = p.row_kv_len[i];
+    if (len < 0 || len > max_len) {
+      return Bad(
+          "row_kv_len" + at, len,
+          "must be in [0, kv.max_pages_per_seq * kv.page_size = " + std::to_string(max_len) + "]");
+    }
+    const int seq = p.row_seq != nullptr ? p.row_seq[i] : i;
+    if (seq < 0 || (p.num_seqs > 0 && seq >= p.num_seqs)) {
+      return Bad(p.row_seq != nullptr ? "row_seq" + at : "num_seqs", seq,
+                 p.num_seqs > 0
+                     ? "a sequence must be in [0, num_seqs = " + std::to_string(p.num_seqs) + ")"
+                     : "a sequence must be >= 0");
+    }
+    const int32_t* pages = kv.block_table + static_cast<int64_t>(seq) * kv.max_pages_per_seq;
+    const int used = (len + kv.page_size - 1) / kv.page_size;
+    for (int j = 0; j < used; ++j) {
+      if (pages[j] < 0 || (kv.num_pages > 0 && pages[j] >= kv.num_pages)) {
+        return Bad(
+            "kv.block_table[" + std::to_string(seq) + " * max_pages_per_seq + " +
+                std::to_string(j) + "]",
+            pages[j],
+            kv.num_pages > 0
+                ? "a page must be in [0, kv.num_pages = " + std::to_string(kv.num_pages) + ")"
+                : "a page must be >= 0");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// One unit of work: keys [begin, end) of one row and KV head. Its O and lse go to the output
+// directly when the row has one split, else to partial buffers that MergeSplits combines.
+struct Task {
+  int row;
+  int kv_head;
+  int begin;
+  int end;
+  float* o;
+  float* lse;
+};
+
+// The rows x KV heads whose keys were split, and where their partials live.
+struct SplitGroup {
+  int row;
+  int kv_head;
+  int splits;
+  float* o;    // [splits, group, head_dim_v]
+  float* lse;  // [splits, group]
+};
+
+void RunParallel(int threads, int count, const std::function<void(int, int)>& fn) {
+  std::atomic<int> next{0};
+  auto worker = [&](int thread) {
+    for (int i = next.fetch_add(1); i < count; i = next.fetch_add(1)) fn(thread, i);
+  };
+  std::vector<std::thread> pool;
+  pool.reserve(threads - 1);
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker, t);
+  worker(0);
+  for (std::thread& t : pool) t.join();
+}
+
+}  // namespace
+
+namespace attention_internal {
+
+KernelFn SelectKernel(CpuIsa isa, KvDtype dtype) {
+  const bool bf16 = dtype == KvDtype::kBF16;
+#if defined(CTXPAR_X86_KERNELS)
+  switch (isa) {
+    case CpuIsa::kAvx512Bf16:
+      if (bf16) return &AttendAvx512DpBf16;
+      [[fallthrough]];
+    case CpuIsa::kAvx512:
+      return bf16 ? &AttendAvx512Bf16 : &AttendAvx512F32;
+    case CpuIsa::kAvx2:
+      return bf16 ? &AttendAvx2Bf16 : &AttendAvx2F32;
+    case CpuIsa::kScalar:
+      break;
+  }
+#else
+  (void)isa;
+#endif
+  return bf16 ? &AttendScalarBf16 : &AttendScalarF32;
+}
+
+}  // namespace attention_internal
+
+Status PartialAttentionCpu(const PartialAttentionParams& p) {
+  CTXPAR_RETURN_IF_ERROR(Validate(p));
+  if (p.num_rows == 0) return Status::Ok();
+  CTXPAR_ASSIGN_OR_RETURN(CpuIsa isa, SelectCpuIsa());
+  const PagedKv& kv = p.kv;
+  // vdpbf16ps consumes pairs, two registers' worth of lanes per step.
+  if (isa == CpuIsa::kAvx512Bf16 && kv.head_dim_qk % 32 != 0) isa = CpuIsa::kAvx512;
+  const KernelFn kernel = attention_internal::SelectKernel(isa, kv.dtype);
+
+  const int group = p.num_q_heads / kv.num_kv_heads;
+  const int dqk = kv.head_dim_qk;
+  const int dv = kv.head_dim_v;
+  int threads = p.num_threads > 0
+                    ? p.num_threads
+                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int64_t total_keys = 0;
+  for (int i = 0; i < p.num_rows; ++i) total_keys += p.row_kv_len[i];
+  const double fmas = static_cast<double>(total_keys) * p.num_q_heads * (dqk + dv);
+  threads = static_cast<int>(std::min<double>(threads, std::max(1.0, fmas / kFmasPerThread)));
+
+  int64_t chunk = p.split_kv_keys;
+  if (chunk == 0) {
+    const int64_t units = total_keys * kv.num_kv_heads;
+    const int64_t per_task =
+        (units + threads * kChunksPerThread - 1) / (threads * kChunksPerThread);
+    chunk = threads == 1 ? INT64_MAX : std::max<int64_t>(kMinSplitKeys, per_task);
+    if (chunk != INT64_MAX)
+      chunk = (chunk + attention_internal::kKeyBlock - 1) / attention_internal::kKeyBlock *
+              attention_internal::kKeyBlock;
+  }
+
+  std::vector<Task> tasks;
+  std::vector<SplitGroup> split_groups;
+  int64_t partial_floats = 0;
+  for (int i = 0; i < p.num_rows; ++i) {
+    const int len = p.row_kv_len[i];
+    const int splits = len <= chunk ? 1 : static_cast<int>((len + chunk - 1) / chunk);
+    if (splits > 1)
+      partial_floats += static_cast<int64_t>(splits) * kv.num_kv_heads * group * (dv + 1);
+  }
+  std::vector<float> partials(partial_floats);
+  float* next_partial = partials.data();
+  for (int i = 0; i < p.num_rows; ++i) {
+    const int len = p.row_kv_len[i];
+    const int splits = len <= chunk ? 1 : static_cast<int>((len + chunk - 1) / chunk);
+    for (int h = 0; h < kv.num_kv_heads; ++h) {
+      const int64_t head0 =
+          static_cast<int64_t>(i) * p.num_q_heads + static_cast<int64_t>(h) * group;
+      if (splits == 1) {
+        tasks.push_back({i, h, 0, len, p.o + head0 * dv, p.lse + head0});
+        continue;
+      }
+      SplitGroup g{i, h, splits, next_partial,
+                   next_partial + static_cast<int64_t>(splits) * group * dv};
+      next_partial += static_cast<int64_t>(splits) * group * (dv + 1);
+      split_groups.push_back(g);
+      for (int s = 0; s < splits; ++s) {
+        const int begin = static_cast<int>(s * chunk);
+        const int end = static_cast<int>(std::min<int64_t>(len, begin + chunk));
+        tasks.push_back({i, h, begin, end, g.o + static_cast<int64_t>(s) * group * dv,
+                         g.lse + static_cast<int64_t>(s) * group});
+      }
+    }
+  }
+  threads = std::min<int>(threads, static_cast<int>(tasks.size()));
+
+  const size_t scratch_floats = attention_internal::KernelScratchFloats(group, dqk);
+  std::vector<std::unique_ptr<float[], decltype(&std::free)>> scratch;
+  for (int t = 0; t < threads; ++t) {
+    scratch.emplace_back(
+        static_cast<float*>(std::aligned_alloc(64, scratch_floats * sizeof(float))), &std::free);
+    if (scratch.back() == nullptr)
+      return Internal("PartialAttentionCpu: out of memory for scratch");
+  }
+  const int64_t k_row_stride = static_cast<int64_t>(kv.num_kv_heads) * dqk;
+  const int64_t v_row_stride =
+      kv.v != nullptr ? static_cast<int64_t>(kv.num_kv_heads) * dv : k_row_stride;
+  RunParallel(threads, static_cast<int>(tasks.size()), [&](int thread, int index) {
+    const Task& t = tasks[index];
+    const int seq = p.row_seq != nullptr ? p.row_seq[t.row] : t.row;
+    KernelArgs a;
+    a.q = p.q +
+          (static_cast<int64_t>(t.row) * p.num_q_heads + static_cast<int64_t>(t.kv_head) * group) *
+              dqk;
+    a.o = t.o;
+    a.lse = t.lse;
+    a.group = group;
+    a.head_dim_qk = dqk;
+    a.head_dim_v = dv;
+    a.scale = p.scale;
+    a.k = kv.k;
+    a.v = kv.v;
+    a.k_row_stride = k_row_stride;
+    a.v_row_stride = v_row_stride;
+    a.k_head_offset = static_cast<int64_t>(t.kv_head) * dqk;
+    a.v_head_offset = static_cast<int64_t>(t.kv_head) * (kv.v != nullptr ? dv : dqk);
+    a.page_size = kv.page_size;
+    a.pages = kv.block_table + static_cast<int64_t>(seq) * kv.max_pages_per_seq;
+    a.key_begin = t.begin;
+    a.key_end = t.end;
+    a.scratch = scratch[thread].get();
+    kernel(a);
+  });
+
+  std::vector<float> weights;
+  for (const SplitGroup& g : split_groups) {
+    weights.resize(g.splits);
+    const int64_t head0 =
+        static_cast<int64_t>(g.row) * p.num_q_heads + static_cast<int64_t>(g.kv_head) * group;
+    for (int h = 0; h < group; ++h) {
+      p.lse[head0 + h] = MergeScales(g.lse + h, g.splits, group, weights.data());
+      float* out = p.o + (head0 + h) * dv;
+      std::fill(out, out + dv, 0.0f);
+      for (int s = 0; s < g.splits; ++s) {
+        const float* part = g.o + (static_cast<int64_t>(s) * group + h) * dv;
+        const float w = weights[s];
+        if (w == 0.0f) continue;
+        for (int d = 0; d < dv; ++d) out[d] += w * part[d];
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace ctxpar
