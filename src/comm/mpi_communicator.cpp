@@ -1,0 +1,327 @@
+// The MPI communicator (OpenMPI): collectives map one to one onto MPI's, errors return (the
+// communicator is set to MPI_ERRORS_RETURN) and become Status naming the collective.
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ctxpar/communicator.h"
+#include "ctxpar/error_catalog.h"
+#include "reduce.h"
+
+namespace ctxpar {
+namespace {
+
+MPI_Datatype ToMpi(DataType dtype) {
+  switch (dtype) {
+    case DataType::kF32:
+      return MPI_FLOAT;
+    case DataType::kBF16:
+      return MPI_UINT16_T;
+    case DataType::kF64:
+      return MPI_DOUBLE;
+    case DataType::kI32:
+      return MPI_INT32_T;
+    case DataType::kU8:
+      return MPI_UINT8_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+// MPI has no bf16: its sums and maxima are user operations on uint16 storage.
+void Bf16Sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  comm_internal::ReduceInto(inout, in, static_cast<std::size_t>(*len), DataType::kBF16,
+                            ReduceOp::kSum);
+}
+void Bf16Max(void* in, void* inout, int* len, MPI_Datatype*) {
+  comm_internal::ReduceInto(inout, in, static_cast<std::size_t>(*len), DataType::kBF16,
+                            ReduceOp::kMax);
+}
+
+MPI_Op ToMpiOp(DataType dtype, ReduceOp op) {
+  if (dtype != DataType::kBF16) return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX;
+  static MPI_Op sum = MPI_OP_NULL, max = MPI_OP_NULL;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    MPI_Op_create(&Bf16Sum, 1, &sum);
+    MPI_Op_create(&Bf16Max, 1, &max);
+  });
+  return op == ReduceOp::kSum ? sum : max;
+}
+
+Status MpiError(std::string_view collective, int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  return Unavailable(fmt::format("{}: MPI error {}: {}", collective, code, std::string(text, len)));
+}
+
+Expected<int> ToInt(std::string_view collective, std::size_t count) {
+  if (count > static_cast<std::size_t>(INT_MAX)) {
+    return InvalidArgument(
+        fmt::format("{}: count {} exceeds MPI's int limit {}", collective, count, INT_MAX));
+  }
+  return static_cast<int>(count);
+}
+
+#define CTXPAR_MPI_CALL(name, call)                             \
+  do {                                                          \
+    const int mpi_rc_ = (call);                                 \
+    if (mpi_rc_ != MPI_SUCCESS) return MpiError(name, mpi_rc_); \
+  } while (0)
+
+class MpiWindow final : public SharedWindow {
+ public:
+  MpiWindow(MPI_Comm node, MPI_Win win, int rank, std::size_t bytes, CommCounters* counters)
+      : node_(node), win_(win), rank_(rank), bytes_(bytes), counters_(counters) {
+    int n = 0;
+    MPI_Comm_size(node_, &n);
+    for (int r = 0; r < n; ++r) {
+      MPI_Aint size = 0;
+      int disp = 0;
+      void* base = nullptr;
+      MPI_Win_shared_query(win_, r, &size, &disp, &base);
+      segments_.push_back(base);
+    }
+  }
+  ~MpiWindow() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    MPI_Win_unlock_all(win_);
+    MPI_Win_free(&win_);
+    MPI_Comm_free(&node_);
+  }
+  std::size_t bytes() const override { return bytes_; }
+  void* Segment(int rank) override { return segments_[rank]; }
+  Status Put(int peer, std::size_t offset, const void* src, std::size_t n) override {
+    if (peer < 0 || peer >= static_cast<int>(segments_.size()) || offset + n > bytes_ ||
+        offset + n < offset) {
+      return OutOfRange(fmt::format(
+          "SharedWindow::Put: peer {} offset {} bytes {} is outside a window of {} ranks x {} "
+          "bytes",
+          peer, offset, n, segments_.size(), bytes_));
+    }
+    std::memcpy(static_cast<unsigned char*>(segments_[peer]) + offset, src, n);
+    if (peer != rank_) (*counters_)[Collective::kSharedWindow].bytes_sent += n;
+    return Status::Ok();
+  }
+  void NoteReceived(std::size_t n) override {
+    (*counters_)[Collective::kSharedWindow].bytes_received += n;
+  }
+  Status Sync() override {
+    ++(*counters_)[Collective::kSharedWindow].calls;
+    CTXPAR_MPI_CALL("SharedWindow::Sync", MPI_Win_sync(win_));
+    CTXPAR_MPI_CALL("SharedWindow::Sync", MPI_Barrier(node_));
+    CTXPAR_MPI_CALL("SharedWindow::Sync", MPI_Win_sync(win_));
+    return Status::Ok();
+  }
+
+ private:
+  MPI_Comm node_;
+  MPI_Win win_;
+  int rank_;
+  std::size_t bytes_;
+  CommCounters* counters_;
+  std::vector<void*> segments_;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  Status AllGather(const void* send, void* recv, std::size_t count, DataType dtype) override {
+    CTXPAR_ASSIGN_OR_RETURN(const int n, ToInt("AllGather", count));
+    CTXPAR_MPI_CALL("AllGather",
+                    MPI_Allgather(send, n, ToMpi(dtype), recv, n, ToMpi(dtype), comm_));
+    const std::uint64_t bytes = (size_ - 1) * count * DataTypeSize(dtype);
+    Count(Collective::kAllGather, bytes, bytes);
+    return Status::Ok();
+  }
+
+  Status ReduceScatter(const void* send, void* recv, std::size_t recv_count,
+                       DataType dtype) override {
+    CTXPAR_ASSIGN_OR_RETURN(const int n, ToInt("ReduceScatter", recv_count));
+    CTXPAR_MPI_CALL("ReduceScatter",
+                    MPI_Reduce_scatter_block(send, recv, n, ToMpi(dtype),
+                                             ToMpiOp(dtype, ReduceOp::kSum), comm_));
+    const std::uint64_t bytes = (size_ - 1) * recv_count * DataTypeSize(dtype);
+    Count(Collective::kReduceScatter, bytes, bytes);
+    return Status::Ok();
+  }
+
+  Status AllToAll(const void* send, void* recv, std::size_t count, DataType dtype) override {
+    CTXPAR_ASSIGN_OR_RETURN(const int n, ToInt("AllToAll", count));
+    CTXPAR_MPI_CALL("AllToAll", MPI_Alltoall(send, n, ToMpi(dtype), recv, n, ToMpi(dtype), comm_));
+    const std::uint64_t bytes = (size_ - 1) * count * DataTypeSize(dtype);
+    Count(Collective::kAllToAll, bytes, bytes);
+    return Status::Ok();
+  }
+
+  Status AllToAllV(const void* send, std::span<const std::size_t> send_counts,
+                   std::span<const std::size_t> send_displs, void* recv,
+                   std::span<const std::size_t> recv_counts,
+                   std::span<const std::size_t> recv_displs, DataType dtype) override {
+    const std::size_t n = static_cast<std::size_t>(size_);
+    if (send_counts.size() != n || send_displs.size() != n || recv_counts.size() != n ||
+        recv_displs.size() != n) {
+      return InvalidArgument(fmt::format(
+          "AllToAllV: counts and displacements need {} entries each (one per rank), got send "
+          "{}/{} and recv {}/{}",
+          n, send_counts.size(), send_displs.size(), recv_counts.size(), recv_displs.size()));
+    }
+    std::vector<int> sc(n), sd(n), rc(n), rd(n);
+    std::uint64_t sent = 0, received = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      CTXPAR_ASSIGN_OR_RETURN(sc[j], ToInt("AllToAllV", send_counts[j]));
+      CTXPAR_ASSIGN_OR_RETURN(sd[j], ToInt("AllToAllV", send_displs[j]));
+      CTXPAR_ASSIGN_OR_RETURN(rc[j], ToInt("AllToAllV", recv_counts[j]));
+      CTXPAR_ASSIGN_OR_RETURN(rd[j], ToInt("AllToAllV", recv_displs[j]));
+      if (static_cast<int>(j) != rank_) {
+        sent += send_counts[j] * DataTypeSize(dtype);
+        received += recv_counts[j] * DataTypeSize(dtype);
+      }
+    }
+    CTXPAR_MPI_CALL("AllToAllV", MPI_Alltoallv(send, sc.data(), sd.data(), ToMpi(dtype), recv,
+                                               rc.data(), rd.data(), ToMpi(dtype), comm_));
+    Count(Collective::kAllToAllV, sent, received);
+    return Status::Ok();
+  }
+
+  Status AllReduce(const void* send, void* recv, std::size_t count, DataType dtype,
+                   ReduceOp op) override {
+    CTXPAR_ASSIGN_OR_RETURN(const int n, ToInt("AllReduce", count));
+    CTXPAR_MPI_CALL("AllReduce", MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, n,
+                                               ToMpi(dtype), ToMpiOp(dtype, op), comm_));
+    const std::uint64_t bytes = (size_ - 1) * count * DataTypeSize(dtype);
+    Count(Collective::kAllReduce, bytes, bytes);
+    return Status::Ok();
+  }
+
+  Status Broadcast(void* buffer, std::size_t count, DataType dtype, int root) override {
+    if (root < 0 || root >= size_) {
+      return InvalidArgument(
+          fmt::format("Broadcast: root {} is not a rank of a group of {}", root, size_));
+    }
+    CTXPAR_ASSIGN_OR_RETURN(const int n, ToInt("Broadcast", count));
+    CTXPAR_MPI_CALL("Broadcast", MPI_Bcast(buffer, n, ToMpi(dtype), root, comm_));
+    const std::uint64_t bytes = count * DataTypeSize(dtype);
+    Count(Collective::kBroadcast, rank_ == root ? (size_ - 1) * bytes : 0,
+          rank_ == root ? 0 : bytes);
+    return Status::Ok();
+  }
+
+  Status Barrier() override {
+    CTXPAR_MPI_CALL("Barrier", MPI_Barrier(comm_));
+    Count(Collective::kBarrier, 0, 0);
+    return Status::Ok();
+  }
+
+  Expected<std::unique_ptr<Communicator>> Split(int color, int key) override {
+    if (color < 0) {
+      return InvalidArgument(fmt::format("Split: color must be >= 0, got {}", color));
+    }
+    MPI_Comm sub = MPI_COMM_NULL;
+    CTXPAR_MPI_CALL("Split", MPI_Comm_split(comm_, color, key, &sub));
+    Count(Collective::kSplit, 0, 0);
+    return std::unique_ptr<Communicator>(new MpiCommunicator(sub));
+  }
+
+  Expected<std::unique_ptr<SharedWindow>> AllocateSharedWindow(std::size_t bytes) override {
+    MPI_Comm node = MPI_COMM_NULL;
+    CTXPAR_MPI_CALL("AllocateSharedWindow",
+                    MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+    int node_size = 0;
+    MPI_Comm_size(node, &node_size);
+    int all_local = node_size == size_ ? 1 : 0;
+    CTXPAR_MPI_CALL("AllocateSharedWindow",
+                    MPI_Allreduce(MPI_IN_PLACE, &all_local, 1, MPI_INT, MPI_MIN, comm_));
+    if (!all_local) {
+      MPI_Comm_free(&node);
+      return SpansNodes();
+    }
+    MPI_Info info;
+    MPI_Info_create(&info);
+    MPI_Info_set(info, "alloc_shared_noncontig", "true");
+    void* base = nullptr;
+    MPI_Win win = MPI_WIN_NULL;
+    const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(std::max<std::size_t>(bytes, 1)),
+                                           1, info, node, &base, &win);
+    MPI_Info_free(&info);
+    if (rc != MPI_SUCCESS) {
+      MPI_Comm_free(&node);
+      return MpiError("AllocateSharedWindow", rc);
+    }
+    MPI_Win_lock_all(MPI_MODE_NOCHECK, win);
+    return std::unique_ptr<SharedWindow>(new MpiWindow(node, win, rank_, bytes, &counters_));
+  }
+
+ private:
+  Status SpansNodes() {
+    char name[MPI_MAX_PROCESSOR_NAME] = {};
+    int len = 0;
+    MPI_Get_processor_name(name, &len);
+    std::vector<char> names(static_cast<std::size_t>(size_) * MPI_MAX_PROCESSOR_NAME);
+    CTXPAR_MPI_CALL("AllocateSharedWindow",
+                    MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(),
+                                  MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm_));
+    auto host = [&](int r) { return std::string(names.data() + r * MPI_MAX_PROCESSOR_NAME); };
+    int peer = 1;
+    while (peer < size_ - 1 && host(peer) == host(0)) ++peer;
+    return CatalogError("CTXPAR-DCP-007", {{"rank", "0"},
+                                           {"host", host(0)},
+                                           {"peer", std::to_string(peer)},
+                                           {"peer_host", host(peer)}});
+  }
+
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int size_ = 0;
+};
+
+// Finalises MPI at exit when MakeMpiWorld initialised it.
+struct MpiFinalizer {
+  ~MpiFinalizer() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  }
+};
+
+}  // namespace
+
+bool MpiCompiledIn() { return true; }
+
+Expected<std::unique_ptr<Communicator>> MakeMpiWorld() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    if (rc != MPI_SUCCESS) return Unavailable(fmt::format("MPI_Init_thread failed with {}", rc));
+    static MpiFinalizer finalizer;
+  }
+  MPI_Comm world = MPI_COMM_NULL;
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  CTXPAR_MPI_CALL("MakeMpiWorld", MPI_Comm_dup(MPI_COMM_WORLD, &world));
+  return std::unique_ptr<Communicator>(new MpiCommunicator(world));
+}
+
+}  // namespace ctxpar

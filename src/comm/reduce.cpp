@@ -1,0 +1,44 @@
+#include "reduce.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "ctxpar/bf16.h"
+
+namespace ctxpar::comm_internal {
+
+namespace {
+template <typename T>
+void Apply(T* inout, const T* in, std::size_t count, ReduceOp op) {
+  if (op == ReduceOp::kSum) {
+    for (std::size_t i = 0; i < count; ++i) inout[i] = static_cast<T>(inout[i] + in[i]);
+  } else {
+    for (std::size_t i = 0; i < count; ++i) inout[i] = std::max(inout[i], in[i]);
+  }
+}
+}  // namespace
+
+void ReduceInto(void* inout, const void* in, std::size_t count, DataType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DataType::kF32:
+      return Apply(static_cast<float*>(inout), static_cast<const float*>(in), count, op);
+    case DataType::kF64:
+      return Apply(static_cast<double*>(inout), static_cast<const double*>(in), count, op);
+    case DataType::kI32:
+      return Apply(static_cast<int32_t*>(inout), static_cast<const int32_t*>(in), count, op);
+    case DataType::kU8:
+      return Apply(static_cast<uint8_t*>(inout), static_cast<const uint8_t*>(in), count, op);
+    case DataType::kBF16: {
+      auto* a = static_cast<uint16_t*>(inout);
+      const auto* b = static_cast<const uint16_t*>(in);
+      for (std::size_t i = 0; i < count; ++i) {
+        const float x = Bf16ToFloat(a[i]);
+        const float y = Bf16ToFloat(b[i]);
+        a[i] = FloatToBf16(op == ReduceOp::kSum ? x + y : std::max(x, y));
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace ctxpar::comm_internal

@@ -1,0 +1,77 @@
+#include "ctxpar/kv_layout.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace ctxpar {
+namespace {
+
+TEST(KvLayout, WorkedExampleNTwoIFour) {
+  // N = 2, I = 4: positions 0-3 on rank 0 rows 0-3, 4-7 on rank 1 rows 0-3, 8-11 on rank 0
+  // rows 4-7, ...
+  auto layout = KvLayout::Create(2, 4);
+  ASSERT_TRUE(layout.ok());
+  const int owners[] = {0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1};
+  const int rows[] = {0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4};
+  for (int p = 0; p < 13; ++p) {
+    EXPECT_EQ(layout->Owner(p), owners[p]) << p;
+    EXPECT_EQ(layout->LocalRow(p), rows[p]) << p;
+  }
+  EXPECT_EQ(layout->LocalLength(0, 13), 8);
+  EXPECT_EQ(layout->LocalLength(1, 13), 5);
+  EXPECT_EQ(layout->LocalLength(1, 13, 5), 4);
+  EXPECT_EQ(layout->VisibleLocalRows(1, 4), 1);
+  EXPECT_EQ(layout->VisibleLocalRows(1, 3), 0);
+}
+
+// Against enumeration: every combination of N, I, start and length of a small range.
+TEST(KvLayout, MatchesEnumeration) {
+  for (int n : {1, 2, 3, 4, 8}) {
+    for (int i : {1, 4, 16}) {
+      auto layout = KvLayout::Create(n, i);
+      ASSERT_TRUE(layout.ok());
+      for (int rank = 0; rank < n; ++rank) {
+        std::vector<int64_t> owned;  // positions of this rank, in order
+        for (int64_t p = 0; p < 300; ++p) {
+          if ((p / i) % n == rank) owned.push_back(p);
+        }
+        // Local rows are dense and in position order.
+        for (size_t r = 0; r < owned.size(); ++r) {
+          ASSERT_EQ(layout->LocalRow(owned[r]), static_cast<int64_t>(r));
+          ASSERT_EQ(layout->Owner(owned[r]), rank);
+        }
+        for (int64_t len = 0; len <= 140; len += 1 + (len > 40) * 6) {
+          for (int64_t start = 0; start <= len + 2; start += 3) {
+            int64_t want = 0;
+            for (int64_t p : owned) want += (p >= start && p < len);
+            ASSERT_EQ(layout->LocalLength(rank, len, start), want)
+                << "n=" << n << " i=" << i << " rank=" << rank << " len=" << len
+                << " start=" << start;
+          }
+          if (len > 0) {
+            int64_t visible = 0;
+            for (int64_t p : owned) visible += p <= len - 1;
+            ASSERT_EQ(layout->VisibleLocalRows(rank, len - 1), visible);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(KvLayout, RejectsBadSizes) {
+  auto bad = KvLayout::Create(0);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().error_id(), "CTXPAR-DCP-001");
+  EXPECT_EQ(bad.status().message(),
+            "Decode context parallel size (--dcp-size / --decode-context-parallel-size) must be "
+            ">= 1, but got dcp_size=0.");
+  auto bad_i = KvLayout::Create(2, 0);
+  ASSERT_FALSE(bad_i.ok());
+  EXPECT_EQ(bad_i.status().message(),
+            "KV layout: interleave_size must be >= 1, got interleave_size=0");
+}
+
+}  // namespace
+}  // namespace ctxpar
