@@ -1,0 +1,210 @@
+#include "ctxpar/combine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "ctxpar/bf16.h"
+#include "ctxpar/error_catalog.h"
+#include "ctxpar/merge.h"
+#include "ctxpar/platform.h"
+
+namespace ctxpar {
+
+std::string_view CombineBackendName(CombineBackend backend) {
+  switch (backend) {
+    case CombineBackend::kAgRs:
+      return "ag_rs";
+    case CombineBackend::kA2a:
+      return "a2a";
+    case CombineBackend::kFiA2a:
+      return "fi_a2a";
+    case CombineBackend::kShmA2a:
+      return "shm_a2a";
+  }
+  return "?";
+}
+
+Expected<CombineBackend> ParseCombineBackend(std::string_view name) {
+  for (CombineBackend b : {CombineBackend::kAgRs, CombineBackend::kA2a, CombineBackend::kFiA2a,
+                           CombineBackend::kShmA2a}) {
+    if (name == CombineBackendName(b)) return b;
+  }
+  return InvalidArgument(
+      fmt::format("dcp comm backend must be one of ag_rs, a2a, fi_a2a, shm_a2a, got '{}'", name));
+}
+
+Status CheckCombineBackendRunnable(CombineBackend backend) {
+  if (backend != CombineBackend::kFiA2a) return Status::Ok();
+  const Platform platform = ProbePlatform();
+  if (!platform.is_cuda()) return CatalogError("CTXPAR-DCP-003", {});
+  CTXPAR_RETURN_IF_ERROR(CheckFiA2aRuntime(platform));
+  return Unimplemented(
+      "fi_a2a runs in the CUDA engine only; the CPU combine offers ag_rs, a2a and shm_a2a");
+}
+
+Expected<std::unique_ptr<Combiner>> Combiner::Create(Communicator* comm, CombineBackend backend,
+                                                     DataType o_wire) {
+  if (comm == nullptr) return InvalidArgument("Combiner: comm is null");
+  if (o_wire != DataType::kF32 && o_wire != DataType::kBF16) {
+    return InvalidArgument(
+        fmt::format("Combiner: o_wire must be f32 or bf16, got {}", DataTypeName(o_wire)));
+  }
+  CTXPAR_RETURN_IF_ERROR(CheckCombineBackendRunnable(backend));
+  return std::unique_ptr<Combiner>(new Combiner(comm, backend, o_wire));
+}
+
+Status Combiner::Combine(const CombineShape& s, const float* o_partial, const float* lse_partial,
+                         float* o, float* lse) {
+  if (s.rows < 0 || s.heads_per_rank < 1 || s.head_dim_v < 1) {
+    return InvalidArgument(
+        fmt::format("Combine: rows must be >= 0 and heads_per_rank, head_dim_v >= 1, got rows={}, "
+                    "heads_per_rank={}, head_dim_v={}",
+                    s.rows, s.heads_per_rank, s.head_dim_v));
+  }
+  if (s.rows > 0 && (o_partial == nullptr || lse_partial == nullptr || o == nullptr)) {
+    return InvalidArgument("Combine: o_partial, lse_partial and o must be non-null");
+  }
+  if (comm_->size() == 1) {
+    const size_t n = static_cast<size_t>(s.rows) * s.heads_per_rank;
+    std::copy_n(o_partial, n * s.head_dim_v, o);
+    if (lse != nullptr) std::copy_n(lse_partial, n, lse);
+    return Status::Ok();
+  }
+  switch (backend_) {
+    case CombineBackend::kAgRs:
+      return AgRs(s, o_partial, lse_partial, o, lse);
+    case CombineBackend::kA2a:
+      return A2a(s, o_partial, lse_partial, o, lse);
+    case CombineBackend::kShmA2a:
+      return ShmA2a(s, o_partial, lse_partial, o, lse);
+    case CombineBackend::kFiA2a:
+      break;
+  }
+  return Internal("Combine: no CPU implementation of this backend");
+}
+
+Status Combiner::AgRs(const CombineShape& s, const float* o_partial, const float* lse_partial,
+                      float* o, float* lse) {
+  const int n = comm_->size(), me = comm_->rank(), h = s.heads_per_rank, dv = s.head_dim_v;
+  const size_t lse_count = static_cast<size_t>(s.rows) * n * h;
+  lse_all_.resize(lse_count * n);
+  CTXPAR_RETURN_IF_ERROR(comm_->AllGather(lse_partial, lse_all_.data(), lse_count, DataType::kF32));
+  // scaled_ is [n, rows, h, dv]: chunk j holds this rank's share of peer j's heads.
+  const size_t chunk = static_cast<size_t>(s.rows) * h * dv;
+  scaled_.resize(chunk * n);
+  weights_.resize(n);
+  for (int row = 0; row < s.rows; ++row) {
+    for (int g = 0; g < n * h; ++g) {
+      const size_t state = static_cast<size_t>(row) * n * h + g;
+      const float merged =
+          MergeScales(lse_all_.data() + state, n, static_cast<int>(lse_count), weights_.data());
+      const float share = ShareScale(lse_partial[state], merged);
+      const int owner = g / h;
+      const float* src = o_partial + state * dv;
+      float* dst = scaled_.data() + owner * chunk + (static_cast<size_t>(row) * h + g % h) * dv;
+      for (int d = 0; d < dv; ++d) dst[d] = share * src[d];
+      if (owner == me && lse != nullptr) lse[static_cast<size_t>(row) * h + g % h] = merged;
+    }
+  }
+  return comm_->ReduceScatter(scaled_.data(), o, chunk, DataType::kF32);
+}
+
+size_t Combiner::SlotBytes(const CombineShape& s) const {
+  return static_cast<size_t>(s.rows) * s.heads_per_rank *
+         (s.head_dim_v * DataTypeSize(o_wire_) + sizeof(float));
+}
+
+void Combiner::PackSlot(const CombineShape& s, int peer, const float* o_partial,
+                        const float* lse_partial, unsigned char* slot) const {
+  const int n = comm_->size(), h = s.heads_per_rank, dv = s.head_dim_v;
+  const size_t states = static_cast<size_t>(s.rows) * h;
+  unsigned char* lse_out = slot + states * dv * DataTypeSize(o_wire_);
+  for (int row = 0; row < s.rows; ++row) {
+    const size_t src_state = static_cast<size_t>(row) * n * h + static_cast<size_t>(peer) * h;
+    const float* src = o_partial + src_state * dv;
+    const size_t dst_state = static_cast<size_t>(row) * h;
+    if (o_wire_ == DataType::kF32) {
+      std::memcpy(slot + dst_state * dv * sizeof(float), src, sizeof(float) * h * dv);
+    } else {
+      auto* dst = reinterpret_cast<uint16_t*>(slot) + dst_state * dv;
+      for (size_t i = 0; i < static_cast<size_t>(h) * dv; ++i) dst[i] = FloatToBf16(src[i]);
+    }
+    std::memcpy(lse_out + dst_state * sizeof(float), lse_partial + src_state, sizeof(float) * h);
+  }
+}
+
+void Combiner::MergeSlots(const CombineShape& s, const unsigned char* slots, float* o, float* lse) {
+  const int n = comm_->size(), h = s.heads_per_rank, dv = s.head_dim_v;
+  const size_t states = static_cast<size_t>(s.rows) * h;
+  const size_t slot_bytes = SlotBytes(s);
+  const size_t o_bytes = states * dv * DataTypeSize(o_wire_);
+  weights_.resize(n);
+  lse_in_.resize(n);
+  for (size_t st = 0; st < states; ++st) {
+    for (int r = 0; r < n; ++r) {
+      std::memcpy(&lse_in_[r], slots + r * slot_bytes + o_bytes + st * sizeof(float),
+                  sizeof(float));
+    }
+    const float merged = MergeScales(lse_in_.data(), n, 1, weights_.data());
+    if (lse != nullptr) lse[st] = merged;
+    float* dst = o + st * dv;
+    std::fill_n(dst, dv, 0.0f);
+    for (int r = 0; r < n; ++r) {
+      const float w = weights_[r];
+      if (w == 0.0f) continue;
+      const unsigned char* src = slots + r * slot_bytes;
+      if (o_wire_ == DataType::kF32) {
+        const float* x = reinterpret_cast<const float*>(src) + st * dv;
+        for (int d = 0; d < dv; ++d) dst[d] += w * x[d];
+      } else {
+        const uint16_t* x = reinterpret_cast<const uint16_t*>(src) + st * dv;
+        for (int d = 0; d < dv; ++d) dst[d] += w * Bf16ToFloat(x[d]);
+      }
+    }
+  }
+}
+
+Status Combiner::A2a(const CombineShape& s, const float* o_partial, const float* lse_partial,
+                     float* o, float* lse) {
+  const int n = comm_->size();
+  const size_t slot_bytes = SlotBytes(s);
+  send_.resize(slot_bytes * n);
+  recv_.resize(slot_bytes * n);
+  for (int j = 0; j < n; ++j) PackSlot(s, j, o_partial, lse_partial, send_.data() + j * slot_bytes);
+  CTXPAR_RETURN_IF_ERROR(comm_->AllToAll(send_.data(), recv_.data(), slot_bytes, DataType::kU8));
+  MergeSlots(s, recv_.data(), o, lse);
+  return Status::Ok();
+}
+
+Status Combiner::ShmA2a(const CombineShape& s, const float* o_partial, const float* lse_partial,
+                        float* o, float* lse) {
+  const int n = comm_->size(), me = comm_->rank();
+  const size_t slot_bytes = SlotBytes(s);
+  // Each segment holds two buffers of n slots; call k writes buffer k % 2. A rank writes buffer b
+  // again only after the Sync of the call in between, which every reader of b entered after its
+  // merge, so one Sync per call suffices.
+  const size_t buffer_bytes = slot_bytes * n;
+  if (window_ == nullptr || window_->bytes() < 2 * buffer_bytes) {
+    window_.reset();
+    CTXPAR_ASSIGN_OR_RETURN(window_, comm_->AllocateSharedWindow(2 * buffer_bytes));
+    parity_ = 0;
+  }
+  const size_t base = parity_ * buffer_bytes;
+  parity_ ^= 1u;
+  auto* own = static_cast<unsigned char*>(window_->Segment(me)) + base;
+  PackSlot(s, me, o_partial, lse_partial, own + me * slot_bytes);
+  send_.resize(slot_bytes);
+  for (int j = 0; j < n; ++j) {
+    if (j == me) continue;
+    PackSlot(s, j, o_partial, lse_partial, send_.data());
+    CTXPAR_RETURN_IF_ERROR(window_->Put(j, base + me * slot_bytes, send_.data(), slot_bytes));
+  }
+  CTXPAR_RETURN_IF_ERROR(window_->Sync());
+  window_->NoteReceived((n - 1) * slot_bytes);
+  MergeSlots(s, own, o, lse);
+  return Status::Ok();
+}
+
+}  // namespace ctxpar

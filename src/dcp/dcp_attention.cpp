@@ -1,0 +1,134 @@
+#include "ctxpar/dcp_attention.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "ctxpar/error_catalog.h"
+
+namespace ctxpar {
+
+namespace {
+
+bool IsAllToAll(CombineBackend b) { return b != CombineBackend::kAgRs; }
+
+Status CheckOptions(const DcpOptions& o, Communicator* comm) {
+  const std::string n = std::to_string(o.dcp_size);
+  const std::string backend(CombineBackendName(o.backend));
+  if (o.dcp_size < 1) return CatalogError("CTXPAR-DCP-001", {{"dcp_size", n}});
+  if (IsAllToAll(o.backend) && o.dcp_size <= 1) {
+    return CatalogError("CTXPAR-DCP-002", {{"backend", backend}, {"dcp_size", n}});
+  }
+  CTXPAR_RETURN_IF_ERROR(CheckCombineBackendRunnable(o.backend));
+  if (o.replicate_q && o.dcp_size <= 1) return CatalogError("CTXPAR-DCP-004", {});
+  if (o.replicate_q && !IsAllToAll(o.backend)) {
+    return CatalogError("CTXPAR-DCP-005", {{"backend", backend}});
+  }
+  const int tp = o.tp_size == 0 ? o.dcp_size : o.tp_size;
+  if (o.num_heads < 1) {
+    return InvalidArgument(
+        fmt::format("DcpAttention: num_heads must be >= 1, got num_heads={}", o.num_heads));
+  }
+  if (o.num_heads % o.dcp_size != 0) {
+    return CatalogError("CTXPAR-LAYOUT-003",
+                        {{"num_heads", std::to_string(o.num_heads)}, {"dcp_size", n}});
+  }
+  if (tp < 1 || tp % o.dcp_size != 0) {
+    return CatalogError("CTXPAR-LAYOUT-001", {{"tp_size", std::to_string(tp)}, {"dcp_size", n}});
+  }
+  if (o.num_heads % tp != 0) {
+    return InvalidArgument(fmt::format(
+        "DcpAttention: num_heads must be divisible by tp_size, got num_heads={} and tp_size={}",
+        o.num_heads, tp));
+  }
+  if (comm == nullptr || comm->size() != o.dcp_size) {
+    return InvalidArgument(fmt::format(
+        "DcpAttention: the DCP communicator must have dcp_size={} ranks, got {}", o.dcp_size,
+        comm == nullptr ? std::string("none") : std::to_string(comm->size())));
+  }
+  if (o.head_dim_qk < 1 || o.head_dim_v < 1) {
+    return InvalidArgument(
+        fmt::format("DcpAttention: head_dim_qk and head_dim_v must be >= 1, got head_dim_qk={} and "
+                    "head_dim_v={}",
+                    o.head_dim_qk, o.head_dim_v));
+  }
+  if (!(o.scale > 0.0f) || !std::isfinite(o.scale)) {
+    return InvalidArgument(
+        fmt::format("DcpAttention: scale must be finite and > 0, got scale={}", o.scale));
+  }
+  if (o.interleave_size < 1) {
+    return InvalidArgument(fmt::format(
+        "DcpAttention: interleave_size must be >= 1, got interleave_size={}", o.interleave_size));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<DcpAttention>> DcpAttention::Create(const DcpOptions& options,
+                                                             Communicator* dcp_comm) {
+  CTXPAR_RETURN_IF_ERROR(CheckOptions(options, dcp_comm));
+  CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<Combiner> combiner,
+                          Combiner::Create(dcp_comm, options.backend, options.o_wire));
+  const int tp = options.tp_size == 0 ? options.dcp_size : options.tp_size;
+  return std::unique_ptr<DcpAttention>(
+      new DcpAttention(options, dcp_comm, options.num_heads / tp, std::move(combiner)));
+}
+
+Status DcpAttention::Forward(const float* q, const PagedKv& kv, const int32_t* row_seq,
+                             const int32_t* row_kv_len, int rows, float* o, float* lse) {
+  if (rows < 0)
+    return InvalidArgument(fmt::format("DcpAttention: rows must be >= 0, got {}", rows));
+  if (rows > 0 && (q == nullptr || o == nullptr || row_kv_len == nullptr)) {
+    return InvalidArgument("DcpAttention: q, o and row_kv_len must be non-null");
+  }
+  if (kv.head_dim_qk != options_.head_dim_qk || kv.head_dim_v != options_.head_dim_v) {
+    return InvalidArgument(fmt::format(
+        "DcpAttention: the KV cache has head_dim_qk={} and head_dim_v={}, the operator was built "
+        "for head_dim_qk={} and head_dim_v={}",
+        kv.head_dim_qk, kv.head_dim_v, options_.head_dim_qk, options_.head_dim_v));
+  }
+  const int n = options_.dcp_size, hn = h_ * n;
+  const size_t dq = options_.head_dim_qk, dv = options_.head_dim_v;
+  const float* q_group = q;
+  if (!options_.replicate_q && n > 1) {
+    // The all-gather yields [n, rows, h, dq]; attention wants [rows, n*h, dq].
+    const size_t count = static_cast<size_t>(rows) * h_ * dq;
+    q_gathered_.resize(count * n);
+    CTXPAR_RETURN_IF_ERROR(comm_->AllGather(q, q_gathered_.data(), count, DataType::kF32));
+    q_group_.resize(count * n);
+    for (int j = 0; j < n; ++j) {
+      for (int row = 0; row < rows; ++row) {
+        std::copy_n(q_gathered_.data() + j * count + row * h_ * dq, h_ * dq,
+                    q_group_.data() + (static_cast<size_t>(row) * hn + j * h_) * dq);
+      }
+    }
+    q_group = q_group_.data();
+  }
+  PartialAttentionParams p;
+  p.q = q_group;
+  p.num_rows = rows;
+  p.num_q_heads = hn;
+  p.row_seq = row_seq;
+  p.row_kv_len = row_kv_len;
+  p.scale = options_.scale;
+  p.kv = kv;
+  p.num_threads = options_.num_threads;
+  if (n == 1) {
+    lse_partial_.resize(static_cast<size_t>(rows) * hn);
+    p.o = o;
+    p.lse = lse != nullptr ? lse : lse_partial_.data();
+    return PartialAttentionCpu(p);
+  }
+  o_partial_.resize(static_cast<size_t>(rows) * hn * dv);
+  lse_partial_.resize(static_cast<size_t>(rows) * hn);
+  p.o = o_partial_.data();
+  p.lse = lse_partial_.data();
+  CTXPAR_RETURN_IF_ERROR(PartialAttentionCpu(p));
+  return combiner_->Combine({rows, h_, options_.head_dim_v}, o_partial_.data(), lse_partial_.data(),
+                            o, lse);
+}
+
+}  // namespace ctxpar
