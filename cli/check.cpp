@@ -1,0 +1,106 @@
+// `ctxpar check [launch flags] [--json]`: parse, resolve and validate a launch configuration.
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "ctxpar/config.h"
+#include "launch_flags.h"
+
+namespace ctxpar::cli {
+namespace {
+
+nlohmann::ordered_json ToJson(const FieldValue& v) {
+  if (const auto* i = std::get_if<int64_t>(&v)) return *i;
+  if (const auto* b = std::get_if<bool>(&v)) return *b;
+  if (const auto* s = std::get_if<std::string>(&v)) return *s;
+  return nullptr;
+}
+
+int ExitStatus(const Status& status) {
+  if (status.ok()) return kExitOk;
+  return status.code() == StatusCode::kInternal ? kExitInternal : kExitInvalid;
+}
+
+void PrintError(const Status& status) {
+  std::fprintf(stderr, "%s\n", status.message().c_str());
+  if (!status.error_id().empty()) {
+    std::fprintf(stderr, "run: ctxpar explain %s\n", status.error_id().c_str());
+  }
+}
+
+int Report(bool json, const Status& status, const ResolvedConfig* config,
+           const Platform* platform) {
+  if (json) {
+    nlohmann::ordered_json out = {
+        {"valid", status.ok()}, {"fields", nlohmann::ordered_json::object()}, {"error", nullptr}};
+    if (config != nullptr) {
+      for (const FieldResolution& f : config->NonDefaultFields()) {
+        out["fields"][std::string(f.field->name)] = {
+            {"raw", ToJson(f.raw)}, {"value", ToJson(f.value)}, {"source", f.source}};
+      }
+    }
+    if (!status.ok()) out["error"] = {{"id", status.error_id()}, {"message", status.message()}};
+    std::printf("%s\n", out.dump(2).c_str());
+    return ExitStatus(status);
+  }
+  if (!status.ok()) {
+    PrintError(status);
+    return ExitStatus(status);
+  }
+  std::printf("configuration: valid\nplatform: %s: %s\n", platform->Spec().c_str(),
+              platform->description.c_str());
+  // The probe is what this machine is; show it too when --platform or CTXPAR_PLATFORM replaced it.
+  if (platform->origin != PlatformOrigin::kProbe) {
+    std::printf("probe: %s\n", ProbePlatform().description.c_str());
+  }
+  const auto fields = config->NonDefaultFields();
+  size_t width[3] = {5, 3, 5};
+  for (const FieldResolution& f : fields) {
+    width[0] = std::max(width[0], f.field->name.size());
+    width[1] = std::max(width[1], FieldValueRepr(f.raw).size());
+    width[2] = std::max(width[2], FieldValueRepr(f.value).size());
+  }
+  auto row = [&](std::string_view a, const std::string& b, const std::string& c,
+                 const std::string& d) {
+    std::printf("  %-*s  %-*s  %-*s  %s\n", static_cast<int>(width[0]), std::string(a).c_str(),
+                static_cast<int>(width[1]), b.c_str(), static_cast<int>(width[2]), c.c_str(),
+                d.c_str());
+  };
+  std::printf("\nfields that differ from their defaults:\n");
+  row("field", "raw", "value", "source");
+  for (const FieldResolution& f : fields) {
+    row(f.field->name, FieldValueRepr(f.raw), FieldValueRepr(f.value), f.source);
+  }
+  return kExitOk;
+}
+
+int RunCheck(const std::vector<std::string>& args) {
+  CLI::App app{"Parse, resolve and validate a launch configuration (SGLang's flags).",
+               "ctxpar check"};
+  LaunchFlags flags;
+  AddLaunchFlags(app, &flags);
+  bool json_flag = false;
+  app.add_flag("--json", json_flag, "Print one JSON object: valid, fields, error.");
+  // Known before parsing, so that a parse error is reported in the requested form.
+  const bool json = std::find(args.begin(), args.end(), "--json") != args.end();
+
+  Status status;
+  if (int rc = ParseCommandLine(app, args, "check", &status); rc >= 0) {
+    return rc == kExitOk ? rc : Report(json, status, nullptr, nullptr);
+  }
+  Expected<LaunchConfig> raw = ToLaunchConfig(flags);
+  if (!raw.ok()) return Report(json, raw.status(), nullptr, nullptr);
+  Expected<Platform> platform = PlatformForLaunch(*raw);
+  if (!platform.ok()) return Report(json, platform.status(), nullptr, nullptr);
+  ResolveOutcome outcome = ResolveWithTrace(*raw, *platform, nullptr);
+  return Report(json, outcome.status, &outcome.config, &*platform);
+}
+
+}  // namespace
+
+CTXPAR_REGISTER_COMMAND("check", "parse, resolve and validate a launch configuration", RunCheck);
+
+}  // namespace ctxpar::cli

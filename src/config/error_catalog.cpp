@@ -1,0 +1,584 @@
+// The error catalog: the one table of every error ctxpar raises, and its rendering and matching.
+#include "ctxpar/error_catalog.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <regex>
+
+namespace ctxpar {
+namespace {
+
+constexpr StatusCode kConfig = StatusCode::kInvalidArgument;
+constexpr StatusCode kRuntime = StatusCode::kFailedPrecondition;
+constexpr StatusCode kBug = StatusCode::kInternal;
+
+const std::vector<CatalogEntry>& Table() {
+  static const std::vector<CatalogEntry> entries = {
+      {"CTXPAR-CONFIG-001",
+       "A resolution step declared a field that does not exist",
+       "{source} declared {field}, which is not a configuration field.",
+       kBug,
+       "A handler of the resolution pipeline (or code that fills a LaunchConfig) named a field "
+       "that ctxpar does not have. Every value must belong to a known field so that its source "
+       "can be shown; the declaration is refused as a whole and nothing of it is kept.",
+       "A model hook or a handler calls Resolution::Declare, or code calls LaunchConfig::Set, "
+       "with a misspelled or removed field name. Command-line flags cannot cause it.",
+       {"If you did not write the named source, report it with the full command line: it is a "
+        "ctxpar bug.",
+        "If you wrote it, use a field name from ConfigFields() (the snake_case form of a flag "
+        "listed by `ctxpar check --help`)."},
+       "ctxpar check --model-arch MyModelForCausalLM --tp-size 2 --dcp-size 2  # its hook declares "
+       "dcp_sise",
+       "ctxpar check --model-arch MyModelForCausalLM --tp-size 2 --dcp-size 2  # its hook declares "
+       "dcp_size",
+       {"CTXPAR-CONFIG-002"}},
+      {"CTXPAR-CONFIG-002",
+       "A resolution step declared a value of the wrong type",
+       "{source} declared {field}={value}, but {field} holds {type}.",
+       kBug,
+       "Fields have fixed types (integer, boolean, string; some may also be unset). A handler "
+       "tried to store a value of another type, which would make every later reader misbehave, "
+       "so the declaration is refused.",
+       "A model hook or handler declares, say, a string for tp_size or None for a field that "
+       "cannot be unset. Command-line flags cannot cause it.",
+       {"If you did not write the named source, report it with the full command line: it is a "
+        "ctxpar bug.",
+        "If you wrote it, declare a value of the field's type (see FieldSpec::type)."},
+       "ctxpar check --model-arch MyModelForCausalLM --tp-size 2  # its hook declares tp_size='2'",
+       "ctxpar check --model-arch MyModelForCausalLM --tp-size 2  # its hook declares tp_size=2",
+       {"CTXPAR-CONFIG-001"}},
+      {"CTXPAR-CP-001",
+       "Prefill context parallelism without a split strategy",
+       "--cp-strategy must be set when --enable-prefill-cp is enabled.",
+       kConfig,
+       "Prefill context parallelism splits each prompt over the CP ranks, and there are two ways "
+       "to do it: interleave (token i goes to rank i % cp) and zigzag (rank r gets blocks r and "
+       "2cp-1-r). ctxpar does not pick one for you.",
+       "--enable-prefill-cp (or the legacy --enable-nsa-prefill-context-parallel) is given "
+       "without --cp-strategy (or the legacy --nsa-prefill-cp-mode).",
+       {"Add --cp-strategy interleave (required by DeepSeek-V4) or --cp-strategy zigzag "
+        "(balanced causal work).",
+        "Or drop --enable-prefill-cp."},
+       "ctxpar check --tp-size 4 --enable-prefill-cp",
+       "ctxpar check --tp-size 4 --enable-prefill-cp --cp-strategy interleave",
+       {"CTXPAR-CP-002", "CTXPAR-DSV4-001"}},
+      {"CTXPAR-CP-002",
+       "The attention CP size does not divide the TP size",
+       "tp_size must be divisible by attn_cp_size",
+       kConfig,
+       "Attention context parallelism splits the tensor-parallel ranks into attn_cp_size groups "
+       "of equal size, which needs tp_size to be a multiple of attn_cp_size.",
+       "--attn-cp-size is given with a value that does not divide --tp-size.",
+       {"Choose --attn-cp-size among the divisors of --tp-size.",
+        "Or change --tp-size to a multiple of --attn-cp-size."},
+       "ctxpar check --tp-size 6 --attn-cp-size 4",
+       "ctxpar check --tp-size 8 --attn-cp-size 4",
+       {"CTXPAR-LAYOUT-002", "CTXPAR-CP-001"}},
+      {"CTXPAR-DCP-001",
+       "The decode context parallel size is below 1",
+       "Decode context parallel size (--dcp-size / --decode-context-parallel-size) must be >= 1, "
+       "but got dcp_size={dcp_size}.",
+       kConfig,
+       "dcp_size is the number of ranks that share the KV cache of a sequence. 1 means no decode "
+       "context parallelism; zero or a negative number has no meaning.",
+       "--dcp-size (or --decode-context-parallel-size) is 0 or negative, often from a launch "
+       "script that computed it from an empty variable.",
+       {"Use --dcp-size 1 to turn DCP off, or a divisor of --tp-size greater than 1 to turn it "
+        "on.",
+        "Or leave the flag out: the default is 1."},
+       "ctxpar check --tp-size 4 --dcp-size 0",
+       "ctxpar check --tp-size 4 --dcp-size 4",
+       {"CTXPAR-DCP-002", "CTXPAR-LAYOUT-001"}},
+      {"CTXPAR-DCP-002",
+       "An all-to-all DCP backend without DCP",
+       "--dcp-comm-backend {backend} only affects the decode context-parallel attention "
+       "reduction and therefore requires --dcp-size / --decode-context-parallel-size > 1, but "
+       "got dcp_size={dcp_size}.",
+       kConfig,
+       "--dcp-comm-backend chooses how DCP ranks merge their partial attention results. With "
+       "dcp_size 1 there is nothing to merge, so asking for an all-to-all backend (a2a, fi_a2a, "
+       "shm_a2a) is a sign that the DCP size was forgotten.",
+       "--dcp-comm-backend a2a, fi_a2a or shm_a2a with --dcp-size 1 or without --dcp-size.",
+       {"Add --dcp-size N with N > 1 dividing --tp-size.",
+        "Or drop --dcp-comm-backend (the default ag_rs is accepted without DCP)."},
+       "ctxpar check --tp-size 4 --dcp-comm-backend a2a",
+       "ctxpar check --tp-size 4 --dcp-size 4 --dcp-comm-backend a2a",
+       {"CTXPAR-DCP-001", "CTXPAR-DCP-004"}},
+      {"CTXPAR-DCP-003",
+       "fi_a2a on a platform that is not CUDA",
+       "--dcp-comm-backend fi_a2a delegates the exchange to FlashInfer's MNNVL All-to-All kernel, "
+       "which requires an NVIDIA CUDA platform with SM90+ and MNNVL fabric memory (e.g. GB200 "
+       "NVL72). The authoritative fabric probe runs at model-runner init; use 'a2a' or 'ag_rs' "
+       "on clusters without MNNVL.",
+       kConfig,
+       "fi_a2a hands the DCP exchange to FlashInfer's MNNVL all-to-all kernel, which exists only "
+       "on NVIDIA SM90+ GPUs with MNNVL fabric memory (GB200 NVL72 class). On a CPU or ROCm "
+       "platform it cannot run at all, so the configuration is refused up front.",
+       "--dcp-comm-backend fi_a2a (with --dcp-size > 1) where the platform is not CUDA: a CPU "
+       "machine, a ROCm machine, --platform cpu or rocm, or CTXPAR_PLATFORM set to one of them. "
+       "Typical when a GB200 launch script is reused on another cluster or in CI.",
+       {"Use --dcp-comm-backend a2a (one all-to-all per layer, portable) or ag_rs (the default).",
+        "Use --dcp-comm-backend shm_a2a when every rank of a DCP group is on one node.",
+        "Keep fi_a2a only for SM90+ machines with MNNVL fabric; `ctxpar check` prints what the "
+        "probe found."},
+       "ctxpar check --tp-size 4 --dcp-size 4 --dcp-comm-backend fi_a2a --platform cpu",
+       "ctxpar check --tp-size 4 --dcp-size 4 --dcp-comm-backend a2a --platform cpu",
+       {"CTXPAR-DCP-006", "CTXPAR-DCP-002", "CTXPAR-DCP-005"}},
+      {"CTXPAR-DCP-004",
+       "Replicated Q projection without DCP",
+       "--dcp-replicate-q-proj requires --dcp-size > 1.",
+       kConfig,
+       "--dcp-replicate-q-proj makes every rank of a DCP group hold the Q projection of the "
+       "whole group so that the Q all-gather disappears. Without DCP there is no group and no "
+       "all-gather to remove.",
+       "--dcp-replicate-q-proj with --dcp-size 1 or without --dcp-size.",
+       {"Add --dcp-size N (N > 1) and an all-to-all backend (--dcp-comm-backend a2a).",
+        "Or drop --dcp-replicate-q-proj."},
+       "ctxpar check --tp-size 4 --dcp-replicate-q-proj",
+       "ctxpar check --tp-size 4 --dcp-size 4 --dcp-comm-backend a2a --dcp-replicate-q-proj",
+       {"CTXPAR-DCP-005", "CTXPAR-DCP-002"}},
+      {"CTXPAR-DCP-005",
+       "Replicated Q projection with a backend that is not all-to-all",
+       "--dcp-replicate-q-proj only applies to the a2a/fi_a2a DCP communication backend (it "
+       "removes the head-dim Q all-gather); got --dcp-comm-backend={backend}.",
+       kConfig,
+       "Replicating the Q projection removes the head-dim Q all-gather, which only the "
+       "all-to-all backends (a2a, fi_a2a and ctxpar's shm_a2a) perform; ag_rs gathers "
+       "differently and gains nothing from it.",
+       "--dcp-replicate-q-proj together with --dcp-comm-backend ag_rs (or no backend, since "
+       "ag_rs is the default).",
+       {"Use --dcp-comm-backend a2a (portable), shm_a2a (one node) or fi_a2a (SM90+ with MNNVL).",
+        "Or drop --dcp-replicate-q-proj to keep ag_rs."},
+       "ctxpar check --tp-size 4 --dcp-size 4 --dcp-comm-backend ag_rs --dcp-replicate-q-proj",
+       "ctxpar check --tp-size 4 --dcp-size 4 --dcp-comm-backend a2a --dcp-replicate-q-proj",
+       {"CTXPAR-DCP-004", "CTXPAR-DCP-003"}},
+      {"CTXPAR-DCP-006",
+       "fi_a2a on a machine without MNNVL fabric",
+       "--dcp-comm-backend fi_a2a needs MNNVL fabric memory on an SM90+ GPU, but the runtime "
+       "probe found {found}; use --dcp-comm-backend a2a (or ag_rs, or shm_a2a within one node) "
+       "on machines without MNNVL fabric.",
+       kRuntime,
+       "The authoritative check for fi_a2a: at init the probe asks the CUDA driver for the "
+       "compute capability and for fabric handle support "
+       "(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED). Without both, the one-sided fabric "
+       "exchange cannot be set up.",
+       "At generate/serve init with --dcp-comm-backend fi_a2a on a GPU older than SM90 or "
+       "without MNNVL fabric (an H100/H200 box outside an NVL72 rack), or in `ctxpar check` "
+       "with --platform cuda:smXY without +mnnvl.",
+       {"Use --dcp-comm-backend a2a, or ag_rs.",
+        "Within one node, --dcp-comm-backend shm_a2a gives a one-sided exchange without fabric.",
+        "Check what the probe sees with `ctxpar check` (the platform line)."},
+       "ctxpar check --tp-size 4 --dcp-size 4 --dcp-comm-backend fi_a2a --platform cuda:sm90",
+       "ctxpar check --tp-size 4 --dcp-size 4 --dcp-comm-backend a2a --platform cuda:sm90",
+       {"CTXPAR-DCP-003", "CTXPAR-DCP-007"}},
+      {"CTXPAR-DCP-007",
+       "shm_a2a across nodes",
+       "--dcp-comm-backend shm_a2a exchanges partial attention states through MPI-3 "
+       "shared-memory windows and needs every rank of a DCP group on one node, but rank {rank} "
+       "is on {host} and rank {peer} is on {peer_host}; use --dcp-comm-backend a2a or ag_rs "
+       "across nodes.",
+       kRuntime,
+       "shm_a2a is ctxpar's one-sided exchange: ranks write their partial outputs into an MPI-3 "
+       "shared-memory window and read their peers' from it. Shared memory exists only within a "
+       "node, so a DCP group that spans nodes cannot use it.",
+       "At generate/serve init with --dcp-comm-backend shm_a2a when the MPI ranks of one DCP "
+       "group (dcp_size consecutive ranks) are placed on different hosts.",
+       {"Use --dcp-comm-backend a2a or ag_rs across nodes.",
+        "Or place each DCP group on one node (e.g. mpiexec --map-by node with dcp_size ranks "
+        "per node)."},
+       "mpiexec -n 4 --host a:2,b:2 ctxpar generate --tp-size 4 --dcp-size 4 --dcp-comm-backend "
+       "shm_a2a 'Hello'",
+       "mpiexec -n 4 --host a:2,b:2 ctxpar generate --tp-size 4 --dcp-size 4 --dcp-comm-backend "
+       "a2a 'Hello'",
+       {"CTXPAR-DCP-006", "CTXPAR-DCP-002"}},
+      {"CTXPAR-DSV4-001",
+       "DeepSeek-V4 prefill CP with a strategy other than interleave",
+       "DeepSeekV4 only supports interleave CP strategy, got {strategy}",
+       kConfig,
+       "DeepSeek-V4's prefill context parallelism is implemented for the round-robin "
+       "(interleave) split only; zigzag is not supported for this model.",
+       "--model-arch DeepseekV4ForCausalLM (or a DeepSeek-V4 model) with --enable-prefill-cp and "
+       "--cp-strategy zigzag (or the legacy --nsa-prefill-cp-mode in-seq-split).",
+       {"Use --cp-strategy interleave.", "Or drop --enable-prefill-cp for this model."},
+       "ctxpar check --model-arch DeepseekV4ForCausalLM --tp-size 8 --enable-prefill-cp "
+       "--cp-strategy zigzag",
+       "ctxpar check --model-arch DeepseekV4ForCausalLM --tp-size 8 --enable-prefill-cp "
+       "--cp-strategy interleave",
+       {"CTXPAR-CP-001", "CTXPAR-DSV4-004"}},
+      {"CTXPAR-DSV4-002",
+       "DeepSeek-V4 prefill CP with data parallelism",
+       "For round-robin split mode, dp attention is not supported.",
+       kConfig,
+       "With prefill CP, DeepSeek-V4 turns DP attention on itself and uses all TP ranks as "
+       "attention CP ranks (attn_cp_size = tp_size // dp_size); a dp_size other than 1 would "
+       "split the same ranks twice.",
+       "--model-arch DeepseekV4ForCausalLM with --enable-prefill-cp and --dp-size greater than "
+       "1.",
+       {"Use --dp-size 1 with prefill CP.",
+        "Or drop --enable-prefill-cp to keep data parallelism."},
+       "ctxpar check --model-arch DeepseekV4ForCausalLM --tp-size 8 --dp-size 2 "
+       "--enable-prefill-cp --cp-strategy interleave",
+       "ctxpar check --model-arch DeepseekV4ForCausalLM --tp-size 8 --enable-prefill-cp "
+       "--cp-strategy interleave",
+       {"CTXPAR-DSV4-003", "CTXPAR-DSV4-001"}},
+      {"CTXPAR-DSV4-003",
+       "DeepSeek-V4 prefill CP across machines",
+       "Context parallel only supports single machine (tp_size <= 8). Cross-machine CP has "
+       "precision issues.",
+       kConfig,
+       "DeepSeek-V4's prefill CP is validated on one machine of up to 8 GPUs; across machines "
+       "its collectives show precision problems, so larger TP sizes are refused.",
+       "--model-arch DeepseekV4ForCausalLM with --enable-prefill-cp and --tp-size above 8.",
+       {"Use --tp-size 8 or less with prefill CP.",
+        "Or drop --enable-prefill-cp for multi-machine runs."},
+       "ctxpar check --model-arch DeepseekV4ForCausalLM --tp-size 16 --enable-prefill-cp "
+       "--cp-strategy interleave",
+       "ctxpar check --model-arch DeepseekV4ForCausalLM --tp-size 8 --enable-prefill-cp "
+       "--cp-strategy interleave",
+       {"CTXPAR-DSV4-002"}},
+      {"CTXPAR-DSV4-004",
+       "DeepSeek-V4 prefill CP with an unsupported MoE all-to-all backend",
+       "DeepSeekV4 CP supports moe_a2a_backend in {supported_a2a_backends}, got "
+       "{moe_a2a_backend}.",
+       kConfig,
+       "Under prefill CP, DeepSeek-V4's MoE layers behave correctly only with the all-to-all "
+       "backends none, deepep, megamoe and mori; the others lack the collective or precision "
+       "behaviour CP needs for this model.",
+       "--model-arch DeepseekV4ForCausalLM with --enable-prefill-cp and --moe-a2a-backend "
+       "mooncake, nixl, ascend_fuseep or flashinfer.",
+       {"Set --moe-a2a-backend to none, deepep, megamoe or mori.",
+        "Or leave --moe-a2a-backend out (the default is none).",
+        "If you need that backend, drop --enable-prefill-cp."},
+       "ctxpar check --model-arch DeepseekV4ForCausalLM --tp-size 8 --enable-prefill-cp "
+       "--cp-strategy interleave --moe-a2a-backend flashinfer",
+       "ctxpar check --model-arch DeepseekV4ForCausalLM --tp-size 8 --enable-prefill-cp "
+       "--cp-strategy interleave --moe-a2a-backend deepep",
+       {"CTXPAR-DSV4-001", "CTXPAR-MOE-001"}},
+      {"CTXPAR-FLAG-001",
+       "A flag got a value that is not one of its choices",
+       "Invalid value {value} for {flag}; valid values: {valid}.",
+       kConfig,
+       "The flag takes one of a fixed set of values (SGLang's choices) and the given value is "
+       "not among them. Values are case-sensitive.",
+       "A typo, a value from another tool (e.g. --dcp-comm-backend nccl) or a choice that "
+       "SGLang spells differently.",
+       {"Use one of the values the message lists.",
+        "`ctxpar check --help` lists every flag with its choices."},
+       "ctxpar check --tp-size 2 --dcp-size 2 --dcp-comm-backend nccl",
+       "ctxpar check --tp-size 2 --dcp-size 2 --dcp-comm-backend a2a",
+       {"CTXPAR-FLAG-002", "CTXPAR-FLAG-004"}},
+      {"CTXPAR-FLAG-002",
+       "A numeric flag got text that is not an integer",
+       "Invalid value {value} for {flag}: not an integer; valid values: {valid}.",
+       kConfig,
+       "The flag takes a whole number written in decimal digits (an optional sign and blanks "
+       "around it are accepted, as Python's int() does).",
+       "A word, a fraction, an empty string or a unit suffix given to a size flag, e.g. "
+       "--tp-size four or --page-size 1.5.",
+       {"Give the number in digits, e.g. --tp-size 4."},
+       "ctxpar check --tp-size four",
+       "ctxpar check --tp-size 4",
+       {"CTXPAR-FLAG-003"}},
+      {"CTXPAR-FLAG-003",
+       "A numeric flag got a number out of its range",
+       "Invalid value {value} for {flag}: out of range; valid values: {valid}.",
+       kConfig,
+       "Sizes such as --tp-size, --page-size or --attn-cp-size count ranks or tokens and must be "
+       "at least 1; every integer flag must also fit in 32 bits.",
+       "Zero or a negative number for a size, or an absurdly large number.",
+       {"Give a value within the range the message states."},
+       "ctxpar check --page-size -16",
+       "ctxpar check --page-size 16",
+       {"CTXPAR-FLAG-002", "CTXPAR-DCP-001"}},
+      {"CTXPAR-FLAG-004",
+       "An argument that ctxpar does not know",
+       "Unknown argument {argument} for ctxpar {command}; run: ctxpar {command} --help to list "
+       "the accepted flags.",
+       kConfig,
+       "The command line holds a flag that the command does not define, or a stray word. ctxpar "
+       "speaks SGLang's spellings of the launch flags it supports; other SGLang flags are not "
+       "accepted silently.",
+       "A misspelled flag (--dcp 4), a flag of sglang.launch_server that ctxpar does not "
+       "implement, or an argument left over from a shell line break.",
+       {"Fix the spelling; `ctxpar check --help` lists the flags.",
+        "Remove flags that ctxpar does not implement."},
+       "ctxpar check --tp-size 4 --dcp 4",
+       "ctxpar check --tp-size 4 --dcp-size 4",
+       {"CTXPAR-FLAG-005", "CTXPAR-FLAG-001"}},
+      {"CTXPAR-FLAG-005",
+       "The command line cannot be parsed",
+       "Cannot parse the command line of ctxpar {command}: {detail}",
+       kConfig,
+       "The arguments do not fit the command's grammar: a flag that needs a value has none, a "
+       "switch got a value, or a flag was given too often.",
+       "A flag at the end of the line without its value (--tp-size), or --flag=value for a "
+       "switch that takes no value.",
+       {"Give every valued flag its value: --tp-size 4.",
+        "`ctxpar check --help` shows which flags take values."},
+       "ctxpar check --tp-size",
+       "ctxpar check --tp-size 4",
+       {"CTXPAR-FLAG-004"}},
+      {"CTXPAR-FLAG-006",
+       "An invalid platform name",
+       "Invalid platform {value} from {origin}; valid values: cpu, rocm, cuda:smXY, "
+       "cuda:smXY+mnnvl (e.g. cuda:sm90, cuda:sm100+mnnvl).",
+       kConfig,
+       "--platform (or the environment variable CTXPAR_PLATFORM) replaces the hardware probe "
+       "for tests and dry runs; it must name a platform in ctxpar's spelling: the compute "
+       "capability as smXY and +mnnvl when the GPUs have MNNVL fabric memory.",
+       "A GPU model name (h100), a missing sm prefix (cuda:90) or a stray CTXPAR_PLATFORM in "
+       "the environment.",
+       {"Use cpu, rocm, cuda:sm90, cuda:sm100+mnnvl and so on.",
+        "Unset CTXPAR_PLATFORM to let the probe decide."},
+       "ctxpar check --platform h100",
+       "ctxpar check --platform cuda:sm90",
+       {"CTXPAR-DCP-003", "CTXPAR-MOE-001"}},
+      {"CTXPAR-LAYOUT-001",
+       "The DCP size does not divide the TP size",
+       "tp_size ({tp_size}) must be divisible by dcp_size ({dcp_size}).",
+       kConfig,
+       "DCP groups are contiguous blocks of dcp_size ranks inside the tensor-parallel group, so "
+       "tp_size must be a multiple of dcp_size.",
+       "--dcp-size that does not divide --tp-size, e.g. --tp-size 6 --dcp-size 4.",
+       {"Choose --dcp-size among the divisors of --tp-size.",
+        "Or change --tp-size to a multiple of --dcp-size."},
+       "ctxpar check --tp-size 6 --dcp-size 4",
+       "ctxpar check --tp-size 8 --dcp-size 4",
+       {"CTXPAR-LAYOUT-002", "CTXPAR-LAYOUT-003"}},
+      {"CTXPAR-LAYOUT-002",
+       "The attention TP size is not a multiple of the DCP size",
+       "attention tp size ({attn_tp_size} = tp_size // attn_dp_size // attn_cp_size) must be a "
+       "multiple of dcp_size ({dcp_size}).",
+       kConfig,
+       "DCP groups live inside the attention tensor-parallel group, which is what remains of TP "
+       "after attention data parallelism (--dp-size with --enable-dp-attention) and attention "
+       "CP (--attn-cp-size) have taken their share.",
+       "--dcp-size combined with --attn-cp-size or with DP attention so that fewer attention TP "
+       "ranks remain than a DCP group needs.",
+       {"Lower --dcp-size to a divisor of the attention TP size.",
+        "Or lower --attn-cp-size / --dp-size, or raise --tp-size."},
+       "ctxpar check --tp-size 8 --attn-cp-size 4 --dcp-size 4",
+       "ctxpar check --tp-size 8 --attn-cp-size 2 --dcp-size 4",
+       {"CTXPAR-LAYOUT-001", "CTXPAR-CP-002"}},
+      {"CTXPAR-LAYOUT-003",
+       "The DCP size does not divide the model's query heads",
+       "num_heads ({num_heads}) must be divisible by dcp_size ({dcp_size})",
+       kConfig,
+       "The DCP combine hands each rank of a group the final output of an equal share of the "
+       "query heads, so the model's head count must be a multiple of dcp_size.",
+       "When the model is known (loaded by generate or serve) and its num_attention_heads is not "
+       "a multiple of --dcp-size; SmolLM2-135M has 9 heads, so DCP sizes 1, 3 and 9 work.",
+       {"Choose --dcp-size among the divisors of the head count (and of --tp-size)."},
+       "ctxpar generate --model-path SmolLM2-135M-Instruct-Q4_1.gguf --tp-size 2 --dcp-size 2 "
+       "'Hello'",
+       "ctxpar generate --model-path SmolLM2-135M-Instruct-Q4_1.gguf --tp-size 3 --dcp-size 3 "
+       "'Hello'",
+       {"CTXPAR-LAYOUT-001"}},
+      {"CTXPAR-MOE-001",
+       "A MoE all-to-all backend that cannot run on this platform",
+       "--moe-a2a-backend {backend} needs {requirement}, but the platform is {platform}; use "
+       "--moe-a2a-backend {alternatives} instead.",
+       kRuntime,
+       "Each MoE all-to-all backend is tied to hardware: deepep, mooncake and nixl to NVIDIA "
+       "CUDA, megamoe to CUDA SM90+, flashinfer to CUDA SM90+ with MNNVL fabric, mori to AMD "
+       "ROCm, ascend_fuseep to Ascend NPUs. `none` (experts reached through all-reduce and "
+       "all-gather) runs everywhere.",
+       "At generate/serve init on a machine that lacks what the backend needs, or in `ctxpar "
+       "check` when --platform / CTXPAR_PLATFORM names such a platform. `ctxpar check` on a "
+       "probed platform does not apply it, so a launch line can be checked on a laptop.",
+       {"Use a backend the message lists for this platform.",
+        "Or run on the hardware the backend needs."},
+       "ctxpar check --moe-a2a-backend mori --platform cuda:sm90",
+       "ctxpar check --moe-a2a-backend deepep --platform cuda:sm90",
+       {"CTXPAR-DSV4-004", "CTXPAR-FLAG-006"}},
+  };
+  return entries;
+}
+
+const std::regex& PlaceholderRegex() {
+  static const std::regex re(R"(\{([a-z_][a-z0-9_]*)\})");
+  return re;
+}
+
+std::string EscapeRegex(std::string_view text) {
+  static const std::string kSpecial = R"(\^$.|?*+()[]{}/)";
+  std::string out;
+  for (char c : text) {
+    if (kSpecial.find(c) != std::string::npos) out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+struct CompiledTemplate {
+  std::regex regex;
+  std::vector<std::string> names;  // one per capture group
+  size_t literal_chars = 0;
+};
+
+const std::vector<CompiledTemplate>& Compiled() {
+  static const std::vector<CompiledTemplate> compiled = [] {
+    std::vector<CompiledTemplate> out;
+    for (const CatalogEntry& e : Table()) {
+      CompiledTemplate t;
+      std::string pattern;
+      std::string text(e.message_template);
+      size_t pos = 0;
+      for (auto it = std::sregex_iterator(text.begin(), text.end(), PlaceholderRegex());
+           it != std::sregex_iterator(); ++it) {
+        std::string_view literal(text.data() + pos, it->position() - pos);
+        pattern += EscapeRegex(literal);
+        t.literal_chars += literal.size();
+        pattern += R"(([\s\S]*?))";
+        t.names.push_back((*it)[1].str());
+        pos = it->position() + it->length();
+      }
+      pattern += EscapeRegex(std::string_view(text).substr(pos));
+      t.literal_chars += text.size() - pos;
+      t.regex = std::regex(pattern);
+      out.push_back(std::move(t));
+    }
+    return out;
+  }();
+  return compiled;
+}
+
+// Pasted text is often re-wrapped by a terminal: compare with every run of blanks as one space.
+std::string NormalizeSpace(std::string_view text) {
+  std::string out;
+  bool space = false;
+  for (char c : text) {
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      space = true;
+      continue;
+    }
+    if (space && !out.empty()) out += ' ';
+    space = false;
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::span<const CatalogEntry> ErrorCatalog() { return Table(); }
+
+const CatalogEntry* FindCatalogEntry(std::string_view id) {
+  for (const CatalogEntry& e : Table()) {
+    if (e.id.size() == id.size() &&
+        std::equal(id.begin(), id.end(), e.id.begin(), [](char a, char b) {
+          return std::toupper(static_cast<unsigned char>(a)) == b;
+        })) {
+      return &e;
+    }
+  }
+  return nullptr;
+}
+
+std::vector<std::string> TemplatePlaceholders(std::string_view message_template) {
+  std::vector<std::string> names;
+  std::string text(message_template);
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), PlaceholderRegex());
+       it != std::sregex_iterator(); ++it) {
+    std::string name = (*it)[1].str();
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  return names;
+}
+
+Status CatalogError(std::string_view id, std::initializer_list<CatalogArg> args) {
+  const CatalogEntry* entry = FindCatalogEntry(id);
+  if (entry == nullptr) {
+    return Internal("CatalogError: no catalog entry " + std::string(id));
+  }
+  std::vector<std::string> names = TemplatePlaceholders(entry->message_template);
+  for (const CatalogArg& a : args) {
+    if (std::find(names.begin(), names.end(), a.name) == names.end()) {
+      return Internal("CatalogError: " + std::string(id) + " has no placeholder {" +
+                      std::string(a.name) + "}");
+    }
+  }
+  std::string out;
+  std::string text(entry->message_template);
+  size_t pos = 0;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), PlaceholderRegex());
+       it != std::sregex_iterator(); ++it) {
+    out.append(text, pos, it->position() - pos);
+    const std::string name = (*it)[1].str();
+    const CatalogArg* arg = nullptr;
+    for (const CatalogArg& a : args) {
+      if (a.name == name) arg = &a;
+    }
+    if (arg == nullptr) {
+      return Internal("CatalogError: " + std::string(id) + " needs a value for {" + name + "}");
+    }
+    out += arg->value;
+    pos = it->position() + it->length();
+  }
+  out.append(text, pos);
+  return Status(entry->code, std::move(out), std::string(entry->id));
+}
+
+std::optional<CatalogMatch> MatchCatalogMessage(std::string_view message) {
+  const std::string text = NormalizeSpace(message);
+  const auto& compiled = Compiled();
+  std::optional<CatalogMatch> best;
+  bool best_whole = false;
+  size_t best_literal = 0;
+  for (size_t i = 0; i < compiled.size(); ++i) {
+    std::smatch m;
+    bool whole = std::regex_match(text, m, compiled[i].regex);
+    if (!whole && !std::regex_search(text, m, compiled[i].regex)) continue;
+    const size_t literal = compiled[i].literal_chars;
+    if (best && (best_whole > whole || (best_whole == whole && best_literal >= literal))) continue;
+    CatalogMatch match{&Table()[i], {}};
+    for (size_t g = 0; g < compiled[i].names.size(); ++g) {
+      match.values.emplace_back(compiled[i].names[g], m[g + 1].str());
+    }
+    best = std::move(match);
+    best_whole = whole;
+    best_literal = literal;
+  }
+  return best;
+}
+
+std::string PyRepr(std::string_view text) {
+  const bool has_single = text.find('\'') != std::string_view::npos;
+  const bool has_double = text.find('"') != std::string_view::npos;
+  const char quote = has_single && !has_double ? '"' : '\'';
+  std::string out(1, quote);
+  for (char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (ch == quote || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else if (ch == '\r') {
+      out += "\\r";
+    } else if (ch == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[5];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  out += quote;
+  return out;
+}
+
+std::string PyTuple(std::span<const std::string_view> items) {
+  std::string out = "(";
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += PyRepr(items[i]);
+  }
+  if (items.size() == 1) out += ",";
+  return out + ")";
+}
+
+}  // namespace ctxpar

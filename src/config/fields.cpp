@@ -1,0 +1,279 @@
+// The field table, value formatting and parsing, and the raw LaunchConfig snapshot.
+#include <charconv>
+#include <climits>
+#include <string>
+
+#include "config/fields_internal.h"
+#include "ctxpar/config.h"
+#include "ctxpar/error_catalog.h"
+
+namespace ctxpar {
+namespace {
+
+constexpr int64_t kIntMin = INT32_MIN;
+constexpr int64_t kIntMax = INT32_MAX;
+
+FieldSpec IntField(std::string_view name, FieldValue def, std::string_view flag, int64_t min,
+                   std::string_view help, std::string_view alias = {}) {
+  return {name,
+          FieldType::kInt,
+          std::holds_alternative<std::monostate>(def),
+          std::move(def),
+          flag,
+          alias,
+          {},
+          {},
+          min,
+          kIntMax,
+          help};
+}
+
+FieldSpec StrField(std::string_view name, FieldValue def, std::string_view flag,
+                   std::vector<std::string_view> choices, std::string_view help) {
+  return {name,
+          FieldType::kString,
+          std::holds_alternative<std::monostate>(def),
+          std::move(def),
+          flag,
+          {},
+          {},
+          std::move(choices),
+          0,
+          0,
+          help};
+}
+
+FieldSpec BoolField(std::string_view name, std::string_view flag, std::string_view help) {
+  return {name, FieldType::kBool, false, false, flag, {}, {}, {}, 0, 0, help};
+}
+
+const std::vector<FieldSpec>& Table() {
+  static const std::vector<FieldSpec> fields = [] {
+    std::vector<FieldSpec> f;
+    f.push_back(StrField("model_path", {}, "--model-path", {}, "Path of the model weights."));
+    f.push_back(StrField("model_arch", {}, "--model-arch", {},
+                         "HF architecture of the model, e.g. DeepseekV4ForCausalLM."));
+    f.push_back(StrField("platform", {}, "--platform", {},
+                         "Target platform instead of the probe: cpu, rocm, cuda:smXY, "
+                         "cuda:smXY+mnnvl (also CTXPAR_PLATFORM)."));
+    f.push_back(IntField("tp_size", int64_t{1}, "--tp-size", 1, "Tensor parallel size."));
+    f.push_back(IntField("dp_size", int64_t{1}, "--dp-size", 1, "Data parallel size."));
+    // dcp_size has no range of its own: _handle_dcp_validation owns the `>= 1` rule and its text.
+    f.push_back(IntField("dcp_size", int64_t{1}, "--dcp-size", kIntMin,
+                         "Decode context parallel size.", "--decode-context-parallel-size"));
+    f.push_back(StrField("dcp_comm_backend", std::string("ag_rs"), "--dcp-comm-backend",
+                         {"ag_rs", "a2a", "fi_a2a", "shm_a2a"},
+                         "How DCP ranks combine partial attention."));
+    f.push_back({"dcp_replicate_q_proj",
+                 FieldType::kBool,
+                 true,
+                 {},
+                 "--dcp-replicate-q-proj",
+                 {},
+                 "--no-dcp-replicate-q-proj",
+                 {},
+                 0,
+                 0,
+                 "Replicate the Q projection over the DCP group (unset: the model decides)."});
+    f.push_back(IntField("dcp_kv_cache_interleave_size", int64_t{1},
+                         "--dcp-kv-cache-interleave-size", 1,
+                         "Consecutive tokens per DCP rank in the KV cache."));
+    f.push_back(BoolField("enable_prefill_cp", "--enable-prefill-cp",
+                          "Enable prefill context parallelism."));
+    f.push_back(StrField("cp_strategy", {}, "--cp-strategy", {"interleave", "zigzag"},
+                         "How prefill CP splits the prompt."));
+    f.push_back(IntField("attn_cp_size", int64_t{1}, "--attn-cp-size", 1,
+                         "Attention context parallel size."));
+    f.push_back(BoolField("enable_nsa_prefill_context_parallel",
+                          "--enable-nsa-prefill-context-parallel",
+                          "Legacy spelling of --enable-prefill-cp."));
+    f.push_back(StrField("nsa_prefill_cp_mode", {}, "--nsa-prefill-cp-mode",
+                         {"round-robin-split", "in-seq-split"},
+                         "Legacy spelling of --cp-strategy (interleave, zigzag)."));
+    f.push_back(StrField(
+        "moe_a2a_backend", std::string("none"), "--moe-a2a-backend",
+        {"none", "deepep", "mooncake", "nixl", "mori", "ascend_fuseep", "flashinfer", "megamoe"},
+        "MoE all-to-all backend."));
+    f.push_back(IntField("ep_size", int64_t{1}, "--ep-size", 1, "Expert parallel size."));
+    f.push_back(IntField("moe_dense_tp_size", {}, "--moe-dense-tp-size", 1,
+                         "TP size of the dense MLP layers of a MoE model."));
+    f.push_back(BoolField("enable_dp_attention", "--enable-dp-attention",
+                          "Data-parallel attention (attention DP size = dp_size)."));
+    f.push_back(IntField("page_size", int64_t{1}, "--page-size", 1, "Tokens per KV page."));
+    return f;
+  }();
+  return fields;
+}
+
+int IndexOf(std::string_view name) {
+  const auto& table = Table();
+  for (size_t i = 0; i < table.size(); ++i) {
+    if (table[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::string ValidValues(const FieldSpec& field) {
+  if (field.type == FieldType::kBool) return "true, false";
+  if (field.type == FieldType::kInt) {
+    return "integers from " + std::to_string(field.min_value) + " to " +
+           std::to_string(field.max_value);
+  }
+  std::string out;
+  for (std::string_view c : field.choices) {
+    if (!out.empty()) out += ", ";
+    out += c;
+  }
+  return out;
+}
+
+const char* TypeName(FieldType type) {
+  switch (type) {
+    case FieldType::kInt:
+      return "an integer";
+    case FieldType::kBool:
+      return "a boolean";
+    case FieldType::kString:
+      return "a string";
+  }
+  return "a value";
+}
+
+bool HasType(const FieldSpec& field, const FieldValue& value) {
+  if (std::holds_alternative<std::monostate>(value)) return field.nullable;
+  switch (field.type) {
+    case FieldType::kInt:
+      return std::holds_alternative<int64_t>(value);
+    case FieldType::kBool:
+      return std::holds_alternative<bool>(value);
+    case FieldType::kString:
+      return std::holds_alternative<std::string>(value);
+  }
+  return false;
+}
+
+// Choices and range; the type is already right.
+Status CheckDomain(const FieldSpec& field, std::string_view flag, const FieldValue& value) {
+  if (const auto* i = std::get_if<int64_t>(&value)) {
+    if (*i < field.min_value || *i > field.max_value) {
+      return CatalogError("CTXPAR-FLAG-003", {{"value", PyRepr(std::to_string(*i))},
+                                              {"flag", std::string(flag)},
+                                              {"valid", ValidValues(field)}});
+    }
+  }
+  if (const auto* s = std::get_if<std::string>(&value); s && !field.choices.empty()) {
+    for (std::string_view c : field.choices) {
+      if (c == *s) return Status::Ok();
+    }
+    return CatalogError(
+        "CTXPAR-FLAG-001",
+        {{"value", PyRepr(*s)}, {"flag", std::string(flag)}, {"valid", ValidValues(field)}});
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string FieldValueRepr(const FieldValue& value) {
+  if (const auto* s = std::get_if<std::string>(&value)) return PyRepr(*s);
+  return FieldValueStr(value);
+}
+
+std::string FieldValueStr(const FieldValue& value) {
+  if (const auto* i = std::get_if<int64_t>(&value)) return std::to_string(*i);
+  if (const auto* b = std::get_if<bool>(&value)) return *b ? "True" : "False";
+  if (const auto* s = std::get_if<std::string>(&value)) return *s;
+  return "None";
+}
+
+std::span<const FieldSpec> ConfigFields() { return Table(); }
+
+const FieldSpec* FindField(std::string_view name) {
+  int i = IndexOf(name);
+  return i < 0 ? nullptr : &Table()[i];
+}
+
+Expected<FieldValue> ParseFieldText(const FieldSpec& field, std::string_view flag,
+                                    std::string_view text) {
+  switch (field.type) {
+    case FieldType::kString: {
+      FieldValue value = std::string(text);
+      CTXPAR_RETURN_IF_ERROR(CheckDomain(field, flag, value));
+      return value;
+    }
+    case FieldType::kBool: {
+      if (text == "true" || text == "True" || text == "1") return FieldValue(true);
+      if (text == "false" || text == "False" || text == "0") return FieldValue(false);
+      return CatalogError(
+          "CTXPAR-FLAG-001",
+          {{"value", PyRepr(text)}, {"flag", std::string(flag)}, {"valid", ValidValues(field)}});
+    }
+    case FieldType::kInt: {
+      // Python's int() accepts surrounding blanks and a leading '+'; so do we, and nothing else.
+      std::string_view t = text;
+      while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
+      while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
+      if (!t.empty() && t.front() == '+') t.remove_prefix(1);
+      bool digits = !t.empty();
+      for (size_t i = (!t.empty() && t.front() == '-') ? 1 : 0; i < t.size(); ++i) {
+        digits = digits && t[i] >= '0' && t[i] <= '9';
+      }
+      if (t == "-") digits = false;
+      if (!digits) {
+        return CatalogError(
+            "CTXPAR-FLAG-002",
+            {{"value", PyRepr(text)}, {"flag", std::string(flag)}, {"valid", ValidValues(field)}});
+      }
+      int64_t v = 0;
+      auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+      if (ec != std::errc() || end != t.data() + t.size() || v < field.min_value ||
+          v > field.max_value) {
+        return CatalogError(
+            "CTXPAR-FLAG-003",
+            {{"value", PyRepr(text)}, {"flag", std::string(flag)}, {"valid", ValidValues(field)}});
+      }
+      return FieldValue(v);
+    }
+  }
+  return Internal("unreachable field type");
+}
+
+LaunchConfig::LaunchConfig() : given_(Table().size(), false) {
+  for (const FieldSpec& f : Table()) values_.push_back(f.default_value);
+}
+
+Status LaunchConfig::Set(std::string_view field, FieldValue value) {
+  int i = IndexOf(field);
+  if (i < 0) {
+    return CatalogError("CTXPAR-CONFIG-001", {{"source", "user"}, {"field", PyRepr(field)}});
+  }
+  const FieldSpec& spec = Table()[i];
+  if (!HasType(spec, value)) {
+    return CatalogError("CTXPAR-CONFIG-002", {{"source", "user"},
+                                              {"field", std::string(field)},
+                                              {"value", FieldValueRepr(value)},
+                                              {"type", TypeName(spec.type)}});
+  }
+  CTXPAR_RETURN_IF_ERROR(CheckDomain(spec, spec.flag, value));
+  values_[i] = std::move(value);
+  given_[i] = true;
+  return Status::Ok();
+}
+
+bool LaunchConfig::given(std::string_view field) const {
+  int i = IndexOf(field);
+  return i >= 0 && given_[i];
+}
+
+const FieldValue& LaunchConfig::raw(std::string_view field) const {
+  static const FieldValue kNone;
+  int i = IndexOf(field);
+  return i < 0 ? kNone : values_[i];
+}
+
+bool FieldAcceptsType(const FieldSpec& field, const FieldValue& value) {
+  return HasType(field, value);
+}
+const char* FieldTypeName(FieldType type) { return TypeName(type); }
+
+}  // namespace ctxpar

@@ -1,0 +1,197 @@
+// The handlers of the resolution pipeline and SGLang's rules, in the documented order.
+#include <string>
+
+#include "ctxpar/config.h"
+#include "ctxpar/error_catalog.h"
+
+namespace ctxpar {
+namespace {
+
+constexpr std::string_view kDeepseekV4Hook = "validate_deepseek_v4_cp";
+constexpr std::string_view kKimiK3Hook = "apply_kimi_k3_dcp_defaults";
+
+// shm_a2a is an all-to-all backend too: SGLang's a2a/fi_a2a rules extend to it.
+bool IsAllToAllBackend(std::string_view backend) {
+  return backend == "a2a" || backend == "fi_a2a" || backend == "shm_a2a";
+}
+
+bool HasMnnvlFabric(const Platform& p) { return p.is_cuda() && p.sm >= 90 && p.mnnvl_fabric; }
+
+std::string Int(int64_t v) { return std::to_string(v); }
+
+Status HandleLegacyCpArgs(Resolution& r, const ResolveContext&) {
+  ResolvingView cfg = r.view();
+  constexpr std::string_view kSource = "_handle_legacy_cp_args";
+  if (cfg.Bool("enable_nsa_prefill_context_parallel") && !r.raw().given("enable_prefill_cp")) {
+    CTXPAR_RETURN_IF_ERROR(r.Declare(kSource, {{"enable_prefill_cp", true}}));
+  }
+  std::optional<std::string> mode = cfg.OptStr("nsa_prefill_cp_mode");
+  if (mode && !r.raw().given("cp_strategy")) {
+    std::string strategy = *mode == "round-robin-split" ? "interleave" : "zigzag";
+    CTXPAR_RETURN_IF_ERROR(r.Declare(kSource, {{"cp_strategy", strategy}}));
+  }
+  return Status::Ok();
+}
+
+Status HandleDcpValidation(Resolution& r, const ResolveContext& ctx) {
+  ResolvingView cfg = r.view();
+  const int dcp = cfg.dcp_size();
+  const std::string backend = cfg.dcp_comm_backend();
+  if (dcp < 1) return CatalogError("CTXPAR-DCP-001", {{"dcp_size", Int(dcp)}});
+  if (IsAllToAllBackend(backend) && dcp <= 1) {
+    return CatalogError("CTXPAR-DCP-002", {{"backend", backend}, {"dcp_size", Int(dcp)}});
+  }
+  if (backend == "fi_a2a" && !ctx.platform.is_cuda()) return CatalogError("CTXPAR-DCP-003", {});
+  if (cfg.dcp_replicate_q_proj()) {
+    if (dcp <= 1) return CatalogError("CTXPAR-DCP-004", {});
+    if (!IsAllToAllBackend(backend)) {
+      return CatalogError("CTXPAR-DCP-005", {{"backend", backend}});
+    }
+  }
+  return Status::Ok();
+}
+
+Status HandleParallelism(Resolution& r, const ResolveContext&) {
+  ResolvingView cfg = r.view();
+  if (cfg.enable_prefill_cp() && !cfg.cp_strategy()) return CatalogError("CTXPAR-CP-001", {});
+  const int tp = cfg.tp_size();
+  const int dcp = cfg.dcp_size();
+  if (tp % cfg.attn_cp_size() != 0) return CatalogError("CTXPAR-CP-002", {});
+  if (tp % dcp != 0) {
+    return CatalogError("CTXPAR-LAYOUT-001", {{"tp_size", Int(tp)}, {"dcp_size", Int(dcp)}});
+  }
+  const int attn_tp = tp / cfg.attn_dp_size() / cfg.attn_cp_size();
+  if (attn_tp % dcp != 0) {
+    return CatalogError("CTXPAR-LAYOUT-002",
+                        {{"attn_tp_size", Int(attn_tp)}, {"dcp_size", Int(dcp)}});
+  }
+  return Status::Ok();
+}
+
+// SGLang's deepseek_v4_hook: prefill CP for DeepSeek-V4 is round-robin (interleave) only.
+Status ValidateDeepseekV4Cp(Resolution& r) {
+  ResolvingView cfg = r.view();
+  if (!cfg.enable_prefill_cp()) return Status::Ok();
+  if (cfg.cp_strategy() != "interleave") {
+    return CatalogError("CTXPAR-DSV4-001", {{"strategy", FieldValueStr(cfg.Get("cp_strategy"))}});
+  }
+  CTXPAR_RETURN_IF_ERROR(r.Declare(kDeepseekV4Hook, {{"enable_dp_attention", true}}));
+  CTXPAR_RETURN_IF_ERROR(r.Declare(kDeepseekV4Hook, {{"moe_dense_tp_size", int64_t{1}}}));
+  CTXPAR_RETURN_IF_ERROR(
+      r.Declare(kDeepseekV4Hook, {{"attn_cp_size", int64_t{cfg.tp_size() / cfg.dp_size()}}}));
+  if (cfg.dp_size() != 1) return CatalogError("CTXPAR-DSV4-002", {});
+  if (cfg.tp_size() > 8) return CatalogError("CTXPAR-DSV4-003", {});
+  static constexpr std::string_view kSupported[] = {"none", "deepep", "megamoe", "mori"};
+  const std::string backend = cfg.moe_a2a_backend();
+  for (std::string_view s : kSupported) {
+    if (s == backend) return Status::Ok();
+  }
+  return CatalogError("CTXPAR-DSV4-004", {{"supported_a2a_backends", PyTuple(kSupported)},
+                                          {"moe_a2a_backend", PyRepr(backend)}});
+}
+
+// Kimi-K3 wants the all-to-all combine with replicated Q under DCP. The hook only fills in what
+// the user left open, and never replicates Q over ag_rs, which DCP validation would reject.
+Status ApplyKimiK3DcpDefaults(Resolution& r, const Platform& platform) {
+  ResolvingView cfg = r.view();
+  if (cfg.dcp_size() <= 1) return Status::Ok();
+  if (!r.raw().given("dcp_comm_backend")) {
+    CTXPAR_RETURN_IF_ERROR(r.Declare(
+        kKimiK3Hook,
+        {{"dcp_comm_backend", std::string(HasMnnvlFabric(platform) ? "fi_a2a" : "a2a")}}));
+  }
+  if (!cfg.dcp_replicate_q_proj_is_set() && IsAllToAllBackend(cfg.dcp_comm_backend())) {
+    CTXPAR_RETURN_IF_ERROR(r.Declare(kKimiK3Hook, {{"dcp_replicate_q_proj", true}}));
+  }
+  return Status::Ok();
+}
+
+Status HandleModelSpecificAdjustments(Resolution& r, const ResolveContext& ctx) {
+  ResolvingView cfg = r.view();
+  if (!cfg.IsSet("model_arch") && ctx.model != nullptr && !ctx.model->architecture.empty()) {
+    CTXPAR_RETURN_IF_ERROR(
+        r.Declare("_handle_model_specific_adjustments", {{"model_arch", ctx.model->architecture}}));
+  }
+  const std::string arch = cfg.model_arch();
+  if (arch == "DeepseekV4ForCausalLM") CTXPAR_RETURN_IF_ERROR(ValidateDeepseekV4Cp(r));
+  if (arch == "KimiK3ForCausalLM") CTXPAR_RETURN_IF_ERROR(ApplyKimiK3DcpDefaults(r, ctx.platform));
+  if (ctx.model != nullptr && ctx.model->num_attention_heads > 0) {
+    const int heads = ctx.model->num_attention_heads;
+    if (heads % cfg.dcp_size() != 0) {
+      return CatalogError("CTXPAR-LAYOUT-003",
+                          {{"num_heads", Int(heads)}, {"dcp_size", Int(cfg.dcp_size())}});
+    }
+  }
+  return Status::Ok();
+}
+
+Status HandlePlatformChecks(Resolution& r, const ResolveContext& ctx) {
+  ResolvingView cfg = r.view();
+  const std::string spec = ctx.platform.Spec();
+  if (cfg.platform() != spec) {
+    CTXPAR_RETURN_IF_ERROR(r.Declare("_handle_platform_checks", {{"platform", spec}}));
+  }
+  // A probed platform is this machine, which may only be where the launch is checked; the init
+  // of generate/serve runs these checks on the machine that serves.
+  if (ctx.platform.origin == PlatformOrigin::kProbe) return Status::Ok();
+  CTXPAR_RETURN_IF_ERROR(CheckMoeBackendRuntime(cfg.moe_a2a_backend(), ctx.platform));
+  if (cfg.dcp_comm_backend() == "fi_a2a") CTXPAR_RETURN_IF_ERROR(CheckFiA2aRuntime(ctx.platform));
+  return Status::Ok();
+}
+
+constexpr Handler kHandlers[] = {
+    {"_handle_legacy_cp_args", &HandleLegacyCpArgs},
+    {"_handle_dcp_validation", &HandleDcpValidation},
+    {"_handle_parallelism", &HandleParallelism},
+    {"_handle_model_specific_adjustments", &HandleModelSpecificAdjustments},
+    {"_handle_platform_checks", &HandlePlatformChecks},
+};
+
+struct MoeNeed {
+  std::string_view backend;
+  std::string_view requirement;
+  bool (*runs_on)(const Platform&);
+};
+
+constexpr MoeNeed kMoeNeeds[] = {
+    {"none", "", [](const Platform&) { return true; }},
+    {"deepep", "an NVIDIA CUDA GPU", [](const Platform& p) { return p.is_cuda(); }},
+    {"mooncake", "an NVIDIA CUDA GPU", [](const Platform& p) { return p.is_cuda(); }},
+    {"nixl", "an NVIDIA CUDA GPU", [](const Platform& p) { return p.is_cuda(); }},
+    {"mori", "an AMD ROCm GPU", [](const Platform& p) { return p.is_rocm(); }},
+    {"ascend_fuseep", "a Huawei Ascend NPU, which ctxpar does not run on",
+     [](const Platform&) { return false; }},
+    {"flashinfer", "an NVIDIA CUDA GPU of SM90 or newer with MNNVL fabric memory",
+     [](const Platform& p) { return HasMnnvlFabric(p); }},
+    {"megamoe", "an NVIDIA CUDA GPU of SM90 or newer",
+     [](const Platform& p) { return p.is_cuda() && p.sm >= 90; }},
+};
+
+}  // namespace
+
+std::span<const Handler> DefaultHandlers() { return kHandlers; }
+
+Status CheckMoeBackendRuntime(std::string_view moe_a2a_backend, const Platform& platform) {
+  const MoeNeed* need = nullptr;
+  std::vector<std::string_view> alternatives;
+  for (const MoeNeed& n : kMoeNeeds) {
+    if (n.backend == moe_a2a_backend) need = &n;
+    if (n.runs_on(platform)) alternatives.push_back(n.backend);
+  }
+  if (need == nullptr) {
+    const FieldSpec* field = FindField("moe_a2a_backend");
+    return ParseFieldText(*field, field->flag, moe_a2a_backend).status();
+  }
+  if (need->runs_on(platform)) return Status::Ok();
+  std::string alt;
+  for (size_t i = 0; i < alternatives.size(); ++i) {
+    if (i > 0) alt += i + 1 == alternatives.size() ? " or " : ", ";
+    alt += alternatives[i];
+  }
+  return CatalogError("CTXPAR-MOE-001", {{"backend", std::string(moe_a2a_backend)},
+                                         {"requirement", std::string(need->requirement)},
+                                         {"platform", platform.Spec()},
+                                         {"alternatives", alt}});
+}
+
+}  // namespace ctxpar
