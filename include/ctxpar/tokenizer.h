@@ -1,0 +1,138 @@
+// Tokenizer: byte-level BPE as GPT-2 style models use it (GGUF tokenizer.ggml.model == "gpt2"),
+// built from the vocabulary a GGUF file carries, and matching llama.cpp token for token.
+//
+// Encoding runs in three stages:
+//   1. Special tokens (token type CONTROL, UNKNOWN or USER_DEFINED) are cut out of the text
+//      first, longest first. CONTROL and UNKNOWN ones only when EncodeOptions::parse_special is
+//      set; USER_DEFINED ones always (as llama.cpp and HF tokenizers do).
+//   2. The rest is split into words by the pre-tokenizer that tokenizer.ggml.pre names.
+//      Supported: "smollm" (and its aliases "starcoder", "refact", "command-r", "codeshell",
+//      "exaone", "minerva": each digit alone, then the GPT-2 regex
+//      's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+) and "gpt2"
+//      (the GPT-2 regex alone). Unicode classes come from a table generated from Python's
+//      unicodedata (tools/golden/llama_cpp/gen_unicode_table.py).
+//   3. Each word's UTF-8 bytes are mapped to tokens of the GPT-2 byte-to-unicode alphabet and
+//      merged pairwise by merge rank (lowest rank first, leftmost first among equal ranks).
+//      A byte whose byte-level token is missing from the vocabulary is dropped, as llama.cpp
+//      drops it (SmolLM2 lacks 21 of them: 0x04, 0x06, 0x13, 0x14, 0x16, 0x1D and bytes that
+//      never occur in UTF-8).
+// Invalid UTF-8 in the text is read as llama.cpp reads it: each byte that does not start a
+// well-formed sequence becomes U+FFFD.
+//
+// Decoding maps each token back to its bytes. Those bytes need not end on a UTF-8 boundary (one
+// character may span tokens): Decode returns them as they are; Utf8StreamDecoder turns a stream
+// of tokens into text that only ever contains complete UTF-8 sequences.
+//
+// Token ids are int32_t in [0, vocab_size()). The ids BOS/EOS come from the metadata
+// (tokenizer.ggml.bos_token_id / eos_token_id), -1 when absent.
+//
+// Thread safety: a Tokenizer is immutable after Create; all const methods may be called from
+// several threads at once. A Utf8StreamDecoder is a value with state, one per stream.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ctxpar/status.h"
+
+namespace ctxpar {
+
+class GgufFile;
+
+// The values of the GGUF key tokenizer.ggml.token_type (llama.cpp's llama_token_type).
+enum class TokenType : int32_t {
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6,
+};
+
+// Everything the tokenizer needs, as plain values; the GGUF keys are named beside each field.
+struct TokenizerSpec {
+  std::string model = "gpt2";        // tokenizer.ggml.model
+  std::string pre = "smollm";        // tokenizer.ggml.pre
+  std::vector<std::string> tokens;   // tokenizer.ggml.tokens, byte-level alphabet
+  std::vector<int32_t> token_types;  // tokenizer.ggml.token_type; empty: all kNormal
+  std::vector<std::string> merges;   // tokenizer.ggml.merges, "left right", rank = index
+  int32_t bos_id = -1;               // tokenizer.ggml.bos_token_id
+  int32_t eos_id = -1;               // tokenizer.ggml.eos_token_id
+  bool add_bos = false;              // tokenizer.ggml.add_bos_token
+  bool add_eos = false;              // tokenizer.ggml.add_eos_token
+  std::string chat_template;         // tokenizer.chat_template (Jinja source), may be empty
+};
+
+struct EncodeOptions {
+  // Prepend BOS / append EOS when the metadata asks for it (add_bos / add_eos).
+  bool add_special = true;
+  // Read CONTROL tokens such as "<|im_start|>" written in the text as those tokens; otherwise
+  // they are ordinary text.
+  bool parse_special = false;
+};
+
+class Tokenizer {
+ public:
+  // Validates the spec: model "gpt2", a supported pre-tokenizer, every merge "a b" with a, b and
+  // ab in the vocabulary, ids in range, unique token texts.
+  static Expected<Tokenizer> Create(TokenizerSpec spec);
+  // Reads the tokenizer.* keys of a GGUF file and calls Create.
+  static Expected<Tokenizer> FromGguf(const GgufFile& file);
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  std::vector<int32_t> Encode(std::string_view text, const EncodeOptions& options = {}) const;
+
+  // The bytes of the tokens, concatenated. CONTROL/UNKNOWN tokens give their text when
+  // render_special is set and nothing otherwise. An id outside [0, vocab_size()) is an error.
+  Expected<std::string> Decode(std::span<const int32_t> ids, bool render_special = false) const;
+  // The bytes of one token (see Decode); id must be in range.
+  Expected<std::string> TokenToPiece(int32_t id, bool render_special = false) const;
+
+  int32_t vocab_size() const;
+  int32_t bos_id() const;
+  int32_t eos_id() const;
+  TokenType token_type(int32_t id) const;           // id must be in range
+  const std::string& token_text(int32_t id) const;  // id must be in range; the vocabulary form
+  // The id whose vocabulary text is exactly `text`, or -1.
+  int32_t TokenId(std::string_view text) const;
+  // EOS and the tokens llama.cpp also ends generation on ("<|im_end|>", "<|endoftext|>",
+  // "<|eot_id|>", "<end_of_turn>", ...).
+  bool IsEndOfGeneration(int32_t id) const;
+  const std::string& chat_template() const;
+
+ private:
+  struct Impl;
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Turns the bytes of a stream of tokens into text that never ends inside a UTF-8 sequence:
+// bytes of an incomplete sequence are held back until the tokens that complete it arrive.
+// A byte that can never start or continue a well-formed sequence becomes U+FFFD at once.
+class Utf8StreamDecoder {
+ public:
+  explicit Utf8StreamDecoder(const Tokenizer& tokenizer, bool render_special = false)
+      : tokenizer_(&tokenizer), render_special_(render_special) {}
+
+  // The complete UTF-8 that token `id` makes available (possibly empty).
+  Expected<std::string> Push(int32_t id);
+  // The same for raw bytes, for callers that decode pieces themselves.
+  std::string PushBytes(std::string_view bytes);
+  // The end of the stream: a held-back incomplete sequence becomes U+FFFD.
+  std::string Finish();
+
+ private:
+  const Tokenizer* tokenizer_;
+  bool render_special_;
+  std::string pending_;
+};
+
+}  // namespace ctxpar

@@ -1,0 +1,58 @@
+// Tokenizer::FromGguf: the tokenizer.* metadata of a GGUF file as a TokenizerSpec.
+#include <fmt/format.h>
+
+#include "ctxpar/gguf.h"
+#include "ctxpar/tokenizer.h"
+
+namespace ctxpar {
+namespace {
+
+// An optional key: its value, `fallback` when absent, or the lookup's error (a wrong type).
+template <typename T, typename Get>
+Expected<T> Optional(const GgufFile& file, std::string_view key, T fallback, Get get) {
+  if (file.Find(key) == nullptr) return fallback;
+  return get(key);
+}
+
+}  // namespace
+
+Expected<Tokenizer> Tokenizer::FromGguf(const GgufFile& file) {
+  TokenizerSpec spec;
+  CTXPAR_ASSIGN_OR_RETURN(spec.model, file.GetString("tokenizer.ggml.model"));
+  // Files older than the key use llama.cpp's "default" pre-tokenizer, which Create names.
+  CTXPAR_ASSIGN_OR_RETURN(
+      spec.pre, Optional<std::string>(file, "tokenizer.ggml.pre", "default",
+                                      [&](std::string_view k) { return file.GetString(k); }));
+  CTXPAR_ASSIGN_OR_RETURN(const std::vector<std::string>* tokens,
+                          file.GetArrayRef<std::string>("tokenizer.ggml.tokens"));
+  spec.tokens = *tokens;
+  if (file.Find("tokenizer.ggml.token_type") != nullptr) {
+    CTXPAR_ASSIGN_OR_RETURN(spec.token_types, file.GetArray<int32_t>("tokenizer.ggml.token_type"));
+  }
+  if (file.Find("tokenizer.ggml.merges") != nullptr) {
+    CTXPAR_ASSIGN_OR_RETURN(const std::vector<std::string>* merges,
+                            file.GetArrayRef<std::string>("tokenizer.ggml.merges"));
+    spec.merges = *merges;
+  }
+  const auto get_int = [&](std::string_view k) { return file.GetInteger(k); };
+  const auto get_bool = [&](std::string_view k) { return file.GetBool(k); };
+  for (auto [key, dst] : {std::pair{"tokenizer.ggml.bos_token_id", &spec.bos_id},
+                          std::pair{"tokenizer.ggml.eos_token_id", &spec.eos_id}}) {
+    CTXPAR_ASSIGN_OR_RETURN(int64_t id, Optional<int64_t>(file, key, -1, get_int));
+    if (id < -1 || id > INT32_MAX) {
+      return InvalidArgument(fmt::format("{} = {}: it must be a token id", key, id));
+    }
+    *dst = static_cast<int32_t>(id);
+  }
+  CTXPAR_ASSIGN_OR_RETURN(spec.add_bos,
+                          Optional<bool>(file, "tokenizer.ggml.add_bos_token", false, get_bool));
+  CTXPAR_ASSIGN_OR_RETURN(spec.add_eos,
+                          Optional<bool>(file, "tokenizer.ggml.add_eos_token", false, get_bool));
+  CTXPAR_ASSIGN_OR_RETURN(spec.chat_template, Optional<std::string>(file, "tokenizer.chat_template",
+                                                                    "", [&](std::string_view k) {
+                                                                      return file.GetString(k);
+                                                                    }));
+  return Create(std::move(spec));
+}
+
+}  // namespace ctxpar

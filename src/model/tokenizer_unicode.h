@@ -1,0 +1,35 @@
+// Unicode helpers of the tokenizer: codepoint classes for the pre-tokenizer, UTF-8 reading as
+// llama.cpp reads it, and the GPT-2 byte-to-unicode alphabet.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace ctxpar::tokenizer_internal {
+
+enum CodepointClass : uint8_t { kOther = 0, kLetter = 1, kNumber = 2, kWhitespace = 3 };
+
+struct CodepointRun {
+  uint32_t first;
+  uint8_t cls;
+};
+// Generated (tokenizer_unicode_table.cpp): runs in ascending order of first codepoint.
+extern const CodepointRun kCodepointRuns[];
+extern const int kCodepointRunCount;
+
+CodepointClass ClassOf(uint32_t cp);
+
+// Reads one codepoint at text[*pos] and advances *pos. Mirrors llama.cpp's reader: a lead byte
+// with its continuation bytes gives the codepoint (no overlong or surrogate check); any other
+// byte gives U+FFFD and advances by one.
+uint32_t NextCodepoint(std::string_view text, size_t* pos);
+
+void AppendUtf8(uint32_t cp, std::string* out);
+
+// The GPT-2 byte-level alphabet: byte b <-> codepoint ByteToCodepoint(b).
+uint32_t ByteToCodepoint(uint8_t b);
+// The byte of a codepoint of the alphabet, or -1.
+int CodepointToByte(uint32_t cp);
+
+}  // namespace ctxpar::tokenizer_internal
