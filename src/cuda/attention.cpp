@@ -19,7 +19,7 @@ constexpr int kMlaDqk = 576;
 constexpr int kMlaDv = 512;
 constexpr int kMlaHeadTile = 16;
 constexpr int kMinKeysPerSplit = 256;  // below this a split's fixed cost dominates
-constexpr int kMaxSplits = 64;         // the merge takes at most 64 sources
+constexpr int kMaxSplits = 256;        // the merge takes at most 256 sources
 
 enum class Shape { kGqa, kMla };
 
@@ -107,15 +107,17 @@ Expected<CudaAttentionPlan> PlanPartialAttentionCuda(const PartialAttentionParam
   }
   if (num_sms < 1) return Bad("num_sms", num_sms, "must be >= 1");
   if (num_splits < 0 || num_splits > kMaxSplits) {
-    return Bad("num_splits", num_splits, "must be in [0, 64] (0 chooses)");
+    return Bad("num_splits", num_splits, "must be in [0, 256] (0 chooses)");
   }
   const int quantum = kCudaKeysPerSplitQuantum;
   const int64_t len = std::max(max_kv_len, 1);
   int64_t splits = num_splits;
   if (splits == 0) {
-    // Two waves of blocks fill the SMs; never cut a row into chunks under kMinKeysPerSplit.
-    const int64_t want = (2 * static_cast<int64_t>(num_sms) + BlocksPerSplit(params, shape) - 1) /
-                         BlocksPerSplit(params, shape);
+    // Enough blocks for every SM to hold as many as fit at once (GQA: 4 of 128 threads at 128
+    // registers; MLA: 2, by shared memory); never cut a row into chunks under kMinKeysPerSplit.
+    const int64_t waves = shape == Shape::kGqa ? 4 : 2;
+    const int64_t blocks = BlocksPerSplit(params, shape);
+    const int64_t want = (waves * num_sms + blocks - 1) / blocks;
     splits =
         std::clamp<int64_t>(want, 1, std::clamp<int64_t>(len / kMinKeysPerSplit, 1, kMaxSplits));
   }

@@ -9,7 +9,7 @@
 
 namespace ctxpar::cuda {
 
-inline constexpr int kMaxMergeSources = 64;
+inline constexpr int kMaxMergeSources = 256;
 
 // n source planes: source r's O of state s at (char*)o + r * o_stride_bytes, element
 // s * head_dim; its lse at lse[r * lse_stride + s].

@@ -316,8 +316,7 @@ PartialAttentionParams ValidGqa() {
 }
 
 TEST(CudaAttentionPlanTest, ChoosesSplitsToFillTheDevice) {
-  // 1 row x 8 KV heads = 8 blocks; two waves of 132 SMs want 33 splits of 1024 keys... of
-  // 1000 keys rounded up to 1024 (multiples of 64).
+  // 1 row x 8 KV heads = 8 blocks per split; 4 blocks on each of 132 SMs want 66 splits.
   const Expected<CudaAttentionPlan> plan = PlanPartialAttentionCuda(ValidGqa(), 1000, 132);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   // len / 256 = 3 caps the splits: ceil(1000 / 3) = 334 -> 384 keys, ceil(1000 / 384) = 3.
@@ -365,8 +364,8 @@ TEST(CudaAttentionPlanTest, RejectsWhatTheKernelsCannotServe) {
   EXPECT_EQ(message(ValidGqa(), 64 * 16 + 1),
             "PartialAttentionCuda: max_kv_len=1025 must be <= kv.max_pages_per_seq * "
             "kv.page_size (1024)");
-  EXPECT_EQ(message(ValidGqa(), 100, 65),
-            "PartialAttentionCuda: num_splits=65 must be in [0, 64] (0 chooses)");
+  EXPECT_EQ(message(ValidGqa(), 100, 257),
+            "PartialAttentionCuda: num_splits=257 must be in [0, 256] (0 chooses)");
   EXPECT_EQ(message(ValidGqa(), 100, 3),
             "PartialAttentionCuda: num_splits=3 leaves empty splits for max_kv_len=100 (splits "
             "hold multiples of 64 keys)");

@@ -198,7 +198,7 @@ TEST(CudaA2aTest, SlotLayoutIsPaddedTo16Bytes) {
 TEST(CudaA2aTest, RejectsBadShapes) {
   EXPECT_EQ(
       PackA2aCuda({0, 1, 1, 8, StateDtype::kBF16}, nullptr, nullptr, nullptr, nullptr).message(),
-      "PackA2aCuda: n=0 must be in [1, 64]");
+      "PackA2aCuda: n=0 must be in [1, 256]");
   EXPECT_EQ(UnpackMergeA2aCuda({2, 1, 1, 12, StateDtype::kBF16}, nullptr, nullptr, nullptr, nullptr)
                 .message(),
             "UnpackMergeA2aCuda: head_dim=12 must be a positive multiple of 8");
