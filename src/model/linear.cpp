@@ -1,5 +1,9 @@
 #include "model/linear.h"
 
+// GCC's AVX-512 intrinsic headers build vectors from _mm512_undefined_*, which -Wextra reports
+// as uninitialised when they are inlined here.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
@@ -124,10 +128,27 @@ void ThreadPool::Work(int index) {
   }
 }
 
-void QuantizeActs(WeightType type, const float* x, int n, int cols, int ldx, QuantActs* out) {
+void PrepareActs(ActFormat format, WeightType type, const float* x, int n, int cols, int ldx,
+                 Acts* out) {
+  out->format = format;
   out->type = type;
   out->n = n;
   out->blocks_per_row = cols / kBlock;
+  if (format == ActFormat::kF32) {
+    out->x.resize(std::size_t(n) * cols);
+    out->block_sums.resize(std::size_t(n) * out->blocks_per_row);
+    for (int t = 0; t < n; ++t) {
+      std::memcpy(out->x.data() + std::size_t(t) * cols, x + std::size_t(t) * ldx,
+                  sizeof(float) * cols);
+      for (int b = 0; b < out->blocks_per_row; ++b) {
+        const float* v = x + std::size_t(t) * ldx + b * kBlock;
+        float sum = 0.0f;
+        for (int j = 0; j < kBlock; ++j) sum += v[j];
+        out->block_sums[std::size_t(t) * out->blocks_per_row + b] = sum;
+      }
+    }
+    return;
+  }
   out->blocks.resize(std::size_t(n) * out->blocks_per_row);
   for (int t = 0; t < n; ++t) {
     for (int b = 0; b < out->blocks_per_row; ++b) {
@@ -168,6 +189,31 @@ float DotScalar(WeightType type, const std::uint8_t* w, const ActBlock* x, int n
       const auto* q = reinterpret_cast<const std::int8_t*>(blk + 2);
       for (int j = 0; j < kBlock; ++j) sumi += q[j] * x[b].q[j];
       sum += dw * x[b].d * float(sumi);
+    }
+  }
+  return sum;
+}
+
+float DotF32Scalar(WeightType type, const std::uint8_t* w, const float* x, const float* sums,
+                   int num_blocks) {
+  float sum = 0.0f;
+  for (int b = 0; b < num_blocks; ++b) {
+    const std::uint8_t* blk = w + b * BlockBytes(type);
+    std::uint16_t dh;
+    std::memcpy(&dh, blk, 2);
+    const float* xb = x + b * kBlock;
+    float dot = 0.0f;
+    if (type == WeightType::kQ4_1) {
+      std::uint16_t mh;
+      std::memcpy(&mh, blk + 2, 2);
+      for (int j = 0; j < 16; ++j) {
+        dot += float(blk[4 + j] & 0xF) * xb[j] + float(blk[4 + j] >> 4) * xb[j + 16];
+      }
+      sum += Fp16ToFp32(dh) * dot + Fp16ToFp32(mh) * sums[b];
+    } else {
+      const auto* q = reinterpret_cast<const std::int8_t*>(blk + 2);
+      for (int j = 0; j < kBlock; ++j) dot += float(q[j]) * xb[j];
+      sum += Fp16ToFp32(dh) * dot;
     }
   }
   return sum;
@@ -255,12 +301,65 @@ CTXPAR_AVX2 float DotQ80Avx2(const std::uint8_t* w, const ActBlock* x, int nb) {
   return HSum(acc);
 }
 
+#define CTXPAR_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw")))
+
+// NT activation rows against one weight row: each weight block is widened to fp32 once and used
+// NT times; every row's arithmetic is the same whatever NT is.
+template <int NT>
+CTXPAR_AVX512 void DotF32Avx512(WeightType type, const std::uint8_t* w, const float* const* x,
+                                const float* const* sums, int nb, float* out) {
+  __m512 acc[NT];
+  float msum[NT];
+  for (int i = 0; i < NT; ++i) {
+    acc[i] = _mm512_setzero_ps();
+    msum[i] = 0.0f;
+  }
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  for (int b = 0; b < nb; ++b) {
+    __m512 lo, hi;
+    __m512 d;
+    if (type == WeightType::kQ4_1) {
+      const std::uint8_t* blk = w + b * 20;
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4));
+      lo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(bytes, mask)));
+      hi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask)));
+      d = _mm512_set1_ps(Half(blk));
+      const float m = Half(blk + 2);
+      for (int i = 0; i < NT; ++i) msum[i] += m * sums[i][b];
+    } else {
+      const std::uint8_t* blk = w + b * 34;
+      lo = _mm512_cvtepi32_ps(
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2))));
+      hi = _mm512_cvtepi32_ps(
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18))));
+      d = _mm512_set1_ps(Half(blk));
+    }
+    for (int i = 0; i < NT; ++i) {
+      const float* xb = x[i] + b * kBlock;
+      __m512 p = _mm512_mul_ps(lo, _mm512_loadu_ps(xb));
+      p = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xb + 16), p);
+      acc[i] = _mm512_fmadd_ps(d, p, acc[i]);
+    }
+  }
+  for (int i = 0; i < NT; ++i) out[i] = _mm512_reduce_add_ps(acc[i]) + msum[i];
+}
+
+template <int NT>
+void DotF32ScalarN(WeightType type, const std::uint8_t* w, const float* const* x,
+                   const float* const* sums, int nb, float* out) {
+  for (int i = 0; i < NT; ++i) out[i] = DotF32Scalar(type, w, x[i], sums[i], nb);
+}
+
 using DotFn = float (*)(const std::uint8_t*, const ActBlock*, int);
+using DotF32Fn = void (*)(WeightType, const std::uint8_t*, const float* const*, const float* const*,
+                          int, float*);
 
 struct Kernels {
   const char* isa;
   DotFn q41;
   DotFn q80;
+  DotF32Fn f32x1;
+  DotF32Fn f32x4;
 };
 
 float DotQ41Scalar(const std::uint8_t* w, const ActBlock* x, int nb) {
@@ -275,12 +374,12 @@ const Kernels& Selected() {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512bw")) {
-      return Kernels{"avx512vnni", &DotQ41Vnni, &DotQ80Vnni};
+      return Kernels{"avx512vnni", &DotQ41Vnni, &DotQ80Vnni, &DotF32Avx512<1>, &DotF32Avx512<4>};
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-      return Kernels{"avx2", &DotQ41Avx2, &DotQ80Avx2};
+      return Kernels{"avx2", &DotQ41Avx2, &DotQ80Avx2, &DotF32ScalarN<1>, &DotF32ScalarN<4>};
     }
-    return Kernels{"scalar", &DotQ41Scalar, &DotQ80Scalar};
+    return Kernels{"scalar", &DotQ41Scalar, &DotQ80Scalar, &DotF32ScalarN<1>, &DotF32ScalarN<4>};
   }();
   return kernels;
 }
@@ -292,9 +391,10 @@ constexpr int kRowTile = 16;
 
 const char* MatMulIsa() { return Selected().isa; }
 
-void MatMul(const QuantMatrix& w, const QuantActs& x, int col_begin, float* y, int ldy,
+void MatMul(const QuantMatrix& w, const Acts& x, int col_begin, float* y, int ldy,
             ThreadPool* pool) {
-  const DotFn dot = w.type == WeightType::kQ4_1 ? Selected().q41 : Selected().q80;
+  const Kernels& k = Selected();
+  const DotFn dot = w.type == WeightType::kQ4_1 ? k.q41 : k.q80;
   const int nb = w.cols / kBlock;
   const int b0 = col_begin / kBlock;
   const std::int64_t tiles = (w.rows + kRowTile - 1) / kRowTile;
@@ -302,10 +402,34 @@ void MatMul(const QuantMatrix& w, const QuantActs& x, int col_begin, float* y, i
     for (std::int64_t tile = tile_begin; tile < tile_end; ++tile) {
       const int r0 = static_cast<int>(tile * kRowTile);
       const int r1 = std::min(w.rows, r0 + kRowTile);
-      for (int t = 0; t < x.n; ++t) {
-        const ActBlock* xa = x.Row(t) + b0;
-        float* yt = y + std::size_t(t) * ldy;
-        for (int r = r0; r < r1; ++r) yt[r] = dot(w.data + std::size_t(r) * w.row_stride, xa, nb);
+      if (x.format == ActFormat::kQ8) {
+        for (int t = 0; t < x.n; ++t) {
+          const ActBlock* xa = x.Row(t) + b0;
+          float* yt = y + std::size_t(t) * ldy;
+          for (int r = r0; r < r1; ++r) {
+            yt[r] = dot(w.data + std::size_t(r) * w.row_stride, xa, nb);
+          }
+        }
+        continue;
+      }
+      for (int t = 0; t < x.n; t += 4) {
+        const int nt = std::min(4, x.n - t);
+        const float* xs[4];
+        const float* ss[4];
+        for (int i = 0; i < nt; ++i) {
+          xs[i] = x.F32Row(t + i) + col_begin;
+          ss[i] = x.Sums(t + i) + b0;
+        }
+        for (int r = r0; r < r1; ++r) {
+          float out[4];
+          const std::uint8_t* row = w.data + std::size_t(r) * w.row_stride;
+          if (nt == 4) {
+            k.f32x4(w.type, row, xs, ss, nb, out);
+          } else {
+            for (int i = 0; i < nt; ++i) k.f32x1(w.type, row, xs + i, ss + i, nb, out + i);
+          }
+          for (int i = 0; i < nt; ++i) y[std::size_t(t + i) * ldy + r] = out[i];
+        }
       }
     }
   };

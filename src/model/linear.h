@@ -1,11 +1,11 @@
-// The matmul kernels of the Llama forward: ggml-quantized weights (Q4_1, Q8_0) times activations
-// quantized per 32-element block to int8, the way llama.cpp's CPU backend computes them.
+// The matmul kernels of the Llama forward: ggml-quantized weights (Q4_1, Q8_0), read in their
+// blocks as stored in the GGUF file, times fp32 activations or activations quantized per
+// 32-element block to int8 (the way llama.cpp's CPU backend computes).
 //
 // Why quantized dot products rather than dequantized bf16/fp32 weights: decode reads every weight
 // once per token, so its speed is the weight bytes over the memory bandwidth. Q4_1 is 0.625 byte
 // per weight against 2 for bf16 and 4 for fp32, and AVX512-VNNI multiplies the unsigned nibbles
 // by the signed int8 activations in one instruction (docs/perf-model.md has the measurements).
-// It also reproduces llama.cpp's numerics, which the golden tests compare against.
 //
 // Contract
 // - A weight matrix W is [rows, cols] row-major in ggml blocks of 32 along cols: row r, block b
@@ -57,13 +57,27 @@ struct ActBlock {
   std::int8_t q[kBlock];
 };
 
-// Activations of n rows quantized for `type`; row t is blocks[t * blocks_per_row ...].
-struct QuantActs {
+// How activations enter a matmul.
+// - kF32: as they are (with per-block sums for Q4_1's offset term). A perturbation of the
+//   input moves the output by as little: what keeps greedy decoding identical across DCP sizes
+//   and combine backends, whose attention sums round differently (docs/model.md).
+// - kQ8: quantized per block to int8 like llama.cpp's CPU backend (Q8_1 for Q4_1 weights, Q8_0
+//   for Q8_0 weights), for its numerics and VNNI speed; a 1-ulp change of an input can flip a
+//   rounding and the difference then grows to the size of the quantization noise.
+enum class ActFormat { kF32, kQ8 };
+
+// Activations of n rows prepared for one weight type; row t is Row(t) / F32Row(t).
+struct Acts {
+  ActFormat format = ActFormat::kF32;
   WeightType type = WeightType::kQ4_1;
   int n = 0;
   int blocks_per_row = 0;
-  std::vector<ActBlock> blocks;
+  std::vector<ActBlock> blocks;   // kQ8
+  std::vector<float> x;           // kF32: [n, blocks_per_row * 32]
+  std::vector<float> block_sums;  // kF32: [n, blocks_per_row]
   const ActBlock* Row(int t) const { return blocks.data() + std::size_t(t) * blocks_per_row; }
+  const float* F32Row(int t) const { return x.data() + std::size_t(t) * blocks_per_row * kBlock; }
+  const float* Sums(int t) const { return block_sums.data() + std::size_t(t) * blocks_per_row; }
 };
 
 // A fixed set of worker threads; ParallelFor(n, fn) runs fn(begin, end) over a static partition
@@ -92,19 +106,23 @@ class ThreadPool {
   bool stop_ = false;
 };
 
-// Quantizes x [n, cols] (row stride ldx floats) for weights of `type`. cols % 32 == 0.
-void QuantizeActs(WeightType type, const float* x, int n, int cols, int ldx, QuantActs* out);
+// Prepares x [n, cols] (row stride ldx floats) for weights of `type`. cols % 32 == 0.
+void PrepareActs(ActFormat format, WeightType type, const float* x, int n, int cols, int ldx,
+                 Acts* out);
 
-// y = x W^T over the column range [col_begin, col_begin + w.cols) of the quantized acts (so one
-// quantization serves a row-sharded view). pool may be null (single thread).
-void MatMul(const QuantMatrix& w, const QuantActs& x, int col_begin, float* y, int ldy,
+// y = x W^T over the column range [col_begin, col_begin + w.cols) of the prepared acts (so one
+// preparation serves a row-sharded view). pool may be null (single thread). Each y element is
+// computed by one fixed sequence of operations, whatever the thread count or n.
+void MatMul(const QuantMatrix& w, const Acts& x, int col_begin, float* y, int ldy,
             ThreadPool* pool);
 
 // Row r of w dequantized to fp32 (the embedding lookup).
 void DequantizeRow(const QuantMatrix& w, int r, float* out);
 
-// The scalar kernel (no SIMD), for tests of the dispatched one.
+// The scalar kernels (no SIMD), for tests of the dispatched ones.
 float DotScalar(WeightType type, const std::uint8_t* w_row, const ActBlock* x, int num_blocks);
+float DotF32Scalar(WeightType type, const std::uint8_t* w_row, const float* x, const float* sums,
+                   int num_blocks);
 // The kernel MatMul dispatches to on this CPU ("avx512vnni", "avx2" or "scalar").
 const char* MatMulIsa();
 

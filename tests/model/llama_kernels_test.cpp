@@ -43,8 +43,8 @@ TEST(QuantizeActs, FollowsGgmlQ8_1Rule) {
   x[1] = -0.635f;  // exactly -63.5 quanta: ties to even, -64
   x[2] = 0.004f;   // 0.4 quanta: 0
   x[31] = 0.5f;
-  QuantActs q;
-  QuantizeActs(WeightType::kQ4_1, x.data(), 1, 32, 32, &q);
+  Acts q;
+  PrepareActs(ActFormat::kQ8, WeightType::kQ4_1, x.data(), 1, 32, 32, &q);
   ASSERT_EQ(q.blocks.size(), 1u);
   const ActBlock& b = q.blocks[0];
   EXPECT_EQ(b.q[0], 127);
@@ -58,8 +58,8 @@ TEST(QuantizeActs, FollowsGgmlQ8_1Rule) {
 
 TEST(QuantizeActs, ZeroBlockHasZeroScale) {
   std::vector<float> x(64, 0.0f);
-  QuantActs q;
-  QuantizeActs(WeightType::kQ8_0, x.data(), 1, 64, 64, &q);
+  Acts q;
+  PrepareActs(ActFormat::kQ8, WeightType::kQ8_0, x.data(), 1, 64, 64, &q);
   for (const ActBlock& b : q.blocks) {
     EXPECT_EQ(b.d, 0.0f);
     for (int j = 0; j < 32; ++j) EXPECT_EQ(b.q[j], 0);
@@ -100,7 +100,7 @@ RandomMatrix MakeMatrix(WeightType type, int rows, int cols, std::mt19937& rng) 
 }
 
 // float64 y = x W^T, over the dequantized weights and (exact) dequantized activations.
-std::vector<double> Reference(const QuantMatrix& w, const QuantActs& x, int col_begin) {
+std::vector<double> Reference(const QuantMatrix& w, const Acts& x, int col_begin) {
   std::vector<double> y(std::size_t(x.n) * w.rows);
   std::vector<float> wrow(w.cols);
   for (int r = 0; r < w.rows; ++r) {
@@ -139,8 +139,8 @@ void CheckMatMul(WeightType type, int rows, int cols, int n, int threads) {
   std::vector<float> x(std::size_t(n) * cols);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (float& v : x) v = normal(rng);
-  QuantActs q;
-  QuantizeActs(type, x.data(), n, cols, cols, &q);
+  Acts q;
+  PrepareActs(ActFormat::kQ8, type, x.data(), n, cols, cols, &q);
   ThreadPool pool(threads);
   std::vector<float> y(std::size_t(n) * rows);
   MatMul(w.m, q, 0, y.data(), rows, &pool);
@@ -156,6 +156,54 @@ void CheckMatMul(WeightType type, int rows, int cols, int n, int threads) {
   }
 }
 
+// fp32 activations: y against the float64 product of the dequantized weights and x, for every
+// token count around the 4-row register blocking; the dispatched kernel equals the scalar one to
+// rounding and gives each row the same bits whatever n is.
+void CheckMatMulF32(WeightType type, int rows, int cols, int threads) {
+  std::mt19937 rng(99 + rows + cols);
+  RandomMatrix w = MakeMatrix(type, rows, cols, rng);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int max_n = 6;
+  std::vector<float> x(std::size_t(max_n) * cols);
+  for (float& v : x) v = normal(rng);
+  std::vector<float> wrow(cols);
+  std::vector<double> ref(std::size_t(max_n) * rows);
+  for (int r = 0; r < rows; ++r) {
+    DequantizeRow(w.m, r, wrow.data());
+    for (int t = 0; t < max_n; ++t) {
+      double acc = 0.0;
+      for (int c = 0; c < cols; ++c) acc += double(wrow[c]) * x[std::size_t(t) * cols + c];
+      ref[std::size_t(t) * rows + r] = acc;
+    }
+  }
+  ThreadPool pool(threads);
+  std::vector<float> first;
+  for (int n = 1; n <= max_n; ++n) {
+    Acts a;
+    PrepareActs(ActFormat::kF32, type, x.data(), n, cols, cols, &a);
+    std::vector<float> y(std::size_t(n) * rows);
+    MatMul(w.m, a, 0, y.data(), rows, &pool);
+    for (int i = 0; i < n * rows; ++i) {
+      ASSERT_NEAR(y[i], ref[i], 1e-4 * (1.0 + std::fabs(ref[i]))) << "n " << n << " i " << i;
+      const int t = i / rows, r = i % rows;
+      const float s = DotF32Scalar(type, w.m.data + std::size_t(r) * w.m.row_stride, a.F32Row(t),
+                                   a.Sums(t), cols / 32);
+      ASSERT_NEAR(s, ref[i], 1e-4 * (1.0 + std::fabs(ref[i])));
+    }
+    if (n == 1) first.assign(y.begin(), y.begin() + rows);
+    for (int t = 0; t < n; ++t) {
+      std::vector<float> row_t(y.begin() + std::size_t(t) * rows,
+                               y.begin() + std::size_t(t + 1) * rows);
+      if (t == 0) {
+        EXPECT_EQ(row_t, first) << "n " << n;
+      }
+    }
+  }
+}
+
+TEST(MatMulF32, Q4_1) { CheckMatMulF32(WeightType::kQ4_1, 50, 576, 2); }
+TEST(MatMulF32, Q8_0) { CheckMatMulF32(WeightType::kQ8_0, 33, 192, 1); }
+
 TEST(MatMul, Q4_1Gemv) { CheckMatMul(WeightType::kQ4_1, 100, 576, 1, 1); }
 TEST(MatMul, Q4_1GemmThreads) { CheckMatMul(WeightType::kQ4_1, 37, 1536, 7, 3); }
 TEST(MatMul, Q8_0Gemv) { CheckMatMul(WeightType::kQ8_0, 65, 576, 1, 2); }
@@ -169,8 +217,8 @@ TEST(MatMul, ColumnRangeViews) {
   std::vector<float> x(2 * 192);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (float& v : x) v = normal(rng);
-  QuantActs q;
-  QuantizeActs(WeightType::kQ4_1, x.data(), 2, 192, 192, &q);
+  Acts q;
+  PrepareActs(ActFormat::kQ8, WeightType::kQ4_1, x.data(), 2, 192, 192, &q);
   const QuantMatrix view = w.m.ColRange(64, 96);
   std::vector<float> y(2 * 24);
   MatMul(view, q, 64, y.data(), 24, nullptr);
