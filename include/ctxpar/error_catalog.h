@@ -50,7 +50,10 @@ struct CatalogArg {
 
 // A Status with entry `id`'s code, its template rendered with `args`, and error_id() = id.
 // An unknown ID, a missing or a surplus argument yields a kInternal Status describing the slip.
-Status CatalogError(std::string_view id, std::initializer_list<CatalogArg> args);
+Status CatalogError(std::string_view id, std::span<const CatalogArg> args);
+inline Status CatalogError(std::string_view id, std::initializer_list<CatalogArg> args) {
+  return CatalogError(id, std::span<const CatalogArg>(args.begin(), args.size()));
+}
 
 // Which entry a pasted message (values filled in) came from. Each template is compiled to a
 // regular expression in which a placeholder matches any text; a whole-message match is preferred

@@ -487,7 +487,7 @@ std::vector<std::string> TemplatePlaceholders(std::string_view message_template)
   return names;
 }
 
-Status CatalogError(std::string_view id, std::initializer_list<CatalogArg> args) {
+Status CatalogError(std::string_view id, std::span<const CatalogArg> args) {
   const CatalogEntry* entry = FindCatalogEntry(id);
   if (entry == nullptr) {
     return Internal("CatalogError: no catalog entry " + std::string(id));
