@@ -185,9 +185,7 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::Create(std::shared_ptr<const G
   impl->tp_rank = tp.rank();
   const int n = par.dcp_size;
   impl->dcp_rank = impl->tp_rank % n;
-  if (n > 1) {
-    CTXPAR_ASSIGN_OR_RETURN(impl->dcp, tp.Split(impl->tp_rank / n, impl->tp_rank));
-  }
+  CTXPAR_ASSIGN_OR_RETURN(impl->dcp, tp.Split(impl->tp_rank / n, impl->tp_rank));
   impl->heads = hp.num_heads / par.tp_size;
   impl->kv_heads = hp.num_kv_heads / par.tp_size * n;
   impl->q_heads = par.replicate_q_proj ? impl->heads * n : impl->heads;
@@ -245,9 +243,8 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::Create(std::shared_ptr<const G
   }
   impl->pool = std::make_unique<model::ThreadPool>(par.num_threads);
   impl->act_format = par.quantize_activations ? model::ActFormat::kQ8 : model::ActFormat::kF32;
-  CTXPAR_ASSIGN_OR_RETURN(
-      impl->attend, model::DcpAttend::Create(impl->dcp.get(), par, impl->heads, impl->kv_heads, hd,
-                                             par.num_threads));
+  CTXPAR_ASSIGN_OR_RETURN(impl->attend,
+                          model::DcpAttend::Create(impl->dcp.get(), par, hp.num_heads, hd));
   return std::unique_ptr<LlamaModel>(new LlamaModel(std::move(impl)));
 }
 

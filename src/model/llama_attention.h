@@ -1,9 +1,10 @@
-// One layer's attention for the Llama forward: partial attention of the rank's widened head set
-// over its KV shard, then the DCP combine, giving the rank's own heads.
+// One layer's attention for the Llama forward: the rank's rows of a KvCache and DcpAttention
+// (the partial attention of the widened head set over the rank's shard, then the DCP combine).
 //
 // Shapes (fp32, row-major): q [n, q_heads, head_dim] where q_heads = heads * dcp_size with
-// replicated Q, else heads (gathered over the DCP group here); o [n, heads, head_dim]. The n
-// rows are the tokens at positions [p0, p0 + n) of the cache's sequence, already appended.
+// replicated Q, else heads; o [n, heads, head_dim]. The n rows are the tokens at positions
+// [p0, p0 + n) of the cache's sequence, already appended (causal: row t sees positions
+// <= p0 + t).
 //
 // Thread safety: used by the rank's thread only; Run is collective over the DCP group.
 #pragma once
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "ctxpar/communicator.h"
+#include "ctxpar/dcp_attention.h"
 #include "ctxpar/kv_cache.h"
 #include "ctxpar/llama.h"
 #include "ctxpar/status.h"
@@ -20,24 +22,17 @@ namespace ctxpar::model {
 
 class DcpAttend {
  public:
-  // dcp is null when parallel.dcp_size == 1.
+  // dcp is the DCP group's communicator (size parallel.dcp_size), not owned.
+  // num_heads is the model's query heads; the backend and Q path come from `parallel`.
   static Expected<std::unique_ptr<DcpAttend>> Create(Communicator* dcp,
-                                                     const LlamaParallel& parallel, int heads,
-                                                     int kv_heads, int head_dim, int num_threads);
+                                                     const LlamaParallel& parallel, int num_heads,
+                                                     int head_dim);
   Status Run(const KvCache& cache, int seq, int p0, int n, const float* q, float* o);
 
  private:
-  DcpAttend() = default;
+  explicit DcpAttend(std::unique_ptr<DcpAttention> attention) : attention_(std::move(attention)) {}
 
-  Communicator* dcp_ = nullptr;
-  int n_dcp_ = 1;
-  int rank_ = 0;
-  bool replicated_ = false;
-  int heads_ = 0;
-  int kv_heads_ = 0;
-  int head_dim_ = 0;
-  int threads_ = 1;
-  std::vector<float> qw_, gathered_, o_part_, lse_, o_all_, lse_all_;
+  std::unique_ptr<DcpAttention> attention_;
   std::vector<int32_t> row_seq_, row_len_;
 };
 

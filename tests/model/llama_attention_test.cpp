@@ -61,15 +61,12 @@ TEST(LlamaAttention, ShardedCacheMatchesFloat64) {
   for (float& x : k) x = normal(rng);
   for (float& x : v) x = normal(rng);
   for (const Case& c : {Case{1, false, "ag_rs"}, Case{3, false, "ag_rs"}, Case{3, true, "a2a"},
-                        Case{3, false, "a2a"}}) {
+                        Case{3, false, "a2a"}, Case{3, true, "shm_a2a"}}) {
     // tp = 3: rank r owns heads [3r, 3r + 3); its DCP group (dcp = 3) or itself (dcp = 1)
     // attends for the widened heads.
     std::vector<std::vector<float>> out(3, std::vector<float>(std::size_t(len) * 3 * kDim));
     Status st = RunInProcess(3, [&](Communicator& tp) -> Status {
-      std::unique_ptr<Communicator> dcp;
-      if (c.dcp > 1) {
-        CTXPAR_ASSIGN_OR_RETURN(dcp, tp.Split(0, tp.rank()));
-      }
+      CTXPAR_ASSIGN_OR_RETURN(auto dcp, tp.Split(tp.rank() / c.dcp, tp.rank()));
       LlamaParallel par{.tp_size = 3,
                         .dcp_size = c.dcp,
                         .dcp_comm_backend = c.backend,
@@ -88,7 +85,7 @@ TEST(LlamaAttention, ShardedCacheMatchesFloat64) {
                        .head_dim_v = kDim};
       CTXPAR_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(o));
       CTXPAR_ASSIGN_OR_RETURN(int seq, cache.AddSequence());
-      CTXPAR_ASSIGN_OR_RETURN(auto attend, DcpAttend::Create(dcp.get(), par, 3, kv_heads, kDim, 1));
+      CTXPAR_ASSIGN_OR_RETURN(auto attend, DcpAttend::Create(dcp.get(), par, kHeads, kDim));
       const int q_heads = c.replicate ? 9 : 3;
       const int q_first = c.replicate ? 0 : 3 * r;
       int p0 = 0;
@@ -120,7 +117,8 @@ TEST(LlamaAttention, ShardedCacheMatchesFloat64) {
         for (int d = 0; d < kDim; ++d) {
           ASSERT_NEAR(out[h / 3][(std::size_t(t) * 3 + h % 3) * kDim + d],
                       ref[(std::size_t(t) * kHeads + h) * kDim + d], 2e-5)
-              << "dcp " << c.dcp << " replicate " << c.replicate << " t " << t << " h " << h;
+              << "dcp " << c.dcp << " " << c.backend << " replicate " << c.replicate << " t " << t
+              << " h " << h;
         }
       }
     }
