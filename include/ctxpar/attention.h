@@ -18,10 +18,11 @@
 //   num_kv_heads) (GQA; num_q_heads must be a multiple of num_kv_heads).
 // - A row that sees no key gets O = 0 and lse = -inf, so the merge (merge.h) gives it weight 0.
 // - Numerics: online softmax with a running max and sum in fp32, accumulation in fp32. bf16 K/V
-//   are widened exactly to fp32, except on the avx512_bf16 path (cpu_features.h), which rounds
-//   Q (times scale) to bf16 once per row for the vdpbf16ps q.k products: a relative error of up
-//   to 2^-9 per Q element, so scores move by about 2^-9 * |scale| * ||q|| ||k|| / sqrt(head_dim)
-//   and O and lse agree with an exact computation to about 1e-2 relative (fp32 KV: 1e-5).
+//   are widened exactly to fp32, except on the avx512_bf16 path (cpu_features.h), which feeds
+//   vdpbf16ps: Q (times scale) is rounded to bf16 once per row and each block of softmax
+//   weights p_j to bf16 before O += p V (the sum of the weights stays fp32). Each rounding is a
+//   relative error of at most 2^-9, so O and lse agree with an exact computation to about 1e-2
+//   relative (typically 1e-3); fp32 KV: about 1e-5 on every path.
 // - Work is split over rows, KV heads and chunks of keys (split-KV); the chunks of one row are
 //   merged with merge.h, so a single long sequence uses every thread.
 // - Thread safety: a call reads its inputs and writes only o and lse; concurrent calls on

@@ -1,8 +1,9 @@
 // The per-ISA partial-attention kernels behind PartialAttentionCpu (internal).
 //
-// One call handles one task: one query row, the G query heads of one KV head, and the keys
-// [key_begin, key_end) of that row's sequence. It writes the task's O [G, head_dim_v] and natural
-// lse [G] (O = 0, lse = -inf for an empty range). Each ISA's kernels live in their own
+// One call handles one task: one query row, kv_heads consecutive KV heads with their G query
+// heads each, and the keys [key_begin, key_end) of that row's sequence. It writes the task's
+// O [kv_heads * G, head_dim_v] and natural lse [kv_heads * G] (O = 0, lse = -inf for an empty
+// range). Each ISA's kernels live in their own
 // translation unit, compiled with that ISA's flags; the caller picks one with SelectKernel after
 // checking the CPU (cpu_features.h), so no wider instruction runs on a CPU that lacks it.
 #pragma once
@@ -19,34 +20,36 @@ namespace ctxpar::attention_internal {
 inline constexpr int kKeyBlock = 16;
 
 struct KernelArgs {
-  const float* q = nullptr;  // [group, head_dim_qk], the row's query heads of this KV head
-  float* o = nullptr;        // [group, head_dim_v]
-  float* lse = nullptr;      // [group]
+  const float* q = nullptr;  // [kv_heads * group, head_dim_qk]
+  float* o = nullptr;        // [kv_heads * group, head_dim_v]
+  float* lse = nullptr;      // [kv_heads * group]
+  int kv_heads = 0;
   int group = 0;
   int head_dim_qk = 0;
   int head_dim_v = 0;
   float scale = 1.0f;
-  // K row of local position r: k + (page(r) * page_size + r % page_size) * k_row_stride
-  // + k_head_offset, page(r) = pages[r / page_size]; likewise V.
+  // K row of local position r and the task's KV head i: k + (page(r) * page_size + r %
+  // page_size) * k_row_stride + i * k_head_stride, page(r) = pages[r / page_size]; likewise V
+  // (v null: V rows are the K rows).
   const void* k = nullptr;
   const void* v = nullptr;
   int64_t k_row_stride = 0;
   int64_t v_row_stride = 0;
-  int64_t k_head_offset = 0;
-  int64_t v_head_offset = 0;
+  int64_t k_head_stride = 0;
+  int64_t v_head_stride = 0;
   int page_size = 0;
   const int32_t* pages = nullptr;
   int key_begin = 0;
   int key_end = 0;
-  float* scratch = nullptr;  // KernelScratchFloats(group, head_dim_qk) floats, 64-byte aligned
+  float* scratch = nullptr;  // KernelScratchFloats(kv_heads, group, head_dim_qk), 64-B aligned
 };
 
 using KernelFn = void (*)(const KernelArgs& args);
 
-inline size_t KernelScratchFloats(int group, int head_dim_qk) {
-  // Scaled Q, one block of scores, running max and sum; rounded to whole cache lines.
-  const size_t n = static_cast<size_t>(group) * head_dim_qk +
-                   static_cast<size_t>(group) * kKeyBlock + 2 * static_cast<size_t>(group);
+inline size_t KernelScratchFloats(int kv_heads, int group, int head_dim_qk) {
+  // Scaled Q, one block of scores of one KV head, running max and sum; whole cache lines.
+  const size_t heads = static_cast<size_t>(kv_heads) * group;
+  const size_t n = heads * head_dim_qk + static_cast<size_t>(group) * kKeyBlock + 2 * heads;
   return (n + 15) / 16 * 16 + 16;
 }
 

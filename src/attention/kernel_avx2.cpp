@@ -15,6 +15,7 @@ struct Avx2Isa {
   static constexpr int kDotStep = 8;
   // 16 ymm registers: 2 x 4 score accumulators, 2 x 4 output accumulators plus the operands.
   static constexpr int kQkHeads = 2;
+  static constexpr bool kPairedPv = false;
   static constexpr int kPvHeads = 2;
   static V Zero() { return _mm256_setzero_ps(); }
   static V Set1(float x) { return _mm256_set1_ps(x); }

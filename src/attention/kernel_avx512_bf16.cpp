@@ -1,5 +1,6 @@
-// The AVX-512 BF16 path for bf16 KV: q . k by vdpbf16ps on Q rounded to bf16 once per task
-// (attention.h states the accuracy); compiled with -mavx512bf16, run only where cpuid has it.
+// The AVX-512 BF16 path for bf16 KV: q . k by vdpbf16ps on Q rounded to bf16 once per task, and
+// P V by vdpbf16ps on the softmax weights rounded to bf16, two keys per instruction (attention.h
+// states the accuracy); compiled with -mavx512bf16, run only where cpuid has it.
 #include <immintrin.h>
 
 #include "attention/kernel.h"
@@ -21,6 +22,77 @@ struct Avx512DpBf16Isa : Avx512Isa {
       _mm512_storeu_si512(out + i, reinterpret_cast<const __m512i&>(h));
     }
   }
+  static constexpr bool kPairedPv = true;
+  static constexpr int kPairedPvHeads = 4;
+
+  // O[h][d] += sum_j p[h][j] v[j][d] for keys taken in pairs: vpermt2w interleaves two V rows
+  // into (v[j][d], v[j+1][d]) pairs, which meet the broadcast pair (p[h][j], p[h][j+1]).
+  template <int HB, int DB>
+  static void PairTile(const uint32_t* pairs, int n2, const uint16_t* const* v, int d0, float* o,
+                       int dv) {
+    V acc[HB][DB];
+    for (int i = 0; i < HB; ++i) {
+      for (int b = 0; b < DB; ++b) acc[i][b] = Load(o + i * dv + d0 + b * kLanes);
+    }
+    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
+                                        8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    for (int j = 0; j < n2; j += 2) {
+      __m512i vv[DB];
+      if constexpr (DB == 1) {
+        const __m512i a =
+            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v[j] + d0)));
+        const __m512i c = _mm512_castsi256_si512(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v[j + 1] + d0)));
+        vv[0] = _mm512_permutex2var_epi16(a, lo, c);
+      } else {
+        for (int b = 0; b < DB; b += 2) {
+          const __m512i a = _mm512_loadu_si512(v[j] + d0 + b * kLanes);
+          const __m512i c = _mm512_loadu_si512(v[j + 1] + d0 + b * kLanes);
+          vv[b] = _mm512_permutex2var_epi16(a, lo, c);
+          vv[b + 1] = _mm512_permutex2var_epi16(a, hi, c);
+        }
+      }
+      for (int i = 0; i < HB; ++i) {
+        const __m512i pp = _mm512_set1_epi32(static_cast<int>(pairs[i * kKeyBlock + j / 2]));
+        for (int b = 0; b < DB; ++b) {
+          acc[i][b] = _mm512_dpbf16_ps(acc[i][b], reinterpret_cast<const __m512bh&>(pp),
+                                       reinterpret_cast<const __m512bh&>(vv[b]));
+        }
+      }
+    }
+    for (int i = 0; i < HB; ++i) {
+      for (int b = 0; b < DB; ++b) Store(o + i * dv + d0 + b * kLanes, acc[i][b]);
+    }
+  }
+
+  template <int HB>
+  static void PairRows(const uint32_t* pairs, int n2, const uint16_t* const* v, int heads, float* o,
+                       int dv) {
+    if constexpr (HB > 1) {
+      if (heads < HB) return PairRows<HB - 1>(pairs, n2, v, heads, o, dv);
+    }
+    int d = 0;
+    for (; d + 4 * kLanes <= dv; d += 4 * kLanes) PairTile<HB, 4>(pairs, n2, v, d, o, dv);
+    for (; d < dv; d += kLanes) PairTile<HB, 1>(pairs, n2, v, d, o, dv);
+  }
+
+  static void PairedPv(float* p, int n, const uint16_t* const* v, int group, float* o, int dv) {
+    // Each row of p becomes bf16 in place: 16 weights, 8 pairs, in its first 32 bytes.
+    for (int h = 0; h < group; ++h) {
+      const __m256bh b = _mm512_cvtneps_pbh(Load(p + h * kKeyBlock));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + h * kKeyBlock),
+                          reinterpret_cast<const __m256i&>(b));
+    }
+    const auto* pairs = reinterpret_cast<const uint32_t*>(p);
+    const int n2 = (n + 1) / 2 * 2;
+    for (int h = 0; h < group; h += kPairedPvHeads) {
+      const int heads = group - h < kPairedPvHeads ? group - h : kPairedPvHeads;
+      PairRows<kPairedPvHeads>(pairs + h * kKeyBlock, n2, v, heads,
+                               o + static_cast<int64_t>(h) * dv, dv);
+    }
+  }
+
   static V Dot(V acc, const QElem* q, const uint16_t* k) {
     const __m512i qv = _mm512_loadu_si512(q);
     const __m512i kv = _mm512_loadu_si512(k);

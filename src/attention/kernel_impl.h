@@ -6,9 +6,12 @@
 // widened to fp32), Store, Add, Mul, Max, Fma(a, b, c) = a * b + c, ReduceMax, ReduceAdd,
 // Exp2 (2^x, 0 below -127), Reduce4(a, b, c, d, out) (out[i] = sum of the lanes of the i-th),
 // kQkHeads and kPvHeads (register tile heights), QElem and PrepareQ (how Q is held for the dot
-// products), and Dot(acc, q, k) (one step of kDotStep elements of q . k into acc).
+// products), Dot(acc, q, k) (one step of kDotStep elements of q . k into acc), and kPairedPv:
+// when true, PairedPv(p, n, v, group, o, dv) does O += P V for a block (p may be overwritten;
+// v[n] is valid and p is 0 there, so keys may be taken in pairs).
 //
-// Algorithm (per task: one row, the G query heads of one KV head, a range of keys): Q is scaled
+// Algorithm (per task: one row, its KV heads and their G query heads each, a range of keys; the
+// KV heads of a key block are visited in turn, so K/V rows are read in address order): Q is scaled
 // by scale * log2(e) once so that the softmax runs in base 2 (exp2 is cheaper than exp); keys go
 // in blocks of kKeyBlock: scores for a tile of heads x 4 keys are accumulated along the head
 // dimension in registers and reduced at the end, then the online softmax updates the running
@@ -21,12 +24,20 @@
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// Row pointers of keys [begin, begin + n): one division per block, then walk the pages.
 template <class KElem>
-const KElem* RowPtr(const void* base, const KernelArgs& a, int64_t stride, int64_t head_offset,
-                    int r) {
-  const int64_t page = a.pages[r / a.page_size];
-  const int64_t slot = page * a.page_size + r % a.page_size;
-  return static_cast<const KElem*>(base) + slot * stride + head_offset;
+void RowPtrs(const void* base, const KernelArgs& a, int64_t stride, int begin, int n,
+             const KElem** out) {
+  int page = begin / a.page_size;
+  int slot = begin % a.page_size;
+  for (int j = 0; j < n; ++j) {
+    const int64_t row = static_cast<int64_t>(a.pages[page]) * a.page_size + slot;
+    out[j] = static_cast<const KElem*>(base) + row * stride;
+    if (++slot == a.page_size) {
+      slot = 0;
+      ++page;
+    }
+  }
 }
 
 template <class T, class KElem, int HB>
@@ -107,65 +118,85 @@ template <class T, class KElem>
 void Attend(const KernelArgs& a) {
   using V = typename T::V;
   const int group = a.group;
+  const int heads = a.kv_heads * group;
   const int dqk = a.head_dim_qk;
   const int dv = a.head_dim_v;
-  for (int64_t i = 0; i < static_cast<int64_t>(group) * dv; i += T::kLanes) {
+  for (int64_t i = 0; i < static_cast<int64_t>(heads) * dv; i += T::kLanes) {
     T::Store(a.o + i, T::Zero());
   }
   if (a.key_begin >= a.key_end) {
-    for (int h = 0; h < group; ++h) a.lse[h] = -__builtin_inff();
+    for (int h = 0; h < heads; ++h) a.lse[h] = -__builtin_inff();
     return;
   }
   auto* q = reinterpret_cast<typename T::QElem*>(a.scratch);
-  float* s = a.scratch + static_cast<int64_t>(group) * dqk;
+  float* s = a.scratch + static_cast<int64_t>(heads) * dqk;
   float* m = s + group * kKeyBlock;
-  float* l = m + group;
-  for (int h = 0; h < group; ++h) {
+  float* l = m + heads;
+  for (int h = 0; h < heads; ++h) {
     T::PrepareQ(a.q + static_cast<int64_t>(h) * dqk, a.scale * kLog2e,
                 q + static_cast<int64_t>(h) * dqk, dqk);
     m[h] = -__builtin_inff();
     l[h] = 0.0f;
   }
   const void* vbase = a.v != nullptr ? a.v : a.k;
+  const KElem* k0[kKeyBlock];
+  const KElem* v0[kKeyBlock];
   const KElem* kp[kKeyBlock];
   const KElem* vp[kKeyBlock];
   for (int kb = a.key_begin; kb < a.key_end; kb += kKeyBlock) {
     const int n = a.key_end - kb < kKeyBlock ? a.key_end - kb : kKeyBlock;
     const int n4 = (n + 3) / 4 * 4;
-    for (int j = 0; j < n; ++j) {
-      kp[j] = RowPtr<KElem>(a.k, a, a.k_row_stride, a.k_head_offset, kb + j);
-      vp[j] = RowPtr<KElem>(vbase, a, a.v_row_stride, a.v_head_offset, kb + j);
-    }
-    for (int j = n; j < n4; ++j) kp[j] = kp[0];
-    Scores<T, KElem>(q, group, dqk, kp, n4, s);
-    for (int h = 0; h < group; ++h) {
-      float* sh = s + h * kKeyBlock;
-      for (int j = n; j < kKeyBlock; ++j) sh[j] = -__builtin_inff();
-      V vmax = T::Load(sh);
-      for (int j = T::kLanes; j < kKeyBlock; j += T::kLanes) vmax = T::Max(vmax, T::Load(sh + j));
-      const float block_max = T::ReduceMax(vmax);
-      const float m_new = m[h] > block_max ? m[h] : block_max;
-      V vsum = T::Zero();
-      for (int j = 0; j < kKeyBlock; j += T::kLanes) {
-        const V p = T::Exp2(T::Add(T::Load(sh + j), T::Set1(-m_new)));
-        T::Store(sh + j, p);
-        vsum = T::Add(vsum, p);
+    RowPtrs<KElem>(a.k, a, a.k_row_stride, kb, n, k0);
+    RowPtrs<KElem>(vbase, a, a.v_row_stride, kb, n, v0);
+    // The KV heads of one key block in turn, so that the rows are read in address order.
+    for (int kvh = 0; kvh < a.kv_heads; ++kvh) {
+      for (int j = 0; j < n; ++j) {
+        kp[j] = k0[j] + static_cast<int64_t>(kvh) * a.k_head_stride;
+        vp[j] = v0[j] + static_cast<int64_t>(kvh) * a.v_head_stride;
       }
-      if (m_new > m[h]) {
-        const float corr = __builtin_exp2f(m[h] - m_new);
-        l[h] *= corr;
-        ScaleRow<T>(a.o + static_cast<int64_t>(h) * dv, dv, corr);
-        m[h] = m_new;
+      // Padding keys repeat key 0; their weights are 0.
+      for (int j = n; j < n4; ++j) {
+        kp[j] = kp[0];
+        vp[j] = vp[0];
       }
-      l[h] += T::ReduceAdd(vsum);
-    }
-    for (int h = 0; h < group; h += T::kPvHeads) {
-      const int heads = group - h < T::kPvHeads ? group - h : T::kPvHeads;
-      PvRows<T, KElem, T::kPvHeads>(s + h * kKeyBlock, n, vp, heads,
-                                    a.o + static_cast<int64_t>(h) * dv, dv);
+      const int h0 = kvh * group;
+      float* o = a.o + static_cast<int64_t>(h0) * dv;
+      Scores<T, KElem>(q + static_cast<int64_t>(h0) * dqk, group, dqk, kp, n4, s);
+      for (int g = 0; g < group; ++g) {
+        float* sg = s + g * kKeyBlock;
+        float& mh = m[h0 + g];
+        float& lh = l[h0 + g];
+        for (int j = n; j < kKeyBlock; ++j) sg[j] = -__builtin_inff();
+        V vmax = T::Load(sg);
+        for (int j = T::kLanes; j < kKeyBlock; j += T::kLanes) vmax = T::Max(vmax, T::Load(sg + j));
+        const float block_max = T::ReduceMax(vmax);
+        const float m_new = mh > block_max ? mh : block_max;
+        V vsum = T::Zero();
+        for (int j = 0; j < kKeyBlock; j += T::kLanes) {
+          const V p = T::Exp2(T::Add(T::Load(sg + j), T::Set1(-m_new)));
+          T::Store(sg + j, p);
+          vsum = T::Add(vsum, p);
+        }
+        if (m_new > mh) {
+          const float corr = __builtin_exp2f(mh - m_new);
+          lh *= corr;
+          ScaleRow<T>(o + static_cast<int64_t>(g) * dv, dv, corr);
+          mh = m_new;
+        }
+        lh += T::ReduceAdd(vsum);
+      }
+      if constexpr (T::kPairedPv) {
+        T::PairedPv(s, n, vp, group, o, dv);
+      } else {
+        for (int g = 0; g < group; g += T::kPvHeads) {
+          const int rows = group - g < T::kPvHeads ? group - g : T::kPvHeads;
+          PvRows<T, KElem, T::kPvHeads>(s + g * kKeyBlock, n, vp, rows,
+                                        o + static_cast<int64_t>(g) * dv, dv);
+        }
+      }
     }
   }
-  for (int h = 0; h < group; ++h) {
+  for (int h = 0; h < heads; ++h) {
     // l >= 1 here: the key that set the max contributes exp2(0).
     ScaleRow<T>(a.o + static_cast<int64_t>(h) * dv, dv, 1.0f / l[h]);
     a.lse[h] = (m[h] + __builtin_log2f(l[h])) * kLn2;

@@ -1,7 +1,6 @@
 // The portable path: one lane, no SIMD (the reference for the others, and the fallback).
-#include <cstring>
-
 #include "attention/kernel.h"
+#include "ctxpar/bf16.h"
 
 namespace ctxpar::attention_internal {
 namespace {
@@ -14,16 +13,12 @@ struct ScalarIsa {
   static constexpr int kLanes = 1;
   static constexpr int kDotStep = 1;
   static constexpr int kQkHeads = 4;
+  static constexpr bool kPairedPv = false;
   static constexpr int kPvHeads = 4;
   static V Zero() { return 0.0f; }
   static V Set1(float x) { return x; }
   static V Load(const float* p) { return *p; }
-  static V Load(const uint16_t* p) {
-    const uint32_t bits = static_cast<uint32_t>(*p) << 16;
-    float f;
-    std::memcpy(&f, &bits, sizeof(f));
-    return f;
-  }
+  static V Load(const uint16_t* p) { return Bf16ToFloat(*p); }
   static void Store(float* p, V v) { *p = v; }
   static V Add(V a, V b) { return a + b; }
   static V Mul(V a, V b) { return a * b; }

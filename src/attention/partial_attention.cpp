@@ -118,24 +118,22 @@ Status Validate(const PartialAttentionParams& p) {
   return Status::Ok();
 }
 
-// One unit of work: keys [begin, end) of one row and KV head. Its O and lse go to the output
-// directly when the row has one split, else to partial buffers that MergeSplits combines.
+// One unit of work: keys [begin, end) of one row, every KV head. Its O and lse go to the
+// output directly when the row has one split, else to partial buffers that the merge combines.
 struct Task {
   int row;
-  int kv_head;
   int begin;
   int end;
-  float* o;
-  float* lse;
+  float* o;    // [num_q_heads, head_dim_v]
+  float* lse;  // [num_q_heads]
 };
 
-// The rows x KV heads whose keys were split, and where their partials live.
-struct SplitGroup {
+// A row whose keys were split, and where its partials live.
+struct SplitRow {
   int row;
-  int kv_head;
   int splits;
-  float* o;    // [splits, group, head_dim_v]
-  float* lse;  // [splits, group]
+  float* o;    // [splits, num_q_heads, head_dim_v]
+  float* lse;  // [splits, num_q_heads]
 };
 
 void RunParallel(int threads, int count, const std::function<void(int, int)>& fn) {
@@ -185,7 +183,8 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
   if (isa == CpuIsa::kAvx512Bf16 && kv.head_dim_qk % 32 != 0) isa = CpuIsa::kAvx512;
   const KernelFn kernel = attention_internal::SelectKernel(isa, kv.dtype);
 
-  const int group = p.num_q_heads / kv.num_kv_heads;
+  const int heads = p.num_q_heads;
+  const int group = heads / kv.num_kv_heads;
   const int dqk = kv.head_dim_qk;
   const int dv = kv.head_dim_v;
   int threads = p.num_threads > 0
@@ -193,86 +192,81 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int64_t total_keys = 0;
   for (int i = 0; i < p.num_rows; ++i) total_keys += p.row_kv_len[i];
-  const double fmas = static_cast<double>(total_keys) * p.num_q_heads * (dqk + dv);
+  const double fmas = static_cast<double>(total_keys) * heads * (dqk + dv);
   threads = static_cast<int>(std::min<double>(threads, std::max(1.0, fmas / kFmasPerThread)));
 
+  // Keys per chunk: whole rows when one thread does everything, else small enough for
+  // kChunksPerThread chunks per thread over all rows.
   int64_t chunk = p.split_kv_keys;
   if (chunk == 0) {
-    const int64_t units = total_keys * kv.num_kv_heads;
-    const int64_t per_task =
-        (units + threads * kChunksPerThread - 1) / (threads * kChunksPerThread);
-    chunk = threads == 1 ? INT64_MAX : std::max<int64_t>(kMinSplitKeys, per_task);
-    if (chunk != INT64_MAX)
-      chunk = (chunk + attention_internal::kKeyBlock - 1) / attention_internal::kKeyBlock *
-              attention_internal::kKeyBlock;
+    const int64_t want = threads * kChunksPerThread;
+    chunk =
+        threads == 1 ? INT64_MAX : std::max<int64_t>(kMinSplitKeys, (total_keys + want - 1) / want);
   }
-
-  std::vector<Task> tasks;
-  std::vector<SplitGroup> split_groups;
+  auto splits_of = [&](int len) {
+    return len <= chunk ? 1 : static_cast<int>((len + chunk - 1) / chunk);
+  };
   int64_t partial_floats = 0;
   for (int i = 0; i < p.num_rows; ++i) {
-    const int len = p.row_kv_len[i];
-    const int splits = len <= chunk ? 1 : static_cast<int>((len + chunk - 1) / chunk);
-    if (splits > 1)
-      partial_floats += static_cast<int64_t>(splits) * kv.num_kv_heads * group * (dv + 1);
+    const int splits = splits_of(p.row_kv_len[i]);
+    if (splits > 1) partial_floats += static_cast<int64_t>(splits) * heads * (dv + 1);
   }
   std::vector<float> partials(partial_floats);
+  std::vector<Task> tasks;
+  std::vector<SplitRow> split_rows;
   float* next_partial = partials.data();
   for (int i = 0; i < p.num_rows; ++i) {
     const int len = p.row_kv_len[i];
-    const int splits = len <= chunk ? 1 : static_cast<int>((len + chunk - 1) / chunk);
-    for (int h = 0; h < kv.num_kv_heads; ++h) {
-      const int64_t head0 =
-          static_cast<int64_t>(i) * p.num_q_heads + static_cast<int64_t>(h) * group;
-      if (splits == 1) {
-        tasks.push_back({i, h, 0, len, p.o + head0 * dv, p.lse + head0});
-        continue;
-      }
-      SplitGroup g{i, h, splits, next_partial,
-                   next_partial + static_cast<int64_t>(splits) * group * dv};
-      next_partial += static_cast<int64_t>(splits) * group * (dv + 1);
-      split_groups.push_back(g);
-      for (int s = 0; s < splits; ++s) {
-        const int begin = static_cast<int>(s * chunk);
-        const int end = static_cast<int>(std::min<int64_t>(len, begin + chunk));
-        tasks.push_back({i, h, begin, end, g.o + static_cast<int64_t>(s) * group * dv,
-                         g.lse + static_cast<int64_t>(s) * group});
-      }
+    const int splits = splits_of(len);
+    const int64_t head0 = static_cast<int64_t>(i) * heads;
+    if (splits == 1) {
+      tasks.push_back({i, 0, len, p.o + head0 * dv, p.lse + head0});
+      continue;
+    }
+    const SplitRow r{i, splits, next_partial,
+                     next_partial + static_cast<int64_t>(splits) * heads * dv};
+    next_partial += static_cast<int64_t>(splits) * heads * (dv + 1);
+    split_rows.push_back(r);
+    for (int s = 0; s < splits; ++s) {
+      const int begin = static_cast<int>(s * chunk);
+      const int end = static_cast<int>(std::min<int64_t>(len, begin + chunk));
+      tasks.push_back({i, begin, end, r.o + static_cast<int64_t>(s) * heads * dv,
+                       r.lse + static_cast<int64_t>(s) * heads});
     }
   }
   threads = std::min<int>(threads, static_cast<int>(tasks.size()));
 
-  const size_t scratch_floats = attention_internal::KernelScratchFloats(group, dqk);
+  const size_t scratch_floats =
+      attention_internal::KernelScratchFloats(kv.num_kv_heads, group, dqk);
   std::vector<std::unique_ptr<float[], decltype(&std::free)>> scratch;
   for (int t = 0; t < threads; ++t) {
     scratch.emplace_back(
         static_cast<float*>(std::aligned_alloc(64, scratch_floats * sizeof(float))), &std::free);
-    if (scratch.back() == nullptr)
+    if (scratch.back() == nullptr) {
       return Internal("PartialAttentionCpu: out of memory for scratch");
+    }
   }
-  const int64_t k_row_stride = static_cast<int64_t>(kv.num_kv_heads) * dqk;
-  const int64_t v_row_stride =
-      kv.v != nullptr ? static_cast<int64_t>(kv.num_kv_heads) * dv : k_row_stride;
+  KernelArgs base;
+  base.kv_heads = kv.num_kv_heads;
+  base.group = group;
+  base.head_dim_qk = dqk;
+  base.head_dim_v = dv;
+  base.scale = p.scale;
+  base.k = kv.k;
+  base.v = kv.v;
+  base.k_row_stride = static_cast<int64_t>(kv.num_kv_heads) * dqk;
+  base.k_head_stride = dqk;
+  base.v_row_stride =
+      kv.v != nullptr ? static_cast<int64_t>(kv.num_kv_heads) * dv : base.k_row_stride;
+  base.v_head_stride = kv.v != nullptr ? dv : dqk;
+  base.page_size = kv.page_size;
   RunParallel(threads, static_cast<int>(tasks.size()), [&](int thread, int index) {
     const Task& t = tasks[index];
     const int seq = p.row_seq != nullptr ? p.row_seq[t.row] : t.row;
-    KernelArgs a;
-    a.q = p.q +
-          (static_cast<int64_t>(t.row) * p.num_q_heads + static_cast<int64_t>(t.kv_head) * group) *
-              dqk;
+    KernelArgs a = base;
+    a.q = p.q + static_cast<int64_t>(t.row) * heads * dqk;
     a.o = t.o;
     a.lse = t.lse;
-    a.group = group;
-    a.head_dim_qk = dqk;
-    a.head_dim_v = dv;
-    a.scale = p.scale;
-    a.k = kv.k;
-    a.v = kv.v;
-    a.k_row_stride = k_row_stride;
-    a.v_row_stride = v_row_stride;
-    a.k_head_offset = static_cast<int64_t>(t.kv_head) * dqk;
-    a.v_head_offset = static_cast<int64_t>(t.kv_head) * (kv.v != nullptr ? dv : dqk);
-    a.page_size = kv.page_size;
     a.pages = kv.block_table + static_cast<int64_t>(seq) * kv.max_pages_per_seq;
     a.key_begin = t.begin;
     a.key_end = t.end;
@@ -281,18 +275,17 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
   });
 
   std::vector<float> weights;
-  for (const SplitGroup& g : split_groups) {
-    weights.resize(g.splits);
-    const int64_t head0 =
-        static_cast<int64_t>(g.row) * p.num_q_heads + static_cast<int64_t>(g.kv_head) * group;
-    for (int h = 0; h < group; ++h) {
-      p.lse[head0 + h] = MergeScales(g.lse + h, g.splits, group, weights.data());
-      float* out = p.o + (head0 + h) * dv;
+  for (const SplitRow& r : split_rows) {
+    weights.resize(r.splits);
+    for (int h = 0; h < heads; ++h) {
+      const int64_t out_head = static_cast<int64_t>(r.row) * heads + h;
+      p.lse[out_head] = MergeScales(r.lse + h, r.splits, heads, weights.data());
+      float* out = p.o + out_head * dv;
       std::fill(out, out + dv, 0.0f);
-      for (int s = 0; s < g.splits; ++s) {
-        const float* part = g.o + (static_cast<int64_t>(s) * group + h) * dv;
+      for (int s = 0; s < r.splits; ++s) {
         const float w = weights[s];
         if (w == 0.0f) continue;
+        const float* part = r.o + (static_cast<int64_t>(s) * heads + h) * dv;
         for (int d = 0; d < dv; ++d) out[d] += w * part[d];
       }
     }

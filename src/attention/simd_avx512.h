@@ -11,6 +11,7 @@ struct Avx512Isa {
   static constexpr int kDotStep = 16;
   // 32 zmm registers: 6 x 4 accumulators, 4 operands of the shared side and one broadcast.
   static constexpr int kQkHeads = 6;
+  static constexpr bool kPairedPv = false;
   static constexpr int kPvHeads = 6;
   static V Zero() { return _mm512_setzero_ps(); }
   static V Set1(float x) { return _mm512_set1_ps(x); }
