@@ -1,0 +1,428 @@
+// `ctxpar bench attention`: CPU partial decode attention (one sequence, batch 1) against two
+// ceilings measured in the same run with the same thread count: a STREAM-like read of a buffer
+// far larger than the caches (GB/s) and a register-blocked FMA loop (GFLOP/s; for bf16 KV on a
+// CPU with avx512_bf16, a vdpbf16ps loop, the instruction the kernel uses for q.k).
+#include <immintrin.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench.h"
+#include "ctxpar/attention.h"
+#include "ctxpar/bf16.h"
+#include "ctxpar/cpu_features.h"
+
+namespace ctxpar::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Runs fn(thread) on `threads` threads started together; returns the wall time of the slowest.
+double TimeOnThreads(int threads, const std::function<void(int)>& fn) {
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> pool;
+  Clock::time_point start;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      ready.fetch_add(1);
+      while (!go.load(std::memory_order_acquire)) {
+      }
+      fn(t);
+    });
+  }
+  while (ready.load() < threads) {
+  }
+  start = Clock::now();
+  go.store(true, std::memory_order_release);
+  for (std::thread& t : pool) t.join();
+  return Seconds(start, Clock::now());
+}
+
+// ---- ceilings --------------------------------------------------------------------------------
+
+__attribute__((target("avx512f"))) float SumAvx512(const float* p, size_t n) {
+  __m512 a[8];
+  for (__m512& x : a) x = _mm512_setzero_ps();
+  for (size_t i = 0; i < n; i += 128) {
+    for (int j = 0; j < 8; ++j) a[j] = _mm512_add_ps(a[j], _mm512_load_ps(p + i + 16 * j));
+  }
+  for (int j = 1; j < 8; ++j) a[0] = _mm512_add_ps(a[0], a[j]);
+  return _mm512_reduce_add_ps(a[0]);
+}
+
+__attribute__((target("avx2"))) float SumAvx2(const float* p, size_t n) {
+  __m256 a[8];
+  for (__m256& x : a) x = _mm256_setzero_ps();
+  for (size_t i = 0; i < n; i += 64) {
+    for (int j = 0; j < 8; ++j) a[j] = _mm256_add_ps(a[j], _mm256_load_ps(p + i + 8 * j));
+  }
+  for (int j = 1; j < 8; ++j) a[0] = _mm256_add_ps(a[0], a[j]);
+  alignas(32) float s[8];
+  _mm256_store_ps(s, a[0]);
+  return std::accumulate(s, s + 8, 0.0f);
+}
+
+float SumScalar(const float* p, size_t n) {
+  float a[8] = {};
+  for (size_t i = 0; i < n; i += 8) {
+    for (int j = 0; j < 8; ++j) a[j] += p[i + j];
+  }
+  return std::accumulate(a, a + 8, 0.0f);
+}
+
+// Read bandwidth in GB/s: each thread sums its own slice of one buffer; best of `reps`.
+double MeasureReadCeiling(int threads, size_t bytes, int reps, CpuIsa isa) {
+  const size_t n = bytes / sizeof(float) / (128 * threads) * (128 * threads);
+  std::unique_ptr<float[], decltype(&std::free)> buf(
+      static_cast<float*>(std::aligned_alloc(64, n * sizeof(float))), &std::free);
+  std::fill(buf.get(), buf.get() + n, 1.0f);
+  std::vector<float> sink(threads);
+  const size_t per = n / threads;
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    best = std::min(best, TimeOnThreads(threads, [&](int t) {
+                      const float* p = buf.get() + per * t;
+                      sink[t] = isa >= CpuIsa::kAvx512 ? SumAvx512(p, per)
+                                : isa == CpuIsa::kAvx2 ? SumAvx2(p, per)
+                                                       : SumScalar(p, per);
+                    }));
+  }
+  if (std::accumulate(sink.begin(), sink.end(), 0.0f) != static_cast<float>(per) * threads) {
+    std::fprintf(stderr, "(read ceiling checksum differs; the figure is still a read rate)\n");
+  }
+  return static_cast<double>(n) * sizeof(float) / best / 1e9;
+}
+
+constexpr int kPeakAccs = 16;  // independent chains: more than latency x throughput
+
+__attribute__((target("avx512f"))) float FmaLoopAvx512(int64_t iters) {
+  __m512 a[kPeakAccs];
+  for (int j = 0; j < kPeakAccs; ++j) a[j] = _mm512_set1_ps(static_cast<float>(j));
+  const __m512 m = _mm512_set1_ps(0.999999f);
+  const __m512 c = _mm512_set1_ps(1e-6f);
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int j = 0; j < kPeakAccs; ++j) a[j] = _mm512_fmadd_ps(a[j], m, c);
+  }
+  for (int j = 1; j < kPeakAccs; ++j) a[0] = _mm512_add_ps(a[0], a[j]);
+  return _mm512_reduce_add_ps(a[0]);
+}
+
+__attribute__((target("avx512f,avx512bf16"))) float DpBf16LoopAvx512(int64_t iters) {
+  __m512 a[kPeakAccs];
+  for (int j = 0; j < kPeakAccs; ++j) a[j] = _mm512_set1_ps(static_cast<float>(j));
+  const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(2e-3f));
+  const __m512bh y = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f));
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int j = 0; j < kPeakAccs; ++j) a[j] = _mm512_dpbf16_ps(a[j], x, y);
+  }
+  for (int j = 1; j < kPeakAccs; ++j) a[0] = _mm512_add_ps(a[0], a[j]);
+  return _mm512_reduce_add_ps(a[0]);
+}
+
+__attribute__((target("avx2,fma"))) float FmaLoopAvx2(int64_t iters) {
+  __m256 a[kPeakAccs];
+  for (int j = 0; j < kPeakAccs; ++j) a[j] = _mm256_set1_ps(static_cast<float>(j));
+  const __m256 m = _mm256_set1_ps(0.999999f);
+  const __m256 c = _mm256_set1_ps(1e-6f);
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int j = 0; j < kPeakAccs; ++j) a[j] = _mm256_fmadd_ps(a[j], m, c);
+  }
+  for (int j = 1; j < kPeakAccs; ++j) a[0] = _mm256_add_ps(a[0], a[j]);
+  alignas(32) float s[8];
+  _mm256_store_ps(s, a[0]);
+  return std::accumulate(s, s + 8, 0.0f);
+}
+
+float FmaLoopScalar(int64_t iters) {
+  float a[kPeakAccs];
+  for (int j = 0; j < kPeakAccs; ++j) a[j] = static_cast<float>(j);
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int j = 0; j < kPeakAccs; ++j) a[j] = a[j] * 0.999999f + 1e-6f;
+  }
+  return std::accumulate(a, a + kPeakAccs, 0.0f);
+}
+
+// Peak GFLOP/s (a multiply-add counts 2) of `threads` threads; dpbf16 counts 4 per lane.
+double MeasureComputePeak(int threads, CpuIsa isa, bool dpbf16, int reps) {
+  const int64_t iters = 20'000'000;
+  int lanes = isa >= CpuIsa::kAvx512 ? 16 : isa == CpuIsa::kAvx2 ? 8 : 1;
+  const double flop_per_op = dpbf16 ? 4.0 : 2.0;
+  std::vector<float> sink(threads);
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    best = std::min(best, TimeOnThreads(threads, [&](int t) {
+                      sink[t] = dpbf16                   ? DpBf16LoopAvx512(iters)
+                                : isa >= CpuIsa::kAvx512 ? FmaLoopAvx512(iters)
+                                : isa == CpuIsa::kAvx2   ? FmaLoopAvx2(iters)
+                                                         : FmaLoopScalar(iters / 16);
+                    }));
+  }
+  const int64_t done = isa == CpuIsa::kScalar && !dpbf16 ? iters / 16 : iters;
+  return static_cast<double>(done) * kPeakAccs * lanes * flop_per_op * threads / best / 1e9;
+}
+
+// ---- attention -------------------------------------------------------------------------------
+
+struct Kind {
+  std::string name;  // gqa or mla
+  KvDtype dtype;
+  int num_q_heads, num_kv_heads, head_dim_qk, head_dim_v;
+  bool mla;
+};
+
+struct Result {
+  std::string kind, dtype;
+  int threads;
+  int context;
+  double seconds, gbps, gflops, read_ceiling, compute_peak;
+  bool dpbf16;
+};
+
+// One sequence of `context` tokens in pages of 64 slots, pages shuffled over the pool.
+Result RunOne(const Kind& kind, int context, int threads, int reps, double read_ceiling,
+              double fp32_peak, double dpbf16_peak, CpuIsa isa) {
+  constexpr int kPage = 64;
+  const int pages = (context + kPage - 1) / kPage;
+  const size_t elem = kind.dtype == KvDtype::kF32 ? 4 : 2;
+  const size_t k_elems = static_cast<size_t>(pages) * kPage * kind.num_kv_heads * kind.head_dim_qk;
+  const size_t v_elems =
+      kind.mla ? 0 : static_cast<size_t>(pages) * kPage * kind.num_kv_heads * kind.head_dim_v;
+  auto alloc = [](size_t bytes) {
+    return std::unique_ptr<char[], decltype(&std::free)>(
+        static_cast<char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)), &std::free);
+  };
+  auto k = alloc(k_elems * elem);
+  auto v = alloc(std::max<size_t>(v_elems, 1) * elem);
+  auto fill = [&](char* p, size_t n) {
+    uint32_t x = 12345;
+    for (size_t i = 0; i < n; ++i) {
+      x = x * 1664525u + 1013904223u;
+      const float f = static_cast<float>(x >> 8) * (2.0f / 16777216.0f) - 1.0f;
+      if (kind.dtype == KvDtype::kF32) {
+        reinterpret_cast<float*>(p)[i] = f;
+      } else {
+        reinterpret_cast<uint16_t*>(p)[i] = FloatToBf16(f);
+      }
+    }
+  };
+  fill(k.get(), k_elems);
+  fill(v.get(), v_elems);
+  std::vector<int32_t> table(pages);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(7));
+  std::vector<float> q(static_cast<size_t>(kind.num_q_heads) * kind.head_dim_qk);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& x : q) x = u(rng);
+  std::vector<float> o(static_cast<size_t>(kind.num_q_heads) * kind.head_dim_v);
+  std::vector<float> lse(kind.num_q_heads);
+  const int32_t row_len = context;
+  PartialAttentionParams p;
+  p.q = q.data();
+  p.o = o.data();
+  p.lse = lse.data();
+  p.num_rows = 1;
+  p.num_q_heads = kind.num_q_heads;
+  p.row_kv_len = &row_len;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(kind.head_dim_qk));
+  p.kv.k = k.get();
+  p.kv.v = kind.mla ? nullptr : v.get();
+  p.kv.dtype = kind.dtype;
+  p.kv.page_size = kPage;
+  p.kv.num_kv_heads = kind.num_kv_heads;
+  p.kv.head_dim_qk = kind.head_dim_qk;
+  p.kv.head_dim_v = kind.head_dim_v;
+  p.kv.block_table = table.data();
+  p.kv.max_pages_per_seq = pages;
+  p.kv.num_pages = pages;
+  p.num_threads = threads;
+  double best = 1e30;
+  for (int r = 0; r < reps + 1; ++r) {
+    const auto t0 = Clock::now();
+    const Status st = PartialAttentionCpu(p);
+    const double s = Seconds(t0, Clock::now());
+    if (!st.ok()) {
+      std::fprintf(stderr, "ctxpar bench attention: %s\n", st.ToString().c_str());
+      std::exit(kExitInternal);
+    }
+    if (r > 0) best = std::min(best, s);  // the first run warms the pages and caches
+  }
+  const double bytes = static_cast<double>(context) * kind.num_kv_heads *
+                       (kind.head_dim_qk + (kind.mla ? 0 : kind.head_dim_v)) * elem;
+  const double flops = 2.0 * context * kind.num_q_heads * (kind.head_dim_qk + kind.head_dim_v);
+  const bool dpbf16 = kind.dtype == KvDtype::kBF16 && isa == CpuIsa::kAvx512Bf16;
+  return {kind.name,
+          kind.dtype == KvDtype::kF32 ? "fp32" : "bf16",
+          threads,
+          context,
+          best,
+          bytes / best / 1e9,
+          flops / best / 1e9,
+          read_ceiling,
+          dpbf16 ? dpbf16_peak : fp32_peak,
+          dpbf16};
+}
+
+// The 1-minute load average: the machine is shared, so every report says how busy it was.
+double LoadAverage() {
+  double load = -1;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &load) != 1) load = -1;
+    std::fclose(f);
+  }
+  return load;
+}
+
+std::vector<int> ParseList(const std::string& s) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t end = s.find(',', pos);
+    if (end == std::string::npos) end = s.size();
+    std::string item = s.substr(pos, end - pos);
+    int mult = 1;
+    if (!item.empty() && (item.back() == 'k' || item.back() == 'K')) {
+      mult = 1024;
+      item.pop_back();
+    }
+    out.push_back(std::stoi(item) * mult);
+    pos = end + 1;
+  }
+  return out;
+}
+
+int RunAttentionBench(const std::vector<std::string>& args) {
+  CLI::App app{"ctxpar bench attention: CPU partial decode attention vs measured ceilings"};
+  std::string contexts = "4k,16k,32k,64k,128k,256k";
+  std::string thread_list = "1,2";
+  std::vector<std::string> kinds = {"gqa-bf16", "gqa-fp32", "mla-fp32", "mla-bf16"};
+  int reps = 3;
+  int ceiling_mib = 1024;
+  bool json = false;
+  app.add_option("--contexts", contexts, "context lengths in tokens (k = 1024)");
+  app.add_option("--threads", thread_list, "thread counts");
+  app.add_option("--kinds", kinds,
+                 "gqa-bf16 gqa-fp32 (32 q heads, 8 KV heads, D 128) mla-fp32 "
+                 "mla-bf16 (128 heads, 576/512)")
+      ->check(CLI::IsMember({"gqa-bf16", "gqa-fp32", "mla-fp32", "mla-bf16"}));
+  app.add_option("--reps", reps, "timed runs per point (best is reported)")
+      ->check(CLI::Range(1, 100));
+  app.add_option("--ceiling-mib", ceiling_mib, "buffer read by the bandwidth ceiling")
+      ->check(CLI::Range(64, 16384));
+  app.add_flag("--json", json, "print JSON instead of a table");
+  std::vector<std::string> argv(args.rbegin(), args.rend());
+  try {
+    app.parse(argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitOk : kExitInvalid;
+  }
+  std::vector<int> ctx_list, threads_list;
+  try {
+    ctx_list = ParseList(contexts);
+    threads_list = ParseList(thread_list);
+  } catch (const std::exception&) {
+    std::fprintf(stderr,
+                 "ctxpar bench attention: --contexts and --threads take lists like 4k,32k\n");
+    return kExitInvalid;
+  }
+  for (int c : ctx_list) {
+    if (c < 1) {
+      std::fprintf(stderr, "ctxpar bench attention: --contexts: %d is not >= 1\n", c);
+      return kExitInvalid;
+    }
+  }
+  for (int t : threads_list) {
+    if (t < 1) {
+      std::fprintf(stderr, "ctxpar bench attention: --threads: %d is not >= 1\n", t);
+      return kExitInvalid;
+    }
+  }
+  Expected<CpuIsa> isa = SelectCpuIsa();
+  if (!isa.ok()) {
+    std::fprintf(stderr, "ctxpar bench attention: %s\n", isa.status().message().c_str());
+    return kExitInvalid;
+  }
+  const std::vector<Kind> all = {
+      {"gqa", KvDtype::kBF16, 32, 8, 128, 128, false},
+      {"gqa", KvDtype::kF32, 32, 8, 128, 128, false},
+      {"mla", KvDtype::kF32, 128, 1, 576, 512, true},
+      {"mla", KvDtype::kBF16, 128, 1, 576, 512, true},
+  };
+  nlohmann::json out = {{"isa", std::string(CpuIsaName(*isa))},
+                        {"hardware_threads", std::thread::hardware_concurrency()},
+                        {"load_average_1min", LoadAverage()},
+                        {"ceilings", nlohmann::json::array()},
+                        {"results", nlohmann::json::array()}};
+  if (!json) {
+    std::printf(
+        "ctxpar bench attention  isa=%s  (best of %d runs; GQA: 32 q heads, 8 KV heads, "
+        "D 128; MLA: 128 heads, 576/512; batch 1)\n",
+        std::string(CpuIsaName(*isa)).c_str(), reps);
+  }
+  for (int threads : threads_list) {
+    const double read =
+        MeasureReadCeiling(threads, static_cast<size_t>(ceiling_mib) << 20, 5, *isa);
+    const double fma = MeasureComputePeak(threads, *isa, false, 3);
+    const double dp = *isa == CpuIsa::kAvx512Bf16 ? MeasureComputePeak(threads, *isa, true, 3) : 0;
+    out["ceilings"].push_back(
+        {{"threads", threads}, {"read_gbps", read}, {"fma_gflops", fma}, {"dpbf16_gflops", dp}});
+    if (!json) {
+      std::printf("\nthreads %d: read ceiling %.1f GB/s, FMA peak %.1f GFLOP/s", threads, read,
+                  fma);
+      if (dp > 0) std::printf(", dpbf16 peak %.1f GFLOP/s", dp);
+      std::printf("\n%-5s %-5s %8s %10s %9s %7s %10s %7s\n", "kind", "kv", "context", "time ms",
+                  "GB/s", "%read", "GFLOP/s", "%peak");
+    }
+    for (const Kind& kind : all) {
+      const std::string name = kind.name + (kind.dtype == KvDtype::kF32 ? "-fp32" : "-bf16");
+      if (std::find(kinds.begin(), kinds.end(), name) == kinds.end()) continue;
+      for (int ctx : ctx_list) {
+        const Result r = RunOne(kind, ctx, threads, reps, read, fma, dp, *isa);
+        out["results"].push_back({{"kind", r.kind},
+                                  {"kv_dtype", r.dtype},
+                                  {"threads", r.threads},
+                                  {"context", r.context},
+                                  {"seconds", r.seconds},
+                                  {"kv_read_gbps", r.gbps},
+                                  {"gflops", r.gflops},
+                                  {"read_ceiling_gbps", r.read_ceiling},
+                                  {"compute_peak_gflops", r.compute_peak},
+                                  {"compute_peak_is_dpbf16", r.dpbf16}});
+        if (!json) {
+          std::printf("%-5s %-5s %8d %10.3f %9.1f %6.0f%% %10.1f %6.0f%%\n", r.kind.c_str(),
+                      r.dtype.c_str(), r.context, r.seconds * 1e3, r.gbps,
+                      100 * r.gbps / r.read_ceiling, r.gflops, 100 * r.gflops / r.compute_peak);
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  if (json) std::printf("%s\n", out.dump(2).c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+CTXPAR_REGISTER_BENCH("attention", "CPU partial decode attention vs read and FMA ceilings",
+                      RunAttentionBench);
+
+}  // namespace ctxpar::cli
