@@ -3,8 +3,9 @@
 // A ggml row of n elements of a block-quantized type is n / block_size blocks laid out back to
 // back; each block stores block_size elements in type_size bytes. The block structs below are
 // byte-for-byte the structs of ggml (ggml-common.h), so a pointer into GGUF tensor data can be
-// reinterpreted as an array of them (tensor data is aligned to at least 32 bytes). fp16 scales
-// are kept as raw IEEE half bits (uint16_t); convert them with Fp16ToFp32.
+// reinterpreted as an array of them: a mapped file aligns tensor data to its alignment (32 by
+// default), more than the 2 (4 for BlockQ8K) the structs need. fp16 scales are kept as raw IEEE
+// half bits (uint16_t); convert them with Fp16ToFp32.
 //
 // Thread safety: pure functions over caller-owned memory; safe from any thread.
 #pragma once

@@ -63,6 +63,8 @@ std::vector<BlockCase> LoadBlockCases() {
   return cases;
 }
 
+void PrintTo(const BlockCase& c, std::ostream* os) { *os << c.type; }
+
 class DequantizeGoldenTest : public testing::TestWithParam<BlockCase> {};
 
 TEST_P(DequantizeGoldenTest, MatchesGgufPy) {
