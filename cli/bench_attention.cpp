@@ -59,6 +59,12 @@ double TimeOnThreads(int threads, const std::function<void(int)>& fn) {
 
 // ---- ceilings --------------------------------------------------------------------------------
 
+__attribute__((target("avx512f"))) float Sum16(__m512 v) {
+  alignas(64) float s[16];
+  _mm512_store_ps(s, v);
+  return std::accumulate(s, s + 16, 0.0f);
+}
+
 __attribute__((target("avx512f"))) float SumAvx512(const float* p, size_t n) {
   __m512 a[8];
   for (__m512& x : a) x = _mm512_setzero_ps();
@@ -66,7 +72,7 @@ __attribute__((target("avx512f"))) float SumAvx512(const float* p, size_t n) {
     for (int j = 0; j < 8; ++j) a[j] = _mm512_add_ps(a[j], _mm512_load_ps(p + i + 16 * j));
   }
   for (int j = 1; j < 8; ++j) a[0] = _mm512_add_ps(a[0], a[j]);
-  return _mm512_reduce_add_ps(a[0]);
+  return Sum16(a[0]);
 }
 
 __attribute__((target("avx2"))) float SumAvx2(const float* p, size_t n) {
@@ -123,7 +129,7 @@ __attribute__((target("avx512f"))) float FmaLoopAvx512(int64_t iters) {
     for (int j = 0; j < kPeakAccs; ++j) a[j] = _mm512_fmadd_ps(a[j], m, c);
   }
   for (int j = 1; j < kPeakAccs; ++j) a[0] = _mm512_add_ps(a[0], a[j]);
-  return _mm512_reduce_add_ps(a[0]);
+  return Sum16(a[0]);
 }
 
 __attribute__((target("avx512f,avx512bf16"))) float DpBf16LoopAvx512(int64_t iters) {
@@ -135,7 +141,7 @@ __attribute__((target("avx512f,avx512bf16"))) float DpBf16LoopAvx512(int64_t ite
     for (int j = 0; j < kPeakAccs; ++j) a[j] = _mm512_dpbf16_ps(a[j], x, y);
   }
   for (int j = 1; j < kPeakAccs; ++j) a[0] = _mm512_add_ps(a[0], a[j]);
-  return _mm512_reduce_add_ps(a[0]);
+  return Sum16(a[0]);
 }
 
 __attribute__((target("avx2,fma"))) float FmaLoopAvx2(int64_t iters) {
@@ -374,9 +380,9 @@ int RunAttentionBench(const std::vector<std::string>& args) {
                         {"results", nlohmann::json::array()}};
   if (!json) {
     std::printf(
-        "ctxpar bench attention  isa=%s  (best of %d runs; GQA: 32 q heads, 8 KV heads, "
-        "D 128; MLA: 128 heads, 576/512; batch 1)\n",
-        std::string(CpuIsaName(*isa)).c_str(), reps);
+        "ctxpar bench attention  isa=%s  load average %.2f  (best of %d runs; GQA: 32 q heads, "
+        "8 KV heads, D 128; MLA: 128 heads, 576/512; batch 1)\n",
+        std::string(CpuIsaName(*isa)).c_str(), LoadAverage(), reps);
   }
   for (int threads : threads_list) {
     const double read =
