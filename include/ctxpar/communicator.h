@@ -80,6 +80,8 @@ class SharedWindow {
   // Copies `bytes` from src into rank `peer`'s segment at `offset` and counts them as sent (and,
   // by the peer, as received once it reads them; the receiver counts with NoteReceived).
   virtual Status Put(int peer, std::size_t offset, const void* src, std::size_t bytes) = 0;
+  // Counts bytes this rank wrote straight into other ranks' segments through Segment().
+  virtual void NoteSent(std::size_t bytes) = 0;
   // Counts bytes that other ranks wrote into this rank's segment.
   virtual void NoteReceived(std::size_t bytes) = 0;
   virtual Status Sync() = 0;

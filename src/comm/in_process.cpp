@@ -77,6 +77,7 @@ class InProcessWindow final : public SharedWindow {
     if (peer != rank_) (*counters_)[Collective::kSharedWindow].bytes_sent += n;
     return Status::Ok();
   }
+  void NoteSent(std::size_t n) override { (*counters_)[Collective::kSharedWindow].bytes_sent += n; }
   void NoteReceived(std::size_t n) override {
     (*counters_)[Collective::kSharedWindow].bytes_received += n;
   }

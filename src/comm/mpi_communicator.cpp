@@ -111,6 +111,7 @@ class MpiWindow final : public SharedWindow {
     if (peer != rank_) (*counters_)[Collective::kSharedWindow].bytes_sent += n;
     return Status::Ok();
   }
+  void NoteSent(std::size_t n) override { (*counters_)[Collective::kSharedWindow].bytes_sent += n; }
   void NoteReceived(std::size_t n) override {
     (*counters_)[Collective::kSharedWindow].bytes_received += n;
   }

@@ -1,0 +1,204 @@
+// `ctxpar bench combine`: the DCP combine per layer (DESIGN.md §3) for each backend, at decode
+// shapes: time per call and the bytes each rank sends. Under mpiexec the ranks are the MPI
+// processes (N = the world size); otherwise N in --ranks, one thread per rank in this process.
+// Only the combine is timed (the partial attention before it is the same for every backend); the
+// slowest rank's time is reported.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench.h"
+#include "ctxpar/combine.h"
+#include "ctxpar/communicator.h"
+
+namespace ctxpar::cli {
+namespace {
+
+struct Shape {
+  const char* name;
+  int group_heads;  // h * N: the widened head set
+  int head_dim_v;
+};
+constexpr Shape kShapes[] = {{"dsv3", 128, 512}, {"gqa", 32, 128}};
+
+struct Result {
+  std::string mode, shape, backend, wire;
+  int n = 0, batch = 0, heads_per_rank = 0, head_dim_v = 0;
+  double us = 0;
+  double bytes_sent = 0;  // per rank and call
+  double calls = 0;       // collectives (or window syncs) per call
+};
+
+bool UnderMpiexec() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
+         std::getenv("PMIX_RANK") != nullptr;
+}
+
+// One backend at one shape on this rank; every rank of `comm` calls it alike.
+Expected<Result> Measure(Communicator& comm, const Shape& shape, int batch, CombineBackend backend,
+                         DataType wire, double seconds) {
+  const int n = comm.size();
+  const int h = shape.group_heads / n;
+  const CombineShape s{batch, h, shape.head_dim_v};
+  std::mt19937 rng(17 + comm.rank());
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  std::vector<float> o_part(static_cast<size_t>(batch) * n * h * shape.head_dim_v);
+  std::vector<float> lse_part(static_cast<size_t>(batch) * n * h);
+  for (float& x : o_part) x = dist(rng);
+  for (float& x : lse_part) x = dist(rng);
+  std::vector<float> o(static_cast<size_t>(batch) * h * shape.head_dim_v), lse(batch * h);
+  CTXPAR_ASSIGN_OR_RETURN(auto combiner, Combiner::Create(&comm, backend, wire));
+  auto run = [&](int iters) -> Expected<double> {
+    CTXPAR_RETURN_IF_ERROR(comm.Barrier());
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) {
+      CTXPAR_RETURN_IF_ERROR(
+          combiner->Combine(s, o_part.data(), lse_part.data(), o.data(), lse.data()));
+    }
+    double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CTXPAR_RETURN_IF_ERROR(comm.AllReduce(&t, &t, 1, DataType::kF64, ReduceOp::kMax));
+    return t / iters;
+  };
+  CTXPAR_ASSIGN_OR_RETURN(const double warm, run(3));
+  const int iters = std::clamp(static_cast<int>(seconds / std::max(warm, 1e-7)), 5, 20000);
+  comm.ResetCounters();
+  CTXPAR_ASSIGN_OR_RETURN(const double per_call, run(iters));
+  CollectiveCounters total = comm.counters().Total();
+  // The timing's own barrier and all-reduce are not part of the combine.
+  total.calls -=
+      comm.counters()[Collective::kBarrier].calls + comm.counters()[Collective::kAllReduce].calls;
+  total.bytes_sent -= comm.counters()[Collective::kAllReduce].bytes_sent;
+  Result r;
+  r.shape = shape.name;
+  r.backend = std::string(CombineBackendName(backend));
+  r.wire = backend == CombineBackend::kAgRs ? "f32" : std::string(DataTypeName(wire));
+  r.n = n;
+  r.batch = batch;
+  r.heads_per_rank = h;
+  r.head_dim_v = shape.head_dim_v;
+  r.us = per_call * 1e6;
+  r.bytes_sent = static_cast<double>(total.bytes_sent) / iters;
+  r.calls = static_cast<double>(total.calls) / iters;
+  return r;
+}
+
+Status MeasureAll(Communicator& comm, const std::vector<int>& batches, DataType wire,
+                  double seconds, std::vector<Result>& out) {
+  for (const Shape& shape : kShapes) {
+    if (shape.group_heads % comm.size() != 0) continue;
+    for (int batch : batches) {
+      for (CombineBackend b :
+           {CombineBackend::kAgRs, CombineBackend::kA2a, CombineBackend::kShmA2a}) {
+        CTXPAR_ASSIGN_OR_RETURN(Result r, Measure(comm, shape, batch, b, wire, seconds));
+        if (comm.rank() == 0) out.push_back(r);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+int RunCombineBench(const std::vector<std::string>& args) {
+  CLI::App app{"ctxpar bench combine: DCP combine time per layer and bytes per backend"};
+  std::vector<int> ranks = {2, 4};
+  std::vector<int> batches = {1, 32};
+  std::string wire_name = "bf16";
+  double seconds = 0.3;
+  bool json = false;
+  app.add_option("--ranks", ranks, "group sizes N run as threads (ignored under mpiexec)")
+      ->check(CLI::Range(2, 64));
+  app.add_option("--batch", batches, "decode batch sizes (rows)")->check(CLI::Range(1, 4096));
+  app.add_option("--wire", wire_name, "O element type on the a2a / shm_a2a wire")
+      ->check(CLI::IsMember({"bf16", "f32"}));
+  app.add_option("--seconds", seconds, "timed seconds per point (approximately)")
+      ->check(CLI::Range(0.01, 60.0));
+  app.add_flag("--json", json, "print JSON instead of a table");
+  std::vector<std::string> argv(args.rbegin(), args.rend());
+  try {
+    app.parse(argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitOk : kExitInvalid;
+  }
+  const DataType wire = wire_name == "bf16" ? DataType::kBF16 : DataType::kF32;
+  std::vector<Result> results;
+  std::string mode;
+  bool print = true;
+  if (UnderMpiexec()) {
+    auto world = MakeMpiWorld();
+    if (!world.ok()) {
+      std::fprintf(stderr, "ctxpar bench combine: %s\n", world.status().message().c_str());
+      return kExitInternal;
+    }
+    mode = "mpi";
+    print = (*world)->rank() == 0;
+    const Status st = MeasureAll(**world, batches, wire, seconds, results);
+    if (!st.ok()) {
+      std::fprintf(stderr, "ctxpar bench combine: %s\n", st.ToString().c_str());
+      return kExitInternal;
+    }
+  } else {
+    mode = "threads";
+    for (int n : ranks) {
+      const Status st = RunInProcess(
+          n, [&](Communicator& comm) { return MeasureAll(comm, batches, wire, seconds, results); });
+      if (!st.ok()) {
+        std::fprintf(stderr, "ctxpar bench combine: %s\n", st.ToString().c_str());
+        return kExitInternal;
+      }
+    }
+  }
+  if (!print) return kExitOk;
+  std::map<std::string, double> ag_rs_us;
+  for (Result& r : results) {
+    r.mode = mode;
+    if (r.backend == "ag_rs") {
+      ag_rs_us[r.shape + "/" + std::to_string(r.n) + "/" + std::to_string(r.batch)] = r.us;
+    }
+  }
+  auto ratio = [&](const Result& r) {
+    return r.us / ag_rs_us[r.shape + "/" + std::to_string(r.n) + "/" + std::to_string(r.batch)];
+  };
+  if (json) {
+    nlohmann::json out = {{"mode", mode}, {"results", nlohmann::json::array()}};
+    for (const Result& r : results) {
+      out["results"].push_back({{"n", r.n},
+                                {"shape", r.shape},
+                                {"batch", r.batch},
+                                {"heads_per_rank", r.heads_per_rank},
+                                {"head_dim_v", r.head_dim_v},
+                                {"backend", r.backend},
+                                {"o_wire", r.wire},
+                                {"us_per_layer", r.us},
+                                {"bytes_sent_per_rank", r.bytes_sent},
+                                {"exchanges_per_layer", r.calls},
+                                {"time_vs_ag_rs", ratio(r)}});
+    }
+    std::printf("%s\n", out.dump(2).c_str());
+    return kExitOk;
+  }
+  std::printf("DCP combine per layer (%s; slowest rank; a2a/shm_a2a O on the wire: %s)\n",
+              mode.c_str(), wire_name.c_str());
+  std::printf("%3s %-5s %5s %4s %-8s %12s %14s %9s %9s\n", "N", "shape", "batch", "h", "backend",
+              "us/layer", "bytes/rank", "exchanges", "vs ag_rs");
+  for (const Result& r : results) {
+    std::printf("%3d %-5s %5d %4d %-8s %12.1f %14.0f %9.0f %9.2f\n", r.n, r.shape.c_str(), r.batch,
+                r.heads_per_rank, r.backend.c_str(), r.us, r.bytes_sent, r.calls, ratio(r));
+  }
+  std::printf("targets at N = 2: a2a <= 0.70 x ag_rs, shm_a2a <= a2a\n");
+  return kExitOk;
+}
+
+}  // namespace
+
+CTXPAR_REGISTER_BENCH("combine", "DCP combine per backend: time per layer and bytes per rank",
+                      RunCombineBench);
+
+}  // namespace ctxpar::cli
