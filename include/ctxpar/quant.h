@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "ctxpar/bf16.h"
 #include "ctxpar/status.h"
 
 namespace ctxpar {
@@ -78,8 +79,8 @@ Expected<int64_t> GgmlRowBytes(GgmlType type, int64_t n);
 // block size. src needs no alignment; the arithmetic is ggml's (dequantize_row_* in
 // ggml-quants.c), in fp32.
 Status DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n);
-// As DequantizeRow, then rounds each value to bf16 (round to nearest even, NaN kept quiet) as
-// ggml_compute_fp32_to_bf16 does; dst holds raw bf16 bits.
+// As DequantizeRow, then rounds each value to bf16 with FloatToBf16 (ctxpar/bf16.h: nearest
+// even, NaN kept quiet, as ggml_compute_fp32_to_bf16); dst holds raw bf16 bits.
 Status DequantizeRowBf16(GgmlType type, const void* src, uint16_t* dst, int64_t n);
 
 // Exact IEEE half -> float (subnormals, infinities and NaN included).
@@ -103,21 +104,6 @@ inline float Fp16ToFp32(uint16_t h) {
   float out;
   std::memcpy(&out, &bits, 4);
   return out;
-}
-
-inline float Bf16ToFp32(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float out;
-  std::memcpy(&out, &bits, 4);
-  return out;
-}
-
-// Round to nearest even; NaN stays a quiet NaN (ggml_compute_fp32_to_bf16).
-inline uint16_t Fp32ToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 64);
-  return static_cast<uint16_t>((bits + (0x7fffu + ((bits >> 16) & 1))) >> 16);
 }
 
 // Block layouts (ggml-common.h). QK = elements per block.

@@ -66,7 +66,7 @@ void RowBf16(const uint8_t* src, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     uint16_t h;
     std::memcpy(&h, src + 2 * i, 2);
-    y[i] = Bf16ToFp32(h);
+    y[i] = Bf16ToFloat(h);
   }
 }
 
@@ -384,7 +384,7 @@ Status DequantizeRowBf16(GgmlType type, const void* src, uint16_t* dst, int64_t 
   for (int64_t done = 0; done < n; done += step) {
     const int64_t len = std::min(step, n - done);
     CTXPAR_RETURN_IF_ERROR(DequantizeRow(type, s + done / block * bytes_per_block, buf, len));
-    for (int64_t i = 0; i < len; ++i) dst[done + i] = Fp32ToBf16(buf[i]);
+    for (int64_t i = 0; i < len; ++i) dst[done + i] = FloatToBf16(buf[i]);
   }
   return Status::Ok();
 }
