@@ -180,6 +180,7 @@ struct Row {
   Case c;
   double ms = 0, kv_gbs = 0, tflops = 0, floor_ms = 0, merge_ms = 0, pack_ms = 0;
   double check_rel_err = -1;  // MLA: tensor-core vs CUDA-core path
+  double simt_ms = 0;         // MLA: the CUDA-core path's time, for comparison
   int splits = 0;
 };
 
@@ -255,6 +256,12 @@ Row RunCase(Timer& t, const Case& c, const Ceilings& ceil, int sms) {
     row.check_rel_err = RelErr(fast, slow);
   }
   row.ms = t.MedianMs([&] { CHECK_OK(ctxpar::PartialAttentionCuda(p, *plan, ws, t.stream)); });
+  if (mla) {
+    row.simt_ms = t.MedianMs([&] {
+      CHECK_OK(
+          ctxpar::PartialAttentionCuda(p, *plan, ws, t.stream, ctxpar::CudaMlaPath::kCudaCore));
+    });
+  }
   const double kv_bytes =
       double(c.batch) * c.context * c.kv_heads * (mla ? c.dqk : c.dqk + c.dv) * 2.0;
   const double flops = 2.0 * c.batch * c.q_heads * double(c.context) * (c.dqk + c.dv);
@@ -330,9 +337,9 @@ int main(int argc, char** argv) {
     const Row& r = rows.back();
     std::printf(
         "%s B=%d L=%d Hq=%d: %.4f ms, %.0f GB/s KV, %.1f TFLOP/s, floor %.4f ms (%.0f%%), "
-        "splits %d, merge8 %.4f ms, pack8 %.4f ms, check %.2e\n",
+        "splits %d, merge8 %.4f ms, pack8 %.4f ms, check %.2e, simt %.4f ms\n",
         c.kind.c_str(), c.batch, c.context, c.q_heads, r.ms, r.kv_gbs, r.tflops, r.floor_ms,
-        100.0 * r.floor_ms / r.ms, r.splits, r.merge_ms, r.pack_ms, r.check_rel_err);
+        100.0 * r.floor_ms / r.ms, r.splits, r.merge_ms, r.pack_ms, r.check_rel_err, r.simt_ms);
     std::fflush(stdout);
   }
 
@@ -353,7 +360,7 @@ int main(int argc, char** argv) {
                    "  {\"kind\": \"%s\", \"batch\": %d, \"context\": %d, \"q_heads\": %d, "
                    "\"kv_heads\": %d, \"ms\": %.5f, \"kv_gbs\": %.1f, \"tflops\": %.2f, "
                    "\"floor_ms\": %.5f, \"splits\": %d, \"merge8_ms\": %.5f, \"pack8_ms\": %.5f, "
-                   "\"check_rel_err\": %.3e}%s\n",
+                   "\"check_rel_err\": %.3e, \"simt_ms\": %.5f}%s\n",
                    r.c.kind.c_str(), r.c.batch, r.c.context, r.c.q_heads, r.c.kv_heads, r.ms,
                    r.kv_gbs, r.tflops, r.floor_ms, r.splits, r.merge_ms, r.pack_ms, r.check_rel_err,
                    i + 1 < rows.size() ? "," : "");

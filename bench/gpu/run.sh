@@ -71,7 +71,8 @@ if [[ ! -x $BIN/ctxpar_gpu_bench ]]; then
   step "build" build
   step "stage" stage
 fi
-export LD_LIBRARY_PATH=$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# libfmt from the build machine; the CUDA toolkit's libraries wherever the image keeps them.
+export LD_LIBRARY_PATH=$BIN/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 for exe in "$BIN"/*; do
