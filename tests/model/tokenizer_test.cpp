@@ -209,6 +209,31 @@ std::string Utf8(uint32_t cp) {  // cp < 0x800
   return {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
 }
 
+// The prompts of the model goldens (tests/model/data/llama_cpp/golden.json) tokenize and render
+// as llama.cpp and jinja2 did, and the greedy continuations decode to llama.cpp's text.
+TEST_F(SmolLm2Tokenizer, ModelGoldenPromptsMatchLlamaCpp) {
+  std::ifstream in(std::string(CTXPAR_TEST_DATA_DIR) + "/llama_cpp/golden.json");
+  ASSERT_TRUE(in.good()) << "cannot read llama_cpp/golden.json";
+  const json golden = json::parse(in);
+  auto chat = ChatTemplate::FromJinja(tok().chat_template());
+  ASSERT_TRUE(chat.ok());
+  ASSERT_GE(golden["prompts"].size(), 4u);
+  for (const json& p : golden["prompts"]) {
+    const bool is_chat = p["chat"];
+    if (is_chat) {
+      std::vector<ChatMessage> messages;
+      for (const json& m : p["messages"]) messages.push_back({m["role"], m["content"]});
+      EXPECT_EQ(chat->Apply(messages, true), p["prompt"].get<std::string>()) << p["name"];
+    }
+    EXPECT_EQ(tok().Encode(p["prompt"].get<std::string>(), {.parse_special = is_chat}),
+              p["prompt_ids"].get<std::vector<int32_t>>())
+        << p["name"];
+    EXPECT_EQ(*tok().Decode(p["greedy_ids"].get<std::vector<int32_t>>()),
+              p["greedy_text"].get<std::string>())
+        << p["name"];
+  }
+}
+
 // A tiny vocabulary: the 256 byte-level tokens, then "ab", "bc", "abc", "aa".
 TokenizerSpec TinySpec(std::vector<std::string> merges) {
   TokenizerSpec spec;
