@@ -1,7 +1,9 @@
 // Split-KV absorbed-MLA decode attention on tensor cores (mma.sync m16n8k16, bf16 in, fp32 acc).
 //
-// One thread block of 4 warps per (tile of 16 query heads, split, row); blockIdx.x is the head
-// tile, so the blocks that read the same keys run side by side and share them through L2.
+// One thread block per (kTiles tiles of 16 query heads, split, row), 4 warps per head tile; the
+// tiles of a block share its key tiles in shared memory (kTiles = 2 when the head count allows:
+// half the L2 traffic of one tile per block at 128 heads). blockIdx.x is the head group, so the
+// blocks that read the same keys run side by side and share them through L2.
 // Keys come in tiles of kTileKeys rows (576 bf16: 512 latent + 64 rope), copied to shared
 // memory with cp.async two stages deep (the next tile loads while this one is computed).
 // Per tile:
@@ -27,8 +29,8 @@ constexpr int kDqk = 576;
 constexpr int kDv = 512;
 constexpr int kHeads = 16;
 constexpr int kTileKeys = 32;
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
+constexpr int kWarps = 4;  // per head tile
+constexpr int kThreadsPerTile = kWarps * 32;
 constexpr int kKeysPerWarp = kTileKeys / kWarps;  // 8: one n8 tile of S
 constexpr int kDimsPerWarp = kDv / kWarps;        // 128: 16 n8 tiles of O
 // Row strides in bf16 elements: 16-byte aligned rows whose 8-row ldmatrix phases hit 8
@@ -36,12 +38,13 @@ constexpr int kDimsPerWarp = kDv / kWarps;        // 128: 16 n8 tiles of O
 constexpr int kKvStride = kDqk + 8;
 constexpr int kPStride = kTileKeys + 8;
 
+template <int kTiles>
 struct Smem {
   uint16_t kv[2][kTileKeys][kKvStride];
-  uint16_t q[kHeads][kKvStride];
-  uint16_t p[kHeads][kPStride];
-  float row_max[kWarps][kHeads];
-  float row_sum[kWarps][kHeads];
+  uint16_t q[kTiles * kHeads][kKvStride];
+  uint16_t p[kTiles * kHeads][kPStride];
+  float row_max[kTiles][kWarps][kHeads];
+  float row_sum[kTiles][kWarps][kHeads];
 };
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
@@ -83,12 +86,14 @@ __device__ __forceinline__ void Mma16816(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__global__ void __launch_bounds__(kThreads, 2)
+template <int kTiles>
+__global__ void __launch_bounds__(kTiles* kThreadsPerTile, kTiles == 1 ? 2 : 1)
     MlaAttentionMmaKernel(const AttentionKernelParams p) {
+  constexpr int kThreads = kTiles * kThreadsPerTile;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
+  Smem<kTiles>& sm = *reinterpret_cast<Smem<kTiles>*>(smem_raw);
 
-  const int head0 = blockIdx.x * kHeads;
+  const int head0 = blockIdx.x * kHeads * kTiles;
   const int split = blockIdx.y;
   const int row = blockIdx.z;
   const int seq = p.row_seq != nullptr ? p.row_seq[row] : row;
@@ -97,7 +102,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int end = min(len, begin + p.keys_per_split);
   const int num_tiles = end > begin ? (end - begin + kTileKeys - 1) / kTileKeys : 0;
   const int tid = threadIdx.x;
-  const int warp = tid / 32;
+  const int tile_h = tid / kThreadsPerTile;  // this warp's head tile
+  const int hr = tile_h * kHeads;            // its first row of q and p
+  const int warp = (tid % kThreadsPerTile) / 32;
   const int lane = tid % 32;
   const int g = lane / 4;  // fragment row (and row + 8)
   const int t = lane % 4;  // fragment column pair
@@ -123,7 +130,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (num_tiles > 0) load_tile(0, 0);
 
   const float* q_src = p.q + (static_cast<int64_t>(row) * p.num_q_heads + head0) * kDqk;
-  for (int i = tid; i < kHeads * kDqk / 2; i += kThreads) {
+  for (int i = tid; i < kTiles * kHeads * kDqk / 2; i += kThreads) {
     const int h = i / (kDqk / 2);
     const int d = (i % (kDqk / 2)) * 2;
     const float2 v = *reinterpret_cast<const float2*>(q_src + h * kDqk + d);
@@ -154,9 +161,9 @@ __global__ void __launch_bounds__(kThreads, 2)
       uint32_t b[4];
       LdMatrixX4(b, &sm.kv[stage][key0 + lane % 8][k0 + 8 * (lane / 8)]);
       uint32_t a[4];
-      LdMatrixX4(a, &sm.q[lane % 8 + 8 * ((lane / 8) % 2)][k0 + 8 * (lane / 16)]);
+      LdMatrixX4(a, &sm.q[hr + lane % 8 + 8 * ((lane / 8) % 2)][k0 + 8 * (lane / 16)]);
       Mma16816(s, a, b[0], b[1]);
-      LdMatrixX4(a, &sm.q[lane % 8 + 8 * ((lane / 8) % 2)][k0 + 16 + 8 * (lane / 16)]);
+      LdMatrixX4(a, &sm.q[hr + lane % 8 + 8 * ((lane / 8) % 2)][k0 + 16 + 8 * (lane / 16)]);
       Mma16816(s, a, b[2], b[3]);
     }
     const int j0 = begin + tile * kTileKeys + key0 + 2 * t;
@@ -170,8 +177,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
     }
     if (t == 0) {
-      sm.row_max[warp][g] = mx[0];
-      sm.row_max[warp][g + 8] = mx[1];
+      sm.row_max[tile_h][warp][g] = mx[0];
+      sm.row_max[tile_h][warp][g + 8] = mx[1];
     }
     __syncthreads();
 
@@ -181,7 +188,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int r = 0; r < 2; ++r) {
       float tile_max = -INFINITY;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) tile_max = fmaxf(tile_max, sm.row_max[w][g + 8 * r]);
+      for (int w = 0; w < kWarps; ++w) tile_max = fmaxf(tile_max, sm.row_max[tile_h][w][g + 8 * r]);
       const float m_new = fmaxf(m_run[r], tile_max);  // finite: the tile has a key
       alpha[r] = exp2f(m_run[r] - m_new);
       pw[2 * r] = exp2f(s[2 * r] - m_new);
@@ -189,8 +196,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       l_part[r] = l_part[r] * alpha[r] + pw[2 * r] + pw[2 * r + 1];
       m_run[r] = m_new;
     }
-    *reinterpret_cast<uint32_t*>(&sm.p[g][key0 + 2 * t]) = PackBf16x2(pw[0], pw[1]);
-    *reinterpret_cast<uint32_t*>(&sm.p[g + 8][key0 + 2 * t]) = PackBf16x2(pw[2], pw[3]);
+    *reinterpret_cast<uint32_t*>(&sm.p[hr + g][key0 + 2 * t]) = PackBf16x2(pw[0], pw[1]);
+    *reinterpret_cast<uint32_t*>(&sm.p[hr + g + 8][key0 + 2 * t]) = PackBf16x2(pw[2], pw[3]);
 #pragma unroll
     for (int n = 0; n < kDimsPerWarp / 8; ++n) {
       acc[n][0] *= alpha[0];
@@ -205,7 +212,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int kk = 0; kk < kTileKeys; kk += 16) {
       uint32_t a[4];
-      LdMatrixX4(a, &sm.p[lane % 8 + 8 * ((lane / 8) % 2)][kk + 8 * (lane / 16)]);
+      LdMatrixX4(a, &sm.p[hr + lane % 8 + 8 * ((lane / 8) % 2)][kk + 8 * (lane / 16)]);
 #pragma unroll
       for (int n = 0; n < kDimsPerWarp / 8; n += 2) {
         uint32_t b[4];
@@ -226,18 +233,19 @@ __global__ void __launch_bounds__(kThreads, 2)
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
   }
   if (t == 0) {
-    sm.row_sum[warp][g] = l[0];
-    sm.row_sum[warp][g + 8] = l[1];
+    sm.row_sum[tile_h][warp][g] = l[0];
+    sm.row_sum[tile_h][warp][g + 8] = l[1];
   }
   __syncthreads();
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) l[r] += sm.row_sum[w][g + 8 * r];
+    for (int w = 0; w < kWarps; ++w) l[r] += sm.row_sum[tile_h][w][g + 8 * r];
   }
 
-  const int64_t out_row = (static_cast<int64_t>(split) * p.num_rows + row) * p.num_q_heads + head0;
+  const int64_t out_row =
+      (static_cast<int64_t>(split) * p.num_rows + row) * p.num_q_heads + head0 + hr;
   const float inv0 = l[0] > 0.0f ? 1.0f / l[0] : 0.0f;
   const float inv1 = l[1] > 0.0f ? 1.0f / l[1] : 0.0f;
   float* o0 = p.o + (out_row + g) * kDv + warp * kDimsPerWarp + 2 * t;
@@ -253,16 +261,21 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
+template <int kTiles>
+cudaError_t Launch(const AttentionKernelParams& p, cudaStream_t stream) {
+  const int smem = static_cast<int>(sizeof(Smem<kTiles>));
+  cudaError_t err = cudaFuncSetAttribute(MlaAttentionMmaKernel<kTiles>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err != cudaSuccess) return err;
+  const dim3 grid(p.num_q_heads / (kHeads * kTiles), p.num_splits, p.num_rows);
+  MlaAttentionMmaKernel<kTiles><<<grid, kTiles * kThreadsPerTile, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 cudaError_t LaunchMlaAttentionTensorCore(const AttentionKernelParams& p, cudaStream_t stream) {
-  const int smem = static_cast<int>(sizeof(Smem));
-  cudaError_t err = cudaFuncSetAttribute(MlaAttentionMmaKernel,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (err != cudaSuccess) return err;
-  const dim3 grid(p.num_q_heads / kHeads, p.num_splits, p.num_rows);
-  MlaAttentionMmaKernel<<<grid, kThreads, smem, stream>>>(p);
-  return cudaGetLastError();
+  return p.num_q_heads % (2 * kHeads) == 0 ? Launch<2>(p, stream) : Launch<1>(p, stream);
 }
 
 }  // namespace ctxpar::cuda
