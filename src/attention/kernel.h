@@ -17,7 +17,7 @@
 namespace ctxpar::attention_internal {
 
 // Keys per block of the online softmax; a task's scratch holds one block of scores.
-inline constexpr int kKeyBlock = 16;
+inline constexpr int kKeyBlock = 32;
 
 struct KernelArgs {
   const float* q = nullptr;  // [kv_heads * group, head_dim_qk]

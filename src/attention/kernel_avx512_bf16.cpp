@@ -78,11 +78,15 @@ struct Avx512DpBf16Isa : Avx512Isa {
   }
 
   static void PairedPv(float* p, int n, const uint16_t* const* v, int group, float* o, int dv) {
-    // Each row of p becomes bf16 in place: 16 weights, 8 pairs, in its first 32 bytes.
+    // Each row of p becomes bf16 in place, in its first half: kKeyBlock / 2 pairs. Ascending
+    // chunks never overwrite weights not yet read.
     for (int h = 0; h < group; ++h) {
-      const __m256bh b = _mm512_cvtneps_pbh(Load(p + h * kKeyBlock));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + h * kKeyBlock),
-                          reinterpret_cast<const __m256i&>(b));
+      float* row = p + h * kKeyBlock;
+      for (int c = 0; c < kKeyBlock; c += kLanes) {
+        const __m256bh b = _mm512_cvtneps_pbh(Load(row + c));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + c / 2),
+                            reinterpret_cast<const __m256i&>(b));
+      }
     }
     const auto* pairs = reinterpret_cast<const uint32_t*>(p);
     const int n2 = (n + 1) / 2 * 2;

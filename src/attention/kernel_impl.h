@@ -40,6 +40,32 @@ void RowPtrs(const void* base, const KernelArgs& a, int64_t stride, int begin, i
   }
 }
 
+// Walks the next block's rows (every KV head, K then V) in address order, a few cache lines per
+// call. A block reads each row once per KV head, a few lines at a time with other heads' lines
+// in between: an order the hardware prefetchers follow poorly, while requests in address order,
+// spread over the block's work rather than issued at once, keep the memory stream full.
+struct Prefetcher {
+  const char* const* rows = nullptr;
+  int num_rows = 0;
+  int first_rows = 0;  // rows [0, first_rows) are first_bytes long, the rest rest_bytes
+  int64_t first_bytes = 0;
+  int64_t rest_bytes = 0;
+  int lines_per_step = 0;
+  int row = 0;
+  int64_t offset = 0;
+
+  void Step() {
+    for (int i = 0; i < lines_per_step && row < num_rows; ++i) {
+      __builtin_prefetch(rows[row] + offset, 0, 2);
+      offset += 64;
+      if (offset >= (row < first_rows ? first_bytes : rest_bytes)) {
+        offset = 0;
+        ++row;
+      }
+    }
+  }
+};
+
 template <class T, class KElem, int HB>
 void ScoreTile(const typename T::QElem* q, int dqk, const KElem* const* k, float* s) {
   using V = typename T::V;
@@ -60,20 +86,23 @@ void ScoreTile(const typename T::QElem* q, int dqk, const KElem* const* k, float
 
 template <class T, class KElem, int HB>
 void ScoreRows(const typename T::QElem* q, int dqk, const KElem* const* k, int n4, int heads,
-               float* s) {
+               float* s, Prefetcher* pf) {
   if constexpr (HB > 1) {
-    if (heads < HB) return ScoreRows<T, KElem, HB - 1>(q, dqk, k, n4, heads, s);
+    if (heads < HB) return ScoreRows<T, KElem, HB - 1>(q, dqk, k, n4, heads, s, pf);
   }
-  for (int c = 0; c < n4; c += 4) ScoreTile<T, KElem, HB>(q, dqk, k + c, s + c);
+  for (int c = 0; c < n4; c += 4) {
+    pf->Step();
+    ScoreTile<T, KElem, HB>(q, dqk, k + c, s + c);
+  }
 }
 
 template <class T, class KElem>
-void Scores(const typename T::QElem* q, int group, int dqk, const KElem* const* k, int n4,
-            float* s) {
+void Scores(const typename T::QElem* q, int group, int dqk, const KElem* const* k, int n4, float* s,
+            Prefetcher* pf) {
   for (int h = 0; h < group; h += T::kQkHeads) {
     const int heads = group - h < T::kQkHeads ? group - h : T::kQkHeads;
     ScoreRows<T, KElem, T::kQkHeads>(q + static_cast<int64_t>(h) * dqk, dqk, k, n4, heads,
-                                     s + h * kKeyBlock);
+                                     s + h * kKeyBlock, pf);
   }
 }
 
@@ -139,15 +168,38 @@ void Attend(const KernelArgs& a) {
     l[h] = 0.0f;
   }
   const void* vbase = a.v != nullptr ? a.v : a.k;
+  const int64_t k_row_bytes = a.k_row_stride * static_cast<int64_t>(sizeof(KElem));
+  const int64_t v_row_bytes = a.v_row_stride * static_cast<int64_t>(sizeof(KElem));
   const KElem* k0[kKeyBlock];
   const KElem* v0[kKeyBlock];
+  const KElem* kn[kKeyBlock];
+  const KElem* vn[kKeyBlock];
   const KElem* kp[kKeyBlock];
   const KElem* vp[kKeyBlock];
+  const char* ahead[2 * kKeyBlock];
   for (int kb = a.key_begin; kb < a.key_end; kb += kKeyBlock) {
     const int n = a.key_end - kb < kKeyBlock ? a.key_end - kb : kKeyBlock;
     const int n4 = (n + 3) / 4 * 4;
+    const int next = kb + kKeyBlock;
+    const int nn = next >= a.key_end              ? 0
+                   : a.key_end - next < kKeyBlock ? a.key_end - next
+                                                  : kKeyBlock;
+    RowPtrs<KElem>(a.k, a, a.k_row_stride, next, nn, kn);
+    RowPtrs<KElem>(vbase, a, a.v_row_stride, next, nn, vn);
     RowPtrs<KElem>(a.k, a, a.k_row_stride, kb, n, k0);
     RowPtrs<KElem>(vbase, a, a.v_row_stride, kb, n, v0);
+    // K rows then V rows of the next block; for MLA (v null) the K rows are the V rows.
+    for (int j = 0; j < nn; ++j) {
+      ahead[j] = reinterpret_cast<const char*>(kn[j]);
+      ahead[nn + j] = reinterpret_cast<const char*>(vn[j]);
+    }
+    Prefetcher pf{ahead, a.v != nullptr ? 2 * nn : nn, nn, k_row_bytes, v_row_bytes};
+    {
+      // Spread over the block's score tiles: one step per 4 keys per tile of heads per KV head.
+      const int64_t lines = (nn * (k_row_bytes + (a.v != nullptr ? v_row_bytes : 0)) + 63) / 64;
+      const int steps = a.kv_heads * ((group + T::kQkHeads - 1) / T::kQkHeads) * (n4 / 4);
+      pf.lines_per_step = static_cast<int>((lines + steps - 1) / steps);
+    }
     // The KV heads of one key block in turn, so that the rows are read in address order.
     for (int kvh = 0; kvh < a.kv_heads; ++kvh) {
       for (int j = 0; j < n; ++j) {
@@ -161,7 +213,7 @@ void Attend(const KernelArgs& a) {
       }
       const int h0 = kvh * group;
       float* o = a.o + static_cast<int64_t>(h0) * dv;
-      Scores<T, KElem>(q + static_cast<int64_t>(h0) * dqk, group, dqk, kp, n4, s);
+      Scores<T, KElem>(q + static_cast<int64_t>(h0) * dqk, group, dqk, kp, n4, s, &pf);
       for (int g = 0; g < group; ++g) {
         float* sg = s + g * kKeyBlock;
         float& mh = m[h0 + g];
