@@ -43,7 +43,7 @@ int Report(bool json, const Status& status, const ResolvedConfig* config,
       }
     }
     if (!status.ok()) out["error"] = {{"id", status.error_id()}, {"message", status.message()}};
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return ExitStatus(status);
   }
   if (!status.ok()) {

@@ -103,7 +103,9 @@ int RunExplain(const std::vector<std::string>& args) {
         std::printf("%-18s %s\n", std::string(e.id).c_str(), std::string(e.title).c_str());
       }
     }
-    if (json) std::printf("%s\n", out.dump(2).c_str());
+    if (json)
+      std::printf("%s\n",
+                  out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return kExitOk;
   }
   if (!id.empty()) {
@@ -113,7 +115,9 @@ int RunExplain(const std::vector<std::string>& args) {
                   "; IDs look like CTXPAR-DCP-003, run: ctxpar explain --list");
     }
     if (json) {
-      std::printf("%s\n", EntryJson(*e).dump(2).c_str());
+      std::printf(
+          "%s\n",
+          EntryJson(*e).dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
       PrintEntry(*e);
     }
@@ -129,7 +133,7 @@ int RunExplain(const std::vector<std::string>& args) {
     nlohmann::json out = EntryJson(*match->entry);
     out["matched_values"] = nlohmann::json::object();
     for (const auto& [name, value] : match->values) out["matched_values"][name] = value;
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return kExitOk;
   }
   PrintEntry(*match->entry);

@@ -1,0 +1,135 @@
+// `ctxpar explain`: by ID, from a pasted message, --json, and the failures (exit 2).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/run_ctxpar.h"
+
+namespace ctxpar {
+namespace {
+
+using nlohmann::json;
+using testing::RunCtxpar;
+
+TEST(Explain, ById) {
+  testing::RunResult r = RunCtxpar({"explain", "CTXPAR-DCP-003"});
+  EXPECT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_TRUE(r.out.starts_with("CTXPAR-DCP-003: fi_a2a on a platform that is not CUDA\n"));
+  for (const char* section : {"\nError message\n", "\nWhat it means\n", "\nWhen it happens\n",
+                              "\nSolutions\n  1. ", "\nExample fix\n  # before\n  ctxpar check ",
+                              "  # after\n  ctxpar check ", "\nRelated errors\n  CTXPAR-DCP-006"}) {
+    EXPECT_NE(r.out.find(section), std::string::npos) << section;
+  }
+  EXPECT_EQ(RunCtxpar({"explain", "ctxpar-dcp-003"}).out, r.out);  // case-insensitive
+}
+
+TEST(Explain, ByIdJson) {
+  testing::RunResult r = RunCtxpar({"explain", "CTXPAR-LAYOUT-001", "--json"});
+  EXPECT_EQ(r.exit_status, 0);
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["id"], "CTXPAR-LAYOUT-001");
+  EXPECT_EQ(j["message_template"],
+            "tp_size ({tp_size}) must be divisible by dcp_size ({dcp_size}).");
+  EXPECT_EQ(j["example_fix"]["before"], "ctxpar check --tp-size 6 --dcp-size 4");
+  EXPECT_EQ(j["example_fix"]["after"], "ctxpar check --tp-size 8 --dcp-size 4");
+  for (const char* key : {"title", "meaning", "when"}) EXPECT_TRUE(j[key].is_string()) << key;
+  EXPECT_TRUE(j["solutions"].is_array() && !j["solutions"].empty());
+  EXPECT_TRUE(j["related"].is_array() && !j["related"].empty());
+}
+
+// The example fixes are real: `before` fails with this entry's ID and `after` passes.
+TEST(Explain, ExampleFixesOfCheckErrorsBehaveAsTheySay) {
+  for (const char* id :
+       {"CTXPAR-DCP-001",    "CTXPAR-DCP-002",    "CTXPAR-DCP-003",  "CTXPAR-DCP-004",
+        "CTXPAR-DCP-005",    "CTXPAR-DCP-006",    "CTXPAR-CP-001",   "CTXPAR-CP-002",
+        "CTXPAR-LAYOUT-001", "CTXPAR-LAYOUT-002", "CTXPAR-DSV4-001", "CTXPAR-DSV4-002",
+        "CTXPAR-DSV4-003",   "CTXPAR-DSV4-004",   "CTXPAR-FLAG-001", "CTXPAR-FLAG-002",
+        "CTXPAR-FLAG-003",   "CTXPAR-FLAG-004",   "CTXPAR-FLAG-005", "CTXPAR-FLAG-006",
+        "CTXPAR-MOE-001"}) {
+    SCOPED_TRACE(id);
+    json entry = json::parse(RunCtxpar({"explain", id, "--json"}).out);
+    for (const char* which : {"before", "after"}) {
+      std::istringstream words(entry["example_fix"][which].get<std::string>());
+      std::vector<std::string> argv;
+      for (std::string w; words >> w;) argv.push_back(w);
+      ASSERT_GE(argv.size(), 2u);
+      ASSERT_EQ(argv[0], "ctxpar");
+      ASSERT_EQ(argv[1], "check");
+      argv.erase(argv.begin());
+      argv.insert(argv.begin() + 1, "--json");
+      testing::RunResult r = RunCtxpar(argv);
+      json out = json::parse(r.out, nullptr, false);
+      if (std::string(which) == "before") {
+        EXPECT_EQ(r.exit_status, 2);
+        EXPECT_EQ(out["error"]["id"], std::string(id)) << r.out;
+      } else {
+        EXPECT_EQ(r.exit_status, 0) << r.out;
+      }
+    }
+  }
+}
+
+TEST(Explain, ByMessageFindsTheThreeSeedMessages) {
+  const std::pair<const char*, const char*> seeds[] = {
+      {"--dcp-comm-backend fi_a2a delegates the exchange to FlashInfer's MNNVL All-to-All "
+       "kernel, which requires an NVIDIA CUDA platform with SM90+ and MNNVL fabric memory (e.g. "
+       "GB200 NVL72). The authoritative fabric probe runs at model-runner init; use 'a2a' or "
+       "'ag_rs' on clusters without MNNVL.",
+       "CTXPAR-DCP-003"},
+      {"--dcp-replicate-q-proj only applies to the a2a/fi_a2a DCP communication backend (it "
+       "removes the head-dim Q all-gather); got --dcp-comm-backend=ag_rs.",
+       "CTXPAR-DCP-005"},
+      {"DeepSeekV4 CP supports moe_a2a_backend in ('none', 'deepep', 'megamoe', 'mori'), got "
+       "'flashinfer'.",
+       "CTXPAR-DSV4-004"},
+  };
+  for (const auto& [message, id] : seeds) {
+    testing::RunResult r = RunCtxpar({"explain", "--message", message, "--json"});
+    EXPECT_EQ(r.exit_status, 0) << r.err;
+    json j = json::parse(r.out);
+    EXPECT_EQ(j["id"], id);
+    EXPECT_TRUE(j["matched_values"].is_object());
+    testing::RunResult text = RunCtxpar({"explain", "--message", message});
+    EXPECT_EQ(text.exit_status, 0);
+    EXPECT_TRUE(text.out.starts_with(std::string(id) + ": ")) << text.out;
+  }
+  json j = json::parse(
+      RunCtxpar({"explain", "--message",
+                 "--dcp-replicate-q-proj only applies to the a2a/fi_a2a DCP communication "
+                 "backend (it removes the head-dim Q all-gather); got --dcp-comm-backend=ag_rs.",
+                 "--json"})
+          .out);
+  EXPECT_EQ(j["matched_values"], json::parse(R"({"backend": "ag_rs"})"));
+}
+
+TEST(Explain, FailuresExit2WithAHint) {
+  testing::RunResult unknown = RunCtxpar({"explain", "CTXPAR-DCP-999"});
+  EXPECT_EQ(unknown.exit_status, 2);
+  EXPECT_EQ(unknown.err,
+            "ctxpar explain: no catalog entry CTXPAR-DCP-999; IDs look like CTXPAR-DCP-003, run: "
+            "ctxpar explain --list\n");
+  testing::RunResult unmatched = RunCtxpar({"explain", "--message", "out of memory"});
+  EXPECT_EQ(unmatched.exit_status, 2);
+  EXPECT_EQ(unmatched.err,
+            "ctxpar explain: no catalog entry matches this message; paste the whole error text, "
+            "or run: ctxpar explain --list\n");
+  EXPECT_EQ(RunCtxpar({"explain"}).exit_status, 2);
+  EXPECT_EQ(RunCtxpar({"explain", "CTXPAR-DCP-001", "--message", "x"}).exit_status, 2);
+  EXPECT_EQ(RunCtxpar({"explain", "--bogus"}).exit_status, 2);
+  EXPECT_EQ(RunCtxpar({"explain", "--help"}).exit_status, 0);
+}
+
+TEST(Explain, ListsTheCatalog) {
+  testing::RunResult r = RunCtxpar({"explain", "--list", "--json"});
+  EXPECT_EQ(r.exit_status, 0);
+  json j = json::parse(r.out);
+  ASSERT_TRUE(j.is_array());
+  EXPECT_GE(j.size(), 25u);
+  EXPECT_EQ(j[0]["id"], "CTXPAR-CONFIG-001");
+}
+
+}  // namespace
+}  // namespace ctxpar
