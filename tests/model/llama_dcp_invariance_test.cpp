@@ -1,0 +1,128 @@
+// DCP invariance: the greedy output of 128 new tokens is the same for (tp, dcp) = (1, 1), (3, 1)
+// and (3, 3) with every combine backend (ag_rs, a2a, shm_a2a), with and without replicated Q,
+// for a short prompt and one of 2,025 tokens. Ranks are threads (the in-process communicator);
+// the MPI run of the binary is in generate_test.cpp.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "ctxpar/communicator.h"
+#include "ctxpar/gguf.h"
+#include "ctxpar/llama.h"
+#include "ctxpar/sampler.h"
+
+namespace ctxpar {
+namespace {
+
+constexpr int kNewTokens = 128;
+
+std::string ModelPath() {
+  if (const char* env = std::getenv("CTXPAR_MODEL"); env != nullptr && *env != '\0') return env;
+  const char* home = std::getenv("HOME");
+  return std::string(home != nullptr ? home : ".") +
+         "/.cache/ctxpar/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+struct Config {
+  int tp;
+  int dcp;
+  const char* backend;
+  bool replicate_q;
+};
+
+const Config kConfigs[] = {
+    {3, 1, "ag_rs", false}, {3, 3, "ag_rs", false},   {3, 3, "a2a", false},
+    {3, 3, "a2a", true},    {3, 3, "shm_a2a", false}, {3, 3, "shm_a2a", true},
+};
+
+class DcpInvariance : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto f = GgufFile::Open(ModelPath());
+    if (f.ok()) file_ = new std::shared_ptr<const GgufFile>(new GgufFile(std::move(*f)));
+    std::ifstream in(std::string(CTXPAR_TEST_DATA_DIR) + "/llama_cpp/golden.json");
+    golden_ = new nlohmann::json(nlohmann::json::parse(in));
+  }
+  static void TearDownTestSuite() {
+    delete file_;
+    delete golden_;
+  }
+
+  // The prompt ids of a golden.json prompt (llama.cpp's tokenization), `repeat` times.
+  static std::vector<int32_t> Prompt(const std::string& name, int repeat) {
+    for (const auto& p : golden_->at("prompts")) {
+      if (p.at("name") == name) {
+        const auto ids = p.at("prompt_ids").get<std::vector<int32_t>>();
+        std::vector<int32_t> out;
+        for (int i = 0; i < repeat; ++i) out.insert(out.end(), ids.begin(), ids.end());
+        return out;
+      }
+    }
+    return {};
+  }
+
+  static std::vector<int32_t> Generate(const Config& c, const std::vector<int32_t>& prompt,
+                                       Status* status) {
+    std::vector<int32_t> tokens;
+    std::mutex mu;
+    *status = RunInProcess(c.tp, [&](Communicator& comm) -> Status {
+      LlamaParallel par{.tp_size = c.tp,
+                        .dcp_size = c.dcp,
+                        .dcp_comm_backend = c.backend,
+                        .replicate_q_proj = c.replicate_q,
+                        .max_seq_len = static_cast<int>(prompt.size()) + kNewTokens};
+      CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
+                              LlamaModel::Create(*file_, comm, par));
+      CTXPAR_ASSIGN_OR_RETURN(std::vector<float> logits, model->Forward(prompt));
+      std::vector<int32_t> out;
+      for (int i = 0; i < kNewTokens; ++i) {
+        const int32_t next = Greedy(logits);
+        out.push_back(next);
+        if (i + 1 < kNewTokens) {
+          CTXPAR_ASSIGN_OR_RETURN(logits, model->Forward(std::span<const int32_t>(&next, 1)));
+        }
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      if (comm.rank() == 0) tokens = out;
+      return Status::Ok();
+    });
+    return tokens;
+  }
+
+  void CheckAllConfigs(const std::vector<int32_t>& prompt) {
+    ASSERT_NE(file_, nullptr) << "model not found at " << ModelPath()
+                              << " (scripts/fetch-model.sh, or set CTXPAR_MODEL)";
+    Status st;
+    const std::vector<int32_t> base = Generate({1, 1, "ag_rs", false}, prompt, &st);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_EQ(base.size(), std::size_t(kNewTokens));
+    for (const Config& c : kConfigs) {
+      const std::vector<int32_t> got = Generate(c, prompt, &st);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      EXPECT_EQ(got, base) << "tp " << c.tp << " dcp " << c.dcp << " " << c.backend
+                           << (c.replicate_q ? " replicated Q" : "");
+    }
+  }
+
+  static std::shared_ptr<const GgufFile>* file_;
+  static nlohmann::json* golden_;
+};
+std::shared_ptr<const GgufFile>* DcpInvariance::file_ = nullptr;
+nlohmann::json* DcpInvariance::golden_ = nullptr;
+
+TEST_F(DcpInvariance, ChatPrompt) { CheckAllConfigs(Prompt("chat_poem", 1)); }
+
+TEST_F(DcpInvariance, PromptOf2025Tokens) {
+  const std::vector<int32_t> prompt = Prompt("long_history", 9);
+  ASSERT_GE(prompt.size(), 2000u);
+  CheckAllConfigs(prompt);
+}
+
+}  // namespace
+}  // namespace ctxpar
