@@ -1,0 +1,94 @@
+// `ctxpar generate` end to end: the binary self-launches three MPI ranks for --tp-size 3
+// --dcp-size 3, prints what one rank prints, starts like llama.cpp's greedy continuation, and
+// refuses bad launch configurations with the catalog's texts before any rank starts.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+Result RunGenerate(const std::string& args) {
+  const std::string err_path = ::testing::TempDir() + "generate_test_stderr.txt";
+  const std::string cmd = std::string(CTXPAR_BIN) + " generate " + args + " 2>" + err_path;
+  Result r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf;
+  std::size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err_path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.err = ss.str();
+  return r;
+}
+
+const char* kPrompt = "'The capital of France is'";
+// llama.cpp's greedy continuation of that prompt (golden.json, plain_france), up to where its
+// own top-2 margin drops under its rounding noise (llama_golden_test.cpp).
+const char* kLlamaCppStart = " Paris.\n\nThe";
+
+TEST(Generate, ThreeMpiRanksWithDcpPrintTheSingleRankText) {
+  if (std::string(CTXPAR_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI";
+  const Result one = RunGenerate(std::string("--max-new-tokens 24 ") + kPrompt);
+  ASSERT_EQ(one.code, 0) << one.err;
+  EXPECT_EQ(one.out.rfind(kLlamaCppStart, 0), 0u) << one.out;
+  EXPECT_NE(one.err.find("prefill 5 tokens"), std::string::npos) << one.err;
+  EXPECT_NE(one.err.find("tokens/s"), std::string::npos) << one.err;
+  for (const char* cfg : {"--tp-size 3 --dcp-size 3 --dcp-comm-backend a2a --dcp-replicate-q-proj",
+                          "--tp-size 3 --dcp-size 3 --dcp-comm-backend shm_a2a"}) {
+    const Result three = RunGenerate(std::string(cfg) + " --max-new-tokens 24 " + kPrompt);
+    ASSERT_EQ(three.code, 0) << cfg << "\n" << three.err;
+    EXPECT_EQ(three.out, one.out) << cfg;
+    EXPECT_NE(three.err.find("tp 3 dcp 3"), std::string::npos) << three.err;
+  }
+}
+
+TEST(Generate, SeededSamplingRepeats) {
+  const std::string args = std::string("--temperature 0.9 --top-k 40 --top-p 0.95 --seed 11 ") +
+                           "--max-new-tokens 12 " + kPrompt;
+  const Result a = RunGenerate(args);
+  const Result b = RunGenerate(args);
+  ASSERT_EQ(a.code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+}
+
+TEST(Generate, RefusesBadLaunchConfigurationsWithCatalogTexts) {
+  const Result heads = RunGenerate(std::string("--tp-size 2 --dcp-size 2 ") + kPrompt);
+  EXPECT_EQ(heads.code, 2);
+  EXPECT_EQ(heads.err,
+            "num_heads (9) must be divisible by dcp_size (2)\nrun: ctxpar explain "
+            "CTXPAR-LAYOUT-003\n");
+  EXPECT_TRUE(heads.out.empty());
+  const Result fi =
+      RunGenerate(std::string("--tp-size 3 --dcp-size 3 --dcp-comm-backend fi_a2a ") + kPrompt);
+  EXPECT_EQ(fi.code, 2);
+  EXPECT_EQ(fi.err,
+            "--dcp-comm-backend fi_a2a delegates the exchange to FlashInfer's MNNVL All-to-All "
+            "kernel, which requires an NVIDIA CUDA platform with SM90+ and MNNVL fabric memory "
+            "(e.g. GB200 NVL72). The authoritative fabric probe runs at model-runner init; use "
+            "'a2a' or 'ag_rs' on clusters without MNNVL.\nrun: ctxpar explain CTXPAR-DCP-003\n");
+  const Result top_p = RunGenerate(std::string("--temperature 1 --top-p 0 ") + kPrompt);
+  EXPECT_EQ(top_p.code, 2);
+  EXPECT_EQ(top_p.err, "--top_p must be in (0, 1], but got 0\n");
+  const Result missing =
+      RunGenerate(std::string("--model-path /nonexistent/model.gguf ") + kPrompt);
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find("/nonexistent/model.gguf"), std::string::npos) << missing.err;
+}
+
+}  // namespace
