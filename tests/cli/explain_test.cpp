@@ -122,6 +122,15 @@ TEST(Explain, FailuresExit2WithAHint) {
   EXPECT_EQ(RunCtxpar({"explain", "--help"}).exit_status, 0);
 }
 
+// docs/errors.md is the generated catalog; regenerate it with `ctxpar explain --markdown`.
+TEST(Explain, ErrorsPageIsTheCatalog) {
+  testing::RunResult r = RunCtxpar({"explain", "--markdown"});
+  EXPECT_EQ(r.exit_status, 0);
+  EXPECT_EQ(testing::ReadAll(CTXPAR_SOURCE_DIR "/docs/errors.md"), r.out)
+      << "run: ctxpar explain --markdown > docs/errors.md";
+  EXPECT_NE(r.out.find("\n## CTXPAR-DSV4-004\n"), std::string::npos);
+}
+
 TEST(Explain, ListsTheCatalog) {
   testing::RunResult r = RunCtxpar({"explain", "--list", "--json"});
   EXPECT_EQ(r.exit_status, 0);
