@@ -81,19 +81,22 @@ done
 
 # Correctness: float64 references and the CPU kernel, fresh random inputs, poisoned outputs.
 for t in attention combine nccl_communicator; do
-  step "test $t" timeout 240 "$BIN/cuda_${t}_test" --gtest_brief=1
+  step "test $t" timeout 240 "$BIN/cuda_${t}_test" --gtest_brief=1 --gtest_color=no
 done
 for np in 2 4; do
   step "test ipc_exchange np$np" timeout 120 mpiexec -n "$np" "$BIN/cuda_ipc_exchange_test" \
-    --gtest_brief=1
+    --gtest_brief=1 --gtest_color=no
 done
 # fi_a2a on a machine without MNNVL fabric: refused at init with the seed's guidance (exit 2).
 if [[ -x $BIN/ctxpar ]]; then
   echo "== ctxpar check --dcp-comm-backend fi_a2a (expect exit 2, CTXPAR-DCP-006)"
   rc=0
-  "$BIN/ctxpar" check --tp-size 2 --dcp-size 2 --dcp-comm-backend fi_a2a || rc=$?
+  text=$("$BIN/ctxpar" check --tp-size 2 --dcp-size 2 --dcp-comm-backend fi_a2a 2>&1) || rc=$?
+  echo "$text"
   echo "exit $rc"
-  ((rc == 2)) || FAILED+=("ctxpar check fi_a2a (exit $rc, expected 2)")
+  if ((rc != 2)) || [[ $text != *CTXPAR-DCP-006* ]]; then
+    FAILED+=("ctxpar check fi_a2a (exit $rc; expected 2 with CTXPAR-DCP-006)")
+  fi
 fi
 
 # Timings.
