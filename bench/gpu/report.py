@@ -48,7 +48,7 @@ def main():
     print(f"\n{summary['device']}: copy {summary['copy_gbs']} GB/s, read {summary['read_gbs']} "
           f"GB/s, bf16 matmul {summary['matmul_tflops']} TFLOP/s, torch {summary['torch']}")
     print(f"{'case':<22}{'ms':>9}{'GB/s':>7}{'TF/s':>7}{'roof':>6}{'torch ms':>10}{'x torch':>8}"
-          f"{'merge%':>7}{'pack%':>6}  unmet")
+          f"{'merge%':>7}{'pack%':>6}{'simt ms':>9}  unmet")
     for r in rows:
         name = f"{r['kind']} B{r['batch']} L{r['context']} H{r['q_heads']}"
         xt = f"{r['vs_torch']:.2f}" if r["vs_torch"] else "n/a"
@@ -56,7 +56,7 @@ def main():
         unmet = ", ".join(k for k, ok in r["checks"].items() if not ok) or "-"
         print(f"{name:<22}{r['ms']:>9.4f}{r['kv_gbs']:>7.0f}{r['tflops']:>7.1f}"
               f"{100 * r['roofline']:>5.0f}%{tm:>10}{xt:>8}{100 * r['merge_frac']:>6.1f}%"
-              f"{100 * r['pack_frac']:>5.1f}%  {unmet}")
+              f"{100 * r['pack_frac']:>5.1f}%{r.get('simt_ms') or 0:>9.4f}  {unmet}")
     for e in summary["errors"]:
         print("error:", e)
     print("all targets met" if summary["all_targets_met"] else "some targets NOT met")
