@@ -163,6 +163,8 @@ class GgufFile {
   GgufFile() = default;
   static Expected<GgufFile> Parse(std::shared_ptr<const Storage> storage);
   Expected<const GgufValue*> Lookup(std::string_view key) const;
+  template <typename T>
+  Expected<T> GetExact(std::string_view key, std::string_view wanted) const;
   static Status WrongType(std::string_view key, const GgufValue& v, std::string_view wanted);
   template <typename T>
   static std::string_view ArrayTypeName();

@@ -1,3 +1,4 @@
+// GGUF parsing: the checked walk over header, metadata and tensor infos, and the file mapping.
 #include "ctxpar/gguf.h"
 
 #include <fcntl.h>
@@ -11,8 +12,6 @@
 #include <cstring>
 #include <functional>
 #include <limits>
-#include <optional>
-#include <type_traits>
 
 namespace ctxpar {
 
@@ -66,95 +65,7 @@ uint64_t MinEncodedSize(GgufType t) {
 
 bool IsGgufType(uint32_t id) { return id <= static_cast<uint32_t>(GgufType::kF64); }
 
-// Variant index <-> GGUF type id: the scalars come in GGUF order with kArray (9) left out.
-GgufType TypeOfScalarIndex(size_t index) {
-  return static_cast<GgufType>(index < 9 ? index : index + 1);
-}
-constexpr size_t kFirstArrayIndex = 12;
-
 }  // namespace
-
-std::string_view GgufTypeName(GgufType type) {
-  switch (type) {
-    case GgufType::kU8:
-      return "u8";
-    case GgufType::kI8:
-      return "i8";
-    case GgufType::kU16:
-      return "u16";
-    case GgufType::kI16:
-      return "i16";
-    case GgufType::kU32:
-      return "u32";
-    case GgufType::kI32:
-      return "i32";
-    case GgufType::kF32:
-      return "f32";
-    case GgufType::kBool:
-      return "bool";
-    case GgufType::kString:
-      return "string";
-    case GgufType::kArray:
-      return "array";
-    case GgufType::kU64:
-      return "u64";
-    case GgufType::kI64:
-      return "i64";
-    case GgufType::kF64:
-      return "f64";
-  }
-  return "unknown";
-}
-
-GgufType GgufValue::type() const {
-  return data_.index() < kFirstArrayIndex ? TypeOfScalarIndex(data_.index()) : GgufType::kArray;
-}
-
-GgufType GgufValue::element_type() const {
-  if (data_.index() < kFirstArrayIndex) return type();
-  return TypeOfScalarIndex(data_.index() - kFirstArrayIndex);
-}
-
-size_t GgufValue::size() const {
-  return std::visit(
-      [](const auto& v) -> size_t {
-        using V = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<V, std::string>) {
-          return 1;
-        } else if constexpr (requires { v.size(); }) {
-          return v.size();
-        } else {
-          return 1;
-        }
-      },
-      data_);
-}
-
-std::string GgufValue::TypeName() const {
-  if (!is_array()) return std::string(GgufTypeName(type()));
-  if (const auto* nested = get_if<std::vector<GgufValue>>(); nested && !nested->empty()) {
-    return fmt::format("array[{}]", nested->front().TypeName());
-  }
-  return fmt::format("array[{}]", GgufTypeName(element_type()));
-}
-
-int64_t GgufTensor::num_elements() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-int64_t GgufTensor::row_length() const { return shape.empty() ? 1 : shape[0]; }
-
-int64_t GgufTensor::num_rows() const {
-  const int64_t len = row_length();
-  return len == 0 ? 0 : num_elements() / len;
-}
-
-size_t GgufTensor::row_bytes() const {
-  const auto& t = GetGgmlTypeTraits(type);
-  return static_cast<size_t>(row_length() / t.block_size * t.type_size);
-}
 
 // Reads the GGUF image front to back. Every read checks the bytes that remain first; `what`
 // callables build the field's description only when an error needs it.
@@ -573,118 +484,5 @@ Expected<GgufFile> GgufFile::FromBytes(std::vector<uint8_t> bytes) {
 }
 
 uint64_t GgufFile::file_size() const { return storage_ ? storage_->size : 0; }
-
-const GgufValue* GgufFile::Find(std::string_view key) const {
-  const auto it = metadata_index_.find(std::string(key));
-  return it == metadata_index_.end() ? nullptr : &metadata_[it->second].value;
-}
-
-Expected<const GgufValue*> GgufFile::Lookup(std::string_view key) const {
-  const GgufValue* v = Find(key);
-  if (v == nullptr) return NotFound(fmt::format("GGUF metadata key '{}' not found", key));
-  return v;
-}
-
-Status GgufFile::WrongType(std::string_view key, const GgufValue& v, std::string_view wanted) {
-  return InvalidArgument(
-      fmt::format("GGUF metadata key '{}' has type {}, not {}", key, v.TypeName(), wanted));
-}
-
-namespace {
-
-template <typename T>
-Expected<T> GetExact(const GgufFile& f, std::string_view key, std::string_view wanted) {
-  const GgufValue* v = f.Find(key);
-  if (v == nullptr) return NotFound(fmt::format("GGUF metadata key '{}' not found", key));
-  if (const T* x = v->get_if<T>()) return *x;
-  return InvalidArgument(
-      fmt::format("GGUF metadata key '{}' has type {}, not {}", key, v->TypeName(), wanted));
-}
-
-}  // namespace
-
-Expected<std::string> GgufFile::GetString(std::string_view key) const {
-  return GetExact<std::string>(*this, key, "string");
-}
-Expected<uint32_t> GgufFile::GetU32(std::string_view key) const {
-  return GetExact<uint32_t>(*this, key, "u32");
-}
-Expected<int32_t> GgufFile::GetI32(std::string_view key) const {
-  return GetExact<int32_t>(*this, key, "i32");
-}
-Expected<uint64_t> GgufFile::GetU64(std::string_view key) const {
-  return GetExact<uint64_t>(*this, key, "u64");
-}
-Expected<float> GgufFile::GetF32(std::string_view key) const {
-  return GetExact<float>(*this, key, "f32");
-}
-Expected<bool> GgufFile::GetBool(std::string_view key) const {
-  return GetExact<bool>(*this, key, "bool");
-}
-
-Expected<int64_t> GgufFile::GetInteger(std::string_view key) const {
-  CTXPAR_ASSIGN_OR_RETURN(const GgufValue* v, Lookup(key));
-  std::optional<int64_t> out;
-  bool too_big = false;
-  std::visit(
-      [&](const auto& x) {
-        using V = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<V, uint64_t>) {
-          too_big = x > kI64Max;
-          if (!too_big) out = static_cast<int64_t>(x);
-        } else if constexpr (std::is_integral_v<V> && !std::is_same_v<V, bool>) {
-          out = static_cast<int64_t>(x);
-        }
-      },
-      v->data());
-  if (too_big) {
-    return OutOfRange(
-        fmt::format("GGUF metadata key '{}' = {} does not fit int64", key, *v->get_if<uint64_t>()));
-  }
-  if (!out) return WrongType(key, *v, "an integer");
-  return *out;
-}
-
-Expected<double> GgufFile::GetFloat(std::string_view key) const {
-  CTXPAR_ASSIGN_OR_RETURN(const GgufValue* v, Lookup(key));
-  if (const auto* f = v->get_if<float>()) return static_cast<double>(*f);
-  if (const auto* d = v->get_if<double>()) return *d;
-  return WrongType(key, *v, "f32 or f64");
-}
-
-Expected<const GgufTensor*> GgufFile::FindTensor(std::string_view name) const {
-  const auto it = tensor_index_.find(std::string(name));
-  if (it == tensor_index_.end()) {
-    return NotFound(fmt::format("GGUF tensor '{}' not found", name));
-  }
-  return &tensors_[it->second];
-}
-
-Status DequantizeRows(const GgufTensor& tensor, int64_t first_row, int64_t num_rows, float* dst) {
-  const int64_t rows = tensor.num_rows();
-  if (first_row < 0 || num_rows < 0 || first_row > rows || num_rows > rows - first_row) {
-    return OutOfRange(fmt::format("rows [{}, {}+{}) are not inside tensor '{}' of {} rows",
-                                  first_row, first_row, num_rows, tensor.name, rows));
-  }
-  const int64_t len = tensor.row_length();
-  const size_t row_bytes = tensor.row_bytes();
-  for (int64_t r = 0; r < num_rows; ++r) {
-    CTXPAR_RETURN_IF_ERROR(
-        DequantizeRow(tensor.type, tensor.data + (first_row + r) * row_bytes, dst + r * len, len));
-  }
-  return Status::Ok();
-}
-
-Expected<std::vector<float>> DequantizeTensor(const GgufTensor& tensor) {
-  if (!GetGgmlTypeTraits(tensor.type).dequantizable) {
-    return Unimplemented(
-        fmt::format("tensor '{}': dequantization of ggml type {} is not "
-                    "implemented",
-                    tensor.name, GgmlTypeName(tensor.type)));
-  }
-  std::vector<float> out(static_cast<size_t>(tensor.num_elements()));
-  CTXPAR_RETURN_IF_ERROR(DequantizeRows(tensor, 0, tensor.num_rows(), out.data()));
-  return out;
-}
 
 }  // namespace ctxpar
