@@ -46,7 +46,7 @@ json CheckJson(std::vector<std::string> args, int expected_exit,
   return j;
 }
 
-TEST(Check, FiA2aOnCpuPrintsSeed000AndExits2) {
+TEST(CliCheck, FiA2aOnCpuPrintsSeed000AndExits2) {
   testing::RunResult r = RunCtxpar({"check", "--tp-size", "4", "--dcp-size", "4",
                                     "--dcp-comm-backend", "fi_a2a", "--platform", "cpu"});
   EXPECT_EQ(r.exit_status, 2);
@@ -58,7 +58,7 @@ TEST(Check, FiA2aOnCpuPrintsSeed000AndExits2) {
             "run: ctxpar explain CTXPAR-DCP-003\n");
 }
 
-TEST(Check, DeepseekV4FlashinferPrintsSeed002AndExits2) {
+TEST(CliCheck, DeepseekV4FlashinferPrintsSeed002AndExits2) {
   testing::RunResult r = RunCtxpar({"check", "--model-arch", "DeepseekV4ForCausalLM", "--tp-size",
                                     "8", "--enable-prefill-cp", "--cp-strategy", "interleave",
                                     "--moe-a2a-backend", "flashinfer"});
@@ -69,7 +69,7 @@ TEST(Check, DeepseekV4FlashinferPrintsSeed002AndExits2) {
             "run: ctxpar explain CTXPAR-DSV4-004\n");
 }
 
-TEST(Check, DeepseekV4DeepepIsValidWithAttnCpFromTheHook) {
+TEST(CliCheck, DeepseekV4DeepepIsValidWithAttnCpFromTheHook) {
   const std::vector<std::string> args = {"check",
                                          "--model-arch",
                                          "DeepseekV4ForCausalLM",
@@ -99,7 +99,7 @@ TEST(Check, DeepseekV4DeepepIsValidWithAttnCpFromTheHook) {
   EXPECT_FALSE(j["fields"].contains("dcp_size"));  // at its default
 }
 
-TEST(Check, InvalidConfigurationJson) {
+TEST(CliCheck, InvalidConfigurationJson) {
   json j = CheckJson({"--tp-size", "6", "--dcp-size", "4"}, 2);
   EXPECT_EQ(j["valid"], false);
   EXPECT_EQ(j["error"], json::parse(R"({"id": "CTXPAR-LAYOUT-001",
@@ -107,7 +107,7 @@ TEST(Check, InvalidConfigurationJson) {
   EXPECT_EQ(j["fields"]["dcp_size"], json::parse(R"({"raw": 4, "value": 4, "source": "user"})"));
 }
 
-TEST(Check, DefaultsAreValid) {
+TEST(CliCheck, DefaultsAreValid) {
   testing::RunResult r = RunCtxpar({"check"});
   EXPECT_EQ(r.exit_status, 0) << r.err;
   json j = CheckJson({"--platform", "cpu"}, 0);
@@ -115,7 +115,7 @@ TEST(Check, DefaultsAreValid) {
                                                        "source": "user"}})"));
 }
 
-TEST(Check, BadFlagValuesExit2NamingFlagValueAndChoices) {
+TEST(CliCheck, BadFlagValuesExit2NamingFlagValueAndChoices) {
   struct Case {
     std::vector<std::string> args;
     std::string err;
@@ -161,7 +161,7 @@ TEST(Check, BadFlagValuesExit2NamingFlagValueAndChoices) {
   EXPECT_EQ(j["fields"], json::object());
 }
 
-TEST(Check, HelpExits0AndListsTheFlags) {
+TEST(CliCheck, HelpExits0AndListsTheFlags) {
   testing::RunResult r = RunCtxpar({"check", "--help"});
   EXPECT_EQ(r.exit_status, 0);
   for (const char* flag :
@@ -172,7 +172,7 @@ TEST(Check, HelpExits0AndListsTheFlags) {
   }
 }
 
-TEST(Check, AliasAndTriState) {
+TEST(CliCheck, AliasAndTriState) {
   json j = CheckJson({"--tp-size", "4", "--decode-context-parallel-size", "4", "--dcp-comm-backend",
                       "a2a", "--dcp-replicate-q-proj"},
                      0);
@@ -187,12 +187,12 @@ TEST(Check, AliasAndTriState) {
   EXPECT_EQ(on["error"]["id"], "CTXPAR-DCP-004");
 }
 
-TEST(Check, RepeatedFlagKeepsTheLastValue) {
+TEST(CliCheck, RepeatedFlagKeepsTheLastValue) {
   json j = CheckJson({"--tp-size", "4", "--tp-size=8", "--dcp-size", "8"}, 0);
   EXPECT_EQ(j["fields"]["tp_size"], json::parse(R"({"raw": 8, "value": 8, "source": "user"})"));
 }
 
-TEST(Check, KimiK3DefaultsShowTheirSource) {
+TEST(CliCheck, KimiK3DefaultsShowTheirSource) {
   json j = CheckJson({"--model-arch", "KimiK3ForCausalLM", "--tp-size", "8", "--dcp-size", "8",
                       "--platform", "cuda:sm100+mnnvl"},
                      0);
@@ -202,7 +202,7 @@ TEST(Check, KimiK3DefaultsShowTheirSource) {
                             "source": "apply_kimi_k3_dcp_defaults"})"));
 }
 
-TEST(Check, PlatformFromEnvironmentAndFlag) {
+TEST(CliCheck, PlatformFromEnvironmentAndFlag) {
   json env = CheckJson({}, 0, {"CTXPAR_PLATFORM=rocm"});
   EXPECT_EQ(env["fields"]["platform"],
             json::parse(R"({"raw": null, "value": "rocm", "source": "_handle_platform_checks"})"));
@@ -219,7 +219,7 @@ TEST(Check, PlatformFromEnvironmentAndFlag) {
   EXPECT_NE(r.out.find("probe: "), std::string::npos) << r.out;
 }
 
-TEST(Check, MoeBackendRefusedOnlyOnANamedPlatform) {
+TEST(CliCheck, MoeBackendRefusedOnlyOnANamedPlatform) {
   const std::vector<std::string> args = {"check", "--moe-a2a-backend", "deepep"};
   EXPECT_EQ(RunCtxpar(args).exit_status, 0);
   testing::RunResult r = RunCtxpar({"check", "--moe-a2a-backend", "deepep", "--platform", "cpu"});
@@ -231,7 +231,7 @@ TEST(Check, MoeBackendRefusedOnlyOnANamedPlatform) {
             0);
 }
 
-TEST(Check, FiA2aOnANamedGpuWithoutFabric) {
+TEST(CliCheck, FiA2aOnANamedGpuWithoutFabric) {
   testing::RunResult r = RunCtxpar({"check", "--tp-size", "4", "--dcp-size", "4",
                                     "--dcp-comm-backend", "fi_a2a", "--platform", "cuda:sm90"});
   EXPECT_EQ(r.exit_status, 2);

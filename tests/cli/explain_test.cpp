@@ -14,7 +14,7 @@ namespace {
 using nlohmann::json;
 using testing::RunCtxpar;
 
-TEST(Explain, ById) {
+TEST(CliExplain, ById) {
   testing::RunResult r = RunCtxpar({"explain", "CTXPAR-DCP-003"});
   EXPECT_EQ(r.exit_status, 0) << r.err;
   EXPECT_TRUE(r.out.starts_with("CTXPAR-DCP-003: fi_a2a on a platform that is not CUDA\n"));
@@ -26,7 +26,7 @@ TEST(Explain, ById) {
   EXPECT_EQ(RunCtxpar({"explain", "ctxpar-dcp-003"}).out, r.out);  // case-insensitive
 }
 
-TEST(Explain, ByIdJson) {
+TEST(CliExplain, ByIdJson) {
   testing::RunResult r = RunCtxpar({"explain", "CTXPAR-LAYOUT-001", "--json"});
   EXPECT_EQ(r.exit_status, 0);
   json j = json::parse(r.out);
@@ -41,7 +41,7 @@ TEST(Explain, ByIdJson) {
 }
 
 // The example fixes are real: `before` fails with this entry's ID and `after` passes.
-TEST(Explain, ExampleFixesOfCheckErrorsBehaveAsTheySay) {
+TEST(CliExplain, ExampleFixesOfCheckErrorsBehaveAsTheySay) {
   for (const char* id :
        {"CTXPAR-DCP-001",    "CTXPAR-DCP-002",    "CTXPAR-DCP-003",  "CTXPAR-DCP-004",
         "CTXPAR-DCP-005",    "CTXPAR-DCP-006",    "CTXPAR-CP-001",   "CTXPAR-CP-002",
@@ -72,7 +72,7 @@ TEST(Explain, ExampleFixesOfCheckErrorsBehaveAsTheySay) {
   }
 }
 
-TEST(Explain, ByMessageFindsTheThreeSeedMessages) {
+TEST(CliExplain, ByMessageFindsTheThreeSeedMessages) {
   const std::pair<const char*, const char*> seeds[] = {
       {"--dcp-comm-backend fi_a2a delegates the exchange to FlashInfer's MNNVL All-to-All "
        "kernel, which requires an NVIDIA CUDA platform with SM90+ and MNNVL fabric memory (e.g. "
@@ -105,7 +105,7 @@ TEST(Explain, ByMessageFindsTheThreeSeedMessages) {
   EXPECT_EQ(j["matched_values"], json::parse(R"({"backend": "ag_rs"})"));
 }
 
-TEST(Explain, FailuresExit2WithAHint) {
+TEST(CliExplain, FailuresExit2WithAHint) {
   testing::RunResult unknown = RunCtxpar({"explain", "CTXPAR-DCP-999"});
   EXPECT_EQ(unknown.exit_status, 2);
   EXPECT_EQ(unknown.err,
@@ -123,7 +123,7 @@ TEST(Explain, FailuresExit2WithAHint) {
 }
 
 // docs/errors.md is the generated catalog; regenerate it with `ctxpar explain --markdown`.
-TEST(Explain, ErrorsPageIsTheCatalog) {
+TEST(CliExplain, ErrorsPageIsTheCatalog) {
   testing::RunResult r = RunCtxpar({"explain", "--markdown"});
   EXPECT_EQ(r.exit_status, 0);
   EXPECT_EQ(testing::ReadAll(CTXPAR_SOURCE_DIR "/docs/errors.md"), r.out)
@@ -131,7 +131,7 @@ TEST(Explain, ErrorsPageIsTheCatalog) {
   EXPECT_NE(r.out.find("\n## CTXPAR-DSV4-004\n"), std::string::npos);
 }
 
-TEST(Explain, ListsTheCatalog) {
+TEST(CliExplain, ListsTheCatalog) {
   testing::RunResult r = RunCtxpar({"explain", "--list", "--json"});
   EXPECT_EQ(r.exit_status, 0);
   json j = json::parse(r.out);

@@ -128,7 +128,7 @@ std::vector<std::string> RandomArgs(std::mt19937& rng) {
   return args;
 }
 
-TEST(Fuzz, CheckNeverCrashesAndExitsZeroOrTwo) {
+TEST(CliFuzz, CheckNeverCrashesAndExitsZeroOrTwo) {
   std::mt19937 rng(20261130);
   int valid = 0;
   for (int iteration = 0; iteration < 400; ++iteration) {
@@ -144,7 +144,7 @@ TEST(Fuzz, CheckNeverCrashesAndExitsZeroOrTwo) {
   EXPECT_GT(valid, 10);  // the generator also reaches valid configurations
 }
 
-TEST(Fuzz, ExplainNeverCrashesAndExitsZeroOrTwo) {
+TEST(CliFuzz, ExplainNeverCrashesAndExitsZeroOrTwo) {
   std::mt19937 rng(7);
   for (int iteration = 0; iteration < 100; ++iteration) {
     std::vector<std::string> args = {"explain"};

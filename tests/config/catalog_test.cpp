@@ -46,7 +46,7 @@ void ExpectComplete(const CatalogEntry& e) {
   EXPECT_NE(e.code, StatusCode::kOk);
 }
 
-TEST(Catalog, EveryEntryIsCompleteAndIdsAreUniqueAndSorted) {
+TEST(CatalogTest, EveryEntryIsCompleteAndIdsAreUniqueAndSorted) {
   std::set<std::string_view> seen;
   std::string_view previous;
   for (const CatalogEntry& e : ErrorCatalog()) {
@@ -59,7 +59,7 @@ TEST(Catalog, EveryEntryIsCompleteAndIdsAreUniqueAndSorted) {
 }
 
 // Every ID written anywhere in the sources (a rule, a runtime check, a CLI) has an entry.
-TEST(Catalog, EveryIdInTheSourcesHasAnEntry) {
+TEST(CatalogTest, EveryIdInTheSourcesHasAnEntry) {
   const std::regex id_re("CTXPAR-[A-Z0-9]+-[0-9]{3}");
   std::set<std::string> found;
   for (const char* dir : {"src", "cli", "include"}) {
@@ -82,7 +82,7 @@ TEST(Catalog, EveryIdInTheSourcesHasAnEntry) {
   for (const std::string& id : found) EXPECT_NE(FindCatalogEntry(id), nullptr) << id;
 }
 
-TEST(Catalog, RendersTemplatesWithNamedValues) {
+TEST(CatalogTest, RendersTemplatesWithNamedValues) {
   Status s = CatalogError("CTXPAR-LAYOUT-001", {{"tp_size", "6"}, {"dcp_size", "4"}});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.error_id(), "CTXPAR-LAYOUT-001");
@@ -94,7 +94,7 @@ TEST(Catalog, RendersTemplatesWithNamedValues) {
   EXPECT_EQ(CatalogError("ctxpar-dcp-004", {}).error_id(), "CTXPAR-DCP-004");
 }
 
-TEST(Catalog, RenderingSlipsAreInternalErrors) {
+TEST(CatalogTest, RenderingSlipsAreInternalErrors) {
   EXPECT_EQ(CatalogError("CTXPAR-NOPE-001", {}).code(), StatusCode::kInternal);
   EXPECT_EQ(CatalogError("CTXPAR-LAYOUT-001", {{"tp_size", "6"}}).message(),
             "CatalogError: CTXPAR-LAYOUT-001 needs a value for {dcp_size}");
@@ -102,7 +102,7 @@ TEST(Catalog, RenderingSlipsAreInternalErrors) {
             "CatalogError: CTXPAR-DCP-004 has no placeholder {dcp_size}");
 }
 
-TEST(Catalog, PlaceholdersInOrderWithoutRepeats) {
+TEST(CatalogTest, PlaceholdersInOrderWithoutRepeats) {
   EXPECT_EQ(TemplatePlaceholders("{source} declared {field}={value}, but {field} holds {type}."),
             (std::vector<std::string>{"source", "field", "value", "type"}));
   EXPECT_EQ(TemplatePlaceholders("DeepSeekV4 CP supports moe_a2a_backend in "
@@ -111,7 +111,7 @@ TEST(Catalog, PlaceholdersInOrderWithoutRepeats) {
 }
 
 // explain --message finds every template with values filled in, and recovers the values.
-TEST(Catalog, MatchesEveryRenderedTemplate) {
+TEST(CatalogTest, MatchesEveryRenderedTemplate) {
   for (const CatalogEntry& e : ErrorCatalog()) {
     SCOPED_TRACE(std::string(e.id));
     std::vector<std::string> names = TemplatePlaceholders(e.message_template);
@@ -126,7 +126,7 @@ TEST(Catalog, MatchesEveryRenderedTemplate) {
   }
 }
 
-TEST(Catalog, MatchesTheThreeSeedMessagesAsSglangPrintsThem) {
+TEST(CatalogTest, MatchesTheThreeSeedMessagesAsSglangPrintsThem) {
   EXPECT_EQ(MatchCatalogMessage(
                 "--dcp-comm-backend fi_a2a delegates the exchange to FlashInfer's MNNVL All-to-All "
                 "kernel, which requires an NVIDIA CUDA platform with SM90+ and MNNVL fabric memory "
@@ -154,7 +154,7 @@ TEST(Catalog, MatchesTheThreeSeedMessagesAsSglangPrintsThem) {
   EXPECT_EQ(m->values[1].second, "'flashinfer'");
 }
 
-TEST(Catalog, MatchesWrappedAndPrefixedPastes) {
+TEST(CatalogTest, MatchesWrappedAndPrefixedPastes) {
   EXPECT_EQ(MatchCatalogMessage("ValueError: --dcp-replicate-q-proj requires\n  --dcp-size > 1.\n")
                 ->entry->id,
             "CTXPAR-DCP-004");

@@ -32,7 +32,7 @@ static_assert(
 static_assert(std::is_const_v<
               std::remove_pointer_t<decltype(std::declval<ResolvedConfig>().Provenance(""))>>);
 
-TEST(Pipeline, DocumentedHandlerOrder) {
+TEST(ConfigPipeline, DocumentedHandlerOrder) {
   std::vector<std::string_view> names;
   for (const Handler& h : DefaultHandlers()) names.push_back(h.name);
   EXPECT_EQ(names, (std::vector<std::string_view>{
@@ -40,7 +40,7 @@ TEST(Pipeline, DocumentedHandlerOrder) {
                        "_handle_model_specific_adjustments", "_handle_platform_checks"}));
 }
 
-TEST(Pipeline, DeclarationsAreAppendOnlyAndTheViewIsLive) {
+TEST(ConfigPipeline, DeclarationsAreAppendOnlyAndTheViewIsLive) {
   Resolution r(Launch({{"tp_size", I(8)}}));
   ResolvingView view = r.view();
   EXPECT_EQ(view.tp_size(), 8);
@@ -71,7 +71,7 @@ TEST(Pipeline, DeclarationsAreAppendOnlyAndTheViewIsLive) {
   EXPECT_EQ(after.Provenance("no_such_field"), nullptr);
 }
 
-TEST(Pipeline, UnknownFieldNamesTheSourceAndLeavesNoTrace) {
+TEST(ConfigPipeline, UnknownFieldNamesTheSourceAndLeavesNoTrace) {
   Resolution r(LaunchConfig{});
   Status s = r.Declare("my_model_hook", {{"tp_size", I(2)}, {"dcp_sise", I(2)}});
   EXPECT_EQ(s.error_id(), "CTXPAR-CONFIG-001");
@@ -81,7 +81,7 @@ TEST(Pipeline, UnknownFieldNamesTheSourceAndLeavesNoTrace) {
   EXPECT_EQ(r.view().tp_size(), 1);
 }
 
-TEST(Pipeline, WrongTypeNamesTheSource) {
+TEST(ConfigPipeline, WrongTypeNamesTheSource) {
   Resolution r(LaunchConfig{});
   Status s = r.Declare("my_model_hook", {{"tp_size", S("2")}});
   EXPECT_EQ(s.error_id(), "CTXPAR-CONFIG-002");
@@ -92,7 +92,7 @@ TEST(Pipeline, WrongTypeNamesTheSource) {
   EXPECT_TRUE(r.Declare("h", {{"dcp_replicate_q_proj", FieldValue()}}).ok());
 }
 
-TEST(Pipeline, RunsHandlersInOrderAndStopsAtTheFirstFailure) {
+TEST(ConfigPipeline, RunsHandlersInOrderAndStopsAtTheFirstFailure) {
   static std::vector<std::string> trace;
   trace.clear();
   const Handler handlers[] = {
@@ -121,7 +121,7 @@ TEST(Pipeline, RunsHandlersInOrderAndStopsAtTheFirstFailure) {
   EXPECT_EQ(out.config.Provenance("page_size")->source, "a");
 }
 
-TEST(Pipeline, PlatformIsDeclaredWhenNotGiven) {
+TEST(ConfigPipeline, PlatformIsDeclaredWhenNotGiven) {
   ResolvedConfig c = *Resolve(LaunchConfig{}, Probed("cuda:sm90+mnnvl"), nullptr);
   EXPECT_EQ(c.platform(), "cuda:sm90+mnnvl");
   EXPECT_EQ(c.Provenance("platform")->source, "_handle_platform_checks");
@@ -132,7 +132,7 @@ TEST(Pipeline, PlatformIsDeclaredWhenNotGiven) {
   EXPECT_EQ(given.platform(), "rocm");
 }
 
-TEST(Pipeline, ModelArchitectureFromTheModel) {
+TEST(ConfigPipeline, ModelArchitectureFromTheModel) {
   ModelInfo kimi{"KimiK3ForCausalLM", 64, 64};
   ResolvedConfig c =
       *Resolve(Launch({{"tp_size", I(4)}, {"dcp_size", I(4)}}), Probed("cpu"), &kimi);
@@ -141,7 +141,7 @@ TEST(Pipeline, ModelArchitectureFromTheModel) {
   EXPECT_EQ(c.dcp_comm_backend(), "a2a");  // the Kimi hook ran
 }
 
-TEST(Pipeline, NonDefaultFieldsInTableOrder) {
+TEST(ConfigPipeline, NonDefaultFieldsInTableOrder) {
   ResolvedConfig c = *Resolve(Launch({{"dcp_size", I(2)}, {"tp_size", I(2)}, {"page_size", I(1)}}),
                               Probed("cpu"), nullptr);
   std::vector<std::string_view> names;
