@@ -6,7 +6,7 @@
 // the merge of N = 8 partial states and the a2a pack at N = 8 for the same shapes. For each
 // attention shape: time, GB/s of KV read, TFLOP/s, and the floor = max(KV bytes / read rate,
 // FLOPs / matmul rate). The MLA tensor-core result is checked against the CUDA-core path on the
-// same inputs (outputs poisoned first).
+// same inputs, the GQA split-KV result against one split per row (outputs poisoned first).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -179,7 +179,7 @@ struct Case {
 struct Row {
   Case c;
   double ms = 0, kv_gbs = 0, tflops = 0, floor_ms = 0, merge_ms = 0, pack_ms = 0;
-  double check_rel_err = -1;  // MLA: tensor-core vs CUDA-core path
+  double check_rel_err = -1;  // MLA: tensor-core vs CUDA-core; GQA: splits vs one split
   double simt_ms = 0;         // MLA: the CUDA-core path's time, for comparison
   int splits = 0;
 };
@@ -244,14 +244,25 @@ Row RunCase(Timer& t, const Case& c, const Ceilings& ceil, int sms) {
   void* ws = plan->workspace_bytes > 0 ? Alloc<char>(plan->workspace_bytes) : nullptr;
 
   const size_t out_elems = static_cast<size_t>(c.batch) * c.q_heads * c.dv;
-  if (mla) {
+  // Check on this shape, outputs poisoned first. MLA: the tensor-core path against the CUDA-core
+  // one. GQA: the planned split-KV run against one split per row (the split merge at scale).
+  {
+    const ctxpar::Expected<ctxpar::CudaAttentionPlan> one =
+        ctxpar::PlanPartialAttentionCuda(p, c.context, sms, 1);
+    CHECK_OK(one.status());
     std::vector<float> fast(out_elems), slow(out_elems);
-    for (auto [path, dst] : {std::pair{ctxpar::CudaMlaPath::kTensorCore, &fast},
-                             std::pair{ctxpar::CudaMlaPath::kCudaCore, &slow}}) {
+    auto run = [&](const ctxpar::CudaAttentionPlan& pl, ctxpar::CudaMlaPath path,
+                   std::vector<float>& dst) {
       CHECK_CUDA(cudaMemsetAsync(o, 0xff, out_elems * 4, t.stream));
-      CHECK_OK(ctxpar::PartialAttentionCuda(p, *plan, ws, t.stream, path));
+      CHECK_OK(ctxpar::PartialAttentionCuda(p, pl, ws, t.stream, path));
       CHECK_CUDA(cudaStreamSynchronize(t.stream));
-      CHECK_CUDA(cudaMemcpy(dst->data(), o, out_elems * 4, cudaMemcpyDeviceToHost));
+      CHECK_CUDA(cudaMemcpy(dst.data(), o, out_elems * 4, cudaMemcpyDeviceToHost));
+    };
+    run(*plan, ctxpar::CudaMlaPath::kAuto, fast);
+    if (mla) {
+      run(*plan, ctxpar::CudaMlaPath::kCudaCore, slow);
+    } else {
+      run(*one, ctxpar::CudaMlaPath::kAuto, slow);
     }
     row.check_rel_err = RelErr(fast, slow);
   }

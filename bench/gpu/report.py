@@ -30,6 +30,7 @@ def main():
         checks = {"merge8 < 5%": merge_frac < 0.05, "pack8 < 5%": pack_frac < 0.05}
         if c["kind"] == "gqa":
             checks["vs SDPA >= 0.95"] = vs_torch is not None and vs_torch >= 0.95
+            checks["splits vs 1 < 1e-4"] = 0 <= c["check_rel_err"] < 1e-4
         else:
             checks["roofline >= 60%"] = roofline >= 0.6
             checks["vs torch >= 5x"] = vs_torch is not None and vs_torch >= 5.0
