@@ -40,8 +40,10 @@ Platform ProbePlatform() {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
-    p.description = std::string("CPU only (probed: no CUDA device: ") +
-                    (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") + ")";
+    std::string why = "no CUDA device";
+    if (err == cudaErrorInsufficientDriver) why = "no usable CUDA driver";
+    if (err != cudaSuccess) why += std::string(" (") + cudaGetErrorName(err) + ")";
+    p.description = "CPU only (probed: " + why + ")";
     return p;
   }
   cudaDeviceProp prop{};
