@@ -333,6 +333,120 @@ TEST(TinyBpe, BytesWithoutATokenAreDropped) {
                                   Id(*t, "ab")}));
 }
 
+// A GGUF v3 image with metadata only, written by hand after the GGUF specification.
+class GgufImage {
+ public:
+  GgufImage& String(const std::string& key, const std::string& value) {
+    Key(key, 8);
+    Str(value);
+    return Count();
+  }
+  GgufImage& Strings(const std::string& key, const std::vector<std::string>& values) {
+    Key(key, 9);
+    Pod<uint32_t>(8);
+    Pod<uint64_t>(values.size());
+    for (const auto& v : values) Str(v);
+    return Count();
+  }
+  GgufImage& I32s(const std::string& key, const std::vector<int32_t>& values) {
+    Key(key, 9);
+    Pod<uint32_t>(5);
+    Pod<uint64_t>(values.size());
+    for (int32_t v : values) Pod(v);
+    return Count();
+  }
+  GgufImage& U32(const std::string& key, uint32_t value) {
+    Key(key, 4);
+    Pod(value);
+    return Count();
+  }
+  std::vector<uint8_t> Bytes() const {
+    std::vector<uint8_t> out = {'G', 'G', 'U', 'F', 3, 0, 0, 0};
+    const uint64_t header[2] = {0, kv_count_};  // tensor count, metadata count
+    out.insert(out.end(), reinterpret_cast<const uint8_t*>(header),
+               reinterpret_cast<const uint8_t*>(header) + sizeof(header));
+    out.insert(out.end(), body_.begin(), body_.end());
+    return out;
+  }
+
+ private:
+  template <typename T>
+  void Pod(T v) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&v);
+    body_.insert(body_.end(), p, p + sizeof(T));
+  }
+  void Str(const std::string& s) {
+    Pod<uint64_t>(s.size());
+    body_.insert(body_.end(), s.begin(), s.end());
+  }
+  void Key(const std::string& key, uint32_t type) {
+    Str(key);
+    Pod(type);
+  }
+  GgufImage& Count() {
+    ++kv_count_;
+    return *this;
+  }
+  std::vector<uint8_t> body_;
+  uint64_t kv_count_ = 0;
+};
+
+TEST(TokenizerFromGguf, ReadsTheTokenizerKeys) {
+  const TokenizerSpec spec = TinySpec({"a b"});
+  std::vector<int32_t> types(spec.tokens.size(), 1);
+  types[257] = 3;  // "bc" as a control token
+  auto file = GgufFile::FromBytes(GgufImage()
+                                      .String("tokenizer.ggml.model", "gpt2")
+                                      .String("tokenizer.ggml.pre", "smollm")
+                                      .Strings("tokenizer.ggml.tokens", spec.tokens)
+                                      .I32s("tokenizer.ggml.token_type", types)
+                                      .Strings("tokenizer.ggml.merges", spec.merges)
+                                      .U32("tokenizer.ggml.eos_token_id", 259)
+                                      .String("tokenizer.chat_template", "{{ x }}")
+                                      .Bytes());
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  auto t = Tokenizer::FromGguf(*file);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->eos_id(), 259);
+  EXPECT_EQ(t->bos_id(), -1);
+  EXPECT_EQ(t->chat_template(), "{{ x }}");
+  EXPECT_EQ(t->token_type(257), TokenType::kControl);
+  // smollm splits digits; "bc" is a control token, parsed only on request.
+  EXPECT_EQ(t->Encode("ab12"), (std::vector<int32_t>{256, Id(*t, "1"), Id(*t, "2")}));
+  EXPECT_EQ(t->Encode("bc", {.parse_special = true}), std::vector<int32_t>{257});
+}
+
+TEST(TokenizerFromGguf, NamesMissingAndMistypedKeys) {
+  auto no_model = GgufFile::FromBytes(GgufImage().Strings("tokenizer.ggml.tokens", {"a"}).Bytes());
+  ASSERT_TRUE(no_model.ok()) << no_model.status().ToString();
+  auto t = Tokenizer::FromGguf(*no_model);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(t.status().message().find("tokenizer.ggml.model"), std::string::npos)
+      << t.status().message();
+
+  auto int_tokens = GgufFile::FromBytes(GgufImage()
+                                            .String("tokenizer.ggml.model", "gpt2")
+                                            .String("tokenizer.ggml.pre", "gpt2")
+                                            .I32s("tokenizer.ggml.tokens", {1, 2})
+                                            .Bytes());
+  ASSERT_TRUE(int_tokens.ok());
+  t = Tokenizer::FromGguf(*int_tokens);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("tokenizer.ggml.tokens"), std::string::npos)
+      << t.status().message();
+
+  auto spm = GgufFile::FromBytes(GgufImage()
+                                     .String("tokenizer.ggml.model", "llama")
+                                     .Strings("tokenizer.ggml.tokens", {"a"})
+                                     .Bytes());
+  ASSERT_TRUE(spm.ok());
+  t = Tokenizer::FromGguf(*spm);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kUnimplemented);
+}
+
 TEST(TinyBpe, AddsBosAndEosWhenTheMetadataAsks) {
   auto spec = TinySpec({});
   spec.bos_id = 256;

@@ -13,6 +13,7 @@ GGUF's tokenizer.chat_template as HF transformers does (trim_blocks, lstrip_bloc
         "$(bash scripts/fetch-model.sh)" > tests/model/data/tokenizer/golden.json
 """
 import pathlib
+import random
 import sys
 
 import gguf
@@ -87,6 +88,25 @@ CASES = [
     ("invalid_utf8", b"ok \xff\xfe bad \xc3 cut \xe4\xb8 end \xf0\x9f\x98", False),
     ("long_text", LONG_TEXT, False),
 ]
+
+# Seeded random strings over many scripts and planes (letters, numbers, marks, symbols, spaces,
+# emoji, CJK, math alphanumerics, tags), to probe the Unicode class table beyond the texts above.
+RANDOM_POOLS = [range(0x20, 0x7F), range(0xA0, 0x250), range(0x300, 0x3FF), range(0x400, 0x4FF),
+                range(0x600, 0x6FF), range(0x900, 0x97F), range(0x2000, 0x206F),
+                range(0x3000, 0x30FF), range(0x4E00, 0x4F00), range(0xAC00, 0xAC80),
+                range(0x1F300, 0x1F6FF), range(0xFF00, 0xFFEF), range(0x10000, 0x10200),
+                range(0x1D400, 0x1D7FF), range(0x20000, 0x20100), range(0xE0000, 0xE0080),
+                [0x20, 0x20, 0x0A, 0x09, 0x27, 0x30, 0x31]]
+
+
+def random_cases(count: int, seed: int):
+    rng = random.Random(seed)
+    for i in range(count):
+        cps = [rng.choice(rng.choice(RANDOM_POOLS)) for _ in range(rng.randint(8, 40))]
+        yield (f"random_{i:02d}", "".join(map(chr, cps)).replace("'", "'s"), False)
+
+
+CASES += list(random_cases(16, seed=20261130))
 
 CHATS = [
     ("user_only", [{"role": "user", "content": "What is the capital of France?"}], True),
