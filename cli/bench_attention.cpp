@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -35,27 +36,50 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// Runs fn(thread) on `threads` threads started together; returns the wall time of the slowest.
-double TimeOnThreads(int threads, const std::function<void(int)>& fn) {
+double CpuSeconds(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Wall time, and CPU time per thread: on a shared machine the second says what the code does
+// while it runs, the first also how often it was scheduled.
+struct Timing {
+  double wall = 1e30;
+  double cpu = 1e30;
+  void KeepBest(const Timing& t) {
+    wall = std::min(wall, t.wall);
+    cpu = std::min(cpu, t.cpu);
+  }
+};
+
+// Runs fn(thread) on `threads` threads started together.
+Timing TimeOnThreads(int threads, const std::function<void(int)>& fn) {
   std::atomic<int> ready{0};
   std::atomic<bool> go{false};
+  std::vector<double> cpu(threads);
   std::vector<std::thread> pool;
-  Clock::time_point start;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       ready.fetch_add(1);
-      while (!go.load(std::memory_order_acquire)) {
-      }
+      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+      const double c0 = CpuSeconds(CLOCK_THREAD_CPUTIME_ID);
       fn(t);
+      cpu[t] = CpuSeconds(CLOCK_THREAD_CPUTIME_ID) - c0;
     });
   }
-  while (ready.load() < threads) {
-  }
-  start = Clock::now();
+  while (ready.load() < threads) std::this_thread::yield();
+  const Clock::time_point start = Clock::now();
   go.store(true, std::memory_order_release);
   for (std::thread& t : pool) t.join();
-  return Seconds(start, Clock::now());
+  return {Seconds(start, Clock::now()), std::accumulate(cpu.begin(), cpu.end(), 0.0) / threads};
 }
+
+// A rate by wall time and by CPU time per thread.
+struct Rate {
+  double wall = 0;
+  double cpu = 0;
+};
 
 // ---- ceilings --------------------------------------------------------------------------------
 
@@ -95,27 +119,29 @@ float SumScalar(const float* p, size_t n) {
   return std::accumulate(a, a + 8, 0.0f);
 }
 
-// Read bandwidth in GB/s: each thread sums its own slice of one buffer; best of `reps`.
-double MeasureReadCeiling(int threads, size_t bytes, int reps, CpuIsa isa) {
+// Read bandwidth in GB/s (by wall and by CPU time): each thread sums its own slice of one
+// buffer; best of `reps`.
+Rate MeasureReadCeiling(int threads, size_t bytes, int reps, CpuIsa isa) {
   const size_t n = bytes / sizeof(float) / (128 * threads) * (128 * threads);
   std::unique_ptr<float[], decltype(&std::free)> buf(
       static_cast<float*>(std::aligned_alloc(64, n * sizeof(float))), &std::free);
   std::fill(buf.get(), buf.get() + n, 1.0f);
   std::vector<float> sink(threads);
   const size_t per = n / threads;
-  double best = 1e30;
+  Timing best;
   for (int r = 0; r < reps; ++r) {
-    best = std::min(best, TimeOnThreads(threads, [&](int t) {
-                      const float* p = buf.get() + per * t;
-                      sink[t] = isa >= CpuIsa::kAvx512 ? SumAvx512(p, per)
-                                : isa == CpuIsa::kAvx2 ? SumAvx2(p, per)
-                                                       : SumScalar(p, per);
-                    }));
+    best.KeepBest(TimeOnThreads(threads, [&](int t) {
+      const float* p = buf.get() + per * t;
+      sink[t] = isa >= CpuIsa::kAvx512 ? SumAvx512(p, per)
+                : isa == CpuIsa::kAvx2 ? SumAvx2(p, per)
+                                       : SumScalar(p, per);
+    }));
   }
   if (std::accumulate(sink.begin(), sink.end(), 0.0f) != static_cast<float>(per) * threads) {
     std::fprintf(stderr, "(read ceiling checksum differs; the figure is still a read rate)\n");
   }
-  return static_cast<double>(n) * sizeof(float) / best / 1e9;
+  const double gb = static_cast<double>(n) * sizeof(float) / 1e9;
+  return {gb / best.wall, gb / best.cpu};
 }
 
 constexpr int kPeakAccs = 16;  // independent chains: more than latency x throughput
@@ -168,22 +194,23 @@ float FmaLoopScalar(int64_t iters) {
 }
 
 // Peak GFLOP/s (a multiply-add counts 2) of `threads` threads; dpbf16 counts 4 per lane.
-double MeasureComputePeak(int threads, CpuIsa isa, bool dpbf16, int reps) {
+Rate MeasureComputePeak(int threads, CpuIsa isa, bool dpbf16, int reps) {
   const int64_t iters = 20'000'000;
   int lanes = isa >= CpuIsa::kAvx512 ? 16 : isa == CpuIsa::kAvx2 ? 8 : 1;
   const double flop_per_op = dpbf16 ? 4.0 : 2.0;
   std::vector<float> sink(threads);
-  double best = 1e30;
+  Timing best;
   for (int r = 0; r < reps; ++r) {
-    best = std::min(best, TimeOnThreads(threads, [&](int t) {
-                      sink[t] = dpbf16                   ? DpBf16LoopAvx512(iters)
-                                : isa >= CpuIsa::kAvx512 ? FmaLoopAvx512(iters)
-                                : isa == CpuIsa::kAvx2   ? FmaLoopAvx2(iters)
-                                                         : FmaLoopScalar(iters / 16);
-                    }));
+    best.KeepBest(TimeOnThreads(threads, [&](int t) {
+      sink[t] = dpbf16                   ? DpBf16LoopAvx512(iters)
+                : isa >= CpuIsa::kAvx512 ? FmaLoopAvx512(iters)
+                : isa == CpuIsa::kAvx2   ? FmaLoopAvx2(iters)
+                                         : FmaLoopScalar(iters / 16);
+    }));
   }
   const int64_t done = isa == CpuIsa::kScalar && !dpbf16 ? iters / 16 : iters;
-  return static_cast<double>(done) * kPeakAccs * lanes * flop_per_op * threads / best / 1e9;
+  const double gflop = static_cast<double>(done) * kPeakAccs * lanes * flop_per_op * threads / 1e9;
+  return {gflop / best.wall, gflop / best.cpu};
 }
 
 // ---- attention -------------------------------------------------------------------------------
@@ -199,13 +226,14 @@ struct Result {
   std::string kind, dtype;
   int threads;
   int context;
-  double seconds, gbps, gflops, read_ceiling, compute_peak;
+  Timing time;
+  Rate gbps, gflops, read_ceiling, compute_peak;
   bool dpbf16;
 };
 
 // One sequence of `context` tokens in pages of 64 slots, pages shuffled over the pool.
-Result RunOne(const Kind& kind, int context, int threads, int reps, double read_ceiling,
-              double fp32_peak, double dpbf16_peak, CpuIsa isa) {
+Result RunOne(const Kind& kind, int context, int threads, int reps, Rate read_ceiling,
+              Rate fp32_peak, Rate dpbf16_peak, CpuIsa isa) {
   constexpr int kPage = 64;
   const int pages = (context + kPage - 1) / kPage;
   const size_t elem = kind.dtype == KvDtype::kF32 ? 4 : 2;
@@ -261,28 +289,31 @@ Result RunOne(const Kind& kind, int context, int threads, int reps, double read_
   p.kv.max_pages_per_seq = pages;
   p.kv.num_pages = pages;
   p.num_threads = threads;
-  double best = 1e30;
+  Timing best;
   for (int r = 0; r < reps + 1; ++r) {
+    const double c0 = CpuSeconds(CLOCK_PROCESS_CPUTIME_ID);
     const auto t0 = Clock::now();
     const Status st = PartialAttentionCpu(p);
-    const double s = Seconds(t0, Clock::now());
+    const Timing t{Seconds(t0, Clock::now()),
+                   (CpuSeconds(CLOCK_PROCESS_CPUTIME_ID) - c0) / threads};
     if (!st.ok()) {
       std::fprintf(stderr, "ctxpar bench attention: %s\n", st.ToString().c_str());
       std::exit(kExitInternal);
     }
-    if (r > 0) best = std::min(best, s);  // the first run warms the pages and caches
+    if (r > 0) best.KeepBest(t);  // the first run warms the pages and caches
   }
-  const double bytes = static_cast<double>(context) * kind.num_kv_heads *
-                       (kind.head_dim_qk + (kind.mla ? 0 : kind.head_dim_v)) * elem;
-  const double flops = 2.0 * context * kind.num_q_heads * (kind.head_dim_qk + kind.head_dim_v);
+  const double gb = static_cast<double>(context) * kind.num_kv_heads *
+                    (kind.head_dim_qk + (kind.mla ? 0 : kind.head_dim_v)) * elem / 1e9;
+  const double gflop =
+      2.0 * context * kind.num_q_heads * (kind.head_dim_qk + kind.head_dim_v) / 1e9;
   const bool dpbf16 = kind.dtype == KvDtype::kBF16 && isa == CpuIsa::kAvx512Bf16;
   return {kind.name,
           kind.dtype == KvDtype::kF32 ? "fp32" : "bf16",
           threads,
           context,
           best,
-          bytes / best / 1e9,
-          flops / best / 1e9,
+          {gb / best.wall, gb / best.cpu},
+          {gflop / best.wall, gflop / best.cpu},
           read_ceiling,
           dpbf16 ? dpbf16_peak : fp32_peak,
           dpbf16};
@@ -385,18 +416,26 @@ int RunAttentionBench(const std::vector<std::string>& args) {
         std::string(CpuIsaName(*isa)).c_str(), LoadAverage(), reps);
   }
   for (int threads : threads_list) {
-    const double read =
-        MeasureReadCeiling(threads, static_cast<size_t>(ceiling_mib) << 20, 5, *isa);
-    const double fma = MeasureComputePeak(threads, *isa, false, 3);
-    const double dp = *isa == CpuIsa::kAvx512Bf16 ? MeasureComputePeak(threads, *isa, true, 3) : 0;
+    const Rate read = MeasureReadCeiling(threads, static_cast<size_t>(ceiling_mib) << 20, 5, *isa);
+    const Rate fma = MeasureComputePeak(threads, *isa, false, 3);
+    const Rate dp =
+        *isa == CpuIsa::kAvx512Bf16 ? MeasureComputePeak(threads, *isa, true, 3) : Rate{};
     out["ceilings"].push_back(
-        {{"threads", threads}, {"read_gbps", read}, {"fma_gflops", fma}, {"dpbf16_gflops", dp}});
+        {{"threads", threads},
+         {"read_gbps", read.wall},
+         {"fma_gflops", fma.wall},
+         {"dpbf16_gflops", dp.wall},
+         {"cpu_time",
+          {{"read_gbps", read.cpu}, {"fma_gflops", fma.cpu}, {"dpbf16_gflops", dp.cpu}}}});
     if (!json) {
-      std::printf("\nthreads %d: read ceiling %.1f GB/s, FMA peak %.1f GFLOP/s", threads, read,
-                  fma);
-      if (dp > 0) std::printf(", dpbf16 peak %.1f GFLOP/s", dp);
-      std::printf("\n%-5s %-5s %8s %10s %9s %7s %10s %7s\n", "kind", "kv", "context", "time ms",
-                  "GB/s", "%read", "GFLOP/s", "%peak");
+      std::printf(
+          "\nthreads %d: read ceiling %.1f GB/s (%.1f by CPU time), FMA peak %.1f GFLOP/s "
+          "(%.1f)",
+          threads, read.wall, read.cpu, fma.wall, fma.cpu);
+      if (dp.wall > 0) std::printf(", dpbf16 peak %.1f GFLOP/s (%.1f)", dp.wall, dp.cpu);
+      std::printf("\n%-4s %-4s %7s %9s %7s %6s %8s %6s | %7s %6s %8s %6s\n", "kind", "kv",
+                  "context", "time ms", "GB/s", "%read", "GFLOP/s", "%peak", "cpu:GB/s", "%read",
+                  "GFLOP/s", "%peak");
     }
     for (const Kind& kind : all) {
       const std::string name = kind.name + (kind.dtype == KvDtype::kF32 ? "-fp32" : "-bf16");
@@ -407,16 +446,26 @@ int RunAttentionBench(const std::vector<std::string>& args) {
                                   {"kv_dtype", r.dtype},
                                   {"threads", r.threads},
                                   {"context", r.context},
-                                  {"seconds", r.seconds},
-                                  {"kv_read_gbps", r.gbps},
-                                  {"gflops", r.gflops},
-                                  {"read_ceiling_gbps", r.read_ceiling},
-                                  {"compute_peak_gflops", r.compute_peak},
-                                  {"compute_peak_is_dpbf16", r.dpbf16}});
+                                  {"seconds", r.time.wall},
+                                  {"kv_read_gbps", r.gbps.wall},
+                                  {"gflops", r.gflops.wall},
+                                  {"read_ceiling_gbps", r.read_ceiling.wall},
+                                  {"compute_peak_gflops", r.compute_peak.wall},
+                                  {"compute_peak_is_dpbf16", r.dpbf16},
+                                  {"cpu_time",
+                                   {{"seconds_per_thread", r.time.cpu},
+                                    {"kv_read_gbps", r.gbps.cpu},
+                                    {"gflops", r.gflops.cpu},
+                                    {"read_ceiling_gbps", r.read_ceiling.cpu},
+                                    {"compute_peak_gflops", r.compute_peak.cpu}}}});
         if (!json) {
-          std::printf("%-5s %-5s %8d %10.3f %9.1f %6.0f%% %10.1f %6.0f%%\n", r.kind.c_str(),
-                      r.dtype.c_str(), r.context, r.seconds * 1e3, r.gbps,
-                      100 * r.gbps / r.read_ceiling, r.gflops, 100 * r.gflops / r.compute_peak);
+          std::printf(
+              "%-4s %-4s %7d %9.3f %7.1f %5.0f%% %8.1f %5.0f%% | %8.1f %5.0f%% %8.1f %5.0f%%\n",
+              r.kind.c_str(), r.dtype.c_str(), r.context, r.time.wall * 1e3, r.gbps.wall,
+              100 * r.gbps.wall / r.read_ceiling.wall, r.gflops.wall,
+              100 * r.gflops.wall / r.compute_peak.wall, r.gbps.cpu,
+              100 * r.gbps.cpu / r.read_ceiling.cpu, r.gflops.cpu,
+              100 * r.gflops.cpu / r.compute_peak.cpu);
           std::fflush(stdout);
         }
       }
