@@ -37,7 +37,7 @@ if(NOT CTXPAR_ENABLE_CUDA STREQUAL "OFF")
       set(CMAKE_CUDA_ARCHITECTURES 90a)
     endif()
     enable_language(CUDA)
-    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 cannot ask nvcc for C++20
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)
     set(CTXPAR_HAVE_CUDA ON)
