@@ -13,28 +13,6 @@
 
 namespace ctxpar::model {
 
-float Fp16ToFp32(std::uint16_t h) {
-  const std::uint32_t sign = std::uint32_t(h & 0x8000) << 16;
-  const std::uint32_t exp = (h >> 10) & 0x1F;
-  std::uint32_t mant = h & 0x3FF;
-  std::uint32_t bits;
-  if (exp == 0x1F) {
-    bits = sign | 0x7F800000u | (mant << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {
-    int e = -1;
-    do {
-      ++e;
-      mant <<= 1;
-    } while ((mant & 0x400) == 0);
-    bits = sign | std::uint32_t(112 - e) << 23 | ((mant & 0x3FF) << 13);
-  }
-  return std::bit_cast<float>(bits);
-}
-
 std::uint16_t Fp32ToFp16(float f) {
   const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
   const std::uint16_t sign = std::uint16_t((x >> 16) & 0x8000);
@@ -344,6 +322,46 @@ CTXPAR_AVX512 void DotF32Avx512(WeightType type, const std::uint8_t* w, const fl
   for (int i = 0; i < NT; ++i) out[i] = _mm512_reduce_add_ps(acc[i]) + msum[i];
 }
 
+// Rows [r0, r0 + rows) of w (rows <= 16) widened to fp32, transposed: wt[k * 16 + r].
+void WidenTile(const QuantMatrix& w, int r0, int rows, float* wt) {
+  float row[kBlock];
+  const int nb = w.cols / kBlock;
+  for (int r = 0; r < 16; ++r) {
+    for (int b = 0; b < nb; ++b) {
+      const std::uint8_t* blk =
+          w.data + std::size_t(r0 + std::min(r, rows - 1)) * w.row_stride + b * BlockBytes(w.type);
+      const float d = Fp16ToFp32(*reinterpret_cast<const std::uint16_t*>(blk));
+      if (w.type == WeightType::kQ4_1) {
+        const float m = Fp16ToFp32(*reinterpret_cast<const std::uint16_t*>(blk + 2));
+        for (int j = 0; j < 16; ++j) {
+          row[j] = d * float(blk[4 + j] & 0xF) + m;
+          row[j + 16] = d * float(blk[4 + j] >> 4) + m;
+        }
+      } else {
+        const auto* q = reinterpret_cast<const std::int8_t*>(blk + 2);
+        for (int j = 0; j < kBlock; ++j) row[j] = d * float(q[j]);
+      }
+      for (int j = 0; j < kBlock; ++j) wt[std::size_t(b * kBlock + j) * 16 + r] = row[j];
+    }
+  }
+}
+
+// y[t, r0 + r] = sum_k x[t, k] * wt[k, r] for 8 tokens at a time: one fma chain along k per
+// output, so a row's value does not depend on the tiling or the thread count.
+CTXPAR_AVX512 void GemmTileAvx512(const float* wt, int k_len, const float* const* x, int nt,
+                                  float* const* y, int rows) {
+  __m512 acc[8];
+  for (int i = 0; i < 8; ++i) acc[i] = _mm512_setzero_ps();
+  for (int k = 0; k < k_len; ++k) {
+    const __m512 w = _mm512_loadu_ps(wt + std::size_t(k) * 16);
+    for (int i = 0; i < 8; ++i) {
+      if (i < nt) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(x[i][k]), w, acc[i]);
+    }
+  }
+  const __mmask16 mask = static_cast<__mmask16>((1u << rows) - 1);
+  for (int i = 0; i < nt; ++i) _mm512_mask_storeu_ps(y[i], mask, acc[i]);
+}
+
 template <int NT>
 void DotF32ScalarN(WeightType type, const std::uint8_t* w, const float* const* x,
                    const float* const* sums, int nb, float* out) {
@@ -351,6 +369,7 @@ void DotF32ScalarN(WeightType type, const std::uint8_t* w, const float* const* x
 }
 
 using DotFn = float (*)(const std::uint8_t*, const ActBlock*, int);
+using GemmFn = void (*)(const float*, int, const float* const*, int, float* const*, int);
 using DotF32Fn = void (*)(WeightType, const std::uint8_t*, const float* const*, const float* const*,
                           int, float*);
 
@@ -360,6 +379,7 @@ struct Kernels {
   DotFn q80;
   DotF32Fn f32x1;
   DotF32Fn f32x4;
+  GemmFn gemm;  // null: prefill uses the f32x4 path
 };
 
 float DotQ41Scalar(const std::uint8_t* w, const ActBlock* x, int nb) {
@@ -374,18 +394,23 @@ const Kernels& Selected() {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512bw")) {
-      return Kernels{"avx512vnni", &DotQ41Vnni, &DotQ80Vnni, &DotF32Avx512<1>, &DotF32Avx512<4>};
+      return Kernels{"avx512vnni",     &DotQ41Vnni,      &DotQ80Vnni,
+                     &DotF32Avx512<1>, &DotF32Avx512<4>, &GemmTileAvx512};
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-      return Kernels{"avx2", &DotQ41Avx2, &DotQ80Avx2, &DotF32ScalarN<1>, &DotF32ScalarN<4>};
+      return Kernels{"avx2", &DotQ41Avx2, &DotQ80Avx2, &DotF32ScalarN<1>, &DotF32ScalarN<4>,
+                     nullptr};
     }
-    return Kernels{"scalar", &DotQ41Scalar, &DotQ80Scalar, &DotF32ScalarN<1>, &DotF32ScalarN<4>};
+    return Kernels{"scalar",          &DotQ41Scalar,     &DotQ80Scalar,
+                   &DotF32ScalarN<1>, &DotF32ScalarN<4>, nullptr};
   }();
   return kernels;
 }
 
 // Rows per tile: a tile of weights stays in L1 while every activation row passes over it.
 constexpr int kRowTile = 16;
+// Activation rows from which MatMul switches to the widened-tile GEMM.
+constexpr int kGemmMinRows = 8;
 
 }  // namespace
 
@@ -433,10 +458,35 @@ void MatMul(const QuantMatrix& w, const Acts& x, int col_begin, float* y, int ld
       }
     }
   };
+  auto gemm = [&](std::int64_t tile_begin, std::int64_t tile_end) {
+    thread_local std::vector<float> wt;
+    wt.resize(std::size_t(w.cols) * 16);
+    for (std::int64_t tile = tile_begin; tile < tile_end; ++tile) {
+      const int r0 = static_cast<int>(tile * kRowTile);
+      const int rows = std::min(w.rows - r0, kRowTile);
+      WidenTile(w, r0, rows, wt.data());
+      for (int t = 0; t < x.n; t += 8) {
+        const int nt = std::min(8, x.n - t);
+        const float* xs[8];
+        float* ys[8];
+        for (int i = 0; i < nt; ++i) {
+          xs[i] = x.F32Row(t + i) + col_begin;
+          ys[i] = y + std::size_t(t + i) * ldy + r0;
+        }
+        k.gemm(wt.data(), w.cols, xs, nt, ys, rows);
+      }
+    }
+  };
+  // Prefill: widening each weight tile once and sweeping every token over it is compute-bound
+  // fp32 work; decode (a few rows) reads the blocks directly.
+  const bool use_gemm = x.format == ActFormat::kF32 && x.n >= kGemmMinRows && k.gemm != nullptr;
+  const std::function<void(std::int64_t, std::int64_t)> body =
+      use_gemm ? std::function<void(std::int64_t, std::int64_t)>(gemm)
+               : std::function<void(std::int64_t, std::int64_t)>(run);
   if (pool != nullptr) {
-    pool->ParallelFor(tiles, run);
+    pool->ParallelFor(tiles, body);
   } else {
-    run(0, tiles);
+    body(0, tiles);
   }
 }
 

@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "ctxpar/quant.h"
 #include "ctxpar/status.h"
 
 namespace ctxpar::model {
@@ -126,7 +127,7 @@ float DotF32Scalar(WeightType type, const std::uint8_t* w_row, const float* x, c
 // The kernel MatMul dispatches to on this CPU ("avx512vnni", "avx2" or "scalar").
 const char* MatMulIsa();
 
-float Fp16ToFp32(std::uint16_t h);
+// IEEE half, round to nearest even (the inverse of quant.h's Fp16ToFp32, which the kernels use).
 std::uint16_t Fp32ToFp16(float f);
 
 }  // namespace ctxpar::model
