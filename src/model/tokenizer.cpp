@@ -42,7 +42,7 @@ std::string Utf8Of(uint32_t cp) {
   return s;
 }
 
-// A codepoint of the text with its class and where its UTF-8 starts in the re-encoded text.
+// A codepoint of the text and its pre-tokenizer class.
 struct Cp {
   uint32_t cp;
   ti::CodepointClass cls;
