@@ -1,10 +1,12 @@
 // GGUF model files (versions 2 and 3, little-endian): metadata, tensor infos and tensor data.
 //
-// Open() memory-maps the file read-only and keeps it mapped while any copy of the GgufFile (or
-// of its shared storage) lives; tensor data is never copied. The parser checks every count,
-// length and offset against the bytes that remain before it allocates, so a truncated or
-// malformed file gives kDataLoss naming the field and the offset, never a crash; a big-endian
-// file or version 1 gives kUnimplemented.
+// Open() memory-maps the file read-only and keeps it mapped while any copy of the GgufFile
+// lives; tensor data is never copied. Copies share the mapping but duplicate the metadata (a
+// vocabulary is ~100k strings): move the object or share a std::shared_ptr<const GgufFile>.
+// As with any mapping, truncating the file on disk while it is mapped is undefined (SIGBUS). The
+// parser checks every count, length and offset against the bytes that remain before it allocates,
+// so a truncated or malformed file gives kDataLoss naming the field and the offset, never a crash;
+// a big-endian file or version 1 gives kUnimplemented.
 //
 // Shapes follow ggml: shape[0] (ne0) is the innermost, contiguous dimension; a 2-D weight of
 // shape {ne0, ne1} is ne1 rows of ne0 elements, each row stored as ggml blocks of its type.
