@@ -160,9 +160,12 @@ class MpiCommunicator final : public Communicator {
   Status ReduceScatter(const void* send, void* recv, std::size_t recv_count,
                        DataType dtype) override {
     CTXPAR_ASSIGN_OR_RETURN(const int n, ToInt("ReduceScatter", recv_count));
-    CTXPAR_MPI_CALL("ReduceScatter",
-                    MPI_Reduce_scatter_block(send, recv, n, ToMpi(dtype),
-                                             ToMpiOp(dtype, ReduceOp::kSum), comm_));
+    // MPI_Reduce_scatter rather than MPI_Reduce_scatter_block: OpenMPI 4.1's default algorithm
+    // for the block variant took milliseconds for 128 KiB on one node, the general one about a
+    // tenth of that (docs/perf-combine.md).
+    const std::vector<int> counts(size_, n);
+    CTXPAR_MPI_CALL("ReduceScatter", MPI_Reduce_scatter(send, recv, counts.data(), ToMpi(dtype),
+                                                        ToMpiOp(dtype, ReduceOp::kSum), comm_));
     const std::uint64_t bytes = (size_ - 1) * recv_count * DataTypeSize(dtype);
     Count(Collective::kReduceScatter, bytes, bytes);
     return Status::Ok();
