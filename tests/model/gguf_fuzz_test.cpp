@@ -17,7 +17,7 @@
 namespace ctxpar {
 namespace {
 
-const std::string kFixture = std::string(CTXPAR_TEST_DATA_DIR) + "/gguf/fixture_v3.gguf";
+const std::string kFixture = std::string(CTXPAR_TEST_DATA_DIR) + "/gguf/fixture_v3.gguf.bin";
 
 std::vector<uint8_t> ReadFixture() {
   std::ifstream in(kFixture, std::ios::binary);

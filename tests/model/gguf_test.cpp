@@ -153,7 +153,7 @@ TEST(GgufFixtureTest, FromBytesMatchesGgufPy) {
 }
 
 TEST(GgufFixtureTest, TypedGetters) {
-  auto f = GgufFile::Open(kDir + "fixture_v3.gguf");
+  auto f = GgufFile::Open(kDir + "fixture_v3.gguf.bin");
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   EXPECT_EQ(*f->GetString("general.architecture"), "testarch");
   EXPECT_EQ(*f->GetU32("test.u32"), 4000000000u);

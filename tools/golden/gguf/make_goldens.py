@@ -213,11 +213,12 @@ def describe(path, golden_name):
 def write_fixtures():
     rng = np.random.default_rng(SEED + 1)
     tensors = fixture_tensors(rng)
-    v3 = OUT / "fixture_v3.gguf"
+    # ".bin": the repository ignores *.gguf to keep model files out.
+    v3 = OUT / "fixture_v3.gguf.bin"
     build_fixture(v3, tensors)
     # Version 2 differs from 3 only in allowing big-endian files, so a little-endian v3 image
     # with its version field set to 2 is a valid v2 file.
-    v2 = OUT / "fixture_v2_align64.gguf"
+    v2 = OUT / "fixture_v2_align64.gguf.bin"
     build_fixture(v2, tensors[:6], alignment=64)
     image = bytearray(v2.read_bytes())
     struct.pack_into("<I", image, 4, 2)
