@@ -66,9 +66,11 @@ struct Prefetcher {
   }
 };
 
-template <class T, class KElem, int HB>
-void ScoreTile(const typename T::QElem* q, int dqk, const KElem* const* k, float* s) {
+// kDqk: head_dim_qk when known at compile time (the loop over it then unrolls), else 0.
+template <class T, class KElem, int HB, int kDqk>
+void ScoreTile(const typename T::QElem* q, int dqk_arg, const KElem* const* k, float* s) {
   using V = typename T::V;
+  const int dqk = kDqk != 0 ? kDqk : dqk_arg;
   V acc[HB][4];
   for (int i = 0; i < HB; ++i) {
     for (int c = 0; c < 4; ++c) acc[i][c] = T::Zero();
@@ -84,15 +86,15 @@ void ScoreTile(const typename T::QElem* q, int dqk, const KElem* const* k, float
   }
 }
 
-template <class T, class KElem, int HB>
+template <class T, class KElem, int HB, int kDqk>
 void ScoreRows(const typename T::QElem* q, int dqk, const KElem* const* k, int n4, int heads,
                float* s, Prefetcher* pf) {
   if constexpr (HB > 1) {
-    if (heads < HB) return ScoreRows<T, KElem, HB - 1>(q, dqk, k, n4, heads, s, pf);
+    if (heads < HB) return ScoreRows<T, KElem, HB - 1, kDqk>(q, dqk, k, n4, heads, s, pf);
   }
   for (int c = 0; c < n4; c += 4) {
     pf->Step();
-    ScoreTile<T, KElem, HB>(q, dqk, k + c, s + c);
+    ScoreTile<T, KElem, HB, kDqk>(q, dqk, k + c, s + c);
   }
 }
 
@@ -101,8 +103,16 @@ void Scores(const typename T::QElem* q, int group, int dqk, const KElem* const* 
             Prefetcher* pf) {
   for (int h = 0; h < group; h += T::kQkHeads) {
     const int heads = group - h < T::kQkHeads ? group - h : T::kQkHeads;
-    ScoreRows<T, KElem, T::kQkHeads>(q + static_cast<int64_t>(h) * dqk, dqk, k, n4, heads,
-                                     s + h * kKeyBlock, pf);
+    const typename T::QElem* qh = q + static_cast<int64_t>(h) * dqk;
+    float* sh = s + h * kKeyBlock;
+    // The GQA head dims get unrolled loops; they are short, so loop overhead would show.
+    if (dqk == 64) {
+      ScoreRows<T, KElem, T::kQkHeads, 64>(qh, dqk, k, n4, heads, sh, pf);
+    } else if (dqk == 128) {
+      ScoreRows<T, KElem, T::kQkHeads, 128>(qh, dqk, k, n4, heads, sh, pf);
+    } else {
+      ScoreRows<T, KElem, T::kQkHeads, 0>(qh, dqk, k, n4, heads, sh, pf);
+    }
   }
 }
 
