@@ -71,6 +71,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.prompt_tokens < 1 or args.new_tokens < 1 or args.repeats < 1:
         sys.exit("bench_llama_cpp: --prompt-tokens, --new-tokens and --repeats must be >= 1")
+    # ggml's threads spin at barriers, so 2 threads on 2 busy cores measure the other load more
+    # than llama.cpp: the load average says how busy the machine was.
+    load_before = os.getloadavg()[0]
     results = [measure(args.model, t, args.prompt_tokens, args.new_tokens, args.repeats)
                for t in args.threads]
     json.dump({
@@ -81,6 +84,7 @@ def main() -> None:
         "new_tokens": args.new_tokens,
         "decode": "greedy (argmax of the last logits), one token per eval",
         "cpus_available": len(os.sched_getaffinity(0)),
+        "load_average_1min": {"before": load_before, "after": os.getloadavg()[0]},
         "results": results,
     }, sys.stdout, indent=1)
     sys.stdout.write("\n")
