@@ -41,6 +41,7 @@ struct GenerateOptions {
   bool chat = false;
   int threads = 0;
   bool llama_cpp_numerics = false;
+  bool ignore_eos = false;
 };
 
 int Fail(const Status& status) {
@@ -137,7 +138,7 @@ Status RunRank(Communicator& world, std::shared_ptr<const GgufFile> file, const 
     // Every rank holds the same logits and the same seeded sampler, so they agree on the token.
     const int32_t next = sampler.Sample(logits);
     ++generated;
-    if (tok.IsEndOfGeneration(next)) break;
+    if (!o.ignore_eos && tok.IsEndOfGeneration(next)) break;
     if (printer) {
       CTXPAR_ASSIGN_OR_RETURN(std::string text, stream.Push(next));
       std::fwrite(text.data(), 1, text.size(), stdout);
@@ -181,6 +182,8 @@ int RunGenerate(const std::vector<std::string>& args) {
   app.add_option("--seed", o.seed, "Seed of the sampler.");
   app.add_flag("--chat", o.chat, "Wrap the prompt in the model's chat template.");
   app.add_option("--threads", o.threads, "Threads per rank (default: cores / ranks).");
+  app.add_flag("--ignore-eos", o.ignore_eos,
+               "Generate --max-new-tokens tokens even past an end-of-generation token.");
   app.add_flag("--llama-cpp-numerics", o.llama_cpp_numerics,
                "Quantize activations to int8 before each matmul, as llama.cpp's CPU backend.");
   Status status;

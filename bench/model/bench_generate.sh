@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Prefill and decode tokens/s of `ctxpar generate` on 1 and 2 cores, beside llama.cpp
+# (llama-cpp-python, tools/golden/llama_cpp/bench_llama_cpp.py) on the same GGUF in the same run.
+# Each figure is the best of REPEATS runs (the machine is shared). Prints a markdown table.
+#
+#   bash bench/model/bench_generate.sh            # env: CTXPAR_MODEL, CTXPAR_BIN, CTXPAR_PY,
+#                                                 #      REPEATS (3), NEW_TOKENS (128)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+model="${CTXPAR_MODEL:-$(bash scripts/fetch-model.sh)}"
+bin="${CTXPAR_BIN:-build/default/cli/ctxpar}"
+py="${CTXPAR_PY:-$HOME/.cache/ctxpar/venv/bin/python}"
+repeats="${REPEATS:-3}"
+new_tokens="${NEW_TOKENS:-128}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# The text bench_llama_cpp.py repeats for its 512-token prompt; 86 repeats of the first sentence
+# pair make about 500 tokens here.
+prompt=$(python3 -c '
+t = ("Decode context parallelism shards the KV cache of each sequence across the ranks of a "
+     "group. Every rank attends over its own shard and the partial results are merged with "
+     "their log-sum-exp, so the output is exact whatever the number of ranks. "
+     "The prefill writes each token\x27s keys and values to the rank that owns its position; "
+     "during decode every rank reads only what it owns, which divides the memory traffic. ")
+print((t * 8)[:2600])')
+
+# best_of CORES ARGS...: the best prefill and decode tokens/s of REPEATS runs, "prefill decode n".
+best_of() {
+  local cores=$1
+  shift
+  local best_p=0 best_d=0 n=0
+  for _ in $(seq "$repeats"); do
+    line=$(taskset -c "$cores" "$bin" generate --ignore-eos --max-new-tokens "$new_tokens" \
+             --model-path "$model" "$@" "$prompt" 2>&1 >/dev/null | grep 'tokens/s' | tail -1)
+    p=$(sed -E 's/.*prefill ([0-9]+) tokens in [0-9.]+ s \(([0-9.]+) tokens\/s\).*/\2/' <<<"$line")
+    n=$(sed -E 's/.*prefill ([0-9]+) tokens.*/\1/' <<<"$line")
+    d=$(sed -E 's/.*decode [0-9]+ tokens in [0-9.]+ s \(([0-9.]+) tokens\/s\).*/\1/' <<<"$line")
+    best_p=$(python3 -c "print(max($best_p, $p))")
+    best_d=$(python3 -c "print(max($best_d, $d))")
+  done
+  echo "$best_p $best_d $n"
+}
+
+echo "| engine | cores | ranks | prompt tokens | prefill tokens/s | decode tokens/s |"
+echo "|---|---|---|---|---|---|"
+for cores in 0 0,1; do
+  ncores=$(tr ',' '\n' <<<"$cores" | wc -l)
+  read -r p d n < <(best_of "$cores" --threads "$ncores")
+  echo "| ctxpar (fp32 activations) | $ncores | 1 | $n | $p | $d |"
+  read -r p d n < <(best_of "$cores" --threads "$ncores" --llama-cpp-numerics)
+  echo "| ctxpar --llama-cpp-numerics | $ncores | 1 | $n | $p | $d |"
+  read -r p d n < <(best_of "$cores" --threads 1 --tp-size 3 --dcp-size 3 --dcp-comm-backend a2a \
+                    --dcp-replicate-q-proj)
+  echo "| ctxpar tp 3 dcp 3 a2a, replicated Q | $ncores | 3 | $n | $p | $d |"
+  if [ -x "$py" ]; then
+    json=$(cd tools/golden/llama_cpp && taskset -c "$cores" "$py" bench_llama_cpp.py "$model" \
+             --threads "$ncores" --new-tokens "$new_tokens" --repeats "$repeats")
+    python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])
+for r in d.get("results", d.get("runs", [])):
+    print(f"| llama.cpp {d.get(\"reference\", {}).get(\"llama_cpp_python\", \"\")} | {r[\"threads\"]} | 1 | "
+          f"{d.get(\"prompt_tokens\", 512)} | {r[\"prefill_tokens_per_s\"]} | {r[\"decode_tokens_per_s\"]} |")
+' "$json"
+  else
+    echo "| llama.cpp | $ncores | - | - | not installed ($py) | - |"
+  fi
+done
