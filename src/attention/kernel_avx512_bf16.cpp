@@ -23,7 +23,9 @@ struct Avx512DpBf16Isa : Avx512Isa {
     }
   }
   static constexpr bool kPairedPv = true;
-  static constexpr int kPairedPvHeads = 4;
+  // 4 x 4 accumulators, 4 interleaved V vectors, two index vectors and the loads: 32 registers.
+  static constexpr int kPvHeads = 4;
+  static constexpr int kPairedPvHeads = kPvHeads;
 
   // O[h][d] += sum_j p[h][j] v[j][d] for keys taken in pairs: vpermt2w interleaves two V rows
   // into (v[j][d], v[j+1][d]) pairs, which meet the broadcast pair (p[h][j], p[h][j+1]).
@@ -68,16 +70,20 @@ struct Avx512DpBf16Isa : Avx512Isa {
 
   template <int HB>
   static void PairRows(const uint32_t* pairs, int n2, const uint16_t* const* v, int heads, float* o,
-                       int dv) {
+                       int dv, Prefetcher* pf) {
     if constexpr (HB > 1) {
-      if (heads < HB) return PairRows<HB - 1>(pairs, n2, v, heads, o, dv);
+      if (heads < HB) return PairRows<HB - 1>(pairs, n2, v, heads, o, dv, pf);
     }
     int d = 0;
-    for (; d + 4 * kLanes <= dv; d += 4 * kLanes) PairTile<HB, 4>(pairs, n2, v, d, o, dv);
+    for (; d + 4 * kLanes <= dv; d += 4 * kLanes) {
+      pf->Step();
+      PairTile<HB, 4>(pairs, n2, v, d, o, dv);
+    }
     for (; d < dv; d += kLanes) PairTile<HB, 1>(pairs, n2, v, d, o, dv);
   }
 
-  static void PairedPv(float* p, int n, const uint16_t* const* v, int group, float* o, int dv) {
+  static void PairedPv(float* p, int n, const uint16_t* const* v, int group, float* o, int dv,
+                       Prefetcher* pf) {
     // Each row of p becomes bf16 in place, in its first half: kKeyBlock / 2 pairs. Ascending
     // chunks never overwrite weights not yet read.
     for (int h = 0; h < group; ++h) {
@@ -93,7 +99,7 @@ struct Avx512DpBf16Isa : Avx512Isa {
     for (int h = 0; h < group; h += kPairedPvHeads) {
       const int heads = group - h < kPairedPvHeads ? group - h : kPairedPvHeads;
       PairRows<kPairedPvHeads>(pairs + h * kKeyBlock, n2, v, heads,
-                               o + static_cast<int64_t>(h) * dv, dv);
+                               o + static_cast<int64_t>(h) * dv, dv, pf);
     }
   }
 

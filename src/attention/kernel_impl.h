@@ -54,6 +54,11 @@ struct Prefetcher {
   int row = 0;
   int64_t offset = 0;
 
+  void Rest() {
+    lines_per_step = 1 << 30;
+    Step();
+  }
+
   void Step() {
     for (int i = 0; i < lines_per_step && row < num_rows; ++i) {
       __builtin_prefetch(rows[row] + offset, 0, 2);
@@ -137,13 +142,17 @@ void PvTile(const float* p, int n, const KElem* const* v, int d0, float* o, int 
 }
 
 template <class T, class KElem, int HB>
-void PvRows(const float* p, int n, const KElem* const* v, int heads, float* o, int dv) {
+void PvRows(const float* p, int n, const KElem* const* v, int heads, float* o, int dv,
+            Prefetcher* pf) {
   if constexpr (HB > 1) {
-    if (heads < HB) return PvRows<T, KElem, HB - 1>(p, n, v, heads, o, dv);
+    if (heads < HB) return PvRows<T, KElem, HB - 1>(p, n, v, heads, o, dv, pf);
   }
   constexpr int kWide = 4 * T::kLanes;
   int d = 0;
-  for (; d + kWide <= dv; d += kWide) PvTile<T, KElem, HB, 4>(p, n, v, d, o, dv);
+  for (; d + kWide <= dv; d += kWide) {
+    pf->Step();
+    PvTile<T, KElem, HB, 4>(p, n, v, d, o, dv);
+  }
   for (; d < dv; d += T::kLanes) PvTile<T, KElem, HB, 1>(p, n, v, d, o, dv);
 }
 
@@ -207,7 +216,9 @@ void Attend(const KernelArgs& a) {
     {
       // Spread over the block's score tiles: one step per 4 keys per tile of heads per KV head.
       const int64_t lines = (nn * (k_row_bytes + (a.v != nullptr ? v_row_bytes : 0)) + 63) / 64;
-      const int steps = a.kv_heads * ((group + T::kQkHeads - 1) / T::kQkHeads) * (n4 / 4);
+      const int score_steps = (group + T::kQkHeads - 1) / T::kQkHeads * (n4 / 4);
+      const int pv_steps = (group + T::kPvHeads - 1) / T::kPvHeads * (dv / (4 * T::kLanes));
+      const int steps = a.kv_heads * (score_steps + pv_steps);
       pf.lines_per_step = static_cast<int>((lines + steps - 1) / steps);
     }
     // The KV heads of one key block in turn, so that the rows are read in address order.
@@ -248,15 +259,16 @@ void Attend(const KernelArgs& a) {
         lh += T::ReduceAdd(vsum);
       }
       if constexpr (T::kPairedPv) {
-        T::PairedPv(s, n, vp, group, o, dv);
+        T::PairedPv(s, n, vp, group, o, dv, &pf);
       } else {
         for (int g = 0; g < group; g += T::kPvHeads) {
           const int rows = group - g < T::kPvHeads ? group - g : T::kPvHeads;
           PvRows<T, KElem, T::kPvHeads>(s + g * kKeyBlock, n, vp, rows,
-                                        o + static_cast<int64_t>(g) * dv, dv);
+                                        o + static_cast<int64_t>(g) * dv, dv, &pf);
         }
       }
     }
+    pf.Rest();  // whatever the estimate of steps left over
   }
   for (int h = 0; h < heads; ++h) {
     // l >= 1 here: the key that set the max contributes exp2(0).
