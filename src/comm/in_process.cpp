@@ -34,16 +34,29 @@ struct Slot {
 
 struct Group {
   explicit Group(int n) : size(n), slots(n) {}
-  void Wait() {
+  // Meets the other ranks. Fails, naming the collective, when a rank has left the group before
+  // everyone arrived: that meeting can never complete, and waiting would hang the process.
+  Status Wait(std::string_view collective) {
     std::unique_lock<std::mutex> lock(mu);
     const std::uint64_t generation = gen;
-    if (++arrived == size) {
-      arrived = 0;
-      ++gen;
-      cv.notify_all();
-    } else {
-      cv.wait(lock, [&] { return gen != generation; });
+    if (left < 0) {
+      if (++arrived == size) {
+        arrived = 0;
+        ++gen;
+        cv.notify_all();
+        return Status::Ok();
+      }
+      cv.wait(lock, [&] { return gen != generation || left >= 0; });
+      if (gen != generation) return Status::Ok();
     }
+    return Unavailable(fmt::format(
+        "{}: rank {} left the in-process group before the call completed", collective, left));
+  }
+  // A rank leaves when its communicator is destroyed or its RunInProcess function returns.
+  void Leave(int rank) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (left < 0) left = rank;
+    cv.notify_all();
   }
   const int size;
   std::vector<Slot> slots;
@@ -51,6 +64,7 @@ struct Group {
   std::condition_variable cv;
   int arrived = 0;
   std::uint64_t gen = 0;
+  int left = -1;  // the first rank that left
 };
 
 class InProcessWindow final : public SharedWindow {
@@ -83,8 +97,8 @@ class InProcessWindow final : public SharedWindow {
   }
   Status Sync() override {
     ++(*counters_)[Collective::kSharedWindow].calls;
-    group_->Wait();  // the mutex inside orders every write before every later read
-    return Status::Ok();
+    // The mutex inside orders every write before every later read.
+    return group_->Wait("SharedWindow::Sync");
   }
 
  private:
@@ -99,6 +113,8 @@ class InProcessCommunicator final : public Communicator {
  public:
   InProcessCommunicator(std::shared_ptr<Group> group, int rank)
       : group_(std::move(group)), rank_(rank) {}
+  ~InProcessCommunicator() override { Leave(); }
+  void Leave() { group_->Leave(rank_); }
 
   int rank() const override { return rank_; }
   int size() const override { return group_->size; }
@@ -202,7 +218,8 @@ class InProcessCommunicator final : public Communicator {
     for (int j = 1; j < size(); ++j) {
       comm_internal::ReduceInto(acc.data(), group_->slots[j].send, count, dtype, op);
     }
-    group_->Wait();  // every rank has read every send buffer; recv may alias send
+    // Every rank has read every send buffer; recv may alias send.
+    CTXPAR_RETURN_IF_ERROR(group_->Wait("AllReduce"));
     std::memcpy(recv, acc.data(), bytes);
     return Finish(Collective::kAllReduce, (size() - 1) * bytes, (size() - 1) * bytes);
   }
@@ -253,9 +270,9 @@ class InProcessCommunicator final : public Communicator {
     const int leader = *std::min_element(same.begin(), same.end());
     if (leader == rank_)
       group_->slots[rank_].shared = std::make_shared<Group>(static_cast<int>(same.size()));
-    group_->Wait();
+    CTXPAR_RETURN_IF_ERROR(group_->Wait("Split"));
     std::shared_ptr<Group> mine = std::static_pointer_cast<Group>(group_->slots[leader].shared);
-    group_->Wait();
+    CTXPAR_RETURN_IF_ERROR(group_->Wait("Split"));
     group_->slots[rank_].shared.reset();
     Count(Collective::kSplit, 0, 0);
     return std::unique_ptr<Communicator>(new InProcessCommunicator(std::move(mine), new_rank));
@@ -270,9 +287,9 @@ class InProcessCommunicator final : public Communicator {
       group_->slots[0].shared = std::shared_ptr<unsigned char[]>(
           new unsigned char[std::max<std::size_t>(1, bytes * size())]());
     }
-    group_->Wait();
+    CTXPAR_RETURN_IF_ERROR(group_->Wait("AllocateSharedWindow"));
     std::shared_ptr<void> memory = group_->slots[0].shared;
-    group_->Wait();
+    CTXPAR_RETURN_IF_ERROR(group_->Wait("AllocateSharedWindow"));
     if (rank_ == 0) group_->slots[0].shared.reset();
     return std::unique_ptr<SharedWindow>(
         new InProcessWindow(group_, std::move(memory), rank_, bytes, &counters_));
@@ -282,9 +299,9 @@ class InProcessCommunicator final : public Communicator {
   // Publishes this rank's arguments and waits for every rank; on disagreement every rank fails.
   Status Publish(const Slot& s) {
     group_->slots[rank_] = s;
-    group_->Wait();
+    CTXPAR_RETURN_IF_ERROR(group_->Wait(CollectiveName(s.op)));
     Status st = CheckAgreement();
-    if (!st.ok()) group_->Wait();
+    if (!st.ok()) CTXPAR_RETURN_IF_ERROR(group_->Wait(CollectiveName(s.op)));
     return st;
   }
 
@@ -331,7 +348,7 @@ class InProcessCommunicator final : public Communicator {
   }
 
   Status Finish(Collective c, std::uint64_t sent, std::uint64_t received) {
-    group_->Wait();
+    CTXPAR_RETURN_IF_ERROR(group_->Wait(CollectiveName(c)));
     Count(c, sent, received);
     return Status::Ok();
   }
@@ -357,9 +374,13 @@ Status RunInProcess(int size, const std::function<Status(Communicator&)>& fn) {
   std::vector<Status> results(size);
   std::vector<std::thread> threads;
   for (int r = 1; r < size; ++r) {
-    threads.emplace_back([&, r] { results[r] = fn(*comms[r]); });
+    threads.emplace_back([&, r] {
+      results[r] = fn(*comms[r]);
+      static_cast<InProcessCommunicator&>(*comms[r]).Leave();
+    });
   }
   results[0] = fn(*comms[0]);
+  static_cast<InProcessCommunicator&>(*comms[0]).Leave();
   for (std::thread& t : threads) t.join();
   for (Status& s : results) {
     if (!s.ok()) return s;

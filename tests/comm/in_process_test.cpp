@@ -75,6 +75,21 @@ TEST(InProcess, AllToAllVCountsThatDisagree) {
             "1/1 and recv 1/1");
 }
 
+TEST(InProcess, ARankThatReturnsEarlyFailsItsPeersInsteadOfHangingThem) {
+  std::vector<std::string> messages(3);
+  Status st = RunInProcess(3, [&](Communicator& comm) {
+    if (comm.rank() == 2) return Status::Ok();
+    float x = 1, all[3];
+    Status s = comm.AllGather(&x, all, 1, DataType::kF32);
+    messages[comm.rank()] = s.message();
+    return s;
+  });
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(messages[r], "AllGather: rank 2 left the in-process group before the call completed");
+  }
+}
+
 TEST(InProcess, SplitRejectsNegativeColor) {
   auto comms = MakeInProcessGroup(1);
   auto sub = comms[0]->Split(-1, 0);
