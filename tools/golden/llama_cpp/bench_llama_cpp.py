@@ -84,7 +84,8 @@ def main() -> None:
         "new_tokens": args.new_tokens,
         "decode": "greedy (argmax of the last logits), one token per eval",
         "cpus_available": len(os.sched_getaffinity(0)),
-        "load_average_1min": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
+        "load_average_1min": {"before": round(load_before, 2),
+                              "after": round(os.getloadavg()[0], 2)},
         "results": results,
     }, sys.stdout, indent=1)
     sys.stdout.write("\n")
