@@ -14,9 +14,10 @@
 //   ag_rs   AllGather of lse_partial: (N-1)*rows*N*h*4; each rank scales its O by
 //           ShareScale(lse_r, lse_merged) into fp32 and a ReduceScatter over heads sums the
 //           shares: (N-1)*rows*h*dv*4.
-//   a2a     ONE AllToAll (as bytes): the slot for peer j holds O[rows, h, dv] of heads j (in
-//           `o_wire`: fp32, or bf16 rounded to nearest even) followed by lse[rows, h] fp32:
-//           (N-1)*rows*h*(dv*sizeof(o_wire) + 4). The receiver merges N states.
+//   a2a     ONE all-to-all (AllToAllV of bytes, the own slot empty): the slot for peer j
+//           holds O[rows, h, dv] of heads j (in `o_wire`: fp32, or bf16 rounded to nearest
+//           even) followed by lse[rows, h] fp32: (N-1)*rows*h*(dv*sizeof(o_wire) + 4). The
+//           receiver merges N states, its own read in fp32 from o_partial (never packed).
 //   shm_a2a the same slots written one-sided into the receivers' segments of a shared window
 //           (Communicator::AllocateSharedWindow), then ONE SharedWindow::Sync, then the merge;
 //           same bytes as a2a. Double-buffered, so a call needs no second synchronisation.
@@ -78,7 +79,8 @@ class Combiner {
   size_t SlotBytes(const CombineShape& s) const;
   void PackSlot(const CombineShape& s, int peer, const float* o_partial, const float* lse_partial,
                 unsigned char* slot) const;
-  void MergeSlots(const CombineShape& s, const unsigned char* slots, float* o, float* lse);
+  void MergeSlots(const CombineShape& s, const unsigned char* slots, const float* o_partial,
+                  const float* lse_partial, float* o, float* lse);
 
   Communicator* comm_;
   CombineBackend backend_;
@@ -86,6 +88,7 @@ class Combiner {
   std::vector<float> lse_all_, scaled_;
   std::vector<unsigned char> send_, recv_;
   std::vector<float> weights_, lse_in_;
+  std::vector<size_t> counts_, displs_;
   std::unique_ptr<SharedWindow> window_;
   unsigned parity_ = 0;
 };

@@ -164,17 +164,24 @@ void Combiner::PackSlot(const CombineShape& s, int peer, const float* o_partial,
   }
 }
 
-void Combiner::MergeSlots(const CombineShape& s, const unsigned char* slots, float* o, float* lse) {
-  const int n = comm_->size(), h = s.heads_per_rank, dv = s.head_dim_v;
+void Combiner::MergeSlots(const CombineShape& s, const unsigned char* slots, const float* o_partial,
+                          const float* lse_partial, float* o, float* lse) {
+  const int n = comm_->size(), me = comm_->rank(), h = s.heads_per_rank, dv = s.head_dim_v;
   const size_t states = static_cast<size_t>(s.rows) * h;
   const size_t slot_bytes = SlotBytes(s);
   const size_t o_bytes = states * dv * DataTypeSize(o_wire_);
   weights_.resize(n);
   lse_in_.resize(n);
   for (size_t st = 0; st < states; ++st) {
+    // This rank's own state never went through a slot: it is read in fp32 from o_partial.
+    const size_t own = (st / h) * n * h + static_cast<size_t>(me) * h + st % h;
     for (int r = 0; r < n; ++r) {
-      std::memcpy(&lse_in_[r], slots + r * slot_bytes + o_bytes + st * sizeof(float),
-                  sizeof(float));
+      if (r == me) {
+        lse_in_[r] = lse_partial[own];
+      } else {
+        std::memcpy(&lse_in_[r], slots + r * slot_bytes + o_bytes + st * sizeof(float),
+                    sizeof(float));
+      }
     }
     const float merged = MergeScales(lse_in_.data(), n, 1, weights_.data());
     if (lse != nullptr) lse[st] = merged;
@@ -184,7 +191,9 @@ void Combiner::MergeSlots(const CombineShape& s, const unsigned char* slots, flo
       const float w = weights_[r];
       if (w == 0.0f) continue;
       const unsigned char* src = slots + r * slot_bytes;
-      if (o_wire_ == DataType::kF32) {
+      if (r == me) {
+        Axpy(w, o_partial + own * dv, dst, dv);
+      } else if (o_wire_ == DataType::kF32) {
         Axpy(w, reinterpret_cast<const float*>(src) + st * dv, dst, dv);
       } else {
         AxpyBf16(w, reinterpret_cast<const uint16_t*>(src) + st * dv, dst, dv);
@@ -199,9 +208,19 @@ Status Combiner::A2a(const CombineShape& s, const float* o_partial, const float*
   const size_t slot_bytes = SlotBytes(s);
   send_.resize(slot_bytes * n);
   recv_.resize(slot_bytes * n);
-  for (int j = 0; j < n; ++j) PackSlot(s, j, o_partial, lse_partial, send_.data() + j * slot_bytes);
-  CTXPAR_RETURN_IF_ERROR(comm_->AllToAll(send_.data(), recv_.data(), slot_bytes, DataType::kU8));
-  MergeSlots(s, recv_.data(), o, lse);
+  // One all-to-all in which the own slot is empty: it is neither packed nor copied, the merge
+  // reads o_partial instead.
+  const int me = comm_->rank();
+  counts_.assign(n, slot_bytes);
+  counts_[me] = 0;
+  displs_.resize(n);
+  for (int j = 0; j < n; ++j) {
+    displs_[j] = j * slot_bytes;
+    if (j != me) PackSlot(s, j, o_partial, lse_partial, send_.data() + j * slot_bytes);
+  }
+  CTXPAR_RETURN_IF_ERROR(comm_->AllToAllV(send_.data(), counts_, displs_, recv_.data(), counts_,
+                                          displs_, DataType::kU8));
+  MergeSlots(s, recv_.data(), o_partial, lse_partial, o, lse);
   return Status::Ok();
 }
 
@@ -222,6 +241,7 @@ Status Combiner::ShmA2a(const CombineShape& s, const float* o_partial, const flo
   parity_ ^= 1u;
   // Packed straight into the receivers' segments: the one copy of the exchange.
   for (int j = 0; j < n; ++j) {
+    if (j == me) continue;
     auto* slot = static_cast<unsigned char*>(window_->Segment(j)) + base + me * slot_bytes;
     PackSlot(s, j, o_partial, lse_partial, slot);
   }
@@ -229,7 +249,7 @@ Status Combiner::ShmA2a(const CombineShape& s, const float* o_partial, const flo
   CTXPAR_RETURN_IF_ERROR(window_->Sync());
   auto* own = static_cast<unsigned char*>(window_->Segment(me)) + base;
   window_->NoteReceived((n - 1) * slot_bytes);
-  MergeSlots(s, own, o, lse);
+  MergeSlots(s, own, o_partial, lse_partial, o, lse);
   return Status::Ok();
 }
 

@@ -247,7 +247,7 @@ inline void RunRankAndCheck(const DcpCase& c, const DcpProblem& p, Communicator&
   const CommCounters& k = comm.counters();
   EXPECT_EQ(k[Collective::kAllGather].bytes_sent, 2 * e.all_gather) << c.name;
   EXPECT_EQ(k[Collective::kReduceScatter].bytes_sent, 2 * e.reduce_scatter) << c.name;
-  EXPECT_EQ(k[Collective::kAllToAll].bytes_sent, 2 * e.all_to_all) << c.name;
+  EXPECT_EQ(k[Collective::kAllToAllV].bytes_sent, 2 * e.all_to_all) << c.name;
   EXPECT_EQ(k[Collective::kSharedWindow].bytes_sent, 2 * e.shared_window) << c.name;
   EXPECT_EQ(k.Total().bytes_sent,
             2 * (e.all_gather + e.reduce_scatter + e.all_to_all + e.shared_window))
@@ -259,7 +259,7 @@ inline void RunRankAndCheck(const DcpCase& c, const DcpProblem& p, Communicator&
     EXPECT_EQ(k[Collective::kReduceScatter].calls, 2u);
   }
   if (c.n > 1 && c.backend == CombineBackend::kA2a) {
-    EXPECT_EQ(k[Collective::kAllToAll].calls, 2u);
+    EXPECT_EQ(k[Collective::kAllToAllV].calls, 2u);
     EXPECT_EQ(k.Total().calls, 2 * (q_ag + 1));
   }
   if (c.n > 1 && c.backend == CombineBackend::kShmA2a) {
