@@ -163,8 +163,8 @@ class MpiCommunicator final : public Communicator {
     // MPI_Reduce_scatter rather than MPI_Reduce_scatter_block: OpenMPI 4.1's default algorithm
     // for the block variant took milliseconds for 128 KiB on one node, the general one about a
     // tenth of that (docs/perf-combine.md).
-    const std::vector<int> counts(size_, n);
-    CTXPAR_MPI_CALL("ReduceScatter", MPI_Reduce_scatter(send, recv, counts.data(), ToMpi(dtype),
+    counts_.assign(size_, n);
+    CTXPAR_MPI_CALL("ReduceScatter", MPI_Reduce_scatter(send, recv, counts_.data(), ToMpi(dtype),
                                                         ToMpiOp(dtype, ReduceOp::kSum), comm_));
     const std::uint64_t bytes = (size_ - 1) * recv_count * DataTypeSize(dtype);
     Count(Collective::kReduceScatter, bytes, bytes);
@@ -191,7 +191,13 @@ class MpiCommunicator final : public Communicator {
           "{}/{} and recv {}/{}",
           n, send_counts.size(), send_displs.size(), recv_counts.size(), recv_displs.size()));
     }
-    std::vector<int> sc(n), sd(n), rc(n), rd(n);
+    // Member scratch: at decode sizes an allocation per call is a measurable part of the call.
+    std::vector<int>& sc = counts_;
+    sc.resize(n);
+    sd_.resize(n);
+    rc_.resize(n);
+    rd_.resize(n);
+    std::vector<int>&sd = sd_, &rc = rc_, &rd = rd_;
     std::uint64_t sent = 0, received = 0;
     for (std::size_t j = 0; j < n; ++j) {
       CTXPAR_ASSIGN_OR_RETURN(sc[j], ToInt("AllToAllV", send_counts[j]));
@@ -298,6 +304,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
   int rank_ = 0;
   int size_ = 0;
+  std::vector<int> counts_, sd_, rc_, rd_;
 };
 
 // Finalises MPI at exit when MakeMpiWorld initialised it.
