@@ -1,8 +1,7 @@
 // `ctxpar bench combine`: the DCP combine per layer (DESIGN.md §3) for each backend, at decode
 // shapes: time per call and the bytes each rank sends. Under mpiexec the ranks are the MPI
 // processes (N = the world size); otherwise N in --ranks, one thread per rank in this process.
-// Only the combine is timed (the partial attention before it is the same for every backend); the
-// slowest rank's time is reported.
+// Only the combine is timed (the partial attention before it is the same for every backend).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -43,9 +42,14 @@ bool UnderMpiexec() {
          std::getenv("PMIX_RANK") != nullptr;
 }
 
-// One backend at one shape on this rank; every rank of `comm` calls it alike.
-Expected<Result> Measure(Communicator& comm, const Shape& shape, int batch, CombineBackend backend,
-                         DataType wire, double seconds) {
+constexpr CombineBackend kBackends[] = {CombineBackend::kAgRs, CombineBackend::kA2a,
+                                        CombineBackend::kShmA2a};
+
+// Every backend at one shape, on this rank; every rank of `comm` calls it alike. The backends
+// take turns in short rounds and each reports its median round, so that a burst of load on a
+// shared machine hits all of them alike instead of one.
+Status MeasureShape(Communicator& comm, const Shape& shape, int batch, DataType wire,
+                    double seconds, int rounds, std::vector<Result>& out) {
   const int n = comm.size();
   const int h = shape.group_heads / n;
   const CombineShape s{batch, h, shape.head_dim_v};
@@ -56,51 +60,75 @@ Expected<Result> Measure(Communicator& comm, const Shape& shape, int batch, Comb
   for (float& x : o_part) x = dist(rng);
   for (float& x : lse_part) x = dist(rng);
   std::vector<float> o(static_cast<size_t>(batch) * h * shape.head_dim_v), lse(batch * h);
-  CTXPAR_ASSIGN_OR_RETURN(auto combiner, Combiner::Create(&comm, backend, wire));
-  auto run = [&](int iters) -> Expected<double> {
+  std::vector<std::unique_ptr<Combiner>> combiners;
+  for (CombineBackend b : kBackends) {
+    CTXPAR_ASSIGN_OR_RETURN(auto c, Combiner::Create(&comm, b, wire));
+    combiners.push_back(std::move(c));
+  }
+  // Seconds per call of `iters` calls, the slowest rank's.
+  auto run = [&](Combiner& c, int iters) -> Expected<double> {
     CTXPAR_RETURN_IF_ERROR(comm.Barrier());
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i) {
-      CTXPAR_RETURN_IF_ERROR(
-          combiner->Combine(s, o_part.data(), lse_part.data(), o.data(), lse.data()));
+      CTXPAR_RETURN_IF_ERROR(c.Combine(s, o_part.data(), lse_part.data(), o.data(), lse.data()));
     }
     double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     CTXPAR_RETURN_IF_ERROR(comm.AllReduce(&t, &t, 1, DataType::kF64, ReduceOp::kMax));
     return t / iters;
   };
-  CTXPAR_ASSIGN_OR_RETURN(const double warm, run(3));
-  const int iters = std::clamp(static_cast<int>(seconds / std::max(warm, 1e-7)), 5, 20000);
-  comm.ResetCounters();
-  CTXPAR_ASSIGN_OR_RETURN(const double per_call, run(iters));
-  CollectiveCounters total = comm.counters().Total();
-  // The timing's own barrier and all-reduce are not part of the combine.
-  total.calls -=
-      comm.counters()[Collective::kBarrier].calls + comm.counters()[Collective::kAllReduce].calls;
-  total.bytes_sent -= comm.counters()[Collective::kAllReduce].bytes_sent;
-  Result r;
-  r.shape = shape.name;
-  r.backend = std::string(CombineBackendName(backend));
-  r.wire = backend == CombineBackend::kAgRs ? "f32" : std::string(DataTypeName(wire));
-  r.n = n;
-  r.batch = batch;
-  r.heads_per_rank = h;
-  r.head_dim_v = shape.head_dim_v;
-  r.us = per_call * 1e6;
-  r.bytes_sent = static_cast<double>(total.bytes_sent) / iters;
-  r.calls = static_cast<double>(total.calls) / iters;
-  return r;
+  double slowest = 0;
+  for (auto& c : combiners) {
+    CTXPAR_ASSIGN_OR_RETURN(const double warm, run(*c, 3));
+    slowest = std::max(slowest, warm);
+  }
+  const double per_round = seconds / (rounds * std::size(kBackends));
+  const int iters = std::clamp(static_cast<int>(per_round / std::max(slowest, 1e-7)), 1, 10000);
+  std::vector<std::vector<double>> times(combiners.size());
+  std::vector<CommCounters> counters(combiners.size());
+  for (int round = 0; round < rounds; ++round) {
+    for (size_t b = 0; b < combiners.size(); ++b) {
+      const CommCounters before = comm.counters();
+      CTXPAR_ASSIGN_OR_RETURN(const double t, run(*combiners[b], iters));
+      times[b].push_back(t);
+      for (int k = 0; k < kNumCollectives; ++k) {
+        CollectiveCounters& acc = counters[b].per_collective[k];
+        acc.calls += comm.counters().per_collective[k].calls - before.per_collective[k].calls;
+        acc.bytes_sent +=
+            comm.counters().per_collective[k].bytes_sent - before.per_collective[k].bytes_sent;
+      }
+    }
+  }
+  if (comm.rank() != 0) return Status::Ok();
+  const double calls = static_cast<double>(rounds) * iters;
+  for (size_t b = 0; b < combiners.size(); ++b) {
+    std::sort(times[b].begin(), times[b].end());
+    // The timing's own barrier and all-reduce are not part of the combine.
+    CollectiveCounters total = counters[b].Total();
+    total.calls -=
+        counters[b][Collective::kBarrier].calls + counters[b][Collective::kAllReduce].calls;
+    total.bytes_sent -= counters[b][Collective::kAllReduce].bytes_sent;
+    Result r;
+    r.shape = shape.name;
+    r.backend = std::string(CombineBackendName(kBackends[b]));
+    r.wire = kBackends[b] == CombineBackend::kAgRs ? "f32" : std::string(DataTypeName(wire));
+    r.n = n;
+    r.batch = batch;
+    r.heads_per_rank = h;
+    r.head_dim_v = shape.head_dim_v;
+    r.us = times[b][times[b].size() / 2] * 1e6;
+    r.bytes_sent = static_cast<double>(total.bytes_sent) / calls;
+    r.calls = static_cast<double>(total.calls) / calls;
+    out.push_back(r);
+  }
+  return Status::Ok();
 }
 
 Status MeasureAll(Communicator& comm, const std::vector<int>& batches, DataType wire,
-                  double seconds, std::vector<Result>& out) {
+                  double seconds, int rounds, std::vector<Result>& out) {
   for (const Shape& shape : kShapes) {
     if (shape.group_heads % comm.size() != 0) continue;
     for (int batch : batches) {
-      for (CombineBackend b :
-           {CombineBackend::kAgRs, CombineBackend::kA2a, CombineBackend::kShmA2a}) {
-        CTXPAR_ASSIGN_OR_RETURN(Result r, Measure(comm, shape, batch, b, wire, seconds));
-        if (comm.rank() == 0) out.push_back(r);
-      }
+      CTXPAR_RETURN_IF_ERROR(MeasureShape(comm, shape, batch, wire, seconds, rounds, out));
     }
   }
   return Status::Ok();
@@ -111,15 +139,18 @@ int RunCombineBench(const std::vector<std::string>& args) {
   std::vector<int> ranks = {2, 4};
   std::vector<int> batches = {1, 32};
   std::string wire_name = "bf16";
-  double seconds = 0.3;
+  double seconds = 1.0;
+  int rounds = 15;
   bool json = false;
   app.add_option("--ranks", ranks, "group sizes N run as threads (ignored under mpiexec)")
       ->check(CLI::Range(2, 64));
   app.add_option("--batch", batches, "decode batch sizes (rows)")->check(CLI::Range(1, 4096));
   app.add_option("--wire", wire_name, "O element type on the a2a / shm_a2a wire")
       ->check(CLI::IsMember({"bf16", "f32"}));
-  app.add_option("--seconds", seconds, "timed seconds per point (approximately)")
-      ->check(CLI::Range(0.01, 60.0));
+  app.add_option("--seconds", seconds, "timed seconds per shape, all backends (approximately)")
+      ->check(CLI::Range(0.01, 600.0));
+  app.add_option("--rounds", rounds, "rounds per shape; each backend reports its median round")
+      ->check(CLI::Range(1, 1000));
   app.add_flag("--json", json, "print JSON instead of a table");
   std::vector<std::string> argv(args.rbegin(), args.rend());
   try {
@@ -139,7 +170,7 @@ int RunCombineBench(const std::vector<std::string>& args) {
     }
     mode = "mpi";
     print = (*world)->rank() == 0;
-    const Status st = MeasureAll(**world, batches, wire, seconds, results);
+    const Status st = MeasureAll(**world, batches, wire, seconds, rounds, results);
     if (!st.ok()) {
       std::fprintf(stderr, "ctxpar bench combine: %s\n", st.ToString().c_str());
       return kExitInternal;
@@ -147,8 +178,9 @@ int RunCombineBench(const std::vector<std::string>& args) {
   } else {
     mode = "threads";
     for (int n : ranks) {
-      const Status st = RunInProcess(
-          n, [&](Communicator& comm) { return MeasureAll(comm, batches, wire, seconds, results); });
+      const Status st = RunInProcess(n, [&](Communicator& comm) {
+        return MeasureAll(comm, batches, wire, seconds, rounds, results);
+      });
       if (!st.ok()) {
         std::fprintf(stderr, "ctxpar bench combine: %s\n", st.ToString().c_str());
         return kExitInternal;
@@ -184,8 +216,10 @@ int RunCombineBench(const std::vector<std::string>& args) {
     std::printf("%s\n", out.dump(2).c_str());
     return kExitOk;
   }
-  std::printf("DCP combine per layer (%s; slowest rank; a2a/shm_a2a O on the wire: %s)\n",
-              mode.c_str(), wire_name.c_str());
+  std::printf(
+      "DCP combine per layer (%s; slowest rank, median of %d rounds; a2a/shm_a2a O on the "
+      "wire: %s)\n",
+      mode.c_str(), rounds, wire_name.c_str());
   std::printf("%3s %-5s %5s %4s %-8s %12s %14s %9s %9s\n", "N", "shape", "batch", "h", "backend",
               "us/layer", "bytes/rank", "exchanges", "vs ag_rs");
   for (const Result& r : results) {
