@@ -1,9 +1,9 @@
 // PartialAttentionCpu against a float64 reference, on every SIMD path this CPU has.
 //
 // Tolerances: O is a convex combination of V rows, so its error is measured against the largest
-// |V| (1 here): fp32 KV within 1e-5, bf16 KV within 1e-2 (the avx512_bf16 path rounds Q and the
-// softmax weights to bf16; attention.h). The lse is compared with the same bounds relative to
-// max(1, |lse|).
+// |V| (1 here): within 1e-5, except bf16 KV on the avx512_bf16 path within 1e-2 (it rounds Q
+// and the softmax weights to bf16, attention.h; the errors seen are 3e-4..2e-3). The lse is
+// compared with the same bounds relative to max(1, |lse|).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -218,7 +218,10 @@ class PartialAttention : public ::testing::TestWithParam<CpuIsa> {
   }
   void TearDown() override { unsetenv("CTXPAR_CPU_ISA"); }
 
-  static double Tol(const Shape& s) { return s.dtype == KvDtype::kF32 ? 1e-5 : 1e-2; }
+  // Only the avx512_bf16 path rounds (Q and P to bf16); the others widen bf16 KV exactly.
+  double Tol(const Shape& s) const {
+    return s.dtype == KvDtype::kBF16 && GetParam() == CpuIsa::kAvx512Bf16 ? 1e-2 : 1e-5;
+  }
 
   // Decode rows over sequences of the given lengths, with split-KV off (one thread) and on.
   void RunDecode(const Shape& shape, const std::vector<int>& lens, uint32_t seed) {
