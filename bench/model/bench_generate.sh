@@ -54,13 +54,14 @@ for cores in 0 0,1; do
   if [ -x "$py" ]; then
     json=$(cd tools/golden/llama_cpp && taskset -c "$cores" "$py" bench_llama_cpp.py "$model" \
              --threads "$ncores" --new-tokens "$new_tokens" --repeats "$repeats")
-    python3 -c '
+    python3 - "$json" <<'PY'
 import json, sys
 d = json.loads(sys.argv[1])
-for r in d.get("results", d.get("runs", [])):
-    print(f"| llama.cpp {d.get(\"reference\", {}).get(\"llama_cpp_python\", \"\")} | {r[\"threads\"]} | 1 | "
-          f"{d.get(\"prompt_tokens\", 512)} | {r[\"prefill_tokens_per_s\"]} | {r[\"decode_tokens_per_s\"]} |")
-' "$json"
+version = d["reference"]["llama_cpp_python"]
+for r in d["results"]:
+    print(f"| llama.cpp (llama-cpp-python {version}) | {r['threads']} | 1 | {d['prompt_tokens']} "
+          f"| {r['prefill_tokens_per_s']} | {r['decode_tokens_per_s']} |")
+PY
   else
     echo "| llama.cpp | $ncores | - | - | not installed ($py) | - |"
   fi

@@ -2,18 +2,19 @@
 // blocks as stored in the GGUF file, times fp32 activations or activations quantized per
 // 32-element block to int8 (the way llama.cpp's CPU backend computes).
 //
-// Why quantized dot products rather than dequantized bf16/fp32 weights: decode reads every weight
-// once per token, so its speed is the weight bytes over the memory bandwidth. Q4_1 is 0.625 byte
-// per weight against 2 for bf16 and 4 for fp32, and AVX512-VNNI multiplies the unsigned nibbles
-// by the signed int8 activations in one instruction (docs/perf-model.md has the measurements).
+// Why the weights stay in their quantized blocks rather than dequantized bf16/fp32 copies: decode
+// reads every weight once per token, so its speed is bounded by weight bytes over memory
+// bandwidth, and Q4_1 is 0.625 byte per weight against 2 for bf16 and 4 for fp32. Prefill is
+// compute-bound: MatMul widens each 16-row tile to fp32 once and runs every prompt token over it.
+// Activations default to fp32 (see ActFormat; docs/perf-model.md has the measurements).
 //
 // Contract
 // - A weight matrix W is [rows, cols] row-major in ggml blocks of 32 along cols: row r, block b
 //   starts at data + r * row_stride + b * BlockBytes(type). A view of a column range (a
 //   row-sharded projection) keeps row_stride and offsets data by whole blocks.
-// - Activations x [n, cols] fp32 are quantized per row into cols / 32 ActBlocks (Q8_1 for Q4_1
-//   weights: d, s = d * sum(q); Q8_0 for Q8_0 weights). d and s are rounded to fp16 as ggml
-//   stores them, so the dot products match ggml's bit for bit up to float summation order.
+// - Activations x [n, cols] fp32 are used as they are, or quantized per row into cols / 32
+//   ActBlocks (Q8_1 for Q4_1 weights: d, s = d * sum(q); Q8_0 for Q8_0 weights) with d and s
+//   rounded to fp16 as ggml stores them, so the dot products match ggml's up to summation order.
 // - y[t * ldy + r] = sum_c W[r, c] * x[t, c] for t < n, r < rows.
 // - Thread safety: ThreadPool::ParallelFor is called by one thread at a time; the kernels are
 //   pure functions of their inputs and write only their output range.
@@ -63,8 +64,8 @@ struct ActBlock {
 //   input moves the output by as little: what keeps greedy decoding identical across DCP sizes
 //   and combine backends, whose attention sums round differently (docs/model.md).
 // - kQ8: quantized per block to int8 like llama.cpp's CPU backend (Q8_1 for Q4_1 weights, Q8_0
-//   for Q8_0 weights), for its numerics and VNNI speed; a 1-ulp change of an input can flip a
-//   rounding and the difference then grows to the size of the quantization noise.
+//   for Q8_0 weights; AVX512-VNNI dot products); a 1-ulp change of an input can flip a rounding
+//   and the difference then grows to the size of the quantization noise.
 enum class ActFormat { kF32, kQ8 };
 
 // Activations of n rows prepared for one weight type; row t is Row(t) / F32Row(t).

@@ -2,11 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <cmath>
-#include <cstring>
-
-#include "ctxpar/attention.h"
 #include "ctxpar/kv_cache.h"
 #include "model/linear.h"
 #include "model/llama_attention.h"
