@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "ctxpar/kv_cache.h"
 #include "dcp_reference.h"
 
 namespace ctxpar {
@@ -217,6 +219,52 @@ TEST(Combine, EmptyAndPoisonedStates) {
                   EXPECT_FLOAT_EQ(o[2], want0);
                   EXPECT_FLOAT_EQ(o[3], want0 + 10.0f);
                   EXPECT_FLOAT_EQ(lse[1], 0.5f);
+                  return Status::Ok();
+                }).ok());
+  }
+}
+
+}  // namespace
+}  // namespace ctxpar
+
+namespace ctxpar {
+namespace {
+
+// No rows, and rows that see no key on any rank (an empty sequence): O = 0 and lse = -inf, with
+// every backend, and the group stays in step.
+TEST(DcpAttentionForward, NoRowsAndRowsWithoutKeys) {
+  for (CombineBackend b : {CombineBackend::kAgRs, CombineBackend::kA2a, CombineBackend::kShmA2a}) {
+    ASSERT_TRUE(RunInProcess(2, [&](Communicator& comm) {
+                  auto cache = KvCache::Create({.dcp_size = 2,
+                                                .dcp_rank = comm.rank(),
+                                                .page_size = 16,
+                                                .num_pages = 2,
+                                                .max_seqs = 2,
+                                                .max_pages_per_seq = 1,
+                                                .num_kv_heads = 1,
+                                                .head_dim_qk = 16,
+                                                .head_dim_v = 16});
+                  EXPECT_TRUE(cache.ok());
+                  EXPECT_EQ(*cache->AddSequence(), 0);
+                  auto attn = DcpAttention::Create({.dcp_size = 2,
+                                                    .backend = b,
+                                                    .num_heads = 4,
+                                                    .head_dim_qk = 16,
+                                                    .head_dim_v = 16,
+                                                    .scale = 0.25f},
+                                                   &comm);
+                  EXPECT_TRUE(attn.ok()) << attn.status().ToString();
+                  std::vector<float> q(3 * 2 * 16, 1.0f), o(3 * 2 * 16, 7.0f), lse(3 * 2, 7.0f);
+                  std::vector<int32_t> seq = {0, 0, 0}, len = {0, 0, 0};
+                  Status st = (*attn)->Forward(q.data(), cache->View(), seq.data(), len.data(), 0,
+                                               o.data(), lse.data());
+                  EXPECT_TRUE(st.ok()) << st.ToString();
+                  EXPECT_EQ(o[0], 7.0f);  // nothing written
+                  st = (*attn)->Forward(q.data(), cache->View(), seq.data(), len.data(), 3,
+                                        o.data(), lse.data());
+                  EXPECT_TRUE(st.ok()) << st.ToString();
+                  for (float x : o) EXPECT_EQ(x, 0.0f);
+                  for (float x : lse) EXPECT_EQ(x, -std::numeric_limits<float>::infinity());
                   return Status::Ok();
                 }).ok());
   }
