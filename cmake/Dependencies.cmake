@@ -18,6 +18,9 @@ if(CTXPAR_ENABLE_MPI)
   find_package(MPI COMPONENTS C)
   if(MPI_C_FOUND)
     set(CTXPAR_HAVE_MPI ON)
+    # C++ code includes mpi.h but links only the C library: keep OpenMPI's C++ bindings out.
+    set_property(TARGET MPI::MPI_C APPEND PROPERTY INTERFACE_COMPILE_DEFINITIONS
+                 OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
   else()
     message(STATUS "ctxpar: MPI not found; the MPI communicator and the mpi tests are off "
                    "(apt-get install -y libopenmpi-dev openmpi-bin)")
