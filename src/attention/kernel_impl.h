@@ -4,14 +4,16 @@
 //
 // Traits T provide: V, kLanes, Zero, Set1, Load(const float*), Load(const uint16_t*) (bf16
 // widened to fp32), Store, Add, Mul, Max, Fma(a, b, c) = a * b + c, ReduceMax, ReduceAdd,
-// Exp2 (2^x, 0 below -127), Reduce4(a, b, c, d, out) (out[i] = sum of the lanes of the i-th),
-// kQkHeads and kPvHeads (register tile heights), QElem and PrepareQ (how Q is held for the dot
-// products), Dot(acc, q, k) (one step of kDotStep elements of q . k into acc), and kPairedPv:
-// when true, PairedPv(p, n, v, group, o, dv) does O += P V for a block (p may be overwritten;
-// v[n] is valid and p is 0 there, so keys may be taken in pairs).
+// Exp2 (2^x; 0 below about -126, -inf included), Reduce4(a, b, c, d, out) (out[i] = sum of the
+// lanes of the i-th), kQkHeads and kPvHeads (register tile heights), QElem and PrepareQ (how Q is
+// held for the dot products), Dot(acc, q, k) (one step of kDotStep elements of q . k into acc), and
+// kPairedPv: when true, PairedPv(p, n, v, group, o, dv, pf) does O += P V for a block (p may be
+// overwritten; v[n] is valid and p is 0 there, so keys may be taken in pairs), calling
+// pf->Step() once per tile of heads x 4 vectors of head_dim_v.
 //
 // Algorithm (per task: one row, its KV heads and their G query heads each, a range of keys; the
-// KV heads of a key block are visited in turn, so K/V rows are read in address order): Q is scaled
+// KV heads of a key block are visited in turn while the next block is prefetched in address
+// order, see Prefetcher): Q is scaled
 // by scale * log2(e) once so that the softmax runs in base 2 (exp2 is cheaper than exp); keys go
 // in blocks of kKeyBlock: scores for a tile of heads x 4 keys are accumulated along the head
 // dimension in registers and reduced at the end, then the online softmax updates the running
