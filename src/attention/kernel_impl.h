@@ -13,13 +13,12 @@
 //
 // Algorithm (per task: one row, its KV heads and their G query heads each, a range of keys; the
 // KV heads of a key block are visited in turn while the next block is prefetched in address
-// order, see Prefetcher): Q is scaled
-// by scale * log2(e) once so that the softmax runs in base 2 (exp2 is cheaper than exp); keys go
-// in blocks of kKeyBlock: scores for a tile of heads x 4 keys are accumulated along the head
-// dimension in registers and reduced at the end, then the online softmax updates the running
-// max m and sum l per head (rescaling O only when m grew), then O += P V in tiles of heads x
-// 4 vectors of head_dim_v, each V row loaded once per tile of heads. Finally O /= l and
-// lse = (m + log2 l) * ln 2.
+// order, see Prefetcher): Q is scaled by scale * log2(e) once so that the softmax runs in base 2
+// (exp2 is cheaper than exp); keys go in blocks of kKeyBlock: scores for a tile of heads x 4 keys
+// are accumulated along the head dimension in registers and reduced at the end, then the online
+// softmax updates the running max m and sum l per head (rescaling O only when m grew), then
+// O += P V in tiles of heads x 4 vectors of head_dim_v, each V row loaded once per tile of heads.
+// Finally O /= l and lse = (m + log2 l) * ln 2.
 
 // No include guard on purpose: each ISA's file includes this once inside its own namespace.
 
