@@ -20,6 +20,7 @@
 //   pure functions of their inputs and write only their output range.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -82,8 +83,10 @@ struct Acts {
   const float* Sums(int t) const { return block_sums.data() + std::size_t(t) * blocks_per_row; }
 };
 
-// A fixed set of worker threads; ParallelFor(n, fn) runs fn(begin, end) over a static partition
-// of [0, n) (the calling thread takes the first part) and returns when all parts are done.
+// A fixed set of worker threads; ParallelFor(n, fn) runs fn(begin, end) over disjoint chunks
+// covering [0, n) (the calling thread works too) and returns when all are done.
+// Workers and caller spin briefly before sleeping: decode issues about 200 small matmuls per
+// token, and a condition-variable wake-up for each costs more than the work it splits.
 class ThreadPool {
  public:
   explicit ThreadPool(int num_threads);
@@ -95,7 +98,8 @@ class ThreadPool {
   void ParallelFor(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& fn);
 
  private:
-  void Work(int index);
+  void Work();
+  void RunChunks();
 
   std::vector<std::thread> workers_;
   std::mutex mu_;
@@ -103,9 +107,11 @@ class ThreadPool {
   std::condition_variable done_cv_;
   const std::function<void(std::int64_t, std::int64_t)>* fn_ = nullptr;
   std::int64_t n_ = 0;
-  std::uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  std::int64_t chunk_ = 1;
+  std::atomic<std::int64_t> next_{0};
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
 };
 
 // Prepares x [n, cols] (row stride ldx floats) for weights of `type`. cols % 32 == 0.
