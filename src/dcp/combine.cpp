@@ -237,7 +237,9 @@ Status Combiner::ShmA2a(const CombineShape& s, const float* o_partial, const flo
     CTXPAR_ASSIGN_OR_RETURN(window_, comm_->AllocateSharedWindow(2 * buffer_bytes));
     parity_ = 0;
   }
-  const size_t base = parity_ * buffer_bytes;
+  // The halves are fixed by the window, not by this call's shape: a smaller call must not place
+  // its buffer inside the half a peer may still be reading from the previous, larger call.
+  const size_t base = parity_ * (window_->bytes() / 2);
   parity_ ^= 1u;
   // Packed straight into the receivers' segments: the one copy of the exchange.
   for (int j = 0; j < n; ++j) {
