@@ -75,16 +75,24 @@ struct CommCounters {
 class SharedWindow {
  public:
   virtual ~SharedWindow() = default;
-  virtual std::size_t bytes() const = 0;
+  std::size_t bytes() const { return bytes_; }
   virtual void* Segment(int rank) = 0;
-  // Copies `bytes` from src into rank `peer`'s segment at `offset` and counts them as sent (and,
-  // by the peer, as received once it reads them; the receiver counts with NoteReceived).
-  virtual Status Put(int peer, std::size_t offset, const void* src, std::size_t bytes) = 0;
   // Counts bytes this rank wrote straight into other ranks' segments through Segment().
-  virtual void NoteSent(std::size_t bytes) = 0;
+  void NoteSent(std::size_t bytes) { (*counters_)[Collective::kSharedWindow].bytes_sent += bytes; }
   // Counts bytes that other ranks wrote into this rank's segment.
-  virtual void NoteReceived(std::size_t bytes) = 0;
+  void NoteReceived(std::size_t bytes) {
+    (*counters_)[Collective::kSharedWindow].bytes_received += bytes;
+  }
   virtual Status Sync() = 0;
+
+ protected:
+  // `counters` belongs to the communicator that made the window and outlives it.
+  SharedWindow(std::size_t bytes, CommCounters* counters) : bytes_(bytes), counters_(counters) {}
+  void CountSync() { ++(*counters_)[Collective::kSharedWindow].calls; }
+
+ private:
+  std::size_t bytes_;
+  CommCounters* counters_;
 };
 
 class Communicator {

@@ -69,34 +69,14 @@ struct Group {
 
 class InProcessWindow final : public SharedWindow {
  public:
-  InProcessWindow(std::shared_ptr<Group> group, std::shared_ptr<void> memory, int rank,
-                  std::size_t bytes, CommCounters* counters)
-      : group_(std::move(group)),
-        memory_(std::move(memory)),
-        rank_(rank),
-        bytes_(bytes),
-        counters_(counters) {}
-  std::size_t bytes() const override { return bytes_; }
+  InProcessWindow(std::shared_ptr<Group> group, std::shared_ptr<void> memory, std::size_t bytes,
+                  CommCounters* counters)
+      : SharedWindow(bytes, counters), group_(std::move(group)), memory_(std::move(memory)) {}
   void* Segment(int rank) override {
-    return static_cast<unsigned char*>(memory_.get()) + static_cast<std::size_t>(rank) * bytes_;
-  }
-  Status Put(int peer, std::size_t offset, const void* src, std::size_t n) override {
-    if (peer < 0 || peer >= group_->size || offset + n > bytes_ || offset + n < offset) {
-      return OutOfRange(fmt::format(
-          "SharedWindow::Put: peer {} offset {} bytes {} is outside a window of {} ranks x {} "
-          "bytes",
-          peer, offset, n, group_->size, bytes_));
-    }
-    std::memcpy(static_cast<unsigned char*>(Segment(peer)) + offset, src, n);
-    if (peer != rank_) (*counters_)[Collective::kSharedWindow].bytes_sent += n;
-    return Status::Ok();
-  }
-  void NoteSent(std::size_t n) override { (*counters_)[Collective::kSharedWindow].bytes_sent += n; }
-  void NoteReceived(std::size_t n) override {
-    (*counters_)[Collective::kSharedWindow].bytes_received += n;
+    return static_cast<unsigned char*>(memory_.get()) + static_cast<std::size_t>(rank) * bytes();
   }
   Status Sync() override {
-    ++(*counters_)[Collective::kSharedWindow].calls;
+    CountSync();
     // The mutex inside orders every write before every later read.
     return group_->Wait("SharedWindow::Sync");
   }
@@ -104,9 +84,6 @@ class InProcessWindow final : public SharedWindow {
  private:
   std::shared_ptr<Group> group_;
   std::shared_ptr<void> memory_;
-  int rank_;
-  std::size_t bytes_;
-  CommCounters* counters_;
 };
 
 class InProcessCommunicator final : public Communicator {
@@ -292,7 +269,7 @@ class InProcessCommunicator final : public Communicator {
     CTXPAR_RETURN_IF_ERROR(group_->Wait("AllocateSharedWindow"));
     if (rank_ == 0) group_->slots[0].shared.reset();
     return std::unique_ptr<SharedWindow>(
-        new InProcessWindow(group_, std::move(memory), rank_, bytes, &counters_));
+        new InProcessWindow(group_, std::move(memory), bytes, &counters_));
   }
 
  private:

@@ -77,8 +77,8 @@ Expected<int> ToInt(std::string_view collective, std::size_t count) {
 
 class MpiWindow final : public SharedWindow {
  public:
-  MpiWindow(MPI_Comm node, MPI_Win win, int rank, std::size_t bytes, CommCounters* counters)
-      : node_(node), win_(win), rank_(rank), bytes_(bytes), counters_(counters) {
+  MpiWindow(MPI_Comm node, MPI_Win win, std::size_t bytes, CommCounters* counters)
+      : SharedWindow(bytes, counters), node_(node), win_(win) {
     int n = 0;
     MPI_Comm_size(node_, &n);
     for (int r = 0; r < n; ++r) {
@@ -97,26 +97,9 @@ class MpiWindow final : public SharedWindow {
     MPI_Win_free(&win_);
     MPI_Comm_free(&node_);
   }
-  std::size_t bytes() const override { return bytes_; }
   void* Segment(int rank) override { return segments_[rank]; }
-  Status Put(int peer, std::size_t offset, const void* src, std::size_t n) override {
-    if (peer < 0 || peer >= static_cast<int>(segments_.size()) || offset + n > bytes_ ||
-        offset + n < offset) {
-      return OutOfRange(fmt::format(
-          "SharedWindow::Put: peer {} offset {} bytes {} is outside a window of {} ranks x {} "
-          "bytes",
-          peer, offset, n, segments_.size(), bytes_));
-    }
-    std::memcpy(static_cast<unsigned char*>(segments_[peer]) + offset, src, n);
-    if (peer != rank_) (*counters_)[Collective::kSharedWindow].bytes_sent += n;
-    return Status::Ok();
-  }
-  void NoteSent(std::size_t n) override { (*counters_)[Collective::kSharedWindow].bytes_sent += n; }
-  void NoteReceived(std::size_t n) override {
-    (*counters_)[Collective::kSharedWindow].bytes_received += n;
-  }
   Status Sync() override {
-    ++(*counters_)[Collective::kSharedWindow].calls;
+    CountSync();
     CTXPAR_MPI_CALL("SharedWindow::Sync", MPI_Win_sync(win_));
     CTXPAR_MPI_CALL("SharedWindow::Sync", MPI_Barrier(node_));
     CTXPAR_MPI_CALL("SharedWindow::Sync", MPI_Win_sync(win_));
@@ -126,9 +109,6 @@ class MpiWindow final : public SharedWindow {
  private:
   MPI_Comm node_;
   MPI_Win win_;
-  int rank_;
-  std::size_t bytes_;
-  CommCounters* counters_;
   std::vector<void*> segments_;
 };
 
@@ -280,7 +260,7 @@ class MpiCommunicator final : public Communicator {
       return MpiError("AllocateSharedWindow", rc);
     }
     MPI_Win_lock_all(MPI_MODE_NOCHECK, win);
-    return std::unique_ptr<SharedWindow>(new MpiWindow(node, win, rank_, bytes, &counters_));
+    return std::unique_ptr<SharedWindow>(new MpiWindow(node, win, bytes, &counters_));
   }
 
  private:
