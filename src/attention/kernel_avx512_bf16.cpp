@@ -31,7 +31,7 @@ struct Avx512DpBf16Isa : Avx512Isa {
   // into (v[j][d], v[j+1][d]) pairs, which meet the broadcast pair (p[h][j], p[h][j+1]).
   template <int HB, int DB>
   static void PairTile(const uint32_t* pairs, int n2, const uint16_t* const* v, int d0, float* o,
-                       int dv) {
+                       int dv, Prefetcher* pf) {
     V acc[HB][DB];
     for (int i = 0; i < HB; ++i) {
       for (int b = 0; b < DB; ++b) acc[i][b] = Load(o + i * dv + d0 + b * kLanes);
@@ -40,6 +40,7 @@ struct Avx512DpBf16Isa : Avx512Isa {
                                         8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
     const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
     for (int j = 0; j < n2; j += 2) {
+      pf->Step();
       __m512i vv[DB];
       if constexpr (DB == 1) {
         const __m512i a =
@@ -76,10 +77,9 @@ struct Avx512DpBf16Isa : Avx512Isa {
     }
     int d = 0;
     for (; d + 4 * kLanes <= dv; d += 4 * kLanes) {
-      pf->Step();
-      PairTile<HB, 4>(pairs, n2, v, d, o, dv);
+      PairTile<HB, 4>(pairs, n2, v, d, o, dv, pf);
     }
-    for (; d < dv; d += kLanes) PairTile<HB, 1>(pairs, n2, v, d, o, dv);
+    for (; d < dv; d += kLanes) PairTile<HB, 1>(pairs, n2, v, d, o, dv, pf);
   }
 
   static void PairedPv(float* p, int n, const uint16_t* const* v, int group, float* o, int dv,

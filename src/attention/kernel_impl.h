@@ -9,7 +9,7 @@
 // held for the dot products), Dot(acc, q, k) (one step of kDotStep elements of q . k into acc), and
 // kPairedPv: when true, PairedPv(p, n, v, group, o, dv, pf) does O += P V for a block (p may be
 // overwritten; v[n] is valid and p is 0 there, so keys may be taken in pairs), calling
-// pf->Step() once per tile of heads x 4 vectors of head_dim_v.
+// pf->Step() once per pair of keys of each tile.
 //
 // Algorithm (per task: one row, its KV heads and their G query heads each, a range of keys; the
 // KV heads of a key block are visited in turn while the next block is prefetched in address
@@ -42,39 +42,85 @@ void RowPtrs(const void* base, const KernelArgs& a, int64_t stride, int begin, i
 }
 
 // Walks the next block's rows (every KV head, K then V) in address order, a few cache lines per
-// call. A block reads each row once per KV head, a few lines at a time with other heads' lines
-// in between: an order the hardware prefetchers follow poorly, while requests in address order,
-// spread over the block's work rather than issued at once, keep the memory stream full.
+// call, called from the innermost loops of the score and P.V tiles. A block reads each row once
+// per KV head, a few lines at a time with other heads' lines in between: an order the hardware
+// prefetchers follow poorly, while requests in address order, paced evenly over the block's work,
+// keep the memory stream full (issued in bursts they queue behind each other and behind the
+// block's own loads, measured slower). Into L1 (prefetcht0): measured faster than into L2 from
+// memory, on 1 and 2 threads. The per-line bookkeeping is a counted run over contiguous rows: a
+// loop per line cost as much as the arithmetic when the data was in cache.
 struct Prefetcher {
-  const char* const* rows = nullptr;
-  int num_rows = 0;
-  int first_rows = 0;  // rows [0, first_rows) are first_bytes long, the rest rest_bytes
-  int64_t first_bytes = 0;
-  int64_t rest_bytes = 0;
-  int lines_per_step = 0;
-  int row = 0;
-  int64_t offset = 0;
+  // The next block's rows merged into runs of contiguous bytes, in address order.
+  const char* run_start[2 * kKeyBlock];
+  int64_t run_bytes[2 * kKeyBlock];
+  int num_runs = 0;
+  int run = 0;
+  const char* next = nullptr;
+  int64_t left = 0;  // lines left in the current run
+  int64_t lines_per_step = 1;
+  int steps = 0;  // Step calls since Plan
 
-  void Rest() {
-    lines_per_step = 1 << 30;
-    Step();
+  template <class KElem>
+  void Add(const KElem* const* rows, int n, int64_t row_bytes) {
+    for (int j = 0; j < n; ++j) {
+      const char* row = reinterpret_cast<const char*>(rows[j]);
+      if (num_runs > 0 && run_start[num_runs - 1] + run_bytes[num_runs - 1] == row) {
+        run_bytes[num_runs - 1] += row_bytes;
+      } else {
+        run_start[num_runs] = row;
+        run_bytes[num_runs++] = row_bytes;
+      }
+    }
+  }
+
+  // Starts on the runs added since the last Plan, spread over as many steps as the previous
+  // block took (every full block makes the same calls).
+  void Plan() {
+    int64_t total = 0;
+    for (int r = 0; r < num_runs; ++r) total += (run_bytes[r] + 63) / 64;
+    if (steps > 0) lines_per_step = (total + steps - 1) / steps;
+    steps = 0;
+    run = 0;
+    next = num_runs > 0 ? run_start[0] : nullptr;
+    left = num_runs > 0 ? (run_bytes[0] + 63) / 64 : 0;
   }
 
   void Step() {
-    for (int i = 0; i < lines_per_step && row < num_rows; ++i) {
-      __builtin_prefetch(rows[row] + offset, 0, 2);
-      offset += 64;
-      if (offset >= (row < first_rows ? first_bytes : rest_bytes)) {
-        offset = 0;
-        ++row;
-      }
+    ++steps;
+    if (left >= lines_per_step) {
+      for (int64_t i = 0; i < lines_per_step; ++i) __builtin_prefetch(next + 64 * i, 0, 3);
+      next += 64 * lines_per_step;
+      left -= lines_per_step;
+      return;
     }
+    Issue(lines_per_step);
+  }
+
+  void Issue(int64_t budget) {
+    while (budget > 0) {
+      if (left == 0) {
+        if (++run >= num_runs) return;
+        next = run_start[run];
+        left = (run_bytes[run] + 63) / 64;
+      }
+      __builtin_prefetch(next, 0, 3);
+      next += 64;
+      --left;
+      --budget;
+    }
+  }
+
+  // Whatever the steps left over; then the runs are cleared for the next block.
+  void Finish() {
+    if (run < num_runs) Issue(1 << 30);
+    num_runs = 0;
   }
 };
 
 // kDqk: head_dim_qk when known at compile time (the loop over it then unrolls), else 0.
 template <class T, class KElem, int HB, int kDqk>
-void ScoreTile(const typename T::QElem* q, int dqk_arg, const KElem* const* k, float* s) {
+void ScoreTile(const typename T::QElem* q, int dqk_arg, const KElem* const* k, float* s,
+               Prefetcher* pf) {
   using V = typename T::V;
   const int dqk = kDqk != 0 ? kDqk : dqk_arg;
   V acc[HB][4];
@@ -82,6 +128,7 @@ void ScoreTile(const typename T::QElem* q, int dqk_arg, const KElem* const* k, f
     for (int c = 0; c < 4; ++c) acc[i][c] = T::Zero();
   }
   for (int d = 0; d < dqk; d += T::kDotStep) {
+    pf->Step();
     for (int i = 0; i < HB; ++i) {
       const typename T::QElem* qi = q + static_cast<int64_t>(i) * dqk + d;
       for (int c = 0; c < 4; ++c) acc[i][c] = T::Dot(acc[i][c], qi, k[c] + d);
@@ -99,8 +146,7 @@ void ScoreRows(const typename T::QElem* q, int dqk, const KElem* const* k, int n
     if (heads < HB) return ScoreRows<T, KElem, HB - 1, kDqk>(q, dqk, k, n4, heads, s, pf);
   }
   for (int c = 0; c < n4; c += 4) {
-    pf->Step();
-    ScoreTile<T, KElem, HB, kDqk>(q, dqk, k + c, s + c);
+    ScoreTile<T, KElem, HB, kDqk>(q, dqk, k + c, s + c, pf);
   }
 }
 
@@ -123,13 +169,15 @@ void Scores(const typename T::QElem* q, int group, int dqk, const KElem* const* 
 }
 
 template <class T, class KElem, int HB, int DB>
-void PvTile(const float* p, int n, const KElem* const* v, int d0, float* o, int dv) {
+void PvTile(const float* p, int n, const KElem* const* v, int d0, float* o, int dv,
+            Prefetcher* pf) {
   using V = typename T::V;
   V acc[HB][DB];
   for (int i = 0; i < HB; ++i) {
     for (int b = 0; b < DB; ++b) acc[i][b] = T::Load(o + i * dv + d0 + b * T::kLanes);
   }
   for (int j = 0; j < n; ++j) {
+    pf->Step();
     V vv[DB];
     for (int b = 0; b < DB; ++b) vv[b] = T::Load(v[j] + d0 + b * T::kLanes);
     for (int i = 0; i < HB; ++i) {
@@ -151,10 +199,9 @@ void PvRows(const float* p, int n, const KElem* const* v, int heads, float* o, i
   constexpr int kWide = 4 * T::kLanes;
   int d = 0;
   for (; d + kWide <= dv; d += kWide) {
-    pf->Step();
-    PvTile<T, KElem, HB, 4>(p, n, v, d, o, dv);
+    PvTile<T, KElem, HB, 4>(p, n, v, d, o, dv, pf);
   }
-  for (; d < dv; d += T::kLanes) PvTile<T, KElem, HB, 1>(p, n, v, d, o, dv);
+  for (; d < dv; d += T::kLanes) PvTile<T, KElem, HB, 1>(p, n, v, d, o, dv, pf);
 }
 
 template <class T>
@@ -196,7 +243,7 @@ void Attend(const KernelArgs& a) {
   const KElem* vn[kKeyBlock];
   const KElem* kp[kKeyBlock];
   const KElem* vp[kKeyBlock];
-  const char* ahead[2 * kKeyBlock];
+  Prefetcher pf;
   for (int kb = a.key_begin; kb < a.key_end; kb += kKeyBlock) {
     const int n = a.key_end - kb < kKeyBlock ? a.key_end - kb : kKeyBlock;
     const int n4 = (n + 3) / 4 * 4;
@@ -209,19 +256,9 @@ void Attend(const KernelArgs& a) {
     RowPtrs<KElem>(a.k, a, a.k_row_stride, kb, n, k0);
     RowPtrs<KElem>(vbase, a, a.v_row_stride, kb, n, v0);
     // K rows then V rows of the next block; for MLA (v null) the K rows are the V rows.
-    for (int j = 0; j < nn; ++j) {
-      ahead[j] = reinterpret_cast<const char*>(kn[j]);
-      ahead[nn + j] = reinterpret_cast<const char*>(vn[j]);
-    }
-    Prefetcher pf{ahead, a.v != nullptr ? 2 * nn : nn, nn, k_row_bytes, v_row_bytes};
-    {
-      // Spread over the block's score tiles: one step per 4 keys per tile of heads per KV head.
-      const int64_t lines = (nn * (k_row_bytes + (a.v != nullptr ? v_row_bytes : 0)) + 63) / 64;
-      const int score_steps = (group + T::kQkHeads - 1) / T::kQkHeads * (n4 / 4);
-      const int pv_steps = (group + T::kPvHeads - 1) / T::kPvHeads * (dv / (4 * T::kLanes));
-      const int steps = a.kv_heads * (score_steps + pv_steps);
-      pf.lines_per_step = static_cast<int>((lines + steps - 1) / steps);
-    }
+    pf.Add(kn, nn, k_row_bytes);
+    if (a.v != nullptr) pf.Add(vn, nn, v_row_bytes);
+    pf.Plan();
     // The KV heads of one key block in turn, so that the rows are read in address order.
     for (int kvh = 0; kvh < a.kv_heads; ++kvh) {
       for (int j = 0; j < n; ++j) {
@@ -269,7 +306,7 @@ void Attend(const KernelArgs& a) {
         }
       }
     }
-    pf.Rest();  // whatever the estimate of steps left over
+    pf.Finish();
   }
   for (int h = 0; h < heads; ++h) {
     // l >= 1 here: the key that set the max contributes exp2(0).
