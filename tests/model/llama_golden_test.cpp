@@ -10,7 +10,7 @@
 // - golden.json: llama.cpp on the Q4_1 file, which quantizes every matmul input to int8. That
 //   forward is chaotic: a one-ulp change flips an int8 rounding, whose error flips more in the
 //   next layers, and the logits move by tenths. llama.cpp itself moves by 0.32 and changes
-//   chat_poem's first token when only its prompt batching changes (n_batch 1 instead of 512),
+//   chat_poem's first token when only its prompt batching changes (n_batch = n_ubatch = 1),
 //   so no other implementation follows its free-running text without being bit-identical
 //   (docs/model.md). Both ctxpar modes are therefore held to its tokens where it is decisive,
 //   teacher-forced, and to its logits within the int8 noise.
