@@ -9,7 +9,7 @@
 // held for the dot products), Dot(acc, q, k) (one step of kDotStep elements of q . k into acc), and
 // kPairedPv: when true, PairedPv(p, n, v, group, o, dv, pf) does O += P V for a block (p may be
 // overwritten; v[n] is valid and p is 0 there, so keys may be taken in pairs), calling
-// pf->Step() once per pair of keys of each tile.
+// pf->Step() once per pair of keys of each tile when pf->fine, else once per tile.
 //
 // Algorithm (per task: one row, its KV heads and their G query heads each, a range of keys; the
 // KV heads of a key block are visited in turn while the next block is prefetched in address
@@ -60,10 +60,10 @@ struct Prefetcher {
   int64_t lines_per_step = 1;
   int steps = 0;  // Step calls since Plan
   bool to_l1 = true;
-  int every = 1;  // calls per step
-  int countdown = 1;
+  // Memory-bound: a step per inner iteration of each tile; else one per tile, which costs less.
+  bool fine = true;
 
-  void Fetch(const char* p) const {
+  __attribute__((always_inline)) void Fetch(const char* p) const {
     if (to_l1) {
       __builtin_prefetch(p, 0, 3);
     } else {
@@ -96,9 +96,9 @@ struct Prefetcher {
     left = num_runs > 0 ? (run_bytes[0] + 63) / 64 : 0;
   }
 
-  void Step() {
-    if (--countdown != 0) return;
-    countdown = every;
+  // Inlined: a call inside a tile's loop would make the compiler save the vector accumulators
+  // around it (no vector register survives a call), measured a few percent on MLA.
+  __attribute__((always_inline)) void Step() {
     ++steps;
     if (left >= lines_per_step) {
       for (int64_t i = 0; i < lines_per_step; ++i) Fetch(next + 64 * i);
@@ -109,7 +109,7 @@ struct Prefetcher {
     }
   }
 
-  void Issue(int64_t budget) {
+  __attribute__((always_inline)) void Issue(int64_t budget) {
     while (budget > 0) {
       if (left == 0) {
         if (++run >= num_runs) return;
@@ -130,9 +130,10 @@ struct Prefetcher {
   }
 };
 
-// Up to this many query heads per KV head the kernel is memory-bound and the next block goes
-// to L1; with more (absorbed MLA: 128) it is compute-bound, and lines fetched into L1 a block
-// early evict the Q rows it is reusing (measured 5-8 % slower on bf16 MLA), so they go to L2.
+// Up to this many query heads per KV head the kernel is memory-bound: the next block goes to L1,
+// a few lines per inner iteration. With more (absorbed MLA: 128) it is compute-bound: lines
+// fetched into L1 a block early evict the Q rows it is reusing, and a step per inner iteration
+// costs issue slots (together 3-8 % slower on MLA), so they go to L2, a step per tile.
 constexpr int kL1PrefetchMaxGroup = 16;
 
 // kDqk: head_dim_qk when known at compile time (the loop over it then unrolls), else 0.
@@ -145,8 +146,10 @@ void ScoreTile(const typename T::QElem* q, int dqk_arg, const KElem* const* k, f
   for (int i = 0; i < HB; ++i) {
     for (int c = 0; c < 4; ++c) acc[i][c] = T::Zero();
   }
+  const bool fine = pf->fine;
+  if (!fine) pf->Step();
   for (int d = 0; d < dqk; d += T::kDotStep) {
-    pf->Step();
+    if (fine) pf->Step();
     for (int i = 0; i < HB; ++i) {
       const typename T::QElem* qi = q + static_cast<int64_t>(i) * dqk + d;
       for (int c = 0; c < 4; ++c) acc[i][c] = T::Dot(acc[i][c], qi, k[c] + d);
@@ -194,8 +197,10 @@ void PvTile(const float* p, int n, const KElem* const* v, int d0, float* o, int 
   for (int i = 0; i < HB; ++i) {
     for (int b = 0; b < DB; ++b) acc[i][b] = T::Load(o + i * dv + d0 + b * T::kLanes);
   }
+  const bool fine = pf->fine;
+  if (!fine) pf->Step();
   for (int j = 0; j < n; ++j) {
-    pf->Step();
+    if (fine) pf->Step();
     V vv[DB];
     for (int b = 0; b < DB; ++b) vv[b] = T::Load(v[j] + d0 + b * T::kLanes);
     for (int i = 0; i < HB; ++i) {
@@ -263,7 +268,7 @@ void Attend(const KernelArgs& a) {
   const KElem* vp[kKeyBlock];
   Prefetcher pf;
   pf.to_l1 = group <= kL1PrefetchMaxGroup;
-  pf.every = group <= kL1PrefetchMaxGroup ? 1 : 4;
+  pf.fine = group <= kL1PrefetchMaxGroup;
   for (int kb = a.key_begin; kb < a.key_end; kb += kKeyBlock) {
     const int n = a.key_end - kb < kKeyBlock ? a.key_end - kb : kKeyBlock;
     const int n4 = (n + 3) / 4 * 4;
