@@ -39,7 +39,7 @@ struct Avx512DpBf16Isa : Avx512Isa {
     const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
                                         8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
     const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
-    const bool fine = pf->fine;
+    const bool fine = pf->memory_bound;
     if (!fine) pf->Step();
     for (int j = 0; j < n2; j += 2) {
       if (fine) pf->Step();

@@ -9,7 +9,7 @@
 // held for the dot products), Dot(acc, q, k) (one step of kDotStep elements of q . k into acc), and
 // kPairedPv: when true, PairedPv(p, n, v, group, o, dv, pf) does O += P V for a block (p may be
 // overwritten; v[n] is valid and p is 0 there, so keys may be taken in pairs), calling
-// pf->Step() once per pair of keys of each tile when pf->fine, else once per tile.
+// pf->Step() once per pair of keys of each tile when pf->memory_bound, else once per tile.
 //
 // Algorithm (per task: one row, its KV heads and their G query heads each, a range of keys; the
 // KV heads of a key block are visited in turn while the next block is prefetched in address
@@ -42,13 +42,13 @@ void RowPtrs(const void* base, const KernelArgs& a, int64_t stride, int begin, i
 }
 
 // Walks the next block's rows (every KV head, K then V) in address order, a few cache lines per
-// call, called from the innermost loops of the score and P.V tiles. A block reads each row once
-// per KV head, a few lines at a time with other heads' lines in between: an order the hardware
-// prefetchers follow poorly, while requests in address order, paced evenly over the block's work,
-// keep the memory stream full (issued in bursts they queue behind each other and behind the
-// block's own loads, measured slower). Into L1 (prefetcht0): measured faster than into L2 from
-// memory, on 1 and 2 threads. The per-line bookkeeping is a counted run over contiguous rows: a
-// loop per line cost as much as the arithmetic when the data was in cache.
+// step, stepped from the score and P.V tiles. A block reads each row once per KV head, a few
+// lines at a time with other heads' lines in between: an order the hardware prefetchers follow
+// poorly (without software prefetch GQA reads at a third of the rate), while requests in address
+// order, paced evenly over the block's work, keep the memory stream full (issued in bursts they
+// queue behind each other and behind the block's own loads: measured slower). The bookkeeping is
+// a counted run over contiguous rows: a loop per line cost as much as the arithmetic when the
+// data was in cache.
 struct Prefetcher {
   // The next block's rows merged into runs of contiguous bytes, in address order.
   const char* run_start[2 * kKeyBlock];
@@ -59,12 +59,12 @@ struct Prefetcher {
   int64_t left = 0;  // lines left in the current run
   int64_t lines_per_step = 1;
   int steps = 0;  // Step calls since Plan
-  bool to_l1 = true;
-  // Memory-bound: a step per inner iteration of each tile; else one per tile, which costs less.
-  bool fine = true;
+  // See kMemoryBoundMaxGroup: true: into L1, a step per inner iteration of each tile; false:
+  // into L2, a step per tile.
+  bool memory_bound = true;
 
   __attribute__((always_inline)) void Fetch(const char* p) const {
-    if (to_l1) {
+    if (memory_bound) {
       __builtin_prefetch(p, 0, 3);
     } else {
       __builtin_prefetch(p, 0, 2);
@@ -96,8 +96,9 @@ struct Prefetcher {
     left = num_runs > 0 ? (run_bytes[0] + 63) / 64 : 0;
   }
 
-  // Inlined: a call inside a tile's loop would make the compiler save the vector accumulators
-  // around it (no vector register survives a call), measured a few percent on MLA.
+  // Inlined, and Issue (the step that crosses a run) kept out of line: how these compile inside
+  // the tiles' loops measured several percent on MLA and GQA (no vector register survives a
+  // call, so a call in a loop can cost the accumulators).
   __attribute__((always_inline)) void Step() {
     ++steps;
     if (left >= lines_per_step) {
@@ -109,7 +110,7 @@ struct Prefetcher {
     }
   }
 
-  __attribute__((always_inline)) void Issue(int64_t budget) {
+  __attribute__((noinline)) void Issue(int64_t budget) {
     while (budget > 0) {
       if (left == 0) {
         if (++run >= num_runs) return;
@@ -130,11 +131,12 @@ struct Prefetcher {
   }
 };
 
-// Up to this many query heads per KV head the kernel is memory-bound: the next block goes to L1,
-// a few lines per inner iteration. With more (absorbed MLA: 128) it is compute-bound: lines
-// fetched into L1 a block early evict the Q rows it is reusing, and a step per inner iteration
-// costs issue slots (together 3-8 % slower on MLA), so they go to L2, a step per tile.
-constexpr int kL1PrefetchMaxGroup = 16;
+// Up to this many query heads per KV head the kernel is memory-bound: the next block goes to L1
+// (prefetcht0 measured faster than prefetcht1 on GQA, 1 and 2 threads), a few lines per inner
+// iteration. With more (absorbed MLA: 128) it is compute-bound: there lines fetched into L1 a
+// block early evict the Q rows it reuses, and it needs no finer pacing (both together measured
+// 3-8 % slower on MLA), so they go to L2, a step per tile.
+constexpr int kMemoryBoundMaxGroup = 16;
 
 // kDqk: head_dim_qk when known at compile time (the loop over it then unrolls), else 0.
 template <class T, class KElem, int HB, int kDqk>
@@ -146,7 +148,7 @@ void ScoreTile(const typename T::QElem* q, int dqk_arg, const KElem* const* k, f
   for (int i = 0; i < HB; ++i) {
     for (int c = 0; c < 4; ++c) acc[i][c] = T::Zero();
   }
-  const bool fine = pf->fine;
+  const bool fine = pf->memory_bound;
   if (!fine) pf->Step();
   for (int d = 0; d < dqk; d += T::kDotStep) {
     if (fine) pf->Step();
@@ -197,7 +199,7 @@ void PvTile(const float* p, int n, const KElem* const* v, int d0, float* o, int 
   for (int i = 0; i < HB; ++i) {
     for (int b = 0; b < DB; ++b) acc[i][b] = T::Load(o + i * dv + d0 + b * T::kLanes);
   }
-  const bool fine = pf->fine;
+  const bool fine = pf->memory_bound;
   if (!fine) pf->Step();
   for (int j = 0; j < n; ++j) {
     if (fine) pf->Step();
@@ -267,8 +269,7 @@ void Attend(const KernelArgs& a) {
   const KElem* kp[kKeyBlock];
   const KElem* vp[kKeyBlock];
   Prefetcher pf;
-  pf.to_l1 = group <= kL1PrefetchMaxGroup;
-  pf.fine = group <= kL1PrefetchMaxGroup;
+  pf.memory_bound = group <= kMemoryBoundMaxGroup;
   for (int kb = a.key_begin; kb < a.key_end; kb += kKeyBlock) {
     const int n = a.key_end - kb < kKeyBlock ? a.key_end - kb : kKeyBlock;
     const int n4 = (n + 3) / 4 * 4;
