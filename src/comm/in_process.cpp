@@ -26,10 +26,10 @@ struct Slot {
   ReduceOp reduce = ReduceOp::kSum;
   const void* send = nullptr;
   void* recv = nullptr;
-  std::span<const std::size_t> send_counts, send_displs, recv_counts, recv_displs;
+  std::span<const std::size_t> send_counts{}, send_displs{}, recv_counts{}, recv_displs{};
   int color = 0;
   int key = 0;
-  std::shared_ptr<void> shared;  // published by a leader: a new group or a window's memory
+  std::shared_ptr<void> shared{};  // published by a leader: a new group or a window's memory
 };
 
 struct Group {
@@ -97,12 +97,8 @@ class InProcessCommunicator final : public Communicator {
   int size() const override { return group_->size; }
 
   Status AllGather(const void* send, void* recv, std::size_t count, DataType dtype) override {
-    Slot s;
-    s.op = Collective::kAllGather;
-    s.dtype = dtype;
-    s.count = count;
-    s.send = send;
-    CTXPAR_RETURN_IF_ERROR(Publish(s));
+    CTXPAR_RETURN_IF_ERROR(
+        Publish({.op = Collective::kAllGather, .dtype = dtype, .count = count, .send = send}));
     const std::size_t bytes = count * DataTypeSize(dtype);
     for (int j = 0; j < size(); ++j) {
       std::memcpy(static_cast<unsigned char*>(recv) + j * bytes, group_->slots[j].send, bytes);
@@ -112,12 +108,8 @@ class InProcessCommunicator final : public Communicator {
 
   Status ReduceScatter(const void* send, void* recv, std::size_t recv_count,
                        DataType dtype) override {
-    Slot s;
-    s.op = Collective::kReduceScatter;
-    s.dtype = dtype;
-    s.count = recv_count;
-    s.send = send;
-    CTXPAR_RETURN_IF_ERROR(Publish(s));
+    CTXPAR_RETURN_IF_ERROR(Publish(
+        {.op = Collective::kReduceScatter, .dtype = dtype, .count = recv_count, .send = send}));
     const std::size_t bytes = recv_count * DataTypeSize(dtype);
     const std::size_t offset = static_cast<std::size_t>(rank_) * bytes;
     std::memcpy(recv, static_cast<const unsigned char*>(group_->slots[0].send) + offset, bytes);
@@ -130,12 +122,8 @@ class InProcessCommunicator final : public Communicator {
   }
 
   Status AllToAll(const void* send, void* recv, std::size_t count, DataType dtype) override {
-    Slot s;
-    s.op = Collective::kAllToAll;
-    s.dtype = dtype;
-    s.count = count;
-    s.send = send;
-    CTXPAR_RETURN_IF_ERROR(Publish(s));
+    CTXPAR_RETURN_IF_ERROR(
+        Publish({.op = Collective::kAllToAll, .dtype = dtype, .count = count, .send = send}));
     const std::size_t bytes = count * DataTypeSize(dtype);
     for (int j = 0; j < size(); ++j) {
       std::memcpy(static_cast<unsigned char*>(recv) + j * bytes,
@@ -156,15 +144,13 @@ class InProcessCommunicator final : public Communicator {
           "{}/{} and recv {}/{}",
           n, send_counts.size(), send_displs.size(), recv_counts.size(), recv_displs.size()));
     }
-    Slot s;
-    s.op = Collective::kAllToAllV;
-    s.dtype = dtype;
-    s.send = send;
-    s.send_counts = send_counts;
-    s.send_displs = send_displs;
-    s.recv_counts = recv_counts;
-    s.recv_displs = recv_displs;
-    CTXPAR_RETURN_IF_ERROR(Publish(s));
+    CTXPAR_RETURN_IF_ERROR(Publish({.op = Collective::kAllToAllV,
+                                    .dtype = dtype,
+                                    .send = send,
+                                    .send_counts = send_counts,
+                                    .send_displs = send_displs,
+                                    .recv_counts = recv_counts,
+                                    .recv_displs = recv_displs}));
     const std::size_t es = DataTypeSize(dtype);
     std::uint64_t sent = 0, received = 0;
     for (int j = 0; j < size(); ++j) {
@@ -182,13 +168,11 @@ class InProcessCommunicator final : public Communicator {
 
   Status AllReduce(const void* send, void* recv, std::size_t count, DataType dtype,
                    ReduceOp op) override {
-    Slot s;
-    s.op = Collective::kAllReduce;
-    s.dtype = dtype;
-    s.count = count;
-    s.reduce = op;
-    s.send = send;
-    CTXPAR_RETURN_IF_ERROR(Publish(s));
+    CTXPAR_RETURN_IF_ERROR(Publish({.op = Collective::kAllReduce,
+                                    .dtype = dtype,
+                                    .count = count,
+                                    .reduce = op,
+                                    .send = send}));
     const std::size_t bytes = count * DataTypeSize(dtype);
     std::vector<unsigned char> acc(bytes);
     std::memcpy(acc.data(), group_->slots[0].send, bytes);
@@ -206,13 +190,11 @@ class InProcessCommunicator final : public Communicator {
       return InvalidArgument(
           fmt::format("Broadcast: root {} is not a rank of a group of {}", root, size()));
     }
-    Slot s;
-    s.op = Collective::kBroadcast;
-    s.dtype = dtype;
-    s.count = count;
-    s.root = root;
-    s.send = buffer;
-    CTXPAR_RETURN_IF_ERROR(Publish(s));
+    CTXPAR_RETURN_IF_ERROR(Publish({.op = Collective::kBroadcast,
+                                    .dtype = dtype,
+                                    .count = count,
+                                    .root = root,
+                                    .send = buffer}));
     const std::size_t bytes = count * DataTypeSize(dtype);
     if (rank_ != root) std::memcpy(buffer, group_->slots[root].send, bytes);
     return Finish(Collective::kBroadcast, rank_ == root ? (size() - 1) * bytes : 0,
@@ -220,9 +202,7 @@ class InProcessCommunicator final : public Communicator {
   }
 
   Status Barrier() override {
-    Slot s;
-    s.op = Collective::kBarrier;
-    CTXPAR_RETURN_IF_ERROR(Publish(s));
+    CTXPAR_RETURN_IF_ERROR(Publish({.op = Collective::kBarrier}));
     return Finish(Collective::kBarrier, 0, 0);
   }
 
@@ -230,11 +210,7 @@ class InProcessCommunicator final : public Communicator {
     if (color < 0) {
       return InvalidArgument(fmt::format("Split: color must be >= 0, got {}", color));
     }
-    Slot s;
-    s.op = Collective::kSplit;
-    s.color = color;
-    s.key = key;
-    CTXPAR_RETURN_IF_ERROR(Publish(s));
+    CTXPAR_RETURN_IF_ERROR(Publish({.op = Collective::kSplit, .color = color, .key = key}));
     std::vector<int> same;
     for (int j = 0; j < size(); ++j) {
       if (group_->slots[j].color == color) same.push_back(j);
@@ -256,10 +232,7 @@ class InProcessCommunicator final : public Communicator {
   }
 
   Expected<std::unique_ptr<SharedWindow>> AllocateSharedWindow(std::size_t bytes) override {
-    Slot s;
-    s.op = Collective::kSharedWindow;
-    s.count = bytes;
-    CTXPAR_RETURN_IF_ERROR(Publish(s));
+    CTXPAR_RETURN_IF_ERROR(Publish({.op = Collective::kSharedWindow, .count = bytes}));
     if (rank_ == 0) {
       group_->slots[0].shared = std::shared_ptr<unsigned char[]>(
           new unsigned char[std::max<std::size_t>(1, bytes * size())]());
