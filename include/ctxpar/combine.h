@@ -88,6 +88,7 @@ class Combiner {
   std::vector<float> lse_all_, scaled_;
   std::vector<unsigned char> send_, recv_;
   std::vector<float> weights_, lse_in_;
+  std::vector<const void*> peers_;
   std::vector<size_t> counts_, displs_;
   std::unique_ptr<SharedWindow> window_;
   unsigned parity_ = 0;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -16,6 +17,9 @@
 
 namespace ctxpar {
 namespace {
+
+// The tag of AllToAllV's two-rank exchange; nothing else sends point to point on a communicator.
+constexpr int kAllToAllVTag = 1;
 
 MPI_Datatype ToMpi(DataType dtype) {
   switch (dtype) {
@@ -189,8 +193,28 @@ class MpiCommunicator final : public Communicator {
         received += recv_counts[j] * DataTypeSize(dtype);
       }
     }
-    CTXPAR_MPI_CALL("AllToAllV", MPI_Alltoallv(send, sc.data(), sd.data(), ToMpi(dtype), recv,
-                                               rc.data(), rd.data(), ToMpi(dtype), comm_));
+    if (n == 2) {
+      // Between two ranks the exchange is one send and one receive: MPI_Sendrecv skips the
+      // collective framework's request set-up, a third of a decode-sized call
+      // (docs/perf-combine.md).
+      const int peer = 1 - rank_;
+      const std::size_t elem = DataTypeSize(dtype);
+      if (sc[rank_] != rc[rank_]) {
+        return InvalidArgument(
+            fmt::format("AllToAllV: rank {} sends itself {} elements but expects {}", rank_,
+                        sc[rank_], rc[rank_]));
+      }
+      std::memcpy(static_cast<char*>(recv) + rd[rank_] * elem,
+                  static_cast<const char*>(send) + sd[rank_] * elem, sc[rank_] * elem);
+      CTXPAR_MPI_CALL(
+          "AllToAllV",
+          MPI_Sendrecv(static_cast<const char*>(send) + sd[peer] * elem, sc[peer], ToMpi(dtype),
+                       peer, kAllToAllVTag, static_cast<char*>(recv) + rd[peer] * elem, rc[peer],
+                       ToMpi(dtype), peer, kAllToAllVTag, comm_, MPI_STATUS_IGNORE));
+    } else {
+      CTXPAR_MPI_CALL("AllToAllV", MPI_Alltoallv(send, sc.data(), sd.data(), ToMpi(dtype), recv,
+                                                 rc.data(), rd.data(), ToMpi(dtype), comm_));
+    }
     Count(Collective::kAllToAllV, sent, received);
     return Status::Ok();
   }
@@ -304,6 +328,14 @@ Expected<std::unique_ptr<Communicator>> MakeMpiWorld() {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
+#if defined(OPEN_MPI)
+    // Open MPI's shared-memory transport sends up to 4 KiB eagerly and larger messages with a
+    // rendezvous round trip; a decode combine's message is a few KiB (GQA, batch 1: 4160 bytes),
+    // where the round trip quadrupled the exchange (docs/perf-combine.md). A value the user set
+    // wins.
+    setenv("OMPI_MCA_btl_vader_eager_limit", "16384", /*overwrite=*/0);
+    setenv("OMPI_MCA_btl_sm_eager_limit", "16384", /*overwrite=*/0);
+#endif
     int provided = 0;
     const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
     if (rc != MPI_SUCCESS) return Unavailable(fmt::format("MPI_Init_thread failed with {}", rc));

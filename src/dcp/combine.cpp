@@ -31,13 +31,29 @@ CTXPAR_VECTOR_CLONES void ToBf16(const float* __restrict x, uint16_t* __restrict
   for (size_t i = 0; i < n; ++i) y[i] = FloatToBf16(x[i]);
 }
 
-CTXPAR_VECTOR_CLONES void Axpy(float a, const float* __restrict x, float* __restrict y, size_t n) {
-  for (size_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
-
-CTXPAR_VECTOR_CLONES void AxpyBf16(float a, const uint16_t* __restrict x, float* __restrict y,
-                                   size_t n) {
-  for (size_t i = 0; i < n; ++i) y[i] += a * Bf16ToFloat(x[i]);
+// dst[dv] := sum_r w[r] * src_r, where src_r is `own` (fp32) for r == me and peer r's slot (of
+// the wire type) otherwise. One call per state: the per-peer loops inline into each ISA clone.
+CTXPAR_VECTOR_CLONES void MergeRow(float* __restrict dst, size_t dv, int n, int me,
+                                   const float* __restrict w, const float* __restrict own,
+                                   const void* const* __restrict peer, bool bf16) {
+  // A state of weight 0 is skipped, not multiplied: its O may be garbage (a rank with no key).
+  const float w_own = w[me];
+  if (w_own == 0.0f) {
+    for (size_t i = 0; i < dv; ++i) dst[i] = 0.0f;
+  } else {
+    for (size_t i = 0; i < dv; ++i) dst[i] = w_own * own[i];
+  }
+  for (int r = 0; r < n; ++r) {
+    const float a = w[r];
+    if (r == me || a == 0.0f) continue;
+    if (bf16) {
+      const auto* x = static_cast<const uint16_t*>(peer[r]);
+      for (size_t i = 0; i < dv; ++i) dst[i] += a * Bf16ToFloat(x[i]);
+    } else {
+      const auto* x = static_cast<const float*>(peer[r]);
+      for (size_t i = 0; i < dv; ++i) dst[i] += a * x[i];
+    }
+  }
 }
 
 }  // namespace
@@ -172,33 +188,24 @@ void Combiner::MergeSlots(const CombineShape& s, const unsigned char* slots, con
   const size_t o_bytes = states * dv * DataTypeSize(o_wire_);
   weights_.resize(n);
   lse_in_.resize(n);
+  peers_.resize(n);
+  const size_t o_elem = DataTypeSize(o_wire_);
   for (size_t st = 0; st < states; ++st) {
     // This rank's own state never went through a slot: it is read in fp32 from o_partial.
     const size_t own = (st / h) * n * h + static_cast<size_t>(me) * h + st % h;
     for (int r = 0; r < n; ++r) {
+      const unsigned char* slot = slots + r * slot_bytes;
       if (r == me) {
         lse_in_[r] = lse_partial[own];
       } else {
-        std::memcpy(&lse_in_[r], slots + r * slot_bytes + o_bytes + st * sizeof(float),
-                    sizeof(float));
+        std::memcpy(&lse_in_[r], slot + o_bytes + st * sizeof(float), sizeof(float));
+        peers_[r] = slot + st * dv * o_elem;
       }
     }
     const float merged = MergeScales(lse_in_.data(), n, 1, weights_.data());
     if (lse != nullptr) lse[st] = merged;
-    float* dst = o + st * dv;
-    std::fill_n(dst, dv, 0.0f);
-    for (int r = 0; r < n; ++r) {
-      const float w = weights_[r];
-      if (w == 0.0f) continue;
-      const unsigned char* src = slots + r * slot_bytes;
-      if (r == me) {
-        Axpy(w, o_partial + own * dv, dst, dv);
-      } else if (o_wire_ == DataType::kF32) {
-        Axpy(w, reinterpret_cast<const float*>(src) + st * dv, dst, dv);
-      } else {
-        AxpyBf16(w, reinterpret_cast<const uint16_t*>(src) + st * dv, dst, dv);
-      }
-    }
+    MergeRow(o + st * dv, dv, n, me, weights_.data(), o_partial + own * dv, peers_.data(),
+             o_wire_ == DataType::kBF16);
   }
 }
 
