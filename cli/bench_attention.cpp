@@ -26,6 +26,7 @@
 #include "ctxpar/attention.h"
 #include "ctxpar/bf16.h"
 #include "ctxpar/cpu_features.h"
+#include "ctxpar/host_buffer.h"
 
 namespace ctxpar::cli {
 namespace {
@@ -123,15 +124,21 @@ float SumScalar(const float* p, size_t n) {
 // buffer; best of `reps`.
 Rate MeasureReadCeiling(int threads, size_t bytes, int reps, CpuIsa isa) {
   const size_t n = bytes / sizeof(float) / (128 * threads) * (128 * threads);
-  std::unique_ptr<float[], decltype(&std::free)> buf(
-      static_cast<float*>(std::aligned_alloc(64, n * sizeof(float))), &std::free);
-  std::fill(buf.get(), buf.get() + n, 1.0f);
+  // The same allocator as the KV pools below (huge pages where THP allows), so that both sides
+  // of the ratio pay the same page walks.
+  Expected<HostBuffer> mem = HostBuffer::Allocate(n * sizeof(float));
+  if (!mem.ok()) {
+    std::fprintf(stderr, "ctxpar bench attention: %s\n", mem.status().ToString().c_str());
+    std::exit(kExitInternal);
+  }
+  float* const buf = mem->as<float>();
+  std::fill(buf, buf + n, 1.0f);
   std::vector<float> sink(threads);
   const size_t per = n / threads;
   Timing best;
   for (int r = 0; r < reps; ++r) {
     best.KeepBest(TimeOnThreads(threads, [&](int t) {
-      const float* p = buf.get() + per * t;
+      const float* p = buf + per * t;
       sink[t] = isa >= CpuIsa::kAvx512 ? SumAvx512(p, per)
                 : isa == CpuIsa::kAvx2 ? SumAvx2(p, per)
                                        : SumScalar(p, per);
@@ -223,7 +230,7 @@ struct Kind {
 };
 
 struct Result {
-  std::string kind, dtype;
+  std::string kind, dtype, format;
   int threads;
   int context;
   Timing time;
@@ -231,9 +238,10 @@ struct Result {
   bool dpbf16;
 };
 
-// One sequence of `context` tokens in pages of 64 slots, pages shuffled over the pool.
-Result RunOne(const Kind& kind, int context, int threads, int reps, Rate read_ceiling,
-              Rate fp32_peak, Rate dpbf16_peak, CpuIsa isa) {
+// One sequence of `context` tokens in pages of 64 slots, pages shuffled over the pool, in the
+// given page format (MLA: always kRows).
+Result RunOne(const Kind& kind, KvPageFormat format, int context, int threads, int reps,
+              Rate read_ceiling, Rate fp32_peak, Rate dpbf16_peak, CpuIsa isa) {
   constexpr int kPage = 64;
   const int pages = (context + kPage - 1) / kPage;
   const size_t elem = kind.dtype == KvDtype::kF32 ? 4 : 2;
@@ -241,11 +249,15 @@ Result RunOne(const Kind& kind, int context, int threads, int reps, Rate read_ce
   const size_t v_elems =
       kind.mla ? 0 : static_cast<size_t>(pages) * kPage * kind.num_kv_heads * kind.head_dim_v;
   auto alloc = [](size_t bytes) {
-    return std::unique_ptr<char[], decltype(&std::free)>(
-        static_cast<char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)), &std::free);
+    Expected<HostBuffer> b = HostBuffer::Allocate(bytes);
+    if (!b.ok()) {
+      std::fprintf(stderr, "ctxpar bench attention: %s\n", b.status().ToString().c_str());
+      std::exit(kExitInternal);
+    }
+    return std::move(*b);
   };
-  auto k = alloc(k_elems * elem);
-  auto v = alloc(std::max<size_t>(v_elems, 1) * elem);
+  HostBuffer k = alloc(k_elems * elem);
+  HostBuffer v = alloc(std::max<size_t>(v_elems, 1) * elem);
   auto fill = [&](char* p, size_t n) {
     uint32_t x = 12345;
     for (size_t i = 0; i < n; ++i) {
@@ -258,8 +270,8 @@ Result RunOne(const Kind& kind, int context, int threads, int reps, Rate read_ce
       }
     }
   };
-  fill(k.get(), k_elems);
-  fill(v.get(), v_elems);
+  fill(k.as<char>(), k_elems);
+  fill(v.as<char>(), v_elems);
   std::vector<int32_t> table(pages);
   std::iota(table.begin(), table.end(), 0);
   std::shuffle(table.begin(), table.end(), std::mt19937(7));
@@ -278,8 +290,9 @@ Result RunOne(const Kind& kind, int context, int threads, int reps, Rate read_ce
   p.num_q_heads = kind.num_q_heads;
   p.row_kv_len = &row_len;
   p.scale = 1.0f / std::sqrt(static_cast<float>(kind.head_dim_qk));
-  p.kv.k = k.get();
-  p.kv.v = kind.mla ? nullptr : v.get();
+  p.kv.k = k.data();
+  p.kv.v = kind.mla ? nullptr : v.data();
+  p.kv.format = kind.mla ? KvPageFormat::kRows : format;
   p.kv.dtype = kind.dtype;
   p.kv.page_size = kPage;
   p.kv.num_kv_heads = kind.num_kv_heads;
@@ -309,6 +322,7 @@ Result RunOne(const Kind& kind, int context, int threads, int reps, Rate read_ce
   const bool dpbf16 = kind.dtype == KvDtype::kBF16 && isa == CpuIsa::kAvx512Bf16;
   return {kind.name,
           kind.dtype == KvDtype::kF32 ? "fp32" : "bf16",
+          p.kv.format == KvPageFormat::kRows ? "rows" : "tiles16",
           threads,
           context,
           best,
@@ -355,7 +369,11 @@ int RunAttentionBench(const std::vector<std::string>& args) {
   int reps = 3;
   int ceiling_mib = 1024;
   bool json = false;
+  std::string format_name = "tiles16";
   app.add_option("--contexts", contexts, "context lengths in tokens (k = 1024)");
+  app.add_option("--format", format_name,
+                 "GQA page format: tiles16 (the KV cache's) or rows (MLA is always rows)")
+      ->check(CLI::IsMember({"tiles16", "rows"}));
   app.add_option("--threads", thread_list, "thread counts");
   app.add_option("--kinds", kinds,
                  "gqa-bf16 gqa-fp32 (32 q heads, 8 KV heads, D 128) mla-fp32 "
@@ -393,6 +411,7 @@ int RunAttentionBench(const std::vector<std::string>& args) {
       return kExitInvalid;
     }
   }
+  const KvPageFormat format = format_name == "rows" ? KvPageFormat::kRows : KvPageFormat::kTiles16;
   Expected<CpuIsa> isa = SelectCpuIsa();
   if (!isa.ok()) {
     std::fprintf(stderr, "ctxpar bench attention: %s\n", isa.status().message().c_str());
@@ -405,6 +424,7 @@ int RunAttentionBench(const std::vector<std::string>& args) {
       {"mla", KvDtype::kBF16, 128, 1, 576, 512, true},
   };
   nlohmann::json out = {{"isa", std::string(CpuIsaName(*isa))},
+                        {"gqa_page_format", format_name},
                         {"hardware_threads", std::thread::hardware_concurrency()},
                         {"load_average_1min", LoadAverage()},
                         {"ceilings", nlohmann::json::array()},
@@ -412,8 +432,8 @@ int RunAttentionBench(const std::vector<std::string>& args) {
   if (!json) {
     std::printf(
         "ctxpar bench attention  isa=%s  load average %.2f  (best of %d runs; GQA: 32 q heads, "
-        "8 KV heads, D 128; MLA: 128 heads, 576/512; batch 1)\n",
-        std::string(CpuIsaName(*isa)).c_str(), LoadAverage(), reps);
+        "8 KV heads, D 128, %s pages; MLA: 128 heads, 576/512, rows; batch 1)\n",
+        std::string(CpuIsaName(*isa)).c_str(), LoadAverage(), reps, format_name.c_str());
   }
   for (int threads : threads_list) {
     const Rate read = MeasureReadCeiling(threads, static_cast<size_t>(ceiling_mib) << 20, 5, *isa);
@@ -441,9 +461,10 @@ int RunAttentionBench(const std::vector<std::string>& args) {
       const std::string name = kind.name + (kind.dtype == KvDtype::kF32 ? "-fp32" : "-bf16");
       if (std::find(kinds.begin(), kinds.end(), name) == kinds.end()) continue;
       for (int ctx : ctx_list) {
-        const Result r = RunOne(kind, ctx, threads, reps, read, fma, dp, *isa);
+        const Result r = RunOne(kind, format, ctx, threads, reps, read, fma, dp, *isa);
         out["results"].push_back({{"kind", r.kind},
                                   {"kv_dtype", r.dtype},
+                                  {"page_format", r.format},
                                   {"threads", r.threads},
                                   {"context", r.context},
                                   {"seconds", r.time.wall},

@@ -9,9 +9,20 @@
 //     q   [num_rows, num_q_heads, head_dim_qk]
 //     o   [num_rows, num_q_heads, head_dim_v]          written
 //     lse [num_rows, num_q_heads]                      written, NATURAL log of sum_j exp(s_j)
-//     kv.k  pages [num_pages, page_size, num_kv_heads, head_dim_qk]  (fp32 or bf16)
-//     kv.v  pages [num_pages, page_size, num_kv_heads, head_dim_v], or null: then V is the first
-//           head_dim_v elements of each K row (absorbed MLA: K = 512 latent + 64 rope, V = latent)
+//     kv.k  pages of page_size * num_kv_heads * head_dim_qk elements (fp32 or bf16)
+//     kv.v  pages of page_size * num_kv_heads * head_dim_v elements, or null: then V is the
+//           first head_dim_v elements of each K row (absorbed MLA: K = 512 latent + 64 rope,
+//           V = latent)
+//   Inside a page, kv.format says where K[slot][head][d] and V[slot][head][d] are
+//   (KvElementOffset computes it):
+//     kRows:    [page_size, num_kv_heads, D] for K and V: a token's row is contiguous.
+//     kTiles16: [num_kv_heads, page_size / 16, tile]: a KV head's 16 consecutive slots form one
+//               tile of 16 * D elements. With e = 4 / sizeof(element) (fp32 1, bf16 2) elements
+//               per 32-bit word, the K tile is key-major, [D / e, 16 keys, e] (a word holds e
+//               consecutive d of one key), and the V tile holds keys in groups of e, [16 / e, D,
+//               e] (a word holds one d of e consecutive keys). A 64-byte line is then one vector
+//               of 16 keys for q . k and one of 16 d for P V, so the CPU kernels need no
+//               horizontal sums or shuffles. Needs a separate V (GQA) and page_size % 16 == 0.
 //     kv.block_table [num_seqs, max_pages_per_seq]: local row r of sequence s lives in page
 //           block_table[s * max_pages_per_seq + r / page_size], slot r % page_size.
 //   Scores are s_j = scale * dot(q, k_j); query head h reads KV head h / (num_q_heads /
@@ -38,6 +49,10 @@ namespace ctxpar {
 
 enum class KvDtype { kF32, kBF16 };
 
+// The layout inside a KV page (see the contract above). kRows is what the CUDA kernels read;
+// kTiles16 is the fast layout for the CPU kernels.
+enum class KvPageFormat { kRows, kTiles16 };
+
 // bf16 elements are uint16_t bit patterns (the upper half of an IEEE fp32).
 struct PagedKv {
   const void* k = nullptr;
@@ -50,7 +65,14 @@ struct PagedKv {
   const int32_t* block_table = nullptr;
   int max_pages_per_seq = 0;
   int num_pages = 0;  // pages in k (and v); 0: block-table entries are only checked >= 0
+  KvPageFormat format = KvPageFormat::kRows;
 };
+
+// The element offset of K[page][slot][head][d] in kv.k, or of V[...] in kv.v when `value` (in
+// kv.k when kv.v is null), for kv's format, page_size, num_kv_heads, head dims and dtype. The
+// one statement of the page layouts in code: the KV cache writes through it, and the tests hold
+// the kernels' own addressing to it. Thread safety: a pure function.
+int64_t KvElementOffset(const PagedKv& kv, bool value, int64_t page, int slot, int head, int d);
 
 struct PartialAttentionParams {
   const float* q = nullptr;

@@ -17,6 +17,10 @@
 // GQA: v separate. Absorbed MLA: v_in_k = true, num_kv_heads = 1, head_dim_qk = 576 (512 latent +
 // 64 rope), head_dim_v = 512: V is the first 512 elements of each K row and v is null.
 //
+// Storage. Inside a page, K and V are laid out in `format` (attention.h's KvPageFormat; Append
+// writes through KvElementOffset). The K and V pools are HostBuffers, so that the pages the
+// kernels read are backed by huge pages where the system allows it.
+//
 // Thread safety: not thread-safe; View() stays valid until the next non-const call.
 #pragma once
 
@@ -24,6 +28,7 @@
 #include <vector>
 
 #include "ctxpar/attention.h"
+#include "ctxpar/host_buffer.h"
 #include "ctxpar/kv_layout.h"
 #include "ctxpar/status.h"
 
@@ -42,12 +47,17 @@ struct KvCacheOptions {
   int head_dim_v = 0;
   bool v_in_k = false;
   KvDtype dtype = KvDtype::kF32;
+  // kTiles16 is the layout the CPU kernels read fastest; it needs a separate V (v_in_k false)
+  // and page_size % 16 == 0. kRows is the one the CUDA kernels read.
+  KvPageFormat format = KvPageFormat::kRows;
 };
 
 class KvCache {
  public:
   // Rejects a non-positive size, dcp_rank outside [0, dcp_size), page_size not a multiple of
-  // interleave_size, and v_in_k with head_dim_v > head_dim_qk, naming the field and the value.
+  // interleave_size, v_in_k with head_dim_v > head_dim_qk, and kTiles16 with v_in_k or with
+  // page_size not a multiple of 16, naming the field and the value. Unavailable when the pools
+  // cannot be mapped.
   static Expected<KvCache> Create(const KvCacheOptions& options);
 
   // A free sequence slot (length 0); OutOfRange when all max_seqs are in use.
@@ -73,13 +83,13 @@ class KvCache {
   PagedKv View() const;
 
  private:
-  KvCache(const KvCacheOptions& options, KvLayout layout);
-  void Store(void* base, int head_dim, int64_t row_index, const float* src) const;
+  KvCache(const KvCacheOptions& options, KvLayout layout, HostBuffer k, HostBuffer v);
+  // Stores one token's K (or V when `value`), num_kv_heads rows of fp32, at (page, slot).
+  void Store(const PagedKv& kv, bool value, int64_t page, int slot, const float* src);
 
   KvCacheOptions options_;
   KvLayout layout_;
-  std::vector<float> k32_, v32_;
-  std::vector<uint16_t> k16_, v16_;
+  HostBuffer k_, v_;  // num_pages pages each, in dtype; v_ is empty with v_in_k
   std::vector<int32_t> block_table_;
   std::vector<int32_t> pages_used_;  // virtual pages allocated per sequence
   std::vector<int64_t> lengths_;

@@ -65,7 +65,7 @@ struct LlamaParallel {
   bool replicate_q_proj = false;
   int num_threads = 1;     // per rank
   int max_seq_len = 4096;  // KV capacity of the sequence
-  int page_size = 16;
+  int page_size = 16;      // a multiple of 16 gives the KV cache kTiles16 pages (attention.h)
   // Quantize activations to int8 per 32-block before each matmul, as llama.cpp's CPU backend
   // does (its numerics; faster prefill). Off: fp32 activations, whose rounding differences do not
   // grow, so greedy output stays identical across DCP sizes and backends.

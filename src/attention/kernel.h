@@ -8,6 +8,7 @@
 // checking the CPU (cpu_features.h), so no wider instruction runs on a CPU that lacks it.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -44,15 +45,24 @@ struct KernelArgs {
   const int32_t* pages = nullptr;
   int key_begin = 0;
   int key_end = 0;
-  float* scratch = nullptr;  // KernelScratchFloats(kv_heads, group, head_dim_qk), 64-B aligned
+  // kTiles16 (attention.h): the tile of KV head i and keys [16 b, 16 b + 16) of the page of
+  // local position 16 b starts at k + page * k_page_stride + (i * page_size / 16 + b % (page_size
+  // / 16)) * 16 * head_dim_qk (likewise V); the row strides above are then unused.
+  bool tiles = false;
+  int64_t k_page_stride = 0;
+  int64_t v_page_stride = 0;
+  float* scratch = nullptr;  // KernelScratchFloats(kv_heads, group, head_dim_qk, head_dim_v)
 };
 
 using KernelFn = void (*)(const KernelArgs& args);
 
-inline size_t KernelScratchFloats(int kv_heads, int group, int head_dim_qk) {
-  // Scaled Q, one block of scores of one KV head, running max and sum; whole cache lines.
+inline size_t KernelScratchFloats(int kv_heads, int group, int head_dim_qk, int head_dim_v) {
+  // Scaled Q, one block of scores of one KV head, running max and sum; for kTiles16 also the
+  // weights as bf16 pairs and one V tile for the keys of a partial tile. Whole cache lines.
   const size_t heads = static_cast<size_t>(kv_heads) * group;
-  const size_t n = heads * head_dim_qk + static_cast<size_t>(group) * kKeyBlock + 2 * heads;
+  const size_t n = heads * head_dim_qk + static_cast<size_t>(group) * kKeyBlock + 2 * heads +
+                   static_cast<size_t>(group) * kKeyBlock / 2 +
+                   static_cast<size_t>(kKeyBlock) * head_dim_v;
   return (n + 15) / 16 * 16 + 16;
 }
 

@@ -7,6 +7,7 @@ namespace ctxpar::attention_internal {
 namespace {
 
 #include "attention/kernel_impl.h"
+#include "attention/kernel_tiles.h"
 
 struct Avx2Isa {
   using V = __m256;
@@ -17,6 +18,20 @@ struct Avx2Isa {
   static constexpr int kQkHeads = 2;
   static constexpr bool kPairedPv = false;
   static constexpr int kPvHeads = 2;
+  // kTiles16 (kernel_tiles.h): 16 keys are two vectors, so 4 heads x 2 vectors of scores, and 4
+  // heads x 2 vectors of d for P V, leave room in 16 registers for the operands.
+  static constexpr int kTileHeads = 4;
+  static constexpr int kTileSplit = 1;
+  static constexpr int kTilePvVecs = 2;
+  static constexpr bool kDpTiles = false;
+  static __m256i LoadWords(const uint16_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  }
+  static V Lo(__m256i w) { return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)); }
+  static V Hi(__m256i w) {
+    return _mm256_castsi256_ps(
+        _mm256_and_si256(w, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
   static V Zero() { return _mm256_setzero_ps(); }
   static V Set1(float x) { return _mm256_set1_ps(x); }
   static V Load(const float* p) { return _mm256_loadu_ps(p); }
@@ -76,7 +91,11 @@ struct Avx2Isa {
 
 }  // namespace
 
-void AttendAvx2F32(const KernelArgs& args) { Attend<Avx2Isa, float>(args); }
-void AttendAvx2Bf16(const KernelArgs& args) { Attend<Avx2Isa, uint16_t>(args); }
+void AttendAvx2F32(const KernelArgs& args) {
+  args.tiles ? AttendTiles<Avx2Isa, float>(args) : Attend<Avx2Isa, float>(args);
+}
+void AttendAvx2Bf16(const KernelArgs& args) {
+  args.tiles ? AttendTiles<Avx2Isa, uint16_t>(args) : Attend<Avx2Isa, uint16_t>(args);
+}
 
 }  // namespace ctxpar::attention_internal

@@ -8,11 +8,16 @@ namespace ctxpar::attention_internal {
 namespace {
 
 #include "attention/kernel_impl.h"
+#include "attention/kernel_tiles.h"
 #include "attention/simd_avx512.h"
 
 }  // namespace
 
-void AttendAvx512F32(const KernelArgs& args) { Attend<Avx512Isa, float>(args); }
-void AttendAvx512Bf16(const KernelArgs& args) { Attend<Avx512Isa, uint16_t>(args); }
+void AttendAvx512F32(const KernelArgs& args) {
+  args.tiles ? AttendTiles<Avx512Isa, float>(args) : Attend<Avx512Isa, float>(args);
+}
+void AttendAvx512Bf16(const KernelArgs& args) {
+  args.tiles ? AttendTiles<Avx512Isa, uint16_t>(args) : Attend<Avx512Isa, uint16_t>(args);
+}
 
 }  // namespace ctxpar::attention_internal

@@ -3,12 +3,15 @@
 // states the accuracy); compiled with -mavx512bf16, run only where cpuid has it.
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "attention/kernel.h"
 
 namespace ctxpar::attention_internal {
 namespace {
 
 #include "attention/kernel_impl.h"
+#include "attention/kernel_tiles.h"
 #include "attention/simd_avx512.h"
 
 struct Avx512DpBf16Isa : Avx512Isa {
@@ -105,6 +108,81 @@ struct Avx512DpBf16Isa : Avx512Isa {
     }
   }
 
+  // kTiles16 (kernel_tiles.h): a K line is 16 keys x one bf16 pair of d, a V line 16 d x one pair
+  // of keys, so both products are vdpbf16ps of a line by a broadcast pair (of q, or of weights).
+  static constexpr bool kDpTiles = true;
+
+  template <int HB, int kD>
+  static void TileScores(const uint16_t* q, int dqk_arg, const uint16_t* kt, const char* next,
+                         float* s) {
+    constexpr int kSplit = kTileSplit;
+    const int dqk = kD != 0 ? kD : dqk_arg;
+    V acc[HB][kSplit];
+    for (int i = 0; i < HB; ++i) {
+      for (int sp = 0; sp < kSplit; ++sp) acc[i][sp] = Zero();
+    }
+    const int words = dqk / 2;
+    for (int w = 0; w < words; w += kSplit) {
+      for (int sp = 0; sp < kSplit; ++sp) {
+        if (next != nullptr) PrefetchLine(next + (w + sp) * 64);
+        const __m512i kv = _mm512_loadu_si512(kt + (w + sp) * 32);
+        for (int i = 0; i < HB; ++i) {
+          uint32_t qw;
+          std::memcpy(&qw, q + i * dqk + 2 * (w + sp), sizeof(qw));
+          const __m512i qq = _mm512_set1_epi32(static_cast<int>(qw));
+          acc[i][sp] = _mm512_dpbf16_ps(acc[i][sp], reinterpret_cast<const __m512bh&>(qq),
+                                        reinterpret_cast<const __m512bh&>(kv));
+        }
+      }
+    }
+    for (int i = 0; i < HB; ++i) {
+      V sum = acc[i][0];
+      for (int sp = 1; sp < kSplit; ++sp) sum = Add(sum, acc[i][sp]);
+      Store(s + i * kTileKeys, sum);
+    }
+  }
+
+  // The 16 weights of a head as 8 words of bf16 pairs (keys 2j, 2j + 1).
+  static void PackPairs(const float* p, uint32_t* pairs) {
+    const __m256bh b = _mm512_cvtneps_pbh(Load(p));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(pairs), reinterpret_cast<const __m256i&>(b));
+  }
+
+  template <int HB, int DB>
+  static void TilePvChunk(const uint32_t* pairs, const uint16_t* vt, int dv, int d0,
+                          const char* next, float* o) {
+    V acc[HB][DB];
+    for (int i = 0; i < HB; ++i) {
+      for (int b = 0; b < DB; ++b) acc[i][b] = Load(o + i * dv + d0 + b * kLanes);
+    }
+    for (int jp = 0; jp < kTileKeys / 2; ++jp) {
+      const uint16_t* row = vt + (static_cast<int64_t>(jp) * dv + d0) * 2;
+      for (int b = 0; b < DB; ++b) {
+        if (next != nullptr) PrefetchLine(next + (row - vt) * 2 + b * 64);
+        const __m512i vv = _mm512_loadu_si512(row + b * 32);
+        for (int i = 0; i < HB; ++i) {
+          const __m512i pp = _mm512_set1_epi32(static_cast<int>(pairs[i * (kTileKeys / 2) + jp]));
+          acc[i][b] = _mm512_dpbf16_ps(acc[i][b], reinterpret_cast<const __m512bh&>(pp),
+                                       reinterpret_cast<const __m512bh&>(vv));
+        }
+      }
+    }
+    for (int i = 0; i < HB; ++i) {
+      for (int b = 0; b < DB; ++b) Store(o + i * dv + d0 + b * kLanes, acc[i][b]);
+    }
+  }
+
+  template <int HB, int kD>
+  static void TilePv(const uint32_t* pairs, const uint16_t* vt, int dv_arg, const char* next,
+                     float* o) {
+    const int dv = kD != 0 ? kD : dv_arg;
+    int d = 0;
+    for (; d + kTilePvVecs * kLanes <= dv; d += kTilePvVecs * kLanes) {
+      TilePvChunk<HB, kTilePvVecs>(pairs, vt, dv, d, next, o);
+    }
+    for (; d < dv; d += kLanes) TilePvChunk<HB, 1>(pairs, vt, dv, d, next, o);
+  }
+
   static V Dot(V acc, const QElem* q, const uint16_t* k) {
     const __m512i qv = _mm512_loadu_si512(q);
     const __m512i kv = _mm512_loadu_si512(k);
@@ -115,6 +193,9 @@ struct Avx512DpBf16Isa : Avx512Isa {
 
 }  // namespace
 
-void AttendAvx512DpBf16(const KernelArgs& args) { Attend<Avx512DpBf16Isa, uint16_t>(args); }
+void AttendAvx512DpBf16(const KernelArgs& args) {
+  args.tiles ? AttendTiles<Avx512DpBf16Isa, uint16_t>(args)
+             : Attend<Avx512DpBf16Isa, uint16_t>(args);
+}
 
 }  // namespace ctxpar::attention_internal

@@ -6,6 +6,7 @@ namespace ctxpar::attention_internal {
 namespace {
 
 #include "attention/kernel_impl.h"
+#include "attention/kernel_tiles.h"
 
 struct ScalarIsa {
   using V = float;
@@ -15,6 +16,13 @@ struct ScalarIsa {
   static constexpr int kQkHeads = 4;
   static constexpr bool kPairedPv = false;
   static constexpr int kPvHeads = 4;
+  static constexpr int kTileHeads = 4;
+  static constexpr int kTileSplit = 1;
+  static constexpr int kTilePvVecs = 4;
+  static constexpr bool kDpTiles = false;
+  static uint32_t LoadWords(const uint16_t* p) { return p[0] | static_cast<uint32_t>(p[1]) << 16; }
+  static V Lo(uint32_t w) { return Bf16ToFloat(static_cast<uint16_t>(w)); }
+  static V Hi(uint32_t w) { return Bf16ToFloat(static_cast<uint16_t>(w >> 16)); }
   static V Zero() { return 0.0f; }
   static V Set1(float x) { return x; }
   static V Load(const float* p) { return *p; }
@@ -44,7 +52,11 @@ struct ScalarIsa {
 
 }  // namespace
 
-void AttendScalarF32(const KernelArgs& args) { Attend<ScalarIsa, float>(args); }
-void AttendScalarBf16(const KernelArgs& args) { Attend<ScalarIsa, uint16_t>(args); }
+void AttendScalarF32(const KernelArgs& args) {
+  args.tiles ? AttendTiles<ScalarIsa, float>(args) : Attend<ScalarIsa, float>(args);
+}
+void AttendScalarBf16(const KernelArgs& args) {
+  args.tiles ? AttendTiles<ScalarIsa, uint16_t>(args) : Attend<ScalarIsa, uint16_t>(args);
+}
 
 }  // namespace ctxpar::attention_internal

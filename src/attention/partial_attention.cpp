@@ -64,6 +64,14 @@ Status Validate(const PartialAttentionParams& p) {
     return Bad("kv.dtype", static_cast<int>(kv.dtype), "must be KvDtype::kF32 or kBF16");
   }
   if (kv.page_size < 1) return Bad("kv.page_size", kv.page_size, "must be >= 1");
+  if (kv.format != KvPageFormat::kRows && kv.format != KvPageFormat::kTiles16) {
+    return Bad("kv.format", static_cast<int>(kv.format), "must be KvPageFormat::kRows or kTiles16");
+  }
+  if (kv.format == KvPageFormat::kTiles16 && kv.page_size % 16 != 0) {
+    return Bad(
+        "kv.format", static_cast<int>(kv.format),
+        "kTiles16 needs kv.page_size to be a multiple of 16, got " + std::to_string(kv.page_size));
+  }
   if (kv.max_pages_per_seq < 1) {
     return Bad("kv.max_pages_per_seq", kv.max_pages_per_seq, "must be >= 1");
   }
@@ -82,6 +90,10 @@ Status Validate(const PartialAttentionParams& p) {
   if (p.lse == nullptr) return NullField("lse");
   if (p.row_kv_len == nullptr) return NullField("row_kv_len");
   if (kv.k == nullptr) return NullField("kv.k");
+  if (kv.format == KvPageFormat::kTiles16 && kv.v == nullptr) {
+    return Bad("kv.format", static_cast<int>(kv.format),
+               "kTiles16 needs a separate V (kv.v non-null): absorbed MLA keeps kRows");
+  }
   if (kv.block_table == nullptr) return NullField("kv.block_table");
   const int64_t max_len = static_cast<int64_t>(kv.max_pages_per_seq) * kv.page_size;
   for (int i = 0; i < p.num_rows; ++i) {
@@ -202,6 +214,8 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
     const int64_t want = threads * kChunksPerThread;
     chunk =
         threads == 1 ? INT64_MAX : std::max<int64_t>(kMinSplitKeys, (total_keys + want - 1) / want);
+    // Whole 16-key tiles, so that no chunk of kTiles16 starts inside one.
+    if (chunk != INT64_MAX) chunk = (chunk + 15) / 16 * 16;
   }
   auto splits_of = [&](int len) {
     return len <= chunk ? 1 : static_cast<int>((len + chunk - 1) / chunk);
@@ -237,7 +251,7 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
   threads = std::min<int>(threads, static_cast<int>(tasks.size()));
 
   const size_t scratch_floats =
-      attention_internal::KernelScratchFloats(kv.num_kv_heads, group, dqk);
+      attention_internal::KernelScratchFloats(kv.num_kv_heads, group, dqk, dv);
   std::vector<std::unique_ptr<float[], decltype(&std::free)>> scratch;
   for (int t = 0; t < threads; ++t) {
     scratch.emplace_back(
@@ -260,6 +274,9 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
       kv.v != nullptr ? static_cast<int64_t>(kv.num_kv_heads) * dv : base.k_row_stride;
   base.v_head_stride = kv.v != nullptr ? dv : dqk;
   base.page_size = kv.page_size;
+  base.tiles = kv.format == KvPageFormat::kTiles16;
+  base.k_page_stride = static_cast<int64_t>(kv.page_size) * kv.num_kv_heads * dqk;
+  base.v_page_stride = static_cast<int64_t>(kv.page_size) * kv.num_kv_heads * dv;
   RunParallel(threads, static_cast<int>(tasks.size()), [&](int thread, int index) {
     const Task& t = tasks[index];
     const int seq = p.row_seq != nullptr ? p.row_seq[t.row] : t.row;

@@ -13,6 +13,17 @@ struct Avx512Isa {
   static constexpr int kQkHeads = 6;
   static constexpr bool kPairedPv = false;
   static constexpr int kPvHeads = 6;
+  // kTiles16 (kernel_tiles.h): 4 heads x 4 partial sums, and 4 heads x 4 vectors of d for P V.
+  static constexpr int kTileHeads = 4;
+  static constexpr int kTileSplit = 4;
+  static constexpr int kTilePvVecs = 4;
+  static constexpr bool kDpTiles = false;
+  static __m512i LoadWords(const uint16_t* p) { return _mm512_loadu_si512(p); }
+  static V Lo(__m512i w) { return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)); }
+  static V Hi(__m512i w) {
+    return _mm512_castsi512_ps(
+        _mm512_and_si512(w, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
   static V Zero() { return _mm512_setzero_ps(); }
   static V Set1(float x) { return _mm512_set1_ps(x); }
   static V Load(const float* p) { return _mm512_loadu_ps(p); }

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
+#include <utility>
 
 #include "ctxpar/bf16.h"
 
@@ -43,26 +43,36 @@ Expected<KvCache> KvCache::Create(const KvCacheOptions& o) {
         "head_dim_v={} and head_dim_qk={}",
         o.head_dim_v, o.head_dim_qk));
   }
-  return KvCache(o, layout);
+  if (o.format == KvPageFormat::kTiles16 && o.v_in_k) {
+    return InvalidArgument(
+        "KvCache: format=kTiles16 tiles K and V separately and needs v_in_k=false, got "
+        "v_in_k=true");
+  }
+  if (o.format == KvPageFormat::kTiles16 && o.page_size % 16 != 0) {
+    return InvalidArgument(fmt::format(
+        "KvCache: format=kTiles16 needs page_size to be a multiple of 16 (a tile holds 16 "
+        "slots), got page_size={}",
+        o.page_size));
+  }
+  const size_t element = o.dtype == KvDtype::kF32 ? sizeof(float) : sizeof(uint16_t);
+  const size_t rows = static_cast<size_t>(o.num_pages) * o.page_size * o.num_kv_heads;
+  CTXPAR_ASSIGN_OR_RETURN(HostBuffer k, HostBuffer::Allocate(rows * o.head_dim_qk * element));
+  HostBuffer v;
+  if (!o.v_in_k) {
+    CTXPAR_ASSIGN_OR_RETURN(v, HostBuffer::Allocate(rows * o.head_dim_v * element));
+  }
+  return KvCache(o, layout, std::move(k), std::move(v));
 }
 
-KvCache::KvCache(const KvCacheOptions& o, KvLayout layout)
+KvCache::KvCache(const KvCacheOptions& o, KvLayout layout, HostBuffer k, HostBuffer v)
     : options_(o),
       layout_(layout),
+      k_(std::move(k)),
+      v_(std::move(v)),
       block_table_(static_cast<size_t>(o.max_seqs) * o.max_pages_per_seq, 0),
       pages_used_(o.max_seqs, 0),
       lengths_(o.max_seqs, 0),
       in_use_(o.max_seqs, false) {
-  const size_t rows = static_cast<size_t>(o.num_pages) * o.page_size * o.num_kv_heads;
-  const size_t k_elems = rows * o.head_dim_qk;
-  const size_t v_elems = o.v_in_k ? 0 : rows * o.head_dim_v;
-  if (o.dtype == KvDtype::kF32) {
-    k32_.assign(k_elems, 0.0f);
-    v32_.assign(v_elems, 0.0f);
-  } else {
-    k16_.assign(k_elems, 0);
-    v16_.assign(v_elems, 0);
-  }
   for (int p = o.num_pages - 1; p >= 0; --p) free_.push_back(p);
 }
 
@@ -96,14 +106,21 @@ Status KvCache::FreeSequence(int seq) {
   return Status::Ok();
 }
 
-void KvCache::Store(void* base, int head_dim, int64_t row_index, const float* src) const {
-  const size_t n = static_cast<size_t>(options_.num_kv_heads) * head_dim;
-  const size_t offset = static_cast<size_t>(row_index) * n;
-  if (options_.dtype == KvDtype::kF32) {
-    std::memcpy(static_cast<float*>(base) + offset, src, n * sizeof(float));
-  } else {
-    uint16_t* dst = static_cast<uint16_t*>(base) + offset;
-    for (size_t i = 0; i < n; ++i) dst[i] = FloatToBf16(src[i]);
+// Element by element, as a kTiles16 row is not contiguous: KvElementOffset stays the one
+// statement of the layout, and the stores are small beside the projections that made K and V.
+void KvCache::Store(const PagedKv& kv, bool value, int64_t page, int slot, const float* src) {
+  const int dim = value ? options_.head_dim_v : options_.head_dim_qk;
+  void* base = value ? v_.data() : k_.data();
+  for (int h = 0; h < options_.num_kv_heads; ++h) {
+    for (int d = 0; d < dim; ++d) {
+      const int64_t at = KvElementOffset(kv, value, page, slot, h, d);
+      const float x = src[h * dim + d];
+      if (options_.dtype == KvDtype::kF32) {
+        static_cast<float*>(base)[at] = x;
+      } else {
+        static_cast<uint16_t*>(base)[at] = FloatToBf16(x);
+      }
+    }
   }
 }
 
@@ -136,18 +153,17 @@ Status KvCache::Append(int seq, const float* k, const float* v, int n) {
     table[pages_used_[seq]] = free_.back();
     free_.pop_back();
   }
-  void* kbase = o.dtype == KvDtype::kF32 ? static_cast<void*>(k32_.data()) : k16_.data();
-  void* vbase = o.dtype == KvDtype::kF32 ? static_cast<void*>(v32_.data()) : v16_.data();
+  const PagedKv kv = View();
   const size_t k_stride = static_cast<size_t>(o.num_kv_heads) * o.head_dim_qk;
   const size_t v_stride = static_cast<size_t>(o.num_kv_heads) * o.head_dim_v;
   for (int i = 0; i < n; ++i) {
     const int64_t p = lengths_[seq] + i;
     if (layout_.Owner(p) != o.dcp_rank) continue;
     const int64_t local = layout_.LocalRow(p);
-    const int64_t row_index =
-        int64_t{table[local / o.page_size]} * o.page_size + local % o.page_size;
-    Store(kbase, o.head_dim_qk, row_index, k + i * k_stride);
-    if (!o.v_in_k) Store(vbase, o.head_dim_v, row_index, v + i * v_stride);
+    const int64_t page = table[local / o.page_size];
+    const int slot = static_cast<int>(local % o.page_size);
+    Store(kv, false, page, slot, k + i * k_stride);
+    if (!o.v_in_k) Store(kv, true, page, slot, v + i * v_stride);
   }
   lengths_[seq] = new_length;
   return Status::Ok();
@@ -155,9 +171,8 @@ Status KvCache::Append(int seq, const float* k, const float* v, int n) {
 
 PagedKv KvCache::View() const {
   PagedKv kv;
-  const bool f32 = options_.dtype == KvDtype::kF32;
-  kv.k = f32 ? static_cast<const void*>(k32_.data()) : k16_.data();
-  kv.v = options_.v_in_k ? nullptr : (f32 ? static_cast<const void*>(v32_.data()) : v16_.data());
+  kv.k = k_.data();
+  kv.v = options_.v_in_k ? nullptr : v_.data();
   kv.dtype = options_.dtype;
   kv.page_size = options_.page_size;
   kv.num_kv_heads = options_.num_kv_heads;
@@ -166,6 +181,7 @@ PagedKv KvCache::View() const {
   kv.block_table = block_table_.data();
   kv.max_pages_per_seq = options_.max_pages_per_seq;
   kv.num_pages = options_.num_pages;
+  kv.format = options_.format;
   return kv;
 }
 

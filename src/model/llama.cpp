@@ -229,6 +229,9 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::Create(std::shared_ptr<const G
   kv.num_kv_heads = impl->kv_heads;
   kv.head_dim_qk = hd;
   kv.head_dim_v = hd;
+  // The attention runs on the CPU kernels, which read 16-slot tiles fastest; K and V are separate
+  // (GQA), so only the page size decides (LlamaParallel's default, 16, allows it).
+  kv.format = par.page_size % 16 == 0 ? KvPageFormat::kTiles16 : KvPageFormat::kRows;
   for (int l = 0; l < hp.num_layers; ++l) {
     CTXPAR_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(kv));
     impl->caches.push_back(std::move(cache));

@@ -1,4 +1,5 @@
-// PartialAttentionCpu against a float64 reference, on every SIMD path this CPU has.
+// PartialAttentionCpu against a float64 reference, on every SIMD path this CPU has, for both page
+// formats (attention.h): kRows for GQA, MHA and MLA, kTiles16 for GQA and MHA.
 //
 // Tolerances: O is a convex combination of V rows, so its error is measured against the largest
 // |V| (1 here): within 1e-5, except bf16 KV on the avx512_bf16 path within 1e-2 (it rounds Q
@@ -6,201 +7,24 @@
 // compared with the same bounds relative to max(1, |lse|).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
-#include <numeric>
-#include <random>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
+#include "attention/attention_problem.h"
 #include "ctxpar/attention.h"
 #include "ctxpar/cpu_features.h"
 
 namespace ctxpar {
 namespace {
 
-uint16_t ToBf16(float x) {  // round to nearest even
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  u += 0x7fff + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
+using testing::Problem;
+using testing::Shape;
 
-double FromBf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-struct Shape {
-  int num_q_heads;
-  int num_kv_heads;
-  int head_dim_qk;
-  int head_dim_v;
-  bool mla;  // V is the prefix of K
-  KvDtype dtype;
-  int page_size;
-};
-
-// A paged KV cache with pages shuffled over the pool, random Q, and the reference.
-class Problem {
- public:
-  Problem(const Shape& shape, std::vector<int> seq_lens, uint32_t seed)
-      : shape_(shape), seq_lens_(std::move(seq_lens)), rng_(seed) {
-    const int ps = shape_.page_size;
-    for (int len : seq_lens_) max_pages_ = std::max(max_pages_, (len + ps - 1) / ps);
-    max_pages_ = std::max(max_pages_, 1);
-    const int num_seqs = static_cast<int>(seq_lens_.size());
-    num_pages_ = num_seqs * max_pages_ + 3;
-    std::vector<int32_t> perm(num_pages_);
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng_);
-    block_table_.assign(perm.begin(), perm.begin() + num_seqs * max_pages_);
-    const int64_t slots = static_cast<int64_t>(num_pages_) * ps * shape_.num_kv_heads;
-    Fill(slots * shape_.head_dim_qk, kf_, kb_);
-    if (!shape_.mla) Fill(slots * shape_.head_dim_v, vf_, vb_);
-  }
-
-  // Decode: one row per sequence seeing all of it. Rows are fixed by the first Params().
-  void DecodeRows() {
-    for (int s = 0; s < static_cast<int>(seq_lens_.size()); ++s) AddRow(s, seq_lens_[s]);
-  }
-  void AddRow(int seq, int kv_len) {
-    row_seq_.push_back(seq);
-    row_kv_len_.push_back(kv_len);
-  }
-
-  PartialAttentionParams Params() {
-    const int rows = static_cast<int>(row_seq_.size());
-    if (q_.empty())
-      q_ = Random(static_cast<int64_t>(rows) * shape_.num_q_heads * shape_.head_dim_qk);
-    o_.assign(static_cast<size_t>(rows) * shape_.num_q_heads * shape_.head_dim_v, NAN);
-    lse_.assign(static_cast<size_t>(rows) * shape_.num_q_heads, NAN);
-    PartialAttentionParams p;
-    p.q = q_.data();
-    p.o = o_.data();
-    p.lse = lse_.data();
-    p.num_rows = rows;
-    p.num_q_heads = shape_.num_q_heads;
-    p.row_seq = row_seq_.data();
-    p.row_kv_len = row_kv_len_.data();
-    p.scale = 1.0f / std::sqrt(static_cast<float>(shape_.head_dim_qk));
-    p.kv.k = shape_.dtype == KvDtype::kF32 ? static_cast<const void*>(kf_.data()) : kb_.data();
-    if (!shape_.mla) {
-      p.kv.v = shape_.dtype == KvDtype::kF32 ? static_cast<const void*>(vf_.data()) : vb_.data();
-    }
-    p.kv.dtype = shape_.dtype;
-    p.kv.page_size = shape_.page_size;
-    p.kv.num_kv_heads = shape_.num_kv_heads;
-    p.kv.head_dim_qk = shape_.head_dim_qk;
-    p.kv.head_dim_v = shape_.head_dim_v;
-    p.kv.block_table = block_table_.data();
-    p.kv.max_pages_per_seq = max_pages_;
-    p.kv.num_pages = num_pages_;
-    p.num_seqs = static_cast<int>(seq_lens_.size());
-    return p;
-  }
-
-  // Checks o_ and lse_ against the float64 reference within tol.
-  void Check(const PartialAttentionParams& p, double tol, const std::string& what) const {
-    const int group = shape_.num_q_heads / shape_.num_kv_heads;
-    const int dqk = shape_.head_dim_qk;
-    const int dv = shape_.head_dim_v;
-    int failures = 0;
-    for (size_t i = 0; i < row_seq_.size() && failures < 5; ++i) {
-      for (int h = 0; h < shape_.num_q_heads && failures < 5; ++h) {
-        const int kvh = h / group;
-        const float* q = q_.data() + (i * shape_.num_q_heads + h) * dqk;
-        const int len = row_kv_len_[i];
-        std::vector<double> s(len);
-        double m = -INFINITY;
-        for (int j = 0; j < len; ++j) {
-          double dot = 0;
-          for (int d = 0; d < dqk; ++d)
-            dot += static_cast<double>(q[d]) * K(row_seq_[i], j, kvh, d);
-          s[j] = static_cast<double>(p.scale) * dot;
-          m = std::max(m, s[j]);
-        }
-        std::vector<double> o(dv, 0.0);
-        double l = 0;
-        for (int j = 0; j < len; ++j) {
-          const double w = std::exp(s[j] - m);
-          l += w;
-          for (int d = 0; d < dv; ++d) o[d] += w * V(row_seq_[i], j, kvh, d);
-        }
-        const double ref_lse = len == 0 ? -INFINITY : m + std::log(l);
-        const float got_lse = lse_[i * shape_.num_q_heads + h];
-        const std::string where = what + " row " + std::to_string(i) + " head " +
-                                  std::to_string(h) + " len " + std::to_string(len);
-        if (len == 0) {
-          if (!(std::isinf(got_lse) && got_lse < 0)) {
-            ADD_FAILURE() << where << ": lse " << got_lse << ", want -inf";
-            ++failures;
-          }
-        } else if (!(std::abs(got_lse - ref_lse) <= tol * std::max(1.0, std::abs(ref_lse)))) {
-          ADD_FAILURE() << where << ": lse " << got_lse << ", want " << ref_lse;
-          ++failures;
-        }
-        const float* got = o_.data() + (i * shape_.num_q_heads + h) * dv;
-        for (int d = 0; d < dv; ++d) {
-          const double want = len == 0 ? 0.0 : o[d] / l;
-          if (!(std::abs(got[d] - want) <= tol)) {
-            ADD_FAILURE() << where << " d " << d << ": O " << got[d] << ", want " << want;
-            ++failures;
-            break;
-          }
-        }
-      }
-    }
-  }
-
-  std::vector<float>& q() { return q_; }
-
- private:
-  std::vector<float> Random(int64_t n) {
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    std::vector<float> x(n);
-    for (float& e : x) e = u(rng_);
-    return x;
-  }
-  void Fill(int64_t n, std::vector<float>& f, std::vector<uint16_t>& b) {
-    f = Random(n);
-    if (shape_.dtype == KvDtype::kF32) return;
-    b.resize(n);
-    for (int64_t i = 0; i < n; ++i) b[i] = ToBf16(f[i]);
-    f.clear();
-  }
-
-  int64_t Slot(int seq, int r, int kvh) const {
-    const int ps = shape_.page_size;
-    const int64_t page = block_table_[seq * max_pages_ + r / ps];
-    return (page * ps + r % ps) * shape_.num_kv_heads + kvh;
-  }
-  double K(int seq, int r, int kvh, int d) const {
-    const int64_t i = Slot(seq, r, kvh) * shape_.head_dim_qk + d;
-    return shape_.dtype == KvDtype::kF32 ? kf_[i] : FromBf16(kb_[i]);
-  }
-  double V(int seq, int r, int kvh, int d) const {
-    if (shape_.mla) return K(seq, r, kvh, d);
-    const int64_t i = Slot(seq, r, kvh) * shape_.head_dim_v + d;
-    return shape_.dtype == KvDtype::kF32 ? vf_[i] : FromBf16(vb_[i]);
-  }
-
-  Shape shape_;
-  std::vector<int> seq_lens_;
-  std::mt19937 rng_;
-  int max_pages_ = 0;
-  int num_pages_ = 0;
-  std::vector<int32_t> block_table_;
-  std::vector<float> kf_, vf_;
-  std::vector<uint16_t> kb_, vb_;
-  std::vector<float> q_, o_, lse_;
-  std::vector<int32_t> row_seq_, row_kv_len_;
-};
+constexpr KvPageFormat kTiles16 = KvPageFormat::kTiles16;
 
 std::vector<CpuIsa> AvailableIsas() {
   std::vector<CpuIsa> out;
@@ -223,20 +47,53 @@ class PartialAttention : public ::testing::TestWithParam<CpuIsa> {
     return s.dtype == KvDtype::kBF16 && GetParam() == CpuIsa::kAvx512Bf16 ? 1e-2 : 1e-5;
   }
 
-  // Decode rows over sequences of the given lengths, with split-KV off (one thread) and on.
-  void RunDecode(const Shape& shape, const std::vector<int>& lens, uint32_t seed) {
-    Problem prob(shape, lens, seed);
+  // Decode rows, one per sequence, on one thread and on three, with split-KV off and on: chunks
+  // of whole 16-key tiles (16, 48) and chunks that end inside one (24, 40).
+  void CheckDecode(Problem& prob) {
     prob.DecodeRows();
-    for (int split : {0, 16, 48}) {
+    for (int split : {0, 16, 24, 40, 48}) {
       for (int threads : {1, 3}) {
+        const std::string what =
+            "split " + std::to_string(split) + " threads " + std::to_string(threads);
         PartialAttentionParams p = prob.Params();
         p.num_threads = threads;
         p.split_kv_keys = split;
-        ASSERT_TRUE(PartialAttentionCpu(p).ok());
-        prob.Check(p, Tol(shape),
-                   "split " + std::to_string(split) + " threads " + std::to_string(threads));
+        const Status st = PartialAttentionCpu(p);
+        ASSERT_TRUE(st.ok()) << what << ": " << st.ToString();
+        prob.Check(p, Tol(prob.shape()), what);
       }
     }
+  }
+  void RunDecode(const Shape& shape, const std::vector<int>& lens, uint32_t seed) {
+    Problem prob(shape, lens, seed);
+    CheckDecode(prob);
+  }
+
+  // Three sequences; every token of the last two is a row that sees the keys up to itself.
+  void RunPrefill(const Shape& shape, std::initializer_list<int> splits, uint32_t seed) {
+    Problem prob(shape, {10, 23, 9}, seed);
+    prob.AddRow(0, 10);
+    for (int t = 1; t <= 23; ++t) prob.AddRow(1, t);
+    for (int t = 0; t <= 9; ++t) prob.AddRow(2, t);
+    for (int split : splits) {
+      PartialAttentionParams p = prob.Params();
+      p.num_threads = 2;
+      p.split_kv_keys = split;
+      const Status st = PartialAttentionCpu(p);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      prob.Check(p, Tol(shape), "prefill split " + std::to_string(split));
+    }
+  }
+
+  // One sequence of 3000 keys: split-KV chosen automatically over all hardware threads.
+  void RunLongSequence(const Shape& shape, uint32_t seed) {
+    Problem prob(shape, {3000}, seed);
+    prob.DecodeRows();
+    PartialAttentionParams p = prob.Params();
+    p.num_threads = 0;
+    const Status st = PartialAttentionCpu(p);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    prob.Check(p, Tol(shape), "all threads");
   }
 };
 
@@ -279,29 +136,11 @@ TEST_P(PartialAttention, Mla128HeadsBf16) {
 }
 
 TEST_P(PartialAttention, CausalPrefillRows) {
-  // Three sequences; every token of the last two is a row that sees the keys up to itself.
-  const Shape shape{6, 2, 64, 64, false, KvDtype::kF32, 4};
-  Problem prob(shape, {10, 23, 9}, 10);
-  prob.AddRow(0, 10);
-  for (int t = 1; t <= 23; ++t) prob.AddRow(1, t);
-  for (int t = 0; t <= 9; ++t) prob.AddRow(2, t);
-  for (int split : {0, 4}) {
-    PartialAttentionParams p = prob.Params();
-    p.num_threads = 2;
-    p.split_kv_keys = split;
-    ASSERT_TRUE(PartialAttentionCpu(p).ok());
-    prob.Check(p, Tol(shape), "prefill split " + std::to_string(split));
-  }
+  RunPrefill({6, 2, 64, 64, false, KvDtype::kF32, 4}, {0, 4}, 10);
 }
 
 TEST_P(PartialAttention, LongSingleSequenceAllThreads) {
-  const Shape shape{8, 2, 128, 128, false, KvDtype::kBF16, 16};
-  Problem prob(shape, {3000}, 11);
-  prob.DecodeRows();
-  PartialAttentionParams p = prob.Params();
-  p.num_threads = 0;
-  ASSERT_TRUE(PartialAttentionCpu(p).ok());
-  prob.Check(p, Tol(shape), "all threads");
+  RunLongSequence({8, 2, 128, 128, false, KvDtype::kBF16, 16}, 11);
 }
 
 TEST_P(PartialAttention, LargeScoresStayFinite) {
@@ -315,6 +154,59 @@ TEST_P(PartialAttention, LargeScoresStayFinite) {
   p.split_kv_keys = 32;
   ASSERT_TRUE(PartialAttentionCpu(p).ok());
   prob.Check(p, 1e-4, "large scores");
+}
+
+// kTiles16: the GQA cases above on 16-slot tiles (pages of 16 and 64), and query groups of 1, 3,
+// 4 and 8 heads per KV head.
+
+TEST_P(PartialAttention, Tiles16GqaD64F32) {
+  RunDecode({8, 2, 64, 64, false, KvDtype::kF32, 16, kTiles16}, kMixedLens, 21);
+}
+
+TEST_P(PartialAttention, Tiles16GqaD128F32ThreeHeadsPerKvHead) {
+  RunDecode({9, 3, 128, 128, false, KvDtype::kF32, 64, kTiles16}, kMixedLens, 22);
+}
+
+TEST_P(PartialAttention, Tiles16GqaD64Bf16) {
+  RunDecode({9, 3, 64, 64, false, KvDtype::kBF16, 16, kTiles16}, kMixedLens, 23);
+}
+
+TEST_P(PartialAttention, Tiles16GqaD128Bf16) {
+  RunDecode({32, 8, 128, 128, false, KvDtype::kBF16, 64, kTiles16}, {0, 1, 33, 250}, 24);
+}
+
+TEST_P(PartialAttention, Tiles16GqaD64Bf16EightHeadsPerKvHead) {
+  RunDecode({16, 2, 64, 64, false, KvDtype::kBF16, 64, kTiles16}, kMixedLens, 25);
+}
+
+TEST_P(PartialAttention, Tiles16GqaD128F32EightHeadsPerKvHead) {
+  RunDecode({8, 1, 128, 128, false, KvDtype::kF32, 16, kTiles16}, kMixedLens, 26);
+}
+
+TEST_P(PartialAttention, Tiles16MhaOneHeadPerKvHead) {
+  RunDecode({4, 4, 128, 128, false, KvDtype::kF32, 16, kTiles16}, {1, 2, 70}, 27);
+  RunDecode({4, 4, 64, 64, false, KvDtype::kBF16, 64, kTiles16}, {1, 2, 70}, 28);
+}
+
+// bf16 V words pair keys 2i and 2i+1, so a causal row that ends at an odd key ends inside one.
+TEST_P(PartialAttention, Tiles16CausalPrefillRows) {
+  RunPrefill({6, 2, 64, 64, false, KvDtype::kF32, 16, kTiles16}, {0, 16, 24}, 29);
+  RunPrefill({6, 2, 64, 64, false, KvDtype::kBF16, 16, kTiles16}, {0, 16, 24}, 30);
+}
+
+TEST_P(PartialAttention, Tiles16LongSingleSequenceAllThreads) {
+  RunLongSequence({8, 2, 128, 128, false, KvDtype::kBF16, 16, kTiles16}, 31);
+  RunLongSequence({8, 2, 128, 128, false, KvDtype::kF32, 64, kTiles16}, 32);
+}
+
+// A kernel that reads whole tiles must mask the keys past a sequence's end, not only weight them
+// by 0: 0 * NaN is NaN. Every element that is not a key holds NaN here.
+TEST_P(PartialAttention, Tiles16NaNOutsideTheSequencesStaysOut) {
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16}) {
+    Problem prob({8, 2, 128, 128, false, dtype, 16, kTiles16}, kMixedLens, 33);
+    prob.PoisonUnusedKeys();
+    CheckDecode(prob);
+  }
 }
 
 // Each bad field is rejected with a Status that names it, its value and the rule.
@@ -384,6 +276,25 @@ TEST(PartialAttentionParamsTest, PageOutsideThePoolIsRejected) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("a page must be in [0, kv.num_pages = 1)"), std::string::npos)
       << st.message();
+}
+
+// kTiles16 tiles V apart from K in whole tiles of 16 slots.
+TEST(PartialAttentionParamsTest, Tiles16NeedsASeparateVAndWholeTiles) {
+  Problem v_in_k({4, 2, 64, 64, false, KvDtype::kF32, 16, kTiles16}, {9, 12}, 15);
+  v_in_k.DecodeRows();
+  PartialAttentionParams p = v_in_k.Params();
+  p.kv.v = nullptr;
+  Status st = PartialAttentionCpu(p);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(st.message().starts_with("PartialAttentionParams.kv.format")) << st.message();
+
+  Problem partial_tiles({4, 2, 64, 64, false, KvDtype::kF32, 8}, {9, 12}, 16);
+  partial_tiles.DecodeRows();
+  p = partial_tiles.Params();
+  p.kv.format = kTiles16;
+  st = PartialAttentionCpu(p);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(st.message().starts_with("PartialAttentionParams.kv.format")) << st.message();
 }
 
 TEST(PartialAttentionParamsTest, NoRowsIsANoOp) {

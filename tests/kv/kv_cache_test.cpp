@@ -1,8 +1,11 @@
 #include "ctxpar/kv_cache.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "ctxpar/bf16.h"
@@ -26,28 +29,33 @@ std::vector<float> Tokens(int64_t first, int n, int heads, int dim, bool is_v) {
   return out;
 }
 
-// Reads local row r of sequence seq, head h, dim d through the view, as the attention kernel does.
-float ReadK(const PagedKv& kv, int seq, int64_t r, int h, int d) {
+// Reads K (or V when `value`) of local row r of sequence seq, head h, dim d through the view and
+// KvElementOffset, as the attention kernels do.
+float Read(const PagedKv& kv, bool value, int seq, int64_t r, int h, int d) {
   const int32_t page = kv.block_table[seq * kv.max_pages_per_seq + r / kv.page_size];
-  const size_t index =
-      ((static_cast<size_t>(page) * kv.page_size + r % kv.page_size) * kv.num_kv_heads + h) *
-          kv.head_dim_qk +
-      d;
-  return kv.dtype == KvDtype::kF32 ? static_cast<const float*>(kv.k)[index]
-                                   : Bf16ToFloat(static_cast<const uint16_t*>(kv.k)[index]);
+  const int64_t at = KvElementOffset(kv, value, page, static_cast<int>(r % kv.page_size), h, d);
+  const void* base = value && kv.v != nullptr ? kv.v : kv.k;
+  return kv.dtype == KvDtype::kF32 ? static_cast<const float*>(base)[at]
+                                   : Bf16ToFloat(static_cast<const uint16_t*>(base)[at]);
+}
+float ReadK(const PagedKv& kv, int seq, int64_t r, int h, int d) {
+  return Read(kv, false, seq, r, h, d);
 }
 float ReadV(const PagedKv& kv, int seq, int64_t r, int h, int d) {
-  const int32_t page = kv.block_table[seq * kv.max_pages_per_seq + r / kv.page_size];
-  const size_t index =
-      ((static_cast<size_t>(page) * kv.page_size + r % kv.page_size) * kv.num_kv_heads + h) *
-          kv.head_dim_v +
-      d;
-  return static_cast<const float*>(kv.v)[index];
+  return Read(kv, true, seq, r, h, d);
 }
+
+const char* FormatName(KvPageFormat f) { return f == KvPageFormat::kRows ? "Rows" : "Tiles16"; }
 
 struct Case {
   int n, interleave, page;
+  KvPageFormat format;
 };
+
+std::string Name(const Case& c) {
+  return fmt::format("N{}I{}P{}{}", c.n, c.interleave, c.page, FormatName(c.format));
+}
+void PrintTo(const Case& c, std::ostream* os) { *os << Name(c); }
 
 class KvCacheTest : public ::testing::TestWithParam<Case> {};
 
@@ -67,8 +75,10 @@ TEST_P(KvCacheTest, OwnerStoresEveryPositionAtItsLocalRow) {
                                   .max_pages_per_seq = 16,
                                   .num_kv_heads = heads,
                                   .head_dim_qk = dim,
-                                  .head_dim_v = dv});
+                                  .head_dim_v = dv,
+                                  .format = c.format});
     ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+    EXPECT_EQ(cache->View().format, c.format);
     caches.push_back(std::move(*cache));
   }
   const int lengths[] = {1, 37, 5};  // sequence 1: a 30-token prefill, then 7 decode steps
@@ -120,44 +130,98 @@ TEST_P(KvCacheTest, OwnerStoresEveryPositionAtItsLocalRow) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, KvCacheTest,
-                         ::testing::Values(Case{1, 1, 4}, Case{2, 1, 4}, Case{3, 1, 2},
-                                           Case{4, 4, 8}, Case{8, 1, 1}, Case{2, 16, 16},
-                                           Case{3, 4, 4}));
+// kTiles16 needs page_size % 16 == 0, so its cases have their own pages; 32 puts two tiles in a
+// page.
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, KvCacheTest,
+    ::testing::Values(
+        Case{1, 1, 4, KvPageFormat::kRows}, Case{2, 1, 4, KvPageFormat::kRows},
+        Case{3, 1, 2, KvPageFormat::kRows}, Case{4, 4, 8, KvPageFormat::kRows},
+        Case{8, 1, 1, KvPageFormat::kRows}, Case{2, 16, 16, KvPageFormat::kRows},
+        Case{3, 4, 4, KvPageFormat::kRows}, Case{1, 1, 16, KvPageFormat::kTiles16},
+        Case{1, 1, 32, KvPageFormat::kTiles16}, Case{2, 1, 16, KvPageFormat::kTiles16},
+        Case{3, 1, 16, KvPageFormat::kTiles16}, Case{4, 4, 16, KvPageFormat::kTiles16},
+        Case{8, 1, 16, KvPageFormat::kTiles16}, Case{2, 16, 16, KvPageFormat::kTiles16},
+        Case{3, 4, 32, KvPageFormat::kTiles16}),
+    [](const ::testing::TestParamInfo<Case>& info) { return Name(info.param); });
 
-TEST(KvCache, VirtualPagesAreSharedAndReused) {
-  // N = 2, page 4: a virtual page holds 8 tokens, one physical page per rank.
+// The tests below run for each format, with the smallest page it allows.
+class KvCacheFormatTest : public ::testing::TestWithParam<KvPageFormat> {
+ protected:
+  int Page() const { return GetParam() == KvPageFormat::kTiles16 ? 16 : 4; }
+};
+
+TEST_P(KvCacheFormatTest, VirtualPagesAreSharedAndReused) {
+  // N = 2, page P: a virtual page holds 2P tokens, one physical page per rank.
+  const int page = Page();
   auto cache = KvCache::Create({.dcp_size = 2,
                                 .dcp_rank = 1,
-                                .page_size = 4,
+                                .page_size = page,
                                 .num_pages = 3,
                                 .max_seqs = 2,
                                 .max_pages_per_seq = 2,
                                 .num_kv_heads = 1,
                                 .head_dim_qk = 16,
-                                .head_dim_v = 16});
+                                .head_dim_v = 16,
+                                .format = GetParam()});
   ASSERT_TRUE(cache.ok());
-  const std::vector<float> k(16 * 16, 1.0f);
+  const std::vector<float> k(4 * page * 16, 1.0f);
   const int a = *cache->AddSequence();
   const int b = *cache->AddSequence();
-  ASSERT_TRUE(cache->Append(a, k.data(), k.data(), 9).ok());  // 2 virtual pages: ids 0, 1
+  ASSERT_TRUE(cache->Append(a, k.data(), k.data(), 2 * page + 1).ok());  // 2 virtual pages: 0, 1
   EXPECT_EQ(cache->free_pages(), 1);
-  EXPECT_EQ(cache->local_length(a), 4);                       // positions 2, 3, 6, 7
+  EXPECT_EQ(cache->local_length(a), page);                    // the odd positions
   ASSERT_TRUE(cache->Append(b, k.data(), k.data(), 1).ok());  // id 2
   EXPECT_EQ(cache->View().block_table[b * 2], 2);
-  Status full = cache->Append(b, k.data(), k.data(), 8);
+  Status full = cache->Append(b, k.data(), k.data(), 2 * page);
   EXPECT_EQ(full.message(),
             "KvCache::Append: sequence 1 needs 1 more pages but 0 of num_pages=3 are free");
-  Status too_long = cache->Append(a, k.data(), k.data(), 8);
+  Status too_long = cache->Append(a, k.data(), k.data(), 2 * page);
   EXPECT_EQ(too_long.message(),
-            "KvCache::Append: sequence 0 would reach 17 tokens, more than max_pages_per_seq=2 "
-            "virtual pages of 8 tokens hold");
+            fmt::format("KvCache::Append: sequence 0 would reach {} tokens, more than "
+                        "max_pages_per_seq=2 virtual pages of {} tokens hold",
+                        4 * page + 1, 2 * page));
   ASSERT_TRUE(cache->FreeSequence(a).ok());
   EXPECT_EQ(cache->free_pages(), 2);
-  ASSERT_TRUE(cache->Append(b, k.data(), k.data(), 8).ok());
+  ASSERT_TRUE(cache->Append(b, k.data(), k.data(), 2 * page).ok());
   EXPECT_EQ(cache->View().block_table[b * 2 + 1], 0);  // lowest free id first
 }
 
+// GQA K and V in bf16, every d of every head: kTiles16 packs two bf16 per 32-bit word, in K
+// along d and in V along the keys, so a swapped pair shows here.
+TEST_P(KvCacheFormatTest, GqaBf16RoundsToNearestEven) {
+  const int page = Page(), heads = 3, dim = 32, tokens = 2 * page - 3;  // two pages
+  auto cache = KvCache::Create({.page_size = page,
+                                .num_pages = 2,
+                                .max_seqs = 1,
+                                .max_pages_per_seq = 2,
+                                .num_kv_heads = heads,
+                                .head_dim_qk = dim,
+                                .head_dim_v = dim,
+                                .dtype = KvDtype::kBF16,
+                                .format = GetParam()});
+  ASSERT_TRUE(cache.ok());
+  std::vector<float> k(tokens * heads * dim), v(k.size());
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist;
+  for (float& x : k) x = dist(rng);
+  for (float& x : v) x = dist(rng);
+  ASSERT_EQ(*cache->AddSequence(), 0);
+  const Status appended = cache->Append(0, k.data(), v.data(), tokens);
+  ASSERT_TRUE(appended.ok()) << appended.ToString();
+  const PagedKv kv = cache->View();
+  for (int t = 0; t < tokens; ++t) {
+    for (int h = 0; h < heads; ++h) {
+      for (int d = 0; d < dim; ++d) {
+        const size_t i = (static_cast<size_t>(t) * heads + h) * dim + d;
+        ASSERT_EQ(ReadK(kv, 0, t, h, d), Bf16ToFloat(FloatToBf16(k[i]))) << t << " " << h;
+        ASSERT_EQ(ReadV(kv, 0, t, h, d), Bf16ToFloat(FloatToBf16(v[i]))) << t << " " << h;
+      }
+    }
+  }
+}
+
+// Absorbed MLA keeps V inside the K row, so it is kRows only (kTiles16 is rejected with v_in_k).
 TEST(KvCache, MlaStoresLatentAndRopeInOneRowAndBf16Rounds) {
   auto cache = KvCache::Create({.dcp_size = 2,
                                 .dcp_rank = 0,
@@ -189,23 +253,26 @@ TEST(KvCache, MlaStoresLatentAndRopeInOneRowAndBf16Rounds) {
   }
 }
 
-TEST(KvCache, RejectsBadOptionsNamingTheField) {
+TEST_P(KvCacheFormatTest, RejectsBadOptionsNamingTheField) {
   KvCacheOptions o{.dcp_size = 2,
                    .dcp_rank = 2,
-                   .page_size = 4,
+                   .page_size = Page(),
                    .num_pages = 1,
                    .max_seqs = 1,
                    .max_pages_per_seq = 1,
                    .num_kv_heads = 1,
                    .head_dim_qk = 16,
-                   .head_dim_v = 16};
+                   .head_dim_v = 16,
+                   .format = GetParam()};
   EXPECT_EQ(KvCache::Create(o).status().message(),
             "KvCache: dcp_rank must be in [0, dcp_size=2), got dcp_rank=2");
   o.dcp_rank = 0;
   o.interleave_size = 3;
   EXPECT_EQ(KvCache::Create(o).status().message(),
-            "KvCache: page_size must be a multiple of interleave_size so that a virtual page is "
-            "one physical page on every rank, got page_size=4 and interleave_size=3");
+            fmt::format("KvCache: page_size must be a multiple of interleave_size so that a "
+                        "virtual page is one physical page on every rank, got page_size={} and "
+                        "interleave_size=3",
+                        Page()));
   o.interleave_size = 1;
   o.num_pages = 0;
   EXPECT_EQ(KvCache::Create(o).status().message(),
@@ -218,6 +285,38 @@ TEST(KvCache, RejectsBadOptionsNamingTheField) {
             "head_dim_v=32 and head_dim_qk=16");
   o.dcp_size = 0;
   EXPECT_EQ(KvCache::Create(o).status().error_id(), "CTXPAR-DCP-001");
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, KvCacheFormatTest,
+                         ::testing::Values(KvPageFormat::kRows, KvPageFormat::kTiles16),
+                         [](const ::testing::TestParamInfo<KvPageFormat>& info) {
+                           return std::string(FormatName(info.param));
+                         });
+
+TEST(KvCache, RejectsTiles16WithoutSeparateVOrWholeTiles) {
+  KvCacheOptions o{.page_size = 16,
+                   .num_pages = 1,
+                   .max_seqs = 1,
+                   .max_pages_per_seq = 1,
+                   .num_kv_heads = 1,
+                   .head_dim_qk = 576,
+                   .head_dim_v = 512,
+                   .v_in_k = true,
+                   .format = KvPageFormat::kTiles16};
+  Status st = KvCache::Create(o).status();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            "KvCache: format=kTiles16 tiles K and V separately and needs v_in_k=false, got "
+            "v_in_k=true");
+  o.v_in_k = false;
+  o.page_size = 8;
+  st = KvCache::Create(o).status();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            "KvCache: format=kTiles16 needs page_size to be a multiple of 16 (a tile holds 16 "
+            "slots), got page_size=8");
+  o.page_size = 48;
+  EXPECT_TRUE(KvCache::Create(o).ok());
 }
 
 }  // namespace
