@@ -113,7 +113,7 @@ struct Avx512DpBf16Isa : Avx512Isa {
   static constexpr bool kDpTiles = true;
 
   template <int HB, int kD>
-  static void TileScores(const uint16_t* q, int dqk_arg, const uint16_t* kt, const char* next,
+  static void TileScores(const uint16_t* q, int dqk_arg, const uint16_t* kt, const TilePrefetch* pf,
                          float* s) {
     constexpr int kSplit = kTileSplit;
     const int dqk = kD != 0 ? kD : dqk_arg;
@@ -124,7 +124,7 @@ struct Avx512DpBf16Isa : Avx512Isa {
     const int words = dqk / 2;
     for (int w = 0; w < words; w += kSplit) {
       for (int sp = 0; sp < kSplit; ++sp) {
-        if (next != nullptr) PrefetchLine(next + (w + sp) * 64);
+        if (pf != nullptr) pf->Line(static_cast<int64_t>(w + sp) * 64);
         const __m512i kv = _mm512_loadu_si512(kt + (w + sp) * 32);
         for (int i = 0; i < HB; ++i) {
           uint32_t qw;
@@ -150,7 +150,7 @@ struct Avx512DpBf16Isa : Avx512Isa {
 
   template <int HB, int DB>
   static void TilePvChunk(const uint32_t* pairs, const uint16_t* vt, int dv, int d0,
-                          const char* next, float* o) {
+                          const TilePrefetch* pf, float* o) {
     V acc[HB][DB];
     for (int i = 0; i < HB; ++i) {
       for (int b = 0; b < DB; ++b) acc[i][b] = Load(o + i * dv + d0 + b * kLanes);
@@ -158,7 +158,7 @@ struct Avx512DpBf16Isa : Avx512Isa {
     for (int jp = 0; jp < kTileKeys / 2; ++jp) {
       const uint16_t* row = vt + (static_cast<int64_t>(jp) * dv + d0) * 2;
       for (int b = 0; b < DB; ++b) {
-        if (next != nullptr) PrefetchLine(next + (row - vt) * 2 + b * 64);
+        if (pf != nullptr) pf->Line((row - vt) * 2 + b * 64);
         const __m512i vv = _mm512_loadu_si512(row + b * 32);
         for (int i = 0; i < HB; ++i) {
           const __m512i pp = _mm512_set1_epi32(static_cast<int>(pairs[i * (kTileKeys / 2) + jp]));
@@ -173,14 +173,14 @@ struct Avx512DpBf16Isa : Avx512Isa {
   }
 
   template <int HB, int kD>
-  static void TilePv(const uint32_t* pairs, const uint16_t* vt, int dv_arg, const char* next,
+  static void TilePv(const uint32_t* pairs, const uint16_t* vt, int dv_arg, const TilePrefetch* pf,
                      float* o) {
     const int dv = kD != 0 ? kD : dv_arg;
     int d = 0;
     for (; d + kTilePvVecs * kLanes <= dv; d += kTilePvVecs * kLanes) {
-      TilePvChunk<HB, kTilePvVecs>(pairs, vt, dv, d, next, o);
+      TilePvChunk<HB, kTilePvVecs>(pairs, vt, dv, d, pf, o);
     }
-    for (; d < dv; d += kLanes) TilePvChunk<HB, 1>(pairs, vt, dv, d, next, o);
+    for (; d < dv; d += kLanes) TilePvChunk<HB, 1>(pairs, vt, dv, d, pf, o);
   }
 
   static V Dot(V acc, const QElem* q, const uint16_t* k) {

@@ -6,9 +6,13 @@
 // a broadcast element (or, for vdpbf16ps, a broadcast pair) of q: no horizontal sums. In V a
 // line holds 16 d of e consecutive keys, so P V is the same pattern with the weights broadcast.
 // A task reads its tiles in address order, page by page: within a page every KV head's tiles
-// follow each other, so K and V are two streams of contiguous bytes; while it works on one tile
-// it prefetches the same line of the next tile of each stream, one line per line consumed (the
-// pace of the work, measured faster than prefetching ahead in bursts or by more than a tile).
+// follow each other, so K and V are two streams of contiguous bytes. Each line of the next tile
+// of a stream is requested three times (TilePrefetch): all at once when the current tile starts,
+// then, paced by the work, a line half a tile further on and the line one tile on from each line
+// consumed. The core drops software prefetches while its miss buffers are full, and a request
+// for a line already on its way costs one instruction: once per line at one distance, the kernel
+// read at 72-76 % of the read ceiling on one thread; with the three requests, at 79-99 %
+// (docs/perf-attention.md). Further ahead, or into L2 only, measured slower.
 //
 // Extra traits used here: kTileHeads (query heads per register tile), kTileSplit (independent
 // partial sums per score vector, to cover the multiply-add latency), kTilePvVecs (vectors of d
@@ -25,10 +29,34 @@ __attribute__((always_inline)) inline void PrefetchLine(const void* p) {
   __builtin_prefetch(p, 0, 3);
 }
 
+// The prefetches of one stream (K or V) while a tile of it is worked on: `next` and `after` are
+// the stream's next two tiles (null past the end of the task).
+struct TilePrefetch {
+  const char* next = nullptr;
+  const char* after = nullptr;
+  int64_t tile_bytes = 0;
+
+  void Burst() const {
+    if (next == nullptr) return;
+    for (int64_t off = 0; off < tile_bytes; off += 64) PrefetchLine(next + off);
+  }
+  // Called as the line at byte `off` of the current tile is consumed.
+  __attribute__((always_inline)) void Line(int64_t off) const {
+    if (next == nullptr) return;
+    PrefetchLine(next + off);
+    const int64_t far = off + tile_bytes / 2;
+    if (far < tile_bytes) {
+      PrefetchLine(next + far);
+    } else if (after != nullptr) {
+      PrefetchLine(after + (far - tile_bytes));
+    }
+  }
+};
+
 // Scores of HB heads for the 16 keys of a K tile: s[i * kTileKeys + j] = q_i . k_j.
-// Prefetches the line of `next` at the offset of each K line consumed when `next` is non-null.
+// Steps `pf` (when non-null) at each K line consumed.
 template <class T, class KElem, int HB, int kD>
-void TileScoresFma(const float* q, int dqk_arg, const KElem* kt, const char* next, float* s) {
+void TileScoresFma(const float* q, int dqk_arg, const KElem* kt, const TilePrefetch* pf, float* s) {
   using V = typename T::V;
   const int dqk = kD != 0 ? kD : dqk_arg;
   constexpr int kVecs = kTileKeys / T::kLanes;
@@ -44,10 +72,7 @@ void TileScoresFma(const float* q, int dqk_arg, const KElem* kt, const char* nex
   for (int w = 0; w < lines; w += kSplit) {
     for (int sp = 0; sp < kSplit; ++sp) {
       const KElem* line = kt + static_cast<int64_t>(w + sp) * kTileKeys * e;
-      if (next != nullptr) {
-        PrefetchLine(next +
-                     (reinterpret_cast<const char*>(line) - reinterpret_cast<const char*>(kt)));
-      }
+      if (pf != nullptr) pf->Line(static_cast<int64_t>(w + sp) * 64);
       for (int v = 0; v < kVecs; ++v) {
         if constexpr (e == 1) {
           const V kv = T::Load(line + v * T::kLanes);
@@ -79,7 +104,8 @@ void TileScoresFma(const float* q, int dqk_arg, const KElem* kt, const char* nex
 // O[i][d] += sum_j p[i][j] V[j][d] for HB heads over a V tile, in register tiles of DB vectors
 // of d; prefetches like TileScoresFma.
 template <class T, class KElem, int HB, int DB>
-void TilePvFmaChunk(const float* p, const KElem* vt, int dv, int d0, const char* next, float* o) {
+void TilePvFmaChunk(const float* p, const KElem* vt, int dv, int d0, const TilePrefetch* pf,
+                    float* o) {
   // dv is a compile-time constant where TilePvFma is instantiated with one.
   using V = typename T::V;
   constexpr int e = sizeof(float) / sizeof(KElem);
@@ -90,11 +116,10 @@ void TilePvFmaChunk(const float* p, const KElem* vt, int dv, int d0, const char*
   for (int j = 0; j < kTileKeys; j += e) {
     // Keys j .. j + e - 1 share the words of this row of the tile.
     const KElem* row = vt + static_cast<int64_t>(j / e) * dv * e + static_cast<int64_t>(d0) * e;
-    if (next != nullptr) {
-      for (int b = 0; b < DB * T::kLanes * e * static_cast<int>(sizeof(KElem)); b += 64) {
-        PrefetchLine(next +
-                     (reinterpret_cast<const char*>(row) - reinterpret_cast<const char*>(vt)) + b);
-      }
+    if (pf != nullptr) {
+      // DB vectors of kLanes words: the row's lines for this chunk of d.
+      const int64_t at = (row - vt) * static_cast<int64_t>(sizeof(KElem));
+      for (int b = 0; b < DB * T::kLanes * 4; b += 64) pf->Line(at + b);
     }
     for (int b = 0; b < DB; ++b) {
       if constexpr (e == 1) {
@@ -119,20 +144,20 @@ void TilePvFmaChunk(const float* p, const KElem* vt, int dv, int d0, const char*
 }
 
 template <class T, class KElem, int HB, int kD>
-void TilePvFma(const float* p, const KElem* vt, int dv_arg, const char* next, float* o) {
+void TilePvFma(const float* p, const KElem* vt, int dv_arg, const TilePrefetch* pf, float* o) {
   constexpr int DB = T::kTilePvVecs;
   const int dv = kD != 0 ? kD : dv_arg;
   int d = 0;
   for (; d + DB * T::kLanes <= dv; d += DB * T::kLanes) {
-    TilePvFmaChunk<T, KElem, HB, DB>(p, vt, dv, d, next, o);
+    TilePvFmaChunk<T, KElem, HB, DB>(p, vt, dv, d, pf, o);
   }
-  for (; d < dv; d += T::kLanes) TilePvFmaChunk<T, KElem, HB, 1>(p, vt, dv, d, next, o);
+  for (; d < dv; d += T::kLanes) TilePvFmaChunk<T, KElem, HB, 1>(p, vt, dv, d, pf, o);
 }
 
 // Every head chunk of a KV head's group: the generic (fp32 arithmetic) path, or the traits' own.
 template <class T, class KElem, int HB, int kD>
-void GroupScores(const typename T::QElem* q, int group, int dqk, const KElem* kt, const char* next,
-                 float* s) {
+void GroupScores(const typename T::QElem* q, int group, int dqk, const KElem* kt,
+                 const TilePrefetch* next, float* s) {
   for (int h = 0; h < group; h += HB) {
     const int heads = group - h;
     if (heads < HB) {
@@ -142,7 +167,7 @@ void GroupScores(const typename T::QElem* q, int group, int dqk, const KElem* kt
       }
     }
     // Only the first chunk prefetches: the others read the tile again from L1.
-    const char* pf = h == 0 ? next : nullptr;
+    const TilePrefetch* pf = h == 0 ? next : nullptr;
     if constexpr (T::kDpTiles) {
       T::template TileScores<HB, kD>(q + static_cast<int64_t>(h) * dqk, dqk, kt, pf,
                                      s + h * kTileKeys);
@@ -154,8 +179,8 @@ void GroupScores(const typename T::QElem* q, int group, int dqk, const KElem* kt
 }
 
 template <class T, class KElem, int HB, int kD>
-void GroupPv(float* p, uint32_t* pairs, int group, const KElem* vt, int dv, const char* next,
-             float* o) {
+void GroupPv(float* p, uint32_t* pairs, int group, const KElem* vt, int dv,
+             const TilePrefetch* next, float* o) {
   for (int h = 0; h < group; h += HB) {
     const int heads = group - h;
     if (heads < HB) {
@@ -165,7 +190,7 @@ void GroupPv(float* p, uint32_t* pairs, int group, const KElem* vt, int dv, cons
                                              o + static_cast<int64_t>(h) * dv);
       }
     }
-    const char* pf = h == 0 ? next : nullptr;
+    const TilePrefetch* pf = h == 0 ? next : nullptr;
     float* oh = o + static_cast<int64_t>(h) * dv;
     if constexpr (T::kDpTiles) {
       T::template TilePv<HB, kD>(pairs + h * (kTileKeys / 2), vt, dv, pf, oh);
@@ -175,14 +200,39 @@ void GroupPv(float* p, uint32_t* pairs, int group, const KElem* vt, int dv, cons
   }
 }
 
-// The tiles of a task in the order they are read: pages, then KV heads, then the page's blocks.
-struct TileCursor {
-  int page_index;  // into the row's block table
-  int kvh;
-  int block;  // global 16-key block of the row
+// The tiles of a task in the order they are read: pages, then KV heads, then the page's blocks
+// (global 16-key blocks of the row) that fall in the task's keys.
+class TileWalk {
+ public:
+  TileWalk(int key_begin, int key_end, int blocks_per_page, int kv_heads)
+      : first_(key_begin / kTileKeys),
+        last_((key_end - 1) / kTileKeys),
+        per_page_(blocks_per_page),
+        kv_heads_(kv_heads) {}
+
+  struct Tile {
+    int page_index = -1;  // into the row's block table; -1: past the end
+    int kvh = 0;
+    int block = 0;
+  };
+  Tile First() const { return {first_ / per_page_, 0, first_}; }
+  Tile Next(Tile t) const {
+    if (t.page_index < 0) return t;
+    if (t.block < PageEnd(t.page_index)) return {t.page_index, t.kvh, t.block + 1};
+    if (t.kvh + 1 < kv_heads_) return {t.page_index, t.kvh + 1, PageBegin(t.page_index)};
+    if (t.page_index + 1 <= last_ / per_page_) {
+      return {t.page_index + 1, 0, PageBegin(t.page_index + 1)};
+    }
+    return {};
+  }
+
+ private:
+  int PageBegin(int pi) const { return std::max(first_, pi * per_page_); }
+  int PageEnd(int pi) const { return std::min(last_, (pi + 1) * per_page_ - 1); }
+
+  int first_, last_, per_page_, kv_heads_;
 };
 
-// kD: head_dim_qk == head_dim_v when known at compile time (the loops over d then unroll), else 0.
 template <class T, class KElem, int kD>
 void AttendTilesD(const KernelArgs& a) {
   using V = typename T::V;
@@ -211,102 +261,88 @@ void AttendTilesD(const KernelArgs& a) {
   }
   constexpr int e = sizeof(float) / sizeof(KElem);
   const int blocks_per_page = a.page_size / kTileKeys;
-  const int first = a.key_begin / kTileKeys;
-  const int last = (a.key_end - 1) / kTileKeys;
   const int64_t k_tile = static_cast<int64_t>(kTileKeys) * dqk;
   const int64_t v_tile = static_cast<int64_t>(kTileKeys) * dv;
-  auto page_blocks = [&](int pi, int* lo, int* hi) {
-    *lo = std::max(first, pi * blocks_per_page);
-    *hi = std::min(last, (pi + 1) * blocks_per_page - 1);
+  using Tile = TileWalk::Tile;
+  auto tile_index = [&](const Tile& t) {
+    return static_cast<int64_t>(t.kvh) * blocks_per_page + t.block % blocks_per_page;
   };
-  auto tile_index = [&](const TileCursor& c) {
-    return static_cast<int64_t>(c.kvh) * blocks_per_page + c.block % blocks_per_page;
+  auto k_of = [&](const Tile& t) -> const KElem* {
+    if (t.page_index < 0) return nullptr;
+    return static_cast<const KElem*>(a.k) + a.pages[t.page_index] * a.k_page_stride +
+           tile_index(t) * k_tile;
   };
-  auto k_of = [&](const TileCursor& c) {
-    return static_cast<const KElem*>(a.k) + a.pages[c.page_index] * a.k_page_stride +
-           tile_index(c) * k_tile;
+  auto v_of = [&](const Tile& t) -> const KElem* {
+    if (t.page_index < 0) return nullptr;
+    return static_cast<const KElem*>(a.v) + a.pages[t.page_index] * a.v_page_stride +
+           tile_index(t) * v_tile;
   };
-  auto v_of = [&](const TileCursor& c) {
-    return static_cast<const KElem*>(a.v) + a.pages[c.page_index] * a.v_page_stride +
-           tile_index(c) * v_tile;
-  };
-  const int last_page = last / blocks_per_page;
-  for (int pi = first / blocks_per_page; pi <= last_page; ++pi) {
-    int lo_block, hi_block;
-    page_blocks(pi, &lo_block, &hi_block);
-    for (int kvh = 0; kvh < a.kv_heads; ++kvh) {
-      for (int blk = lo_block; blk <= hi_block; ++blk) {
-        const TileCursor cur{pi, kvh, blk};
-        // The tile read after this one; the last tile prefetches nothing.
-        TileCursor nxt = cur;
-        bool has_next = true;
-        if (blk < hi_block) {
-          nxt.block = blk + 1;
-        } else if (kvh + 1 < a.kv_heads) {
-          nxt = {pi, kvh + 1, lo_block};
-        } else if (pi < last_page) {
-          int nlo, nhi;
-          page_blocks(pi + 1, &nlo, &nhi);
-          nxt = {pi + 1, 0, nlo};
-        } else {
-          has_next = false;
+  auto bytes = [](const KElem* p) { return reinterpret_cast<const char*>(p); };
+  const TileWalk walk(a.key_begin, a.key_end, blocks_per_page, a.kv_heads);
+  Tile next = walk.Next(walk.First());
+  Tile after = walk.Next(next);
+  for (Tile cur = walk.First(); cur.page_index >= 0;
+       cur = next, next = after, after = walk.Next(after)) {
+    const TilePrefetch k_pf{bytes(k_of(next)), bytes(k_of(after)),
+                            k_tile * static_cast<int64_t>(sizeof(KElem))};
+    const TilePrefetch v_pf{bytes(v_of(next)), bytes(v_of(after)),
+                            v_tile * static_cast<int64_t>(sizeof(KElem))};
+    k_pf.Burst();
+    v_pf.Burst();
+    const KElem* kt = k_of(cur);
+    const KElem* vt = v_of(cur);
+    const int blk = cur.block;
+    const int kvh = cur.kvh;
+    const int key0 = blk * kTileKeys;
+    const int lo = std::max(a.key_begin - key0, 0);
+    const int hi = std::min(a.key_end - key0, kTileKeys);
+    const int h0 = kvh * group;
+    float* o = a.o + static_cast<int64_t>(h0) * dv;
+    GroupScores<T, KElem, T::kTileHeads, kD>(q + static_cast<int64_t>(h0) * dqk, group, dqk, kt,
+                                             &k_pf, s);
+    if (lo > 0 || hi < kTileKeys) {
+      // Keys outside the task: their scores become -inf and their V words 0 (the slots may
+      // hold anything, NaN included, and 0 * NaN would reach O).
+      for (int g = 0; g < group; ++g) {
+        for (int j = 0; j < kTileKeys; ++j) {
+          if (j < lo || j >= hi) s[g * kTileKeys + j] = -__builtin_inff();
         }
-        const char* next_k = has_next ? reinterpret_cast<const char*>(k_of(nxt)) : nullptr;
-        const char* next_v = has_next ? reinterpret_cast<const char*>(v_of(nxt)) : nullptr;
-        const KElem* kt = k_of(cur);
-        const KElem* vt = v_of(cur);
-        const int key0 = blk * kTileKeys;
-        const int lo = std::max(a.key_begin - key0, 0);
-        const int hi = std::min(a.key_end - key0, kTileKeys);
-        const int h0 = kvh * group;
-        float* o = a.o + static_cast<int64_t>(h0) * dv;
-        GroupScores<T, KElem, T::kTileHeads, kD>(q + static_cast<int64_t>(h0) * dqk, group, dqk, kt,
-                                                 next_k, s);
-        if (lo > 0 || hi < kTileKeys) {
-          // Keys outside the task: their scores become -inf and their V words 0 (the slots may
-          // hold anything, NaN included, and 0 * NaN would reach O).
-          for (int g = 0; g < group; ++g) {
-            for (int j = 0; j < kTileKeys; ++j) {
-              if (j < lo || j >= hi) s[g * kTileKeys + j] = -__builtin_inff();
-            }
-          }
-          for (int64_t i = 0; i < v_tile; ++i) vpart[i] = KElem{};
-          for (int j = lo; j < hi; ++j) {
-            for (int d = 0; d < dv; ++d) {
-              const int64_t at = (static_cast<int64_t>(j / e) * dv + d) * e + j % e;
-              vpart[at] = vt[at];
-            }
-          }
-          vt = vpart;
-        }
-        for (int g = 0; g < group; ++g) {
-          float* sg = s + g * kTileKeys;
-          float& mh = m[h0 + g];
-          float& lh = l[h0 + g];
-          V vmax = T::Load(sg);
-          for (int j = T::kLanes; j < kTileKeys; j += T::kLanes) {
-            vmax = T::Max(vmax, T::Load(sg + j));
-          }
-          const float block_max = T::ReduceMax(vmax);
-          const float m_new = mh > block_max ? mh : block_max;
-          V vsum = T::Zero();
-          for (int j = 0; j < kTileKeys; j += T::kLanes) {
-            const V p = T::Exp2(T::Add(T::Load(sg + j), T::Set1(-m_new)));
-            T::Store(sg + j, p);
-            vsum = T::Add(vsum, p);
-          }
-          if (m_new > mh) {
-            const float corr = __builtin_exp2f(mh - m_new);
-            lh *= corr;
-            ScaleRow<T>(o + static_cast<int64_t>(g) * dv, dv, corr);
-            mh = m_new;
-          }
-          lh += T::ReduceAdd(vsum);
-          if constexpr (T::kDpTiles) T::PackPairs(sg, pairs + g * (kTileKeys / 2));
-        }
-        GroupPv<T, KElem, T::kTileHeads, kD>(s, pairs, group, vt, dv, next_v, o);
       }
+      for (int64_t i = 0; i < v_tile; ++i) vpart[i] = KElem{};
+      for (int j = lo; j < hi; ++j) {
+        for (int d = 0; d < dv; ++d) {
+          const int64_t at = (static_cast<int64_t>(j / e) * dv + d) * e + j % e;
+          vpart[at] = vt[at];
+        }
+      }
+      vt = vpart;
     }
+    for (int g = 0; g < group; ++g) {
+      float* sg = s + g * kTileKeys;
+      float& mh = m[h0 + g];
+      float& lh = l[h0 + g];
+      V vmax = T::Load(sg);
+      for (int j = T::kLanes; j < kTileKeys; j += T::kLanes) {
+        vmax = T::Max(vmax, T::Load(sg + j));
+      }
+      const float block_max = T::ReduceMax(vmax);
+      const float m_new = mh > block_max ? mh : block_max;
+      V vsum = T::Zero();
+      for (int j = 0; j < kTileKeys; j += T::kLanes) {
+        const V p = T::Exp2(T::Add(T::Load(sg + j), T::Set1(-m_new)));
+        T::Store(sg + j, p);
+        vsum = T::Add(vsum, p);
+      }
+      if (m_new > mh) {
+        const float corr = __builtin_exp2f(mh - m_new);
+        lh *= corr;
+        ScaleRow<T>(o + static_cast<int64_t>(g) * dv, dv, corr);
+        mh = m_new;
+      }
+      lh += T::ReduceAdd(vsum);
+      if constexpr (T::kDpTiles) T::PackPairs(sg, pairs + g * (kTileKeys / 2));
+    }
+    GroupPv<T, KElem, T::kTileHeads, kD>(s, pairs, group, vt, dv, &v_pf, o);
   }
   for (int h = 0; h < heads; ++h) {
     // l >= 1 here: the key that set the max contributes exp2(0).
