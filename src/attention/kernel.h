@@ -9,9 +9,9 @@
 #pragma once
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 
 #include "ctxpar/attention.h"
 #include "ctxpar/cpu_features.h"
@@ -59,11 +59,10 @@ using KernelFn = void (*)(const KernelArgs& args);
 
 inline size_t KernelScratchFloats(int kv_heads, int group, int head_dim_qk, int head_dim_v) {
   // Scaled Q, one block of scores of one KV head, running max and sum; for kTiles16 also the
-  // weights as bf16 pairs and one V tile for the keys of a partial tile. Whole cache lines.
+  // weights as bf16 pairs and two V word-rows (the edges of a partial tile). Whole cache lines.
   const size_t heads = static_cast<size_t>(kv_heads) * group;
   const size_t n = heads * head_dim_qk + static_cast<size_t>(group) * kKeyBlock + 2 * heads +
-                   static_cast<size_t>(group) * kKeyBlock / 2 +
-                   static_cast<size_t>(kKeyBlock) * head_dim_v;
+                   static_cast<size_t>(group) * kKeyBlock / 2 + 2 * static_cast<size_t>(head_dim_v);
   return (n + 15) / 16 * 16 + 16;
 }
 

@@ -149,16 +149,16 @@ struct Avx512DpBf16Isa : Avx512Isa {
   }
 
   template <int HB, int DB>
-  static void TilePvChunk(const uint32_t* pairs, const uint16_t* vt, int dv, int d0,
+  static void TilePvChunk(const uint32_t* pairs, const VRows<uint16_t>& v, int dv, int d0,
                           const TilePrefetch* pf, float* o) {
     V acc[HB][DB];
     for (int i = 0; i < HB; ++i) {
       for (int b = 0; b < DB; ++b) acc[i][b] = Load(o + i * dv + d0 + b * kLanes);
     }
-    for (int jp = 0; jp < kTileKeys / 2; ++jp) {
-      const uint16_t* row = vt + (static_cast<int64_t>(jp) * dv + d0) * 2;
+    for (int jp = v.lo; jp < v.hi; ++jp) {
+      const uint16_t* row = v.row[jp] + static_cast<int64_t>(d0) * 2;
       for (int b = 0; b < DB; ++b) {
-        if (pf != nullptr) pf->Line((row - vt) * 2 + b * 64);
+        if (pf != nullptr) pf->Line((static_cast<int64_t>(jp) * dv + d0) * 4 + b * 64);
         const __m512i vv = _mm512_loadu_si512(row + b * 32);
         for (int i = 0; i < HB; ++i) {
           const __m512i pp = _mm512_set1_epi32(static_cast<int>(pairs[i * (kTileKeys / 2) + jp]));
@@ -173,14 +173,14 @@ struct Avx512DpBf16Isa : Avx512Isa {
   }
 
   template <int HB, int kD>
-  static void TilePv(const uint32_t* pairs, const uint16_t* vt, int dv_arg, const TilePrefetch* pf,
-                     float* o) {
+  static void TilePv(const uint32_t* pairs, const VRows<uint16_t>& v, int dv_arg,
+                     const TilePrefetch* pf, float* o) {
     const int dv = kD != 0 ? kD : dv_arg;
     int d = 0;
     for (; d + kTilePvVecs * kLanes <= dv; d += kTilePvVecs * kLanes) {
-      TilePvChunk<HB, kTilePvVecs>(pairs, vt, dv, d, pf, o);
+      TilePvChunk<HB, kTilePvVecs>(pairs, v, dv, d, pf, o);
     }
-    for (; d < dv; d += kLanes) TilePvChunk<HB, 1>(pairs, vt, dv, d, pf, o);
+    for (; d < dv; d += kLanes) TilePvChunk<HB, 1>(pairs, v, dv, d, pf, o);
   }
 
   static V Dot(V acc, const QElem* q, const uint16_t* k) {
