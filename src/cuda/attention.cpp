@@ -35,6 +35,11 @@ Expected<Shape> ValidateShape(const PartialAttentionParams& p) {
         "PartialAttentionCuda: kv.dtype must be kBF16 (the CUDA kernels read "
         "bf16 KV only)");
   }
+  if (kv.format != KvPageFormat::kRows) {
+    return InvalidArgument(
+        "PartialAttentionCuda: kv.format must be KvPageFormat::kRows (the CUDA kernels read "
+        "token rows; kTiles16 is the CPU kernels' layout)");
+  }
   if (p.num_rows < 0 || p.num_rows > kMaxGridDim) {
     return Bad("num_rows", p.num_rows, "must be in [0, 65535]");
   }

@@ -338,6 +338,11 @@ TEST(CudaAttentionPlanTest, RejectsWhatTheKernelsCannotServe) {
     return PlanPartialAttentionCuda(p, max_len, 132, splits).status().message();
   };
   PartialAttentionParams p = ValidGqa();
+  p.kv.format = KvPageFormat::kTiles16;
+  EXPECT_EQ(message(p),
+            "PartialAttentionCuda: kv.format must be KvPageFormat::kRows (the CUDA kernels read "
+            "token rows; kTiles16 is the CPU kernels' layout)");
+  p = ValidGqa();
   p.kv.dtype = KvDtype::kF32;
   EXPECT_EQ(message(p),
             "PartialAttentionCuda: kv.dtype must be kBF16 (the CUDA kernels read "
