@@ -33,28 +33,34 @@ __attribute__((always_inline)) inline void PrefetchLine(const void* p) {
   __builtin_prefetch(p, 0, 3);
 }
 
-// The prefetches of one stream (K or V) while a tile of it is worked on: `next` and `after` are
-// the stream's next two tiles (null past the end of the task).
+// The prefetches of one stream (K or V) while a tile of it is worked on, given the stream's next
+// two tiles (`after` null at the end of the task; `next` null: no prefetch).
 struct TilePrefetch {
-  const char* next = nullptr;
-  const char* after = nullptr;
-  int64_t tile_bytes = 0;
+  TilePrefetch(const char* next, const char* after, int64_t tile_bytes)
+      : next_(next),
+        tile_bytes_(tile_bytes),
+        half_(tile_bytes / 2),
+        far_lo_(next + half_),
+        far_hi_((after != nullptr ? after : next) - half_) {}
 
   void Burst() const {
-    if (next == nullptr) return;
-    for (int64_t off = 0; off < tile_bytes; off += 64) PrefetchLine(next + off);
+    if (next_ == nullptr) return;
+    for (int64_t off = 0; off < tile_bytes_; off += 64) PrefetchLine(next_ + off);
   }
-  // Called as the line at byte `off` of the current tile is consumed.
+  // Called as the line at byte `off` of the current tile is consumed: the line one tile on, and
+  // the one half a tile further (in the tile after next for the second half of the tile).
   __attribute__((always_inline)) void Line(int64_t off) const {
-    if (next == nullptr) return;
-    PrefetchLine(next + off);
-    const int64_t far = off + tile_bytes / 2;
-    if (far < tile_bytes) {
-      PrefetchLine(next + far);
-    } else if (after != nullptr) {
-      PrefetchLine(after + (far - tile_bytes));
-    }
+    if (next_ == nullptr) return;
+    PrefetchLine(next_ + off);
+    PrefetchLine((off < half_ ? far_lo_ : far_hi_) + off);
   }
+
+ private:
+  const char* next_;
+  int64_t tile_bytes_;
+  int64_t half_;
+  const char* far_lo_;  // next + half: the far line of the first half
+  const char* far_hi_;  // after - half: the far line of the second half
 };
 
 // Scores of HB heads for the 16 keys of a K tile: s[i * kTileKeys + j] = q_i . k_j.
