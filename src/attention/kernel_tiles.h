@@ -9,10 +9,10 @@
 // follow each other, so K and V are two streams of contiguous bytes. Each line of the next tile
 // of a stream is requested three times (TilePrefetch): all at once when the current tile starts,
 // then, paced by the work, a line half a tile further on and the line one tile on from each line
-// consumed. The core drops software prefetches while its miss buffers are full, and a request
-// for a line already on its way costs one instruction: once per line at one distance, the kernel
-// read at 72-76 % of the read ceiling on one thread; with the three requests, at 79-99 %
-// (docs/perf-attention.md). Further ahead, or into L2 only, measured slower.
+// consumed. Requested once per line at one distance, the kernel read at 70-88 % of the read
+// ceiling on one thread; with the three requests at 80-103 % (docs/perf-attention.md; our reading:
+// the core drops software prefetches while its miss buffers are full, and a request for a line
+// already on its way costs one instruction). Further ahead, or into L2 only, measured slower.
 //
 // Extra traits used here: kTileHeads (query heads per register tile), kTileSplit (independent
 // partial sums per score vector, to cover the multiply-add latency), kTilePvVecs (vectors of d
@@ -37,11 +37,12 @@ __attribute__((always_inline)) inline void PrefetchLine(const void* p) {
 // two tiles (`after` null at the end of the task; `next` null: no prefetch).
 struct TilePrefetch {
   TilePrefetch(const char* next, const char* after, int64_t tile_bytes)
-      : next_(next),
-        tile_bytes_(tile_bytes),
-        half_(tile_bytes / 2),
-        far_lo_(next + half_),
-        far_hi_((after != nullptr ? after : next) - half_) {}
+      : next_(next), tile_bytes_(tile_bytes), half_(tile_bytes / 2) {
+    if (next_ == nullptr) return;
+    far_lo_ = next_ + half_;
+    // Past the end of the task the far lines fall back on the next tile's second half.
+    far_hi_ = (after != nullptr ? after : next_) - half_;
+  }
 
   void Burst() const {
     if (next_ == nullptr) return;
@@ -59,8 +60,8 @@ struct TilePrefetch {
   const char* next_;
   int64_t tile_bytes_;
   int64_t half_;
-  const char* far_lo_;  // next + half: the far line of the first half
-  const char* far_hi_;  // after - half: the far line of the second half
+  const char* far_lo_ = nullptr;  // next + half: the far line of the first half
+  const char* far_hi_ = nullptr;  // after - half: the far line of the second half
 };
 
 // Scores of HB heads for the 16 keys of a K tile: s[i * kTileKeys + j] = q_i . k_j.
@@ -339,7 +340,8 @@ void AttendTilesD(const KernelArgs& a) {
       }
       if constexpr (e > 1) {
         for (int w : {vrows.lo, vrows.hi - 1}) {
-          if (w * e >= lo && w * e + e <= hi) continue;
+          const bool whole = w * e >= lo && w * e + e <= hi;
+          if (whole || vrows.row[w] != vt + w * row_elems) continue;  // whole, or copied already
           KElem* copy = vpart + (w == vrows.lo ? 0 : row_elems);
           for (int64_t i = 0; i < row_elems; ++i) {
             const int key = w * e + static_cast<int>(i % e);
