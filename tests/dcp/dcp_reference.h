@@ -174,7 +174,9 @@ inline void RunRankAndCheck(const DcpCase& c, const DcpProblem& p, Communicator&
                                 .head_dim_qk = p.dq,
                                 .head_dim_v = p.dv,
                                 .v_in_k = c.mla,
-                                .dtype = c.kv_dtype});
+                                .dtype = c.kv_dtype,
+                                // The layouts the engine uses: tiles for GQA, rows for MLA.
+                                .format = c.mla ? KvPageFormat::kRows : KvPageFormat::kTiles16});
   ASSERT_TRUE(cache.ok()) << cache.status().ToString();
   for (size_t s = 0; s < c.lengths.size(); ++s) {
     ASSERT_EQ(*cache->AddSequence(), static_cast<int>(s));
