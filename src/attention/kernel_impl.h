@@ -235,30 +235,90 @@ void ScaleRow(float* x, int n, float f) {
   for (int d = 0; d < n; d += T::kLanes) T::Store(x + d, T::Mul(T::Load(x + d), vf));
 }
 
-template <class T, class KElem>
-void Attend(const KernelArgs& a) {
-  using V = typename T::V;
-  const int group = a.group;
-  const int heads = a.kv_heads * group;
+// A task's state in its scratch (KernelScratchFloats): Q prepared for the dot products, one
+// block of scores of a KV head's group, the running max and sum per head, then what a kernel
+// keeps besides (`rest`).
+template <class T>
+struct TaskScratch {
+  typename T::QElem* q;
+  float* s;     // [group, kKeyBlock]
+  float* m;     // [heads]
+  float* l;     // [heads]
+  float* rest;  // what follows l
+};
+
+// Zeroes the task's O. An empty key range gets lse = -inf and false; otherwise Q is scaled by
+// scale * log2(e) (the softmax runs in base 2) and the running max and sum are reset.
+template <class T>
+bool BeginTask(const KernelArgs& a, TaskScratch<T>* t) {
+  const int heads = a.kv_heads * a.group;
   const int dqk = a.head_dim_qk;
-  const int dv = a.head_dim_v;
-  for (int64_t i = 0; i < static_cast<int64_t>(heads) * dv; i += T::kLanes) {
+  for (int64_t i = 0; i < static_cast<int64_t>(heads) * a.head_dim_v; i += T::kLanes) {
     T::Store(a.o + i, T::Zero());
   }
   if (a.key_begin >= a.key_end) {
     for (int h = 0; h < heads; ++h) a.lse[h] = -__builtin_inff();
-    return;
+    return false;
   }
-  auto* q = reinterpret_cast<typename T::QElem*>(a.scratch);
-  float* s = a.scratch + static_cast<int64_t>(heads) * dqk;
-  float* m = s + group * kKeyBlock;
-  float* l = m + heads;
+  t->q = reinterpret_cast<typename T::QElem*>(a.scratch);
+  t->s = a.scratch + static_cast<int64_t>(heads) * dqk;
+  t->m = t->s + a.group * kKeyBlock;
+  t->l = t->m + heads;
+  t->rest = t->l + heads;
   for (int h = 0; h < heads; ++h) {
     T::PrepareQ(a.q + static_cast<int64_t>(h) * dqk, a.scale * kLog2e,
-                q + static_cast<int64_t>(h) * dqk, dqk);
-    m[h] = -__builtin_inff();
-    l[h] = 0.0f;
+                t->q + static_cast<int64_t>(h) * dqk, dqk);
+    t->m[h] = -__builtin_inff();
+    t->l[h] = 0.0f;
   }
+  return true;
+}
+
+// One head's online-softmax step over a block of kKeyBlock scores (keys outside the block's
+// range at -inf): the scores become the weights exp2(s - m_new) in place, the running sum takes
+// their sum, and the head's O row is rescaled when the max grew.
+template <class T>
+void SoftmaxBlock(float* sg, float& mh, float& lh, float* o_row, int dv) {
+  using V = typename T::V;
+  V vmax = T::Load(sg);
+  for (int j = T::kLanes; j < kKeyBlock; j += T::kLanes) vmax = T::Max(vmax, T::Load(sg + j));
+  const float block_max = T::ReduceMax(vmax);
+  const float m_new = mh > block_max ? mh : block_max;
+  V vsum = T::Zero();
+  for (int j = 0; j < kKeyBlock; j += T::kLanes) {
+    const V p = T::Exp2(T::Add(T::Load(sg + j), T::Set1(-m_new)));
+    T::Store(sg + j, p);
+    vsum = T::Add(vsum, p);
+  }
+  if (m_new > mh) {
+    const float corr = __builtin_exp2f(mh - m_new);
+    lh *= corr;
+    ScaleRow<T>(o_row, dv, corr);
+    mh = m_new;
+  }
+  lh += T::ReduceAdd(vsum);
+}
+
+// O /= l and lse = (m + log2 l) * ln 2 for every head of the task.
+template <class T>
+void EndTask(const KernelArgs& a, const TaskScratch<T>& t) {
+  const int dv = a.head_dim_v;
+  for (int h = 0; h < a.kv_heads * a.group; ++h) {
+    // l >= 1 here: the key that set the max contributes exp2(0).
+    ScaleRow<T>(a.o + static_cast<int64_t>(h) * dv, dv, 1.0f / t.l[h]);
+    a.lse[h] = (t.m[h] + __builtin_log2f(t.l[h])) * kLn2;
+  }
+}
+
+template <class T, class KElem>
+void Attend(const KernelArgs& a) {
+  TaskScratch<T> t;
+  if (!BeginTask<T>(a, &t)) return;
+  const int group = a.group;
+  const int dqk = a.head_dim_qk;
+  const int dv = a.head_dim_v;
+  const auto* q = t.q;
+  float* s = t.s;
   const void* vbase = a.v != nullptr ? a.v : a.k;
   const int64_t k_row_bytes = a.k_row_stride * static_cast<int64_t>(sizeof(KElem));
   const int64_t v_row_bytes = a.v_row_stride * static_cast<int64_t>(sizeof(KElem));
@@ -301,26 +361,8 @@ void Attend(const KernelArgs& a) {
       Scores<T, KElem>(q + static_cast<int64_t>(h0) * dqk, group, dqk, kp, n4, s, &pf);
       for (int g = 0; g < group; ++g) {
         float* sg = s + g * kKeyBlock;
-        float& mh = m[h0 + g];
-        float& lh = l[h0 + g];
         for (int j = n; j < kKeyBlock; ++j) sg[j] = -__builtin_inff();
-        V vmax = T::Load(sg);
-        for (int j = T::kLanes; j < kKeyBlock; j += T::kLanes) vmax = T::Max(vmax, T::Load(sg + j));
-        const float block_max = T::ReduceMax(vmax);
-        const float m_new = mh > block_max ? mh : block_max;
-        V vsum = T::Zero();
-        for (int j = 0; j < kKeyBlock; j += T::kLanes) {
-          const V p = T::Exp2(T::Add(T::Load(sg + j), T::Set1(-m_new)));
-          T::Store(sg + j, p);
-          vsum = T::Add(vsum, p);
-        }
-        if (m_new > mh) {
-          const float corr = __builtin_exp2f(mh - m_new);
-          lh *= corr;
-          ScaleRow<T>(o + static_cast<int64_t>(g) * dv, dv, corr);
-          mh = m_new;
-        }
-        lh += T::ReduceAdd(vsum);
+        SoftmaxBlock<T>(sg, t.m[h0 + g], t.l[h0 + g], o + static_cast<int64_t>(g) * dv, dv);
       }
       if constexpr (T::kPairedPv) {
         T::PairedPv(s, n, vp, group, o, dv, &pf);
@@ -334,9 +376,5 @@ void Attend(const KernelArgs& a) {
     }
     pf.Finish();
   }
-  for (int h = 0; h < heads; ++h) {
-    // l >= 1 here: the key that set the max contributes exp2(0).
-    ScaleRow<T>(a.o + static_cast<int64_t>(h) * dv, dv, 1.0f / l[h]);
-    a.lse[h] = (m[h] + __builtin_log2f(l[h])) * kLn2;
-  }
+  EndTask<T>(a, t);
 }

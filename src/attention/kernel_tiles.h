@@ -27,7 +27,7 @@ constexpr int kTileKeys = 16;
 // row reads what the rows before it read), where the prefetch instructions are pure cost: 20 %
 // of a 574-token SmolLM2 prefill. 1 MiB is this machine's L2 per core.
 constexpr int64_t kPrefetchMinBytes = int64_t{1} << 20;
-static_assert(kTileKeys <= kKeyBlock, "the scratch holds kKeyBlock scores per head");
+static_assert(kTileKeys == kKeyBlock, "a tile is one softmax block (SoftmaxBlock)");
 
 __attribute__((always_inline)) inline void PrefetchLine(const void* p) {
   __builtin_prefetch(p, 0, 3);
@@ -258,30 +258,15 @@ class TileWalk {
 
 template <class T, class KElem, int kD>
 void AttendTilesD(const KernelArgs& a) {
-  using V = typename T::V;
+  TaskScratch<T> t;
+  if (!BeginTask<T>(a, &t)) return;
   const int group = a.group;
-  const int heads = a.kv_heads * group;
   const int dqk = a.head_dim_qk;
   const int dv = a.head_dim_v;
-  for (int64_t i = 0; i < static_cast<int64_t>(heads) * dv; i += T::kLanes) {
-    T::Store(a.o + i, T::Zero());
-  }
-  if (a.key_begin >= a.key_end) {
-    for (int h = 0; h < heads; ++h) a.lse[h] = -__builtin_inff();
-    return;
-  }
-  auto* q = reinterpret_cast<typename T::QElem*>(a.scratch);
-  float* s = a.scratch + static_cast<int64_t>(heads) * dqk;
-  float* m = s + group * kTileKeys;
-  float* l = m + heads;
-  auto* pairs = reinterpret_cast<uint32_t*>(l + heads);
+  const auto* q = t.q;
+  float* s = t.s;
+  auto* pairs = reinterpret_cast<uint32_t*>(t.rest);
   auto* vpart = reinterpret_cast<KElem*>(pairs + group * (kTileKeys / 2));
-  for (int h = 0; h < heads; ++h) {
-    T::PrepareQ(a.q + static_cast<int64_t>(h) * dqk, a.scale * kLog2e,
-                q + static_cast<int64_t>(h) * dqk, dqk);
-    m[h] = -__builtin_inff();
-    l[h] = 0.0f;
-  }
   constexpr int e = sizeof(float) / sizeof(KElem);
   const int blocks_per_page = a.page_size / kTileKeys;
   const int64_t k_tile = static_cast<int64_t>(kTileKeys) * dqk;
@@ -353,36 +338,12 @@ void AttendTilesD(const KernelArgs& a) {
     }
     for (int g = 0; g < group; ++g) {
       float* sg = s + g * kTileKeys;
-      float& mh = m[h0 + g];
-      float& lh = l[h0 + g];
-      V vmax = T::Load(sg);
-      for (int j = T::kLanes; j < kTileKeys; j += T::kLanes) {
-        vmax = T::Max(vmax, T::Load(sg + j));
-      }
-      const float block_max = T::ReduceMax(vmax);
-      const float m_new = mh > block_max ? mh : block_max;
-      V vsum = T::Zero();
-      for (int j = 0; j < kTileKeys; j += T::kLanes) {
-        const V p = T::Exp2(T::Add(T::Load(sg + j), T::Set1(-m_new)));
-        T::Store(sg + j, p);
-        vsum = T::Add(vsum, p);
-      }
-      if (m_new > mh) {
-        const float corr = __builtin_exp2f(mh - m_new);
-        lh *= corr;
-        ScaleRow<T>(o + static_cast<int64_t>(g) * dv, dv, corr);
-        mh = m_new;
-      }
-      lh += T::ReduceAdd(vsum);
+      SoftmaxBlock<T>(sg, t.m[h0 + g], t.l[h0 + g], o + static_cast<int64_t>(g) * dv, dv);
       if constexpr (T::kDpTiles) T::PackPairs(sg, pairs + g * (kTileKeys / 2));
     }
     GroupPv<T, KElem, T::kTileHeads, kD>(s, pairs, group, vrows, dv, &v_pf, o);
   }
-  for (int h = 0; h < heads; ++h) {
-    // l >= 1 here: the key that set the max contributes exp2(0).
-    ScaleRow<T>(a.o + static_cast<int64_t>(h) * dv, dv, 1.0f / l[h]);
-    a.lse[h] = (m[h] + __builtin_log2f(l[h])) * kLn2;
-  }
+  EndTask<T>(a, t);
 }
 
 template <class T, class KElem>
