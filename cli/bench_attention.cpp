@@ -27,6 +27,7 @@
 #include "ctxpar/bf16.h"
 #include "ctxpar/cpu_features.h"
 #include "ctxpar/host_buffer.h"
+#include "ctxpar/thread_pool.h"
 
 namespace ctxpar::cli {
 namespace {
@@ -240,8 +241,10 @@ struct Result {
 
 // One sequence of `context` tokens in pages of 64 slots, pages shuffled over the pool, in the
 // given page format (MLA: always kRows).
-Result RunOne(const Kind& kind, KvPageFormat format, int context, int threads, int reps,
+// The kernel runs on `pool` (of `threads` threads), as the engine runs it.
+Result RunOne(const Kind& kind, KvPageFormat format, int context, ThreadPool* pool, int reps,
               Rate read_ceiling, Rate fp32_peak, Rate dpbf16_peak, CpuIsa isa) {
+  const int threads = pool->size();
   constexpr int kPage = 64;
   const int pages = (context + kPage - 1) / kPage;
   const size_t elem = kind.dtype == KvDtype::kF32 ? 4 : 2;
@@ -301,7 +304,7 @@ Result RunOne(const Kind& kind, KvPageFormat format, int context, int threads, i
   p.kv.block_table = table.data();
   p.kv.max_pages_per_seq = pages;
   p.kv.num_pages = pages;
-  p.num_threads = threads;
+  p.pool = pool;
   Timing best;
   for (int r = 0; r < reps + 1; ++r) {
     const double c0 = CpuSeconds(CLOCK_PROCESS_CPUTIME_ID);
@@ -457,11 +460,12 @@ int RunAttentionBench(const std::vector<std::string>& args) {
                   "context", "time ms", "GB/s", "%read", "GFLOP/s", "%peak", "cpu:GB/s", "%read",
                   "GFLOP/s", "%peak");
     }
+    ThreadPool pool(threads);
     for (const Kind& kind : all) {
       const std::string name = kind.name + (kind.dtype == KvDtype::kF32 ? "-fp32" : "-bf16");
       if (std::find(kinds.begin(), kinds.end(), name) == kinds.end()) continue;
       for (int ctx : ctx_list) {
-        const Result r = RunOne(kind, format, ctx, threads, reps, read, fma, dp, *isa);
+        const Result r = RunOne(kind, format, ctx, &pool, reps, read, fma, dp, *isa);
         out["results"].push_back({{"kind", r.kind},
                                   {"kv_dtype", r.dtype},
                                   {"page_format", r.format},

@@ -37,8 +37,9 @@
 // - Work is split over rows, KV heads and chunks of keys (split-KV); the chunks of one row are
 //   merged with merge.h, so a single long sequence uses every thread.
 // - Thread safety: a call reads its inputs and writes only o and lse; concurrent calls on
-//   disjoint outputs are safe. num_threads <= 0 means all hardware threads. The SIMD path is
-//   the one SelectCpuIsa() picks (CTXPAR_CPU_ISA can force a lower one).
+//   disjoint outputs are safe unless they share a pool. num_threads <= 0 means all hardware
+//   threads. The SIMD path is the one SelectCpuIsa() picks (CTXPAR_CPU_ISA can force a lower
+//   one).
 #pragma once
 
 #include <cstdint>
@@ -74,6 +75,8 @@ struct PagedKv {
 // the kernels' own addressing to it. Thread safety: a pure function.
 int64_t KvElementOffset(const PagedKv& kv, bool value, int64_t page, int slot, int head, int d);
 
+class ThreadPool;  // thread_pool.h
+
 struct PartialAttentionParams {
   const float* q = nullptr;
   float* o = nullptr;
@@ -85,6 +88,9 @@ struct PartialAttentionParams {
   float scale = 1.0f;
   PagedKv kv;
   int num_threads = 0;
+  // When set, the tasks run on this pool and num_threads is its size; the caller must be the one
+  // thread that drives the pool. Null: threads are started for the call (and joined by its end).
+  ThreadPool* pool = nullptr;
   int num_seqs = 0;       // rows of block_table; 0: row_seq is only checked >= 0
   int split_kv_keys = 0;  // keys per split-KV chunk; 0: chosen from the sizes and num_threads
 };

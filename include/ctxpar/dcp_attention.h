@@ -51,6 +51,7 @@ struct DcpOptions {
   float scale = 0.0f;                // softmax scale, > 0 (e.g. 1/sqrt(head_dim))
   DataType o_wire = DataType::kF32;  // O element type on the a2a / shm_a2a wire
   int num_threads = 0;               // attention threads; <= 0: all hardware threads
+  ThreadPool* pool = nullptr;        // not owned; when set, the attention runs on it (attention.h)
 };
 
 class DcpAttention {

@@ -13,6 +13,7 @@
 #include "ctxpar/attention.h"
 #include "ctxpar/cpu_features.h"
 #include "ctxpar/merge.h"
+#include "ctxpar/thread_pool.h"
 
 namespace ctxpar {
 
@@ -148,16 +149,40 @@ struct SplitRow {
   float* lse;  // [splits, num_q_heads]
 };
 
-void RunParallel(int threads, int count, const std::function<void(int, int)>& fn) {
+// fn(i) for i in [0, count) on `threads` threads: the pool's when there is one, else threads
+// started for the call.
+void RunParallel(ThreadPool* pool, int threads, int count, const std::function<void(int)>& fn) {
+  if (threads <= 1) {
+    for (int i = 0; i < count; ++i) fn(i);
+    return;
+  }
+  if (pool != nullptr) {
+    pool->ParallelFor(count, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) fn(static_cast<int>(i));
+    });
+    return;
+  }
   std::atomic<int> next{0};
-  auto worker = [&](int thread) {
-    for (int i = next.fetch_add(1); i < count; i = next.fetch_add(1)) fn(thread, i);
+  auto worker = [&] {
+    for (int i = next.fetch_add(1); i < count; i = next.fetch_add(1)) fn(i);
   };
-  std::vector<std::thread> pool;
-  pool.reserve(threads - 1);
-  for (int t = 1; t < threads; ++t) pool.emplace_back(worker, t);
-  worker(0);
-  for (std::thread& t : pool) t.join();
+  std::vector<std::thread> started;
+  started.reserve(threads - 1);
+  for (int t = 1; t < threads; ++t) started.emplace_back(worker);
+  worker();
+  for (std::thread& t : started) t.join();
+}
+
+// This thread's kernel scratch, 64-byte aligned, at least `floats` long; kept for the thread's
+// life so that a pool's threads allocate it once.
+float* ThreadScratch(size_t floats) {
+  thread_local std::unique_ptr<float[], decltype(&std::free)> buffer(nullptr, &std::free);
+  thread_local size_t capacity = 0;
+  if (capacity < floats) {
+    buffer.reset(static_cast<float*>(std::aligned_alloc(64, floats * sizeof(float))));
+    capacity = buffer != nullptr ? floats : 0;
+  }
+  return buffer.get();
 }
 
 }  // namespace
@@ -199,7 +224,8 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
   const int group = heads / kv.num_kv_heads;
   const int dqk = kv.head_dim_qk;
   const int dv = kv.head_dim_v;
-  int threads = p.num_threads > 0
+  int threads = p.pool != nullptr ? p.pool->size()
+                : p.num_threads > 0
                     ? p.num_threads
                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int64_t total_keys = 0;
@@ -252,14 +278,7 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
 
   const size_t scratch_floats =
       attention_internal::KernelScratchFloats(kv.num_kv_heads, group, dqk, dv);
-  std::vector<std::unique_ptr<float[], decltype(&std::free)>> scratch;
-  for (int t = 0; t < threads; ++t) {
-    scratch.emplace_back(
-        static_cast<float*>(std::aligned_alloc(64, scratch_floats * sizeof(float))), &std::free);
-    if (scratch.back() == nullptr) {
-      return Internal("PartialAttentionCpu: out of memory for scratch");
-    }
-  }
+  std::atomic<bool> out_of_memory{false};
   KernelArgs base;
   base.kv_heads = kv.num_kv_heads;
   base.group = group;
@@ -277,7 +296,12 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
   base.tiles = kv.format == KvPageFormat::kTiles16;
   base.k_page_stride = static_cast<int64_t>(kv.page_size) * kv.num_kv_heads * dqk;
   base.v_page_stride = static_cast<int64_t>(kv.page_size) * kv.num_kv_heads * dv;
-  RunParallel(threads, static_cast<int>(tasks.size()), [&](int thread, int index) {
+  RunParallel(p.pool, threads, static_cast<int>(tasks.size()), [&](int index) {
+    float* scratch = ThreadScratch(scratch_floats);
+    if (scratch == nullptr) {
+      out_of_memory.store(true);
+      return;
+    }
     const Task& t = tasks[index];
     const int seq = p.row_seq != nullptr ? p.row_seq[t.row] : t.row;
     KernelArgs a = base;
@@ -287,9 +311,10 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
     a.pages = kv.block_table + static_cast<int64_t>(seq) * kv.max_pages_per_seq;
     a.key_begin = t.begin;
     a.key_end = t.end;
-    a.scratch = scratch[thread].get();
+    a.scratch = scratch;
     kernel(a);
   });
+  if (out_of_memory.load()) return Internal("PartialAttentionCpu: out of memory for scratch");
 
   std::vector<float> weights;
   for (const SplitRow& r : split_rows) {

@@ -116,6 +116,7 @@ Status DcpAttention::Forward(const float* q, const PagedKv& kv, const int32_t* r
   p.scale = options_.scale;
   p.kv = kv;
   p.num_threads = options_.num_threads;
+  p.pool = options_.pool;
   if (n == 1) {
     lse_partial_.resize(static_cast<size_t>(rows) * hn);
     p.o = o;

@@ -16,21 +16,17 @@
 //   ActBlocks (Q8_1 for Q4_1 weights: d, s = d * sum(q); Q8_0 for Q8_0 weights) with d and s
 //   rounded to fp16 as ggml stores them, so the dot products match ggml's up to summation order.
 // - y[t * ldy + r] = sum_c W[r, c] * x[t, c] for t < n, r < rows.
-// - Thread safety: ThreadPool::ParallelFor is called by one thread at a time; the kernels are
-//   pure functions of their inputs and write only their output range.
+// - Thread safety: the kernels are pure functions of their inputs and write only their output
+//   range; the pool (thread_pool.h) is driven by one thread at a time.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "ctxpar/quant.h"
 #include "ctxpar/status.h"
+#include "ctxpar/thread_pool.h"
 
 namespace ctxpar::model {
 
@@ -81,37 +77,6 @@ struct Acts {
   const ActBlock* Row(int t) const { return blocks.data() + std::size_t(t) * blocks_per_row; }
   const float* F32Row(int t) const { return x.data() + std::size_t(t) * blocks_per_row * kBlock; }
   const float* Sums(int t) const { return block_sums.data() + std::size_t(t) * blocks_per_row; }
-};
-
-// A fixed set of worker threads; ParallelFor(n, fn) runs fn(begin, end) over disjoint chunks
-// covering [0, n) (the calling thread works too) and returns when all are done.
-// Workers and caller spin briefly before sleeping: decode issues about 200 small matmuls per
-// token, and a condition-variable wake-up for each costs more than the work it splits.
-class ThreadPool {
- public:
-  explicit ThreadPool(int num_threads);
-  ~ThreadPool();
-  ThreadPool(const ThreadPool&) = delete;
-  ThreadPool& operator=(const ThreadPool&) = delete;
-
-  int size() const { return static_cast<int>(workers_.size()) + 1; }
-  void ParallelFor(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& fn);
-
- private:
-  void Work();
-  void RunChunks();
-
-  std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::condition_variable start_cv_;
-  std::condition_variable done_cv_;
-  const std::function<void(std::int64_t, std::int64_t)>* fn_ = nullptr;
-  std::int64_t n_ = 0;
-  std::int64_t chunk_ = 1;
-  std::atomic<std::int64_t> next_{0};
-  std::atomic<std::uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
-  std::atomic<bool> stop_{false};
 };
 
 // Prepares x [n, cols] (row stride ldx floats) for weights of `type`. cols % 32 == 0.

@@ -124,7 +124,7 @@ struct LlamaModel::Impl {
   const float* out_norm = nullptr;
   std::vector<KvCache> caches;
   int seq = 0;
-  std::unique_ptr<model::ThreadPool> pool;
+  std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<model::DcpAttend> attend;
 
   std::vector<float> x, xn, q, k, v, o, gate, up, act, partial, gathered, logits;
@@ -239,10 +239,10 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::Create(std::shared_ptr<const G
   for (KvCache& c : impl->caches) {
     CTXPAR_ASSIGN_OR_RETURN(impl->seq, c.AddSequence());
   }
-  impl->pool = std::make_unique<model::ThreadPool>(par.num_threads);
+  impl->pool = std::make_unique<ThreadPool>(par.num_threads);
   impl->act_format = par.quantize_activations ? model::ActFormat::kQ8 : model::ActFormat::kF32;
-  CTXPAR_ASSIGN_OR_RETURN(impl->attend,
-                          model::DcpAttend::Create(impl->dcp.get(), par, hp.num_heads, hd));
+  CTXPAR_ASSIGN_OR_RETURN(impl->attend, model::DcpAttend::Create(impl->dcp.get(), par, hp.num_heads,
+                                                                 hd, impl->pool.get()));
   return std::unique_ptr<LlamaModel>(new LlamaModel(std::move(impl)));
 }
 

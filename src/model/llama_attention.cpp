@@ -8,7 +8,7 @@ namespace ctxpar::model {
 
 Expected<std::unique_ptr<DcpAttend>> DcpAttend::Create(Communicator* dcp,
                                                        const LlamaParallel& parallel, int num_heads,
-                                                       int head_dim) {
+                                                       int head_dim, ThreadPool* pool) {
   CTXPAR_ASSIGN_OR_RETURN(CombineBackend backend, ParseCombineBackend(parallel.dcp_comm_backend));
   DcpOptions o;
   o.dcp_size = parallel.dcp_size;
@@ -20,6 +20,7 @@ Expected<std::unique_ptr<DcpAttend>> DcpAttend::Create(Communicator* dcp,
   o.head_dim_v = head_dim;
   o.scale = 1.0f / std::sqrt(float(head_dim));
   o.num_threads = parallel.num_threads;
+  o.pool = pool;
   CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<DcpAttention> attention, DcpAttention::Create(o, dcp));
   return std::unique_ptr<DcpAttend>(new DcpAttend(std::move(attention)));
 }

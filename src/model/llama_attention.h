@@ -24,9 +24,10 @@ class DcpAttend {
  public:
   // dcp is the DCP group's communicator (size parallel.dcp_size), not owned.
   // num_heads is the model's query heads; the backend and Q path come from `parallel`.
+  // pool (not owned, may be null) runs the attention's tasks; Run is called by its driver.
   static Expected<std::unique_ptr<DcpAttend>> Create(Communicator* dcp,
                                                      const LlamaParallel& parallel, int num_heads,
-                                                     int head_dim);
+                                                     int head_dim, ThreadPool* pool = nullptr);
   Status Run(const KvCache& cache, int seq, int p0, int n, const float* q, float* o);
 
  private:

@@ -226,17 +226,6 @@ TEST(MatMul, ColumnRangeViews) {
   }
 }
 
-TEST(ThreadPool, CoversEveryIndexOnce) {
-  ThreadPool pool(3);
-  for (int n : {0, 1, 2, 5, 1000}) {
-    std::vector<int> hits(n, 0);
-    pool.ParallelFor(n, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t i = b; i < e; ++i) ++hits[i];
-    });
-    for (int h : hits) EXPECT_EQ(h, 1);
-  }
-}
-
 TEST(RmsNorm, MatchesFloat64) {
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 2.0f);

@@ -1,0 +1,103 @@
+#include "ctxpar/thread_pool.h"
+
+#include <algorithm>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace ctxpar {
+
+ThreadPool::ThreadPool(int num_threads) {
+  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { Work(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_.store(true);
+  }
+  start_cv_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+namespace {
+
+void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// About 50 microseconds of polling: longer than the gap between two matmuls of a decode step.
+constexpr int kSpins = 4000;
+
+template <typename Pred>
+bool SpinUntil(Pred done) {
+  for (int i = 0; i < kSpins; ++i) {
+    if (done()) return true;
+    CpuRelax();
+  }
+  return done();
+}
+}  // namespace
+
+void ThreadPool::ParallelFor(std::int64_t n,
+                             const std::function<void(std::int64_t, std::int64_t)>& fn) {
+  if (workers_.empty() || n <= 1) {
+    if (n > 0) fn(0, n);
+    return;
+  }
+  fn_ = &fn;
+  n_ = n;
+  chunk_ = std::max<std::int64_t>(1, n / (std::int64_t{size()} * 4));
+  next_.store(0, std::memory_order_relaxed);
+  pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  {
+    // Published under the lock so that a worker about to sleep cannot miss it.
+    std::lock_guard<std::mutex> lock(mu_);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  start_cv_.notify_all();
+  RunChunks();
+  if (!SpinUntil([this] { return pending_.load(std::memory_order_acquire) == 0; })) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+  }
+  fn_ = nullptr;
+}
+
+// Chunks are taken from a shared counter rather than split statically, so that a thread the
+// (shared) machine has descheduled does not hold up the others.
+void ThreadPool::RunChunks() {
+  for (;;) {
+    const std::int64_t begin = next_.fetch_add(chunk_, std::memory_order_relaxed);
+    if (begin >= n_) return;
+    (*fn_)(begin, std::min(n_, begin + chunk_));
+  }
+}
+
+void ThreadPool::Work() {
+  std::uint64_t seen = 0;
+  for (;;) {
+    auto started = [&] {
+      return stop_.load(std::memory_order_acquire) ||
+             generation_.load(std::memory_order_acquire) != seen;
+    };
+    if (!SpinUntil(started)) {
+      std::unique_lock<std::mutex> lock(mu_);
+      start_cv_.wait(lock, started);
+    }
+    if (stop_.load(std::memory_order_acquire)) return;
+    seen = generation_.load(std::memory_order_acquire);
+    RunChunks();
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_cv_.notify_one();
+    }
+  }
+}
+
+}  // namespace ctxpar
