@@ -4,14 +4,16 @@
 GQA decode: torch.nn.functional.scaled_dot_product_attention with enable_gqa=True
 (q [B, 32, 1, 128], k/v [B, 8, L, 128], bf16). Absorbed-MLA decode: einsum, softmax in fp32,
 einsum (q [B, H, 576], kv [B, L, 576], V = kv[..., :512], bf16). Median of CUDA-event timings
-after warm-up; random inputs (never zeros).
+after warm-up, each the mean of CALLS back-to-back calls; random inputs (never zeros).
 """
 import argparse
 import json
 import math
 import sys
 
-WARMUP, REPS = 5, 20
+# CALLS back-to-back calls between one pair of events, as ctxpar_gpu_bench does: with one call per
+# pair the GPU idles while Python dispatches, and every timing would include that latency.
+WARMUP, REPS, CALLS = 5, 20, 10
 CASES = [
     ("gqa", 1, 131072, 32), ("gqa", 16, 8192, 32), ("gqa", 64, 4096, 32),
     ("mla", 1, 131072, 16), ("mla", 32, 8192, 16), ("mla", 64, 4096, 16),
@@ -28,10 +30,11 @@ def median_ms(torch, fn):
         a = torch.cuda.Event(enable_timing=True)
         b = torch.cuda.Event(enable_timing=True)
         a.record()
-        fn()
+        for _ in range(CALLS):
+            fn()
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b))
+        times.append(a.elapsed_time(b) / CALLS)
     times.sort()
     return times[len(times) // 2]
 

@@ -9,7 +9,8 @@
 // A row that sees no key gets O = 0 and lse = -inf.
 //
 // Two shapes are served:
-//   GQA: head_dim_qk == head_dim_v in {64, 128}, kv.v set, num_q_heads / num_kv_heads <= 16.
+//   GQA: head_dim_qk == head_dim_v in {64, 128}, kv.v set, any num_q_heads / num_kv_heads (a
+//     thread block serves up to 8 query heads of one KV head; kv heads x head groups <= 65535).
 //   absorbed MLA: head_dim_qk 576 (512 latent + 64 rope), head_dim_v 512, kv.v null (V is the
 //     latent prefix of each K row), num_kv_heads 1, any num_q_heads >= 1; the tensor-core path
 //     (mma.sync bf16 m16n8k16) needs num_q_heads % 16 == 0, the CUDA-core path takes any.

@@ -8,9 +8,10 @@
 // a2a layout. A rank of a DCP group of n ranks holds, for its widened head set of n * h heads,
 //   o   [batch, n * h, head_dim] fp32     lse [batch, n * h] fp32
 // Peer j needs heads [j*h, (j+1)*h). The send buffer has n slots of A2aSlotBytes() bytes, slot j
-// for peer j:  O [batch, h, head_dim] of `o_dtype`, zero-padded to 16 bytes, then
-// lse [batch, h] fp32, zero-padded to 16 bytes. After the all-to-all, slot r of the receive
-// buffer holds source r's slot, and the unpack merges the n states of each (row, head) into
+// for peer j:  O [batch, h, head_dim] of `o_dtype`, padded to 16 bytes, then lse [batch, h] fp32,
+// padded to 16 bytes (the pack writes no padding byte: they are sent as found). After the
+// all-to-all, slot r of the receive buffer holds source r's slot, and the unpack merges the n
+// states of each (row, head) into
 //   o [batch, h, head_dim] fp32      lse [batch, h] fp32 (may be null).
 //
 // All pointers are device pointers, 16-byte aligned; head_dim must be a multiple of 8.
