@@ -23,7 +23,7 @@ enum class PlatformOrigin { kProbe, kFlag, kEnvironment };
 struct Platform {
   PlatformKind kind = PlatformKind::kCpu;
   int sm = 0;                 // compute capability major*10 + minor (90 = Hopper); 0 when not CUDA
-  bool mnnvl_fabric = false;  // CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED on device 0
+  bool mnnvl_fabric = false;  // device 0 can export memory as a fabric handle (platform_probe.cpp)
   std::string description;    // for humans: "NVIDIA H200 (sm90), no MNNVL fabric, probed"
   PlatformOrigin origin = PlatformOrigin::kProbe;
 

@@ -161,8 +161,9 @@ const std::vector<CatalogEntry>& Table() {
        kRuntime,
        "The authoritative check for fi_a2a: at init the probe asks the CUDA driver for the "
        "compute capability and for fabric handle support "
-       "(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED). Without both, the one-sided fabric "
-       "exchange cannot be set up.",
+       "(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, then a trial allocation exported as a "
+       "fabric handle, which fails where the node has no IMEX channel). Without both, the "
+       "one-sided fabric exchange cannot be set up.",
        "At generate/serve init with --dcp-comm-backend fi_a2a on a GPU older than SM90 or "
        "without MNNVL fabric (an H100/H200 box outside an NVL72 rack), or in `ctxpar check` "
        "with --platform cuda:smXY without +mnnvl.",

@@ -1,9 +1,10 @@
 // ProbePlatform: what this machine is, read at run time.
 //
 // With CUDA, the runtime is asked for devices; no driver or no device means CPU, so one binary
-// serves GPU and CPU machines. Fabric support is a driver attribute that the runtime does not
-// expose: cuDeviceGetAttribute is fetched through cudaGetDriverEntryPointByVersion, because
-// libcuda is not there to link against on build machines without a driver.
+// serves GPU and CPU machines. Fabric support is read through driver calls that the runtime does
+// not expose (a device attribute, then a trial fabric allocation); they are fetched through
+// cudaGetDriverEntryPointByVersion, because libcuda is not there to link against on build
+// machines without a driver.
 #include <string>
 
 #include "ctxpar/platform.h"
@@ -18,19 +19,64 @@ namespace ctxpar {
 #if defined(CTXPAR_HAVE_CUDA)
 namespace {
 
-bool FabricSupported(int device) {
-  using GetAttributeFn = CUresult (*)(int*, CUdevice_attribute, CUdevice);
+// A driver entry point by name (see the file comment), or null.
+template <class Fn>
+Fn DriverFn(const char* name) {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult query{};
-  if (cudaGetDriverEntryPointByVersion("cuDeviceGetAttribute", &fn, 12000, cudaEnableDefault,
-                                       &query) != cudaSuccess ||
-      query != cudaDriverEntryPointSuccess || fn == nullptr) {
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &query) !=
+          cudaSuccess ||
+      query != cudaDriverEntryPointSuccess) {
+    return nullptr;
+  }
+  return reinterpret_cast<Fn>(fn);
+}
+
+// The attribute says what the GPU and driver can do, not that this node has a fabric to use: it
+// has been reported as 1 on H100-class GPUs without an IMEX channel. What fi_a2a needs is memory
+// it can export as a fabric handle, so the probe makes one, as NCCL does before it uses fabric
+// handles (there cuMemCreate fails with CUDA_ERROR_NOT_PERMITTED or _NOT_SUPPORTED).
+bool FabricSupported(int device) {
+  const auto get_attribute =
+      DriverFn<CUresult (*)(int*, CUdevice_attribute, CUdevice)>("cuDeviceGetAttribute");
+  int supported = 0;
+  if (get_attribute == nullptr ||
+      get_attribute(&supported, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, device) !=
+          CUDA_SUCCESS ||
+      supported == 0) {
     return false;
   }
-  int supported = 0;
-  CUresult rc = reinterpret_cast<GetAttributeFn>(fn)(
-      &supported, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, device);
-  return rc == CUDA_SUCCESS && supported != 0;
+  const auto granularity =
+      DriverFn<CUresult (*)(size_t*, const CUmemAllocationProp*, CUmemAllocationGranularity_flags)>(
+          "cuMemGetAllocationGranularity");
+  const auto create =
+      DriverFn<CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
+                            unsigned long long)>("cuMemCreate");
+  const auto export_handle =
+      DriverFn<CUresult (*)(void*, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+                            unsigned long long)>("cuMemExportToShareableHandle");
+  const auto release = DriverFn<CUresult (*)(CUmemGenericAllocationHandle)>("cuMemRelease");
+  if (granularity == nullptr || create == nullptr || export_handle == nullptr ||
+      release == nullptr || cudaSetDevice(device) != cudaSuccess ||
+      cudaFree(nullptr) != cudaSuccess) {
+    return false;
+  }
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_FABRIC;
+  size_t bytes = 0;
+  if (granularity(&bytes, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || bytes == 0) {
+    return false;
+  }
+  CUmemGenericAllocationHandle handle{};
+  if (create(&handle, bytes, &prop, 0) != CUDA_SUCCESS) return false;
+  CUmemFabricHandle fabric{};
+  const bool exported =
+      export_handle(&fabric, handle, CU_MEM_HANDLE_TYPE_FABRIC, 0) == CUDA_SUCCESS;
+  release(handle);
+  return exported;
 }
 
 }  // namespace
