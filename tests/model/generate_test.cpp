@@ -3,6 +3,7 @@
 // refuses bad launch configurations with the catalog's texts before any rank starts.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -20,7 +21,13 @@ struct Result {
 };
 
 Result RunGenerate(const std::string& args) {
-  const std::string err_path = ::testing::TempDir() + "generate_test_stderr.txt";
+  // A file per call: CTest runs this binary's tests in parallel processes, and a shared name let
+  // one test read another's (truncated) stderr.
+  static int calls = 0;
+  const std::string err_path = ::testing::TempDir() + "generate_test_stderr_" +
+                               ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+                               "_" + std::to_string(getpid()) + "_" + std::to_string(++calls) +
+                               ".txt";
   const std::string cmd = std::string(CTXPAR_BIN) + " generate " + args + " 2>" + err_path;
   Result r;
   FILE* pipe = popen(cmd.c_str(), "r");
@@ -34,6 +41,8 @@ Result RunGenerate(const std::string& args) {
   std::stringstream ss;
   ss << in.rdbuf();
   r.err = ss.str();
+  in.close();
+  std::remove(err_path.c_str());
   return r;
 }
 
