@@ -21,8 +21,11 @@ class IpcExchange final : public CudaIpcExchange {
 
   ~IpcExchange() override {
     // Peers may still be writing into this buffer: every rank drains its work, then all meet.
-    cudaDeviceSynchronize();
-    (void)comm_.Barrier();
+    // Where Init failed (on every rank alike, see Agree) no exchange ran and no peer waits.
+    if (ready_) {
+      cudaDeviceSynchronize();
+      (void)comm_.Barrier();
+    }
     for (int j = 0; j < comm_.size(); ++j) {
       if (j != comm_.rank() && peer_base_[j] != nullptr) cudaIpcCloseMemHandle(peer_base_[j]);
     }
@@ -30,34 +33,24 @@ class IpcExchange final : public CudaIpcExchange {
     cudaFree(error_);
   }
 
+  // Every rank reaches each collective of Init whatever fails on it, and the ranks agree on the
+  // outcome after each local step, so that one rank's failure cannot leave the others waiting
+  // in the next collective.
   Status Init() {
     const int n = comm_.size();
-    const size_t bytes = BufferBytes();
     peer_base_.assign(n, nullptr);
-    CTXPAR_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&base_), bytes));
-    CTXPAR_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&error_), sizeof(uint32_t)));
-    CTXPAR_CUDA_RETURN_IF_ERROR(cudaMemset(base_, 0, bytes));
-    CTXPAR_CUDA_RETURN_IF_ERROR(cudaMemset(error_, 0, sizeof(uint32_t)));
-    // The zeroed flags must be in place before any peer can raise one.
-    CTXPAR_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
-    cudaIpcMemHandle_t mine;
-    CTXPAR_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&mine, base_));
+    cudaIpcMemHandle_t mine{};
+    CTXPAR_RETURN_IF_ERROR(Agree(Allocate(&mine)));
     std::vector<cudaIpcMemHandle_t> all(n);
     CTXPAR_RETURN_IF_ERROR(comm_.AllGather(&mine, all.data(), sizeof(mine), DataType::kU8));
-    for (int j = 0; j < n; ++j) {
-      if (j == comm_.rank()) {
-        peer_base_[j] = base_;
-        continue;
-      }
-      void* p = nullptr;
-      CTXPAR_CUDA_RETURN_IF_ERROR(cudaIpcOpenMemHandle(&p, all[j], cudaIpcMemLazyEnablePeerAccess));
-      peer_base_[j] = static_cast<char*>(p);
-    }
+    CTXPAR_RETURN_IF_ERROR(Agree(OpenPeers(all)));
     targets_.n = n;
     for (int j = 0; j < n; ++j) {
       targets_.flag[j] = reinterpret_cast<uint64_t*>(peer_base_[j] + FlagsOffset()) + comm_.rank();
     }
-    return comm_.Barrier();
+    CTXPAR_RETURN_IF_ERROR(comm_.Barrier());
+    ready_ = true;
+    return Status::Ok();
   }
 
   int rank() const override { return comm_.rank(); }
@@ -97,6 +90,43 @@ class IpcExchange final : public CudaIpcExchange {
   }
 
  private:
+  // This rank's buffer (slots and flags, zeroed) and its IPC handle.
+  Status Allocate(cudaIpcMemHandle_t* handle) {
+    const size_t bytes = BufferBytes();
+    CTXPAR_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&base_), bytes));
+    CTXPAR_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&error_), sizeof(uint32_t)));
+    CTXPAR_CUDA_RETURN_IF_ERROR(cudaMemset(base_, 0, bytes));
+    CTXPAR_CUDA_RETURN_IF_ERROR(cudaMemset(error_, 0, sizeof(uint32_t)));
+    // The zeroed flags must be in place before any peer can raise one.
+    CTXPAR_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+    CTXPAR_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(handle, base_));
+    return Status::Ok();
+  }
+
+  Status OpenPeers(const std::vector<cudaIpcMemHandle_t>& all) {
+    for (int j = 0; j < comm_.size(); ++j) {
+      if (j == comm_.rank()) {
+        peer_base_[j] = base_;
+        continue;
+      }
+      void* p = nullptr;
+      CTXPAR_CUDA_RETURN_IF_ERROR(cudaIpcOpenMemHandle(&p, all[j], cudaIpcMemLazyEnablePeerAccess));
+      peer_base_[j] = static_cast<char*>(p);
+    }
+    return Status::Ok();
+  }
+
+  // Collective: ok when `local` is ok on every rank; otherwise `local` where it failed and an
+  // error naming a failed rank on the others.
+  Status Agree(const Status& local) {
+    int32_t failed = local.ok() ? -1 : comm_.rank();
+    CTXPAR_RETURN_IF_ERROR(comm_.AllReduce(&failed, &failed, 1, DataType::kI32, ReduceOp::kMax));
+    if (failed < 0) return Status::Ok();
+    if (!local.ok()) return local;
+    return Unavailable("CudaIpcExchange: rank " + std::to_string(failed) +
+                       " could not set up its buffer or open its peers'");
+  }
+
   size_t BufferBytes() const { return FlagsOffset() + comm_.size() * sizeof(uint64_t); }
   size_t FlagsOffset() const { return 2 * static_cast<size_t>(comm_.size()) * slot_bytes_; }
   size_t HalfOffset(uint64_t seq) const {
@@ -110,6 +140,7 @@ class IpcExchange final : public CudaIpcExchange {
   std::vector<char*> peer_base_;
   cuda::FlagTargets targets_{};
   uint64_t seq_ = 0;
+  bool ready_ = false;  // Init succeeded on every rank
 };
 
 }  // namespace

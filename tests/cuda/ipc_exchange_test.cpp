@@ -97,5 +97,22 @@ TEST(CudaIpcExchangeTest, ExchangesAndMergesEveryStep) {
   }
 }
 
+// Without a device every rank's set-up fails: each gets a Status, none waits for the others in
+// a collective, and the job ends (the failure is agreed collectively, then no barrier runs).
+TEST(CudaIpcExchangeTest, FailedSetUpIsAStatusOnEveryRank) {
+  std::unique_ptr<Communicator> world;
+  {
+    Expected<std::unique_ptr<Communicator>> w = MakeMpiWorld();
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    world = std::move(*w);
+  }
+  if (CudaDeviceCount().ok()) GTEST_SKIP() << "a CUDA device is present: set-up succeeds here";
+  const CudaA2aParams a{world->size(), kBatch, kHeads, kDim, StateDtype::kBF16};
+  Expected<std::unique_ptr<CudaIpcExchange>> ex = CudaIpcExchange::Create(*world, A2aSlotBytes(a));
+  EXPECT_FALSE(ex.ok());
+  // The group is still usable: nobody was left inside a collective of the failed set-up.
+  EXPECT_TRUE(world->Barrier().ok());
+}
+
 }  // namespace
 }  // namespace ctxpar
