@@ -131,6 +131,11 @@ class Communicator {
   void ResetCounters() { counters_ = CommCounters{}; }
 
  protected:
+  // AllToAllV's argument check, shared by the implementations: every span has size() entries.
+  Status CheckAllToAllVSpans(std::span<const std::size_t> send_counts,
+                             std::span<const std::size_t> send_displs,
+                             std::span<const std::size_t> recv_counts,
+                             std::span<const std::size_t> recv_displs) const;
   void Count(Collective c, std::uint64_t sent, std::uint64_t received) {
     CollectiveCounters& k = counters_[c];
     ++k.calls;

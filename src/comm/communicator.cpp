@@ -1,6 +1,23 @@
 #include "ctxpar/communicator.h"
 
+#include <fmt/format.h>
+
 namespace ctxpar {
+
+Status Communicator::CheckAllToAllVSpans(std::span<const std::size_t> send_counts,
+                                         std::span<const std::size_t> send_displs,
+                                         std::span<const std::size_t> recv_counts,
+                                         std::span<const std::size_t> recv_displs) const {
+  const std::size_t n = static_cast<std::size_t>(size());
+  if (send_counts.size() == n && send_displs.size() == n && recv_counts.size() == n &&
+      recv_displs.size() == n) {
+    return Status::Ok();
+  }
+  return InvalidArgument(fmt::format(
+      "AllToAllV: counts and displacements need {} entries each (one per rank), got send "
+      "{}/{} and recv {}/{}",
+      n, send_counts.size(), send_displs.size(), recv_counts.size(), recv_displs.size()));
+}
 
 std::size_t DataTypeSize(DataType dtype) {
   switch (dtype) {

@@ -136,14 +136,7 @@ class InProcessCommunicator final : public Communicator {
                    std::span<const std::size_t> send_displs, void* recv,
                    std::span<const std::size_t> recv_counts,
                    std::span<const std::size_t> recv_displs, DataType dtype) override {
-    const std::size_t n = static_cast<std::size_t>(size());
-    if (send_counts.size() != n || send_displs.size() != n || recv_counts.size() != n ||
-        recv_displs.size() != n) {
-      return InvalidArgument(fmt::format(
-          "AllToAllV: counts and displacements need {} entries each (one per rank), got send "
-          "{}/{} and recv {}/{}",
-          n, send_counts.size(), send_displs.size(), recv_counts.size(), recv_displs.size()));
-    }
+    CTXPAR_RETURN_IF_ERROR(CheckAllToAllVSpans(send_counts, send_displs, recv_counts, recv_displs));
     CTXPAR_RETURN_IF_ERROR(Publish({.op = Collective::kAllToAllV,
                                     .dtype = dtype,
                                     .send = send,

@@ -95,11 +95,7 @@ class NcclCommunicator final : public Communicator {
                    std::span<const std::size_t> recv_counts,
                    std::span<const std::size_t> recv_displs, DataType dtype) override {
     const std::size_t n = static_cast<std::size_t>(size_);
-    if (send_counts.size() != n || send_displs.size() != n || recv_counts.size() != n ||
-        recv_displs.size() != n) {
-      return InvalidArgument("AllToAllV: counts and displacements need " + std::to_string(n) +
-                             " entries each (one per rank)");
-    }
+    CTXPAR_RETURN_IF_ERROR(CheckAllToAllVSpans(send_counts, send_displs, recv_counts, recv_displs));
     CTXPAR_RETURN_IF_ERROR(SendRecv("AllToAllV", send, send_counts, send_displs, recv, recv_counts,
                                     recv_displs, dtype));
     std::uint64_t sent = 0, received = 0;
