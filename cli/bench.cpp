@@ -1,6 +1,7 @@
 // `ctxpar bench KIND [options]`: dispatches to the benchmarks that cli/bench_*.cpp register.
 #include "bench.h"
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -18,7 +19,8 @@ std::vector<Command>& BenchRegistry() {
 int RunBench(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::fprintf(args.empty() ? stderr : stdout, "usage: ctxpar bench KIND [options]\n\n");
-    for (const Command& b : BenchRegistry()) std::fprintf(stdout, "  %-10s %s\n", b.name, b.summary);
+    for (const Command& b : BenchRegistry())
+      std::fprintf(stdout, "  %-10s %s\n", b.name, b.summary);
     return args.empty() ? kExitInvalid : kExitOk;
   }
   for (const Command& b : BenchRegistry()) {
@@ -29,6 +31,16 @@ int RunBench(const std::vector<std::string>& args) {
   return kExitInvalid;
 }
 }  // namespace
+
+int ParseBenchOptions(CLI::App& app, const std::vector<std::string>& args) {
+  std::vector<std::string> argv(args.rbegin(), args.rend());  // CLI11 takes them reversed
+  try {
+    app.parse(argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitOk : kExitInvalid;
+  }
+  return -1;
+}
 
 bool RegisterBench(const Command& bench) {
   BenchRegistry().push_back(bench);

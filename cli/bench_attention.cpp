@@ -387,12 +387,7 @@ int RunAttentionBench(const std::vector<std::string>& args) {
   app.add_option("--ceiling-mib", ceiling_mib, "buffer read by the bandwidth ceiling")
       ->check(CLI::Range(64, 16384));
   app.add_flag("--json", json, "print JSON instead of a table");
-  std::vector<std::string> argv(args.rbegin(), args.rend());
-  try {
-    app.parse(argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? kExitOk : kExitInvalid;
-  }
+  if (const int rc = ParseBenchOptions(app, args); rc >= 0) return rc;
   std::vector<int> ctx_list, threads_list;
   try {
     ctx_list = ParseList(contexts);

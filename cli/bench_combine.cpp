@@ -152,12 +152,7 @@ int RunCombineBench(const std::vector<std::string>& args) {
   app.add_option("--rounds", rounds, "rounds per shape; each backend reports its median round")
       ->check(CLI::Range(1, 1000));
   app.add_flag("--json", json, "print JSON instead of a table");
-  std::vector<std::string> argv(args.rbegin(), args.rend());
-  try {
-    app.parse(argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? kExitOk : kExitInvalid;
-  }
+  if (const int rc = ParseBenchOptions(app, args); rc >= 0) return rc;
   const DataType wire = wire_name == "bf16" ? DataType::kBF16 : DataType::kF32;
   std::vector<Result> results;
   std::string mode;
