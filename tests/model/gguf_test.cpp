@@ -9,31 +9,22 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "gguf_test_data.h"
 
 namespace ctxpar {
 namespace {
 
 using nlohmann::json;
 
-const std::string kDir = std::string(CTXPAR_TEST_DATA_DIR) + "/gguf/";
+const std::string& kDir = testing::kGgufDataDir;
 
-std::vector<uint8_t> ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in.good()) << path;
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-std::vector<float> ReadFloats(const std::string& path) {
-  const std::vector<uint8_t> bytes = ReadBytes(path);
-  std::vector<float> out(bytes.size() / 4);
-  std::memcpy(out.data(), bytes.data(), out.size() * 4);
-  return out;
-}
+using testing::ReadBytes;
+using testing::ReadFloats;
 
 json ReadJson(const std::string& path) {
   std::ifstream in(path);

@@ -8,29 +8,20 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "gguf_test_data.h"
+
 namespace ctxpar {
 namespace {
 
-const std::string kDir = std::string(CTXPAR_TEST_DATA_DIR) + "/gguf/";
+const std::string& kDir = testing::kGgufDataDir;
 
-std::vector<uint8_t> ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in.good()) << path;
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-std::vector<float> ReadFloats(const std::string& path) {
-  const std::vector<uint8_t> bytes = ReadBytes(path);
-  std::vector<float> out(bytes.size() / 4);
-  std::memcpy(out.data(), bytes.data(), out.size() * 4);
-  return out;
-}
+using testing::ReadBytes;
+using testing::ReadFloats;
 
 const GgmlTypeTraits* TypeByName(const std::string& name) {
   for (uint32_t id = 0; id < 64; ++id) {
@@ -65,7 +56,7 @@ std::vector<BlockCase> LoadBlockCases() {
 
 void PrintTo(const BlockCase& c, std::ostream* os) { *os << c.type; }
 
-class DequantizeGoldenTest : public testing::TestWithParam<BlockCase> {};
+class DequantizeGoldenTest : public ::testing::TestWithParam<BlockCase> {};
 
 TEST_P(DequantizeGoldenTest, MatchesGgufPy) {
   const BlockCase& c = GetParam();
@@ -119,8 +110,8 @@ TEST_P(DequantizeGoldenTest, MatchesGgufPy) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(GgufPy, DequantizeGoldenTest, testing::ValuesIn(LoadBlockCases()),
-                         [](const testing::TestParamInfo<BlockCase>& info) {
+INSTANTIATE_TEST_SUITE_P(GgufPy, DequantizeGoldenTest, ::testing::ValuesIn(LoadBlockCases()),
+                         [](const ::testing::TestParamInfo<BlockCase>& info) {
                            return info.param.type;
                          });
 
