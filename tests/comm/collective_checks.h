@@ -158,4 +158,16 @@ inline void CheckSharedWindow(Communicator& comm) {
   ASSERT_TRUE((*win)->Sync().ok());
 }
 
+// Every check above, in the order the tests run them.
+inline void CheckEveryCollective(Communicator& comm) {
+  CheckAllGather(comm);
+  CheckReduceScatter(comm);
+  CheckAllToAll(comm);
+  CheckAllToAllV(comm);
+  CheckAllReduce(comm);
+  CheckBroadcastAndBarrier(comm);
+  CheckSplit(comm);
+  CheckSharedWindow(comm);
+}
+
 }  // namespace ctxpar::testing

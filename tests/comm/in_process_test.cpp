@@ -12,14 +12,7 @@ class InProcessTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(InProcessTest, EveryCollective) {
   ASSERT_TRUE(RunInProcess(GetParam(), [](Communicator& comm) {
-                testing::CheckAllGather(comm);
-                testing::CheckReduceScatter(comm);
-                testing::CheckAllToAll(comm);
-                testing::CheckAllToAllV(comm);
-                testing::CheckAllReduce(comm);
-                testing::CheckBroadcastAndBarrier(comm);
-                testing::CheckSplit(comm);
-                testing::CheckSharedWindow(comm);
+                testing::CheckEveryCollective(comm);
                 return Status::Ok();
               }).ok());
 }
