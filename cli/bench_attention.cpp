@@ -24,7 +24,7 @@
 
 #include "bench.h"
 #include "ctxpar/attention.h"
-#include "ctxpar/bf16.h"
+#include "ctxpar/dtype.h"
 #include "ctxpar/cpu_features.h"
 #include "ctxpar/host_buffer.h"
 
@@ -224,7 +224,7 @@ Rate MeasureComputePeak(int threads, CpuIsa isa, bool dpbf16, int reps) {
 
 struct Kind {
   std::string name;  // gqa or mla
-  KvDtype dtype;
+  DataType dtype;
   int num_q_heads, num_kv_heads, head_dim_qk, head_dim_v;
   bool mla;
 };
@@ -247,7 +247,7 @@ Result RunOne(const Kind& kind, KvPageFormat format, int context, int threads, i
               Rate read_ceiling, Rate fp32_peak, Rate dpbf16_peak, CpuIsa isa) {
   constexpr int kPage = 64;
   const int pages = (context + kPage - 1) / kPage;
-  const size_t elem = kind.dtype == KvDtype::kF32 ? 4 : 2;
+  const size_t elem = kind.dtype == DataType::kF32 ? 4 : 2;
   const size_t k_elems = static_cast<size_t>(pages) * kPage * kind.num_kv_heads * kind.head_dim_qk;
   const size_t v_elems =
       kind.mla ? 0 : static_cast<size_t>(pages) * kPage * kind.num_kv_heads * kind.head_dim_v;
@@ -266,7 +266,7 @@ Result RunOne(const Kind& kind, KvPageFormat format, int context, int threads, i
     for (size_t i = 0; i < n; ++i) {
       x = x * 1664525u + 1013904223u;
       const float f = static_cast<float>(x >> 8) * (2.0f / 16777216.0f) - 1.0f;
-      if (kind.dtype == KvDtype::kF32) {
+      if (kind.dtype == DataType::kF32) {
         reinterpret_cast<float*>(p)[i] = f;
       } else {
         reinterpret_cast<uint16_t*>(p)[i] = FloatToBf16(f);
@@ -322,9 +322,9 @@ Result RunOne(const Kind& kind, KvPageFormat format, int context, int threads, i
                     (kind.head_dim_qk + (kind.mla ? 0 : kind.head_dim_v)) * elem / 1e9;
   const double gflop =
       2.0 * context * kind.num_q_heads * (kind.head_dim_qk + kind.head_dim_v) / 1e9;
-  const bool dpbf16 = kind.dtype == KvDtype::kBF16 && isa == CpuIsa::kAvx512Bf16;
+  const bool dpbf16 = kind.dtype == DataType::kBF16 && isa == CpuIsa::kAvx512Bf16;
   return {kind.name,
-          kind.dtype == KvDtype::kF32 ? "fp32" : "bf16",
+          kind.dtype == DataType::kF32 ? "fp32" : "bf16",
           p.kv.format == KvPageFormat::kRows ? "rows" : "tiles16",
           threads,
           context,
@@ -416,10 +416,10 @@ int RunAttentionBench(const std::vector<std::string>& args) {
     return kExitInvalid;
   }
   const std::vector<Kind> all = {
-      {"gqa", KvDtype::kBF16, 32, 8, 128, 128, false},
-      {"gqa", KvDtype::kF32, 32, 8, 128, 128, false},
-      {"mla", KvDtype::kF32, 128, 1, 576, 512, true},
-      {"mla", KvDtype::kBF16, 128, 1, 576, 512, true},
+      {"gqa", DataType::kBF16, 32, 8, 128, 128, false},
+      {"gqa", DataType::kF32, 32, 8, 128, 128, false},
+      {"mla", DataType::kF32, 128, 1, 576, 512, true},
+      {"mla", DataType::kBF16, 128, 1, 576, 512, true},
   };
   nlohmann::json out = {{"isa", std::string(CpuIsaName(*isa))},
                         {"gqa_page_format", format_name},
@@ -456,7 +456,7 @@ int RunAttentionBench(const std::vector<std::string>& args) {
                   "GFLOP/s", "%peak");
     }
     for (const Kind& kind : all) {
-      const std::string name = kind.name + (kind.dtype == KvDtype::kF32 ? "-fp32" : "-bf16");
+      const std::string name = kind.name + (kind.dtype == DataType::kF32 ? "-fp32" : "-bf16");
       if (std::find(kinds.begin(), kinds.end(), name) == kinds.end()) continue;
       for (int ctx : ctx_list) {
         const Result r = RunOne(kind, format, ctx, threads, reps, read, fma, dp, *isa);

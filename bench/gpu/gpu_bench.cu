@@ -236,7 +236,7 @@ Row RunCase(Timer& t, const Case& c, const Ceilings& ceil, int sms) {
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.dqk));
   p.kv.k = k;
   p.kv.v = v;
-  p.kv.dtype = ctxpar::KvDtype::kBF16;
+  p.kv.dtype = ctxpar::DataType::kBF16;
   p.kv.page_size = page;
   p.kv.num_kv_heads = c.kv_heads;
   p.kv.head_dim_qk = c.dqk;
@@ -304,7 +304,7 @@ Row RunCase(Timer& t, const Case& c, const Ceilings& ceil, int sms) {
   mp.lse = lse;
   row.merge_ms = t.MedianMs([&] { CHECK_OK(ctxpar::MergeStatesCuda(mp, t.stream)); });
   if (c.q_heads % n == 0) {
-    const ctxpar::CudaA2aParams a{n, c.batch, c.q_heads / n, c.dv, ctxpar::StateDtype::kBF16};
+    const ctxpar::CudaA2aParams a{n, c.batch, c.q_heads / n, c.dv, ctxpar::DataType::kBF16};
     char* send = Alloc<char>(n * ctxpar::A2aSlotBytes(a));
     row.pack_ms = t.MedianMs([&] { CHECK_OK(ctxpar::PackA2aCuda(a, o, lse, send, t.stream)); });
     CHECK_CUDA(cudaFree(send));

@@ -44,11 +44,10 @@
 
 #include <cstdint>
 
+#include "ctxpar/dtype.h"
 #include "ctxpar/status.h"
 
 namespace ctxpar {
-
-enum class KvDtype { kF32, kBF16 };
 
 // The layout inside a KV page (see the contract above). kRows is what the CUDA kernels read;
 // kTiles16 is the fast layout for the CPU kernels.
@@ -58,7 +57,7 @@ enum class KvPageFormat { kRows, kTiles16 };
 struct PagedKv {
   const void* k = nullptr;
   const void* v = nullptr;  // null: V is the prefix of K (absorbed MLA)
-  KvDtype dtype = KvDtype::kF32;
+  DataType dtype = DataType::kF32;
   int page_size = 0;
   int num_kv_heads = 0;
   int head_dim_qk = 0;  // a multiple of 16, at most 1024

@@ -27,15 +27,10 @@
 #include <string_view>
 #include <vector>
 
+#include "ctxpar/dtype.h"
 #include "ctxpar/status.h"
 
 namespace ctxpar {
-
-enum class DataType { kF32, kBF16, kF64, kI32, kU8 };
-
-// bytes per element: 4, 2, 8, 4, 1.
-std::size_t DataTypeSize(DataType dtype);
-std::string_view DataTypeName(DataType dtype);
 
 enum class ReduceOp { kSum, kMax };
 

@@ -2,7 +2,7 @@
 //
 // Contract: the same semantics and layouts as PartialAttentionCpu (attention.h), with every
 // pointer of PartialAttentionParams (q, o, lse, row_seq, row_kv_len, kv.k, kv.v,
-// kv.block_table) a DEVICE pointer, kv.dtype == KvDtype::kBF16 and num_threads ignored.
+// kv.block_table) a DEVICE pointer, kv.dtype == DataType::kBF16 and num_threads ignored.
 //   q   [num_rows, num_q_heads, head_dim_qk]  fp32
 //   o   [num_rows, num_q_heads, head_dim_v]   fp32, written
 //   lse [num_rows, num_q_heads]               fp32, written, NATURAL log of sum_j exp(s_j)

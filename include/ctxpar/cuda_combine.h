@@ -20,11 +20,10 @@
 
 #include <cstddef>
 
+#include "ctxpar/dtype.h"
 #include "ctxpar/status.h"
 
 namespace ctxpar {
-
-enum class StateDtype { kF32, kBF16 };
 
 // Merge of n partial states stored as n planes:
 //   o_parts [n, num_states, head_dim] of o_dtype, lse_parts [n, num_states] fp32
@@ -32,7 +31,7 @@ enum class StateDtype { kF32, kBF16 };
 struct CudaMergeParams {
   const void* o_parts = nullptr;
   const float* lse_parts = nullptr;
-  StateDtype o_dtype = StateDtype::kF32;
+  DataType o_dtype = DataType::kF32;
   int n = 0;
   int num_states = 0;
   int head_dim = 0;
@@ -47,7 +46,7 @@ struct CudaA2aParams {
   int batch = 0;           // rows
   int heads_per_rank = 0;  // h
   int head_dim = 0;
-  StateDtype o_dtype = StateDtype::kBF16;  // the O element type inside the slots
+  DataType o_dtype = DataType::kBF16;  // the O element type inside the slots
 };
 
 // Bytes of one slot (a multiple of 16).

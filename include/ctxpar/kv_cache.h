@@ -46,7 +46,7 @@ struct KvCacheOptions {
   int head_dim_qk = 0;
   int head_dim_v = 0;
   bool v_in_k = false;
-  KvDtype dtype = KvDtype::kF32;
+  DataType dtype = DataType::kF32;
   // kTiles16 is the layout the CPU kernels read fastest; it needs a separate V (v_in_k false)
   // and page_size % 16 == 0. kRows is the one the CUDA kernels read.
   KvPageFormat format = KvPageFormat::kRows;

@@ -5,7 +5,7 @@
 // byte-for-byte the structs of ggml (ggml-common.h), so a pointer into GGUF tensor data can be
 // reinterpreted as an array of them: a mapped file aligns tensor data to its alignment (32 by
 // default), more than the 2 (4 for BlockQ8K) the structs need. fp16 scales are kept as raw IEEE
-// half bits (uint16_t); convert them with Fp16ToFp32.
+// half bits (uint16_t); convert them with Fp16ToFp32 (dtype.h).
 //
 // Thread safety: pure functions over caller-owned memory; safe from any thread.
 #pragma once
@@ -14,7 +14,7 @@
 #include <cstring>
 #include <string_view>
 
-#include "ctxpar/bf16.h"
+#include "ctxpar/dtype.h"
 #include "ctxpar/status.h"
 
 namespace ctxpar {
@@ -79,32 +79,10 @@ Expected<int64_t> GgmlRowBytes(GgmlType type, int64_t n);
 // block size. src needs no alignment; the arithmetic is ggml's (dequantize_row_* in
 // ggml-quants.c), in fp32.
 Status DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n);
-// As DequantizeRow, then rounds each value to bf16 with FloatToBf16 (ctxpar/bf16.h: nearest
+// As DequantizeRow, then rounds each value to bf16 with FloatToBf16 (ctxpar/dtype.h: nearest
 // even, NaN kept quiet, as ggml_compute_fp32_to_bf16); dst holds raw bf16 bits.
 Status DequantizeRowBf16(GgmlType type, const void* src, uint16_t* dst, int64_t n);
 
-// Exact IEEE half -> float (subnormals, infinities and NaN included).
-inline float Fp16ToFp32(uint16_t h) {
-  // Branch-free conversion of Maratyszcza's FP16 library: renormalises through float scaling.
-  const uint32_t w = static_cast<uint32_t>(h) << 16;
-  const uint32_t sign = w & 0x80000000u;
-  const uint32_t two_w = w + w;
-  const uint32_t normalized_bits = (two_w >> 4) + (0xE0u << 23);
-  float normalized;
-  std::memcpy(&normalized, &normalized_bits, 4);
-  normalized *= 0x1.0p-112f;
-  const uint32_t denormalized_bits = (two_w >> 17) | (126u << 23);
-  float denormalized;
-  std::memcpy(&denormalized, &denormalized_bits, 4);
-  denormalized -= 0.5f;
-  float chosen = two_w < (1u << 27) ? denormalized : normalized;
-  uint32_t bits;
-  std::memcpy(&bits, &chosen, 4);
-  bits |= sign;
-  float out;
-  std::memcpy(&out, &bits, 4);
-  return out;
-}
 
 // Block layouts (ggml-common.h). QK = elements per block.
 inline constexpr int kQK4_0 = 32;

@@ -76,6 +76,6 @@ void AttendAvx512Bf16(const KernelArgs& args);
 void AttendAvx512DpBf16(const KernelArgs& args);
 #endif
 
-KernelFn SelectKernel(CpuIsa isa, KvDtype dtype);
+KernelFn SelectKernel(CpuIsa isa, DataType dtype);
 
 }  // namespace ctxpar::attention_internal

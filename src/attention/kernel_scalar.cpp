@@ -1,6 +1,6 @@
 // The portable path: one lane, no SIMD (the reference for the others, and the fallback).
 #include "attention/kernel.h"
-#include "ctxpar/bf16.h"
+#include "ctxpar/dtype.h"
 
 namespace ctxpar::attention_internal {
 namespace {

@@ -61,8 +61,8 @@ Status Validate(const PartialAttentionParams& p) {
                "must be <= kv.head_dim_qk = " + std::to_string(kv.head_dim_qk) +
                    " when kv.v is null (V is the prefix of the K row)");
   }
-  if (kv.dtype != KvDtype::kF32 && kv.dtype != KvDtype::kBF16) {
-    return Bad("kv.dtype", static_cast<int>(kv.dtype), "must be KvDtype::kF32 or kBF16");
+  if (kv.dtype != DataType::kF32 && kv.dtype != DataType::kBF16) {
+    return Bad("kv.dtype", static_cast<int>(kv.dtype), "must be DataType::kF32 or kBF16");
   }
   if (kv.page_size < 1) return Bad("kv.page_size", kv.page_size, "must be >= 1");
   if (kv.format != KvPageFormat::kRows && kv.format != KvPageFormat::kTiles16) {
@@ -189,8 +189,8 @@ float* ThreadScratch(size_t floats) {
 
 namespace attention_internal {
 
-KernelFn SelectKernel(CpuIsa isa, KvDtype dtype) {
-  const bool bf16 = dtype == KvDtype::kBF16;
+KernelFn SelectKernel(CpuIsa isa, DataType dtype) {
+  const bool bf16 = dtype == DataType::kBF16;
 #if defined(CTXPAR_X86_KERNELS)
   switch (isa) {
     case CpuIsa::kAvx512Bf16:

@@ -19,37 +19,6 @@ Status Communicator::CheckAllToAllVSpans(std::span<const std::size_t> send_count
       n, send_counts.size(), send_displs.size(), recv_counts.size(), recv_displs.size()));
 }
 
-std::size_t DataTypeSize(DataType dtype) {
-  switch (dtype) {
-    case DataType::kF32:
-    case DataType::kI32:
-      return 4;
-    case DataType::kBF16:
-      return 2;
-    case DataType::kF64:
-      return 8;
-    case DataType::kU8:
-      return 1;
-  }
-  return 0;
-}
-
-std::string_view DataTypeName(DataType dtype) {
-  switch (dtype) {
-    case DataType::kF32:
-      return "f32";
-    case DataType::kBF16:
-      return "bf16";
-    case DataType::kF64:
-      return "f64";
-    case DataType::kI32:
-      return "i32";
-    case DataType::kU8:
-      return "u8";
-  }
-  return "?";
-}
-
 std::string_view CollectiveName(Collective collective) {
   switch (collective) {
     case Collective::kAllGather:

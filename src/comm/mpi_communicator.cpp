@@ -26,6 +26,7 @@ MPI_Datatype ToMpi(DataType dtype) {
     case DataType::kF32:
       return MPI_FLOAT;
     case DataType::kBF16:
+    case DataType::kF16:
       return MPI_UINT16_T;
     case DataType::kF64:
       return MPI_DOUBLE;
@@ -37,25 +38,26 @@ MPI_Datatype ToMpi(DataType dtype) {
   return MPI_DATATYPE_NULL;
 }
 
-// MPI has no bf16: its sums and maxima are user operations on uint16 storage.
-void Bf16Sum(void* in, void* inout, int* len, MPI_Datatype*) {
-  comm_internal::ReduceInto(inout, in, static_cast<std::size_t>(*len), DataType::kBF16,
-                            ReduceOp::kSum);
-}
-void Bf16Max(void* in, void* inout, int* len, MPI_Datatype*) {
-  comm_internal::ReduceInto(inout, in, static_cast<std::size_t>(*len), DataType::kBF16,
-                            ReduceOp::kMax);
+// MPI has no bf16 or fp16: their sums and maxima are user operations on uint16 storage.
+template <DataType kType, ReduceOp kOp>
+void HalfOp(void* in, void* inout, int* len, MPI_Datatype*) {
+  comm_internal::ReduceInto(inout, in, static_cast<std::size_t>(*len), kType, kOp);
 }
 
 MPI_Op ToMpiOp(DataType dtype, ReduceOp op) {
-  if (dtype != DataType::kBF16) return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX;
-  static MPI_Op sum = MPI_OP_NULL, max = MPI_OP_NULL;
+  if (dtype != DataType::kBF16 && dtype != DataType::kF16) {
+    return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX;
+  }
+  // [bf16, f16][sum, max]
+  static MPI_Op ops[2][2] = {{MPI_OP_NULL, MPI_OP_NULL}, {MPI_OP_NULL, MPI_OP_NULL}};
   static std::once_flag once;
   std::call_once(once, [] {
-    MPI_Op_create(&Bf16Sum, 1, &sum);
-    MPI_Op_create(&Bf16Max, 1, &max);
+    MPI_Op_create(&HalfOp<DataType::kBF16, ReduceOp::kSum>, 1, &ops[0][0]);
+    MPI_Op_create(&HalfOp<DataType::kBF16, ReduceOp::kMax>, 1, &ops[0][1]);
+    MPI_Op_create(&HalfOp<DataType::kF16, ReduceOp::kSum>, 1, &ops[1][0]);
+    MPI_Op_create(&HalfOp<DataType::kF16, ReduceOp::kMax>, 1, &ops[1][1]);
   });
-  return op == ReduceOp::kSum ? sum : max;
+  return ops[dtype == DataType::kF16][op == ReduceOp::kMax];
 }
 
 Status MpiError(std::string_view collective, int code) {

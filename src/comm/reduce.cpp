@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "ctxpar/bf16.h"
+#include "ctxpar/dtype.h"
 
 namespace ctxpar::comm_internal {
 
@@ -28,13 +28,16 @@ void ReduceInto(void* inout, const void* in, std::size_t count, DataType dtype, 
       return Apply(static_cast<int32_t*>(inout), static_cast<const int32_t*>(in), count, op);
     case DataType::kU8:
       return Apply(static_cast<uint8_t*>(inout), static_cast<const uint8_t*>(in), count, op);
-    case DataType::kBF16: {
+    case DataType::kBF16:
+    case DataType::kF16: {
+      const bool bf16 = dtype == DataType::kBF16;
       auto* a = static_cast<uint16_t*>(inout);
       const auto* b = static_cast<const uint16_t*>(in);
       for (std::size_t i = 0; i < count; ++i) {
-        const float x = Bf16ToFloat(a[i]);
-        const float y = Bf16ToFloat(b[i]);
-        a[i] = FloatToBf16(op == ReduceOp::kSum ? x + y : std::max(x, y));
+        const float x = bf16 ? Bf16ToFloat(a[i]) : Fp16ToFp32(a[i]);
+        const float y = bf16 ? Bf16ToFloat(b[i]) : Fp16ToFp32(b[i]);
+        const float r = op == ReduceOp::kSum ? x + y : std::max(x, y);
+        a[i] = bf16 ? FloatToBf16(r) : Fp32ToFp16(r);
       }
       return;
     }

@@ -30,7 +30,7 @@ Status Bad(const std::string& field, int64_t value, const std::string& rule) {
 
 Expected<Shape> ValidateShape(const PartialAttentionParams& p) {
   const PagedKv& kv = p.kv;
-  if (kv.dtype != KvDtype::kBF16) {
+  if (kv.dtype != DataType::kBF16) {
     return InvalidArgument(
         "PartialAttentionCuda: kv.dtype must be kBF16 (the CUDA kernels read "
         "bf16 KV only)");
@@ -214,7 +214,7 @@ Status PartialAttentionCuda(const PartialAttentionParams& params, const CudaAtte
   CudaMergeParams merge;
   merge.o_parts = k.o;
   merge.lse_parts = k.lse;
-  merge.o_dtype = StateDtype::kF32;
+  merge.o_dtype = DataType::kF32;
   merge.n = plan.num_splits;
   merge.num_states = static_cast<int>(states);
   merge.head_dim = params.kv.head_dim_v;

@@ -13,7 +13,7 @@ namespace {
 
 int64_t RoundUp16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
 
-int64_t ElementBytes(StateDtype dtype) { return dtype == StateDtype::kF32 ? 4 : 2; }
+int64_t ElementBytes(DataType dtype) { return dtype == DataType::kF32 ? 4 : 2; }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -46,6 +46,10 @@ Status CheckA2a(const char* api, const CudaA2aParams& a) {
     return InvalidArgument(std::string(api) + ": heads_per_rank=" +
                            std::to_string(a.heads_per_rank) + " must be >= 1");
   }
+  if (a.o_dtype != DataType::kF32 && a.o_dtype != DataType::kBF16) {
+    return InvalidArgument(std::string(api) + ": o_dtype must be f32 or bf16, got " +
+                           std::string(DataTypeName(a.o_dtype)));
+  }
   return CheckHeadDim(api, a.head_dim);
 }
 
@@ -66,6 +70,10 @@ Status MergeStatesCuda(const CudaMergeParams& p, void* stream) {
   if (p.n < 1 || p.n > cuda::kMaxMergeSources) {
     return InvalidArgument(std::string(kApi) + ": n=" + std::to_string(p.n) + " must be in [1, " +
                            std::to_string(cuda::kMaxMergeSources) + "]");
+  }
+  if (p.o_dtype != DataType::kF32 && p.o_dtype != DataType::kBF16) {
+    return InvalidArgument(std::string(kApi) + ": o_dtype must be f32 or bf16, got " +
+                           std::string(DataTypeName(p.o_dtype)));
   }
   if (p.num_states < 0) {
     return InvalidArgument(std::string(kApi) + ": num_states=" + std::to_string(p.num_states) +

@@ -137,8 +137,8 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-cudaError_t LaunchMerge(const MergePlanes& planes, StateDtype dtype, cudaStream_t stream) {
-  return dtype == StateDtype::kF32 ? LaunchMergeTyped<float>(planes, stream)
+cudaError_t LaunchMerge(const MergePlanes& planes, DataType dtype, cudaStream_t stream) {
+  return dtype == DataType::kF32 ? LaunchMergeTyped<float>(planes, stream)
                                    : LaunchMergeTyped<uint16_t>(planes, stream);
 }
 
@@ -148,7 +148,7 @@ cudaError_t LaunchPack(const float* o, const float* lse, void* send, const CudaA
   if (threads == 0) return cudaSuccess;
   const unsigned blocks = static_cast<unsigned>((threads + kThreads - 1) / kThreads);
   char* dst = static_cast<char*>(send);
-  if (a.o_dtype == StateDtype::kF32) {
+  if (a.o_dtype == DataType::kF32) {
     PackKernel<float><<<blocks, kThreads, 0, stream>>>(o, lse, dst, a.n, a.batch, a.heads_per_rank,
                                                        a.head_dim, slot_bytes, lse_offset_bytes);
   } else {

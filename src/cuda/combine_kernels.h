@@ -25,7 +25,7 @@ struct MergePlanes {
   float* out_lse = nullptr;  // may be null
 };
 
-cudaError_t LaunchMerge(const MergePlanes& planes, StateDtype dtype, cudaStream_t stream);
+cudaError_t LaunchMerge(const MergePlanes& planes, DataType dtype, cudaStream_t stream);
 
 cudaError_t LaunchPack(const float* o, const float* lse, void* send, const CudaA2aParams& a,
                        int64_t slot_bytes, int64_t lse_offset_bytes, cudaStream_t stream);

@@ -30,6 +30,8 @@ ncclDataType_t ToNccl(DataType dtype) {
       return ncclFloat32;
     case DataType::kBF16:
       return ncclBfloat16;
+    case DataType::kF16:
+      return ncclFloat16;
     case DataType::kF64:
       return ncclFloat64;
     case DataType::kI32:

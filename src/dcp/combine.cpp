@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "ctxpar/bf16.h"
+#include "ctxpar/dtype.h"
 #include "ctxpar/error_catalog.h"
 #include "ctxpar/merge.h"
 #include "ctxpar/platform.h"

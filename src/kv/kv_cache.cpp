@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "ctxpar/bf16.h"
+#include "ctxpar/dtype.h"
 
 namespace ctxpar {
 
@@ -54,7 +54,11 @@ Expected<KvCache> KvCache::Create(const KvCacheOptions& o) {
         "slots), got page_size={}",
         o.page_size));
   }
-  const size_t element = o.dtype == KvDtype::kF32 ? sizeof(float) : sizeof(uint16_t);
+  if (o.dtype != DataType::kF32 && o.dtype != DataType::kBF16) {
+    return InvalidArgument(fmt::format("KvCache: dtype must be f32 or bf16, got {}",
+                                       DataTypeName(o.dtype)));
+  }
+  const size_t element = DataTypeSize(o.dtype);
   const size_t rows = static_cast<size_t>(o.num_pages) * o.page_size * o.num_kv_heads;
   CTXPAR_ASSIGN_OR_RETURN(HostBuffer k, HostBuffer::Allocate(rows * o.head_dim_qk * element));
   HostBuffer v;
@@ -115,7 +119,7 @@ void KvCache::Store(const PagedKv& kv, bool value, int64_t page, int slot, const
     for (int d = 0; d < dim; ++d) {
       const int64_t at = KvElementOffset(kv, value, page, slot, h, d);
       const float x = src[h * dim + d];
-      if (options_.dtype == KvDtype::kF32) {
+      if (options_.dtype == DataType::kF32) {
         static_cast<float*>(base)[at] = x;
       } else {
         static_cast<uint16_t*>(base)[at] = FloatToBf16(x);

@@ -40,7 +40,7 @@ struct Shape {
   int head_dim_qk;
   int head_dim_v;
   bool mla;  // V is the prefix of K
-  KvDtype dtype;
+  DataType dtype;
   int page_size;
   KvPageFormat format = KvPageFormat::kRows;
 };
@@ -62,9 +62,9 @@ class Problem {
     Fill(slots * shape_.head_dim_qk, kf_, kb_);
     if (!shape_.mla) Fill(slots * shape_.head_dim_v, vf_, vb_);
 
-    kv_.k = shape_.dtype == KvDtype::kF32 ? static_cast<const void*>(kf_.data()) : kb_.data();
+    kv_.k = shape_.dtype == DataType::kF32 ? static_cast<const void*>(kf_.data()) : kb_.data();
     if (!shape_.mla) {
-      kv_.v = shape_.dtype == KvDtype::kF32 ? static_cast<const void*>(vf_.data()) : vb_.data();
+      kv_.v = shape_.dtype == DataType::kF32 ? static_cast<const void*>(vf_.data()) : vb_.data();
     }
     kv_.dtype = shape_.dtype;
     kv_.page_size = ps;
@@ -196,7 +196,7 @@ class Problem {
   }
   void Fill(int64_t n, std::vector<float>& f, std::vector<uint16_t>& b) {
     f = Random(n);
-    if (shape_.dtype == KvDtype::kF32) return;
+    if (shape_.dtype == DataType::kF32) return;
     b.resize(n);
     for (int64_t i = 0; i < n; ++i) b[i] = ToBf16(f[i]);
     f.clear();
@@ -204,7 +204,7 @@ class Problem {
   void Poison(bool value, int page, int slot, int h, int d, std::vector<float>& f,
               std::vector<uint16_t>& b) {
     const int64_t at = KvElementOffset(kv_, value, page, slot, h, d);
-    if (shape_.dtype == KvDtype::kF32) {
+    if (shape_.dtype == DataType::kF32) {
       f[at] = std::numeric_limits<float>::quiet_NaN();
     } else {
       b[at] = 0x7fc0;
@@ -218,7 +218,7 @@ class Problem {
     const int64_t at =
         KvElementOffset(kv_, value, block_table_[seq * max_pages_ + r / ps], r % ps, kvh, d);
     const bool in_v = value && !shape_.mla;
-    if (shape_.dtype == KvDtype::kF32) return in_v ? vf_[at] : kf_[at];
+    if (shape_.dtype == DataType::kF32) return in_v ? vf_[at] : kf_[at];
     return FromBf16(in_v ? vb_[at] : kb_[at]);
   }
 

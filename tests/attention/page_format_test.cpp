@@ -19,7 +19,7 @@ constexpr int kPages = 3;
 
 // A pool of kPages pages of the given shape; k and v point at a dummy (only v's non-nullness
 // matters to KvElementOffset).
-PagedKv Pool(KvDtype dtype, KvPageFormat format, int page_size, int heads, int dim_qk, int dim_v) {
+PagedKv Pool(DataType dtype, KvPageFormat format, int page_size, int heads, int dim_qk, int dim_v) {
   static const float dummy = 0;
   PagedKv kv;
   kv.k = kv.v = &dummy;
@@ -34,7 +34,7 @@ PagedKv Pool(KvDtype dtype, KvPageFormat format, int page_size, int heads, int d
 }
 
 std::string Describe(const PagedKv& kv, bool value) {
-  return std::string(value ? "V" : "K") + (kv.dtype == KvDtype::kBF16 ? " bf16" : " fp32") +
+  return std::string(value ? "V" : "K") + (kv.dtype == DataType::kBF16 ? " bf16" : " fp32") +
          (kv.format == KvPageFormat::kRows ? " rows" : " tiles16") + " page " +
          std::to_string(kv.page_size) + " heads " + std::to_string(kv.num_kv_heads) + " dqk " +
          std::to_string(kv.head_dim_qk) + " dv " + std::to_string(kv.head_dim_v);
@@ -44,7 +44,7 @@ std::string Describe(const PagedKv& kv, bool value) {
 // K and V head dims each of 16/64/128. Stops at the first failure, which says enough.
 void ForEachPool(std::initializer_list<KvPageFormat> formats,
                  const std::function<void(const PagedKv&)>& fn) {
-  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16}) {
+  for (DataType dtype : {DataType::kF32, DataType::kBF16}) {
     for (KvPageFormat format : formats) {
       for (int page_size : {16, 32, 64}) {
         for (int heads : {1, 3, 8}) {
@@ -64,7 +64,7 @@ void ForEachPool(std::initializer_list<KvPageFormat> formats,
 int Dim(const PagedKv& kv, bool value) { return value ? kv.head_dim_v : kv.head_dim_qk; }
 
 // Elements per 32-bit word: fp32 1, bf16 2.
-int64_t Elems(const PagedKv& kv) { return kv.dtype == KvDtype::kBF16 ? 2 : 1; }
+int64_t Elems(const PagedKv& kv) { return kv.dtype == DataType::kBF16 ? 2 : 1; }
 
 ::testing::AssertionResult IsBijectionOntoPool(const PagedKv& kv, bool value) {
   const int dim = Dim(kv, value);
@@ -119,7 +119,7 @@ TEST(KvElementOffset, RowsAreRowMajor) {
 }
 
 TEST(KvElementOffset, AbsorbedMlaReadsVFromTheKRow) {
-  PagedKv kv = Pool(KvDtype::kBF16, KvPageFormat::kRows, 16, 1, 576, 512);
+  PagedKv kv = Pool(DataType::kBF16, KvPageFormat::kRows, 16, 1, 576, 512);
   kv.v = nullptr;
   for (int slot : {0, 7, 15}) {
     for (int d : {0, 100, 511}) {

@@ -44,7 +44,7 @@ class PartialAttention : public ::testing::TestWithParam<CpuIsa> {
 
   // Only the avx512_bf16 path rounds (Q and P to bf16); the others widen bf16 KV exactly.
   double Tol(const Shape& s) const {
-    return s.dtype == KvDtype::kBF16 && GetParam() == CpuIsa::kAvx512Bf16 ? 1e-2 : 1e-5;
+    return s.dtype == DataType::kBF16 && GetParam() == CpuIsa::kAvx512Bf16 ? 1e-2 : 1e-5;
   }
 
   // Decode rows, one per sequence, on one thread and on three, with split-KV off and on: chunks
@@ -100,52 +100,52 @@ class PartialAttention : public ::testing::TestWithParam<CpuIsa> {
 const std::vector<int> kMixedLens = {0, 1, 5, 16, 37, 100, 300};
 
 TEST_P(PartialAttention, GqaD64F32) {
-  RunDecode({8, 2, 64, 64, false, KvDtype::kF32, 16}, kMixedLens, 1);
+  RunDecode({8, 2, 64, 64, false, DataType::kF32, 16}, kMixedLens, 1);
 }
 
 TEST_P(PartialAttention, GqaD128F32ThreeHeadsPerKvHead) {
-  RunDecode({9, 3, 128, 128, false, KvDtype::kF32, 7}, kMixedLens, 2);
+  RunDecode({9, 3, 128, 128, false, DataType::kF32, 7}, kMixedLens, 2);
 }
 
 TEST_P(PartialAttention, GqaD64Bf16) {
-  RunDecode({9, 3, 64, 64, false, KvDtype::kBF16, 16}, kMixedLens, 3);
+  RunDecode({9, 3, 64, 64, false, DataType::kBF16, 16}, kMixedLens, 3);
 }
 
 TEST_P(PartialAttention, GqaD128Bf16) {
-  RunDecode({32, 8, 128, 128, false, KvDtype::kBF16, 5}, {0, 1, 33, 250}, 4);
+  RunDecode({32, 8, 128, 128, false, DataType::kBF16, 5}, {0, 1, 33, 250}, 4);
 }
 
 TEST_P(PartialAttention, MhaOneHeadPerKvHead) {
-  RunDecode({4, 4, 128, 128, false, KvDtype::kF32, 3}, {1, 2, 70}, 5);
+  RunDecode({4, 4, 128, 128, false, DataType::kF32, 3}, {1, 2, 70}, 5);
 }
 
 TEST_P(PartialAttention, Mla16HeadsF32) {
-  RunDecode({16, 1, 576, 512, true, KvDtype::kF32, 16}, {0, 1, 40, 130}, 6);
+  RunDecode({16, 1, 576, 512, true, DataType::kF32, 16}, {0, 1, 40, 130}, 6);
 }
 
 TEST_P(PartialAttention, Mla16HeadsBf16) {
-  RunDecode({16, 1, 576, 512, true, KvDtype::kBF16, 64}, {0, 1, 40, 130}, 7);
+  RunDecode({16, 1, 576, 512, true, DataType::kBF16, 64}, {0, 1, 40, 130}, 7);
 }
 
 TEST_P(PartialAttention, Mla128HeadsF32) {
-  RunDecode({128, 1, 576, 512, true, KvDtype::kF32, 32}, {1, 97}, 8);
+  RunDecode({128, 1, 576, 512, true, DataType::kF32, 32}, {1, 97}, 8);
 }
 
 TEST_P(PartialAttention, Mla128HeadsBf16) {
-  RunDecode({128, 1, 576, 512, true, KvDtype::kBF16, 32}, {0, 97}, 9);
+  RunDecode({128, 1, 576, 512, true, DataType::kBF16, 32}, {0, 97}, 9);
 }
 
 TEST_P(PartialAttention, CausalPrefillRows) {
-  RunPrefill({6, 2, 64, 64, false, KvDtype::kF32, 4}, {0, 4}, 10);
+  RunPrefill({6, 2, 64, 64, false, DataType::kF32, 4}, {0, 4}, 10);
 }
 
 TEST_P(PartialAttention, LongSingleSequenceAllThreads) {
-  RunLongSequence({8, 2, 128, 128, false, KvDtype::kBF16, 16}, 11);
+  RunLongSequence({8, 2, 128, 128, false, DataType::kBF16, 16}, 11);
 }
 
 TEST_P(PartialAttention, LargeScoresStayFinite) {
   // Scores of several hundred: exp overflows without the running max.
-  const Shape shape{4, 1, 64, 64, false, KvDtype::kF32, 8};
+  const Shape shape{4, 1, 64, 64, false, DataType::kF32, 8};
   Problem prob(shape, {50, 200}, 12);
   prob.DecodeRows();
   PartialAttentionParams p = prob.Params();
@@ -160,49 +160,49 @@ TEST_P(PartialAttention, LargeScoresStayFinite) {
 // 4 and 8 heads per KV head.
 
 TEST_P(PartialAttention, Tiles16GqaD64F32) {
-  RunDecode({8, 2, 64, 64, false, KvDtype::kF32, 16, kTiles16}, kMixedLens, 21);
+  RunDecode({8, 2, 64, 64, false, DataType::kF32, 16, kTiles16}, kMixedLens, 21);
 }
 
 TEST_P(PartialAttention, Tiles16GqaD128F32ThreeHeadsPerKvHead) {
-  RunDecode({9, 3, 128, 128, false, KvDtype::kF32, 64, kTiles16}, kMixedLens, 22);
+  RunDecode({9, 3, 128, 128, false, DataType::kF32, 64, kTiles16}, kMixedLens, 22);
 }
 
 TEST_P(PartialAttention, Tiles16GqaD64Bf16) {
-  RunDecode({9, 3, 64, 64, false, KvDtype::kBF16, 16, kTiles16}, kMixedLens, 23);
+  RunDecode({9, 3, 64, 64, false, DataType::kBF16, 16, kTiles16}, kMixedLens, 23);
 }
 
 TEST_P(PartialAttention, Tiles16GqaD128Bf16) {
-  RunDecode({32, 8, 128, 128, false, KvDtype::kBF16, 64, kTiles16}, {0, 1, 33, 250}, 24);
+  RunDecode({32, 8, 128, 128, false, DataType::kBF16, 64, kTiles16}, {0, 1, 33, 250}, 24);
 }
 
 TEST_P(PartialAttention, Tiles16GqaD64Bf16EightHeadsPerKvHead) {
-  RunDecode({16, 2, 64, 64, false, KvDtype::kBF16, 64, kTiles16}, kMixedLens, 25);
+  RunDecode({16, 2, 64, 64, false, DataType::kBF16, 64, kTiles16}, kMixedLens, 25);
 }
 
 TEST_P(PartialAttention, Tiles16GqaD128F32EightHeadsPerKvHead) {
-  RunDecode({8, 1, 128, 128, false, KvDtype::kF32, 16, kTiles16}, kMixedLens, 26);
+  RunDecode({8, 1, 128, 128, false, DataType::kF32, 16, kTiles16}, kMixedLens, 26);
 }
 
 TEST_P(PartialAttention, Tiles16MhaOneHeadPerKvHead) {
-  RunDecode({4, 4, 128, 128, false, KvDtype::kF32, 16, kTiles16}, {1, 2, 70}, 27);
-  RunDecode({4, 4, 64, 64, false, KvDtype::kBF16, 64, kTiles16}, {1, 2, 70}, 28);
+  RunDecode({4, 4, 128, 128, false, DataType::kF32, 16, kTiles16}, {1, 2, 70}, 27);
+  RunDecode({4, 4, 64, 64, false, DataType::kBF16, 64, kTiles16}, {1, 2, 70}, 28);
 }
 
 // bf16 V words pair keys 2i and 2i+1, so a causal row that ends at an odd key ends inside one.
 TEST_P(PartialAttention, Tiles16CausalPrefillRows) {
-  RunPrefill({6, 2, 64, 64, false, KvDtype::kF32, 16, kTiles16}, {0, 16, 24}, 29);
-  RunPrefill({6, 2, 64, 64, false, KvDtype::kBF16, 16, kTiles16}, {0, 16, 24}, 30);
+  RunPrefill({6, 2, 64, 64, false, DataType::kF32, 16, kTiles16}, {0, 16, 24}, 29);
+  RunPrefill({6, 2, 64, 64, false, DataType::kBF16, 16, kTiles16}, {0, 16, 24}, 30);
 }
 
 TEST_P(PartialAttention, Tiles16LongSingleSequenceAllThreads) {
-  RunLongSequence({8, 2, 128, 128, false, KvDtype::kBF16, 16, kTiles16}, 31);
-  RunLongSequence({8, 2, 128, 128, false, KvDtype::kF32, 64, kTiles16}, 32);
+  RunLongSequence({8, 2, 128, 128, false, DataType::kBF16, 16, kTiles16}, 31);
+  RunLongSequence({8, 2, 128, 128, false, DataType::kF32, 64, kTiles16}, 32);
 }
 
 // A kernel that reads whole tiles must mask the keys past a sequence's end, not only weight them
 // by 0: 0 * NaN is NaN. Every element that is not a key holds NaN here.
 TEST_P(PartialAttention, Tiles16NaNOutsideTheSequencesStaysOut) {
-  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16}) {
+  for (DataType dtype : {DataType::kF32, DataType::kBF16}) {
     Problem prob({8, 2, 128, 128, false, dtype, 16, kTiles16}, kMixedLens, 33);
     prob.PoisonUnusedKeys();
     CheckDecode(prob);
@@ -256,7 +256,7 @@ TEST(PartialAttentionParamsTest, BadFieldsAreRejectedByName) {
        "0"},
   };
   for (const BadCase& c : cases) {
-    Problem prob({4, 2, 64, 64, false, KvDtype::kF32, 8}, {9, 12}, 13);
+    Problem prob({4, 2, 64, 64, false, DataType::kF32, 8}, {9, 12}, 13);
     prob.DecodeRows();
     PartialAttentionParams p = prob.Params();
     p.kv.num_pages = 0;
@@ -268,7 +268,7 @@ TEST(PartialAttentionParamsTest, BadFieldsAreRejectedByName) {
 }
 
 TEST(PartialAttentionParamsTest, PageOutsideThePoolIsRejected) {
-  Problem prob({4, 2, 64, 64, false, KvDtype::kF32, 8}, {9, 12}, 14);
+  Problem prob({4, 2, 64, 64, false, DataType::kF32, 8}, {9, 12}, 14);
   prob.DecodeRows();
   PartialAttentionParams p = prob.Params();
   p.kv.num_pages = 1;
@@ -280,7 +280,7 @@ TEST(PartialAttentionParamsTest, PageOutsideThePoolIsRejected) {
 
 // kTiles16 tiles V apart from K in whole tiles of 16 slots.
 TEST(PartialAttentionParamsTest, Tiles16NeedsASeparateVAndWholeTiles) {
-  Problem v_in_k({4, 2, 64, 64, false, KvDtype::kF32, 16, kTiles16}, {9, 12}, 15);
+  Problem v_in_k({4, 2, 64, 64, false, DataType::kF32, 16, kTiles16}, {9, 12}, 15);
   v_in_k.DecodeRows();
   PartialAttentionParams p = v_in_k.Params();
   p.kv.v = nullptr;
@@ -288,7 +288,7 @@ TEST(PartialAttentionParamsTest, Tiles16NeedsASeparateVAndWholeTiles) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(st.message().starts_with("PartialAttentionParams.kv.format")) << st.message();
 
-  Problem partial_tiles({4, 2, 64, 64, false, KvDtype::kF32, 8}, {9, 12}, 16);
+  Problem partial_tiles({4, 2, 64, 64, false, DataType::kF32, 8}, {9, 12}, 16);
   partial_tiles.DecodeRows();
   p = partial_tiles.Params();
   p.kv.format = kTiles16;

@@ -9,7 +9,7 @@
 #include <numeric>
 #include <vector>
 
-#include "ctxpar/bf16.h"
+#include "ctxpar/dtype.h"
 #include "ctxpar/communicator.h"
 
 namespace ctxpar::testing {

@@ -133,7 +133,7 @@ struct Problem {
     p.scale = scale;
     p.kv.k = k_ptr;
     p.kv.v = shape.mla() ? nullptr : v_ptr;
-    p.kv.dtype = KvDtype::kBF16;
+    p.kv.dtype = DataType::kBF16;
     p.kv.page_size = shape.page_size;
     p.kv.num_kv_heads = shape.num_kv_heads;
     p.kv.head_dim_qk = shape.head_dim_qk;
@@ -306,7 +306,7 @@ PartialAttentionParams ValidGqa() {
   p.num_rows = 1;
   p.num_q_heads = 32;
   p.kv.k = p.kv.v = kTable;
-  p.kv.dtype = KvDtype::kBF16;
+  p.kv.dtype = DataType::kBF16;
   p.kv.page_size = 16;
   p.kv.num_kv_heads = 8;
   p.kv.head_dim_qk = p.kv.head_dim_v = 128;
@@ -343,7 +343,7 @@ TEST(CudaAttentionPlanTest, RejectsWhatTheKernelsCannotServe) {
             "PartialAttentionCuda: kv.format must be KvPageFormat::kRows (the CUDA kernels read "
             "token rows; kTiles16 is the CPU kernels' layout)");
   p = ValidGqa();
-  p.kv.dtype = KvDtype::kF32;
+  p.kv.dtype = DataType::kF32;
   EXPECT_EQ(message(p),
             "PartialAttentionCuda: kv.dtype must be kBF16 (the CUDA kernels read "
             "bf16 KV only)");

@@ -94,9 +94,9 @@ void ExpectMerged(const std::vector<float>& o, const std::vector<float>& lse,
 TEST(CudaMergeTest, MergesPlanesAsTheFloat64Reference) {
   CTXPAR_SKIP_WITHOUT_CUDA_DEVICE();
   for (int n : {1, 3, 8, 17}) {
-    for (StateDtype dtype : {StateDtype::kF32, StateDtype::kBF16}) {
+    for (DataType dtype : {DataType::kF32, DataType::kBF16}) {
       SCOPED_TRACE(n);
-      const bool bf16 = dtype == StateDtype::kBF16;
+      const bool bf16 = dtype == DataType::kBF16;
       const States s = RandomStates(n, 37, 128, 100 + n);
       std::vector<uint16_t> o_bits(s.o.size());
       for (size_t i = 0; i < s.o.size(); ++i) o_bits[i] = FloatToBf16(s.o[i]);
@@ -132,7 +132,7 @@ TEST(CudaMergeTest, MergesPlanesAsTheFloat64Reference) {
 // goes to slot r of rank j); each rank unpacks and merges its h heads.
 TEST(CudaA2aTest, PackExchangeUnpackEqualsTheMerge) {
   CTXPAR_SKIP_WITHOUT_CUDA_DEVICE();
-  for (StateDtype dtype : {StateDtype::kBF16, StateDtype::kF32}) {
+  for (DataType dtype : {DataType::kBF16, DataType::kF32}) {
     const int n = 4, batch = 3, h = 2, dim = 512;
     CudaA2aParams a{n, batch, h, dim, dtype};
     const size_t slot = A2aSlotBytes(a);
@@ -182,7 +182,7 @@ TEST(CudaA2aTest, PackExchangeUnpackEqualsTheMerge) {
         }
       }
       std::vector<double> o_ref, lse_ref;
-      ReferenceMerge(mine, dtype == StateDtype::kBF16, o_ref, lse_ref);
+      ReferenceMerge(mine, dtype == DataType::kBF16, o_ref, lse_ref);
       ExpectMerged(o, lse, o_ref, lse_ref, 1e-6);
     }
   }
@@ -190,16 +190,16 @@ TEST(CudaA2aTest, PackExchangeUnpackEqualsTheMerge) {
 
 TEST(CudaA2aTest, SlotLayoutIsPaddedTo16Bytes) {
   // O: 3 * 2 * 64 bf16 = 768 bytes; lse: 6 floats = 24 -> 32 bytes.
-  EXPECT_EQ(A2aSlotBytes({4, 3, 2, 64, StateDtype::kBF16}), 800u);
+  EXPECT_EQ(A2aSlotBytes({4, 3, 2, 64, DataType::kBF16}), 800u);
   // O: 1 * 1 * 8 fp32 = 32 bytes; lse: 4 -> 16 bytes.
-  EXPECT_EQ(A2aSlotBytes({2, 1, 1, 8, StateDtype::kF32}), 48u);
+  EXPECT_EQ(A2aSlotBytes({2, 1, 1, 8, DataType::kF32}), 48u);
 }
 
 TEST(CudaA2aTest, RejectsBadShapes) {
   EXPECT_EQ(
-      PackA2aCuda({0, 1, 1, 8, StateDtype::kBF16}, nullptr, nullptr, nullptr, nullptr).message(),
+      PackA2aCuda({0, 1, 1, 8, DataType::kBF16}, nullptr, nullptr, nullptr, nullptr).message(),
       "PackA2aCuda: n=0 must be in [1, 256]");
-  EXPECT_EQ(UnpackMergeA2aCuda({2, 1, 1, 12, StateDtype::kBF16}, nullptr, nullptr, nullptr, nullptr)
+  EXPECT_EQ(UnpackMergeA2aCuda({2, 1, 1, 12, DataType::kBF16}, nullptr, nullptr, nullptr, nullptr)
                 .message(),
             "UnpackMergeA2aCuda: head_dim=12 must be a positive multiple of 8");
   CudaMergeParams p;

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "ctxpar/bf16.h"
+#include "ctxpar/dtype.h"
 #include "ctxpar/cuda_attention.h"
 
 namespace ctxpar::testing {

@@ -44,7 +44,7 @@ TEST(CudaIpcExchangeTest, ExchangesAndMergesEveryStep) {
   // Every rank decides alike: the device count is a property of the machine.
   CTXPAR_SKIP_WITHOUT_CUDA_DEVICE();
   const int n = world->size(), me = world->rank();
-  const CudaA2aParams a{n, kBatch, kHeads, kDim, StateDtype::kBF16};
+  const CudaA2aParams a{n, kBatch, kHeads, kDim, DataType::kBF16};
   Expected<std::unique_ptr<CudaIpcExchange>> ex = CudaIpcExchange::Create(*world, A2aSlotBytes(a));
   ASSERT_TRUE(ex.ok()) << ex.status().ToString();
 
@@ -107,7 +107,7 @@ TEST(CudaIpcExchangeTest, FailedSetUpIsAStatusOnEveryRank) {
     world = std::move(*w);
   }
   if (CudaDeviceCount().ok()) GTEST_SKIP() << "a CUDA device is present: set-up succeeds here";
-  const CudaA2aParams a{world->size(), kBatch, kHeads, kDim, StateDtype::kBF16};
+  const CudaA2aParams a{world->size(), kBatch, kHeads, kDim, DataType::kBF16};
   Expected<std::unique_ptr<CudaIpcExchange>> ex = CudaIpcExchange::Create(*world, A2aSlotBytes(a));
   EXPECT_FALSE(ex.ok());
   // The group is still usable: nobody was left inside a collective of the failed set-up.

@@ -46,13 +46,13 @@ std::vector<DcpCase> Cases() {
        .backend = CombineBackend::kA2a,
        .interleave = 4,
        .head_dim = 128,
-       .kv_dtype = KvDtype::kBF16,
+       .kv_dtype = DataType::kBF16,
        .lengths = {5, 66}});
   add({.name = "gqa_bf16kv_n3_agrs",
        .n = 3,
        .interleave = 1,
        .head_dim = 64,
-       .kv_dtype = KvDtype::kBF16,
+       .kv_dtype = DataType::kBF16,
        .lengths = {2, 40}});
   add({.name = "gqa_bf16wire_n2_a2a",
        .n = 2,
@@ -108,13 +108,13 @@ std::vector<DcpCase> Cases() {
        .n = 2,
        .backend = CombineBackend::kA2a,
        .mla = true,
-       .kv_dtype = KvDtype::kBF16,
+       .kv_dtype = DataType::kBF16,
        .o_wire = DataType::kBF16,
        .lengths = {1, 40}});
   add({.name = "mla_bf16kv_n8_agrs",
        .n = 8,
        .mla = true,
-       .kv_dtype = KvDtype::kBF16,
+       .kv_dtype = DataType::kBF16,
        .lengths = {5, 30}});
   return cases;
 }

@@ -32,7 +32,7 @@ std::vector<DcpCase> WorldCases(int n) {
       mla.name += "_mla";
       mla.mla = true;
       mla.lengths = {2, 29};
-      mla.kv_dtype = variant % 2 ? KvDtype::kBF16 : KvDtype::kF32;
+      mla.kv_dtype = variant % 2 ? DataType::kBF16 : DataType::kF32;
       cases.push_back(mla);
       ++variant;
     }

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "ctxpar/bf16.h"
+#include "ctxpar/dtype.h"
 #include "ctxpar/communicator.h"
 #include "ctxpar/dcp_attention.h"
 #include "ctxpar/kv_cache.h"
@@ -28,7 +28,7 @@ struct DcpCase {
   int interleave = 1;
   bool mla = false;  // absorbed MLA: 576 / 512, one KV head; else GQA with head_dim
   int head_dim = 64;
-  KvDtype kv_dtype = KvDtype::kF32;
+  DataType kv_dtype = DataType::kF32;
   DataType o_wire = DataType::kF32;
   std::vector<int> lengths;  // tokens per sequence
   int prefill_rows = 0;      // 0: decode (one row per sequence); else the last rows of each
@@ -43,7 +43,7 @@ inline void PrintTo(const DcpCase& c, std::ostream* os) { *os << c.name; }
 // at most a few hundred keys; with bf16 KV the kernel may round Q and the softmax weights to bf16
 // (attention.h), and a bf16 wire rounds the partial O: 8 bits of mantissa.
 inline double Tolerance(const DcpCase& c) {
-  return (c.kv_dtype == KvDtype::kBF16 || c.o_wire == DataType::kBF16) ? 1e-2 : 1e-5;
+  return (c.kv_dtype == DataType::kBF16 || c.o_wire == DataType::kBF16) ? 1e-2 : 1e-5;
 }
 
 struct DcpProblem {
@@ -72,7 +72,7 @@ inline DcpProblem MakeProblem(const DcpCase& c) {
     // reference sees what the kernel reads.
     auto draw = [&] {
       const float x = dist(rng);
-      return c.kv_dtype == KvDtype::kBF16 ? Bf16ToFloat(FloatToBf16(x)) : x;
+      return c.kv_dtype == DataType::kBF16 ? Bf16ToFloat(FloatToBf16(x)) : x;
     };
     for (float& x : k) x = draw();
     if (!c.mla) {

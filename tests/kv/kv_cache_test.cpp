@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "ctxpar/bf16.h"
+#include "ctxpar/dtype.h"
 
 namespace ctxpar {
 namespace {
@@ -35,7 +35,7 @@ float Read(const PagedKv& kv, bool value, int seq, int64_t r, int h, int d) {
   const int32_t page = kv.block_table[seq * kv.max_pages_per_seq + r / kv.page_size];
   const int64_t at = KvElementOffset(kv, value, page, static_cast<int>(r % kv.page_size), h, d);
   const void* base = value && kv.v != nullptr ? kv.v : kv.k;
-  return kv.dtype == KvDtype::kF32 ? static_cast<const float*>(base)[at]
+  return kv.dtype == DataType::kF32 ? static_cast<const float*>(base)[at]
                                    : Bf16ToFloat(static_cast<const uint16_t*>(base)[at]);
 }
 float ReadK(const PagedKv& kv, int seq, int64_t r, int h, int d) {
@@ -198,7 +198,7 @@ TEST_P(KvCacheFormatTest, GqaBf16RoundsToNearestEven) {
                                 .num_kv_heads = heads,
                                 .head_dim_qk = dim,
                                 .head_dim_v = dim,
-                                .dtype = KvDtype::kBF16,
+                                .dtype = DataType::kBF16,
                                 .format = GetParam()});
   ASSERT_TRUE(cache.ok());
   std::vector<float> k(tokens * heads * dim), v(k.size());
@@ -233,7 +233,7 @@ TEST(KvCache, MlaStoresLatentAndRopeInOneRowAndBf16Rounds) {
                                 .head_dim_qk = 576,
                                 .head_dim_v = 512,
                                 .v_in_k = true,
-                                .dtype = KvDtype::kBF16});
+                                .dtype = DataType::kBF16});
   ASSERT_TRUE(cache.ok());
   std::vector<float> k(3 * 576);
   std::mt19937 rng(7);

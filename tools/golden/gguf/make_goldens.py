@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Builds the GGUF fixtures and dequantization goldens of tests/model/data/gguf/ with gguf-py.
+"""Builds the GGUF fixtures and dequantization goldens of tests/data/gguf/ with gguf-py.
 
 The references are gguf-py's (the GGUF library of llama.cpp): its GGUFWriter writes the fixture
 files, its GGUFReader reads them back (and the real model), and gguf.quants.dequantize produces

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes src/model/tokenizer_unicode_table.cpp: the codepoint classes the BPE pre-tokenizer needs.
+"""Writes src/text/tokenizer_unicode_table.cpp: the codepoint classes the BPE pre-tokenizer needs.
 
 The pre-tokenizer regexes use \\p{L}, \\p{N} and \\s only, so each codepoint falls in one of four
 classes: letter (general category L*), number (N*), whitespace (the Unicode White_Space property,
@@ -7,7 +7,7 @@ the set llama.cpp uses) or other. The table is the list of runs (first codepoint
 ascending order; a run ends where the next begins, and the last runs to U+10FFFF.
 
 Run with the newest Python at hand (its unicodedata fixes the Unicode version, written into the
-file): python3.13 tools/golden/llama_cpp/gen_unicode_table.py > src/model/tokenizer_unicode_table.cpp
+file): python3.13 tools/golden/llama_cpp/gen_unicode_table.py > src/text/tokenizer_unicode_table.cpp
 """
 import sys
 import unicodedata

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes tests/model/data/llama_cpp/golden.json and golden_f32_weights.json: what llama.cpp
+"""Writes tests/data/llama_cpp/golden.json and golden_f32_weights.json: what llama.cpp
 computes for SmolLM2-135M-Instruct.Q4_1.gguf on a few prompts, for comparing ctxpar's Llama
 forward.
 
@@ -18,7 +18,7 @@ to a few tenths), no flash attention, fixed thread count, the whole prompt in on
   fp32 activations: the numerics of ctxpar's default forward.
 
     /root/.cache/ctxpar/venv/bin/python tools/golden/llama_cpp/make_model_golden.py \\
-        "$(bash scripts/fetch-model.sh)" tests/model/data/llama_cpp
+        "$(bash scripts/fetch-model.sh)" tests/data/llama_cpp
 (venv as in make_tokenizer_golden.py; the F32 copy, 540 MB, goes to a temporary directory)
 """
 import hashlib
@@ -159,7 +159,7 @@ def main() -> None:
                 dump_compact({
                     "generator": "tools/golden/llama_cpp/make_model_golden.py",
                     "command": "python tools/golden/llama_cpp/make_model_golden.py "
-                               "SmolLM2-135M-Instruct.Q4_1.gguf tests/model/data/llama_cpp",
+                               "SmolLM2-135M-Instruct.Q4_1.gguf tests/data/llama_cpp",
                     "model": pathlib.Path(model_path).name,
                     "model_sha256": sha256,
                     "weights": weights,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes tests/model/data/tokenizer/golden.json: token ids of llama.cpp for ~50 texts, and the
+"""Writes tests/data/tokenizer/golden.json: token ids of llama.cpp for ~50 texts, and the
 chat template rendered by jinja2, for SmolLM2-135M-Instruct.Q4_1.gguf.
 
 llama.cpp (through llama-cpp-python, built from source on this machine) tokenizes with the
@@ -10,7 +10,7 @@ GGUF's tokenizer.chat_template as HF transformers does (trim_blocks, lstrip_bloc
     CMAKE_ARGS="-DGGML_NATIVE=ON" CMAKE_BUILD_PARALLEL_LEVEL=2 \\
         /root/.cache/ctxpar/venv/bin/pip install llama-cpp-python jinja2 gguf
     /root/.cache/ctxpar/venv/bin/python tools/golden/llama_cpp/make_tokenizer_golden.py \\
-        "$(bash scripts/fetch-model.sh)" > tests/model/data/tokenizer/golden.json
+        "$(bash scripts/fetch-model.sh)" > tests/data/tokenizer/golden.json
 """
 import pathlib
 import random

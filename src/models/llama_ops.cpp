@@ -1,4 +1,4 @@
-#include "model/llama_ops.h"
+#include "models/llama_ops.h"
 
 #include <cmath>
 

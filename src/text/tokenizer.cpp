@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "model/tokenizer_unicode.h"
+#include "text/tokenizer_unicode.h"
 
 namespace ctxpar {
 

@@ -99,7 +99,5 @@ float DotF32Scalar(WeightType type, const std::uint8_t* w_row, const float* x, c
 // The kernel MatMul dispatches to on this CPU ("avx512vnni", "avx2" or "scalar").
 const char* MatMulIsa();
 
-// IEEE half, round to nearest even (the inverse of quant.h's Fp16ToFp32, which the kernels use).
-std::uint16_t Fp32ToFp16(float f);
 
 }  // namespace ctxpar::model

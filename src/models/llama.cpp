@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 
 #include "ctxpar/kv_cache.h"
-#include "model/linear.h"
-#include "model/llama_attention.h"
-#include "model/llama_ops.h"
+#include "models/linear.h"
+#include "models/llama_attention.h"
+#include "models/llama_ops.h"
 
 namespace ctxpar {
 

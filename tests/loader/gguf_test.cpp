@@ -1,4 +1,4 @@
-// The GGUF reader against what gguf-py wrote and read (tests/model/data/gguf/golden.json and
+// The GGUF reader against what gguf-py wrote and read (tests/data/gguf/golden.json and
 // model_golden.json, made by tools/golden/gguf/make_goldens.py), and its errors on malformed
 // images built here byte by byte from the GGUF specification.
 #include "ctxpar/gguf.h"

@@ -1,4 +1,4 @@
-#include "model/tokenizer_unicode.h"
+#include "text/tokenizer_unicode.h"
 
 #include <algorithm>
 #include <array>

@@ -1,6 +1,6 @@
 // The Llama layer attention (model/llama_attention.h) over a KV cache sharded by owner, for DCP
 // sizes 1 and 3, default and replicated Q, against a float64 causal softmax attention.
-#include "model/llama_attention.h"
+#include "models/llama_attention.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "model/llama_attention.h"
+#include "models/llama_attention.h"
 
 #include <cmath>
 

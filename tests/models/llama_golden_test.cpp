@@ -1,4 +1,4 @@
-// The Llama forward against llama.cpp (tests/model/data/llama_cpp/*.json, made by
+// The Llama forward against llama.cpp (tests/data/llama_cpp/*.json, made by
 // tools/golden/llama_cpp/make_model_golden.py with llama-cpp-python: fp32 K/V cache, no flash
 // attention, the prompt in one batch): greedy continuations from the reference's own prompt
 // ids, and the logits of the reference's top-5 tokens at the last prompt position and the first

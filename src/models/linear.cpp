@@ -1,4 +1,4 @@
-#include "model/linear.h"
+#include "models/linear.h"
 
 // GCC's AVX-512 intrinsic headers build vectors from _mm512_undefined_*, which -Wextra reports
 // as uninitialised when they are inlined here.
@@ -12,22 +12,6 @@
 #include <cstring>
 
 namespace ctxpar::model {
-
-std::uint16_t Fp32ToFp16(float f) {
-  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
-  const std::uint16_t sign = std::uint16_t((x >> 16) & 0x8000);
-  const std::uint32_t abs = x & 0x7FFFFFFFu;
-  if (abs >= 0x7F800000u) return sign | (abs > 0x7F800000u ? 0x7E00 : 0x7C00);
-  if (abs >= 0x477FF000u) return sign | 0x7C00;  // rounds past the largest half
-  if (abs < 0x38800000u) {
-    // Subnormal half: the value in units of 2^-24, rounded to nearest even by the FPU.
-    const float scaled = std::bit_cast<float>(abs) * 16777216.0f;
-    return sign | std::uint16_t(std::nearbyint(scaled));
-  }
-  const std::uint32_t mant_odd = (abs >> 13) & 1;
-  const std::uint32_t rounded = abs + 0xFFF + mant_odd;
-  return sign | std::uint16_t((rounded - 0x38000000u) >> 13);
-}
 
 QuantMatrix QuantMatrix::RowRange(int begin, int count) const {
   QuantMatrix m = *this;

@@ -1,4 +1,4 @@
-// The GGUF goldens in tests/model/data/gguf/ (made by tools/golden/gguf/make_goldens.py) and the
+// The GGUF goldens in tests/data/gguf/ (made by tools/golden/gguf/make_goldens.py) and the
 // readers of their raw files, shared by the GGUF reader and dequantization tests.
 #pragma once
 

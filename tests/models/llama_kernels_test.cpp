@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "model/linear.h"
-#include "model/llama_ops.h"
+#include "models/linear.h"
+#include "models/llama_ops.h"
 
 namespace ctxpar::model {
 namespace {

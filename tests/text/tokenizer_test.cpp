@@ -1,4 +1,4 @@
-// The tokenizer against llama.cpp's token ids (tests/model/data/tokenizer/golden.json, made by
+// The tokenizer against llama.cpp's token ids (tests/data/tokenizer/golden.json, made by
 // tools/golden/llama_cpp/make_tokenizer_golden.py), the chat template against jinja2's
 // rendering, and BPE / UTF-8 streaming rules on small hand-checked cases.
 #include "ctxpar/tokenizer.h"
@@ -209,7 +209,7 @@ std::string Utf8(uint32_t cp) {  // cp < 0x800
   return {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
 }
 
-// The prompts of the model goldens (tests/model/data/llama_cpp/golden.json) tokenize and render
+// The prompts of the model goldens (tests/data/llama_cpp/golden.json) tokenize and render
 // as llama.cpp and jinja2 did, and the greedy continuations decode to llama.cpp's text.
 TEST_F(SmolLm2Tokenizer, ModelGoldenPromptsMatchLlamaCpp) {
   std::ifstream in(std::string(CTXPAR_TEST_DATA_DIR) + "/llama_cpp/golden.json");
