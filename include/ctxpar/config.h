@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <optional>
 #include <span>
@@ -84,11 +85,19 @@ const FieldSpec* FindField(std::string_view name);
 Expected<FieldValue> ParseFieldText(const FieldSpec& field, std::string_view flag,
                                     std::string_view text);
 
-// What a model file tells the configuration (known when a model is loaded or named).
+class Resolution;
+struct ResolveContext;
+
+// What a model file tells the configuration (known when a model is opened or named).
 struct ModelInfo {
   std::string architecture;  // HF architecture string, e.g. "DeepseekV4ForCausalLM"
   int num_attention_heads = 0;
   int num_key_value_heads = 0;
+  // The model's own rules (what its layout can serve), run by _handle_model_specific_adjustments
+  // after SGLang's architecture hooks, under the source name `hook_name`: it refuses with a
+  // catalog error or declares fields. Empty: the model adds no rule.
+  std::string hook_name;
+  std::function<Status(Resolution& resolution, const ResolveContext& context)> hook;
 };
 
 // The raw snapshot: each field's value and whether the user gave it.
@@ -162,8 +171,6 @@ class ConfigGetters {
  private:
   const View& Self() const { return static_cast<const View&>(*this); }
 };
-
-class Resolution;
 
 // The live, read-only view of a Resolution (SGLang's resolving_view).
 class ResolvingView : public ConfigGetters<ResolvingView> {

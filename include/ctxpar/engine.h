@@ -1,0 +1,130 @@
+// Engine: many requests at once over one model and one KV pool per rank (continuous batching),
+// the loop that `ctxpar generate` and `ctxpar serve` drive.
+//
+// Ranks. Every rank of the TP group (the MPI job, or one process) creates an Engine and calls
+// Run. Rank 0 is the leader: it takes requests (Submit / Cancel, from any thread), plans each
+// step (scheduler.h: which requests decode, which prefill chunks run, which are retracted),
+// broadcasts the plan, runs its share of the forward, samples and delivers the updates. The
+// other ranks receive each plan, apply its KV pool operations in the same order and run their
+// share of the forward; they never see a request. Submit, Cancel and the updates exist on rank 0
+// only (Submit on another rank is FailedPrecondition).
+//
+// Requests. A request is a prompt of token ids, sampling parameters (sampling.h) and whether its
+// prompt's log-probabilities are wanted. Its updates arrive through its callback, on the thread
+// that runs Run, in order: zero or more updates with new tokens, then exactly one with
+// finish != kNone (stop: EOS, a stop token or a stop string; length: max_new_tokens or the
+// context; abort: cancelled, the engine stopped, or a fault). The callback must not block or call
+// Run; it may call Submit and Cancel.
+//
+// Nothing is lost: a request retracted for lack of KV pages returns to the queue and resumes by
+// prefilling its prompt and the tokens it had generated; by batch invariance (batch.h) its
+// output is the one it would have had without the retraction.
+//
+// Thread safety: Submit, Cancel, Stop and Snapshot are safe from any thread; Run is called by one
+// thread per rank.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ctxpar/communicator.h"
+#include "ctxpar/engine_config.h"
+#include "ctxpar/model.h"
+#include "ctxpar/sampling.h"
+#include "ctxpar/status.h"
+
+namespace ctxpar {
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;  // token ids, at least one
+  SamplingParams sampling;
+  // The log-probability of every prompt token given the tokens before it (the first has none),
+  // with sampling.top_logprobs_num alternatives: what an OpenAI completion with echo returns.
+  bool return_prompt_logprobs = false;
+};
+
+enum class FinishReason { kNone, kStop, kLength, kAbort };
+// "stop", "length", "abort" ("" for kNone): OpenAI's and SGLang's finish_reason.
+std::string_view FinishReasonName(FinishReason reason);
+
+struct RequestUpdate {
+  uint64_t id = 0;
+  std::vector<int32_t> tokens;           // output tokens new since the last update
+  std::vector<TokenLogprob> logprobs;    // one per new token, with sampling.return_logprob
+  std::string text;                      // their text, when the model has a tokenizer
+  // With return_prompt_logprobs, once, in the first update: one entry per prompt token (the
+  // first empty).
+  std::vector<std::optional<TokenLogprob>> prompt_logprobs;
+  FinishReason finish = FinishReason::kNone;
+  std::string finish_detail;  // the matched stop string / token id, or why it aborted
+  int prompt_tokens = 0;      // the request's totals so far (OpenAI usage)
+  int completion_tokens = 0;
+};
+
+using UpdateCallback = std::function<void(const RequestUpdate& update)>;
+
+// What the engine is doing, for /metrics and /get_server_info.
+struct EngineSnapshot {
+  int running = 0;                    // requests holding KV
+  int queued = 0;                     // waiting for admission (new or retracted)
+  int64_t max_total_num_tokens = 0;   // the pool's token capacity
+  int64_t used_tokens = 0;            // tokens whose pages are in use (page-rounded)
+  double token_usage = 0.0;           // used / max
+  uint64_t retractions = 0;           // requests retracted so far
+  uint64_t prompt_tokens_total = 0;   // prompt tokens prefilled (re-prefills not counted)
+  uint64_t generation_tokens_total = 0;
+  uint64_t requests_finished = 0;
+  int max_running_requests = 0;
+  int chunked_prefill_size = 0;
+  int context_length = 0;
+};
+
+class Engine {
+ public:
+  enum class RunUntil {
+    kIdle,     // return when no request is left (generate: submit everything, then Run)
+    kStopped,  // serve until Stop()
+  };
+
+  // Collective over `world` (tp_size ranks): creates the thread pool, the model (source's
+  // CreateModel) and the KV pool sized by config.kv_cache_mib (capped by max_total_tokens).
+  // `log` receives the start-up lines (SGLang's "KV Cache is allocated. #tokens: ..." and
+  // "max_total_num_tokens=..."); it may be null. `world` must outlive the engine.
+  static Expected<std::unique_ptr<Engine>> Create(const EngineConfig& config,
+                                                  const ModelSource& source, Communicator& world,
+                                                  std::function<void(std::string_view)> log);
+  ~Engine();
+
+  // Rank 0. Queues a request; its id is returned at once and `on_update` will receive its
+  // updates. Refused: invalid sampling parameters (CTXPAR-SAMPLING-*), an empty prompt or a
+  // token outside the vocabulary, a prompt plus max_new_tokens that cannot fit the context or
+  // the KV pool (CTXPAR-ENGINE-*, with the counts), stop strings without a tokenizer, a full
+  // queue (kUnavailable), or an engine that has stopped.
+  Expected<uint64_t> Submit(GenerateRequest request, UpdateCallback on_update);
+  // Rank 0. Ends the request with finish kAbort and frees its pages at the next step; unknown or
+  // finished ids are ignored.
+  void Cancel(uint64_t id);
+  // Rank 0. Makes Run return after ending every request with kAbort.
+  void Stop();
+
+  // Every rank. Runs steps until `until` (rank 0 decides; the others follow its plans). A
+  // failure of a collective or the model ends every request with kAbort and is returned.
+  Status Run(RunUntil until);
+
+  EngineSnapshot Snapshot() const;
+  const ModelDesc& model_desc() const;
+  const EngineConfig& config() const;
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ctxpar

@@ -1,0 +1,71 @@
+// EngineConfig: the resolved launch configuration, typed once (enums, integers, optionals), as
+// the engine, the models and the server read it. Built from the frozen view of the resolution
+// pipeline (config.h), after every rule has run there: building it checks no rule again, it only
+// converts.
+//
+// Thread safety: a value.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "ctxpar/combine.h"
+#include "ctxpar/config.h"
+#include "ctxpar/platform.h"
+#include "ctxpar/status.h"
+
+namespace ctxpar {
+
+enum class CpStrategy { kNone, kInterleave, kZigzag };
+enum class MoeA2aBackend {
+  kNone,
+  kDeepep,
+  kMooncake,
+  kNixl,
+  kMori,
+  kAscendFuseep,
+  kFlashinfer,
+  kMegamoe,
+};
+
+// The --cp-strategy and --moe-a2a-backend spellings ("none" for CpStrategy::kNone).
+std::string_view CpStrategyName(CpStrategy strategy);
+std::string_view MoeA2aBackendName(MoeA2aBackend backend);
+
+struct EngineConfig {
+  std::string model_path;
+  std::string model_arch;  // the architecture the model-specific step keyed on
+  Platform platform;
+
+  // Parallelism (the names of config.h's fields).
+  int tp_size = 1;
+  int dp_size = 1;
+  int dcp_size = 1;
+  CombineBackend dcp_comm_backend = CombineBackend::kAgRs;
+  bool dcp_replicate_q_proj = false;  // resolved: an unset tri-state is false here
+  int dcp_kv_cache_interleave_size = 1;
+  bool enable_prefill_cp = false;
+  CpStrategy cp_strategy = CpStrategy::kNone;
+  int attn_cp_size = 1;
+  MoeA2aBackend moe_a2a_backend = MoeA2aBackend::kNone;
+  int ep_size = 1;
+  std::optional<int> moe_dense_tp_size;
+  bool enable_dp_attention = false;
+
+  // Memory and scheduling.
+  int page_size = 16;
+  int64_t kv_cache_mib = 0;               // KV memory budget per rank
+  std::optional<int64_t> max_total_tokens;  // cap on the pool's tokens
+  int max_running_requests = 0;
+  std::optional<int> max_queued_requests;  // unset: no limit
+  int chunked_prefill_size = 0;            // prefill tokens per step; -1: whole prompts
+  int threads = 0;                         // compute threads per rank
+  uint64_t random_seed = 0;                // seed of requests that give none
+};
+
+// Converts a resolved configuration; fails only on a value outside its enum (a bug).
+Expected<EngineConfig> MakeEngineConfig(const ResolvedConfig& config, const Platform& platform);
+
+}  // namespace ctxpar

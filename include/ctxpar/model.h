@@ -1,0 +1,87 @@
+// Model and ModelSource: the seam between the engine and every model architecture.
+//
+// A ModelSource is a checkpoint opened for reading (memory-mapped, nothing loaded yet): what the
+// launch configuration needs to know (its architecture, its head counts, and its own rules as a
+// hook of the resolution pipeline), its tokenizer when it has one, the KV each rank will store
+// for a configuration, and the factory of the Model. OpenModelSource picks the loader by what the
+// path holds: a GGUF file (the Llama family) or a directory with a HF config.json (the
+// DeepSeek-V3 family). `ctxpar check --model-path`, `generate` and `serve` all go through it, so
+// they accept and refuse the same configurations.
+//
+// A Model holds one rank's share of the weights (tensor parallel over the TP group, with the DCP
+// groups inside it) and runs one forward over a Batch (batch.h) against the KV pool (kv_pool.h).
+// The engine knows nothing else of it: no architecture name is tested outside the model code.
+//
+// Thread safety: a ModelSource is immutable after opening (any thread); a Model belongs to the
+// thread that drives its rank, and CreateModel and Forward are collective over the TP group.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ctxpar/batch.h"
+#include "ctxpar/communicator.h"
+#include "ctxpar/config.h"
+#include "ctxpar/dtype.h"
+#include "ctxpar/engine_config.h"
+#include "ctxpar/kv_pool.h"
+#include "ctxpar/status.h"
+
+namespace ctxpar {
+
+class ThreadPool;
+class Tokenizer;
+
+struct ModelDesc {
+  std::string architecture;  // HF architecture string: "LlamaForCausalLM", "DeepseekV3ForCausalLM"
+  int vocab_size = 0;
+  int context_length = 0;  // positions the model can attend over
+  std::vector<int32_t> eos_token_ids;  // generation ends on these unless ignore_eos
+};
+
+// The KV one rank stores per token and layer for a configuration (kv_pool.h's options).
+struct KvSpec {
+  int num_layers = 0;
+  int num_kv_heads = 0;  // per rank, after TP and DCP
+  int head_dim_k = 0;
+  int head_dim_v = 0;
+  bool v_in_k = false;
+  DataType dtype = DataType::kF32;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelDesc& desc() const = 0;
+  // Collective over the TP group: every rank calls it with the same batch, after the engine made
+  // every sequence's slot hold positions [0, pos0 + num_tokens) (KvPool::Reserve). Appends the
+  // new tokens' K/V to `kv` and writes `logits` [batch.TotalLogitRows(), vocab_size] (fp32,
+  // resized; the same on every rank). Token ids outside [0, vocab_size) are InvalidArgument.
+  // Logits that are not finite are an error naming the layer where it can.
+  virtual Status Forward(const Batch& batch, KvPool& kv, std::vector<float>& logits) = 0;
+};
+
+class ModelSource {
+ public:
+  virtual ~ModelSource() = default;
+  virtual const std::string& path() const = 0;
+  // For the resolution pipeline: architecture, head counts and the model's hook (config.h).
+  virtual const ModelInfo& info() const = 0;
+  virtual const ModelDesc& desc() const = 0;
+  // Null when the checkpoint has no tokenizer: such a model takes and returns token ids only.
+  virtual const Tokenizer* tokenizer() const = 0;
+  // What each rank stores per token for `config` (a configuration the hook accepted).
+  virtual KvSpec KvSpecFor(const EngineConfig& config) const = 0;
+  // Collective over `world` (tp_size ranks; rank = TP rank): loads this rank's weights. `pool`
+  // (not owned, outlives the model) runs the model's parallel loops.
+  virtual Expected<std::unique_ptr<Model>> CreateModel(const EngineConfig& config,
+                                                       Communicator& world,
+                                                       ThreadPool* pool) const = 0;
+};
+
+// Opens a GGUF file or a HF checkpoint directory; errors name the path and what is wrong.
+Expected<std::unique_ptr<ModelSource>> OpenModelSource(const std::string& path);
+
+}  // namespace ctxpar
