@@ -443,8 +443,7 @@ const std::vector<CatalogEntry>& Table() {
        "ctxpar serve --model-path SmolLM2-135M-Instruct.Q4_1.gguf  # a request with "
        "\"stop_token_ids\": [2]",
        {"CTXPAR-SAMPLING-001"}},
-  };
->>>>>>> sampling
+  });
   return entries;
 }
 
