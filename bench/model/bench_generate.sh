@@ -6,7 +6,12 @@
 # machine is shared). Prints a markdown table.
 #
 #   bash bench/model/bench_generate.sh            # env: CTXPAR_MODEL, CTXPAR_BIN, LLAMA_CPP_BIN
-#                                                 #      (a directory), REPEATS (3), NEW_TOKENS (128)
+#                                                 #      (a directory), REPEATS (3), NEW_TOKENS (128),
+#                                                 #      RANKS3 (1; 0 skips the tp 3 dcp 3 rows)
+#
+# On a machine shared with other jobs, `chrt -f 10 env RANKS3=0 bash bench/model/bench_generate.sh`
+# gives both engines their cores for the run; the three-rank rows must stay out of it, since
+# three spinning MPI ranks at a real-time priority on two cores never yield to each other.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 model="${CTXPAR_MODEL:-$(bash scripts/fetch-model.sh)}"
@@ -14,6 +19,7 @@ bin="${CTXPAR_BIN:-build/default/cli/ctxpar}"
 llama_bin="${LLAMA_CPP_BIN:-$(bash bench/llama_cpp/build.sh | tail -1)}"
 repeats="${REPEATS:-3}"
 new_tokens="${NEW_TOKENS:-128}"
+ranks3="${RANKS3:-1}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 # About 550 tokens of text (llama-bench times random tokens of the requested counts instead).
 prompt=$(python3 -c '
@@ -49,9 +55,11 @@ for cores in 0 0,1; do
   echo "| ctxpar (fp32 activations) | $ncores | 1 | $n | $p | $d |"
   read -r p d n < <(best_of "$cores" --threads "$ncores" --llama-cpp-numerics)
   echo "| ctxpar --llama-cpp-numerics | $ncores | 1 | $n | $p | $d |"
-  read -r p d n < <(best_of "$cores" --threads 1 --tp-size 3 --dcp-size 3 --dcp-comm-backend a2a \
-                    --dcp-replicate-q-proj)
-  echo "| ctxpar tp 3 dcp 3 a2a, replicated Q | $ncores | 3 | $n | $p | $d |"
+  if [ "$ranks3" != 0 ]; then
+    read -r p d n < <(best_of "$cores" --threads 1 --tp-size 3 --dcp-size 3 \
+                      --dcp-comm-backend a2a --dcp-replicate-q-proj)
+    echo "| ctxpar tp 3 dcp 3 a2a, replicated Q | $ncores | 3 | $n | $p | $d |"
+  fi
   for args in "-p 512 -n 0 -d 0" "-p 0 -n $new_tokens -d 512"; do
     # shellcheck disable=SC2086
     taskset -c "$cores" "$llama_bin/llama-bench" -m "$model" -t "$ncores" -r "$repeats" $args \
