@@ -77,13 +77,14 @@ GenerateRequest RandomRequest(std::mt19937& rng, int index) {
 }
 
 // 64 requests arriving at random steps (some at the start, the rest submitted from the update
-// callbacks), prefilled in chunks of 37 tokens, through a pool of 384 tokens that forces
-// retractions: each request's tokens and log-probabilities equal those of the request run alone
+// callbacks), prefilled in chunks of 37 tokens, through a pool of 384 tokens that a low
+// --schedule-conservativeness over-commits so that decode retracts requests: each request's tokens and log-probabilities equal those of the request run alone
 // and prefilled in one piece, and the pool is empty at the end.
 TEST_F(EngineTest, RequestsAmongOthersChunkedAndRetractedEqualThemselvesAlone) {
   constexpr int kRequests = 64;
   Expected<Launch> batched = MakeLaunch({{"chunked_prefill_size", int64_t{37}},
                                          {"max_total_tokens", int64_t{384}},
+                                         {"schedule_conservativeness", 0.2},
                                          {"max_running_requests", int64_t{24}}});
   ASSERT_TRUE(batched.ok()) << batched.status().ToString();
   Expected<Launch> alone = MakeLaunch({{"chunked_prefill_size", int64_t{-1}}});
