@@ -1,0 +1,14 @@
+// The catalog's table is assembled from more than one file; this is the seam between them.
+#pragma once
+
+#include <vector>
+
+#include "ctxpar/error_catalog.h"
+
+namespace ctxpar::core_internal {
+
+// The entries of errors raised while running (files, processes, collectives, the CLI's own
+// input), in any order; error_catalog.cpp adds the configuration entries and sorts by ID.
+std::vector<CatalogEntry> RuntimeCatalogEntries();
+
+}  // namespace ctxpar::core_internal
