@@ -14,19 +14,24 @@
 #include <cstdlib>
 #include <ctime>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
 #include "bench.h"
 #include "ctxpar/attention.h"
-#include "ctxpar/dtype.h"
 #include "ctxpar/cpu_features.h"
+#include "ctxpar/dtype.h"
+#include "ctxpar/error_catalog.h"
 #include "ctxpar/host_buffer.h"
+#include "error_report.h"
+#include "option_checks.h"
 
 namespace ctxpar::cli {
 namespace {
@@ -54,24 +59,36 @@ struct Timing {
   }
 };
 
-// Runs fn(thread) on `threads` threads started together.
+// Runs fn(thread) on `threads` threads started together. When the system refuses a thread, the
+// ones started are released without running fn and joined, and the benchmark stops with
+// CTXPAR-SYS-001.
 Timing TimeOnThreads(int threads, const std::function<void(int)>& fn) {
   std::atomic<int> ready{0};
-  std::atomic<bool> go{false};
+  std::atomic<int> go{0};  // 1: run, -1: a thread could not start, return
   std::vector<double> cpu(threads);
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      ready.fetch_add(1);
-      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-      const double c0 = CpuSeconds(CLOCK_THREAD_CPUTIME_ID);
-      fn(t);
-      cpu[t] = CpuSeconds(CLOCK_THREAD_CPUTIME_ID) - c0;
-    });
+    try {
+      pool.emplace_back([&, t] {
+        ready.fetch_add(1);
+        while (go.load(std::memory_order_acquire) == 0) std::this_thread::yield();
+        if (go.load(std::memory_order_acquire) < 0) return;
+        const double c0 = CpuSeconds(CLOCK_THREAD_CPUTIME_ID);
+        fn(t);
+        cpu[t] = CpuSeconds(CLOCK_THREAD_CPUTIME_ID) - c0;
+      });
+    } catch (const std::system_error& e) {
+      go.store(-1, std::memory_order_release);
+      for (std::thread& started : pool) started.join();
+      std::exit(ReportError(CatalogError("CTXPAR-SYS-001", {{"count", std::to_string(threads)},
+                                                            {"started", std::to_string(t)},
+                                                            {"reason", e.what()}}),
+                            "ctxpar bench attention: "));
+    }
   }
   while (ready.load() < threads) std::this_thread::yield();
   const Clock::time_point start = Clock::now();
-  go.store(true, std::memory_order_release);
+  go.store(1, std::memory_order_release);
   for (std::thread& t : pool) t.join();
   return {Seconds(start, Clock::now()), std::accumulate(cpu.begin(), cpu.end(), 0.0) / threads};
 }
@@ -346,24 +363,6 @@ double LoadAverage() {
   return load;
 }
 
-std::vector<int> ParseList(const std::string& s) {
-  std::vector<int> out;
-  size_t pos = 0;
-  while (pos <= s.size()) {
-    size_t end = s.find(',', pos);
-    if (end == std::string::npos) end = s.size();
-    std::string item = s.substr(pos, end - pos);
-    int mult = 1;
-    if (!item.empty() && (item.back() == 'k' || item.back() == 'K')) {
-      mult = 1024;
-      item.pop_back();
-    }
-    out.push_back(std::stoi(item) * mult);
-    pos = end + 1;
-  }
-  return out;
-}
-
 int RunAttentionBench(const std::vector<std::string>& args) {
   CLI::App app{"ctxpar bench attention: CPU partial decode attention vs measured ceilings"};
   std::string contexts = "4k,16k,32k,64k,128k,256k";
@@ -388,25 +387,16 @@ int RunAttentionBench(const std::vector<std::string>& args) {
       ->check(CLI::Range(64, 16384));
   app.add_flag("--json", json, "print JSON instead of a table");
   if (const int rc = ParseBenchOptions(app, args); rc >= 0) return rc;
-  std::vector<int> ctx_list, threads_list;
-  try {
-    ctx_list = ParseList(contexts);
-    threads_list = ParseList(thread_list);
-  } catch (const std::exception&) {
-    std::fprintf(stderr,
-                 "ctxpar bench attention: --contexts and --threads take lists like 4k,32k\n");
-    return kExitInvalid;
-  }
-  for (int c : ctx_list) {
-    if (c < 1) {
-      std::fprintf(stderr, "ctxpar bench attention: --contexts: %d is not >= 1\n", c);
-      return kExitInvalid;
-    }
-  }
-  for (int t : threads_list) {
-    if (t < 1) {
-      std::fprintf(stderr, "ctxpar bench attention: --threads: %d is not >= 1\n", t);
-      return kExitInvalid;
+  auto fail = [](const Status& s) { return ReportError(s, "ctxpar bench attention: "); };
+  // Up to 16M tokens: 64 GiB of bf16 GQA cache, more than this benchmark is meant to allocate.
+  Expected<std::vector<int>> ctx_list = ParseCountList("--contexts", contexts, 1, 1 << 24);
+  if (!ctx_list.ok()) return fail(ctx_list.status());
+  Expected<std::vector<int>> threads_list =
+      ParseCountList("--threads", thread_list, 0, std::numeric_limits<int>::max());
+  if (!threads_list.ok()) return fail(threads_list.status());
+  for (int t : *threads_list) {
+    if (Status s = CheckThreads("--threads", t, /*zero_means_default=*/false); !s.ok()) {
+      return fail(s);
     }
   }
   const KvPageFormat format = format_name == "rows" ? KvPageFormat::kRows : KvPageFormat::kTiles16;
@@ -433,7 +423,7 @@ int RunAttentionBench(const std::vector<std::string>& args) {
         "8 KV heads, D 128, %s pages; MLA: 128 heads, 576/512, rows; batch 1)\n",
         std::string(CpuIsaName(*isa)).c_str(), LoadAverage(), reps, format_name.c_str());
   }
-  for (int threads : threads_list) {
+  for (int threads : *threads_list) {
     const Rate read = MeasureReadCeiling(threads, static_cast<size_t>(ceiling_mib) << 20, 5, *isa);
     const Rate fma = MeasureComputePeak(threads, *isa, false, 3);
     const Rate dp =
@@ -458,7 +448,7 @@ int RunAttentionBench(const std::vector<std::string>& args) {
     for (const Kind& kind : all) {
       const std::string name = kind.name + (kind.dtype == DataType::kF32 ? "-fp32" : "-bf16");
       if (std::find(kinds.begin(), kinds.end(), name) == kinds.end()) continue;
-      for (int ctx : ctx_list) {
+      for (int ctx : *ctx_list) {
         const Result r = RunOne(kind, format, ctx, threads, reps, read, fma, dp, *isa);
         out["results"].push_back({{"kind", r.kind},
                                   {"kv_dtype", r.dtype},

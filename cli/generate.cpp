@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "command.h"
@@ -24,7 +23,9 @@
 #include "ctxpar/llama.h"
 #include "ctxpar/sampler.h"
 #include "ctxpar/tokenizer.h"
+#include "error_report.h"
 #include "launch_flags.h"
+#include "option_checks.h"
 
 namespace ctxpar::cli {
 namespace {
@@ -44,15 +45,7 @@ struct GenerateOptions {
   bool ignore_eos = false;
 };
 
-int Fail(const Status& status) {
-  std::fprintf(stderr, "%s\n", status.message().c_str());
-  if (!status.error_id().empty()) {
-    std::fprintf(stderr, "run: ctxpar explain %s\n", status.error_id().c_str());
-  }
-  return status.code() == StatusCode::kInternal || status.code() == StatusCode::kUnavailable
-             ? kExitInternal
-             : kExitInvalid;
-}
+int Fail(const Status& status) { return ReportError(status); }
 
 // --model-path, else $CTXPAR_MODEL, else where scripts/fetch-model.sh puts the model.
 std::string ModelPath(const ResolvedConfig& config) {
@@ -181,7 +174,9 @@ int RunGenerate(const std::vector<std::string>& args) {
   app.add_option("--top-k", o.top_k, "Sample from the k most likely tokens (0: all).");
   app.add_option("--seed", o.seed, "Seed of the sampler.");
   app.add_flag("--chat", o.chat, "Wrap the prompt in the model's chat template.");
-  app.add_option("--threads", o.threads, "Threads per rank (default: cores / ranks).");
+  app.add_option("--threads", o.threads,
+                 "Threads per rank, at most the machine's hardware threads (0, the default: "
+                 "cores / ranks).");
   app.add_flag("--ignore-eos", o.ignore_eos,
                "Generate --max-new-tokens tokens even past an end-of-generation token.");
   app.add_flag("--llama-cpp-numerics", o.llama_cpp_numerics,
@@ -193,6 +188,9 @@ int RunGenerate(const std::vector<std::string>& args) {
   if (o.max_new_tokens < 1) {
     return Fail(InvalidArgument("--max-new-tokens must be >= 1, but got " +
                                 std::to_string(o.max_new_tokens)));
+  }
+  if (Status s = CheckThreads("--threads", o.threads, /*zero_means_default=*/true); !s.ok()) {
+    return Fail(s);
   }
   if (Status s = ValidateSamplerConfig(
           {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .seed = o.seed});
@@ -251,8 +249,7 @@ int RunGenerate(const std::vector<std::string>& args) {
                                 ") exceeds the model's context length (" +
                                 std::to_string(hp->context_length) + ")"));
   }
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  par.num_threads = o.threads > 0 ? o.threads : std::max(1, hw / par.tp_size);
+  par.num_threads = o.threads > 0 ? o.threads : std::max(1, HardwareThreads() / par.tp_size);
 
   if (par.tp_size > 1 && !UnderMpi()) return SelfLaunch(par.tp_size, args);
   std::unique_ptr<Communicator> world;

@@ -1,7 +1,8 @@
 // The error catalog: every error a configuration rule or a runtime check raises has one entry
 // here, under a stable ID ("CTXPAR-DCP-003"), with its message template and the explanation a
 // user needs (what it means, when it happens, solutions, an example fix, related IDs). The
-// entries live in one table in src/config/error_catalog.cpp; `ctxpar explain` prints them.
+// entries live in src/core/error_catalog.cpp (configuration) and error_catalog_runtime.cpp
+// (files, processes, the CLI's input); `ctxpar explain` prints them.
 //
 // Message templates use `{name}` placeholders. Callers pass the values already formatted as
 // Python would print them (ints plain, PyRepr() where SGLang's template says !r, PyTuple() for

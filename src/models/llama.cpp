@@ -239,7 +239,7 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::Create(std::shared_ptr<const G
   for (KvCache& c : impl->caches) {
     CTXPAR_ASSIGN_OR_RETURN(impl->seq, c.AddSequence());
   }
-  impl->pool = std::make_unique<ThreadPool>(par.num_threads);
+  CTXPAR_ASSIGN_OR_RETURN(impl->pool, ThreadPool::Create(par.num_threads));
   impl->act_format = par.quantize_activations ? model::ActFormat::kQ8 : model::ActFormat::kF32;
   CTXPAR_ASSIGN_OR_RETURN(impl->attend, model::DcpAttend::Create(impl->dcp.get(), par, hp.num_heads,
                                                                  hd, impl->pool.get()));

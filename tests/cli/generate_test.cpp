@@ -5,12 +5,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 namespace {
 
@@ -98,6 +100,22 @@ TEST(Generate, RefusesBadLaunchConfigurationsWithCatalogTexts) {
       RunGenerate(std::string("--model-path /nonexistent/model.gguf ") + kPrompt);
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.err.find("/nonexistent/model.gguf"), std::string::npos) << missing.err;
+}
+
+// --threads is bounded by the machine (it used to hang above it, exhausting the process ids) and
+// a negative count is refused (it used to mean the default); 0 stays the default.
+TEST(Generate, RefusesThreadCountsTheMachineCannotRun) {
+  const std::string max = std::to_string(std::max(1u, std::thread::hardware_concurrency()));
+  for (const char* threads : {"100000", "2147483647", "-4", "-1"}) {
+    const Result r = RunGenerate(std::string("--threads ") + threads + " " + kPrompt);
+    EXPECT_EQ(r.code, 2) << threads;
+    EXPECT_EQ(r.err, std::string("Invalid value ") + threads +
+                         " for --threads: out of range for this machine, which has " + max +
+                         " hardware threads; valid values: 0 (the default) or integers from 1 "
+                         "to " +
+                         max + ".\nrun: ctxpar explain CTXPAR-FLAG-007\n");
+    EXPECT_TRUE(r.out.empty());
+  }
 }
 
 }  // namespace

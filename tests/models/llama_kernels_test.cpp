@@ -141,9 +141,10 @@ void CheckMatMul(WeightType type, int rows, int cols, int n, int threads) {
   for (float& v : x) v = normal(rng);
   Acts q;
   PrepareActs(ActFormat::kQ8, type, x.data(), n, cols, cols, &q);
-  ThreadPool pool(threads);
+  Expected<std::unique_ptr<ThreadPool>> pool = ThreadPool::Create(threads);
+  ASSERT_TRUE(pool.ok()) << pool.status().message();
   std::vector<float> y(std::size_t(n) * rows);
-  MatMul(w.m, q, 0, y.data(), rows, &pool);
+  MatMul(w.m, q, 0, y.data(), rows, pool->get());
   const std::vector<double> ref = Reference(w.m, q, 0);
   double norm = 0.0;
   for (double v : ref) norm = std::max(norm, std::fabs(v));
@@ -176,13 +177,14 @@ void CheckMatMulF32(WeightType type, int rows, int cols) {
       ref[std::size_t(t) * rows + r] = acc;
     }
   }
-  ThreadPool one(1), three(3);
+  Expected<std::unique_ptr<ThreadPool>> one = ThreadPool::Create(1), three = ThreadPool::Create(3);
+  ASSERT_TRUE(one.ok() && three.ok());
   for (int n : {1, 3, 4, 7, 8, 11}) {
     Acts a;
     PrepareActs(ActFormat::kF32, type, x.data(), n, cols, cols, &a);
     std::vector<float> y(std::size_t(n) * rows), y3(y.size());
-    MatMul(w.m, a, 0, y.data(), rows, &one);
-    MatMul(w.m, a, 0, y3.data(), rows, &three);
+    MatMul(w.m, a, 0, y.data(), rows, one->get());
+    MatMul(w.m, a, 0, y3.data(), rows, three->get());
     EXPECT_EQ(y, y3) << "n " << n;
     for (int i = 0; i < n * rows; ++i) {
       ASSERT_NEAR(y[i], ref[i], 1e-4 * (1.0 + std::fabs(ref[i]))) << "n " << n << " i " << i;
