@@ -102,9 +102,7 @@ Expected<std::vector<int32_t>> PromptTokens(const Tokenizer& tok, const Generate
   if (!o.chat) return tok.Encode(o.prompt);
   CTXPAR_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::FromJinja(tok.chat_template()));
   const std::vector<ChatMessage> messages = {{"user", o.prompt}};
-  EncodeOptions enc;
-  enc.parse_special = true;
-  return tok.Encode(tmpl.Apply(messages, true), enc);
+  return tmpl.Encode(tok, messages, true);
 }
 
 // Every rank runs this; rank 0 prints.
