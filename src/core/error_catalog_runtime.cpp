@@ -7,6 +7,9 @@ namespace {
 
 constexpr StatusCode kInput = StatusCode::kInvalidArgument;
 constexpr StatusCode kSystem = StatusCode::kUnavailable;
+constexpr StatusCode kCorrupt = StatusCode::kDataLoss;
+constexpr StatusCode kUnsupported = StatusCode::kUnimplemented;
+constexpr StatusCode kMissing = StatusCode::kNotFound;
 
 }  // namespace
 
@@ -59,6 +62,140 @@ std::vector<CatalogEntry> RuntimeCatalogEntries() {
        "ctxpar bench attention --contexts 1e9",
        "ctxpar bench attention --contexts 128k",
        {"CTXPAR-FLAG-007", "CTXPAR-FLAG-002"}},
+      {"CTXPAR-GGUF-001",
+       "The model file cannot be opened",
+       "Cannot open the model file {file}: {reason}.",
+       kInput,
+       "ctxpar memory-maps the GGUF model file read-only. The operating system refused: the path "
+       "does not exist, is a directory or another non-regular file, is not readable by this "
+       "user, or cannot be mapped.",
+       "A wrong --model-path or CTXPAR_MODEL, a model that was never downloaded (the default "
+       "path is ~/.cache/ctxpar/models/SmolLM2-135M-Instruct.Q4_1.gguf), or a file without read "
+       "permission. Under MPI every rank opens the file, so it must exist on every node.",
+       {"Check the path the message names; pass --model-path or set CTXPAR_MODEL.",
+        "Fetch the default model with scripts/fetch-model.sh.",
+        "Across nodes, put the file at the same path on every node (or on a shared file "
+        "system)."},
+       "ctxpar generate --model-path /models/missing.gguf 'Hello'",
+       "ctxpar generate --model-path ~/.cache/ctxpar/models/SmolLM2-135M-Instruct.Q4_1.gguf "
+       "'Hello'",
+       {"CTXPAR-GGUF-002", "CTXPAR-GGUF-003"}},
+      {"CTXPAR-GGUF-002",
+       "The model file is not a valid GGUF file",
+       "The model file {file} is not a valid GGUF file: {detail}.",
+       kCorrupt,
+       "The file opened, but its bytes do not form a GGUF file: the reader checks every count, "
+       "length and offset before it uses it, and that each tensor's data lies inside the data "
+       "section with bytes of its own (tensors may not overlap). The detail names the field, "
+       "its offset and the rule it breaks.",
+       "A download that stopped part way (the file is shorter than its header says), a file "
+       "that is not a model at all, or one written by a broken converter or edited by hand "
+       "(overlapping or out-of-range tensor offsets).",
+       {"Compare the file's size and checksum with the source's; download it again if they "
+        "differ.",
+        "If it came from a converter, convert again with a current llama.cpp "
+        "(convert_hf_to_gguf.py) and report the detail to the converter's authors."},
+       "ctxpar generate --model-path truncated.gguf 'Hello'",
+       "ctxpar generate --model-path SmolLM2-135M-Instruct.Q4_1.gguf 'Hello'",
+       {"CTXPAR-GGUF-001", "CTXPAR-GGUF-003"}},
+      {"CTXPAR-GGUF-003",
+       "A GGUF variant that ctxpar does not read",
+       "The model file {file} is a GGUF file that ctxpar cannot read: {detail}.",
+       kUnsupported,
+       "ctxpar reads little-endian GGUF files of versions 2 and 3, which is what llama.cpp has "
+       "written since 2023. Version 1 (32-bit counts) and big-endian files are well-formed but "
+       "not supported.",
+       "A very old GGUF file (version 1), or one converted for a big-endian machine (s390x).",
+       {"Convert the model again with a current llama.cpp, on a little-endian machine."},
+       "ctxpar generate --model-path model-v1.gguf 'Hello'",
+       "ctxpar generate --model-path model-v3.gguf 'Hello'",
+       {"CTXPAR-GGUF-002"}},
+      {"CTXPAR-GGUF-004",
+       "A metadata key the model needs is missing",
+       "The model file {file} has no metadata key {key}.",
+       kMissing,
+       "The model's hyperparameters and tokenizer are read from the GGUF metadata under fixed "
+       "names (<architecture>.embedding_length, tokenizer.ggml.tokens, ...). The named key is "
+       "not in the file.",
+       "A GGUF file of an architecture ctxpar does not run (its keys have another prefix), or "
+       "a file written by a converter that left the key out.",
+       {"Check the file's architecture (general.architecture); ctxpar runs Llama models.",
+        "Convert the model again with a current llama.cpp, which writes every key."},
+       "ctxpar generate --model-path no-tokenizer.gguf 'Hello'",
+       "ctxpar generate --model-path SmolLM2-135M-Instruct.Q4_1.gguf 'Hello'",
+       {"CTXPAR-GGUF-005", "CTXPAR-GGUF-006"}},
+      {"CTXPAR-GGUF-005",
+       "A metadata key has the wrong type",
+       "The model file {file} stores {key} as {type}, but it must be {wanted}.",
+       kInput,
+       "GGUF metadata values are typed (u32, f32, string, array[...]). ctxpar reads each key "
+       "with the types llama.cpp writes for it and refuses others rather than convert them.",
+       "A file written by a converter that used another type (a string where a number belongs, "
+       "an array of the wrong element type).",
+       {"Convert the model again with a current llama.cpp.",
+        "If the file is right by the GGUF specification, report the key and type."},
+       "ctxpar generate --model-path odd-types.gguf 'Hello'",
+       "ctxpar generate --model-path SmolLM2-135M-Instruct.Q4_1.gguf 'Hello'",
+       {"CTXPAR-GGUF-004", "CTXPAR-GGUF-006"}},
+      {"CTXPAR-GGUF-006",
+       "A hyperparameter or tensor of the model breaks a rule",
+       "The model file {file} has {item} = {value}, but {rule}.",
+       kInput,
+       "ctxpar checks the model's hyperparameters when it loads them: counts must be positive "
+       "and fit the engine, the floating-point ones (RoPE base frequency, RMS norm epsilon) "
+       "finite and within their range, and related ones consistent (the embedding length a "
+       "multiple of the head count, ...). A value that breaks a rule would give NaN logits or "
+       "garbage without an error, so the file is refused up front.",
+       "A corrupted or hand-edited file (a NaN or negative value), or a converter bug.",
+       {"Look up the model's published configuration (config.json: rope_theta, rms_norm_eps, "
+        "...) and compare it with the value the message names.",
+        "Convert the model again with a current llama.cpp."},
+       "ctxpar generate --model-path nan-rope.gguf 'Hello'",
+       "ctxpar generate --model-path SmolLM2-135M-Instruct.Q4_1.gguf 'Hello'",
+       {"CTXPAR-GGUF-004", "CTXPAR-MODEL-001"}},
+      {"CTXPAR-GGUF-007",
+       "A tensor the model needs is missing",
+       "The model file {file} has no tensor {tensor}.",
+       kMissing,
+       "The model's weights are looked up by their GGUF tensor names (token_embd.weight, "
+       "blk.0.attn_q.weight, ...). The named tensor is not in the file.",
+       "A file of another architecture, a partial file (a split GGUF of which only the first "
+       "part was given), or a converter that named tensors differently.",
+       {"Give the whole model: merge split GGUF files with llama-gguf-split --merge.",
+        "Check general.architecture: ctxpar runs Llama models."},
+       "ctxpar generate --model-path model-00001-of-00002.gguf 'Hello'",
+       "ctxpar generate --model-path model-merged.gguf 'Hello'",
+       {"CTXPAR-GGUF-004", "CTXPAR-GGUF-002"}},
+      {"CTXPAR-GGUF-008",
+       "The model's tokenizer cannot be used",
+       "The model file {file} holds a tokenizer that ctxpar cannot use: {detail}.",
+       kInput,
+       "ctxpar builds the model's byte-level BPE tokenizer from the tokenizer.ggml.* metadata "
+       "and checks it: the model type and pre-tokenizer must be supported, every merge must "
+       "join two tokens into a third, and token ids must be in range.",
+       "A model with a SentencePiece tokenizer (tokenizer.ggml.model = 'llama'), a pre-tokenizer "
+       "ctxpar does not implement, or a damaged vocabulary.",
+       {"Use a model with a GPT-2 style byte-level BPE tokenizer (SmolLM2, StarCoder, ...).",
+        "Convert the model again with a current llama.cpp if the vocabulary is damaged."},
+       "ctxpar generate --model-path llama2-sentencepiece.gguf 'Hello'",
+       "ctxpar generate --model-path SmolLM2-135M-Instruct.Q4_1.gguf 'Hello'",
+       {"CTXPAR-GGUF-004", "CTXPAR-GGUF-005"}},
+      {"CTXPAR-MODEL-001",
+       "The model computed values that are not finite",
+       "The model {file} computed values that are not finite in {what}: {count} of them, the "
+       "first at index {index} ({value}).",
+       kCorrupt,
+       "The forward pass produced NaN or infinity. Sampling from such logits would print "
+       "nothing or garbage, so generation stops with this error instead, naming where the "
+       "values were first seen (a layer's output, or the logits).",
+       "Weights or norms that hold NaN or huge values (a damaged file), hyperparameters that "
+       "passed the load checks but are extreme, or an overflow in a kernel.",
+       {"Check the file against its source (size, checksum) and download or convert it again.",
+        "Run with --llama-cpp-numerics or fewer threads to see whether a kernel is at fault, "
+        "and report it with the layer the message names."},
+       "ctxpar generate --model-path damaged.gguf 'Hello'",
+       "ctxpar generate --model-path SmolLM2-135M-Instruct.Q4_1.gguf 'Hello'",
+       {"CTXPAR-GGUF-006", "CTXPAR-GGUF-002"}},
       {"CTXPAR-SYS-001",
        "A thread could not be started",
        "Could start only {started} of the {count} threads asked for: {reason}; ask for fewer "

@@ -9,10 +9,14 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -115,6 +119,80 @@ TEST(Generate, RefusesThreadCountsTheMachineCannotRun) {
                          "to " +
                          max + ".\nrun: ctxpar explain CTXPAR-FLAG-007\n");
     EXPECT_TRUE(r.out.empty());
+  }
+}
+
+// A copy of the model ($CTXPAR_MODEL) with `patch` applied to its bytes, in the test's temp
+// directory; empty when the model is not there.
+std::string PatchedModel(const std::string& name,
+                         const std::function<void(std::vector<char>&)>& patch) {
+  const char* model = std::getenv("CTXPAR_MODEL");
+  if (model == nullptr) return "";
+  std::ifstream in(model, std::ios::binary | std::ios::ate);
+  std::vector<char> bytes(static_cast<size_t>(in.tellg()));
+  in.seekg(0).read(bytes.data(), std::streamsize(bytes.size()));
+  patch(bytes);
+  const std::string path = ::testing::TempDir() + name + "_" + std::to_string(getpid()) + ".gguf";
+  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+  return path;
+}
+
+// The offset of the value of metadata key `key` (after its name and its u32 type).
+size_t ValueOffset(const std::vector<char>& bytes, const std::string& key) {
+  const auto it = std::search(bytes.begin(), bytes.end(), key.begin(), key.end());
+  return static_cast<size_t>(it - bytes.begin()) + key.size() + 4;
+}
+
+// The offset of the data-offset field of a 2-D tensor's info.
+size_t TensorOffsetField(const std::vector<char>& bytes, const std::string& name) {
+  std::string prefixed(8, '\0');
+  const uint64_t len = name.size();
+  std::memcpy(prefixed.data(), &len, 8);
+  prefixed += name;
+  const auto it = std::search(bytes.begin(), bytes.end(), prefixed.begin(), prefixed.end());
+  return static_cast<size_t>(it - bytes.begin()) + prefixed.size() + 4 + 2 * 8 + 4;
+}
+
+// Numbers that are not numbers, and tensors that share bytes, are refused at load with the
+// catalog entry naming the file and the key or tensor (they used to run and print nothing).
+TEST(Generate, RefusesModelFilesWithBrokenValues) {
+  if (std::getenv("CTXPAR_MODEL") == nullptr) GTEST_SKIP() << "CTXPAR_MODEL is not set";
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  struct Case {
+    std::string name;
+    std::function<void(std::vector<char>&)> patch;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"nan_rope",
+       [&](std::vector<char>& b) {
+         std::memcpy(&b[ValueOffset(b, "llama.rope.freq_base")], &nan, 4);
+       },
+       "has llama.rope.freq_base = nan, but it must be a finite number in (1, 1e12].\nrun: "
+       "ctxpar explain CTXPAR-GGUF-006\n"},
+      {"negative_eps",
+       [](std::vector<char>& b) {
+         const float eps = -1e-5f;
+         std::memcpy(&b[ValueOffset(b, "llama.attention.layer_norm_rms_epsilon")], &eps, 4);
+       },
+       "has llama.attention.layer_norm_rms_epsilon = -9.999999747378752e-06, but it must be a "
+       "finite number in (0, 1).\nrun: ctxpar explain CTXPAR-GGUF-006\n"},
+      {"overlap",
+       [](std::vector<char>& b) {
+         // blk.0.attn_k.weight's data moves onto blk.0.attn_q.weight's.
+         std::memcpy(&b[TensorOffsetField(b, "blk.0.attn_k.weight")],
+                     &b[TensorOffsetField(b, "blk.0.attn_q.weight")], 8);
+       },
+       "overlaps tensor"},
+  };
+  for (const Case& c : cases) {
+    const std::string path = PatchedModel(c.name, c.patch);
+    const Result r = RunGenerate("--model-path " + path + " --max-new-tokens 4 " + kPrompt);
+    std::remove(path.c_str());
+    EXPECT_EQ(r.code, 2) << c.name << "\n" << r.err;
+    EXPECT_NE(r.err.find("The model file '" + path + "'"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
   }
 }
 
