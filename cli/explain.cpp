@@ -147,7 +147,7 @@ int RunExplain(const std::vector<std::string>& args) {
     if (rc != kExitOk) std::fprintf(stderr, "%s\n", status.message().c_str());
     return rc;
   }
-  const int modes = !id.empty() + app.count("--message") + list + markdown;
+  const int modes = !id.empty() + (app.count("--message") > 0) + list + markdown;
   if (modes != 1) {
     return Fail(
         "give exactly one of: an ID (ctxpar explain CTXPAR-DCP-003), --message TEXT, "

@@ -25,12 +25,11 @@
 #include "ctxpar/tokenizer.h"
 #include "error_report.h"
 #include "launch_flags.h"
+#include "model_file.h"
 #include "option_checks.h"
 
 namespace ctxpar::cli {
 namespace {
-
-constexpr const char* kModelFile = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
 struct GenerateOptions {
   std::string prompt;
@@ -46,22 +45,6 @@ struct GenerateOptions {
 };
 
 int Fail(const Status& status) { return ReportError(status); }
-
-// --model-path, else $CTXPAR_MODEL, else where scripts/fetch-model.sh puts the model.
-std::string ModelPath(const ResolvedConfig& config) {
-  if (!config.model_path().empty()) return config.model_path();
-  if (const char* env = std::getenv("CTXPAR_MODEL"); env != nullptr && *env != '\0') return env;
-  std::string dir;
-  if (const char* d = std::getenv("CTXPAR_MODEL_DIR"); d != nullptr && *d != '\0') {
-    dir = d;
-  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') {
-    dir = std::string(x) + "/ctxpar/models";
-  } else {
-    const char* home = std::getenv("HOME");
-    dir = std::string(home != nullptr ? home : ".") + "/.cache/ctxpar/models";
-  }
-  return dir + "/" + kModelFile;
-}
 
 bool UnderMpi() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"}) {
@@ -204,14 +187,8 @@ int RunGenerate(const std::vector<std::string>& args) {
   Expected<ResolvedConfig> pre = Resolve(*raw, *platform, nullptr);
   if (!pre.ok()) return Fail(pre.status());
   const std::string path = ModelPath(*pre);
-  Expected<GgufFile> opened = GgufFile::Open(path);
-  if (!opened.ok()) {
-    std::fprintf(stderr,
-                 "ctxpar generate: cannot open the model %s: %s\n(fetch it with "
-                 "scripts/fetch-model.sh, or pass --model-path / set CTXPAR_MODEL)\n",
-                 path.c_str(), opened.status().message().c_str());
-    return kExitInvalid;
-  }
+  Expected<GgufFile> opened = OpenModelFile(path);
+  if (!opened.ok()) return Fail(opened.status());
   auto file = std::make_shared<const GgufFile>(std::move(*opened));
   Expected<LlamaHparams> hp = ReadLlamaHparams(*file);
   if (!hp.ok()) return Fail(hp.status());

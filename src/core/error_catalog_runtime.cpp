@@ -62,6 +62,24 @@ std::vector<CatalogEntry> RuntimeCatalogEntries() {
        "ctxpar bench attention --contexts 1e9",
        "ctxpar bench attention --contexts 128k",
        {"CTXPAR-FLAG-007", "CTXPAR-FLAG-002"}},
+      {"CTXPAR-FLAG-009",
+       "An unknown option where a positional argument may start with '-'",
+       "Unknown option {argument} for ctxpar {command}; run: ctxpar {command} --help to list the "
+       "accepted flags. To pass a {positional} that starts with '-', put it after --: ctxpar "
+       "{command} [flags] -- {argument}",
+       kInput,
+       "The command line holds a word that starts with '-' and is not one of the command's "
+       "flags. The command also takes a positional argument (generate's prompt), and a prompt "
+       "may itself start with '-'; everything after a lone -- is read as positional, never as a "
+       "flag.",
+       "A misspelled flag (generate --max-tokens 8 instead of --max-new-tokens 8), a flag of "
+       "another tool, or a prompt such as '-5 degrees tomorrow?' given without --.",
+       {"Fix the flag's spelling; `ctxpar generate --help` lists the flags.",
+        "Put a prompt that starts with '-' after --: ctxpar generate --max-new-tokens 8 -- "
+        "'-5 degrees tomorrow?'."},
+       "ctxpar generate --max-new-tokens 8 '-5 degrees tomorrow?'",
+       "ctxpar generate --max-new-tokens 8 -- '-5 degrees tomorrow?'",
+       {"CTXPAR-FLAG-004", "CTXPAR-FLAG-005"}},
       {"CTXPAR-GGUF-001",
        "The model file cannot be opened",
        "Cannot open the model file {file}: {reason}.",

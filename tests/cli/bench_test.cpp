@@ -52,5 +52,14 @@ TEST(CliBench, RefusesDurationsThatAreNotFinite) {
                 "from 0.01 to 600.");
 }
 
+// A repeated option keeps its last value (CLI11 refused the repeat): the last --seconds is the
+// one checked.
+TEST(CliBench, RepeatedOptionKeepsTheLastValue) {
+  ExpectRefused({"bench", "combine", "--seconds", "1", "--seconds", "nan"}, "CTXPAR-FLAG-008",
+                "Invalid value 'nan' for --seconds");
+  ExpectRefused({"bench", "attention", "--contexts", "4k", "--contexts", "1e9"}, "CTXPAR-FLAG-008",
+                "Invalid value '1e9' for --contexts");
+}
+
 }  // namespace
 }  // namespace ctxpar

@@ -174,6 +174,14 @@ TEST(CliExplain, JsonAlsoWhenNothingMatches) {
   }
 }
 
+// A repeated option keeps its last value, as argparse does, in every command.
+TEST(CliExplain, RepeatedOptionKeepsTheLastValue) {
+  testing::RunResult r = RunCtxpar({"explain", "--message", "out of memory", "--message",
+                                    "tp_size (6) must be divisible by dcp_size (4).", "--json"});
+  EXPECT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["id"], "CTXPAR-LAYOUT-001");
+}
+
 // docs/errors.md is the generated catalog; regenerate it with `ctxpar explain --markdown`.
 TEST(CliExplain, ErrorsPageIsTheCatalog) {
   testing::RunResult r = RunCtxpar({"explain", "--markdown"});

@@ -103,7 +103,42 @@ TEST(Generate, RefusesBadLaunchConfigurationsWithCatalogTexts) {
   const Result missing =
       RunGenerate(std::string("--model-path /nonexistent/model.gguf ") + kPrompt);
   EXPECT_EQ(missing.code, 2);
-  EXPECT_NE(missing.err.find("/nonexistent/model.gguf"), std::string::npos) << missing.err;
+  EXPECT_EQ(missing.err,
+            "Cannot open the model file '/nonexistent/model.gguf': No such file or directory. "
+            "Fetch the default model with scripts/fetch-model.sh, or give the path with "
+            "--model-path or CTXPAR_MODEL.\nrun: ctxpar explain CTXPAR-GGUF-001\n");
+  // A file that is there but corrupt is not sent to fetch it again.
+  const std::string corrupt = ::testing::TempDir() + "corrupt_" + std::to_string(getpid());
+  std::ofstream(corrupt) << "GGUF";
+  const Result bad = RunGenerate("--model-path " + corrupt + " " + kPrompt);
+  std::remove(corrupt.c_str());
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.err, "The model file '" + corrupt +
+                         "' is not a valid GGUF file: version at offset 4 needs 4 bytes but only "
+                         "0 remain (file size 4).\nrun: ctxpar explain CTXPAR-GGUF-002\n");
+}
+
+// An unknown option is reported as such, with the way to pass a prompt that starts with '-'
+// (it used to say "prompt is required"); a repeated option keeps its last value.
+TEST(Generate, SaysWhatIsWrongWithTheCommandLine) {
+  const Result x = RunGenerate("-x");
+  EXPECT_EQ(x.code, 2);
+  EXPECT_EQ(x.err,
+            "Unknown option '-x' for ctxpar generate; run: ctxpar generate --help to list the "
+            "accepted flags. To pass a prompt that starts with '-', put it after --: ctxpar "
+            "generate [flags] -- '-x'\nrun: ctxpar explain CTXPAR-FLAG-009\n");
+  const Result x_prompt = RunGenerate(std::string("-x ") + kPrompt);
+  EXPECT_EQ(x_prompt.err, x.err);
+  const Result missing = RunGenerate("");
+  EXPECT_EQ(missing.err,
+            "Cannot parse the command line of ctxpar generate: prompt is required\nrun: ctxpar "
+            "explain CTXPAR-FLAG-005\n");
+  const Result dash = RunGenerate("--model-path /nonexistent/m.gguf -- -x");
+  EXPECT_NE(dash.err.find("CTXPAR-GGUF-001"), std::string::npos) << dash.err;  // -x was the prompt
+  const Result repeated = RunGenerate(
+      std::string("--max-new-tokens 1 --max-new-tokens 0 --model-path /nonexistent/m.gguf ") +
+      kPrompt);
+  EXPECT_EQ(repeated.err, "--max-new-tokens must be >= 1, but got 0\n");
 }
 
 // --threads is bounded by the machine (it used to hang above it, exhausting the process ids) and
