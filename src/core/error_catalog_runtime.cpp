@@ -10,11 +10,62 @@ constexpr StatusCode kSystem = StatusCode::kUnavailable;
 constexpr StatusCode kCorrupt = StatusCode::kDataLoss;
 constexpr StatusCode kUnsupported = StatusCode::kUnimplemented;
 constexpr StatusCode kMissing = StatusCode::kNotFound;
+constexpr StatusCode kStopped = StatusCode::kFailedPrecondition;
 
 }  // namespace
 
 std::vector<CatalogEntry> RuntimeCatalogEntries() {
   return {
+      {"CTXPAR-COMM-001",
+       "A collective waited past its deadline for ranks that do not answer",
+       "{collective} on rank {rank} waited {seconds} s for {silent} of {size}, which did not "
+       "answer; the job stops (the deadline is CTXPAR_COLLECTIVE_TIMEOUT seconds).",
+       kSystem,
+       "Every rank of a communicator must enter each collective. This rank waited longer than "
+       "the deadline, then asked every other rank whether it was alive: the ranks named did not "
+       "answer within two seconds, so they are stopped (SIGSTOP, a debugger), hung in "
+       "computation or I/O, or on a node that stopped responding. Waiting on would keep the "
+       "other ranks polling forever, so the job ends.",
+       "A rank stopped with kill -STOP or Ctrl-Z, a node under memory pressure swapping, a "
+       "network partition between nodes, or a step so slow on one rank that it exceeds the "
+       "deadline (default 300 s).",
+       {"Look at the named rank: its host, whether it was stopped or swapping.",
+        "If the wait is legitimate (a very slow step), raise the deadline: "
+        "CTXPAR_COLLECTIVE_TIMEOUT=1800, or 0 for none."},
+       "mpiexec -n 2 ctxpar generate --tp-size 2 'Hello'  # rank 1 stopped with kill -STOP",
+       "mpiexec -x CTXPAR_COLLECTIVE_TIMEOUT=1800 -n 2 ctxpar generate --tp-size 2 'Hello'",
+       {"CTXPAR-COMM-002", "CTXPAR-COMM-003"}},
+      {"CTXPAR-COMM-002",
+       "A collective waited past its deadline while every rank answers",
+       "{collective} on rank {rank} waited {seconds} s although every rank answers: the ranks "
+       "are waiting in different collectives; the job stops.",
+       kSystem,
+       "After the deadline this rank asked every other rank whether it was alive, and all "
+       "answered: they are all waiting, but not in the same collective. The ranks took "
+       "different paths (one failed a step the others passed, or called collectives in another "
+       "order), which can never complete.",
+       "A failure on one rank only (it went on to report its error while the others wait in "
+       "the next step), or a ctxpar bug in the order of collectives.",
+       {"Read the other ranks' errors above this one: the first error is the cause.",
+        "If no rank reports an error, report this message with the command line: it is a "
+        "ctxpar bug."},
+       "mpiexec -n 2 ctxpar generate --tp-size 2 'Hello'  # rank 1 fails alone",
+       "mpiexec -n 2 ctxpar generate --tp-size 2 'Hello'  # after fixing what rank 1 reported",
+       {"CTXPAR-COMM-001"}},
+      {"CTXPAR-COMM-003",
+       "CTXPAR_COLLECTIVE_TIMEOUT is not a number of seconds",
+       "CTXPAR_COLLECTIVE_TIMEOUT={value} is not a number of seconds: give a number >= 0 (0: no "
+       "deadline).",
+       kInput,
+       "CTXPAR_COLLECTIVE_TIMEOUT sets how long a rank waits in a collective before it ends the "
+       "job (default 300 seconds). It is read when MPI starts and must be a plain decimal "
+       "number of seconds.",
+       "A unit suffix (300s, 5m), an empty or negative value, or a typo in a launch script.",
+       {"Give seconds as a number: CTXPAR_COLLECTIVE_TIMEOUT=600.",
+        "Use 0 to wait without a deadline."},
+       "mpiexec -x CTXPAR_COLLECTIVE_TIMEOUT=5m -n 2 ctxpar generate --tp-size 2 'Hello'",
+       "mpiexec -x CTXPAR_COLLECTIVE_TIMEOUT=300 -n 2 ctxpar generate --tp-size 2 'Hello'",
+       {"CTXPAR-COMM-001"}},
       {"CTXPAR-EXPLAIN-001",
        "The message given to explain is too long",
        "The message is longer than {limit} bytes, the most ctxpar explain --message reads; paste "
@@ -214,6 +265,37 @@ std::vector<CatalogEntry> RuntimeCatalogEntries() {
        "ctxpar generate --model-path damaged.gguf 'Hello'",
        "ctxpar generate --model-path SmolLM2-135M-Instruct.Q4_1.gguf 'Hello'",
        {"CTXPAR-GGUF-006", "CTXPAR-GGUF-002"}},
+      {"CTXPAR-RUN-001",
+       "The run was interrupted",
+       "Interrupted by {signal} after {tokens} generated tokens.",
+       kStopped,
+       "ctxpar stops a run on SIGINT (Ctrl-C) or SIGTERM: every rank finishes the token in "
+       "progress, the ranks agree to stop at the same token, the output line is ended and the "
+       "exit status is the shell's for that signal (130 for SIGINT, 143 for SIGTERM). The MPI "
+       "job ends normally, so its shared memory is released. A second signal stops the ranks "
+       "at once.",
+       "Ctrl-C in the terminal, kill or timeout(1) sending SIGTERM, or a job scheduler ending "
+       "the job.",
+       {"Nothing is wrong; run the command again to generate the whole answer.",
+        "To bound the output instead, pass --max-new-tokens."},
+       "ctxpar generate --tp-size 2 'Tell me a long story'  # then Ctrl-C",
+       "ctxpar generate --tp-size 2 --max-new-tokens 64 'Tell me a long story'",
+       {"CTXPAR-RUN-002"}},
+      {"CTXPAR-RUN-002",
+       "The MPI launcher cannot be started",
+       "Cannot run {launcher} to start {ranks} ranks: {reason}; a run over several ranks needs "
+       "Open MPI (apt-get install -y openmpi-bin), or CTXPAR_MPIRUN naming its mpirun.",
+       kSystem,
+       "With --tp-size above 1 and no MPI job around it, ctxpar starts its ranks itself by "
+       "running mpirun (or the program CTXPAR_MPIRUN names) on its own executable. That program "
+       "could not be run.",
+       "Open MPI is not installed, mpirun is not on PATH, or CTXPAR_MPIRUN names a file that "
+       "does not exist or is not executable.",
+       {"Install Open MPI: apt-get install -y openmpi-bin libopenmpi-dev.",
+        "Or set CTXPAR_MPIRUN to the full path of Open MPI's mpirun."},
+       "ctxpar generate --tp-size 2 'Hello'  # no mpirun on PATH",
+       "ctxpar generate --tp-size 2 'Hello'  # after apt-get install -y openmpi-bin",
+       {"CTXPAR-RUN-001"}},
       {"CTXPAR-SYS-001",
        "A thread could not be started",
        "Could start only {started} of the {count} threads asked for: {reason}; ask for fewer "
