@@ -19,6 +19,7 @@
 #include "ctxpar/combine.h"
 #include "ctxpar/communicator.h"
 #include "error_report.h"
+#include "mpi_launch.h"
 #include "option_checks.h"
 
 namespace ctxpar::cli {
@@ -38,11 +39,6 @@ struct Result {
   double bytes_sent = 0;  // per rank and call
   double calls = 0;       // collectives (or window syncs) per call
 };
-
-bool UnderMpiexec() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
-         std::getenv("PMIX_RANK") != nullptr;
-}
 
 constexpr CombineBackend kBackends[] = {CombineBackend::kAgRs, CombineBackend::kA2a,
                                         CombineBackend::kShmA2a};
@@ -164,7 +160,7 @@ int RunCombineBench(const std::vector<std::string>& args) {
   std::vector<Result> results;
   std::string mode;
   bool print = true;
-  if (UnderMpiexec()) {
+  if (UnderMpi()) {
     auto world = MakeMpiWorld();
     if (!world.ok()) {
       std::fprintf(stderr, "ctxpar bench combine: %s\n", world.status().message().c_str());

@@ -9,10 +9,16 @@
 
 namespace ctxpar::cli {
 
-// kExitInternal for kInternal and kUnavailable, else kExitInvalid.
+// 128 + signal for an interruption (signals.h), kExitInternal for kInternal and kUnavailable,
+// else kExitInvalid.
 int ExitStatusFor(const Status& status);
 
-// Prints `status` (after `prefix`, e.g. "ctxpar bench attention: ") and returns ExitStatusFor.
+// Writes a command's output (generated text) to stdout and flushes it, remembering whether the
+// line is still open.
+void WriteOutput(std::string_view text);
+
+// Ends an open output line, prints `status` (after `prefix`, e.g. "ctxpar bench attention: ")
+// and returns ExitStatusFor.
 int ReportError(const Status& status, std::string_view prefix = {});
 
 }  // namespace ctxpar::cli

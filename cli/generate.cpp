@@ -2,14 +2,11 @@
 // ranks with decode context parallelism and streams the generated text.
 //
 // The launch configuration goes through the pipeline of `ctxpar check`, with the model's heads,
-// before any rank starts. With tp_size > 1 and no MPI job around it, the command re-executes
-// itself under `mpirun -np tp_size` (the user never types mpirun on one machine); under MPI
-// every rank runs the model and rank 0 prints.
-#include <unistd.h>
-
+// before any rank starts. With tp_size > 1 and no MPI job around it, the command runs itself
+// under `mpirun -np tp_size` (mpi_launch.h: the user never types mpirun on one machine); under
+// MPI every rank runs the model, rank 0 prints, and an error is printed once (FinishRank).
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,7 +23,9 @@
 #include "error_report.h"
 #include "launch_flags.h"
 #include "model_file.h"
+#include "mpi_launch.h"
 #include "option_checks.h"
+#include "signals.h"
 
 namespace ctxpar::cli {
 namespace {
@@ -45,41 +44,6 @@ struct GenerateOptions {
 };
 
 int Fail(const Status& status) { return ReportError(status); }
-
-bool UnderMpi() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"}) {
-    if (std::getenv(v) != nullptr) return true;
-  }
-  return false;
-}
-
-// Replaces this process by `mpirun -np n <this binary> generate <args>`; returns only on failure.
-int SelfLaunch(int n, const std::vector<std::string>& args) {
-  const char* mpirun = std::getenv("CTXPAR_MPIRUN");
-  std::string launcher = mpirun != nullptr && *mpirun != '\0' ? mpirun : "mpirun";
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
-  std::vector<char> self(4096);
-  const ssize_t len = readlink("/proc/self/exe", self.data(), self.size() - 1);
-  if (len <= 0) {
-    std::fprintf(stderr, "ctxpar generate: cannot find its own executable to start %d ranks\n", n);
-    return kExitInternal;
-  }
-  std::vector<std::string> argv = {launcher, "-np", std::to_string(n),
-                                   std::string(self.data(), len), "generate"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  std::vector<char*> cargv;
-  for (std::string& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  std::fflush(nullptr);
-  execvp(cargv[0], cargv.data());
-  std::fprintf(stderr,
-               "ctxpar generate: cannot run '%s' to start %d ranks (tp_size %d needs MPI; "
-               "apt-get install -y openmpi-bin, or set CTXPAR_MPIRUN)\n",
-               launcher.c_str(), n, n);
-  return kExitInternal;
-}
 
 Expected<std::vector<int32_t>> PromptTokens(const Tokenizer& tok, const GenerateOptions& o) {
   if (!o.chat) return tok.Encode(o.prompt);
@@ -108,25 +72,25 @@ Status RunRank(Communicator& world, std::shared_ptr<const GgufFile> file, const 
   const auto t1 = Clock::now();
   Utf8StreamDecoder stream(tok);
   int generated = 0;
+  int stop = 0;
   while (generated < o.max_new_tokens) {
+    CTXPAR_ASSIGN_OR_RETURN(stop, AgreeOnStop(world));
+    if (stop != 0) break;
     // Every rank holds the same logits and the same seeded sampler, so they agree on the token.
     const int32_t next = sampler.Sample(logits);
     ++generated;
     if (!o.ignore_eos && tok.IsEndOfGeneration(next)) break;
     if (printer) {
       CTXPAR_ASSIGN_OR_RETURN(std::string text, stream.Push(next));
-      std::fwrite(text.data(), 1, text.size(), stdout);
-      std::fflush(stdout);
+      WriteOutput(text);
     }
     if (generated == o.max_new_tokens) break;
     CTXPAR_ASSIGN_OR_RETURN(logits, model->Forward(std::span<const int32_t>(&next, 1)));
   }
   const auto t2 = Clock::now();
+  if (printer) WriteOutput(stream.Finish() + "\n");
+  if (stop != 0) return Interrupted(stop, generated);
   if (printer) {
-    const std::string tail = stream.Finish();
-    std::fwrite(tail.data(), 1, tail.size(), stdout);
-    std::printf("\n");
-    std::fflush(stdout);
     const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
     const double decode_s = std::chrono::duration<double>(t2 - t1).count();
     const int decoded = generated > 0 ? generated - 1 : 0;  // forwards after the prefill
@@ -226,7 +190,10 @@ int RunGenerate(const std::vector<std::string>& args) {
   }
   par.num_threads = o.threads > 0 ? o.threads : std::max(1, HardwareThreads() / par.tp_size);
 
-  if (par.tp_size > 1 && !UnderMpi()) return SelfLaunch(par.tp_size, args);
+  if (par.tp_size > 1 && !UnderMpi()) {
+    if (Expected<double> t = CollectiveTimeoutFromEnv(); !t.ok()) return Fail(t.status());
+    return RunUnderMpirun("generate", par.tp_size, args);
+  }
   std::unique_ptr<Communicator> world;
   if (UnderMpi()) {
     Expected<std::unique_ptr<Communicator>> mpi = MakeMpiWorld();
@@ -239,12 +206,8 @@ int RunGenerate(const std::vector<std::string>& args) {
   } else {
     world = std::move(MakeInProcessGroup(1)[0]);
   }
-  Status run = RunRank(*world, file, par, o);
-  if (!run.ok()) {
-    std::fprintf(stderr, "ctxpar generate (rank %d): ", world->rank());
-    return Fail(run);
-  }
-  return kExitOk;
+  InstallStopHandlers(UnderMpi());
+  return FinishRank(*world, RunRank(*world, file, par, o));
 }
 
 }  // namespace
