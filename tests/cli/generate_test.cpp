@@ -26,7 +26,7 @@ struct Result {
   std::string err;
 };
 
-Result RunGenerate(const std::string& args) {
+Result RunGenerate(const std::string& args, const std::string& env = "") {
   // A file per call: CTest runs this binary's tests in parallel processes, and a shared name let
   // one test read another's (truncated) stderr.
   static int calls = 0;
@@ -34,7 +34,7 @@ Result RunGenerate(const std::string& args) {
                                ::testing::UnitTest::GetInstance()->current_test_info()->name() +
                                "_" + std::to_string(getpid()) + "_" + std::to_string(++calls) +
                                ".txt";
-  const std::string cmd = std::string(CTXPAR_BIN) + " generate " + args + " 2>" + err_path;
+  const std::string cmd = env + " " + CTXPAR_BIN + " generate " + args + " 2>" + err_path;
   Result r;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr) return r;
@@ -71,6 +71,27 @@ TEST(Generate, ThreeMpiRanksWithDcpPrintTheSingleRankText) {
     EXPECT_EQ(three.out, one.out) << cfg;
     EXPECT_NE(three.err.find("tp 3 dcp 3"), std::string::npos) << three.err;
   }
+}
+
+// Across nodes the ranks talk over TCP: Open MPI restricted to its TCP transport (no shared
+// memory between ranks, as between nodes; CTXPAR_MPIRUN_ARGS reaches the self-launch's mpirun)
+// gives the single-rank tokens with ag_rs and a2a.
+TEST(Generate, TcpTransportGivesTheSingleRankTokens) {
+  if (std::string(CTXPAR_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI";
+  const Result one = RunGenerate(std::string("--max-new-tokens 12 ") + kPrompt);
+  ASSERT_EQ(one.code, 0) << one.err;
+  for (const char* backend : {"ag_rs", "a2a"}) {
+    const Result tcp = RunGenerate(std::string("--tp-size 3 --dcp-size 3 --dcp-comm-backend ") +
+                                       backend + " --max-new-tokens 12 " + kPrompt,
+                                   "CTXPAR_MPIRUN_ARGS='--mca btl tcp,self'");
+    ASSERT_EQ(tcp.code, 0) << backend << "\n" << tcp.err;
+    EXPECT_EQ(tcp.out, one.out) << backend;
+  }
+  // The arguments do reach mpirun: a transport that does not exist stops the job.
+  const Result bogus =
+      RunGenerate(std::string("--tp-size 3 --dcp-size 3 --max-new-tokens 2 ") + kPrompt,
+                  "CTXPAR_MPIRUN_ARGS='--mca btl nosuchbtl,self'");
+  EXPECT_NE(bogus.code, 0);
 }
 
 TEST(Generate, SeededSamplingRepeats) {
