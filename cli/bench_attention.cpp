@@ -376,7 +376,8 @@ int RunAttentionBench(const std::vector<std::string>& args) {
   app.add_option("--format", format_name,
                  "GQA page format: tiles16 (the KV cache's) or rows (MLA is always rows)")
       ->check(CLI::IsMember({"tiles16", "rows"}));
-  app.add_option("--threads", thread_list, "thread counts");
+  app.add_option("--threads", thread_list,
+                 "thread counts, each at most the machine's hardware threads (default 1,2)");
   app.add_option("--kinds", kinds,
                  "gqa-bf16 gqa-fp32 (32 q heads, 8 KV heads, D 128) mla-fp32 "
                  "mla-bf16 (128 heads, 576/512)")
@@ -394,6 +395,9 @@ int RunAttentionBench(const std::vector<std::string>& args) {
   Expected<std::vector<int>> threads_list =
       ParseCountList("--threads", thread_list, 0, std::numeric_limits<int>::max());
   if (!threads_list.ok()) return fail(threads_list.status());
+  if (app.count("--threads") == 0) {  // the default list, on a machine with one thread: 1
+    std::erase_if(*threads_list, [](int t) { return t > HardwareThreads(); });
+  }
   for (int t : *threads_list) {
     if (Status s = CheckThreads("--threads", t, /*zero_means_default=*/false); !s.ok()) {
       return fail(s);

@@ -43,7 +43,7 @@ struct GenerateOptions {
   bool ignore_eos = false;
 };
 
-int Fail(const Status& status) { return ReportError(status); }
+int Fail(const Status& status) { return ReportBeforeWorld(status); }
 
 Expected<std::vector<int32_t>> PromptTokens(const Tokenizer& tok, const GenerateOptions& o) {
   if (!o.chat) return tok.Encode(o.prompt);
@@ -200,8 +200,9 @@ int RunGenerate(const std::vector<std::string>& args) {
     if (!mpi.ok()) return Fail(mpi.status());
     world = std::move(*mpi);
     if (world->size() != par.tp_size) {
-      return Fail(InvalidArgument("the MPI job has " + std::to_string(world->size()) +
-                                  " ranks, but tp_size is " + std::to_string(par.tp_size)));
+      return FinishRank(*world,
+                        InvalidArgument("the MPI job has " + std::to_string(world->size()) +
+                                        " ranks, but tp_size is " + std::to_string(par.tp_size)));
     }
   } else {
     world = std::move(MakeInProcessGroup(1)[0]);

@@ -203,6 +203,19 @@ int RunUnderMpirun(std::string_view command, int n, const std::vector<std::strin
   return code;
 }
 
+int ReportBeforeWorld(const Status& status) {
+  if (UnderMpi()) {
+    for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+      const char* rank = std::getenv(v);
+      if (rank != nullptr) {
+        if (std::strcmp(rank, "0") != 0) return kExitOk;
+        break;
+      }
+    }
+  }
+  return ReportError(status);
+}
+
 int FinishRank(Communicator& world, const Status& status) {
   if (status.error_id().starts_with("CTXPAR-COMM-")) ReportTimeoutAndExit(world.rank(), status);
   // The lowest failing rank (the maximum of size - rank), then its code, message and ID.

@@ -41,4 +41,9 @@ int RunUnderMpirun(std::string_view command, int n, const std::vector<std::strin
 // Ends a rank's run as described above; returns the rank's exit status (or does not return).
 int FinishRank(Communicator& world, const Status& status);
 
+// An error found before the ranks have a communicator (the command line, the model file): every
+// rank of an MPI job finds the same one, so only rank 0 (by the launcher's environment) prints
+// it and returns its exit status; the others return 0. Outside MPI, ReportError.
+int ReportBeforeWorld(const Status& status);
+
 }  // namespace ctxpar::cli

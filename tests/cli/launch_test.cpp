@@ -265,6 +265,36 @@ TEST(Launch, AnErrorOfEveryRankIsPrintedOnce) {
   EXPECT_TRUE(g.out().empty()) << g.out();
 }
 
+// Ranks started by the user's mpirun find a bad configuration before MPI starts: rank 0 alone
+// prints it, and the job's exit status is the error's.
+TEST(Launch, UnderTheUsersMpirunAConfigurationErrorIsPrintedOnce) {
+  if (Skip()) GTEST_SKIP() << "needs MPI and CTXPAR_MODEL";
+  const std::string err_path =
+      ::testing::TempDir() + "launch_user_mpirun_" + std::to_string(getpid());
+  const std::string cmd = std::string(
+                              "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                              "OMPI_MCA_rmaps_base_oversubscribe=1 ") +
+                          CTXPAR_MPIEXEC + " --quiet -np 3 " + CTXPAR_BIN +
+                          " generate --tp-size 2 --dcp-size 2 Hello 2>" + err_path;
+  const int status = std::system(cmd.c_str());
+  const std::string err = ReadFile(err_path);
+  std::remove(err_path.c_str());
+  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 2) << err;
+  EXPECT_EQ(err,
+            "num_heads (9) must be divisible by dcp_size (2)\nrun: ctxpar explain "
+            "CTXPAR-LAYOUT-003\n");
+}
+
+TEST(Launch, ALauncherThatCannotRunIsNamed) {
+  if (Skip()) GTEST_SKIP() << "needs MPI and CTXPAR_MODEL";
+  Generate g({"--tp-size", "3", "--dcp-size", "3", "Hello"}, {"CTXPAR_MPIRUN=/nonexistent/mpirun"});
+  EXPECT_EQ(g.Wait(), 1);
+  EXPECT_EQ(g.err(),
+            "Cannot run '/nonexistent/mpirun' to start 3 ranks: No such file or directory; a run "
+            "over several ranks needs Open MPI (apt-get install -y openmpi-bin), or CTXPAR_MPIRUN "
+            "naming its mpirun.\nrun: ctxpar explain CTXPAR-RUN-002\n");
+}
+
 // A rank stopped with SIGSTOP: the others give up after the deadline and the job ends, naming it.
 TEST(Launch, AStoppedRankEndsTheJobAfterTheDeadline) {
   if (Skip()) GTEST_SKIP() << "needs MPI and CTXPAR_MODEL";
