@@ -133,8 +133,8 @@ int RunUnderMpirun(std::string_view command, int n, const std::vector<std::strin
   struct sigaction count {};
   count.sa_handler = &CountSignal;
   sigemptyset(&count.sa_mask);
-  struct sigaction old_int {
-  }, old_term{};
+  struct sigaction old_int {};
+  struct sigaction old_term {};
   sigaction(SIGINT, &count, &old_int);
   sigaction(SIGTERM, &count, &old_term);
   std::fflush(nullptr);
@@ -166,8 +166,8 @@ int RunUnderMpirun(std::string_view command, int n, const std::vector<std::strin
   }
   // Polled rather than blocked in waitpid, so that no signal can slip in unnoticed between a
   // check and the wait. The first signal becomes the ranks' stop request; after a second one
-  // the ranks get kSecondSignalGrace to finish that stop (it takes about one token) before
-  // mpirun is told to end the job.
+  // the ranks get kSecondSignalGrace to finish that stop (it takes about one token) before they
+  // are killed, on which mpirun ends the job and cleans up.
   constexpr auto kSecondSignalGrace = std::chrono::seconds(1);
   int forwarded = 0;
   std::optional<std::chrono::steady_clock::time_point> second_at;
@@ -193,7 +193,7 @@ int RunUnderMpirun(std::string_view command, int n, const std::vector<std::strin
   const int first = g_first_signal.load();
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (forwarded >= 2 && code != 128 + first) {
-    // mpirun killed the ranks before rank 0 reported the interruption.
+    // The ranks were killed before rank 0 reported the interruption.
     std::fputs("\n", stdout);
     std::fflush(stdout);
     std::fprintf(stderr, "ctxpar %s: interrupted twice by %s: the ranks were stopped at once\n",
