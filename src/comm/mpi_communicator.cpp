@@ -191,7 +191,7 @@ class MpiCommunicator final : public Communicator {
     const std::size_t bytes_per_rank = count * DataTypeSize(dtype);
     if (size_ == 2) {
       const int peer = 1 - rank_;
-      std::memcpy(static_cast<char*>(recv) + rank_ * bytes_per_rank, send, bytes_per_rank);
+      std::memmove(static_cast<char*>(recv) + rank_ * bytes_per_rank, send, bytes_per_rank);
       CTXPAR_RETURN_IF_ERROR(Exchange("AllGather", send, n,
                                       static_cast<char*>(recv) + peer * bytes_per_rank, n, dtype));
     } else {
