@@ -7,18 +7,25 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
 #include <functional>
 #include <limits>
 
+#include "ctxpar/error_catalog.h"
+#include "loader/loader_errors.h"
+
 namespace ctxpar {
+
+using loader_internal::WithCode;
 
 static_assert(std::endian::native == std::endian::little,
               "the GGUF reader copies little-endian fields straight into host integers");
 
 struct GgufFile::Storage {
+  std::string path = "(in-memory GGUF)";
   const uint8_t* data = nullptr;
   uint64_t size = 0;
   std::vector<uint8_t> bytes;
@@ -64,6 +71,28 @@ uint64_t MinEncodedSize(GgufType t) {
 }
 
 bool IsGgufType(uint32_t id) { return id <= static_cast<uint32_t>(GgufType::kF64); }
+
+// Every tensor's bytes are its own: two tensors whose data ranges overlap would alias weights
+// (a writer bug or a crafted file), so the file is refused naming both.
+Status CheckNoOverlap(const std::vector<GgufTensor>& tensors) {
+  std::vector<const GgufTensor*> by_offset;
+  for (const GgufTensor& t : tensors) {
+    if (t.size_bytes > 0) by_offset.push_back(&t);
+  }
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const GgufTensor* a, const GgufTensor* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const GgufTensor& a = *by_offset[i - 1];
+    const GgufTensor& b = *by_offset[i];
+    if (b.offset < a.offset + a.size_bytes) {
+      return DataLoss(fmt::format(
+          "tensor '{}' data [{}, {}) overlaps tensor '{}' data [{}, {}) (offsets in the data "
+          "section); each tensor needs bytes of its own",
+          b.name, b.offset, b.offset + b.size_bytes, a.name, a.offset, a.offset + a.size_bytes));
+    }
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -437,40 +466,49 @@ Expected<GgufFile> GgufFile::Parse(std::shared_ptr<const Storage> storage) {
     }
     t.data = storage->data + file.data_offset_ + t.offset;
   }
+  CTXPAR_RETURN_IF_ERROR(CheckNoOverlap(file.tensors_));
   file.storage_ = std::move(storage);
   return file;
 }
 
 Expected<GgufFile> GgufFile::Open(const std::string& path) {
+  const std::string file_name = PyRepr(path);
+  const auto cannot_open = [&](StatusCode code, std::string reason) {
+    return WithCode(code,
+                    CatalogError("CTXPAR-GGUF-001", {{"file", file_name}, {"reason", reason}}));
+  };
   auto storage = std::make_shared<Storage>();
+  storage->path = path;
   storage->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (storage->fd < 0) {
     const int err = errno;
-    std::string msg = fmt::format("cannot open GGUF file '{}': {}", path, std::strerror(err));
-    if (err == ENOENT) return NotFound(std::move(msg));
-    return InvalidArgument(std::move(msg));
+    return cannot_open(err == ENOENT ? StatusCode::kNotFound : StatusCode::kInvalidArgument,
+                       std::strerror(err));
   }
   struct stat st {};
   if (fstat(storage->fd, &st) != 0) {
-    return InvalidArgument(
-        fmt::format("cannot stat GGUF file '{}': {}", path, std::strerror(errno)));
+    return cannot_open(StatusCode::kInvalidArgument, std::strerror(errno));
   }
   if (!S_ISREG(st.st_mode)) {
-    return InvalidArgument(fmt::format("GGUF path '{}' is not a regular file", path));
+    return cannot_open(StatusCode::kInvalidArgument,
+                       S_ISDIR(st.st_mode) ? "it is a directory" : "it is not a regular file");
   }
   storage->size = static_cast<uint64_t>(st.st_size);
   if (storage->size > 0) {
     void* map = mmap(nullptr, storage->size, PROT_READ, MAP_PRIVATE, storage->fd, 0);
     if (map == MAP_FAILED) {
-      return InvalidArgument(
-          fmt::format("cannot map GGUF file '{}': {}", path, std::strerror(errno)));
+      return cannot_open(StatusCode::kInvalidArgument,
+                         std::string("cannot map it: ") + std::strerror(errno));
     }
     storage->map = map;
     storage->data = static_cast<const uint8_t*>(map);
   }
   auto file = Parse(std::move(storage));
   if (!file.ok()) {
-    return Status(file.status().code(), fmt::format("{}: {}", path, file.status().message()));
+    const Status& s = file.status();
+    return CatalogError(
+        s.code() == StatusCode::kUnimplemented ? "CTXPAR-GGUF-003" : "CTXPAR-GGUF-002",
+        {{"file", file_name}, {"detail", s.message()}});
   }
   return file;
 }
@@ -484,5 +522,10 @@ Expected<GgufFile> GgufFile::FromBytes(std::vector<uint8_t> bytes) {
 }
 
 uint64_t GgufFile::file_size() const { return storage_ ? storage_->size : 0; }
+
+const std::string& GgufFile::path() const {
+  static const std::string kNone;
+  return storage_ ? storage_->path : kNone;
+}
 
 }  // namespace ctxpar
