@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <regex>
 
+#include "core/error_catalog_areas.h"
+
 namespace ctxpar {
 namespace {
 
@@ -13,8 +15,16 @@ constexpr StatusCode kConfig = StatusCode::kInvalidArgument;
 constexpr StatusCode kRuntime = StatusCode::kFailedPrecondition;
 constexpr StatusCode kBug = StatusCode::kInternal;
 
+// The entries of this file and of the area files (error_catalog_areas.h), ordered by ID.
+std::vector<CatalogEntry> WithAreas(std::vector<CatalogEntry> entries) {
+  for (CatalogEntry& e : catalog_internal::HttpEntries()) entries.push_back(std::move(e));
+  std::sort(entries.begin(), entries.end(),
+            [](const CatalogEntry& a, const CatalogEntry& b) { return a.id < b.id; });
+  return entries;
+}
+
 const std::vector<CatalogEntry>& Table() {
-  static const std::vector<CatalogEntry> entries = {
+  static const std::vector<CatalogEntry> entries = WithAreas({
       {"CTXPAR-CONFIG-001",
        "A resolution step declared a field that does not exist",
        "{source} declared {field}, which is not a configuration field.",
@@ -393,7 +403,7 @@ const std::vector<CatalogEntry>& Table() {
        "ctxpar check --moe-a2a-backend mori --platform cuda:sm90",
        "ctxpar check --moe-a2a-backend deepep --platform cuda:sm90",
        {"CTXPAR-DSV4-004", "CTXPAR-FLAG-006"}},
-  };
+  });
   return entries;
 }
 

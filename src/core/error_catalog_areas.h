@@ -1,0 +1,14 @@
+// The catalog's entries by area, gathered by error_catalog.cpp into one table ordered by ID
+// (not public API).
+#pragma once
+
+#include <vector>
+
+#include "ctxpar/error_catalog.h"
+
+namespace ctxpar::catalog_internal {
+
+// The HTTP server (`ctxpar serve`): CTXPAR-HTTP-*.
+std::vector<CatalogEntry> HttpEntries();
+
+}  // namespace ctxpar::catalog_internal
