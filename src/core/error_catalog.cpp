@@ -17,6 +17,7 @@ constexpr StatusCode kBug = StatusCode::kInternal;
 
 // The entries of this file and of the area files (error_catalog_areas.h), ordered by ID.
 std::vector<CatalogEntry> WithAreas(std::vector<CatalogEntry> entries) {
+  for (CatalogEntry& e : catalog_internal::EngineEntries()) entries.push_back(std::move(e));
   for (CatalogEntry& e : catalog_internal::HttpEntries()) entries.push_back(std::move(e));
   std::sort(entries.begin(), entries.end(),
             [](const CatalogEntry& a, const CatalogEntry& b) { return a.id < b.id; });
@@ -403,6 +404,46 @@ const std::vector<CatalogEntry>& Table() {
        "ctxpar check --moe-a2a-backend mori --platform cuda:sm90",
        "ctxpar check --moe-a2a-backend deepep --platform cuda:sm90",
        {"CTXPAR-DSV4-004", "CTXPAR-FLAG-006"}},
+      {"CTXPAR-SAMPLING-001",
+       "A sampling parameter outside its valid range",
+       "{field} must be {rule}, got {value}.",
+       kConfig,
+       "Each sampling parameter of a request means something only within a range: temperature "
+       "divides the logits (0 is greedy), top_p and min_p are probabilities, top_k counts "
+       "tokens (-1 or 0 keeps them all), repetition_penalty divides or multiplies logits, "
+       "frequency_penalty and presence_penalty are OpenAI's [-2, 2], max_new_tokens and "
+       "top_logprobs_num count tokens. The ranges are SGLang's. A value outside its range, or "
+       "NaN, is refused before the request is queued; the message names the field as the "
+       "request spells it.",
+       "When a request reaches the engine with such a value: the sampling flags of `ctxpar "
+       "generate`, or the JSON body of /generate, /v1/completions or /v1/chat/completions on "
+       "`ctxpar serve` (for example temperature -1, top_p 0 or 1.5, top_k -2, min_p 2, "
+       "repetition_penalty 0 or 3, frequency_penalty 2.5).",
+       {"Use a value inside the range the message gives.",
+        "To turn a filter or penalty off, use its neutral value: top_p 1, top_k -1, min_p 0, "
+        "repetition_penalty 1, frequency_penalty and presence_penalty 0.",
+        "For deterministic output use temperature 0 (greedy), not a negative temperature."},
+       "ctxpar generate --temperature 0.7 --top-p 1.5 \"Hello\"",
+       "ctxpar generate --temperature 0.7 --top-p 0.9 \"Hello\"",
+       {"CTXPAR-SAMPLING-002"}},
+      {"CTXPAR-SAMPLING-002",
+       "A stop token id outside the vocabulary",
+       "stop_token_ids must be token ids in [0, {max_id}], got {token_id}.",
+       kConfig,
+       "Generation ends when the model samples one of the request's stop_token_ids, so each must "
+       "be a token of the model's vocabulary, [0, vocab_size). An id outside it can never be "
+       "sampled; it is nearly always an id from another model's tokenizer, so the request is "
+       "refused rather than left to run to max_new_tokens.",
+       "A request's stop_token_ids holds a negative id or one at or past the model's vocabulary "
+       "size (49152 for SmolLM2-135M, whose end of turn <|im_end|> is 2).",
+       {"Take the ids from this model's tokenizer: POST /tokenize on `ctxpar serve` gives the ids "
+        "of a text.",
+        "To stop on a text rather than on a token, use stop (stop strings)."},
+       "ctxpar serve --model-path SmolLM2-135M-Instruct.Q4_1.gguf  # a request with "
+       "\"stop_token_ids\": [128009]",
+       "ctxpar serve --model-path SmolLM2-135M-Instruct.Q4_1.gguf  # a request with "
+       "\"stop_token_ids\": [2]",
+       {"CTXPAR-SAMPLING-001"}},
   });
   return entries;
 }

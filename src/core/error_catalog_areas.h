@@ -8,6 +8,9 @@
 
 namespace ctxpar::catalog_internal {
 
+// The engine, the KV pool and the models' layout rules: CTXPAR-ENGINE-*, -KV-*, -MODEL-*.
+std::vector<CatalogEntry> EngineEntries();
+
 // The HTTP server (`ctxpar serve`): CTXPAR-HTTP-*.
 std::vector<CatalogEntry> HttpEntries();
 

@@ -74,7 +74,7 @@ std::vector<CatalogEntry> HttpEntries() {
        {"Use a value inside the range the message gives."},
        "ctxpar serve & curl localhost:30000/v1/completions -d '{\"prompt\": \"Hi\", \"n\": 0}'",
        "ctxpar serve & curl localhost:30000/v1/completions -d '{\"prompt\": \"Hi\", \"n\": 1}'",
-       {"CTXPAR-HTTP-002", "CTXPAR-HTTP-007"}},
+       {"CTXPAR-HTTP-002", "CTXPAR-SAMPLING-001"}},
       {"CTXPAR-HTTP-005",
        "A request for a model this server does not serve",
        "The model {model} does not exist: this server serves {served}.",
