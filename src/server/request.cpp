@@ -44,9 +44,9 @@ ApiError RangeError(Route route, std::string_view param, std::string_view rule,
                     std::string(param));
 }
 
-ApiError Missing(Route route, std::string_view param) {
-  return ToApiError(CatalogError("CTXPAR-HTTP-003", {{"route", std::string(RoutePath(route))},
-                                                     {"field", std::string(param)}}),
+ApiError Missing(std::string_view path, std::string_view param) {
+  return ToApiError(CatalogError("CTXPAR-HTTP-003",
+                                 {{"route", std::string(path)}, {"field", std::string(param)}}),
                     std::string(param));
 }
 
@@ -334,6 +334,16 @@ ApiExpected<json> ParseObject(std::string_view path, std::string_view body) {
       CatalogError("CTXPAR-HTTP-001", {{"route", std::string(path)}, {"detail", detail}}));
 }
 
+// The body of /tokenize or /detokenize, which need `field` and the model's tokenizer.
+ApiExpected<json> TokenizerBody(std::string_view path, std::string_view body,
+                                std::string_view field, const ModelContext& model) {
+  ApiExpected<json> parsed = ParseObject(path, body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  if (Field(std::get<json>(parsed), field).is_null()) return Missing(path, field);
+  CTXPAR_RETURN_IF_API_ERROR(NeedTokenizer(model, field));
+  return parsed;
+}
+
 // The logprob fields of each route.
 MaybeError ReadLogprobs(const json& body, Route route, ApiRequest* r) {
   const std::string range = fmt::format("in [0, {}]", kMaxLogprobs);
@@ -402,17 +412,17 @@ ApiExpected<ApiRequest> ParseApiRequest(Route route, std::string_view body,
         ReadSampling(params.is_null() ? json::object() : params, "sampling_params.", route, &r));
     const bool has_text = !Field(b, "text").is_null();
     const json& input = has_text ? Field(b, "text") : Field(b, "input_ids");
-    if (input.is_null()) return Missing(route, "text");
+    if (input.is_null()) return Missing(RoutePath(route), "text");
     CTXPAR_RETURN_IF_API_ERROR(
         ReadPrompts(input, has_text ? "text" : "input_ids", model, false, &r));
   } else {
     r.sampling.max_new_tokens = 16;
     CTXPAR_RETURN_IF_API_ERROR(ReadSampling(b, "", route, &r));
     if (route == Route::kChat) {
-      if (Field(b, "messages").is_null()) return Missing(route, "messages");
+      if (Field(b, "messages").is_null()) return Missing(RoutePath(route), "messages");
       CTXPAR_RETURN_IF_API_ERROR(ReadMessages(Field(b, "messages"), model, &r));
     } else {
-      if (Field(b, "prompt").is_null()) return Missing(route, "prompt");
+      if (Field(b, "prompt").is_null()) return Missing(RoutePath(route), "prompt");
       CTXPAR_RETURN_IF_API_ERROR(ReadPrompts(Field(b, "prompt"), "prompt", model, r.echo, &r));
     }
   }
@@ -525,15 +535,10 @@ Expected<std::vector<int32_t>> EncodeChat(const Tokenizer& tokenizer, const Chat
 }
 
 ApiExpected<json> Tokenize(std::string_view body, const ModelContext& model) {
-  ApiExpected<json> parsed = ParseObject("/tokenize", body);
+  ApiExpected<json> parsed = TokenizerBody("/tokenize", body, "prompt", model);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
   const json& b = std::get<json>(parsed);
   const json& prompt = Field(b, "prompt");
-  if (prompt.is_null()) {
-    return ToApiError(
-        CatalogError("CTXPAR-HTTP-003", {{"route", "/tokenize"}, {"field", "prompt"}}), "prompt");
-  }
-  CTXPAR_RETURN_IF_API_ERROR(NeedTokenizer(model, "prompt"));
   bool add_special = true;
   CTXPAR_RETURN_IF_API_ERROR(
       Read(Field(b, "add_special_tokens"), "add_special_tokens", &add_special));
@@ -565,15 +570,10 @@ ApiExpected<json> Tokenize(std::string_view body, const ModelContext& model) {
 }
 
 ApiExpected<json> Detokenize(std::string_view body, const ModelContext& model) {
-  ApiExpected<json> parsed = ParseObject("/detokenize", body);
+  ApiExpected<json> parsed = TokenizerBody("/detokenize", body, "tokens", model);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
   const json& b = std::get<json>(parsed);
   const json& tokens = Field(b, "tokens");
-  if (tokens.is_null()) {
-    return ToApiError(
-        CatalogError("CTXPAR-HTTP-003", {{"route", "/detokenize"}, {"field", "tokens"}}), "tokens");
-  }
-  CTXPAR_RETURN_IF_API_ERROR(NeedTokenizer(model, "tokens"));
   std::vector<int32_t> ids;
   CTXPAR_RETURN_IF_API_ERROR(ReadIds(tokens, "tokens", &ids));
   bool skip_special = false;
