@@ -10,10 +10,12 @@
 // capacity lines, then one ready line. SIGINT / SIGTERM: stop accepting, end the requests in
 // flight with finish_reason "abort", exit 0 on every rank.
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <thread>
@@ -46,7 +48,17 @@ bool UnderMpi() {
   return false;
 }
 
-// Replaces this process by `mpirun -np n <this binary> serve <args>`; returns only on failure.
+sigset_t SignalSet(std::initializer_list<int> signals) {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : signals) sigaddset(&set, s);
+  return set;
+}
+
+// Runs `mpirun -np n <this binary> serve <args>` as a child and returns its exit status.
+// mpirun's own reaction to SIGINT / SIGTERM kills the ranks one second later (Open MPI's
+// odls_base_sigkill_timeout), too soon to end the requests in flight; so mpirun starts with them
+// blocked, and this process passes them on as SIGUSR1, which mpirun forwards to every rank.
 int SelfLaunch(int n, const std::vector<std::string>& args) {
   const char* mpirun = std::getenv("CTXPAR_MPIRUN");
   std::string launcher = mpirun != nullptr && *mpirun != '\0' ? mpirun : "mpirun";
@@ -65,10 +77,33 @@ int SelfLaunch(int n, const std::vector<std::string>& args) {
   std::vector<char*> cargv;
   for (std::string& a : argv) cargv.push_back(a.data());
   cargv.push_back(nullptr);
+  const sigset_t stop = SignalSet({SIGINT, SIGTERM});
+  const sigset_t waited = SignalSet({SIGINT, SIGTERM, SIGCHLD});
+  sigprocmask(SIG_BLOCK, &waited, nullptr);
   std::fflush(nullptr);
-  execvp(cargv[0], cargv.data());
-  std::fprintf(stderr, "ctxpar serve: cannot run '%s' to start %d ranks\n", launcher.c_str(), n);
-  return kExitInternal;
+  const pid_t child = fork();
+  if (child == 0) {
+    sigprocmask(SIG_SETMASK, &stop, nullptr);
+    execvp(cargv[0], cargv.data());
+    std::fprintf(stderr, "ctxpar serve: cannot run '%s' to start %d ranks\n", launcher.c_str(), n);
+    _exit(kExitInternal);
+  }
+  if (child < 0) {
+    std::fprintf(stderr, "ctxpar serve: cannot start '%s'\n", launcher.c_str());
+    return kExitInternal;
+  }
+  for (;;) {
+    int signal = 0;
+    sigwait(&waited, &signal);
+    if (signal != SIGCHLD) {
+      kill(child, SIGUSR1);
+      continue;
+    }
+    int status = 0;
+    if (waitpid(child, &status, WNOHANG) == child) {
+      return WIFEXITED(status) ? WEXITSTATUS(status) : kExitInternal;
+    }
+  }
 }
 
 void Log(std::string_view line) {
@@ -126,7 +161,7 @@ Status RunRank(Communicator& world, Launch& launch, const ServerOptions& options
     waiter = std::thread([e, srv, signals] {
       int signal = 0;
       sigwait(&signals, &signal);
-      if (signal == SIGUSR1) return;  // Run ended by itself
+      if (signal == SIGUSR2) return;  // Run ended by itself
       Log("ctxpar serve: signal " + std::to_string(signal) +
           ": no new request; ending the requests in flight");
       srv->BeginShutdown();
@@ -135,7 +170,7 @@ Status RunRank(Communicator& world, Launch& launch, const ServerOptions& options
   }
   Status run = (*engine)->Run(Engine::RunUntil::kStopped);
   if (leader) {
-    pthread_kill(waiter.native_handle(), SIGUSR1);
+    pthread_kill(waiter.native_handle(), SIGUSR2);
     waiter.join();
     server->BeginShutdown();
     server->Wait();
@@ -144,15 +179,6 @@ Status RunRank(Communicator& world, Launch& launch, const ServerOptions& options
 }
 
 int RunServe(const std::vector<std::string>& args) {
-  // Every thread (MPI's, the HTTP pool, the engine's) inherits this mask, so the signals reach
-  // only the waiter thread of rank 0; the other ranks leave them pending and stop when rank 0's
-  // plan says so.
-  sigset_t signals;
-  sigemptyset(&signals);
-  for (int s : {SIGINT, SIGTERM, SIGUSR1}) sigaddset(&signals, s);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-
   CLI::App app{"Serve the model over HTTP (OpenAI- and SGLang-compatible routes).", "ctxpar serve"};
   LaunchFlags flags;
   AddLaunchFlags(app, &flags);
@@ -174,6 +200,13 @@ int RunServe(const std::vector<std::string>& args) {
   if (!launch.ok()) return Fail(launch.status());
   const int tp = launch->config.tp_size;
   if (tp > 1 && !UnderMpi()) return SelfLaunch(tp, args);
+  // Every thread (MPI's, the HTTP pool, the engine's) inherits this mask, so the stop signals
+  // (SIGUSR1 is what SelfLaunch passes on through mpirun) reach only rank 0's waiter thread; the
+  // other ranks leave them pending and stop when rank 0's plan says so. SIGUSR2 wakes the waiter
+  // when Run ends by itself.
+  const sigset_t signals = SignalSet({SIGINT, SIGTERM, SIGUSR1, SIGUSR2});
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
   std::unique_ptr<Communicator> world;
   if (UnderMpi()) {
     Expected<std::unique_ptr<Communicator>> mpi = MakeMpiWorld();

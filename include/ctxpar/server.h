@@ -16,8 +16,8 @@
 // from the engine's limits. A client that goes away mid-stream has its requests cancelled.
 //
 // Life cycle: Create, Start (binds and answers /health with 503), Attach once the engine is
-// loaded, BeginShutdown (no new request or connection; streams go on until their requests end,
-// which Engine::Stop makes them do with finish_reason "abort"), Wait.
+// loaded, BeginShutdown (new requests get 503; streams go on until their requests end, which
+// Engine::Stop makes them do with finish_reason "abort"), Wait (then the socket closes).
 //
 // Thread safety: every method may be called from any thread; Attach once, before BeginShutdown.
 #pragma once
@@ -96,10 +96,10 @@ class Server {
   // Requests are served from now on; /health answers 200. A chat template the tokenizer carries
   // but ctxpar cannot render is returned (chat completions then answer 400), the rest works.
   Status Attach(ServingModel model);
-  // Stops accepting: the listening socket closes, new requests get 503.
+  // Stops taking requests: new ones get 503 (CTXPAR-HTTP-010).
   void BeginShutdown();
-  // Returns when the HTTP threads have finished (after BeginShutdown and the end of every
-  // request).
+  // After BeginShutdown: waits until every generation request's response is written, then closes
+  // the listening socket and joins the HTTP threads.
   void Wait();
 
  private:

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -73,6 +74,11 @@ struct Server::Impl {
   int port = 0;
   std::atomic<bool> ready{false};
   std::atomic<bool> stopping{false};
+  // Generation requests whose response is not written yet; Wait closes the server at 0 (httplib's
+  // stop() would cut the streams short).
+  std::mutex active_mu;
+  std::condition_variable active_cv;
+  int active = 0;
   ServingModel model;
   std::optional<ChatTemplate> chat_template;
   server::ModelContext context;
@@ -82,6 +88,7 @@ struct Server::Impl {
   bool Authorized(const httplib::Request& req) const;
   std::optional<ApiError> Unavailable() const;
   void Generate(Route route, const httplib::Request& req, httplib::Response& res);
+  std::shared_ptr<void> Track();
   json ServerInfo() const;
   json TokenizerInfo() const;
 };
@@ -101,7 +108,17 @@ std::optional<ApiError> Server::Impl::Unavailable() const {
   return std::nullopt;
 }
 
+std::shared_ptr<void> Server::Impl::Track() {
+  std::lock_guard lock(active_mu);
+  ++active;
+  return std::shared_ptr<void>(nullptr, [this](void*) {
+    std::lock_guard lock(active_mu);
+    if (--active == 0) active_cv.notify_all();
+  });
+}
+
 void Server::Impl::Generate(Route route, const httplib::Request& req, httplib::Response& res) {
+  std::shared_ptr<void> tracked = Track();
   if (auto e = Unavailable()) return ReplyError(res, *e);
   auto parsed = server::ParseApiRequest(route, req.body, context);
   if (auto* e = std::get_if<ApiError>(&parsed)) return ReplyError(res, *e);
@@ -137,7 +154,7 @@ void Server::Impl::Generate(Route route, const httplib::Request& req, httplib::R
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [request, job, builder, last_write](size_t, httplib::DataSink& sink) {
+      [request, job, builder, last_write, tracked](size_t, httplib::DataSink& sink) {
         std::string frames;
         for (server::ChoiceUpdate& u : job->queue.Pop(kPollInterval)) {
           frames += builder->StreamUpdate(u.choice, u.update);
@@ -319,13 +336,16 @@ Status Server::Attach(ServingModel model) {
   return status;
 }
 
-void Server::BeginShutdown() {
-  if (impl_->stopping.exchange(true)) return;
-  impl_->http.stop();
-}
+void Server::BeginShutdown() { impl_->stopping = true; }
 
 void Server::Wait() {
-  if (impl_->listener.joinable()) impl_->listener.join();
+  Impl& s = *impl_;
+  {
+    std::unique_lock lock(s.active_mu);
+    s.active_cv.wait(lock, [&] { return s.active == 0; });
+  }
+  s.http.stop();
+  if (s.listener.joinable()) s.listener.join();
 }
 
 }  // namespace ctxpar

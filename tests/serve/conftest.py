@@ -23,7 +23,7 @@ def free_port():
 
 
 class Server:
-    def __init__(self, *flags, ready_timeout=180):
+    def __init__(self, *flags, env=None, ready_timeout=180):
         binary = os.environ.get("CTXPAR_BIN")
         model = os.environ.get("CTXPAR_MODEL")
         if not binary or not model:
@@ -35,7 +35,7 @@ class Server:
         cmd = [binary, "serve", "--model-path", model, "--port", str(self.port),
                "--served-model-name", MODEL_NAME, "--enable-metrics", *flags]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     start_new_session=True, env={**os.environ, **(env or {})})
         deadline = time.time() + ready_timeout
         while True:
             if self.proc.poll() is not None:
@@ -83,8 +83,8 @@ class Server:
         return values
 
 
-def start(request, *flags):
-    server = Server(*flags)
+def start(request, *flags, env=None):
+    server = Server(*flags, env=env)
 
     def finish():
         code = server.stop()

@@ -65,6 +65,8 @@ def test_disconnect_frees_the_pool(server):
 
 
 def test_retractions_under_a_tiny_pool_lose_nothing(request, server):
+    # Each request needs 4 pages of 16 tokens (about 14 prompt + 48 new tokens); the pool holds
+    # 10, and admission reserves only part of the new tokens, so running requests run out.
     prompts = PROMPTS[:6]
     alone = [generate_ids(server, p, 48) for p in prompts]
     tiny = start(request, "--max-total-tokens", "160", "--page-size", "16",
@@ -75,18 +77,23 @@ def test_retractions_under_a_tiny_pool_lose_nothing(request, server):
     assert together == alone
 
 
-def test_tp3_dcp3_serves_the_tokens_of_tp1(request, server):
+def test_tp3_dcp3_serves_the_tokens_of_tp1(request, server, tmp_path):
     prompts = PROMPTS[:4]
     alone = [generate_ids(server, p, 12) for p in prompts]
-    shm_before = set(os.listdir("/dev/shm"))
-    dcp = start(request, "--tp-size", "3", "--dcp-size", "3", "--threads", "1")
+    # Open MPI's session directory and shared-memory segments go to a directory of this test's
+    # own, which must be empty once the server has stopped.
+    shm = tmp_path / "mpi"
+    shm.mkdir()
+    dcp = start(request, "--tp-size", "3", "--dcp-size", "3", "--threads", "1",
+                env={"TMPDIR": str(shm), "OMPI_MCA_btl_vader_backing_directory": str(shm)})
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         together = list(pool.map(lambda p: generate_ids(dcp, p, 12, stream=True), prompts))
     assert together == alone
     info = requests.get(dcp.url + "/get_server_info").json()
     assert (info["tp_size"], info["dcp_size"]) == (3, 3)
     assert dcp.stop() == 0, dcp.output()
-    assert set(os.listdir("/dev/shm")) <= shm_before
+    left = [str(p) for p in shm.rglob("*")]
+    assert not left, left
 
 
 def test_sigterm_aborts_streams_and_exits_zero(request):
