@@ -195,7 +195,7 @@ def main():
     p.add_argument("--rate", type=float, default=0.25, help="Poisson arrivals per second")
     p.add_argument("--poisson-requests", type=int, default=16)
     p.add_argument("--poisson-slots", type=int, default=16)
-    p.add_argument("--prompt-words", type=int, default=430)
+    p.add_argument("--prompt-words", type=int, default=513, help="513: 520-token prompts")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--slot-context", type=int, default=1024)
     p.add_argument("--threads", type=int, default=os.cpu_count())

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -299,9 +300,20 @@ Status Server::Start(int threads) {
   Impl& s = *impl_;
   s.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   s.Routes();
+  // httplib's default options set SO_REUSEPORT, which lets a second server bind a port in use
+  // (and share its connections) instead of failing: SO_REUSEADDR only.
+  int listen_socket = -1;
+  s.http.set_socket_options([&listen_socket](socket_t sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listen_socket = sock;
+  });
   const std::string& host = s.options.host;
   s.port = s.options.port == 0 ? s.http.bind_to_any_port(host)
                                : (s.http.bind_to_port(host, s.options.port) ? s.options.port : -1);
+  // Its compiled-in backlog of 5 overflows when dozens of clients connect at once (a reset now and
+  // then under load): listen again with the system's maximum.
+  if (s.port >= 0) ::listen(listen_socket, SOMAXCONN);
   if (s.port < 0) {
     return CatalogError("CTXPAR-HTTP-011", {{"host", host},
                                             {"port", std::to_string(s.options.port)},

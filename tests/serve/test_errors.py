@@ -2,6 +2,8 @@
 API key (401; /health and /v1/models stay open), a full queue (503)."""
 
 import concurrent.futures
+import os
+import subprocess
 
 import openai
 import pytest
@@ -101,3 +103,12 @@ def test_full_queue_is_503(small_queue):
     assert 200 in statuses and 503 in statuses, statuses
     refused = next(r for r in codes if r.status_code == 503)
     check_error(refused, 503, None, "CTXPAR-ENGINE-007", "unavailable_error")
+
+
+def test_port_in_use_fails_at_once(server):
+    r = subprocess.run([os.environ["CTXPAR_BIN"], "serve", "--model-path",
+                        os.environ["CTXPAR_MODEL"], "--port", str(server.port)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "CTXPAR-HTTP-011" in r.stderr
+    assert requests.get(server.url + "/health").status_code == 200
