@@ -38,10 +38,10 @@ def free_port():
 
 
 class Process:
-    def __init__(self, cmd, url, log_path, timeout=300):
+    def __init__(self, cmd, url, log_path, env=None, timeout=300):
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     start_new_session=True, env={**os.environ, **(env or {})})
         deadline = time.time() + timeout
         while True:
             if self.proc.poll() is not None:
@@ -116,7 +116,8 @@ def run_llama(args, levels):
         cmd = [os.path.join(args.llama_bin, "llama-server"), "-m", args.model, "--host",
                "127.0.0.1", "--port", str(port), "--parallel", str(slots), "-c",
                str(slots * args.slot_context), "-t", str(args.threads), "--cont-batching"]
-        p = Process(cmd, url, os.path.join(args.out, f"llama-server-{c}.log"))
+        p = Process(cmd, url, os.path.join(args.out, f"llama-server-{c}.log"),
+                    env={"OMP_WAIT_POLICY": args.llama_omp_wait})
         try:
             if c == "poisson":
                 results.append(poisson(url, args, "llama.cpp"))
@@ -200,6 +201,9 @@ def main():
     p.add_argument("--slot-context", type=int, default=1024)
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--llama-omp-wait", default="PASSIVE",
+                   help="OMP_WAIT_POLICY of llama-server: its OpenMP threads spin at barriers "
+                   "when ACTIVE, which on a shared 2-core machine costs it 5-10x")
     p.add_argument("--skip-llama", action="store_true")
     args = p.parse_args()
     if not args.model:
@@ -215,7 +219,8 @@ def main():
                 ["bash", os.path.join(ROOT, "bench/llama_cpp/build.sh")], text=True).split()[-1]
         results += run_llama(args, levels)
     cpu = f"{cpu_name()}, {os.cpu_count()} cores"
-    meta = {"cpu": cpu, "model": os.path.basename(args.model), "max_tokens": args.max_tokens,
+    meta = {"cpu": cpu, "load_average": os.getloadavg(), "llama_omp_wait": args.llama_omp_wait,
+            "model": os.path.basename(args.model), "max_tokens": args.max_tokens,
             "prompt_words": args.prompt_words, "ctxpar_flags": args.ctxpar_flags,
             "command": " ".join(sys.argv)}
     with open(os.path.join(args.out, "results.json"), "w") as f:
