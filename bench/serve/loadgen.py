@@ -131,7 +131,9 @@ async def one_request(session, url, model, prompt, max_tokens):
 
 async def run_load(url, model, prompts, max_tokens, concurrency=None, rate=None, seed=0):
     timeout = aiohttp.ClientTimeout(total=3600)
-    connector = aiohttp.TCPConnector(limit=0)
+    # A new connection per request: llama-server closes idle keep-alive connections, which a pool
+    # would reuse and fail on.
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
     results, errors = [], []
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
 

@@ -68,14 +68,20 @@ class Process:
 
 
 def cpu_name():
+    """Model name, family / model and the widest vector ISA, from /proc/cpuinfo."""
+    info = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if ":" in line:
+                    key, value = (x.strip() for x in line.split(":", 1))
+                    info.setdefault(key, value)
     except OSError:
-        pass
-    return platform.processor()
+        return platform.processor()
+    flags = info.get("flags", "").split()
+    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE"
+    return (f"{info.get('model name', platform.processor())} (family {info.get('cpu family')}, "
+            f"model {info.get('model')}, {isa})")
 
 
 def measure(url, model, args, levels, tag):
@@ -192,7 +198,7 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--levels", default="1,4,16,64")
     p.add_argument("--requests", type=int, default=0,
-                   help="requests per level (default: max(4, 2 x concurrency) capped at 64)")
+                   help="requests per level (default: max(4, concurrency))")
     p.add_argument("--rate", type=float, default=0.25, help="Poisson arrivals per second")
     p.add_argument("--poisson-requests", type=int, default=16)
     p.add_argument("--poisson-slots", type=int, default=16)
@@ -209,7 +215,7 @@ def main():
     if not args.model:
         args.model = subprocess.check_output(["bash", os.path.join(ROOT, "scripts/fetch-model.sh")],
                                              text=True).strip()
-    args.requests_per_level = (lambda c: args.requests or min(64, max(4, 2 * c)))
+    args.requests_per_level = (lambda c: args.requests or max(4, c))
     os.makedirs(args.out, exist_ok=True)
     levels = [int(x) for x in args.levels.split(",")]
     results = run_ctxpar(args, levels)
