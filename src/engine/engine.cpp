@@ -315,6 +315,7 @@ Status Engine::Impl::Lead(RunUntil until) {
     if (!stop_now) Absorb(&stop_now);
     if (stop_now) {
       AbortAll("the engine stopped");
+      Publish();
       engine::WirePlan bye{true, scheduler->TakePendingOps(), {}};
       return engine::BroadcastPlan(*world, &bye);
     }
