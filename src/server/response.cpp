@@ -12,8 +12,6 @@ namespace {
 
 using json = nlohmann::json;
 
-json NullIfEmpty(const std::string& s) { return s.empty() ? json() : json(s); }
-
 json FinishName(FinishReason reason) {
   return reason == FinishReason::kNone ? json() : json(std::string(FinishReasonName(reason)));
 }
