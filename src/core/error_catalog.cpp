@@ -446,7 +446,8 @@ std::vector<CatalogEntry> ConfigEntries() {
 const std::vector<CatalogEntry>& Table() {
   static const std::vector<CatalogEntry> entries = [] {
     std::vector<CatalogEntry> all = ConfigEntries();
-    for (auto area : {&core_internal::RuntimeCatalogEntries, &core_internal::EngineCatalogEntries}) {
+    for (auto area : {&core_internal::RuntimeCatalogEntries, &core_internal::EngineCatalogEntries,
+                      &core_internal::HttpCatalogEntries}) {
       std::vector<CatalogEntry> entries = area();
       all.insert(all.end(), entries.begin(), entries.end());
     }

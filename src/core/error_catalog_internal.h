@@ -15,4 +15,7 @@ std::vector<CatalogEntry> RuntimeCatalogEntries();
 // order (error_catalog_engine.cpp).
 std::vector<CatalogEntry> EngineCatalogEntries();
 
+// The HTTP server, `ctxpar serve` (CTXPAR-HTTP-*), in any order (error_catalog_http.cpp).
+std::vector<CatalogEntry> HttpCatalogEntries();
+
 }  // namespace ctxpar::core_internal
