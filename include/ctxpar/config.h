@@ -33,8 +33,9 @@
 //                                         CTXPAR-KV-001. With a known model (a run): a named
 //                                         platform that is not the CPU (CTXPAR-ENGINE-001),
 //                                         dp_size (CTXPAR-ENGINE-002), threads beyond the machine
-//                                         (CTXPAR-FLAG-007), and the init checks of step 5 on
-//                                         any platform.
+//                                         (CTXPAR-FLAG-007), an fp8 / fp4 --kv-cache-dtype
+//                                         (CTXPAR-KV-003), and the init checks of step 5 on any
+//                                         platform.
 //
 // Sources are the handler names above, the hook names, "user" (given on the command line and
 // not overridden) or "default".
@@ -153,6 +154,7 @@ class ConfigGetters {
   }
   bool enable_dp_attention() const { return Bool("enable_dp_attention"); }
   int page_size() const { return Int("page_size"); }
+  std::string kv_cache_dtype() const { return Str("kv_cache_dtype"); }
   int64_t kv_cache_mib() const { return Int64("kv_cache_mib"); }
   std::optional<int64_t> max_total_tokens() const { return OptInt64("max_total_tokens"); }
   std::optional<int64_t> max_running_requests() const { return OptInt64("max_running_requests"); }

@@ -13,6 +13,7 @@
 
 #include "ctxpar/combine.h"
 #include "ctxpar/config.h"
+#include "ctxpar/dtype.h"
 #include "ctxpar/platform.h"
 #include "ctxpar/status.h"
 
@@ -56,8 +57,9 @@ struct EngineConfig {
 
   // Memory and scheduling.
   int page_size = 16;
-  int64_t kv_cache_mib = 0;               // KV memory budget per rank
-  std::optional<int64_t> max_total_tokens;  // cap on the pool's tokens
+  DataType kv_cache_dtype = DataType::kF32;  // kF32 (auto) or kBF16
+  int64_t kv_cache_mib = 0;                  // KV memory budget per rank
+  std::optional<int64_t> max_total_tokens;   // cap on the pool's tokens
   int max_running_requests = 0;
   std::optional<int> max_queued_requests;  // unset: no limit
   int chunked_prefill_size = 0;            // prefill tokens per step; -1: whole prompts

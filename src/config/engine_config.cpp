@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "ctxpar/error_catalog.h"
+
 namespace ctxpar {
 
 namespace {
@@ -54,10 +56,10 @@ std::string_view MoeA2aBackendName(MoeA2aBackend backend) {
 Expected<EngineConfig> MakeEngineConfig(const ResolvedConfig& c, const Platform& platform) {
   static constexpr CpStrategy kStrategies[] = {CpStrategy::kNone, CpStrategy::kInterleave,
                                                CpStrategy::kZigzag};
-  static constexpr MoeA2aBackend kMoe[] = {
-      MoeA2aBackend::kNone, MoeA2aBackend::kDeepep,       MoeA2aBackend::kMooncake,
-      MoeA2aBackend::kNixl, MoeA2aBackend::kMori,         MoeA2aBackend::kAscendFuseep,
-      MoeA2aBackend::kFlashinfer, MoeA2aBackend::kMegamoe};
+  static constexpr MoeA2aBackend kMoe[] = {MoeA2aBackend::kNone,       MoeA2aBackend::kDeepep,
+                                           MoeA2aBackend::kMooncake,   MoeA2aBackend::kNixl,
+                                           MoeA2aBackend::kMori,       MoeA2aBackend::kAscendFuseep,
+                                           MoeA2aBackend::kFlashinfer, MoeA2aBackend::kMegamoe};
   EngineConfig e;
   e.model_path = c.model_path();
   e.model_arch = c.model_arch();
@@ -69,8 +71,9 @@ Expected<EngineConfig> MakeEngineConfig(const ResolvedConfig& c, const Platform&
   e.dcp_replicate_q_proj = c.dcp_replicate_q_proj();
   e.dcp_kv_cache_interleave_size = c.dcp_kv_cache_interleave_size();
   e.enable_prefill_cp = c.enable_prefill_cp();
-  CTXPAR_ASSIGN_OR_RETURN(e.cp_strategy, ParseChoice("cp_strategy", c.cp_strategy().value_or("none"),
-                                                     kStrategies, &CpStrategyName));
+  CTXPAR_ASSIGN_OR_RETURN(
+      e.cp_strategy,
+      ParseChoice("cp_strategy", c.cp_strategy().value_or("none"), kStrategies, &CpStrategyName));
   e.attn_cp_size = c.attn_cp_size();
   CTXPAR_ASSIGN_OR_RETURN(e.moe_a2a_backend, ParseChoice("moe_a2a_backend", c.moe_a2a_backend(),
                                                          kMoe, &MoeA2aBackendName));
@@ -78,6 +81,12 @@ Expected<EngineConfig> MakeEngineConfig(const ResolvedConfig& c, const Platform&
   e.moe_dense_tp_size = c.moe_dense_tp_size();
   e.enable_dp_attention = c.enable_dp_attention();
   e.page_size = c.page_size();
+  const std::string kv_dtype = c.kv_cache_dtype();
+  if (kv_dtype == "bf16" || kv_dtype == "bfloat16") {
+    e.kv_cache_dtype = DataType::kBF16;
+  } else if (kv_dtype != "auto") {
+    return CatalogError("CTXPAR-KV-003", {{"dtype", kv_dtype}});
+  }
   e.kv_cache_mib = c.kv_cache_mib();
   e.max_total_tokens = c.max_total_tokens();
   e.max_running_requests = static_cast<int>(c.max_running_requests().value_or(0));

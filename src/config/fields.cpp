@@ -2,8 +2,8 @@
 #include <fmt/format.h>
 
 #include <charconv>
-#include <cmath>
 #include <climits>
+#include <cmath>
 #include <string>
 
 #include "config/fields_internal.h"
@@ -113,10 +113,15 @@ const std::vector<FieldSpec>& Table() {
     f.push_back(IntField("page_size", {}, "--page-size", 1,
                          "Tokens per KV page on each rank (unset: 16, the tile of the CPU "
                          "attention kernels)."));
+    f.push_back(StrField("kv_cache_dtype", std::string("auto"), "--kv-cache-dtype",
+                         {"auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"},
+                         "Data type of the KV cache (auto: the model's, fp32 on ctxpar's CPU "
+                         "engine; bf16 halves the KV memory of a token)."));
     f.push_back(IntField("kv_cache_mib", int64_t{1024}, "--kv-cache-mib", 1,
                          "KV cache memory per rank, in MiB."));
-    f.push_back(IntField("max_total_tokens", {}, "--max-total-tokens", 1,
-                         "Cap on the tokens the KV pool holds (unset: what --kv-cache-mib holds)."));
+    f.push_back(
+        IntField("max_total_tokens", {}, "--max-total-tokens", 1,
+                 "Cap on the tokens the KV pool holds (unset: what --kv-cache-mib holds)."));
     f.push_back(IntField("max_running_requests", {}, "--max-running-requests", 1,
                          "Requests that hold KV at once (unset: 256)."));
     f.push_back(FloatField("schedule_conservativeness", 1.0, "--schedule-conservativeness", 0.01,
@@ -152,7 +157,8 @@ int IndexOf(std::string_view name) {
 std::string ValidValues(const FieldSpec& field) {
   if (field.type == FieldType::kBool) return "true, false";
   if (field.type == FieldType::kFloat) {
-    return "numbers from " + FieldValueStr(field.min_float) + " to " + FieldValueStr(field.max_float);
+    return "numbers from " + FieldValueStr(field.min_float) + " to " +
+           FieldValueStr(field.max_float);
   }
   if (field.type == FieldType::kInt) {
     // A field without a lower bound of its own (dcp_size) leaves `>= 1` to its rule, which keeps

@@ -40,8 +40,7 @@ Status HandleDcpValidation(Resolution& r, const ResolveContext& ctx) {
   ResolvingView cfg = r.view();
   // The field's choices are the backend spellings, so the parse cannot fail on a resolved value.
   CTXPAR_ASSIGN_OR_RETURN(CombineBackend backend, ParseCombineBackend(cfg.dcp_comm_backend()));
-  return CheckDcpRules(cfg.dcp_size(), backend, cfg.dcp_replicate_q_proj(),
-                       ctx.platform.is_cuda());
+  return CheckDcpRules(cfg.dcp_size(), backend, cfg.dcp_replicate_q_proj(), ctx.platform.is_cuda());
 }
 
 Status HandleParallelism(Resolution& r, const ResolveContext&) {
@@ -104,8 +103,8 @@ Status HandleModelSpecificAdjustments(Resolution& r, const ResolveContext& ctx) 
     if (!cfg.IsSet("model_arch")) {
       CTXPAR_RETURN_IF_ERROR(r.Declare(kSource, {{"model_arch", ctx.model->architecture}}));
     } else if (cfg.model_arch() != ctx.model->architecture) {
-      return CatalogError("CTXPAR-MODEL-001", {{"given", cfg.model_arch()},
-                                               {"architecture", ctx.model->architecture}});
+      return CatalogError("CTXPAR-MODEL-001",
+                          {{"given", cfg.model_arch()}, {"architecture", ctx.model->architecture}});
     }
   }
   const std::string arch = cfg.model_arch();
@@ -131,6 +130,12 @@ Status HandlePlatformChecks(Resolution& r, const ResolveContext& ctx) {
   CTXPAR_RETURN_IF_ERROR(CheckMoeBackendRuntime(cfg.moe_a2a_backend(), ctx.platform));
   if (cfg.dcp_comm_backend() == "fi_a2a") CTXPAR_RETURN_IF_ERROR(CheckFiA2aRuntime(ctx.platform));
   return Status::Ok();
+}
+
+// The CPU engine stores K/V in fp32 or bf16 (its attention kernels read those two).
+Status CheckCpuKvCacheDtype(std::string_view dtype) {
+  if (dtype == "auto" || dtype == "bf16" || dtype == "bfloat16") return Status::Ok();
+  return CatalogError("CTXPAR-KV-003", {{"dtype", std::string(dtype)}});
 }
 
 // ctxpar's engine: the values SGLang derives from the GPU's memory get CPU defaults, and with a
@@ -162,7 +167,9 @@ Status HandleCpuEngine(Resolution& r, const ResolveContext& ctx) {
   if (!ctx.platform.is_cpu() && ctx.platform.origin != PlatformOrigin::kProbe) {
     return CatalogError("CTXPAR-ENGINE-001", {{"platform", ctx.platform.Spec()}});
   }
-  if (cfg.dp_size() != 1) return CatalogError("CTXPAR-ENGINE-002", {{"dp_size", Int(cfg.dp_size())}});
+  if (cfg.dp_size() != 1)
+    return CatalogError("CTXPAR-ENGINE-002", {{"dp_size", Int(cfg.dp_size())}});
+  CTXPAR_RETURN_IF_ERROR(CheckCpuKvCacheDtype(cfg.kv_cache_dtype()));
   if (cfg.threads() > hardware) {
     return CatalogError("CTXPAR-FLAG-007", {{"value", Int(cfg.threads())},
                                             {"flag", "--threads"},

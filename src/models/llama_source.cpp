@@ -90,7 +90,7 @@ class LlamaSource final : public ModelSource {
             .head_dim_k = hp_.head_dim,
             .head_dim_v = hp_.head_dim,
             .v_in_k = false,
-            .dtype = DataType::kF32};
+            .dtype = c.kv_cache_dtype};
   }
 
   Expected<std::unique_ptr<Model>> CreateModel(const EngineConfig& config, Communicator& world,

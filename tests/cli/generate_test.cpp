@@ -76,8 +76,8 @@ TEST(Generate, ThreeMpiRanksWithDcpPrintTheSingleRankText) {
 // Every line of a prompts file is a request; they run together (continuous batching) and each
 // prints, line by line behind its index and a tab, the text it prints alone.
 TEST(Generate, PromptsFileRunsEveryLineAsItRunsAlone) {
-  const std::string prompts[] = {"The capital of France is", "def fibonacci(n):",
-                                 "Once upon a time"};
+  const std::string prompts[] = {"The capital of France is",
+                                 "def fibonacci(n):", "Once upon a time"};
   const std::string path = ::testing::TempDir() + "generate_test_prompts.txt";
   {
     std::ofstream f(path);
@@ -91,7 +91,8 @@ TEST(Generate, PromptsFileRunsEveryLineAsItRunsAlone) {
     ASSERT_EQ(one.code, 0) << one.err;
     std::string want;  // the single run's text, each line behind "i\t"
     std::istringstream lines(one.out);
-    for (std::string line; std::getline(lines, line);) want += std::to_string(i) + "\t" + line + "\n";
+    for (std::string line; std::getline(lines, line);)
+      want += std::to_string(i) + "\t" + line + "\n";
     std::string got;
     std::istringstream all_lines(all.out);
     for (std::string line; std::getline(all_lines, line);) {
@@ -127,6 +128,23 @@ TEST(Generate, InputIdsPrintIdsAcrossLayouts) {
       "CTXPAR-ENGINE-010\n";
   ASSERT_GE(outside.err.size(), want.size()) << outside.err;
   EXPECT_EQ(outside.err.substr(outside.err.size() - want.size()), want);
+}
+
+// A bf16 KV cache (K and V rounded once, when written) holds the same tokens whichever rank
+// stores them: DCP 3 over tp 3 and tp 9 print the single rank's ids.
+TEST(Generate, Bf16KvCacheGivesTheSameTokensAcrossLayouts) {
+  const std::string args =
+      "--input-ids 504,3458,282,4649,314 --print-ids --max-new-tokens 16 --kv-cache-dtype bf16 ";
+  const Result one = RunGenerate(args);
+  ASSERT_EQ(one.code, 0) << one.err;
+  ASSERT_EQ(std::count(one.out.begin(), one.out.end(), ' '), 15) << one.out;
+  if (std::string(CTXPAR_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI";
+  for (const char* cfg : {"--tp-size 3 --dcp-size 3 --dcp-comm-backend a2a --threads 1",
+                          "--tp-size 9 --dcp-size 3 --threads 1"}) {
+    const Result many = RunGenerate(args + cfg);
+    ASSERT_EQ(many.code, 0) << cfg << "\n" << many.err;
+    EXPECT_EQ(many.out, one.out) << cfg;
+  }
 }
 
 // Across nodes the ranks talk over TCP: Open MPI restricted to its TCP transport (no shared
@@ -176,7 +194,8 @@ TEST(Generate, RefusesBadLaunchConfigurationsWithCatalogTexts) {
             "'a2a' or 'ag_rs' on clusters without MNNVL.\nrun: ctxpar explain CTXPAR-DCP-003\n");
   const Result top_p = RunGenerate(std::string("--temperature 1 --top-p 0 ") + kPrompt);
   EXPECT_EQ(top_p.code, 2);
-  EXPECT_EQ(top_p.err, "top_p must be in (0, 1], got 0.\nrun: ctxpar explain CTXPAR-SAMPLING-001\n");
+  EXPECT_EQ(top_p.err,
+            "top_p must be in (0, 1], got 0.\nrun: ctxpar explain CTXPAR-SAMPLING-001\n");
   const Result missing =
       RunGenerate(std::string("--model-path /nonexistent/model.gguf ") + kPrompt);
   EXPECT_EQ(missing.code, 2);

@@ -67,6 +67,8 @@ TEST(LaunchAgreement, CheckWithTheModelAndGenerateAgreeOverASweep) {
       "--platform cuda:sm90",
       "--platform rocm",
       "--threads 100000",
+      "--kv-cache-dtype fp8_e4m3",
+      "--kv-cache-dtype fp4_e2m1 --tp-size 3 --dcp-size 3",
       "--chunked-prefill-size 0",
       "--dcp-size 0",
   };
@@ -86,7 +88,8 @@ TEST(LaunchAgreement, CheckWithTheModelAndGenerateAgreeOverASweep) {
   // generate_test.cpp).
   for (const std::string& flags :
        {std::string("--page-size 32 --dcp-kv-cache-interleave-size 8"),
-        std::string("--kv-cache-mib 64 --max-running-requests 4 --chunked-prefill-size 3")}) {
+        std::string("--kv-cache-mib 64 --max-running-requests 4 --chunked-prefill-size 3"),
+        std::string("--kv-cache-dtype bf16 --kv-cache-mib 8")}) {
     SCOPED_TRACE(flags);
     EXPECT_EQ(Check(flags).exit_status, 0) << Check(flags).err;
     std::vector<std::string> args = {"generate", "--model-path", Model(), "--max-new-tokens", "2"};
@@ -120,6 +123,11 @@ TEST(LaunchAgreement, DcpMultipliesTheTokensOfTheSameKvBudget) {
   // SmolLM2 per rank and token at tp 1: 30 layers x 3 KV heads x 64 x (K + V) x 4 bytes.
   const int64_t bytes_per_token = 30 * 3 * 64 * 2 * 4;
   EXPECT_EQ(Capacity("--kv-cache-mib 64"), (64LL << 20) / (bytes_per_token * 16) * 16);
+  // bf16 halves the bytes of a token.
+  EXPECT_EQ(Capacity("--kv-cache-mib 64 --kv-cache-dtype bf16"),
+            (64LL << 20) / (bytes_per_token / 2 * 16) * 16);
+  EXPECT_EQ(Capacity("--kv-cache-mib 64 --kv-cache-dtype bfloat16 --tp-size 9 --dcp-size 3"),
+            2 * Capacity("--kv-cache-mib 64 --tp-size 9 --dcp-size 3"));
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // chunks and decode rows of different sequences in one call, each attending causally to its own
 // KV slot, sharded over DCP ranks, against a float64 softmax attention per sequence. Llama's
 // layouts: 9 query heads, 3 KV heads, tp 3 (dcp 1, 3; replicated Q) and tp 9 (each KV head
-// replicated over 3 ranks, or sharded over a DCP group of 3).
+// replicated over 3 ranks, or sharded over a DCP group of 3), with fp32 and bf16 pools (the
+// reference then attends over the K/V rounded to bf16, as the pool stores them).
 #include "models/batch_attention.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "ctxpar/communicator.h"
+#include "ctxpar/dtype.h"
 
 namespace ctxpar::model {
 namespace {
@@ -46,6 +48,7 @@ struct Case {
   int tp, dcp;
   bool replicate;
   CombineBackend backend;
+  DataType dtype = DataType::kF32;
 };
 
 TEST(BatchAttention, SequencesOfABatchSeeTheirOwnShardedSlotsCausally) {
@@ -68,12 +71,19 @@ TEST(BatchAttention, SequencesOfABatchSeeTheirOwnShardedSlotsCausally) {
     for (float& x : seqs[s].k) x = normal(rng);
     for (float& x : seqs[s].v) x = normal(rng);
   }
-  for (const Case& c : {Case{3, 1, false, CombineBackend::kAgRs},
-                        Case{3, 3, false, CombineBackend::kAgRs},
-                        Case{3, 3, true, CombineBackend::kA2a},
-                        Case{3, 3, true, CombineBackend::kShmA2a},
-                        Case{9, 1, false, CombineBackend::kAgRs},
-                        Case{9, 3, true, CombineBackend::kA2a}}) {
+  std::vector<Seq> rounded = seqs;
+  for (Seq& s : rounded) {
+    for (std::vector<float>* kv : {&s.k, &s.v}) {
+      for (float& x : *kv) x = Bf16ToFloat(FloatToBf16(x));
+    }
+  }
+  for (const Case& c :
+       {Case{3, 1, false, CombineBackend::kAgRs}, Case{3, 3, false, CombineBackend::kAgRs},
+        Case{3, 3, true, CombineBackend::kA2a}, Case{3, 3, true, CombineBackend::kShmA2a},
+        Case{9, 1, false, CombineBackend::kAgRs}, Case{9, 3, true, CombineBackend::kA2a},
+        Case{3, 3, true, CombineBackend::kA2a, DataType::kBF16},
+        Case{9, 3, false, CombineBackend::kAgRs, DataType::kBF16}}) {
+    const std::vector<Seq>& ref = c.dtype == DataType::kBF16 ? rounded : seqs;
     const int h = kHeads / c.tp;
     // out[rank][step] = o [rows, h, dim]
     std::vector<std::vector<std::vector<float>>> out(c.tp);
@@ -87,6 +97,7 @@ TEST(BatchAttention, SequencesOfABatchSeeTheirOwnShardedSlotsCausally) {
                                                            .num_kv_heads = kv_heads,
                                                            .head_dim_k = kDim,
                                                            .head_dim_v = kDim,
+                                                           .dtype = c.dtype,
                                                            .format = KvPageFormat::kTiles16,
                                                            .page_size = 16,
                                                            .dcp_size = c.dcp,
@@ -143,9 +154,9 @@ TEST(BatchAttention, SequencesOfABatchSeeTheirOwnShardedSlotsCausally) {
             const std::vector<float>& o = out[head / h][k];
             for (int d = 0; d < kDim; d += 3) {
               ASSERT_NEAR(o[(std::size_t(row) * h + head % h) * kDim + d],
-                          Reference(seqs[s.seq], s.pos0 + t, head, d), 2e-5)
-                  << "tp " << c.tp << " dcp " << c.dcp << " step " << k << " seq " << s.seq
-                  << " pos " << s.pos0 + t << " head " << head;
+                          Reference(ref[s.seq], s.pos0 + t, head, d), 2e-5)
+                  << "tp " << c.tp << " dcp " << c.dcp << " " << DataTypeName(c.dtype) << " step "
+                  << k << " seq " << s.seq << " pos " << s.pos0 + t << " head " << head;
             }
           }
         }
