@@ -1,4 +1,8 @@
 // `ctxpar check [launch flags] [--json]`: parse, resolve and validate a launch configuration.
+// Without --model-path it applies SGLang's rules to the flags alone (a dry run for any machine,
+// --platform included); with --model-path it runs what generate and serve run before they start
+// (PrepareLaunch: the model's own rules, the engine's, the KV pool) and shows
+// max_total_num_tokens.
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -7,6 +11,7 @@
 
 #include "command.h"
 #include "ctxpar/config.h"
+#include "ctxpar/launch.h"
 #include "launch_flags.h"
 
 namespace ctxpar::cli {
@@ -31,8 +36,9 @@ void PrintError(const Status& status) {
   }
 }
 
-int Report(bool json, const Status& status, const ResolvedConfig* config,
-           const Platform* platform) {
+// launch: set when a model was given (check --model-path runs what generate and serve run).
+int Report(bool json, const Status& status, const ResolvedConfig* config, const Platform* platform,
+           const Launch* launch = nullptr) {
   if (json) {
     nlohmann::ordered_json out = {
         {"valid", status.ok()}, {"fields", nlohmann::ordered_json::object()}, {"error", nullptr}};
@@ -41,6 +47,11 @@ int Report(bool json, const Status& status, const ResolvedConfig* config,
         out["fields"][std::string(f.field->name)] = {
             {"raw", ToJson(f.raw)}, {"value", ToJson(f.value)}, {"source", f.source}};
       }
+    }
+    if (launch != nullptr) {
+      out["model"] = {{"path", launch->source->path()},
+                      {"architecture", launch->source->desc().architecture}};
+      out["max_total_num_tokens"] = launch->max_total_num_tokens;
     }
     if (!status.ok()) out["error"] = {{"id", status.error_id()}, {"message", status.message()}};
     std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
@@ -55,6 +66,14 @@ int Report(bool json, const Status& status, const ResolvedConfig* config,
   // The probe is what this machine is; show it too when --platform or CTXPAR_PLATFORM replaced it.
   if (platform->origin != PlatformOrigin::kProbe) {
     std::printf("probe: %s\n", ProbePlatform().description.c_str());
+  }
+  if (launch != nullptr) {
+    std::printf("model: %s (%s)\nmax_total_num_tokens: %lld (KV pool: %lld pages of %d tokens "
+                "per rank, dcp_size %d)\n",
+                launch->source->path().c_str(), launch->source->desc().architecture.c_str(),
+                static_cast<long long>(launch->max_total_num_tokens),
+                static_cast<long long>(launch->kv.num_pages), launch->kv.page_size,
+                launch->kv.dcp_size);
   }
   const auto fields = config->NonDefaultFields();
   size_t width[3] = {5, 3, 5};
@@ -95,6 +114,11 @@ int RunCheck(const std::vector<std::string>& args) {
   if (!raw.ok()) return Report(json, raw.status(), nullptr, nullptr);
   Expected<Platform> platform = PlatformForLaunch(*raw);
   if (!platform.ok()) return Report(json, platform.status(), nullptr, nullptr);
+  if (raw->given("model_path")) {
+    Expected<Launch> launch = PrepareLaunch(*raw);
+    if (!launch.ok()) return Report(json, launch.status(), nullptr, nullptr);
+    return Report(json, Status::Ok(), &launch->resolved, &launch->platform, &*launch);
+  }
   ResolveOutcome outcome = ResolveWithTrace(*raw, *platform, nullptr);
   return Report(json, outcome.status, &outcome.config, &*platform);
 }

@@ -1,47 +1,42 @@
-// `ctxpar generate [launch flags] PROMPT`: runs the Llama model of a GGUF file over tp_size
-// ranks with decode context parallelism and streams the generated text.
+// `ctxpar generate [launch flags] PROMPT`: runs the model on the engine over tp_size ranks with
+// decode context parallelism and prints what it generates.
 //
-// The launch configuration goes through the pipeline of `ctxpar check`, with the model's heads,
-// before any rank starts. With tp_size > 1 and no MPI job around it, the command re-executes
-// itself under `mpirun -np tp_size` (the user never types mpirun on one machine); under MPI
-// every rank runs the model and rank 0 prints.
+// One prompt (text, or --input-ids) streams its text to stdout; --prompts-file submits every
+// line at once (continuous batching) and prefixes each output line with the prompt's index and a
+// tab. --print-ids prints the generated token ids instead of text. The launch configuration goes
+// through PrepareLaunch (as `check --model-path` and `serve`) before any rank starts. With
+// tp_size > 1 and no MPI job around it, the command re-executes itself under `mpirun -np
+// tp_size`; under MPI every rank runs the engine and rank 0 prints.
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "command.h"
 #include "ctxpar/chat_template.h"
-#include "ctxpar/combine.h"
 #include "ctxpar/communicator.h"
-#include "ctxpar/config.h"
-#include "ctxpar/gguf.h"
-#include "ctxpar/llama.h"
-#include "ctxpar/sampler.h"
+#include "ctxpar/engine.h"
+#include "ctxpar/launch.h"
 #include "ctxpar/tokenizer.h"
 #include "launch_flags.h"
 
 namespace ctxpar::cli {
 namespace {
 
-constexpr const char* kModelFile = "SmolLM2-135M-Instruct.Q4_1.gguf";
-
 struct GenerateOptions {
-  std::string prompt;
-  int max_new_tokens = 128;
-  float temperature = 0.0f;
-  float top_p = 1.0f;
-  int top_k = 0;
-  std::uint64_t seed = 0;
+  std::vector<std::string> prompt;  // the positional words, joined by spaces
+  std::string prompts_file;
+  std::string input_ids;
+  bool print_ids = false;
   bool chat = false;
-  int threads = 0;
-  bool llama_cpp_numerics = false;
-  bool ignore_eos = false;
+  SamplingParams sampling;
+  std::string seed;
 };
 
 int Fail(const Status& status) {
@@ -52,22 +47,6 @@ int Fail(const Status& status) {
   return status.code() == StatusCode::kInternal || status.code() == StatusCode::kUnavailable
              ? kExitInternal
              : kExitInvalid;
-}
-
-// --model-path, else $CTXPAR_MODEL, else where scripts/fetch-model.sh puts the model.
-std::string ModelPath(const ResolvedConfig& config) {
-  if (!config.model_path().empty()) return config.model_path();
-  if (const char* env = std::getenv("CTXPAR_MODEL"); env != nullptr && *env != '\0') return env;
-  std::string dir;
-  if (const char* d = std::getenv("CTXPAR_MODEL_DIR"); d != nullptr && *d != '\0') {
-    dir = d;
-  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') {
-    dir = std::string(x) + "/ctxpar/models";
-  } else {
-    const char* home = std::getenv("HOME");
-    dir = std::string(home != nullptr ? home : ".") + "/.cache/ctxpar/models";
-  }
-  return dir + "/" + kModelFile;
 }
 
 bool UnderMpi() {
@@ -105,169 +84,251 @@ int SelfLaunch(int n, const std::vector<std::string>& args) {
   return kExitInternal;
 }
 
-Expected<std::vector<int32_t>> PromptTokens(const Tokenizer& tok, const GenerateOptions& o) {
-  if (!o.chat) return tok.Encode(o.prompt);
-  CTXPAR_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::FromJinja(tok.chat_template()));
-  const std::vector<ChatMessage> messages = {{"user", o.prompt}};
-  EncodeOptions enc;
-  enc.parse_special = true;
-  return tok.Encode(tmpl.Apply(messages, true), enc);
+// A decimal integer in [0, 2^64): nothing else (no sign, exponent or fraction).
+Expected<uint64_t> ParseSeed(const std::string& text) {
+  uint64_t v = 0;
+  bool ok = !text.empty() && text.size() <= 20;
+  for (char c : text) ok = ok && c >= '0' && c <= '9';
+  if (ok) {
+    for (char c : text) {
+      const uint64_t d = static_cast<uint64_t>(c - '0');
+      if (v > (UINT64_MAX - d) / 10) {
+        ok = false;
+        break;
+      }
+      v = v * 10 + d;
+    }
+  }
+  if (!ok) {
+    return InvalidArgument("--seed must be an integer in [0, 18446744073709551615], but got '" +
+                           text + "'");
+  }
+  return v;
 }
 
-// Every rank runs this; rank 0 prints.
-Status RunRank(Communicator& world, std::shared_ptr<const GgufFile> file, const LlamaParallel& par,
-               const GenerateOptions& o) {
-  const bool printer = world.rank() == 0;
-  CTXPAR_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::FromGguf(*file));
-  CTXPAR_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, PromptTokens(tok, o));
-  if (prompt.empty()) return InvalidArgument("the prompt encodes to no token");
-  LlamaParallel p = par;
-  p.max_seq_len = static_cast<int>(prompt.size()) + o.max_new_tokens;
-  CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::Create(file, world, p));
-  CTXPAR_ASSIGN_OR_RETURN(
-      Sampler sampler,
-      Sampler::Create(
-          {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .seed = o.seed}));
-  using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
-  CTXPAR_ASSIGN_OR_RETURN(std::vector<float> logits, model->Forward(prompt));
-  const auto t1 = Clock::now();
-  Utf8StreamDecoder stream(tok);
-  int generated = 0;
-  while (generated < o.max_new_tokens) {
-    // Every rank holds the same logits and the same seeded sampler, so they agree on the token.
-    const int32_t next = sampler.Sample(logits);
-    ++generated;
-    if (!o.ignore_eos && tok.IsEndOfGeneration(next)) break;
-    if (printer) {
-      CTXPAR_ASSIGN_OR_RETURN(std::string text, stream.Push(next));
-      std::fwrite(text.data(), 1, text.size(), stdout);
+Expected<std::vector<int32_t>> ParseIds(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || errno != 0 || v < 0 || v > INT32_MAX) {
+      return InvalidArgument("--input-ids takes comma-separated token ids (integers >= 0), but got '" +
+                             item + "' in '" + text + "'");
+    }
+    ids.push_back(static_cast<int32_t>(v));
+    at = comma + 1;
+  }
+  return ids;
+}
+
+Expected<std::vector<int32_t>> Encode(const Tokenizer* tok, const std::string& text, bool chat) {
+  if (tok == nullptr) {
+    return InvalidArgument("this model has no tokenizer: give the prompt as --input-ids");
+  }
+  if (!chat) return tok->Encode(text);
+  CTXPAR_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::FromJinja(tok->chat_template()));
+  const std::vector<ChatMessage> messages = {{"user", text}};
+  EncodeOptions enc;
+  enc.parse_special = true;
+  return tok->Encode(tmpl.Apply(messages, true), enc);
+}
+
+Expected<std::vector<std::vector<int32_t>>> Prompts(const GenerateOptions& o,
+                                                    const Tokenizer* tok) {
+  std::vector<std::vector<int32_t>> out;
+  if (!o.input_ids.empty()) {
+    CTXPAR_ASSIGN_OR_RETURN(std::vector<int32_t> ids, ParseIds(o.input_ids));
+    out.push_back(std::move(ids));
+  } else if (!o.prompts_file.empty()) {
+    std::ifstream in(o.prompts_file);
+    if (!in) return InvalidArgument("--prompts-file: cannot read " + o.prompts_file);
+    for (std::string line; std::getline(in, line);) {
+      CTXPAR_ASSIGN_OR_RETURN(std::vector<int32_t> ids, Encode(tok, line, o.chat));
+      out.push_back(std::move(ids));
+    }
+    if (out.empty()) return InvalidArgument("--prompts-file " + o.prompts_file + " has no line");
+  } else {
+    std::string text;
+    for (const std::string& w : o.prompt) text += (text.empty() ? "" : " ") + w;
+    CTXPAR_ASSIGN_OR_RETURN(std::vector<int32_t> ids, Encode(tok, text, o.chat));
+    out.push_back(std::move(ids));
+  }
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (out[i].empty()) {
+      return InvalidArgument("prompt " + std::to_string(i) + " encodes to no token");
+    }
+  }
+  return out;
+}
+
+// Rank 0's printing: one stream as it comes, or lines prefixed with the prompt's index.
+class Printer {
+ public:
+  Printer(bool indexed, bool ids) : indexed_(indexed), ids_(ids) {}
+  void Update(std::size_t index, const RequestUpdate& u) {
+    std::string& pending = pending_[index];
+    if (ids_) {
+      for (int32_t t : u.tokens) pending += (pending.empty() ? "" : " ") + std::to_string(t);
+    } else {
+      pending += u.text;
+    }
+    if (!indexed_ && !ids_) {
+      std::fwrite(pending.data(), 1, pending.size(), stdout);
+      std::fflush(stdout);
+      pending.clear();
+    } else if (indexed_ && !ids_) {
+      for (std::size_t nl; (nl = pending.find('\n')) != std::string::npos;) {
+        std::printf("%zu\t%s\n", index, pending.substr(0, nl).c_str());
+        pending.erase(0, nl + 1);
+      }
+    }
+    if (u.finish != FinishReason::kNone) {
+      if (indexed_) {
+        std::printf("%zu\t%s\n", index, pending.c_str());
+      } else {
+        std::printf("%s\n", pending.c_str());
+      }
+      pending.clear();
       std::fflush(stdout);
     }
-    if (generated == o.max_new_tokens) break;
-    CTXPAR_ASSIGN_OR_RETURN(logits, model->Forward(std::span<const int32_t>(&next, 1)));
   }
-  const auto t2 = Clock::now();
-  if (printer) {
-    const std::string tail = stream.Finish();
-    std::fwrite(tail.data(), 1, tail.size(), stdout);
-    std::printf("\n");
-    std::fflush(stdout);
-    const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
-    const double decode_s = std::chrono::duration<double>(t2 - t1).count();
-    const int decoded = generated > 0 ? generated - 1 : 0;  // forwards after the prefill
-    std::fprintf(stderr,
-                 "ctxpar generate: tp %d dcp %d %s%s, %d thread(s)/rank: prefill %zu tokens "
-                 "in %.3f s (%.1f tokens/s), decode %d tokens in %.3f s (%.1f tokens/s)\n",
-                 par.tp_size, par.dcp_size, par.dcp_comm_backend.c_str(),
-                 par.replicate_q_proj ? " replicated-q" : "", par.num_threads, prompt.size(),
-                 prefill_s, double(prompt.size()) / prefill_s, decoded, decode_s,
-                 decoded > 0 ? decoded / decode_s : 0.0);
+
+ private:
+  bool indexed_, ids_;
+  std::map<std::size_t, std::string> pending_;
+};
+
+Status RunRank(Communicator& world, const Launch& launch, const GenerateOptions& o) {
+  const bool leader = world.rank() == 0;
+  CTXPAR_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> prompts,
+                          Prompts(o, launch.source->tokenizer()));
+  CTXPAR_ASSIGN_OR_RETURN(
+      std::unique_ptr<Engine> engine,
+      Engine::Create(launch.config, *launch.source, world, [](std::string_view line) {
+        std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
+      }));
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  Clock::time_point first_token = t0;
+  bool any_token = false;
+  int64_t generated = 0, prompt_tokens = 0;
+  Printer printer(!o.prompts_file.empty(), o.print_ids);
+  Status failure;
+  if (leader) {
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      prompt_tokens += static_cast<int64_t>(prompts[i].size());
+      GenerateRequest request{prompts[i], o.sampling, false};
+      Expected<uint64_t> id = engine->Submit(std::move(request), [&, i](const RequestUpdate& u) {
+        if (!u.tokens.empty() && !any_token) {
+          any_token = true;
+          first_token = Clock::now();
+        }
+        generated += static_cast<int64_t>(u.tokens.size());
+        if (u.finish == FinishReason::kAbort && failure.ok()) {
+          failure = Internal("request " + std::to_string(i) + " aborted: " + u.finish_detail);
+        }
+        printer.Update(i, u);
+      });
+      if (!id.ok()) {
+        engine->Stop();
+        failure = id.status();
+        break;
+      }
+    }
   }
+  CTXPAR_RETURN_IF_ERROR(engine->Run(Engine::RunUntil::kIdle));
+  if (!leader) return Status::Ok();
+  CTXPAR_RETURN_IF_ERROR(failure);
+  const auto t1 = Clock::now();
+  const double prefill_s = std::chrono::duration<double>(first_token - t0).count();
+  const double decode_s = std::chrono::duration<double>(t1 - first_token).count();
+  const int64_t decoded = std::max<int64_t>(0, generated - static_cast<int64_t>(prompts.size()));
+  const EngineConfig& c = launch.config;
+  std::fprintf(stderr,
+               "ctxpar generate: tp %d dcp %d %s%s, %d thread(s)/rank, %zu request(s): prefill "
+               "%lld tokens in %.3f s (%.1f tokens/s), decode %lld tokens in %.3f s (%.1f "
+               "tokens/s)\n",
+               c.tp_size, c.dcp_size, std::string(CombineBackendName(c.dcp_comm_backend)).c_str(),
+               c.dcp_replicate_q_proj ? " replicated-q" : "", c.threads, prompts.size(),
+               static_cast<long long>(prompt_tokens), prefill_s,
+               prefill_s > 0 ? double(prompt_tokens) / prefill_s : 0.0,
+               static_cast<long long>(decoded), decode_s,
+               decoded > 0 && decode_s > 0 ? double(decoded) / decode_s : 0.0);
   return Status::Ok();
 }
 
 int RunGenerate(const std::vector<std::string>& args) {
-  CLI::App app{"Generate text with a Llama GGUF model over tp_size ranks with DCP.",
-               "ctxpar generate"};
+  CLI::App app{"Generate text with the model over tp_size ranks with DCP.", "ctxpar generate"};
   LaunchFlags flags;
   AddLaunchFlags(app, &flags);
   GenerateOptions o;
-  app.add_option("prompt", o.prompt, "The prompt (raw text, or the user message with --chat).")
-      ->required();
-  app.add_option("--max-new-tokens", o.max_new_tokens, "Tokens to generate (>= 1).");
-  app.add_option("--temperature", o.temperature, "0 (the default) is greedy.");
-  app.add_option("--top-p", o.top_p, "Nucleus sampling mass, in (0, 1].");
-  app.add_option("--top-k", o.top_k, "Sample from the k most likely tokens (0: all).");
-  app.add_option("--seed", o.seed, "Seed of the sampler.");
+  SamplingParams& s = o.sampling;
+  s.temperature = 0.0f;
+  app.add_option("prompt", o.prompt, "The prompt (raw text, or the user message with --chat).");
+  app.add_option("--prompts-file", o.prompts_file,
+                 "Submit every line of FILE as a prompt at once; output lines begin with the "
+                 "prompt's index and a tab.");
+  app.add_option("--input-ids", o.input_ids, "The prompt as comma-separated token ids.");
+  app.add_flag("--print-ids", o.print_ids, "Print the generated token ids, space-separated.");
   app.add_flag("--chat", o.chat, "Wrap the prompt in the model's chat template.");
-  app.add_option("--threads", o.threads, "Threads per rank (default: cores / ranks).");
-  app.add_flag("--ignore-eos", o.ignore_eos,
+  app.add_option("--max-new-tokens", s.max_new_tokens, "Tokens to generate (>= 1).");
+  app.add_option("--temperature", s.temperature, "0 (the default) is greedy.");
+  app.add_option("--top-p", s.top_p, "Nucleus sampling mass, in (0, 1].");
+  app.add_option("--top-k", s.top_k, "Sample from the k most likely tokens (-1 or 0: all).");
+  app.add_option("--min-p", s.min_p, "Drop tokens below min_p times the most likely's probability.");
+  app.add_option("--repetition-penalty", s.repetition_penalty, "Penalty of seen tokens (1: none).");
+  app.add_option("--frequency-penalty", s.frequency_penalty, "In [-2, 2].");
+  app.add_option("--presence-penalty", s.presence_penalty, "In [-2, 2].");
+  app.add_option("--seed", o.seed, "Seed of the sampler, an integer in [0, 2^64).");
+  app.add_option("--stop", s.stop, "Stop at this text (repeatable); it is not printed.");
+  app.add_option("--stop-token-ids", s.stop_token_ids, "Stop at these token ids.")->delimiter(',');
+  app.add_flag("--ignore-eos", s.ignore_eos,
                "Generate --max-new-tokens tokens even past an end-of-generation token.");
-  app.add_flag("--llama-cpp-numerics", o.llama_cpp_numerics,
-               "Quantize activations to int8 before each matmul, as llama.cpp's CPU backend.");
   Status status;
   if (int rc = ParseCommandLine(app, args, "generate", &status); rc >= 0) {
     return rc == kExitOk ? rc : Fail(status);
   }
-  if (o.max_new_tokens < 1) {
-    return Fail(InvalidArgument("--max-new-tokens must be >= 1, but got " +
-                                std::to_string(o.max_new_tokens)));
+  const int sources = !o.prompt.empty() + !o.prompts_file.empty() + !o.input_ids.empty();
+  if (sources != 1) {
+    return Fail(InvalidArgument(
+        "ctxpar generate needs exactly one of a PROMPT, --prompts-file or --input-ids (a prompt "
+        "that begins with '-' goes after --)"));
   }
-  if (Status s = ValidateSamplerConfig(
-          {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .seed = o.seed});
-      !s.ok()) {
-    return Fail(InvalidArgument("--" + s.message()));
+  if (s.max_new_tokens < 1) {
+    return Fail(InvalidArgument("--max-new-tokens must be >= 1, but got " +
+                                std::to_string(s.max_new_tokens)));
+  }
+  if (!o.seed.empty()) {
+    Expected<uint64_t> seed = ParseSeed(o.seed);
+    if (!seed.ok()) return Fail(seed.status());
+    s.seed = *seed;
   }
   Expected<LaunchConfig> raw = ToLaunchConfig(flags);
   if (!raw.ok()) return Fail(raw.status());
-  Expected<Platform> platform = PlatformForLaunch(*raw);
-  if (!platform.ok()) return Fail(platform.status());
-  // The model's heads take part in the resolution (CTXPAR-LAYOUT-003), so the file is opened
-  // first; the path itself may come from the flags, which need no model to parse.
-  Expected<ResolvedConfig> pre = Resolve(*raw, *platform, nullptr);
-  if (!pre.ok()) return Fail(pre.status());
-  const std::string path = ModelPath(*pre);
-  Expected<GgufFile> opened = GgufFile::Open(path);
-  if (!opened.ok()) {
-    std::fprintf(stderr,
-                 "ctxpar generate: cannot open the model %s: %s\n(fetch it with "
-                 "scripts/fetch-model.sh, or pass --model-path / set CTXPAR_MODEL)\n",
-                 path.c_str(), opened.status().message().c_str());
-    return kExitInvalid;
+  Expected<Launch> launch = PrepareLaunch(*raw);
+  if (!launch.ok()) return Fail(launch.status());
+  if (Status v = ValidateSamplingParams(s, launch->source->desc().vocab_size); !v.ok()) {
+    return Fail(v);
   }
-  auto file = std::make_shared<const GgufFile>(std::move(*opened));
-  Expected<LlamaHparams> hp = ReadLlamaHparams(*file);
-  if (!hp.ok()) return Fail(hp.status());
-  ModelInfo info;
-  info.architecture = hp->architecture == "llama" ? "LlamaForCausalLM" : hp->architecture;
-  info.num_attention_heads = hp->num_heads;
-  info.num_key_value_heads = hp->num_kv_heads;
-  Expected<ResolvedConfig> config = Resolve(*raw, *platform, &info);
-  if (!config.ok()) return Fail(config.status());
-  Expected<CombineBackend> backend = ParseCombineBackend(config->dcp_comm_backend());
-  if (!backend.ok()) return Fail(backend.status());
-  if (Status s = CheckCombineBackendRunnable(*backend); !s.ok()) return Fail(s);
-
-  LlamaParallel par;
-  par.tp_size = config->tp_size();
-  par.dcp_size = config->dcp_size();
-  par.dcp_comm_backend = config->dcp_comm_backend();
-  par.replicate_q_proj = config->dcp_replicate_q_proj();
-  par.quantize_activations = o.llama_cpp_numerics;
-  if (config->dp_size() != 1) {
-    return Fail(
-        Unimplemented("ctxpar generate runs one data-parallel replica: --dp-size must be "
-                      "1, but got " +
-                      std::to_string(config->dp_size())));
-  }
-  if (hp->num_kv_heads % par.tp_size != 0) {
-    return Fail(InvalidArgument(
-        "tp_size (" + std::to_string(par.tp_size) + ") must divide the model's KV heads (" +
-        std::to_string(hp->num_kv_heads) + "): the attention projections are sharded by heads"));
-  }
-  if (int64_t{o.max_new_tokens} + 1 > hp->context_length) {
-    return Fail(InvalidArgument("--max-new-tokens (" + std::to_string(o.max_new_tokens) +
-                                ") exceeds the model's context length (" +
-                                std::to_string(hp->context_length) + ")"));
-  }
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  par.num_threads = o.threads > 0 ? o.threads : std::max(1, hw / par.tp_size);
-
-  if (par.tp_size > 1 && !UnderMpi()) return SelfLaunch(par.tp_size, args);
+  const int tp = launch->config.tp_size;
+  if (tp > 1 && !UnderMpi()) return SelfLaunch(tp, args);
   std::unique_ptr<Communicator> world;
   if (UnderMpi()) {
     Expected<std::unique_ptr<Communicator>> mpi = MakeMpiWorld();
     if (!mpi.ok()) return Fail(mpi.status());
     world = std::move(*mpi);
-    if (world->size() != par.tp_size) {
+    if (world->size() != tp) {
       return Fail(InvalidArgument("the MPI job has " + std::to_string(world->size()) +
-                                  " ranks, but tp_size is " + std::to_string(par.tp_size)));
+                                  " ranks, but tp_size is " + std::to_string(tp)));
     }
   } else {
     world = std::move(MakeInProcessGroup(1)[0]);
   }
-  Status run = RunRank(*world, file, par, o);
+  Status run = RunRank(*world, *launch, o);
   if (!run.ok()) {
     std::fprintf(stderr, "ctxpar generate (rank %d): ", world->rank());
     return Fail(run);
@@ -277,7 +338,7 @@ int RunGenerate(const std::vector<std::string>& args) {
 
 }  // namespace
 
-CTXPAR_REGISTER_COMMAND("generate", "generate text with a Llama GGUF model over MPI ranks (DCP)",
+CTXPAR_REGISTER_COMMAND("generate", "generate text with the model over MPI ranks (DCP)",
                         RunGenerate);
 
 }  // namespace ctxpar::cli

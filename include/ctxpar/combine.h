@@ -22,8 +22,8 @@
 //           (Communicator::AllocateSharedWindow), then ONE SharedWindow::Sync, then the merge;
 //           same bytes as a2a. Double-buffered, so a call needs no second synchronisation.
 //           Across nodes the window is refused (CTXPAR-DCP-007).
-//   fi_a2a  not executable by the CPU engine: CTXPAR-DCP-003 off CUDA, CTXPAR-DCP-006 when the
-//           fabric probe fails, kUnimplemented otherwise.
+//   fi_a2a  FlashInfer's exchange over CUDA fabric memory: the CPU combiner refuses it
+//           (CTXPAR-DCP-003).
 // With N == 1 every backend copies o_partial to o without communicating.
 //
 // Thread safety: a Combiner belongs to one rank's thread; it owns scratch buffers (and for
@@ -45,10 +45,6 @@ enum class CombineBackend { kAgRs, kA2a, kFiA2a, kShmA2a };
 std::string_view CombineBackendName(CombineBackend backend);
 // InvalidArgument naming the value and the valid choices for anything else.
 Expected<CombineBackend> ParseCombineBackend(std::string_view name);
-
-// Ok for the backends the CPU engine runs (ag_rs, a2a, shm_a2a); for fi_a2a CTXPAR-DCP-003 off
-// CUDA, the fabric probe's CTXPAR-DCP-006 without MNNVL, kUnimplemented otherwise.
-Status CheckCombineBackendRunnable(CombineBackend backend);
 
 struct CombineShape {
   int rows = 0;

@@ -19,13 +19,22 @@
 //                                         (CTXPAR-LAYOUT-001/002).
 //   4. _handle_model_specific_adjustments keyed by model_arch: DeepseekV4ForCausalLM runs
 //                                         validate_deepseek_v4_cp (CTXPAR-DSV4-*),
-//                                         KimiK3ForCausalLM runs apply_kimi_k3_dcp_defaults; with
-//                                         a known model, CTXPAR-LAYOUT-003 (heads vs dcp_size).
+//                                         KimiK3ForCausalLM runs apply_kimi_k3_dcp_defaults. With
+//                                         a known model: --model-arch must match it
+//                                         (CTXPAR-MODEL-001), CTXPAR-LAYOUT-003 (heads vs
+//                                         dcp_size), then the model's own hook (ModelInfo::hook).
 //   5. _handle_platform_checks            declares the platform; when the platform was named by
 //                                         the user (--platform, CTXPAR_PLATFORM), also the init
 //                                         checks: CTXPAR-MOE-001 and CTXPAR-DCP-006. A probed
-//                                         platform skips them here: serving calls
-//                                         CheckMoeBackendRuntime / CheckFiA2aRuntime at init.
+//                                         platform skips them here.
+//   6. _handle_cpu_engine                 ctxpar's CPU engine: page_size 16, chunked_prefill_size
+//                                         2048, max_running_requests 256 and threads (cores /
+//                                         tp_size) when unset; CTXPAR-ENGINE-004 and
+//                                         CTXPAR-KV-001. With a known model (a run): a named
+//                                         platform that is not the CPU (CTXPAR-ENGINE-001),
+//                                         dp_size (CTXPAR-ENGINE-002), threads beyond the machine
+//                                         (CTXPAR-ENGINE-003), and the init checks of step 5 on
+//                                         any platform.
 //
 // Sources are the handler names above, the hook names, "user" (given on the command line and
 // not overridden) or "default".
@@ -141,6 +150,14 @@ class ConfigGetters {
   }
   bool enable_dp_attention() const { return Bool("enable_dp_attention"); }
   int page_size() const { return Int("page_size"); }
+  int64_t kv_cache_mib() const { return Int64("kv_cache_mib"); }
+  std::optional<int64_t> max_total_tokens() const { return OptInt64("max_total_tokens"); }
+  std::optional<int64_t> max_running_requests() const { return OptInt64("max_running_requests"); }
+  std::optional<int64_t> max_queued_requests() const { return OptInt64("max_queued_requests"); }
+  int chunked_prefill_size() const { return Int("chunked_prefill_size"); }
+  int threads() const { return Int("threads"); }
+  int64_t random_seed() const { return Int64("random_seed"); }
+  bool llama_cpp_numerics() const { return Bool("llama_cpp_numerics"); }
   std::string model_path() const { return Str("model_path"); }  // "" when unset
   std::string model_arch() const { return Str("model_arch"); }  // "" when unset
   std::string platform() const { return Str("platform"); }      // a Platform::Spec()
@@ -153,6 +170,14 @@ class ConfigGetters {
   int Int(std::string_view name) const {
     FieldValue v = Self().Get(name);
     return std::holds_alternative<int64_t>(v) ? static_cast<int>(std::get<int64_t>(v)) : 0;
+  }
+  int64_t Int64(std::string_view name) const {
+    FieldValue v = Self().Get(name);
+    return std::holds_alternative<int64_t>(v) ? std::get<int64_t>(v) : 0;
+  }
+  std::optional<int64_t> OptInt64(std::string_view name) const {
+    if (!IsSet(name)) return std::nullopt;
+    return Int64(name);
   }
   bool Bool(std::string_view name) const {
     FieldValue v = Self().Get(name);

@@ -52,12 +52,15 @@ struct DcpOptions {
   DataType o_wire = DataType::kF32;  // O element type on the a2a / shm_a2a wire
   int num_threads = 0;               // attention threads; <= 0: all hardware threads
   ThreadPool* pool = nullptr;        // not owned; when set, the attention runs on it (attention.h)
+  // Keys per split-KV chunk (attention.h); > 0 makes each row's result independent of the other
+  // rows of a call (what the engine's batch invariance needs); 0: chosen from the sizes.
+  int split_kv_keys = 0;
 };
 
 class DcpAttention {
  public:
-  // Checks in SGLang's order: CTXPAR-DCP-001, -002, -003/-006 (fi_a2a), -004, -005, then
-  // CTXPAR-LAYOUT-003 (num_heads % dcp_size), CTXPAR-LAYOUT-001 (tp_size % dcp_size), then
+  // Checks dcp_rules.h's CheckDcpRules (fi_a2a is CTXPAR-DCP-003: this operator runs on the
+  // CPU), CTXPAR-LAYOUT-003 (num_heads % dcp_size), CTXPAR-LAYOUT-001 (tp_size % dcp_size), then
   // num_heads % tp_size, the communicator's size, the head dims, scale and interleave_size.
   // `dcp_comm` (not owned) is the DCP group, of dcp_size ranks; it must outlive the operator.
   static Expected<std::unique_ptr<DcpAttention>> Create(const DcpOptions& options,

@@ -85,6 +85,13 @@ struct EngineSnapshot {
   int context_length = 0;
 };
 
+// The KV pool a rank gets for `config` and the model: pages of config.page_size tokens, as many
+// as config.kv_cache_mib MiB hold (capped by max_total_tokens), kTiles16 where the page allows
+// it. CTXPAR-KV-002 when the budget holds no page. max_total_num_tokens is the result's
+// num_pages * page_size * dcp_size.
+Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource& source,
+                                  int dcp_rank);
+
 class Engine {
  public:
   enum class RunUntil {
@@ -95,7 +102,7 @@ class Engine {
   // Collective over `world` (tp_size ranks): creates the thread pool, the model (source's
   // CreateModel) and the KV pool sized by config.kv_cache_mib (capped by max_total_tokens).
   // `log` receives the start-up lines (SGLang's "KV Cache is allocated. #tokens: ..." and
-  // "max_total_num_tokens=..."); it may be null. `world` must outlive the engine.
+  // "max_total_num_tokens=..."); it may be null. `world` and `source` must outlive the engine.
   static Expected<std::unique_ptr<Engine>> Create(const EngineConfig& config,
                                                   const ModelSource& source, Communicator& world,
                                                   std::function<void(std::string_view)> log);

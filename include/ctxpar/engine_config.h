@@ -63,6 +63,7 @@ struct EngineConfig {
   int chunked_prefill_size = 0;            // prefill tokens per step; -1: whole prompts
   int threads = 0;                         // compute threads per rank
   uint64_t random_seed = 0;                // seed of requests that give none
+  bool llama_cpp_numerics = false;         // int8 activations in the matmuls (GGUF models)
 };
 
 // Converts a resolved configuration; fails only on a value outside its enum (a bug).

@@ -107,7 +107,7 @@ class KvPool {
   std::vector<int32_t> block_table_;
   std::vector<int32_t> pages_used_;  // virtual pages allocated per slot
   std::vector<bool> in_use_;
-  std::vector<int32_t> free_;  // a stack: the lowest page id on top
+  std::vector<int32_t> free_;  // a min-heap of free page ids
 };
 
 }  // namespace ctxpar

@@ -27,6 +27,7 @@ struct Platform {
   std::string description;    // for humans: "NVIDIA H200 (sm90), no MNNVL fabric, probed"
   PlatformOrigin origin = PlatformOrigin::kProbe;
 
+  bool is_cpu() const { return kind == PlatformKind::kCpu; }
   bool is_cuda() const { return kind == PlatformKind::kCuda; }
   bool is_rocm() const { return kind == PlatformKind::kRocm; }
   // The spec that ParsePlatform reads back: "cpu", "rocm", "cuda:sm90", "cuda:sm100+mnnvl".

@@ -1,21 +1,20 @@
-// Token sampling from logits: greedy, or seeded sampling with temperature, top-k and top-p.
+// The sampler `ctxpar generate` used before the engine: one request's temperature, top-k and
+// top-p, drawn by RequestSampler (sampling.h). It goes when generate moves to the engine.
 //
 // Contract
-// - temperature == 0 is greedy: the argmax, the lowest token id among equal maxima. Otherwise
-//   the logits are divided by the temperature, restricted to the top_k largest (0 = all; ties
-//   broken by lower id), turned into probabilities (softmax in double), restricted to the
-//   smallest prefix of the descending order whose mass reaches top_p (always at least one
-//   token), renormalized, and one token is drawn with a std::mt19937_64 seeded by `seed`.
+// - temperature == 0 is greedy (Greedy, sampling.h). Otherwise RequestSampler's order: the
+//   logits divided by the temperature, top_k (0 = all), top_p, one draw from std::mt19937_64
+//   seeded by `seed`.
 // - Same seed, same config and same logits give the same sequence of tokens on every machine.
 // - Thread safety: a Sampler is used by one thread at a time.
 #pragma once
 
 #include <cstdint>
-#include <random>
 #include <span>
 #include <utility>
 #include <vector>
 
+#include "ctxpar/sampling.h"
 #include "ctxpar/status.h"
 
 namespace ctxpar {
@@ -35,18 +34,16 @@ class Sampler {
   static Expected<Sampler> Create(const SamplerConfig& config);
 
   // The next token id; logits must be non-empty.
-  int Sample(std::span<const float> logits);
+  int Sample(std::span<const float> logits) { return sampler_.Sample(logits); }
   // The candidates and their probabilities (descending) that Sample draws from; empty for greedy.
-  std::vector<std::pair<int, double>> Distribution(std::span<const float> logits) const;
+  std::vector<std::pair<int, double>> Distribution(std::span<const float> logits) const {
+    return sampler_.Distribution(logits);
+  }
 
  private:
-  explicit Sampler(const SamplerConfig& config) : config_(config), rng_(config.seed) {}
+  explicit Sampler(const SamplerConfig& config);
 
-  SamplerConfig config_;
-  std::mt19937_64 rng_;
+  RequestSampler sampler_;
 };
-
-// The argmax, lowest id among equal maxima.
-int Greedy(std::span<const float> logits);
 
 }  // namespace ctxpar

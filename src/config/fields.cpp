@@ -99,7 +99,28 @@ const std::vector<FieldSpec>& Table() {
                          "TP size of the dense MLP layers of a MoE model."));
     f.push_back(BoolField("enable_dp_attention", "--enable-dp-attention",
                           "Data-parallel attention (attention DP size = dp_size)."));
-    f.push_back(IntField("page_size", int64_t{1}, "--page-size", 1, "Tokens per KV page."));
+    f.push_back(IntField("page_size", {}, "--page-size", 1,
+                         "Tokens per KV page on each rank (unset: 16, the tile of the CPU "
+                         "attention kernels)."));
+    f.push_back(IntField("kv_cache_mib", int64_t{1024}, "--kv-cache-mib", 1,
+                         "KV cache memory per rank, in MiB."));
+    f.push_back(IntField("max_total_tokens", {}, "--max-total-tokens", 1,
+                         "Cap on the tokens the KV pool holds (unset: what --kv-cache-mib holds)."));
+    f.push_back(IntField("max_running_requests", {}, "--max-running-requests", 1,
+                         "Requests that hold KV at once (unset: 256)."));
+    f.push_back(IntField("max_queued_requests", {}, "--max-queued-requests", 0,
+                         "Requests waiting for admission before new ones are refused (unset: no "
+                         "limit)."));
+    f.push_back(IntField("chunked_prefill_size", {}, "--chunked-prefill-size", -1,
+                         "Prefill tokens per step; -1 prefills whole prompts (unset: 2048)."));
+    f.push_back(IntField("threads", {}, "--threads", 1,
+                         "Compute threads per rank (unset: the machine's cores divided among the "
+                         "ranks)."));
+    f.push_back(BoolField("llama_cpp_numerics", "--llama-cpp-numerics",
+                          "Quantize activations to int8 before each matmul, as llama.cpp's CPU "
+                          "backend does (GGUF models)."));
+    f.push_back(IntField("random_seed", {}, "--random-seed", 0,
+                         "Seed of the requests that give none (unset: 0)."));
     return f;
   }();
   return fields;

@@ -1,7 +1,10 @@
 // The handlers of the resolution pipeline and SGLang's rules, in the documented order.
+#include <algorithm>
 #include <string>
+#include <thread>
 
 #include "ctxpar/config.h"
+#include "ctxpar/dcp_rules.h"
 #include "ctxpar/error_catalog.h"
 
 namespace ctxpar {
@@ -35,20 +38,10 @@ Status HandleLegacyCpArgs(Resolution& r, const ResolveContext&) {
 
 Status HandleDcpValidation(Resolution& r, const ResolveContext& ctx) {
   ResolvingView cfg = r.view();
-  const int dcp = cfg.dcp_size();
-  const std::string backend = cfg.dcp_comm_backend();
-  if (dcp < 1) return CatalogError("CTXPAR-DCP-001", {{"dcp_size", Int(dcp)}});
-  if (IsAllToAllBackend(backend) && dcp <= 1) {
-    return CatalogError("CTXPAR-DCP-002", {{"backend", backend}, {"dcp_size", Int(dcp)}});
-  }
-  if (backend == "fi_a2a" && !ctx.platform.is_cuda()) return CatalogError("CTXPAR-DCP-003", {});
-  if (cfg.dcp_replicate_q_proj()) {
-    if (dcp <= 1) return CatalogError("CTXPAR-DCP-004", {});
-    if (!IsAllToAllBackend(backend)) {
-      return CatalogError("CTXPAR-DCP-005", {{"backend", backend}});
-    }
-  }
-  return Status::Ok();
+  // The field's choices are the backend spellings, so the parse cannot fail on a resolved value.
+  CTXPAR_ASSIGN_OR_RETURN(CombineBackend backend, ParseCombineBackend(cfg.dcp_comm_backend()));
+  return CheckDcpRules(cfg.dcp_size(), backend, cfg.dcp_replicate_q_proj(),
+                       ctx.platform.is_cuda());
 }
 
 Status HandleParallelism(Resolution& r, const ResolveContext&) {
@@ -57,9 +50,7 @@ Status HandleParallelism(Resolution& r, const ResolveContext&) {
   const int tp = cfg.tp_size();
   const int dcp = cfg.dcp_size();
   if (tp % cfg.attn_cp_size() != 0) return CatalogError("CTXPAR-CP-002", {});
-  if (tp % dcp != 0) {
-    return CatalogError("CTXPAR-LAYOUT-001", {{"tp_size", Int(tp)}, {"dcp_size", Int(dcp)}});
-  }
+  CTXPAR_RETURN_IF_ERROR(CheckDcpDividesTp(tp, dcp));
   const int attn_tp = tp / cfg.attn_dp_size() / cfg.attn_cp_size();
   if (attn_tp % dcp != 0) {
     return CatalogError("CTXPAR-LAYOUT-002",
@@ -107,21 +98,24 @@ Status ApplyKimiK3DcpDefaults(Resolution& r, const Platform& platform) {
 }
 
 Status HandleModelSpecificAdjustments(Resolution& r, const ResolveContext& ctx) {
+  constexpr std::string_view kSource = "_handle_model_specific_adjustments";
   ResolvingView cfg = r.view();
-  if (!cfg.IsSet("model_arch") && ctx.model != nullptr && !ctx.model->architecture.empty()) {
-    CTXPAR_RETURN_IF_ERROR(
-        r.Declare("_handle_model_specific_adjustments", {{"model_arch", ctx.model->architecture}}));
+  if (ctx.model != nullptr && !ctx.model->architecture.empty()) {
+    if (!cfg.IsSet("model_arch")) {
+      CTXPAR_RETURN_IF_ERROR(r.Declare(kSource, {{"model_arch", ctx.model->architecture}}));
+    } else if (cfg.model_arch() != ctx.model->architecture) {
+      return CatalogError("CTXPAR-MODEL-001", {{"given", cfg.model_arch()},
+                                               {"architecture", ctx.model->architecture}});
+    }
   }
   const std::string arch = cfg.model_arch();
   if (arch == "DeepseekV4ForCausalLM") CTXPAR_RETURN_IF_ERROR(ValidateDeepseekV4Cp(r));
   if (arch == "KimiK3ForCausalLM") CTXPAR_RETURN_IF_ERROR(ApplyKimiK3DcpDefaults(r, ctx.platform));
-  if (ctx.model != nullptr && ctx.model->num_attention_heads > 0) {
-    const int heads = ctx.model->num_attention_heads;
-    if (heads % cfg.dcp_size() != 0) {
-      return CatalogError("CTXPAR-LAYOUT-003",
-                          {{"num_heads", Int(heads)}, {"dcp_size", Int(cfg.dcp_size())}});
-    }
+  if (ctx.model == nullptr) return Status::Ok();
+  if (ctx.model->num_attention_heads > 0) {
+    CTXPAR_RETURN_IF_ERROR(CheckDcpDividesHeads(ctx.model->num_attention_heads, cfg.dcp_size()));
   }
+  if (ctx.model->hook) CTXPAR_RETURN_IF_ERROR(ctx.model->hook(r, ctx));
   return Status::Ok();
 }
 
@@ -139,12 +133,52 @@ Status HandlePlatformChecks(Resolution& r, const ResolveContext& ctx) {
   return Status::Ok();
 }
 
+// ctxpar's engine: the values SGLang derives from the GPU's memory get CPU defaults, and with a
+// model known (a run, not a dry check) what the CPU engine cannot honour is refused.
+Status HandleCpuEngine(Resolution& r, const ResolveContext& ctx) {
+  constexpr std::string_view kSource = "_handle_cpu_engine";
+  ResolvingView cfg = r.view();
+  if (!cfg.IsSet("page_size")) {
+    CTXPAR_RETURN_IF_ERROR(r.Declare(kSource, {{"page_size", int64_t{16}}}));
+  }
+  if (!cfg.IsSet("chunked_prefill_size")) {
+    CTXPAR_RETURN_IF_ERROR(r.Declare(kSource, {{"chunked_prefill_size", int64_t{2048}}}));
+  }
+  if (!cfg.IsSet("max_running_requests")) {
+    CTXPAR_RETURN_IF_ERROR(r.Declare(kSource, {{"max_running_requests", int64_t{256}}}));
+  }
+  const int64_t hardware = std::max(1u, std::thread::hardware_concurrency());
+  if (!cfg.IsSet("threads")) {
+    CTXPAR_RETURN_IF_ERROR(
+        r.Declare(kSource, {{"threads", std::max<int64_t>(1, hardware / cfg.tp_size())}}));
+  }
+  if (cfg.chunked_prefill_size() == 0) return CatalogError("CTXPAR-ENGINE-004", {});
+  const int page = cfg.page_size(), interleave = cfg.dcp_kv_cache_interleave_size();
+  if (page % interleave != 0) {
+    return CatalogError("CTXPAR-KV-001",
+                        {{"page_size", Int(page)}, {"interleave_size", Int(interleave)}});
+  }
+  if (ctx.model == nullptr) return Status::Ok();
+  if (!ctx.platform.is_cpu() && ctx.platform.origin != PlatformOrigin::kProbe) {
+    return CatalogError("CTXPAR-ENGINE-001", {{"platform", ctx.platform.Spec()}});
+  }
+  if (cfg.dp_size() != 1) return CatalogError("CTXPAR-ENGINE-002", {{"dp_size", Int(cfg.dp_size())}});
+  if (cfg.threads() > hardware) {
+    return CatalogError("CTXPAR-ENGINE-003",
+                        {{"threads", Int(cfg.threads())}, {"hardware", Int(hardware)}});
+  }
+  CTXPAR_RETURN_IF_ERROR(CheckMoeBackendRuntime(cfg.moe_a2a_backend(), ctx.platform));
+  if (cfg.dcp_comm_backend() == "fi_a2a") CTXPAR_RETURN_IF_ERROR(CheckFiA2aRuntime(ctx.platform));
+  return Status::Ok();
+}
+
 constexpr Handler kHandlers[] = {
     {"_handle_legacy_cp_args", &HandleLegacyCpArgs},
     {"_handle_dcp_validation", &HandleDcpValidation},
     {"_handle_parallelism", &HandleParallelism},
     {"_handle_model_specific_adjustments", &HandleModelSpecificAdjustments},
     {"_handle_platform_checks", &HandlePlatformChecks},
+    {"_handle_cpu_engine", &HandleCpuEngine},
 };
 
 struct MoeNeed {

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <regex>
 
+#include "core/error_catalog_areas.h"
+
 namespace ctxpar {
 namespace {
 
@@ -13,8 +15,17 @@ constexpr StatusCode kConfig = StatusCode::kInvalidArgument;
 constexpr StatusCode kRuntime = StatusCode::kFailedPrecondition;
 constexpr StatusCode kBug = StatusCode::kInternal;
 
+// The entries of this file and of the area files (error_catalog_areas.h), ordered by ID.
+std::vector<CatalogEntry> WithAreas(std::vector<CatalogEntry> entries) {
+  for (CatalogEntry& e : catalog_internal::EngineEntries()) entries.push_back(std::move(e));
+  for (CatalogEntry& e : catalog_internal::DeepseekEntries()) entries.push_back(std::move(e));
+  std::sort(entries.begin(), entries.end(),
+            [](const CatalogEntry& a, const CatalogEntry& b) { return a.id < b.id; });
+  return entries;
+}
+
 const std::vector<CatalogEntry>& Table() {
-  static const std::vector<CatalogEntry> entries = {
+  static const std::vector<CatalogEntry> entries = WithAreas({
       {"CTXPAR-CONFIG-001",
        "A resolution step declared a field that does not exist",
        "{source} declared {field}, which is not a configuration field.",
@@ -193,96 +204,6 @@ const std::vector<CatalogEntry>& Table() {
        "mpiexec -n 4 --host a:2,b:2 ctxpar generate --tp-size 4 --dcp-size 4 --dcp-comm-backend "
        "a2a 'Hello'",
        {"CTXPAR-DCP-006", "CTXPAR-DCP-002"}},
-      {"CTXPAR-DSV3-001",
-       "The tensor-parallel size does not divide the attention heads",
-       "num_attention_heads ({num_heads}) must be divisible by tp_size ({tp_size})",
-       kConfig,
-       "A DeepSeek MLA layer gives each TP rank an equal share of the query heads for q_b_proj, "
-       "the absorbed W_kc / W_vc and o_proj (the latent KV head is shared by all), so the head "
-       "count must be a multiple of tp_size.",
-       "When a DeepSeek-V3-architecture checkpoint is opened (generate, serve, check "
-       "--model-path) with a --tp-size that does not divide its num_attention_heads.",
-       {"Choose --tp-size among the divisors of num_attention_heads (config.json).",
-        "Keep --dcp-size a divisor of --tp-size: DCP shards the KV cache, not the heads."},
-       "ctxpar generate --model-path deepseek_v3_tiny --tp-size 3 --input-ids 1,2,3",
-       "ctxpar generate --model-path deepseek_v3_tiny --tp-size 4 --input-ids 1,2,3",
-       {"CTXPAR-LAYOUT-003", "CTXPAR-DSV3-003"}},
-      {"CTXPAR-DSV3-002",
-       "The expert-parallel size does not divide the routed experts",
-       "n_routed_experts ({experts}) must be divisible by ep_size ({ep_size})",
-       kConfig,
-       "Expert parallelism gives each of the ep_size expert groups the same number of routed "
-       "experts (EP rank e holds experts [e*E/ep, (e+1)*E/ep)), so n_routed_experts must be a "
-       "multiple of ep_size.",
-       "When a DeepSeek-V3-architecture checkpoint is opened with an --ep-size (or, with "
-       "--moe-a2a-backend deepep, a --tp-size, which sets the EP size) that does not divide its "
-       "n_routed_experts.",
-       {"Choose --ep-size among the divisors of n_routed_experts (config.json).",
-        "With --moe-a2a-backend deepep the EP size is the TP size: choose --tp-size so."},
-       "ctxpar generate --model-path deepseek_v3_tiny --tp-size 4 --ep-size 3 --input-ids 1,2",
-       "ctxpar generate --model-path deepseek_v3_tiny --tp-size 4 --ep-size 4 --input-ids 1,2",
-       {"CTXPAR-DSV3-003", "CTXPAR-MOE-002"}},
-      {"CTXPAR-DSV3-003",
-       "The expert-parallel size does not divide the tensor-parallel size",
-       "tp_size ({tp_size}) must be divisible by ep_size ({ep_size})",
-       kConfig,
-       "As in SGLang, the EP groups are carved out of the TP group: the tp_size ranks form "
-       "ep_size groups of tp_size / ep_size ranks, and each group splits its experts' "
-       "intermediate dimension over its ranks. That needs ep_size to divide tp_size.",
-       "--ep-size is larger than --tp-size or not one of its divisors.",
-       {"Choose --ep-size among the divisors of --tp-size.",
-        "Or raise --tp-size to a multiple of --ep-size."},
-       "ctxpar generate --model-path deepseek_v3_tiny --tp-size 2 --ep-size 4 --input-ids 1,2",
-       "ctxpar generate --model-path deepseek_v3_tiny --tp-size 4 --ep-size 4 --input-ids 1,2",
-       {"CTXPAR-DSV3-002", "CTXPAR-DSV3-004"}},
-      {"CTXPAR-DSV3-004",
-       "A sharded dimension of the model is not divisible by its parallel size",
-       "{dimension} ({size}) must be divisible by {parallel} ({ways}), which shards it",
-       kConfig,
-       "Tensor parallelism splits the MLPs' intermediate dimension, the experts' intermediate "
-       "dimension (over the ranks of an EP group) and the vocabulary of lm_head into equal "
-       "shards; ctxpar does not pad uneven ones.",
-       "A DeepSeek-V3-architecture checkpoint whose intermediate_size, moe_intermediate_size or "
-       "vocab_size is not a multiple of the size that shards it (tp_size, tp_size / ep_size, or "
-       "1 with --moe-dense-tp-size 1).",
-       {"Choose --tp-size (and --ep-size) so that the named size divides the dimension.",
-        "--moe-dense-tp-size 1 replicates the dense MLPs instead of sharding them."},
-       "ctxpar generate --model-path deepseek_v3_tiny --tp-size 4 --ep-size 1 --input-ids 1,2  "
-       "# moe_intermediate_size 6",
-       "ctxpar generate --model-path deepseek_v3_tiny --tp-size 2 --ep-size 1 --input-ids 1,2  "
-       "# moe_intermediate_size 6",
-       {"CTXPAR-DSV3-001", "CTXPAR-DSV3-003"}},
-      {"CTXPAR-DSV3-005",
-       "An unsupported dense-MLP TP size",
-       "moe_dense_tp_size only support 1 and None currently",
-       kConfig,
-       "--moe-dense-tp-size sets the TP size of the dense MLP layers of a MoE model (DeepSeek's "
-       "first_k_dense_replace layers). As in SGLang, only 1 (each rank runs the whole dense MLP, "
-       "no all-reduce) and unset (the dense MLPs are sharded over the TP group) are supported.",
-       "--moe-dense-tp-size is given a value other than 1.",
-       {"Use --moe-dense-tp-size 1, or leave it out."},
-       "ctxpar generate --model-path deepseek_v3_tiny --tp-size 4 --moe-dense-tp-size 2 "
-       "--input-ids 1,2",
-       "ctxpar generate --model-path deepseek_v3_tiny --tp-size 4 --moe-dense-tp-size 1 "
-       "--input-ids 1,2",
-       {"CTXPAR-DSV3-004", "CTXPAR-DSV4-001"}},
-      {"CTXPAR-DSV3-006",
-       "An attention CP size without prefill context parallelism",
-       "--attn-cp-size {attn_cp_size} splits prefill attention over ranks and needs "
-       "--enable-prefill-cp",
-       kConfig,
-       "attn_cp_size is the number of prefill context-parallel ranks: each takes a share of "
-       "the prompt's tokens for attention. Without --enable-prefill-cp nothing is split, and "
-       "ctxpar refuses a flag it would otherwise ignore.",
-       "--attn-cp-size greater than 1 without --enable-prefill-cp (DeepSeek-V4's rule sets "
-       "attn_cp_size itself only when prefill CP is on).",
-       {"Add --enable-prefill-cp --cp-strategy interleave (or zigzag).",
-        "Or drop --attn-cp-size."},
-       "ctxpar generate --model-path deepseek_v3_tiny --tp-size 4 --attn-cp-size 2 "
-       "--input-ids 1,2",
-       "ctxpar generate --model-path deepseek_v3_tiny --tp-size 4 --attn-cp-size 2 "
-       "--enable-prefill-cp --cp-strategy zigzag --input-ids 1,2",
-       {"CTXPAR-CP-001", "CTXPAR-CP-002"}},
       {"CTXPAR-DSV4-001",
        "DeepSeek-V4 prefill CP with a strategy other than interleave",
        "DeepSeekV4 only supports interleave CP strategy, got {strategy}",
@@ -425,63 +346,6 @@ const std::vector<CatalogEntry>& Table() {
        "ctxpar check --platform h100",
        "ctxpar check --platform cuda:sm90",
        {"CTXPAR-DCP-003", "CTXPAR-MOE-001"}},
-      {"CTXPAR-HF-001",
-       "config.json cannot be read",
-       "{path} is not a config.json ctxpar can read: {problem}",
-       kConfig,
-       "A HF checkpoint directory is described by its config.json. ctxpar reads the keys the "
-       "network depends on and needs each one present with the right JSON type; the message "
-       "names the key.",
-       "The file is not a JSON object, or a key such as hidden_size, kv_lora_rank or "
-       "norm_topk_prob is missing or holds a string where a number belongs.",
-       {"Regenerate config.json with transformers (model.config.save_pretrained(DIR)).",
-        "Or fix the named key by hand, following the model card."},
-       "ctxpar generate --model-path deepseek_v3_tiny --input-ids 1,2  # no kv_lora_rank",
-       "ctxpar generate --model-path deepseek_v3_tiny --input-ids 1,2  # kv_lora_rank: 64",
-       {"CTXPAR-HF-002", "CTXPAR-HF-003", "CTXPAR-HF-004"}},
-      {"CTXPAR-HF-002",
-       "A HF checkpoint of an architecture ctxpar does not run",
-       "{path}: architecture {architecture} is not one ctxpar runs from a HF checkpoint; it runs "
-       "DeepseekV3ForCausalLM and DeepseekV4ForCausalLM",
-       kConfig,
-       "From a directory with config.json ctxpar runs the DeepSeek-V3 network (MLA attention and "
-       "a routed MoE), under its V3 and V4 architecture names. Llama-family models are run from "
-       "GGUF files.",
-       "--model-path names a HF directory whose config.json lists another architecture "
-       "(LlamaForCausalLM, Qwen2ForCausalLM, ...).",
-       {"Convert a Llama-family model to GGUF and pass the .gguf file.",
-        "Or use a DeepSeek-V3-architecture checkpoint."},
-       "ctxpar generate --model-path Qwen2.5-0.5B --input-ids 1,2",
-       "ctxpar generate --model-path deepseek_v3_tiny --input-ids 1,2",
-       {"CTXPAR-HF-001"}},
-      {"CTXPAR-HF-003",
-       "A config.json value ctxpar does not support",
-       "{path}: {key}={value} is not supported: {reason}",
-       kConfig,
-       "The value is valid for transformers but selects a variant of the network that ctxpar "
-       "does not implement (YaRN RoPE, non-interleaved RoPE, a softmax router, quantized "
-       "weights, MLA without the q LoRA, ...). ctxpar refuses it rather than compute something "
-       "else.",
-       "A DeepSeek-V2 or a quantized DeepSeek-V3 checkpoint, or a config edited by hand.",
-       {"Use a checkpoint of the supported variant (bf16 weights, default RoPE, sigmoid router "
-        "with noaux_tc).",
-        "The reason in the message says what ctxpar runs instead."},
-       "ctxpar generate --model-path DeepSeek-V3-fp8 --input-ids 1,2",
-       "ctxpar generate --model-path deepseek_v3_tiny --input-ids 1,2",
-       {"CTXPAR-HF-001", "CTXPAR-HF-004"}},
-      {"CTXPAR-HF-004",
-       "config.json values that contradict each other",
-       "{path}: {key}={value} contradicts the configuration: {rule}",
-       kConfig,
-       "The named value breaks a rule of the architecture: n_group must divide the routed "
-       "experts, top-k must be reachable in topk_group groups, the rope part must be even, "
-       "head_dim must agree with the MLA widths, sizes must be at least 1.",
-       "A config edited by hand or produced by a script with a slip.",
-       {"Fix the named key so that the rule in the message holds.",
-        "Regenerate config.json with transformers, which checks several of these rules."},
-       "ctxpar generate --model-path deepseek_v3_tiny --input-ids 1,2  # n_group: 3, 8 experts",
-       "ctxpar generate --model-path deepseek_v3_tiny --input-ids 1,2  # n_group: 4, 8 experts",
-       {"CTXPAR-HF-001", "CTXPAR-HF-003"}},
       {"CTXPAR-LAYOUT-001",
        "The DCP size does not divide the TP size",
        "tp_size ({tp_size}) must be divisible by dcp_size ({dcp_size}).",
@@ -540,21 +404,47 @@ const std::vector<CatalogEntry>& Table() {
        "ctxpar check --moe-a2a-backend mori --platform cuda:sm90",
        "ctxpar check --moe-a2a-backend deepep --platform cuda:sm90",
        {"CTXPAR-DSV4-004", "CTXPAR-FLAG-006"}},
-      {"CTXPAR-MOE-002",
-       "MoE flags for a model without MoE layers",
-       "{flag}={value} needs a model with MoE layers, but {model} has none",
+      {"CTXPAR-SAMPLING-001",
+       "A sampling parameter outside its valid range",
+       "{field} must be {rule}, got {value}.",
        kConfig,
-       "--ep-size and --moe-a2a-backend place and reach the routed experts of MoE layers. A "
-       "model without such layers has nothing for them to do, and ctxpar refuses a flag it would "
-       "otherwise ignore.",
-       "--ep-size > 1 or --moe-a2a-backend other than none with a dense model (a Llama GGUF, or "
-       "a DeepSeek config whose first_k_dense_replace covers every layer).",
-       {"Drop --ep-size and --moe-a2a-backend for this model.",
-        "Or use a MoE checkpoint."},
-       "ctxpar generate --model-path SmolLM2-135M-Instruct-Q4_1.gguf --ep-size 2 'Hello'",
-       "ctxpar generate --model-path SmolLM2-135M-Instruct-Q4_1.gguf 'Hello'",
-       {"CTXPAR-MOE-001", "CTXPAR-DSV3-002"}},
-  };
+       "Each sampling parameter of a request means something only within a range: temperature "
+       "divides the logits (0 is greedy), top_p and min_p are probabilities, top_k counts "
+       "tokens (-1 or 0 keeps them all), repetition_penalty divides or multiplies logits, "
+       "frequency_penalty and presence_penalty are OpenAI's [-2, 2], max_new_tokens and "
+       "top_logprobs_num count tokens. The ranges are SGLang's. A value outside its range, or "
+       "NaN, is refused before the request is queued; the message names the field as the "
+       "request spells it.",
+       "When a request reaches the engine with such a value: the sampling flags of `ctxpar "
+       "generate`, or the JSON body of /generate, /v1/completions or /v1/chat/completions on "
+       "`ctxpar serve` (for example temperature -1, top_p 0 or 1.5, top_k -2, min_p 2, "
+       "repetition_penalty 0 or 3, frequency_penalty 2.5).",
+       {"Use a value inside the range the message gives.",
+        "To turn a filter or penalty off, use its neutral value: top_p 1, top_k -1, min_p 0, "
+        "repetition_penalty 1, frequency_penalty and presence_penalty 0.",
+        "For deterministic output use temperature 0 (greedy), not a negative temperature."},
+       "ctxpar generate --temperature 0.7 --top-p 1.5 \"Hello\"",
+       "ctxpar generate --temperature 0.7 --top-p 0.9 \"Hello\"",
+       {"CTXPAR-SAMPLING-002"}},
+      {"CTXPAR-SAMPLING-002",
+       "A stop token id outside the vocabulary",
+       "stop_token_ids must be token ids in [0, {max_id}], got {token_id}.",
+       kConfig,
+       "Generation ends when the model samples one of the request's stop_token_ids, so each must "
+       "be a token of the model's vocabulary, [0, vocab_size). An id outside it can never be "
+       "sampled; it is nearly always an id from another model's tokenizer, so the request is "
+       "refused rather than left to run to max_new_tokens.",
+       "A request's stop_token_ids holds a negative id or one at or past the model's vocabulary "
+       "size (49152 for SmolLM2-135M, whose end of turn <|im_end|> is 2).",
+       {"Take the ids from this model's tokenizer: POST /tokenize on `ctxpar serve` gives the ids "
+        "of a text.",
+        "To stop on a text rather than on a token, use stop (stop strings)."},
+       "ctxpar serve --model-path SmolLM2-135M-Instruct.Q4_1.gguf  # a request with "
+       "\"stop_token_ids\": [128009]",
+       "ctxpar serve --model-path SmolLM2-135M-Instruct.Q4_1.gguf  # a request with "
+       "\"stop_token_ids\": [2]",
+       {"CTXPAR-SAMPLING-001"}},
+  });
   return entries;
 }
 

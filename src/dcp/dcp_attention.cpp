@@ -6,38 +6,22 @@
 #include <cmath>
 #include <string>
 
-#include "ctxpar/error_catalog.h"
+#include "ctxpar/dcp_rules.h"
 
 namespace ctxpar {
 
 namespace {
 
-bool IsAllToAll(CombineBackend b) { return b != CombineBackend::kAgRs; }
-
 Status CheckOptions(const DcpOptions& o, Communicator* comm) {
-  const std::string n = std::to_string(o.dcp_size);
-  const std::string backend(CombineBackendName(o.backend));
-  if (o.dcp_size < 1) return CatalogError("CTXPAR-DCP-001", {{"dcp_size", n}});
-  if (IsAllToAll(o.backend) && o.dcp_size <= 1) {
-    return CatalogError("CTXPAR-DCP-002", {{"backend", backend}, {"dcp_size", n}});
-  }
-  CTXPAR_RETURN_IF_ERROR(CheckCombineBackendRunnable(o.backend));
-  if (o.replicate_q && o.dcp_size <= 1) return CatalogError("CTXPAR-DCP-004", {});
-  if (o.replicate_q && !IsAllToAll(o.backend)) {
-    return CatalogError("CTXPAR-DCP-005", {{"backend", backend}});
-  }
+  // The operator runs on the CPU, where fi_a2a cannot.
+  CTXPAR_RETURN_IF_ERROR(CheckDcpRules(o.dcp_size, o.backend, o.replicate_q, /*cuda=*/false));
   const int tp = o.tp_size == 0 ? o.dcp_size : o.tp_size;
   if (o.num_heads < 1) {
     return InvalidArgument(
         fmt::format("DcpAttention: num_heads must be >= 1, got num_heads={}", o.num_heads));
   }
-  if (o.num_heads % o.dcp_size != 0) {
-    return CatalogError("CTXPAR-LAYOUT-003",
-                        {{"num_heads", std::to_string(o.num_heads)}, {"dcp_size", n}});
-  }
-  if (tp < 1 || tp % o.dcp_size != 0) {
-    return CatalogError("CTXPAR-LAYOUT-001", {{"tp_size", std::to_string(tp)}, {"dcp_size", n}});
-  }
+  CTXPAR_RETURN_IF_ERROR(CheckDcpDividesHeads(o.num_heads, o.dcp_size));
+  CTXPAR_RETURN_IF_ERROR(CheckDcpDividesTp(tp, o.dcp_size));
   if (o.num_heads % tp != 0) {
     return InvalidArgument(fmt::format(
         "DcpAttention: num_heads must be divisible by tp_size, got num_heads={} and tp_size={}",
@@ -117,6 +101,7 @@ Status DcpAttention::Forward(const float* q, const PagedKv& kv, const int32_t* r
   p.kv = kv;
   p.num_threads = options_.num_threads;
   p.pool = options_.pool;
+  p.split_kv_keys = options_.split_kv_keys;
   if (n == 1) {
     lse_partial_.resize(static_cast<size_t>(rows) * hn);
     p.o = o;

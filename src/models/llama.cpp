@@ -1,23 +1,23 @@
-#include "ctxpar/llama.h"
+// The Llama forward over a Batch: one rank's shard of the weights (llama.h says which).
+#include "models/llama.h"
 
 #include <fmt/format.h>
 
-#include "ctxpar/kv_cache.h"
+#include <algorithm>
+#include <cmath>
+
+#include "ctxpar/thread_pool.h"
+#include "models/batch_attention.h"
 #include "models/linear.h"
-#include "models/llama_attention.h"
 #include "models/llama_ops.h"
 
 namespace ctxpar {
 
 namespace {
 
-Expected<int> ReadPositive(const GgufFile& f, const std::string& key) {
-  CTXPAR_ASSIGN_OR_RETURN(int64_t v, f.GetInteger(key));
-  if (v < 1 || v > (int64_t{1} << 30)) {
-    return InvalidArgument(fmt::format("{} must be in [1, 2^30], but the file has {}", key, v));
-  }
-  return static_cast<int>(v);
-}
+// Keys per split-KV chunk of the attention: fixed, so that a row's partial states and their merge
+// order depend on its own KV length only, never on the other rows of the batch.
+constexpr int kSplitKvKeys = 256;
 
 Expected<model::QuantMatrix> Matrix(const GgufFile& f, const std::string& name, int64_t cols,
                                     int64_t rows) {
@@ -50,147 +50,74 @@ Expected<const float*> NormWeight(const GgufFile& f, const std::string& name, in
   return reinterpret_cast<const float*>(t->data);
 }
 
+// A row-parallel product: its input columns cut into segments, of which the rank owns a run.
+struct RowParallel {
+  model::QuantMatrix w;       // the whole matrix
+  std::vector<int> bounds;    // segment s is input columns [bounds[s], bounds[s + 1])
+  int first = 0;              // the rank's first segment
+  int count = 0;              // and how many it owns
+};
+
 struct Layer {
   const float* attn_norm = nullptr;
   const float* ffn_norm = nullptr;
-  model::QuantMatrix wq, wk, wv, wo, gate, up, down;
+  model::QuantMatrix wq, wk, wv, gate, up;
+  RowParallel wo, down;
 };
 
-}  // namespace
+class LlamaModel final : public Model {
+ public:
+  LlamaModel(std::shared_ptr<const GgufFile> file, const LlamaHparams& hp, ModelDesc desc,
+             const EngineConfig& config, Communicator& world, ThreadPool* pool, LlamaShard shard)
+      : file_(std::move(file)),
+        hp_(hp),
+        desc_(std::move(desc)),
+        tp_size_(config.tp_size),
+        world_(&world),
+        pool_(pool),
+        shard_(std::move(shard)),
+        act_format_(config.llama_cpp_numerics ? model::ActFormat::kQ8 : model::ActFormat::kF32) {}
 
-Expected<LlamaHparams> ReadLlamaHparams(const GgufFile& f) {
-  LlamaHparams hp;
-  CTXPAR_ASSIGN_OR_RETURN(hp.architecture, f.GetString("general.architecture"));
-  const std::string a = hp.architecture + ".";
-  CTXPAR_ASSIGN_OR_RETURN(hp.dim, ReadPositive(f, a + "embedding_length"));
-  CTXPAR_ASSIGN_OR_RETURN(hp.num_layers, ReadPositive(f, a + "block_count"));
-  CTXPAR_ASSIGN_OR_RETURN(hp.num_heads, ReadPositive(f, a + "attention.head_count"));
-  CTXPAR_ASSIGN_OR_RETURN(hp.num_kv_heads, ReadPositive(f, a + "attention.head_count_kv"));
-  CTXPAR_ASSIGN_OR_RETURN(hp.ffn_dim, ReadPositive(f, a + "feed_forward_length"));
-  CTXPAR_ASSIGN_OR_RETURN(hp.context_length, ReadPositive(f, a + "context_length"));
-  if (hp.dim % hp.num_heads != 0) {
-    return InvalidArgument(
-        fmt::format("{}embedding_length ({}) must be divisible by "
-                    "{}attention.head_count ({})",
-                    a, hp.dim, a, hp.num_heads));
-  }
-  if (hp.num_heads % hp.num_kv_heads != 0) {
-    return InvalidArgument(
-        fmt::format("{}attention.head_count ({}) must be a multiple of "
-                    "{}attention.head_count_kv ({})",
-                    a, hp.num_heads, a, hp.num_kv_heads));
-  }
-  hp.head_dim = hp.dim / hp.num_heads;
-  hp.rope_dims = hp.head_dim;
-  if (f.Find(a + "rope.dimension_count") != nullptr) {
-    CTXPAR_ASSIGN_OR_RETURN(hp.rope_dims, ReadPositive(f, a + "rope.dimension_count"));
-  }
-  if (hp.rope_dims > hp.head_dim || hp.rope_dims % 2 != 0 || hp.rope_dims > 512) {
-    return InvalidArgument(
-        fmt::format("{}rope.dimension_count ({}) must be even and at most the "
-                    "head dim ({}) and 512",
-                    a, hp.rope_dims, hp.head_dim));
-  }
-  if (f.Find(a + "rope.freq_base") != nullptr) {
-    CTXPAR_ASSIGN_OR_RETURN(double base, f.GetFloat(a + "rope.freq_base"));
-    hp.rope_base = static_cast<float>(base);
-  }
-  CTXPAR_ASSIGN_OR_RETURN(double eps, f.GetFloat(a + "attention.layer_norm_rms_epsilon"));
-  hp.rms_eps = static_cast<float>(eps);
-  CTXPAR_ASSIGN_OR_RETURN(const GgufTensor* embd, f.FindTensor("token_embd.weight"));
-  if (embd->shape.size() != 2 || embd->shape[0] != hp.dim) {
-    return InvalidArgument(fmt::format("tensor token_embd.weight must have ne0 = {}", hp.dim));
-  }
-  hp.vocab_size = static_cast<int>(embd->shape[1]);
-  hp.tied_embeddings = !f.FindTensor("output.weight").ok();
-  return hp;
-}
+  Status Init(const EngineConfig& config);
+  const ModelDesc& desc() const override { return desc_; }
+  Status Forward(const Batch& batch, KvPool& kv, std::vector<float>& logits) override;
 
-struct LlamaModel::Impl {
-  std::shared_ptr<const GgufFile> file;
-  LlamaHparams hp;
-  LlamaParallel par;
-  Communicator* tp = nullptr;
-  std::unique_ptr<Communicator> dcp;
-  int tp_rank = 0;
-  int dcp_rank = 0;
-  int heads = 0;     // q heads of this rank (o_proj)
-  int kv_heads = 0;  // kv heads of the rank's DCP group (its cache)
-  int q_heads = 0;   // heads this rank projects Q for
-  int segments = 0;  // column segments of the row-sharded products
-  int own_segments = 0;
-  std::vector<Layer> layers;
-  model::QuantMatrix embd, lm_head;
-  const float* out_norm = nullptr;
-  std::vector<KvCache> caches;
-  int seq = 0;
-  std::unique_ptr<ThreadPool> pool;
-  std::unique_ptr<model::DcpAttend> attend;
+ private:
+  Status Attention(const Layer& layer, int l, const Batch& batch, KvPool& kv);
+  // x += the segment-ordered sum of w's product with the rank's activations (qa_).
+  Status ReduceRowParallel(const RowParallel& rp, int n);
+  Status Logits(const Batch& batch, std::vector<float>& logits);
 
-  std::vector<float> x, xn, q, k, v, o, gate, up, act, partial, gathered, logits;
-  model::Acts qa;
-  model::ActFormat act_format = model::ActFormat::kF32;
+  std::shared_ptr<const GgufFile> file_;
+  LlamaHparams hp_;
+  ModelDesc desc_;
+  int tp_size_;
+  Communicator* world_;
+  ThreadPool* pool_;
+  LlamaShard shard_;
+  model::ActFormat act_format_;
+  std::unique_ptr<Communicator> dcp_;
+  std::unique_ptr<model::BatchAttention> attend_;
+  std::vector<Layer> layers_;
+  model::QuantMatrix embd_, lm_head_;
+  int vocab_shard_ = 0;  // rows of lm_head per rank (the last rank's may be fewer)
+  const float* out_norm_ = nullptr;
 
-  Status ReduceSegments(int n, int seg_cols, const model::QuantMatrix& w, int col0);
-  Status Attention(const Layer& layer, int layer_index, int n, int p0);
+  std::vector<float> x_, xn_, q_, k_, v_, o_, gate_, up_, act_, partial_, gathered_, rows_;
+  std::vector<float> shard_logits_, all_logits_;
+  model::Acts qa_;
 };
 
-LlamaModel::LlamaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-LlamaModel::~LlamaModel() = default;
-
-const LlamaHparams& LlamaModel::hparams() const { return impl_->hp; }
-int LlamaModel::position() const { return static_cast<int>(impl_->caches[0].length(impl_->seq)); }
-
-Expected<std::unique_ptr<LlamaModel>> LlamaModel::Create(std::shared_ptr<const GgufFile> file,
-                                                         Communicator& tp,
-                                                         const LlamaParallel& par) {
-  auto impl = std::make_unique<Impl>();
-  CTXPAR_ASSIGN_OR_RETURN(impl->hp, ReadLlamaHparams(*file));
-  const LlamaHparams& hp = impl->hp;
-  if (tp.size() != par.tp_size) {
-    return InvalidArgument(fmt::format("tp_size ({}) must equal the TP communicator's size ({})",
-                                       par.tp_size, tp.size()));
-  }
-  if (par.tp_size < 1 || hp.num_kv_heads % par.tp_size != 0) {
-    return InvalidArgument(fmt::format("tp_size ({}) must divide the model's kv heads ({})",
-                                       par.tp_size, hp.num_kv_heads));
-  }
-  if (par.dcp_size < 1 || par.tp_size % par.dcp_size != 0) {
-    return InvalidArgument(
-        fmt::format("tp_size ({}) must be divisible by dcp_size ({}).", par.tp_size, par.dcp_size));
-  }
-  if (hp.ffn_dim % (hp.num_kv_heads * model::kBlock) != 0 || hp.head_dim % model::kBlock != 0 ||
-      hp.dim % model::kBlock != 0 || hp.vocab_size % par.tp_size != 0) {
-    return Unimplemented(fmt::format(
-        "the sharded matmuls need head_dim ({}), dim ({}) and ffn_dim / kv_heads ({}) to be "
-        "multiples of 32 and vocab ({}) divisible by tp_size ({})",
-        hp.head_dim, hp.dim, hp.ffn_dim / hp.num_kv_heads, hp.vocab_size, par.tp_size));
-  }
-  if (par.max_seq_len < 1 || par.max_seq_len > hp.context_length) {
-    return InvalidArgument(fmt::format("max_seq_len ({}) must be in [1, context_length = {}]",
-                                       par.max_seq_len, hp.context_length));
-  }
-  if (par.num_threads < 1 || par.page_size < 1) {
-    return InvalidArgument(fmt::format("num_threads ({}) and page_size ({}) must be >= 1",
-                                       par.num_threads, par.page_size));
-  }
-  impl->file = file;
-  impl->par = par;
-  impl->tp = &tp;
-  impl->tp_rank = tp.rank();
-  const int n = par.dcp_size;
-  impl->dcp_rank = impl->tp_rank % n;
-  CTXPAR_ASSIGN_OR_RETURN(impl->dcp, tp.Split(impl->tp_rank / n, impl->tp_rank));
-  impl->heads = hp.num_heads / par.tp_size;
-  impl->kv_heads = hp.num_kv_heads / par.tp_size * n;
-  impl->q_heads = par.replicate_q_proj ? impl->heads * n : impl->heads;
-  impl->segments = hp.num_kv_heads;
-  impl->own_segments = hp.num_kv_heads / par.tp_size;
+Status LlamaModel::Init(const EngineConfig& config) {
+  const GgufFile& f = *file_;
+  const LlamaHparams& hp = hp_;
   const int hd = hp.head_dim;
-  const int group = impl->tp_rank / n;
-  const int q_first = par.replicate_q_proj ? group * impl->heads * n : impl->tp_rank * impl->heads;
-  const int ffn_shard = hp.ffn_dim / par.tp_size;
-  const GgufFile& f = *file;
+  const LlamaShard& s = shard_;
+  std::vector<int> head_bounds;
+  for (int i = 0; i <= s.segments; ++i) head_bounds.push_back(i * hd);
+  const int first_seg = s.tp_rank * s.own_segments;
+  const int ffn_first = s.ffn_bounds[first_seg];
+  const int ffn_count = s.ffn_bounds[first_seg + s.own_segments] - ffn_first;
   for (int l = 0; l < hp.num_layers; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
     Layer layer;
@@ -199,164 +126,204 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::Create(std::shared_ptr<const G
     CTXPAR_ASSIGN_OR_RETURN(auto wq, Matrix(f, b + "attn_q.weight", hp.dim, hp.num_heads * hd));
     CTXPAR_ASSIGN_OR_RETURN(auto wk, Matrix(f, b + "attn_k.weight", hp.dim, hp.num_kv_heads * hd));
     CTXPAR_ASSIGN_OR_RETURN(auto wv, Matrix(f, b + "attn_v.weight", hp.dim, hp.num_kv_heads * hd));
-    CTXPAR_ASSIGN_OR_RETURN(layer.wo, Matrix(f, b + "attn_output.weight", hp.dim, hp.dim));
+    CTXPAR_ASSIGN_OR_RETURN(auto wo, Matrix(f, b + "attn_output.weight", hp.dim, hp.dim));
     CTXPAR_ASSIGN_OR_RETURN(auto gate, Matrix(f, b + "ffn_gate.weight", hp.dim, hp.ffn_dim));
     CTXPAR_ASSIGN_OR_RETURN(auto up, Matrix(f, b + "ffn_up.weight", hp.dim, hp.ffn_dim));
-    CTXPAR_ASSIGN_OR_RETURN(layer.down, Matrix(f, b + "ffn_down.weight", hp.ffn_dim, hp.dim));
-    layer.wq = wq.RowRange(q_first * hd, impl->q_heads * hd);
-    layer.wk = wk.RowRange(group * impl->kv_heads * hd, impl->kv_heads * hd);
-    layer.wv = wv.RowRange(group * impl->kv_heads * hd, impl->kv_heads * hd);
-    layer.gate = gate.RowRange(impl->tp_rank * ffn_shard, ffn_shard);
-    layer.up = up.RowRange(impl->tp_rank * ffn_shard, ffn_shard);
-    impl->layers.push_back(layer);
+    CTXPAR_ASSIGN_OR_RETURN(auto down, Matrix(f, b + "ffn_down.weight", hp.ffn_dim, hp.dim));
+    layer.wq = wq.RowRange(s.q_first * hd, s.q_heads * hd);
+    layer.wk = wk.RowRange(s.kv_first * hd, s.kv_heads * hd);
+    layer.wv = wv.RowRange(s.kv_first * hd, s.kv_heads * hd);
+    layer.gate = gate.RowRange(ffn_first, ffn_count);
+    layer.up = up.RowRange(ffn_first, ffn_count);
+    layer.wo = {wo, head_bounds, first_seg, s.own_segments};
+    layer.down = {down, s.ffn_bounds, first_seg, s.own_segments};
+    layers_.push_back(std::move(layer));
   }
-  CTXPAR_ASSIGN_OR_RETURN(impl->embd, Matrix(f, "token_embd.weight", hp.dim, hp.vocab_size));
-  model::QuantMatrix head = impl->embd;
+  CTXPAR_ASSIGN_OR_RETURN(embd_, Matrix(f, "token_embd.weight", hp.dim, hp.vocab_size));
+  model::QuantMatrix head = embd_;
   if (!hp.tied_embeddings) {
     CTXPAR_ASSIGN_OR_RETURN(head, Matrix(f, "output.weight", hp.dim, hp.vocab_size));
   }
-  const int vocab_shard = hp.vocab_size / par.tp_size;
-  impl->lm_head = head.RowRange(impl->tp_rank * vocab_shard, vocab_shard);
-  CTXPAR_ASSIGN_OR_RETURN(impl->out_norm, NormWeight(f, "output_norm.weight", hp.dim));
+  vocab_shard_ = (hp.vocab_size + tp_size_ - 1) / tp_size_;
+  const int vocab_first = std::min(hp.vocab_size, s.tp_rank * vocab_shard_);
+  lm_head_ = head.RowRange(vocab_first, std::min(hp.vocab_size - vocab_first, vocab_shard_));
+  CTXPAR_ASSIGN_OR_RETURN(out_norm_, NormWeight(f, "output_norm.weight", hp.dim));
 
-  KvCacheOptions kv;
-  kv.dcp_size = n;
-  kv.dcp_rank = impl->dcp_rank;
-  kv.page_size = par.page_size;
-  kv.max_pages_per_seq = (par.max_seq_len + par.page_size * n - 1) / (par.page_size * n);
-  kv.num_pages = kv.max_pages_per_seq;
-  kv.max_seqs = 1;
-  kv.num_kv_heads = impl->kv_heads;
-  kv.head_dim_qk = hd;
-  kv.head_dim_v = hd;
-  // The attention runs on the CPU kernels, which read 16-slot tiles fastest; K and V are separate
-  // (GQA), so only the page size decides (LlamaParallel's default, 16, allows it).
-  kv.format = par.page_size % 16 == 0 ? KvPageFormat::kTiles16 : KvPageFormat::kRows;
-  for (int l = 0; l < hp.num_layers; ++l) {
-    CTXPAR_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(kv));
-    impl->caches.push_back(std::move(cache));
-  }
-  for (KvCache& c : impl->caches) {
-    CTXPAR_ASSIGN_OR_RETURN(impl->seq, c.AddSequence());
-  }
-  impl->pool = std::make_unique<ThreadPool>(par.num_threads);
-  impl->act_format = par.quantize_activations ? model::ActFormat::kQ8 : model::ActFormat::kF32;
-  CTXPAR_ASSIGN_OR_RETURN(impl->attend, model::DcpAttend::Create(impl->dcp.get(), par, hp.num_heads,
-                                                                 hd, impl->pool.get()));
-  return std::unique_ptr<LlamaModel>(new LlamaModel(std::move(impl)));
-}
-
-Status LlamaModel::Reset() {
-  for (KvCache& c : impl_->caches) {
-    CTXPAR_RETURN_IF_ERROR(c.FreeSequence(impl_->seq));
-    CTXPAR_ASSIGN_OR_RETURN(impl_->seq, c.AddSequence());
-  }
+  const int n = config.dcp_size;
+  CTXPAR_ASSIGN_OR_RETURN(dcp_, world_->Split(s.tp_rank / n, s.tp_rank));
+  DcpOptions o;
+  o.dcp_size = n;
+  o.backend = config.dcp_comm_backend;
+  o.replicate_q = config.dcp_replicate_q_proj;
+  o.interleave_size = config.dcp_kv_cache_interleave_size;
+  o.num_heads = hp.num_heads;
+  o.tp_size = tp_size_;
+  o.head_dim_qk = hd;
+  o.head_dim_v = hd;
+  o.scale = 1.0f / std::sqrt(float(hd));
+  o.pool = pool_;
+  o.num_threads = pool_ != nullptr ? pool_->size() : 1;
+  o.split_kv_keys = kSplitKvKeys;
+  CTXPAR_ASSIGN_OR_RETURN(attend_, model::BatchAttention::Create(o, dcp_.get()));
   return Status::Ok();
 }
 
-// x += (partial_0 + partial_1 + ...) over the `segments` column segments of the row-sharded w,
-// in segment order, whichever rank computed each. The rank's input (its columns of the
-// activation, quantized in qa) starts at its first segment; col0 is w's column of that start.
-Status LlamaModel::Impl::ReduceSegments(int n, int seg_cols, const model::QuantMatrix& w,
-                                        int col0) {
-  const int dim = hp.dim;
+Status LlamaModel::ReduceRowParallel(const RowParallel& rp, int n) {
+  const int dim = hp_.dim;
   const std::size_t seg_elems = std::size_t(n) * dim;
-  partial.resize(seg_elems * own_segments);
-  for (int s = 0; s < own_segments; ++s) {
-    model::MatMul(w.ColRange(col0 + s * seg_cols, seg_cols), qa, s * seg_cols,
-                  partial.data() + s * seg_elems, dim, pool.get());
+  partial_.resize(seg_elems * rp.count);
+  const int col0 = rp.bounds[rp.first];
+  for (int i = 0; i < rp.count; ++i) {
+    const int s = rp.first + i;
+    const int begin = rp.bounds[s], width = rp.bounds[s + 1] - begin;
+    model::MatMul(rp.w.ColRange(begin, width), qa_, begin - col0, partial_.data() + i * seg_elems,
+                  dim, pool_);
   }
-  const float* all = partial.data();
-  if (par.tp_size > 1) {
-    gathered.resize(seg_elems * segments);
+  const float* all = partial_.data();
+  const int segments = static_cast<int>(rp.bounds.size()) - 1;
+  if (tp_size_ > 1) {
+    gathered_.resize(seg_elems * segments);
     CTXPAR_RETURN_IF_ERROR(
-        tp->AllGather(partial.data(), gathered.data(), partial.size(), DataType::kF32));
-    all = gathered.data();
+        world_->AllGather(partial_.data(), gathered_.data(), partial_.size(), DataType::kF32));
+    all = gathered_.data();
   }
   for (std::size_t i = 0; i < seg_elems; ++i) {
     float sum = all[i];
     for (int s = 1; s < segments; ++s) sum += all[s * seg_elems + i];
-    x[i] += sum;
+    x_[i] += sum;
   }
   return Status::Ok();
 }
 
-Status LlamaModel::Impl::Attention(const Layer& layer, int l, int n, int p0) {
-  const int hd = hp.head_dim;
-  model::RmsNorm(x.data(), layer.attn_norm, n, hp.dim, hp.rms_eps, xn.data());
-  model::PrepareActs(act_format, layer.wq.type, xn.data(), n, hp.dim, hp.dim, &qa);
-  q.resize(std::size_t(n) * q_heads * hd);
-  k.resize(std::size_t(n) * kv_heads * hd);
-  v.resize(k.size());
-  model::MatMul(layer.wq, qa, 0, q.data(), q_heads * hd, pool.get());
-  model::MatMul(layer.wk, qa, 0, k.data(), kv_heads * hd, pool.get());
-  model::MatMul(layer.wv, qa, 0, v.data(), kv_heads * hd, pool.get());
-  for (int t = 0; t < n; ++t) {
-    model::RopeNormal(q.data() + std::size_t(t) * q_heads * hd, q_heads, hd, hp.rope_dims,
-                      hp.rope_base, p0 + t);
-    model::RopeNormal(k.data() + std::size_t(t) * kv_heads * hd, kv_heads, hd, hp.rope_dims,
-                      hp.rope_base, p0 + t);
+Status LlamaModel::Attention(const Layer& layer, int l, const Batch& batch, KvPool& kv) {
+  const int hd = hp_.head_dim;
+  const int n = static_cast<int>(batch.num_tokens());
+  const LlamaShard& s = shard_;
+  model::RmsNorm(x_.data(), layer.attn_norm, n, hp_.dim, hp_.rms_eps, xn_.data());
+  model::PrepareActs(act_format_, layer.wq.type, xn_.data(), n, hp_.dim, hp_.dim, &qa_);
+  const std::size_t q_row = std::size_t(s.q_heads) * hd, kv_row = std::size_t(s.kv_heads) * hd;
+  q_.resize(n * q_row);
+  k_.resize(n * kv_row);
+  v_.resize(n * kv_row);
+  model::MatMul(layer.wq, qa_, 0, q_.data(), s.q_heads * hd, pool_);
+  model::MatMul(layer.wk, qa_, 0, k_.data(), s.kv_heads * hd, pool_);
+  model::MatMul(layer.wv, qa_, 0, v_.data(), s.kv_heads * hd, pool_);
+  for (const BatchSeq& seq : batch.seqs) {
+    for (int32_t t = 0; t < seq.num_tokens; ++t) {
+      const std::size_t row = seq.token_offset + t;
+      const int pos = static_cast<int>(seq.pos0 + t);
+      model::RopeNormal(q_.data() + row * q_row, s.q_heads, hd, hp_.rope_dims, hp_.rope_base, pos);
+      model::RopeNormal(k_.data() + row * kv_row, s.kv_heads, hd, hp_.rope_dims, hp_.rope_base,
+                        pos);
+    }
+    CTXPAR_RETURN_IF_ERROR(kv.Write(l, seq.slot, seq.pos0, seq.num_tokens,
+                                    k_.data() + seq.token_offset * kv_row,
+                                    v_.data() + seq.token_offset * kv_row));
   }
-  KvCache& cache = caches[l];
-  CTXPAR_RETURN_IF_ERROR(cache.Append(seq, k.data(), v.data(), n));
-  o.resize(std::size_t(n) * heads * hd);
-  CTXPAR_RETURN_IF_ERROR(attend->Run(cache, seq, p0, n, q.data(), o.data()));
-  model::PrepareActs(act_format, layer.wo.type, o.data(), n, heads * hd, heads * hd, &qa);
-  const int seg_cols = hp.dim / segments;
-  return ReduceSegments(n, seg_cols, layer.wo, tp_rank * own_segments * seg_cols);
+  o_.resize(std::size_t(n) * s.heads * hd);
+  CTXPAR_RETURN_IF_ERROR(attend_->Run(batch, kv, l, q_.data(), o_.data()));
+  model::PrepareActs(act_format_, layer.wo.w.type, o_.data(), n, s.heads * hd, s.heads * hd, &qa_);
+  return ReduceRowParallel(layer.wo, n);
 }
 
-Expected<std::vector<float>> LlamaModel::Forward(std::span<const int32_t> tokens) {
-  Impl& m = *impl_;
-  const LlamaHparams& hp = m.hp;
-  const int n = static_cast<int>(tokens.size());
-  const int p0 = position();
-  if (n < 1) return InvalidArgument("Forward needs at least one token, but got 0");
-  if (int64_t{p0} + n > m.par.max_seq_len) {
-    return OutOfRange(fmt::format("the sequence would reach {} tokens, past max_seq_len ({})",
-                                  int64_t{p0} + n, m.par.max_seq_len));
+Status LlamaModel::Logits(const Batch& batch, std::vector<float>& logits) {
+  const int dim = hp_.dim, vocab = hp_.vocab_size;
+  const int64_t rows = batch.TotalLogitRows();
+  rows_.resize(rows * dim);
+  int64_t r = 0;
+  for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
+    const BatchSeq& s = batch.seqs[i];
+    const int32_t count = batch.LogitRows(i);
+    const int32_t first = s.token_offset + s.num_tokens - count;
+    std::copy_n(x_.data() + std::size_t(first) * dim, std::size_t(count) * dim,
+                rows_.data() + r * dim);
+    r += count;
   }
+  logits.resize(rows * vocab);
+  if (rows == 0) return Status::Ok();
+  const int n = static_cast<int>(rows);
+  model::RmsNorm(rows_.data(), out_norm_, n, dim, hp_.rms_eps, rows_.data());
+  model::PrepareActs(act_format_, lm_head_.type, rows_.data(), n, dim, dim, &qa_);
+  if (tp_size_ == 1) {
+    model::MatMul(lm_head_, qa_, 0, logits.data(), vocab, pool_);
+  } else {
+    // Shards of vocab_shard_ rows per rank (the last one padded) are gathered rank-major.
+    shard_logits_.assign(std::size_t(n) * vocab_shard_, 0.0f);
+    model::MatMul(lm_head_, qa_, 0, shard_logits_.data(), vocab_shard_, pool_);
+    all_logits_.resize(shard_logits_.size() * tp_size_);
+    CTXPAR_RETURN_IF_ERROR(world_->AllGather(shard_logits_.data(), all_logits_.data(),
+                                             shard_logits_.size(), DataType::kF32));
+    for (int rank = 0; rank < tp_size_; ++rank) {
+      const int first = rank * vocab_shard_;
+      const int count = std::max(0, std::min(vocab_shard_, vocab - first));
+      for (int t = 0; t < n; ++t) {
+        std::copy_n(all_logits_.data() + (std::size_t(rank) * n + t) * vocab_shard_, count,
+                    logits.data() + std::size_t(t) * vocab + first);
+      }
+    }
+  }
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    if (!std::isfinite(logits[i])) {
+      return DataLoss(fmt::format("the model produced a non-finite logit ({}) for row {}",
+                                  logits[i], i / vocab));
+    }
+  }
+  return Status::Ok();
+}
+
+Status LlamaModel::Forward(const Batch& batch, KvPool& kv, std::vector<float>& logits) {
+  const LlamaHparams& hp = hp_;
+  const int n = static_cast<int>(batch.num_tokens());
+  if (n < 1) return InvalidArgument("Forward: the batch has no token");
   for (int t = 0; t < n; ++t) {
-    if (tokens[t] < 0 || tokens[t] >= hp.vocab_size) {
-      return InvalidArgument(
-          fmt::format("token id {} at index {} is outside the vocabulary [0, {})", tokens[t], t,
-                      hp.vocab_size));
+    if (batch.tokens[t] < 0 || batch.tokens[t] >= hp.vocab_size) {
+      return InvalidArgument(fmt::format("token id {} at index {} is outside the vocabulary [0, {})",
+                                         batch.tokens[t], t, hp.vocab_size));
     }
   }
   const int dim = hp.dim;
-  m.x.resize(std::size_t(n) * dim);
-  m.xn.resize(m.x.size());
-  for (int t = 0; t < n; ++t) model::DequantizeRow(m.embd, tokens[t], m.x.data() + t * dim);
-  const int ffn_shard = hp.ffn_dim / m.par.tp_size;
+  x_.resize(std::size_t(n) * dim);
+  xn_.resize(x_.size());
+  for (int t = 0; t < n; ++t) model::DequantizeRow(embd_, batch.tokens[t], x_.data() + t * dim);
+  const int ffn_shard = layers_.empty() ? 0 : layers_[0].gate.rows;
   for (int l = 0; l < hp.num_layers; ++l) {
-    const Layer& layer = m.layers[l];
-    CTXPAR_RETURN_IF_ERROR(m.Attention(layer, l, n, p0));
-    model::RmsNorm(m.x.data(), layer.ffn_norm, n, dim, hp.rms_eps, m.xn.data());
-    model::PrepareActs(m.act_format, layer.gate.type, m.xn.data(), n, dim, dim, &m.qa);
-    m.gate.resize(std::size_t(n) * ffn_shard);
-    m.up.resize(m.gate.size());
-    m.act.resize(m.gate.size());
-    model::MatMul(layer.gate, m.qa, 0, m.gate.data(), ffn_shard, m.pool.get());
-    model::MatMul(layer.up, m.qa, 0, m.up.data(), ffn_shard, m.pool.get());
-    model::SwiGlu(m.gate.data(), m.up.data(), static_cast<int>(m.gate.size()), m.act.data());
-    model::PrepareActs(m.act_format, layer.down.type, m.act.data(), n, ffn_shard, ffn_shard, &m.qa);
-    const int seg_cols = hp.ffn_dim / m.segments;
-    CTXPAR_RETURN_IF_ERROR(
-        m.ReduceSegments(n, seg_cols, layer.down, m.tp_rank * m.own_segments * seg_cols));
+    const Layer& layer = layers_[l];
+    CTXPAR_RETURN_IF_ERROR(Attention(layer, l, batch, kv));
+    model::RmsNorm(x_.data(), layer.ffn_norm, n, dim, hp.rms_eps, xn_.data());
+    model::PrepareActs(act_format_, layer.gate.type, xn_.data(), n, dim, dim, &qa_);
+    gate_.resize(std::size_t(n) * ffn_shard);
+    up_.resize(gate_.size());
+    act_.resize(gate_.size());
+    model::MatMul(layer.gate, qa_, 0, gate_.data(), ffn_shard, pool_);
+    model::MatMul(layer.up, qa_, 0, up_.data(), ffn_shard, pool_);
+    model::SwiGlu(gate_.data(), up_.data(), static_cast<int>(gate_.size()), act_.data());
+    model::PrepareActs(act_format_, layer.down.w.type, act_.data(), n, ffn_shard, ffn_shard, &qa_);
+    CTXPAR_RETURN_IF_ERROR(ReduceRowParallel(layer.down, n));
+    const bool finite = std::all_of(x_.begin(), x_.end(), [](float v) { return std::isfinite(v); });
+    if (!finite) {
+      return DataLoss(fmt::format("layer {} of the model produced non-finite activations", l));
+    }
   }
-  const float* last = m.x.data() + std::size_t(n - 1) * dim;
-  model::RmsNorm(last, m.out_norm, 1, dim, hp.rms_eps, m.xn.data());
-  model::PrepareActs(m.act_format, m.lm_head.type, m.xn.data(), 1, dim, dim, &m.qa);
-  std::vector<float> logits(hp.vocab_size);
-  const int shard = m.lm_head.rows;
-  if (m.par.tp_size == 1) {
-    model::MatMul(m.lm_head, m.qa, 0, logits.data(), shard, m.pool.get());
-  } else {
-    m.logits.resize(shard);
-    model::MatMul(m.lm_head, m.qa, 0, m.logits.data(), shard, m.pool.get());
-    CTXPAR_RETURN_IF_ERROR(m.tp->AllGather(m.logits.data(), logits.data(), shard, DataType::kF32));
+  return Logits(batch, logits);
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Model>> CreateLlamaModel(std::shared_ptr<const GgufFile> file,
+                                                  const LlamaHparams& hp, ModelDesc desc,
+                                                  const EngineConfig& config, Communicator& world,
+                                                  ThreadPool* pool) {
+  if (world.size() != config.tp_size) {
+    return InvalidArgument(fmt::format("tp_size ({}) must equal the TP communicator's size ({})",
+                                       config.tp_size, world.size()));
   }
-  return logits;
+  CTXPAR_RETURN_IF_ERROR(CheckLlamaLayout(hp, config.tp_size, config.dcp_size));
+  LlamaShard shard = MakeLlamaShard(hp, config.tp_size, config.dcp_size,
+                                    config.dcp_replicate_q_proj, world.rank());
+  auto model = std::make_unique<LlamaModel>(std::move(file), hp, std::move(desc), config, world,
+                                            pool, std::move(shard));
+  CTXPAR_RETURN_IF_ERROR(model->Init(config));
+  return std::unique_ptr<Model>(std::move(model));
 }
 
 }  // namespace ctxpar

@@ -29,7 +29,7 @@
 #include "ctxpar/communicator.h"
 #include "ctxpar/gguf.h"
 #include "ctxpar/llama.h"
-#include "ctxpar/sampler.h"
+#include "ctxpar/sampling.h"
 
 namespace ctxpar {
 namespace {

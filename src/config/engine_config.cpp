@@ -1,0 +1,98 @@
+#include "ctxpar/engine_config.h"
+
+#include <fmt/format.h>
+
+namespace ctxpar {
+
+namespace {
+
+template <typename Enum, std::size_t N>
+Expected<Enum> ParseChoice(std::string_view field, std::string_view value, const Enum (&all)[N],
+                           std::string_view (*name)(Enum)) {
+  for (Enum e : all) {
+    if (name(e) == value) return e;
+  }
+  return Internal(fmt::format("MakeEngineConfig: {} has no value '{}'", field, value));
+}
+
+}  // namespace
+
+std::string_view CpStrategyName(CpStrategy strategy) {
+  switch (strategy) {
+    case CpStrategy::kNone:
+      return "none";
+    case CpStrategy::kInterleave:
+      return "interleave";
+    case CpStrategy::kZigzag:
+      return "zigzag";
+  }
+  return "?";
+}
+
+std::string_view MoeA2aBackendName(MoeA2aBackend backend) {
+  switch (backend) {
+    case MoeA2aBackend::kNone:
+      return "none";
+    case MoeA2aBackend::kDeepep:
+      return "deepep";
+    case MoeA2aBackend::kMooncake:
+      return "mooncake";
+    case MoeA2aBackend::kNixl:
+      return "nixl";
+    case MoeA2aBackend::kMori:
+      return "mori";
+    case MoeA2aBackend::kAscendFuseep:
+      return "ascend_fuseep";
+    case MoeA2aBackend::kFlashinfer:
+      return "flashinfer";
+    case MoeA2aBackend::kMegamoe:
+      return "megamoe";
+  }
+  return "?";
+}
+
+Expected<EngineConfig> MakeEngineConfig(const ResolvedConfig& c, const Platform& platform) {
+  static constexpr CpStrategy kStrategies[] = {CpStrategy::kNone, CpStrategy::kInterleave,
+                                               CpStrategy::kZigzag};
+  static constexpr MoeA2aBackend kMoe[] = {
+      MoeA2aBackend::kNone, MoeA2aBackend::kDeepep,       MoeA2aBackend::kMooncake,
+      MoeA2aBackend::kNixl, MoeA2aBackend::kMori,         MoeA2aBackend::kAscendFuseep,
+      MoeA2aBackend::kFlashinfer, MoeA2aBackend::kMegamoe};
+  EngineConfig e;
+  e.model_path = c.model_path();
+  e.model_arch = c.model_arch();
+  e.platform = platform;
+  e.tp_size = c.tp_size();
+  e.dp_size = c.dp_size();
+  e.dcp_size = c.dcp_size();
+  CTXPAR_ASSIGN_OR_RETURN(e.dcp_comm_backend, ParseCombineBackend(c.dcp_comm_backend()));
+  e.dcp_replicate_q_proj = c.dcp_replicate_q_proj();
+  e.dcp_kv_cache_interleave_size = c.dcp_kv_cache_interleave_size();
+  e.enable_prefill_cp = c.enable_prefill_cp();
+  CTXPAR_ASSIGN_OR_RETURN(e.cp_strategy, ParseChoice("cp_strategy", c.cp_strategy().value_or("none"),
+                                                     kStrategies, &CpStrategyName));
+  e.attn_cp_size = c.attn_cp_size();
+  CTXPAR_ASSIGN_OR_RETURN(e.moe_a2a_backend, ParseChoice("moe_a2a_backend", c.moe_a2a_backend(),
+                                                         kMoe, &MoeA2aBackendName));
+  e.ep_size = c.ep_size();
+  e.moe_dense_tp_size = c.moe_dense_tp_size();
+  e.enable_dp_attention = c.enable_dp_attention();
+  e.page_size = c.page_size();
+  e.kv_cache_mib = c.kv_cache_mib();
+  e.max_total_tokens = c.max_total_tokens();
+  e.max_running_requests = static_cast<int>(c.max_running_requests().value_or(0));
+  if (auto q = c.max_queued_requests()) e.max_queued_requests = static_cast<int>(*q);
+  e.chunked_prefill_size = c.chunked_prefill_size();
+  e.threads = c.threads();
+  e.random_seed = static_cast<uint64_t>(c.random_seed());
+  e.llama_cpp_numerics = c.llama_cpp_numerics();
+  if (e.page_size < 1 || e.max_running_requests < 1 || e.threads < 1) {
+    return Internal(fmt::format(
+        "MakeEngineConfig: page_size ({}), max_running_requests ({}) and threads ({}) must have "
+        "been resolved to >= 1 by _handle_cpu_engine",
+        e.page_size, e.max_running_requests, e.threads));
+  }
+  return e;
+}
+
+}  // namespace ctxpar

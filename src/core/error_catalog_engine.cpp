@@ -1,0 +1,285 @@
+// The catalog entries of the engine, the KV pool and the models' layout rules (error_catalog.h).
+#include "core/error_catalog_areas.h"
+
+namespace ctxpar::catalog_internal {
+
+namespace {
+constexpr StatusCode kConfig = StatusCode::kInvalidArgument;
+constexpr StatusCode kRuntime = StatusCode::kFailedPrecondition;
+constexpr StatusCode kBusy = StatusCode::kUnavailable;
+}  // namespace
+
+std::vector<CatalogEntry> EngineEntries() {
+  return {
+      {"CTXPAR-ENGINE-001",
+       "A run on a platform that is not this machine's CPU",
+       "--platform {platform} names a machine that ctxpar's engine does not compute on: it runs "
+       "the model on the CPU. Leave --platform (and CTXPAR_PLATFORM) unset or set it to cpu to "
+       "run here; keep it to check a launch line for that machine with `ctxpar check` and no "
+       "--model-path.",
+       kConfig,
+       "--platform and CTXPAR_PLATFORM describe the machine a launch line is meant for, so that "
+       "`ctxpar check` can apply that machine's rules. `generate` and `serve` (and `check` with "
+       "--model-path, which runs their checks) compute on this machine's CPU, so a named CUDA or "
+       "ROCm platform would be silently ignored: it is refused instead.",
+       "`ctxpar generate`, `ctxpar serve` or `ctxpar check --model-path M` with --platform "
+       "cuda:... or rocm (or CTXPAR_PLATFORM set so).",
+       {"Drop --platform (or set it to cpu) to run on this machine.",
+        "To check a launch line for a GPU cluster, run `ctxpar check` with --platform and without "
+        "--model-path."},
+       "ctxpar generate --platform cuda:sm90 --tp-size 3 --dcp-size 3 'Hello'",
+       "ctxpar generate --tp-size 3 --dcp-size 3 'Hello'",
+       {"CTXPAR-DCP-003", "CTXPAR-FLAG-006"}},
+      {"CTXPAR-ENGINE-002",
+       "Data parallelism in a run",
+       "--dp-size {dp_size}: ctxpar's engine runs one data-parallel replica (dp_size 1); start "
+       "one ctxpar per replica instead.",
+       kConfig,
+       "SGLang's --dp-size runs several copies of the model behind one router. ctxpar's engine "
+       "runs one copy over the tensor-parallel ranks of its MPI job; it has no router.",
+       "`generate`, `serve` or `check --model-path` with --dp-size above 1.",
+       {"Drop --dp-size.", "Run one `ctxpar serve` per replica on its own port."},
+       "ctxpar serve --dp-size 2 --tp-size 3",
+       "ctxpar serve --tp-size 3",
+       {"CTXPAR-LAYOUT-002"}},
+      {"CTXPAR-ENGINE-003",
+       "More threads per rank than the machine has",
+       "--threads {threads} is more than the {hardware} hardware threads of this machine; use at "
+       "most {hardware}.",
+       kConfig,
+       "Each rank runs its matmuls and attention on --threads threads. More threads than the "
+       "machine has only time-slice the cores (and an absurd value would exhaust the process "
+       "table), so the value is bounded by the hardware threads.",
+       "`generate`, `serve` or `check --model-path` with --threads above what "
+       "std::thread::hardware_concurrency() reports.",
+       {"Use --threads at most the number the message gives, or leave it unset (the cores "
+        "divided among the ranks)."},
+       "ctxpar generate --threads 100000 'Hello'",
+       "ctxpar generate --threads 2 'Hello'",
+       {"CTXPAR-FLAG-003"}},
+      {"CTXPAR-ENGINE-004",
+       "A chunked prefill of zero tokens",
+       "--chunked-prefill-size must be -1 (prefill whole prompts) or a positive number of tokens, "
+       "but got 0.",
+       kConfig,
+       "The scheduler prefills at most --chunked-prefill-size prompt tokens per step; 0 would "
+       "never prefill anything.",
+       "--chunked-prefill-size 0.",
+       {"Use a positive size (the default 2048 suits the CPU), or -1 to prefill whole prompts."},
+       "ctxpar serve --chunked-prefill-size 0",
+       "ctxpar serve --chunked-prefill-size 2048",
+       {}},
+      {"CTXPAR-ENGINE-005",
+       "A request longer than the model's context",
+       "The request needs {needed} tokens ({prompt} prompt + {max_new} new), more than the "
+       "model's context of {context} tokens.",
+       kConfig,
+       "A request's prompt and the tokens it may generate must fit the positions the model "
+       "attends over. The engine refuses it up front rather than cutting it short.",
+       "A prompt plus max_tokens / --max-new-tokens beyond the model's context length "
+       "(SmolLM2-135M: 8192).",
+       {"Shorten the prompt or lower max_tokens / --max-new-tokens."},
+       "ctxpar generate --max-new-tokens 9000 'Hello'",
+       "ctxpar generate --max-new-tokens 512 'Hello'",
+       {"CTXPAR-ENGINE-006"}},
+      {"CTXPAR-ENGINE-006",
+       "A request larger than the whole KV pool",
+       "The request needs {needed} tokens ({prompt} prompt + {max_new} new), more than the KV "
+       "pool holds ({capacity} tokens: max_total_num_tokens).",
+       kConfig,
+       "Requests wait for KV pages, but one that needs more pages than the pool has could never "
+       "run, so it is refused at once.",
+       "A long prompt or a large max_tokens with a small --kv-cache-mib or --max-total-tokens.",
+       {"Raise --kv-cache-mib (per rank) or --max-total-tokens.",
+        "Use DCP (--dcp-size) to shard the KV over more ranks: the pool then holds dcp_size times "
+        "more tokens.",
+        "Shorten the prompt or lower max_tokens."},
+       "ctxpar generate --kv-cache-mib 8 --max-new-tokens 4000 'Hello'",
+       "ctxpar generate --kv-cache-mib 256 --max-new-tokens 4000 'Hello'",
+       {"CTXPAR-ENGINE-005", "CTXPAR-KV-002"}},
+      {"CTXPAR-ENGINE-007",
+       "The request queue is full",
+       "The request queue is full ({queued} requests wait, --max-queued-requests {limit}); try "
+       "again later.",
+       kBusy,
+       "With --max-queued-requests the engine refuses new requests while that many wait for "
+       "admission, so that clients get an answer at once instead of waiting without bound. The "
+       "server answers 503.",
+       "More requests arrive than the engine admits, and the queue limit is reached.",
+       {"Retry after a while (HTTP 503 is retryable).",
+        "Raise --max-queued-requests, or --max-running-requests and --kv-cache-mib so that more "
+        "run at once."},
+       "ctxpar serve --max-queued-requests 0",
+       "ctxpar serve --max-queued-requests 64",
+       {"CTXPAR-ENGINE-008"}},
+      {"CTXPAR-ENGINE-008",
+       "A request after the engine stopped",
+       "The engine has stopped and takes no new request.",
+       kBusy,
+       "The engine was stopped (SIGINT / SIGTERM, or a fault) and ends its requests; it accepts "
+       "nothing new.",
+       "A request sent to a server that is shutting down.",
+       {"Start the server again, or send the request to another one."},
+       "", "", {"CTXPAR-ENGINE-007"}},
+      {"CTXPAR-ENGINE-009",
+       "Stop strings for a model without a tokenizer",
+       "stop strings need the model's tokenizer, and {model} has none: give stop_token_ids "
+       "instead.",
+       kConfig,
+       "A stop string is found in the generated text, which needs detokenization. A checkpoint "
+       "without a tokenizer (such as a test model) takes and returns token ids only.",
+       "A request with `stop` to a model served without a tokenizer.",
+       {"Use stop_token_ids.", "Or serve a model with a tokenizer."},
+       "", "", {}},
+      {"CTXPAR-ENGINE-010",
+       "A prompt token outside the vocabulary",
+       "prompt token {index} is {token}, outside the vocabulary [0, {vocab}).",
+       kConfig,
+       "Token ids index the model's embedding table; an id outside it has no meaning.",
+       "--input-ids or a request's token ids with a value below 0 or at least the vocabulary "
+       "size.",
+       {"Use ids from the model's tokenizer (POST /tokenize)."},
+       "ctxpar generate --input-ids 1,2,99999999",
+       "ctxpar generate --input-ids 1,2,3",
+       {}},
+      {"CTXPAR-KV-001",
+       "A KV page that is not a whole number of interleave blocks",
+       "--page-size {page_size} must be a multiple of --dcp-kv-cache-interleave-size "
+       "{interleave_size}: a page holds whole blocks of the consecutive tokens a DCP rank owns.",
+       kConfig,
+       "With DCP, rank r owns the tokens of positions p with (p / I) % dcp_size == r, in blocks "
+       "of I = --dcp-kv-cache-interleave-size consecutive positions, and one virtual page of "
+       "page_size * dcp_size tokens is one physical page on every rank. That needs each page to "
+       "hold whole blocks.",
+       "--dcp-kv-cache-interleave-size that does not divide --page-size (16 when unset).",
+       {"Choose an interleave size that divides the page size (1, 2, 4, 8 or 16 for 16).",
+        "Or set --page-size to a multiple of the interleave size (the CPU kernels read pages of "
+        "a multiple of 16 fastest)."},
+       "ctxpar check --tp-size 3 --dcp-size 3 --dcp-kv-cache-interleave-size 7",
+       "ctxpar check --tp-size 3 --dcp-size 3 --dcp-kv-cache-interleave-size 8",
+       {"CTXPAR-KV-002"}},
+      {"CTXPAR-KV-002",
+       "A KV budget that holds no page",
+       "--kv-cache-mib {mib} holds {pages} pages of --page-size {page_size} on each rank (a page "
+       "of {model}'s KV takes {page_mib} MiB over its {layers} layers); the pool needs at least "
+       "{min_pages}: raise --kv-cache-mib or lower --page-size.",
+       kConfig,
+       "The KV pool of a rank is --kv-cache-mib MiB cut into pages of --page-size tokens of "
+       "every layer. A budget that holds fewer pages than one request of one page per running "
+       "request needs cannot serve anything.",
+       "A very large --page-size, a tiny --kv-cache-mib, or --max-total-tokens below one page "
+       "per rank.",
+       {"Raise --kv-cache-mib.", "Lower --page-size (16 is the CPU kernels' tile).",
+        "Raise --max-total-tokens."},
+       "ctxpar generate --page-size 100000000 'Hello'",
+       "ctxpar generate --page-size 16 'Hello'",
+       {"CTXPAR-KV-001", "CTXPAR-ENGINE-006"}},
+      {"CTXPAR-MODEL-001",
+       "--model-arch that contradicts the model",
+       "--model-arch {given} does not match the model, whose architecture is {architecture}.",
+       kConfig,
+       "--model-arch tells `ctxpar check` which model-specific rules to apply when no model is "
+       "given. With a model, its own architecture decides; a different --model-arch would apply "
+       "rules of a model that does not run.",
+       "--model-arch together with --model-path (or the default model) of another architecture.",
+       {"Drop --model-arch when a model is given.",
+        "Or check the launch line without the model: `ctxpar check --model-arch ...`."},
+       "ctxpar generate --model-arch DeepseekV4ForCausalLM 'Hello'",
+       "ctxpar generate 'Hello'",
+       {"CTXPAR-MODEL-005"}},
+      {"CTXPAR-MODEL-002",
+       "The TP size does not divide the attention heads",
+       "Total number of attention heads ({num_heads}) must be divisible by tensor parallel size "
+       "({tp_size}).",
+       kConfig,
+       "Tensor parallelism gives every rank an equal share of the query heads (the columns of "
+       "q_proj and the rows of o_proj), so the head count must be a multiple of --tp-size.",
+       "--tp-size that does not divide the model's num_attention_heads; SmolLM2-135M has 9 "
+       "heads, so tp 1, 3 and 9 work.",
+       {"Choose --tp-size among the divisors of the head count."},
+       "ctxpar generate --tp-size 2 'Hello'",
+       "ctxpar generate --tp-size 3 'Hello'",
+       {"CTXPAR-MODEL-003", "CTXPAR-LAYOUT-003"}},
+      {"CTXPAR-MODEL-003",
+       "KV heads that TP can neither split nor replicate",
+       "tp_size ({tp_size}) must divide the model's KV heads ({num_kv_heads}) or be a multiple of "
+       "them: each rank holds whole KV heads.",
+       kConfig,
+       "With tp_size at most the KV head count, each rank holds num_kv_heads / tp_size KV heads; "
+       "with more ranks than KV heads, each KV head is replicated over tp_size / num_kv_heads "
+       "ranks (as SGLang and vLLM do). Other sizes would split a KV head between ranks.",
+       "--tp-size that neither divides nor is a multiple of num_key_value_heads.",
+       {"Choose --tp-size among the divisors or multiples of the KV head count (SmolLM2-135M: 3 "
+        "KV heads, so 1, 3, 9, ...)."},
+       "ctxpar generate --tp-size 2 'Hello'",
+       "ctxpar generate --tp-size 3 'Hello'",
+       {"CTXPAR-MODEL-002", "CTXPAR-MODEL-004"}},
+      {"CTXPAR-MODEL-004",
+       "A DCP group wider than a replicated KV head",
+       "dcp_size ({dcp_size}) must divide tp_size / num_kv_heads ({replicas}): with more TP "
+       "ranks than KV heads, a DCP group shards the tokens of one KV head over the ranks that "
+       "would otherwise replicate it.",
+       kConfig,
+       "With tp_size a multiple of the KV heads, each KV head is stored by tp_size / num_kv_heads "
+       "ranks. DCP removes that duplication: the ranks of a DCP group hold disjoint shards of "
+       "the tokens of their one KV head, so the same --kv-cache-mib holds dcp_size times the "
+       "tokens. A DCP group must therefore lie within the ranks of one KV head.",
+       "--dcp-size above (or not dividing) tp_size / num_kv_heads, e.g. SmolLM2 (3 KV heads) "
+       "with --tp-size 9 --dcp-size 9.",
+       {"Use --dcp-size dividing tp_size / num_kv_heads (SmolLM2 at --tp-size 9: 1 or 3)."},
+       "ctxpar generate --tp-size 9 --dcp-size 9 'Hello'",
+       "ctxpar generate --tp-size 9 --dcp-size 3 'Hello'",
+       {"CTXPAR-MODEL-003", "CTXPAR-LAYOUT-001"}},
+      {"CTXPAR-MODEL-005",
+       "A flag for a feature this model does not have",
+       "{flag} applies to {feature}; {architecture} has none: drop {flag}.",
+       kConfig,
+       "Some launch flags only mean something for some architectures: expert parallelism and "
+       "the MoE all-to-all backends for mixture-of-experts models, prefill context parallelism "
+       "for the DeepSeek models. A flag the run cannot honour is refused rather than ignored.",
+       "--ep-size, --moe-a2a-backend, --moe-dense-tp-size on a dense model; "
+       "--enable-prefill-cp, --attn-cp-size or --enable-dp-attention on a model that does not "
+       "implement them.",
+       {"Drop the flag for this model."},
+       "ctxpar generate --ep-size 3 --moe-a2a-backend deepep 'Hello'",
+       "ctxpar generate 'Hello'",
+       {"CTXPAR-MODEL-001"}},
+      {"CTXPAR-MODEL-006",
+       "A model shape that the sharded kernels cannot split",
+       "{what} of {architecture} is {value}, but {rule}.",
+       kConfig,
+       "The weights stay in their quantised 32-element blocks and are sharded by whole blocks; "
+       "some shapes cannot be cut that way for the chosen tensor-parallel size.",
+       "A model whose head dimension or hidden size is not a multiple of 32, or whose MLP is "
+       "too narrow for --tp-size.",
+       {"Use a smaller --tp-size.", "Or a model with block-aligned shapes."},
+       "", "", {"CTXPAR-MODEL-002"}},
+      {"CTXPAR-MODEL-007",
+       "No model at the path",
+       "There is no model at {path}.",
+       kConfig,
+       "The model path names nothing: no GGUF file and no checkpoint directory is there.",
+       "--model-path (or CTXPAR_MODEL) with a wrong path, or the default SmolLM2 file before it "
+       "was fetched.",
+       {"Fetch the default model with scripts/fetch-model.sh (it prints the path).",
+        "Pass --model-path with a GGUF file (Llama) or a HF checkpoint directory (DeepSeek-V3), "
+        "or set CTXPAR_MODEL."},
+       "ctxpar generate --model-path /tmp/nothing.gguf 'Hello'",
+       "ctxpar generate --model-path \"$(bash scripts/fetch-model.sh)\" 'Hello'",
+       {"CTXPAR-MODEL-008"}},
+      {"CTXPAR-MODEL-008",
+       "A model path that holds no model ctxpar reads",
+       "{path} is {holds}: ctxpar reads a GGUF file (the Llama family) or a HF checkpoint "
+       "directory with config.json and *.safetensors (DeepSeek-V3 family).",
+       kConfig,
+       "The loader is chosen by what the path holds; this path holds neither kind.",
+       "--model-path naming a directory without config.json, or a file of another format.",
+       {"Point --model-path at the GGUF file itself, or at the checkpoint directory."},
+       "ctxpar generate --model-path ~/.cache/ctxpar/models 'Hello'",
+       "ctxpar generate --model-path ~/.cache/ctxpar/models/SmolLM2-135M-Instruct.Q4_1.gguf "
+       "'Hello'",
+       {"CTXPAR-MODEL-007"}},
+  };
+}
+
+}  // namespace ctxpar::catalog_internal

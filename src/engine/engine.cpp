@@ -1,0 +1,450 @@
+#include "ctxpar/engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <utility>
+
+#include "ctxpar/detokenizer.h"
+#include "ctxpar/error_catalog.h"
+#include "ctxpar/thread_pool.h"
+#include "ctxpar/tokenizer.h"
+#include "engine/plan_codec.h"
+#include "engine/scheduler.h"
+
+namespace ctxpar {
+
+namespace {
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+// A request on the leader.
+struct Request {
+  engine::SeqState seq;
+  SamplingParams sampling;
+  UpdateCallback callback;
+  std::optional<RequestSampler> sampler;
+  std::optional<Detokenizer> detokenizer;
+  std::vector<std::optional<TokenLogprob>> prompt_logprobs;
+  bool prompt_logprobs_sent = true;
+  bool prompt_counted = false;
+  RequestUpdate update;  // what this step adds
+};
+
+// The request's seed when it gives none: the engine's, mixed with the request id (splitmix64).
+uint64_t DefaultSeed(uint64_t random_seed, uint64_t id) {
+  uint64_t z = random_seed + 0x9E3779B97F4A7C15ull * (id + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+std::string_view FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone:
+      return "";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+  }
+  return "";
+}
+
+Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource& source,
+                                  int dcp_rank) {
+  const KvSpec spec = source.KvSpecFor(config);
+  const ModelDesc& desc = source.desc();
+  KvPoolOptions o;
+  o.num_layers = spec.num_layers;
+  o.num_kv_heads = spec.num_kv_heads;
+  o.head_dim_k = spec.head_dim_k;
+  o.head_dim_v = spec.head_dim_v;
+  o.v_in_k = spec.v_in_k;
+  o.dtype = spec.dtype;
+  o.page_size = config.page_size;
+  o.format = !spec.v_in_k && config.page_size % 16 == 0 ? KvPageFormat::kTiles16
+                                                         : KvPageFormat::kRows;
+  o.dcp_size = config.dcp_size;
+  o.dcp_rank = dcp_rank;
+  o.interleave_size = config.dcp_kv_cache_interleave_size;
+  o.max_slots = config.max_running_requests;
+  const int64_t page_tokens = int64_t{config.page_size} * config.dcp_size;
+  o.max_pages_per_slot = static_cast<int>((desc.context_length + page_tokens - 1) / page_tokens);
+  o.num_pages = 1;
+  const int64_t page_bytes = KvPool::PageBytes(o);
+  o.num_pages = config.kv_cache_mib * kMiB / page_bytes;
+  if (config.max_total_tokens) o.num_pages = std::min(o.num_pages, *config.max_total_tokens / page_tokens);
+  if (o.num_pages < 1) {
+    return CatalogError("CTXPAR-KV-002",
+                        {{"mib", std::to_string(config.kv_cache_mib)},
+                         {"pages", std::to_string(std::max<int64_t>(0, o.num_pages))},
+                         {"page_size", std::to_string(config.page_size)},
+                         {"model", desc.architecture},
+                         {"page_mib", fmt::format("{:.3f}", double(page_bytes) / kMiB)},
+                         {"layers", std::to_string(spec.num_layers)},
+                         {"min_pages", "1"}});
+  }
+  return o;
+}
+
+struct Engine::Impl {
+  EngineConfig config;
+  const ModelSource* source = nullptr;
+  Communicator* world = nullptr;
+  std::unique_ptr<ThreadPool> threads;
+  std::unique_ptr<Model> model;
+  std::optional<KvPool> kv;
+  std::optional<engine::Scheduler> scheduler;
+  std::vector<int32_t> eos;
+  std::vector<float> logits;
+
+  // Shared with Submit / Cancel / Stop / Snapshot.
+  mutable std::mutex mu;
+  std::condition_variable wake;
+  std::deque<std::unique_ptr<Request>> inbox;
+  std::vector<uint64_t> cancels;
+  bool stop = false;
+  bool stopped = false;
+  uint64_t next_id = 1;
+  EngineSnapshot stats;
+
+  std::map<uint64_t, std::unique_ptr<Request>> requests;  // the leader's live requests
+
+  bool leader() const { return world->rank() == 0; }
+  Status Lead(RunUntil until);
+  Status Follow();
+  Status Execute(const engine::WirePlan& plan);
+  void Absorb(bool* stop_now);
+  void Finish(Request& r, FinishReason reason, std::string detail);
+  void Deliver(Request& r);
+  void AbortAll(const std::string& why);
+  Status Sample(const engine::StepPlan& plan);
+  void Publish();
+};
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+Expected<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config,
+                                                 const ModelSource& source, Communicator& world,
+                                                 std::function<void(std::string_view)> log) {
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->source = &source;
+  impl->world = &world;
+  impl->threads = std::make_unique<ThreadPool>(config.threads);
+  CTXPAR_ASSIGN_OR_RETURN(impl->model, source.CreateModel(config, world, impl->threads.get()));
+  CTXPAR_ASSIGN_OR_RETURN(KvPoolOptions kv,
+                          KvPoolFor(config, source, world.rank() % config.dcp_size));
+  CTXPAR_ASSIGN_OR_RETURN(KvPool pool, KvPool::Create(kv));
+  impl->kv.emplace(std::move(pool));
+  impl->scheduler.emplace(
+      engine::SchedulerOptions{config.max_running_requests, config.chunked_prefill_size},
+      &*impl->kv);
+  impl->eos = source.desc().eos_token_ids;
+  EngineSnapshot& s = impl->stats;
+  s.max_total_num_tokens = impl->kv->capacity_tokens();
+  s.max_running_requests = config.max_running_requests;
+  s.chunked_prefill_size = config.chunked_prefill_size;
+  s.context_length = source.desc().context_length;
+  if (log && world.rank() == 0) {
+    const int64_t page_bytes = KvPool::PageBytes(kv);
+    const double k_share = double(kv.head_dim_k) / (kv.head_dim_k + (kv.v_in_k ? 0 : kv.head_dim_v));
+    const double gb = double(page_bytes) * kv.num_pages / 1e9;
+    log(fmt::format("KV Cache is allocated. #tokens: {}, K size: {:.2f} GB, V size: {:.2f} GB",
+                    s.max_total_num_tokens, gb * k_share, gb * (1 - k_share)));
+    log(fmt::format("max_total_num_tokens={}, chunked_prefill_size={}, max_running_requests={}, "
+                    "context_len={}, page_size={}, dcp_size={}, threads={}",
+                    s.max_total_num_tokens, config.chunked_prefill_size,
+                    config.max_running_requests, s.context_length, config.page_size,
+                    config.dcp_size, config.threads));
+  }
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Expected<uint64_t> Engine::Submit(GenerateRequest request, UpdateCallback on_update) {
+  Impl& m = *impl_;
+  if (!m.leader()) return FailedPrecondition("Engine::Submit: only rank 0 takes requests");
+  const ModelDesc& desc = m.source->desc();
+  const std::vector<int32_t>& prompt = request.prompt;
+  if (prompt.empty()) return InvalidArgument("the prompt has no token");
+  for (std::size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= desc.vocab_size) {
+      return CatalogError("CTXPAR-ENGINE-010", {{"index", std::to_string(i)},
+                                                {"token", std::to_string(prompt[i])},
+                                                {"vocab", std::to_string(desc.vocab_size)}});
+    }
+  }
+  CTXPAR_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling, desc.vocab_size));
+  if (!request.sampling.stop.empty() && m.source->tokenizer() == nullptr) {
+    return CatalogError("CTXPAR-ENGINE-009", {{"model", desc.architecture}});
+  }
+  const int64_t needed = static_cast<int64_t>(prompt.size()) + request.sampling.max_new_tokens;
+  const std::initializer_list<CatalogArg> counts = {
+      {"needed", std::to_string(needed)},
+      {"prompt", std::to_string(prompt.size())},
+      {"max_new", std::to_string(request.sampling.max_new_tokens)}};
+  if (needed > desc.context_length) {
+    std::vector<CatalogArg> args(counts);
+    args.push_back({"context", std::to_string(desc.context_length)});
+    return CatalogError("CTXPAR-ENGINE-005", args);
+  }
+  if (needed > m.kv->capacity_tokens()) {
+    std::vector<CatalogArg> args(counts);
+    args.push_back({"capacity", std::to_string(m.kv->capacity_tokens())});
+    return CatalogError("CTXPAR-ENGINE-006", args);
+  }
+  auto r = std::make_unique<Request>();
+  r->sampling = std::move(request.sampling);
+  r->seq.tokens = std::move(request.prompt);
+  r->seq.prompt_len = static_cast<int32_t>(r->seq.tokens.size());
+  r->seq.max_new_tokens = r->sampling.max_new_tokens;
+  r->seq.want_prompt_logits = request.return_prompt_logprobs;
+  if (request.return_prompt_logprobs) {
+    r->prompt_logprobs.resize(r->seq.tokens.size());
+    r->prompt_logprobs_sent = false;
+  }
+  r->callback = std::move(on_update);
+  std::lock_guard<std::mutex> lock(m.mu);
+  if (m.stop || m.stopped) return CatalogError("CTXPAR-ENGINE-008", {});
+  const int queued = m.stats.queued + static_cast<int>(m.inbox.size());
+  if (m.config.max_queued_requests && queued >= *m.config.max_queued_requests) {
+    return CatalogError("CTXPAR-ENGINE-007",
+                        {{"queued", std::to_string(queued)},
+                         {"limit", std::to_string(*m.config.max_queued_requests)}});
+  }
+  r->seq.id = m.next_id++;
+  const uint64_t id = r->seq.id;
+  const uint64_t seed = r->sampling.seed.value_or(DefaultSeed(m.config.random_seed, id));
+  r->sampler.emplace(r->sampling, r->seq.tokens, seed);
+  if (const Tokenizer* tok = m.source->tokenizer()) {
+    r->detokenizer.emplace(*tok, r->sampling.stop, !r->sampling.skip_special_tokens);
+  }
+  r->update.id = id;
+  m.inbox.push_back(std::move(r));
+  m.wake.notify_all();
+  return id;
+}
+
+void Engine::Cancel(uint64_t id) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->cancels.push_back(id);
+  impl_->wake.notify_all();
+}
+
+void Engine::Stop() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->stop = true;
+  impl_->wake.notify_all();
+}
+
+EngineSnapshot Engine::Snapshot() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+const ModelDesc& Engine::model_desc() const { return impl_->source->desc(); }
+const EngineConfig& Engine::config() const { return impl_->config; }
+
+Status Engine::Run(RunUntil until) {
+  Impl& m = *impl_;
+  Status status = m.leader() ? m.Lead(until) : m.Follow();
+  if (!status.ok() && m.leader()) m.AbortAll(status.message());
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.stopped = true;
+  return status;
+}
+
+Status Engine::Impl::Execute(const engine::WirePlan& plan) {
+  for (const engine::PoolOp& op : plan.ops) {
+    if (!leader()) CTXPAR_RETURN_IF_ERROR(engine::ApplyPoolOp(*kv, op));
+  }
+  if (plan.batch.seqs.empty()) return Status::Ok();
+  return model->Forward(plan.batch, *kv, logits);
+}
+
+Status Engine::Impl::Follow() {
+  for (;;) {
+    engine::WirePlan plan;
+    CTXPAR_RETURN_IF_ERROR(engine::BroadcastPlan(*world, &plan));
+    if (plan.stop) return Status::Ok();
+    CTXPAR_RETURN_IF_ERROR(Execute(plan));
+  }
+}
+
+// Takes the new requests and cancellations; waits while there is nothing to do.
+void Engine::Impl::Absorb(bool* stop_now) {
+  std::unique_lock<std::mutex> lock(mu);
+  wake.wait(lock, [&] {
+    return stop || !inbox.empty() || !cancels.empty() || !requests.empty();
+  });
+  *stop_now = stop;
+  while (!inbox.empty()) {
+    std::unique_ptr<Request> r = std::move(inbox.front());
+    inbox.pop_front();
+    scheduler->Enqueue(&r->seq);
+    requests.emplace(r->seq.id, std::move(r));
+  }
+  std::vector<uint64_t> ids = std::exchange(cancels, {});
+  lock.unlock();
+  for (uint64_t id : ids) {
+    if (auto it = requests.find(id); it != requests.end()) {
+      Finish(*it->second, FinishReason::kAbort, "cancelled");
+    }
+  }
+}
+
+Status Engine::Impl::Lead(RunUntil until) {
+  for (;;) {
+    bool stop_now = false;
+    if (until == RunUntil::kIdle && requests.empty()) {
+      std::lock_guard<std::mutex> lock(mu);
+      stop_now = inbox.empty();
+    }
+    if (!stop_now) Absorb(&stop_now);
+    if (stop_now) {
+      AbortAll("the engine stopped");
+      engine::WirePlan bye{true, scheduler->TakePendingOps(), {}};
+      return engine::BroadcastPlan(*world, &bye);
+    }
+    CTXPAR_ASSIGN_OR_RETURN(engine::StepPlan step, scheduler->Plan());
+    engine::WirePlan wire{false, step.ops, step.batch};
+    CTXPAR_RETURN_IF_ERROR(engine::BroadcastPlan(*world, &wire));
+    CTXPAR_RETURN_IF_ERROR(Execute(wire));
+    scheduler->Commit(step);
+    CTXPAR_RETURN_IF_ERROR(Sample(step));
+    Publish();
+  }
+}
+
+Status Engine::Impl::Sample(const engine::StepPlan& plan) {
+  const int vocab = source->desc().vocab_size;
+  int64_t row = 0;
+  uint64_t prompt_tokens = 0, generated = 0;
+  for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
+    const BatchSeq& b = plan.batch.seqs[i];
+    Request& r = *requests.at(plan.seqs[i]->id);
+    const int32_t rows = plan.batch.LogitRows(i);
+    auto logit_row = [&](int64_t k) {
+      return std::span<const float>(logits.data() + k * vocab, vocab);
+    };
+    if (b.all_logits) {
+      for (int32_t t = 0; t < b.num_tokens; ++t) {
+        const int64_t next = b.pos0 + t + 1;
+        if (next < r.seq.prompt_len) {
+          r.prompt_logprobs[next] = ComputeLogprob(logit_row(row + t), r.seq.tokens[next],
+                                                   r.sampling.top_logprobs_num);
+        }
+      }
+    }
+    const bool ends = b.pos0 + b.num_tokens == static_cast<int64_t>(r.seq.tokens.size());
+    if (ends && rows > 0) {
+      if (!r.prompt_counted) {
+        r.prompt_counted = true;
+        prompt_tokens += r.seq.prompt_len;
+      }
+      if (r.seq.output_len() >= r.seq.max_new_tokens) {
+        Finish(r, FinishReason::kLength, "");
+        row += rows;
+        continue;
+      }
+      const std::span<const float> last = logit_row(row + rows - 1);
+      const int32_t token = r.sampler->Sample(last);
+      r.seq.tokens.push_back(token);
+      r.update.tokens.push_back(token);
+      ++generated;
+      if (r.sampling.return_logprob) {
+        r.update.logprobs.push_back(ComputeLogprob(last, token, r.sampling.top_logprobs_num));
+      }
+      std::optional<std::pair<FinishReason, std::string>> done;
+      if (r.detokenizer) {
+        CTXPAR_ASSIGN_OR_RETURN(std::string text, r.detokenizer->Push(token));
+        r.update.text += text;
+        if (r.detokenizer->stopped()) done.emplace(FinishReason::kStop, r.detokenizer->matched_stop());
+      }
+      const auto& stops = r.sampling.stop_token_ids;
+      if (!done && std::find(stops.begin(), stops.end(), token) != stops.end()) {
+        done.emplace(FinishReason::kStop, std::to_string(token));
+      }
+      if (!done && !r.sampling.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
+        done.emplace(FinishReason::kStop, std::to_string(token));
+      }
+      if (!done && r.seq.output_len() >= r.seq.max_new_tokens) done.emplace(FinishReason::kLength, "");
+      if (done) {
+        Finish(r, done->first, std::move(done->second));
+      } else {
+        Deliver(r);
+      }
+    }
+    row += rows;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  stats.prompt_tokens_total += prompt_tokens;
+  stats.generation_tokens_total += generated;
+  return Status::Ok();
+}
+
+void Engine::Impl::Deliver(Request& r) {
+  RequestUpdate& u = r.update;
+  if (!r.prompt_logprobs_sent) {
+    u.prompt_logprobs = std::move(r.prompt_logprobs);
+    r.prompt_logprobs_sent = true;
+  }
+  u.prompt_tokens = r.seq.prompt_len;
+  u.completion_tokens = r.seq.output_len();
+  if (r.callback) r.callback(u);
+  const uint64_t id = u.id;
+  u = RequestUpdate{};
+  u.id = id;
+}
+
+void Engine::Impl::Finish(Request& r, FinishReason reason, std::string detail) {
+  // A failed release means the slot was not the pool's: the ranks' pools have diverged, which
+  // the next plan's replay reports.
+  (void)scheduler->Remove(&r.seq);
+  if (r.detokenizer && !r.detokenizer->stopped()) r.update.text += r.detokenizer->Finish();
+  r.update.finish = reason;
+  r.update.finish_detail = std::move(detail);
+  Deliver(r);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ++stats.requests_finished;
+  }
+  requests.erase(r.seq.id);
+}
+
+void Engine::Impl::AbortAll(const std::string& why) {
+  while (!requests.empty()) Finish(*requests.begin()->second, FinishReason::kAbort, why);
+  std::deque<std::unique_ptr<Request>> left;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    left.swap(inbox);
+  }
+  for (auto& r : left) {
+    r->update.finish = FinishReason::kAbort;
+    r->update.finish_detail = why;
+    if (r->callback) r->callback(r->update);
+  }
+}
+
+void Engine::Impl::Publish() {
+  std::lock_guard<std::mutex> lock(mu);
+  stats.running = scheduler->running();
+  stats.queued = scheduler->queued();
+  const int64_t page_tokens = int64_t{config.page_size} * config.dcp_size;
+  stats.used_tokens = (kv->num_pages() - kv->free_pages()) * page_tokens;
+  stats.token_usage = double(stats.used_tokens) / double(stats.max_total_num_tokens);
+  stats.retractions = scheduler->retractions();
+}
+
+}  // namespace ctxpar

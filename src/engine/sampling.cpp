@@ -1,0 +1,251 @@
+// Per-request sampling (sampling.h): validation, penalties, the filters and the seeded draw, and
+// log-probabilities.
+#include "ctxpar/sampling.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "ctxpar/error_catalog.h"
+
+namespace ctxpar {
+namespace {
+
+// A field outside its range: CTXPAR-SAMPLING-001 with the field's name as a request spells it.
+template <typename T>
+Status FieldOutOfRange(std::string_view field, std::string_view rule, T value) {
+  return CatalogError("CTXPAR-SAMPLING-001", {{"field", std::string(field)},
+                                              {"rule", std::string(rule)},
+                                              {"value", fmt::format("{}", value)}});
+}
+
+bool InRange(float v, float lo, float hi) { return v >= lo && v <= hi; }  // false for NaN
+
+// The k largest entries of `v` (k clamped to its size), descending, ties by lower id. A bounded
+// heap for small k reads the row once and rarely touches the heap; large k selects then sorts.
+std::vector<int32_t> TopIndices(std::span<const float> v, size_t k) {
+  const auto n = static_cast<int32_t>(v.size());
+  k = std::min(k, v.size());
+  auto before = [&](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
+  std::vector<int32_t> top;
+  if (k * 8 < v.size()) {
+    top.reserve(k);
+    // A heap ordered by `before` keeps its worst member at the front.
+    for (int32_t i = 0; i < n; ++i) {
+      if (top.size() < k) {
+        top.push_back(i);
+        std::push_heap(top.begin(), top.end(), before);
+      } else if (before(i, top.front())) {
+        std::pop_heap(top.begin(), top.end(), before);
+        top.back() = i;
+        std::push_heap(top.begin(), top.end(), before);
+      }
+    }
+  } else {
+    top.resize(v.size());
+    std::iota(top.begin(), top.end(), 0);
+    std::nth_element(top.begin(), top.begin() + k, top.end(), before);
+    top.resize(k);
+  }
+  std::sort(top.begin(), top.end(), before);
+  return top;
+}
+
+using Weighted = std::vector<std::pair<int32_t, double>>;  // id, unnormalised probability
+
+// top_p then min_p on candidates in descending order whose weights sum to `total`: the smallest
+// prefix whose mass reaches top_p, less the tokens below min_p times the first. When `cand` is
+// only the head of the order (`whole` false) and falls short of top_p, returns false and leaves
+// it alone: the rest of the order must be looked at.
+bool Truncate(Weighted& cand, double total, bool whole, const SamplingParams& p) {
+  size_t n = 0;
+  double mass = 0.0;
+  while (n < cand.size() && mass / total < double(p.top_p)) mass += cand[n++].second;
+  if (!whole && mass / total < double(p.top_p)) return false;
+  const double floor = double(p.min_p) * cand.front().second;
+  while (n > 1 && cand[n - 1].second < floor) --n;
+  cand.resize(n);
+  return true;
+}
+
+// The tokens the draw chooses among, with unnormalised weights exp((l - max) / T), in the order
+// the draw walks them: descending (ties by lower id) after a filter, id order when the whole
+// vocabulary is kept (so that no sort is needed).
+Weighted Candidates(std::span<const float> s, const SamplingParams& p) {
+  const double t = p.temperature;
+  const size_t vocab = s.size();
+  Weighted cand;
+  if (p.top_k >= 1 && static_cast<size_t>(p.top_k) < vocab) {
+    const std::vector<int32_t> top = TopIndices(s, p.top_k);
+    const double m = s[top[0]];
+    double total = 0.0;
+    cand.reserve(top.size());
+    for (int32_t id : top) total += cand.emplace_back(id, std::exp((s[id] - m) / t)).second;
+    Truncate(cand, total, true, p);
+    return cand;
+  }
+  const double m = *std::max_element(s.begin(), s.end());
+  std::vector<double> w(vocab);
+  double total = 0.0;
+  for (size_t i = 0; i < vocab; ++i) total += w[i] = std::exp((s[i] - m) / t);
+  if (p.top_p >= 1.0f) {
+    const double floor = double(p.min_p);  // the largest weight is exp(0) = 1
+    for (size_t i = 0; i < vocab; ++i) {
+      if (w[i] >= floor) cand.emplace_back(static_cast<int32_t>(i), w[i]);
+    }
+    return cand;
+  }
+  // The nucleus is usually a small prefix: order the 64 largest, then 4x more until it fits.
+  for (size_t k = std::min<size_t>(vocab, 64);; k = std::min(vocab, k * 4)) {
+    cand.clear();
+    for (int32_t id : TopIndices(s, k)) cand.emplace_back(id, w[id]);
+    if (Truncate(cand, total, k == vocab, p)) return cand;
+  }
+}
+
+}  // namespace
+
+Status ValidateSamplingParams(const SamplingParams& p, int vocab_size) {
+  if (p.max_new_tokens < 0)
+    return FieldOutOfRange("max_new_tokens", "at least 0", p.max_new_tokens);
+  if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) {
+    return FieldOutOfRange("temperature", "a non-negative finite number (0 is greedy)",
+                           p.temperature);
+  }
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return FieldOutOfRange("top_p", "in (0, 1]", p.top_p);
+  if (p.top_k < -1) return FieldOutOfRange("top_k", "-1 or 0 (all tokens) or at least 1", p.top_k);
+  if (!InRange(p.min_p, 0.0f, 1.0f)) return FieldOutOfRange("min_p", "in [0, 1]", p.min_p);
+  if (!(p.repetition_penalty > 0.0f && p.repetition_penalty <= 2.0f)) {
+    return FieldOutOfRange("repetition_penalty", "in (0, 2] (1 is no penalty)",
+                           p.repetition_penalty);
+  }
+  if (!InRange(p.frequency_penalty, -2.0f, 2.0f)) {
+    return FieldOutOfRange("frequency_penalty", "in [-2, 2]", p.frequency_penalty);
+  }
+  if (!InRange(p.presence_penalty, -2.0f, 2.0f)) {
+    return FieldOutOfRange("presence_penalty", "in [-2, 2]", p.presence_penalty);
+  }
+  if (p.top_logprobs_num < 0) {
+    return FieldOutOfRange("top_logprobs_num", "at least 0", p.top_logprobs_num);
+  }
+  for (int32_t id : p.stop_token_ids) {
+    if (id < 0 || id >= vocab_size) {
+      return CatalogError("CTXPAR-SAMPLING-002", {{"max_id", std::to_string(vocab_size - 1)},
+                                                  {"token_id", std::to_string(id)}});
+    }
+  }
+  return Status::Ok();
+}
+
+int32_t Greedy(std::span<const float> logits) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < static_cast<int32_t>(logits.size()); ++i) {
+    if (logits[i] > logits[best]) best = i;
+  }
+  return best;
+}
+
+TokenLogprob ComputeLogprob(std::span<const float> logits, int32_t token, int top_n) {
+  const double m = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(l - m);
+  const double lse = m + std::log(sum);
+  TokenLogprob out;
+  out.token = token;
+  out.logprob = static_cast<float>(logits[token] - lse);
+  if (top_n > 0) {
+    for (int32_t id : TopIndices(logits, top_n)) {
+      out.top.emplace_back(id, static_cast<float>(logits[id] - lse));
+    }
+  }
+  return out;
+}
+
+RequestSampler::RequestSampler(const SamplingParams& params, std::span<const int32_t> prompt,
+                               uint64_t seed)
+    : params_(params), rng_(seed) {
+  for (int32_t id : prompt) See(id);
+}
+
+void RequestSampler::See(int32_t token) {
+  if (token < 0) return;
+  const auto i = static_cast<size_t>(token);
+  if (i >= seen_.size()) seen_.resize(i + 1, false);
+  if (!seen_[i]) {
+    seen_[i] = true;
+    seen_ids_.push_back(token);
+  }
+}
+
+bool RequestSampler::Penalizes() const {
+  return params_.repetition_penalty != 1.0f || params_.frequency_penalty != 0.0f ||
+         params_.presence_penalty != 0.0f;
+}
+
+// SGLang's penalizers, in float as its tensors are; ids past the row are not in the vocabulary.
+std::vector<float> RequestSampler::Penalized(std::span<const float> logits) const {
+  std::vector<float> out(logits.begin(), logits.end());
+  const float rep = params_.repetition_penalty;
+  if (rep != 1.0f) {
+    for (int32_t id : seen_ids_) {
+      if (static_cast<size_t>(id) >= out.size()) continue;
+      out[id] = out[id] < 0.0f ? out[id] * rep : out[id] / rep;
+    }
+  }
+  for (int32_t id : output_ids_) {
+    if (static_cast<size_t>(id) >= out.size()) continue;
+    out[id] -= params_.frequency_penalty * static_cast<float>(output_counts_[id]);
+    out[id] -= params_.presence_penalty;
+  }
+  return out;
+}
+
+int32_t RequestSampler::Sample(std::span<const float> logits) {
+  std::vector<float> penalized;
+  if (Penalizes()) {
+    penalized = Penalized(logits);
+    logits = penalized;
+  }
+  int32_t token = 0;
+  if (params_.temperature == 0.0f) {
+    token = Greedy(logits);
+  } else {
+    const Weighted cand = Candidates(logits, params_);
+    double total = 0.0;
+    for (const auto& c : cand) total += c.second;
+    // The top 53 bits as a double in [0, 1), as the old Sampler and std::generate_canonical do.
+    const double target = double(rng_() >> 11) * 0x1.0p-53 * total;
+    token = cand.back().first;
+    double acc = 0.0;
+    for (const auto& [id, w] : cand) {
+      acc += w;
+      if (target < acc) {
+        token = id;
+        break;
+      }
+    }
+  }
+  const auto i = static_cast<size_t>(token);
+  if (i >= output_counts_.size()) output_counts_.resize(i + 1, 0);
+  if (output_counts_[i]++ == 0) output_ids_.push_back(token);
+  See(token);
+  return token;
+}
+
+std::vector<std::pair<int32_t, double>> RequestSampler::Distribution(
+    std::span<const float> logits) const {
+  if (params_.temperature == 0.0f) return {};
+  const std::vector<float> penalized = Penalized(logits);
+  Weighted cand = Candidates(penalized, params_);
+  double total = 0.0;
+  for (const auto& c : cand) total += c.second;
+  for (auto& c : cand) c.second /= total;
+  std::sort(cand.begin(), cand.end(), [](const auto& a, const auto& b) {
+    return a.second > b.second || (a.second == b.second && a.first < b.first);
+  });
+  return cand;
+}
+
+}  // namespace ctxpar

@@ -1,0 +1,187 @@
+#include "engine/scheduler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace ctxpar::engine {
+
+Status ApplyPoolOp(KvPool& pool, const PoolOp& op) {
+  switch (op.kind) {
+    case PoolOp::kRelease:
+      return pool.ReleaseSlot(op.slot);
+    case PoolOp::kAcquire: {
+      CTXPAR_ASSIGN_OR_RETURN(int32_t slot, pool.AcquireSlot());
+      if (slot != op.slot) {
+        return Internal(fmt::format(
+            "the KV pool of this rank gave slot {} where the plan has slot {}: the ranks' pools "
+            "have diverged",
+            slot, op.slot));
+      }
+      return Status::Ok();
+    }
+    case PoolOp::kReserve:
+      return pool.Reserve(op.slot, op.length);
+  }
+  return Internal("unknown pool operation");
+}
+
+void Scheduler::Enqueue(SeqState* seq) {
+  auto at = std::upper_bound(waiting_.begin(), waiting_.end(), seq,
+                             [](const SeqState* a, const SeqState* b) { return a->id < b->id; });
+  waiting_.insert(at, seq);
+}
+
+Status Scheduler::Remove(SeqState* seq) {
+  if (auto it = std::find(waiting_.begin(), waiting_.end(), seq); it != waiting_.end()) {
+    waiting_.erase(it);
+  }
+  if (auto it = std::find(running_.begin(), running_.end(), seq); it != running_.end()) {
+    running_.erase(it);
+  }
+  if (seq->slot < 0) return Status::Ok();
+  const PoolOp op{PoolOp::kRelease, seq->slot, 0};
+  CTXPAR_RETURN_IF_ERROR(ApplyPoolOp(*pool_, op));
+  pending_ops_.push_back(op);
+  seq->slot = -1;
+  seq->kv_len = 0;
+  return Status::Ok();
+}
+
+std::vector<PoolOp> Scheduler::TakePendingOps() { return std::exchange(pending_ops_, {}); }
+
+Status Scheduler::Record(StepPlan& plan, PoolOp op) {
+  CTXPAR_RETURN_IF_ERROR(ApplyPoolOp(*pool_, op));
+  plan.ops.push_back(op);
+  return Status::Ok();
+}
+
+int64_t Scheduler::ReservedPages() const {
+  int64_t pages = 0;
+  for (const SeqState* s : running_) {
+    const int64_t remaining = std::max(0, s->max_new_tokens - s->output_len());
+    const auto extra = static_cast<int64_t>(std::ceil(double(remaining) * ratio_));
+    const int64_t want = static_cast<int64_t>(s->tokens.size()) + extra;
+    pages += std::max<int64_t>(0, pool_->PagesFor(want) - pool_->slot_pages(s->slot));
+  }
+  return pages;
+}
+
+void Scheduler::Retract(SeqState* seq, StepPlan& plan) {
+  running_.erase(std::find(running_.begin(), running_.end(), seq));
+  // A failed release would mean the slot was not in use: the scheduler's own bug, caught by the
+  // pool accounting tests.
+  (void)Record(plan, {PoolOp::kRelease, seq->slot, 0});
+  seq->slot = -1;
+  seq->kv_len = 0;
+  Enqueue(seq);
+  plan.retracted.push_back(seq);
+  ++retractions_;
+  int64_t decoded = 0, max_new = 0;
+  for (const SeqState* s : running_) {
+    decoded += s->output_len();
+    max_new += s->max_new_tokens;
+  }
+  if (max_new > 0) {
+    ratio_ = std::min(1.0, double(decoded + int64_t{kRetractDecodeSteps} * running()) / max_new);
+  }
+}
+
+SeqState* Scheduler::Victim() const {
+  // Fewest output tokens first; ties: the longest prompt, then the newest.
+  return *std::min_element(running_.begin(), running_.end(),
+                           [](const SeqState* a, const SeqState* b) {
+                             if (a->output_len() != b->output_len()) {
+                               return a->output_len() < b->output_len();
+                             }
+                             if (a->prompt_len != b->prompt_len) return a->prompt_len > b->prompt_len;
+                             return a->id > b->id;
+                           });
+}
+
+Status Scheduler::Decode(StepPlan& plan) {
+  auto decoding = [](const SeqState* s) { return s->pending() == 1 && s->kv_len > 0; };
+  for (;;) {
+    int64_t need = 0;
+    for (const SeqState* s : running_) {
+      if (decoding(s)) need += pool_->PagesFor(s->kv_len + 1) - pool_->slot_pages(s->slot);
+    }
+    if (need <= pool_->free_pages()) break;
+    Retract(Victim(), plan);
+  }
+  for (SeqState* s : running_) {
+    if (!decoding(s)) continue;
+    CTXPAR_RETURN_IF_ERROR(Record(plan, {PoolOp::kReserve, s->slot, s->kv_len + 1}));
+    plan.batch.Add(s->slot, s->kv_len, s->tokens.data() + s->kv_len, 1);
+    plan.seqs.push_back(s);
+  }
+  return Status::Ok();
+}
+
+Status Scheduler::Prefill(StepPlan& plan) {
+  int64_t budget = options_.chunked_prefill_size < 0 ? std::numeric_limits<int64_t>::max()
+                                                     : options_.chunked_prefill_size;
+  auto add_chunk = [&](SeqState* s) -> Status {
+    const int64_t chunk = std::min(s->pending(), budget);
+    CTXPAR_RETURN_IF_ERROR(Record(plan, {PoolOp::kReserve, s->slot, s->kv_len + chunk}));
+    const bool ends = s->kv_len + chunk == static_cast<int64_t>(s->tokens.size());
+    plan.batch.Add(s->slot, s->kv_len, s->tokens.data() + s->kv_len, static_cast<int32_t>(chunk),
+                   ends || s->want_prompt_logits, s->want_prompt_logits);
+    plan.seqs.push_back(s);
+    budget -= chunk;
+    return Status::Ok();
+  };
+  for (SeqState* s : running_) {
+    if (budget <= 0) break;
+    if (s->pending() <= 1 && s->kv_len > 0) continue;  // decoding
+    const int64_t chunk = std::min(s->pending(), budget);
+    if (pool_->PagesFor(s->kv_len + chunk) - pool_->slot_pages(s->slot) > pool_->free_pages()) {
+      continue;  // waits for pages; decode retractions free them
+    }
+    CTXPAR_RETURN_IF_ERROR(add_chunk(s));
+  }
+  while (!waiting_.empty() && budget > 0 && running() < options_.max_running_requests &&
+         pool_->free_slots() > 0) {
+    SeqState* s = waiting_.front();
+    const int64_t remaining = std::max(0, s->max_new_tokens - s->output_len());
+    const auto estimate = static_cast<int64_t>(
+        std::ceil(double(std::min<int64_t>(remaining, kClipMaxNewTokens)) * ratio_));
+    const int64_t cost = pool_->PagesFor(static_cast<int64_t>(s->tokens.size()) + estimate);
+    if (!running_.empty() && cost > pool_->free_pages() - ReservedPages()) break;
+    const int64_t chunk = std::min(s->pending(), budget);
+    if (pool_->PagesFor(chunk) > pool_->free_pages()) break;
+    waiting_.pop_front();
+    CTXPAR_ASSIGN_OR_RETURN(s->slot, pool_->AcquireSlot());
+    plan.ops.push_back({PoolOp::kAcquire, s->slot, 0});
+    running_.push_back(s);
+    CTXPAR_RETURN_IF_ERROR(add_chunk(s));
+  }
+  return Status::Ok();
+}
+
+Expected<StepPlan> Scheduler::Plan() {
+  StepPlan plan;
+  plan.ops = TakePendingOps();
+  CTXPAR_RETURN_IF_ERROR(Decode(plan));
+  CTXPAR_RETURN_IF_ERROR(Prefill(plan));
+  // Prefills that each hold part of the pool and wait for more would wait forever: retract until
+  // one can go on (with nothing running, the oldest queued sequence fits the whole pool).
+  while (plan.batch.seqs.empty() && !running_.empty()) {
+    Retract(Victim(), plan);
+    CTXPAR_RETURN_IF_ERROR(Prefill(plan));
+  }
+  ratio_ = std::max(kMinRatio, ratio_ - kRatioDecay);
+  return plan;
+}
+
+void Scheduler::Commit(const StepPlan& plan) {
+  for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
+    SeqState* s = plan.seqs[i];
+    s->kv_len += plan.batch.seqs[i].num_tokens;
+    if (s->kv_len >= s->prompt_len) s->want_prompt_logits = false;
+  }
+}
+
+}  // namespace ctxpar::engine

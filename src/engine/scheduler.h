@@ -1,0 +1,124 @@
+// The scheduler: what each engine step runs (SGLang's scheduler policy, continuous batching).
+//
+// A sequence is a request's tokens, prompt then output; the KV pool holds its first kv_len. A
+// step feeds each chosen sequence the tokens it lacks, in order: one for a decoding sequence (the
+// token it sampled last), a chunk of its prompt (or of prompt + output after a retraction) for
+// a prefilling one; the row of its last token is sampled when the chunk reaches its end.
+//
+// Each step, in this order:
+//  1. Decode: every running sequence that lacks one token gets it. When the pool cannot hold
+//     them all, the running sequence with the fewest output tokens (ties: the longest prompt) is
+//     retracted: its pages are freed, kv_len drops to 0 and it returns to the queue, to prefill
+//     prompt + output again later. new_token_ratio then becomes
+//     min(1, (sum of output tokens + 20 * running) / sum of max_new_tokens).
+//  2. Prefill: running sequences that are partway through their prefill continue, then queued
+//     ones are admitted in arrival order, while the step's prefill tokens stay within
+//     chunked_prefill_size (-1: no limit), running sequences within max_running_requests, and
+//     the admission rule holds: the pages left after every running sequence reserves
+//     ceil(remaining new tokens * new_token_ratio) tokens must hold the new one's prompt (all of
+//     it, page-rounded) plus min(max_new_tokens, 4096) * new_token_ratio. The oldest queued
+//     sequence is admitted whenever nothing runs (it always fits: the engine refuses requests
+//     larger than the pool).
+//  3. When nothing could run (prefills that each hold part of the pool and wait for more), the
+//     same victim is retracted until something can.
+//  4. new_token_ratio decays by (init - min) / 600 per step, from init = min(0.7 *
+//     schedule_conservativeness, 1) to min = 0.14 * init (conservativeness 1 here).
+//
+// The plan lists the pool operations in the order the leader made them (release, acquire,
+// reserve), so that every rank replays them on its own pool and the page ids agree.
+//
+// Thread safety: used by the engine's run thread only.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "ctxpar/batch.h"
+#include "ctxpar/kv_pool.h"
+#include "ctxpar/status.h"
+
+namespace ctxpar::engine {
+
+// What the scheduler knows of a request.
+struct SeqState {
+  uint64_t id = 0;
+  std::vector<int32_t> tokens;  // prompt, then output
+  int32_t prompt_len = 0;
+  int32_t max_new_tokens = 0;
+  int32_t slot = -1;     // -1: holds no KV
+  int64_t kv_len = 0;    // tokens whose K/V the pool holds
+  bool want_prompt_logits = false;  // every prompt row's logits (until the prompt is done once)
+  int32_t output_len() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
+  int64_t pending() const { return static_cast<int64_t>(tokens.size()) - kv_len; }
+};
+
+struct PoolOp {
+  enum Kind : int32_t { kRelease = 0, kAcquire = 1, kReserve = 2 };
+  Kind kind;
+  int32_t slot;
+  int64_t length;  // kReserve
+};
+
+struct StepPlan {
+  std::vector<PoolOp> ops;
+  Batch batch;
+  std::vector<SeqState*> seqs;       // the sequence of each batch entry
+  std::vector<SeqState*> retracted;  // sent back to the queue this step
+};
+
+// Replays plan operations on a pool (every rank does, the leader while planning).
+Status ApplyPoolOp(KvPool& pool, const PoolOp& op);
+
+struct SchedulerOptions {
+  int max_running_requests = 1;
+  int chunked_prefill_size = -1;
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerOptions& options, KvPool* pool) : options_(options), pool_(pool) {}
+
+  // Queues a new sequence (not owned; it must live until Remove).
+  void Enqueue(SeqState* seq);
+  // Drops a sequence wherever it is, releasing its slot (recorded in the next plan's ops).
+  Status Remove(SeqState* seq);
+  // Plans one step and applies its pool operations to the leader's pool. An empty batch means
+  // nothing can run.
+  Expected<StepPlan> Plan();
+  // After the step: the sequences of the batch took their tokens.
+  void Commit(const StepPlan& plan);
+  // Release operations of Remove calls not yet in a plan, moved out (the engine sends them with
+  // the next plan, or alone when it stops).
+  std::vector<PoolOp> TakePendingOps();
+
+  int running() const { return static_cast<int>(running_.size()); }
+  int queued() const { return static_cast<int>(waiting_.size()); }
+  double new_token_ratio() const { return ratio_; }
+  uint64_t retractions() const { return retractions_; }
+
+ private:
+  Status Decode(StepPlan& plan);
+  Status Prefill(StepPlan& plan);
+  // Tokens the running sequences may still need, times the ratio (the admission reserve).
+  int64_t ReservedPages() const;
+  void Retract(SeqState* seq, StepPlan& plan);
+  SeqState* Victim() const;
+  Status Record(StepPlan& plan, PoolOp op);
+
+  SchedulerOptions options_;
+  KvPool* pool_;
+  std::deque<SeqState*> waiting_;   // by arrival (id)
+  std::vector<SeqState*> running_;  // by admission
+  std::vector<PoolOp> pending_ops_;
+  double ratio_ = kInitRatio;
+  uint64_t retractions_ = 0;
+
+  static constexpr double kInitRatio = 0.7;
+  static constexpr double kMinRatio = 0.14 * kInitRatio;
+  static constexpr double kRatioDecay = (kInitRatio - kMinRatio) / 600;
+  static constexpr int32_t kClipMaxNewTokens = 4096;
+  static constexpr int32_t kRetractDecodeSteps = 20;
+};
+
+}  // namespace ctxpar::engine

@@ -1,0 +1,26 @@
+#include "models/batch_attention.h"
+
+namespace ctxpar::model {
+
+Expected<std::unique_ptr<BatchAttention>> BatchAttention::Create(const DcpOptions& options,
+                                                                 Communicator* dcp) {
+  CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<DcpAttention> attention,
+                          DcpAttention::Create(options, dcp));
+  return std::unique_ptr<BatchAttention>(new BatchAttention(std::move(attention)));
+}
+
+Status BatchAttention::Run(const Batch& batch, const KvPool& pool, int layer, const float* q,
+                           float* o) {
+  row_seq_.clear();
+  row_len_.clear();
+  for (const BatchSeq& s : batch.seqs) {
+    for (int32_t t = 0; t < s.num_tokens; ++t) {
+      row_seq_.push_back(s.slot);
+      row_len_.push_back(pool.VisibleRows(s.pos0 + t));
+    }
+  }
+  return attention_->Forward(q, pool.View(layer), row_seq_.data(), row_len_.data(),
+                             static_cast<int>(row_seq_.size()), o);
+}
+
+}  // namespace ctxpar::model

@@ -1,0 +1,39 @@
+// One layer's attention over a Batch (batch.h): every row attends causally to its own sequence's
+// KV slot in the pool, through DcpAttention (the rank's partial attention over its shard, then
+// the DCP combine). Shared by the model architectures.
+//
+// Shapes (fp32, row-major): q [T, q_heads, head_dim_qk] for the batch's T tokens in batch order
+// (q_heads = the rank's heads, or its DCP group's with replicated Q; dcp_attention.h); o [T, h,
+// head_dim_v]. Row t of sequence s is the token at position s.pos0 + t and sees the positions
+// <= s.pos0 + t of slot s.slot, which must already hold them (KvPool::Write before Run).
+//
+// Thread safety: used by the rank's thread only; Run is collective over the DCP group.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "ctxpar/batch.h"
+#include "ctxpar/dcp_attention.h"
+#include "ctxpar/kv_pool.h"
+#include "ctxpar/status.h"
+
+namespace ctxpar::model {
+
+class BatchAttention {
+ public:
+  // `dcp` (not owned) is the DCP group, of options.dcp_size ranks.
+  static Expected<std::unique_ptr<BatchAttention>> Create(const DcpOptions& options,
+                                                          Communicator* dcp);
+  Status Run(const Batch& batch, const KvPool& pool, int layer, const float* q, float* o);
+  const DcpAttention& attention() const { return *attention_; }
+
+ private:
+  explicit BatchAttention(std::unique_ptr<DcpAttention> attention)
+      : attention_(std::move(attention)) {}
+
+  std::unique_ptr<DcpAttention> attention_;
+  std::vector<int32_t> row_seq_, row_len_;
+};
+
+}  // namespace ctxpar::model
