@@ -8,8 +8,8 @@
 // - CTXPAR-HF-003: a value ctxpar does not support: q_lora_rank null (no q LoRA), rope_interleave
 //   false, a rope_scaling / rope_parameters type other than "default", scoring_func other than
 //   sigmoid, topk_method other than noaux_tc, hidden_act other than silu, attention_bias true,
-//   moe_layer_freq other than 1, a quantization_config, or MLA widths the attention kernels do not
-//   take (kv_lora_rank and kv_lora_rank + qk_rope_head_dim multiples of 16, at most 1024).
+//   moe_layer_freq other than 1, a quantization_config, a dtype other than bfloat16, float16 and
+//   float32, or MLA widths the attention kernels do not take (multiples of 16, at most 1024).
 // - CTXPAR-HF-004: inconsistent values: a size below 1, an odd qk_rope_head_dim, n_group not
 //   dividing n_routed_experts, topk_group above n_group, num_experts_per_tok above the experts of
 //   topk_group groups, first_k_dense_replace above num_hidden_layers, a head_dim or qk_head_dim
@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ctxpar/dtype.h"
 #include "ctxpar/status.h"
 
 namespace ctxpar {
@@ -59,6 +60,9 @@ struct DeepseekV3Config {
   bool norm_topk_prob = false;
   bool tie_word_embeddings = false;
   std::vector<int32_t> eos_token_ids;
+  // The dtype the checkpoint's model runs in ("dtype", or "torch_dtype" before transformers 5:
+  // bfloat16, float16, float32; absent: float32). transformers rounds its RoPE frequencies to it.
+  DataType dtype = DataType::kF32;
 
   int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   bool is_moe_layer(int layer) const { return layer >= first_k_dense_replace; }

@@ -126,6 +126,25 @@ Status ReadRope(const Reader& r, DeepseekV3Config* c) {
   return Status::Ok();
 }
 
+Status ReadDtype(const Reader& r, DeepseekV3Config* c) {
+  for (std::string_view key : {"dtype", "torch_dtype"}) {
+    if (!r.Has(key)) continue;
+    const Json& v = r.At(key);
+    const std::string name = v.is_string() ? v.get<std::string>() : "";
+    if (name == "bfloat16") {
+      c->dtype = DataType::kBF16;
+    } else if (name == "float16") {
+      c->dtype = DataType::kF16;
+    } else if (name == "float32") {
+      c->dtype = DataType::kF32;
+    } else {
+      return r.Unsupported(key, v, "ctxpar runs bfloat16, float16 and float32 checkpoints");
+    }
+    return Status::Ok();
+  }
+  return Status::Ok();
+}
+
 Status ReadEos(const Reader& r, DeepseekV3Config* c) {
   if (!r.Has("eos_token_id")) return Status::Ok();
   const Json& e = r.At("eos_token_id");
@@ -264,6 +283,7 @@ Expected<DeepseekV3Config> ParseDeepseekV3Config(std::string_view json_text,
   CTXPAR_ASSIGN_OR_RETURN(c.norm_topk_prob, r.Bool("norm_topk_prob", false));
   CTXPAR_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
   CTXPAR_RETURN_IF_ERROR(ReadEos(r, &c));
+  CTXPAR_RETURN_IF_ERROR(ReadDtype(r, &c));
   CTXPAR_RETURN_IF_ERROR(CheckConsistent(r, c));
   return c;
 }

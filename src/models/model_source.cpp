@@ -15,6 +15,9 @@ Expected<std::unique_ptr<ModelSource>> OpenModelSource(const std::string& path) 
     return CatalogError("CTXPAR-MODEL-007", {{"path", path}});
   }
   if (std::filesystem::is_directory(st)) {
+    if (std::filesystem::exists(std::filesystem::path(path) / "config.json", ec)) {
+      return OpenHfSource(path);
+    }
     return CatalogError("CTXPAR-MODEL-008",
                         {{"path", path}, {"holds", "a directory without a config.json"}});
   }

@@ -47,6 +47,7 @@ TEST(HfConfigTest, ReadsDeepseekV3) {
   EXPECT_DOUBLE_EQ(c->routed_scaling_factor, 2.5);
   EXPECT_TRUE(c->norm_topk_prob);
   EXPECT_EQ(c->eos_token_ids, std::vector<int32_t>{1});
+  EXPECT_EQ(c->dtype, DataType::kF32);  // no dtype key
   EXPECT_FALSE(c->is_moe_layer(2));
   EXPECT_TRUE(c->is_moe_layer(3));
 
@@ -60,6 +61,8 @@ TEST(HfConfigTest, ReadsDeepseekV3) {
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   EXPECT_DOUBLE_EQ(o->rope_theta, 50000.0);
   EXPECT_EQ(o->eos_token_ids, (std::vector<int32_t>{1, 2}));
+  old["torch_dtype"] = "float16";
+  EXPECT_EQ(Parse(old)->dtype, DataType::kF16);
 
   Json v4 = V3Config();
   v4["architectures"] = {"DeepseekV4ForCausalLM"};
@@ -108,6 +111,8 @@ TEST(HfConfigTest, RefusesByKeyWithCatalogIds) {
       {[](Json& j) { j["topk_method"] = "greedy"; }, "CTXPAR-HF-003",
        "cfg: topk_method=\"greedy\" is not supported"},
       {[](Json& j) { j["hidden_act"] = "gelu"; }, "CTXPAR-HF-003", "cfg: hidden_act=\"gelu\""},
+      {[](Json& j) { j["dtype"] = "float8_e4m3fn"; }, "CTXPAR-HF-003",
+       "cfg: dtype=\"float8_e4m3fn\" is not supported"},
       {[](Json& j) { j["attention_bias"] = true; }, "CTXPAR-HF-003", "cfg: attention_bias=true"},
       {[](Json& j) { j["moe_layer_freq"] = 2; }, "CTXPAR-HF-003", "cfg: moe_layer_freq=2"},
       {[](Json& j) { j["kv_lora_rank"] = 500; }, "CTXPAR-HF-003",
@@ -165,6 +170,7 @@ TEST(HfConfigTest, ReadsTheReferenceConfigInPlace) {
   EXPECT_EQ(c->topk_group, 2);
   EXPECT_EQ(c->first_k_dense_replace, 1);
   EXPECT_EQ(c->vocab_size, 1024);
+  EXPECT_EQ(c->dtype, DataType::kBF16);
   EXPECT_EQ(ReadDeepseekV3Config("/nonexistent").status().code(), StatusCode::kNotFound);
 }
 

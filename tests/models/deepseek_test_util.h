@@ -1,0 +1,191 @@
+// The tiny DeepSeek-V3 reference checkpoint (read in place; tests skip without it) and a runner
+// of the DeepSeek model on in-process ranks, for the golden, layout-invariance and byte-counter
+// tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "ctxpar/communicator.h"
+#include "ctxpar/engine_config.h"
+#include "ctxpar/kv_pool.h"
+#include "ctxpar/model.h"
+#include "ctxpar/safetensors.h"
+#include "ctxpar/sampling.h"
+#include "ctxpar/thread_pool.h"
+
+namespace ctxpar::testing {
+
+inline const std::string kDeepseekReference =
+    std::string(CTXPAR_REFERENCE_DIR) + "/deepseek_v3_tiny";
+
+#define CTXPAR_SKIP_WITHOUT_DEEPSEEK_REFERENCE()                                          \
+  if (!std::filesystem::exists(::ctxpar::testing::kDeepseekReference + "/config.json")) { \
+    GTEST_SKIP() << "the tiny DeepSeek-V3 reference checkpoint is not at "                \
+                 << ::ctxpar::testing::kDeepseekReference;                                \
+  }
+
+// |logit - HF's float64 logit| at every prompt position. Measured worst on one rank 3.5e-6
+// (logits have a standard deviation of 0.9); the reference itself rounds to fp32 in its RMSNorms,
+// RoPE, softmax and router, and ctxpar computes in fp32 throughout, summing in other orders on
+// other layouts.
+constexpr double kGoldenLogitTolerance = 5e-5;
+
+// The largest |a[i] - b[i]|; infinity when the sizes differ.
+template <typename A, typename B>
+double MaxAbsDiff(const std::vector<A>& a, const std::vector<B>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double worst = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::fabs(double(a[i]) - double(b[i])));
+  }
+  return worst;
+}
+
+struct GoldenPrompt {
+  std::vector<int32_t> ids;
+  std::vector<int32_t> greedy;  // the reference's 32 greedy tokens
+  std::vector<double> logits;   // [ids.size(), vocab], float64
+};
+
+inline std::vector<GoldenPrompt> ReadGoldenPrompts() {
+  std::vector<GoldenPrompt> out;
+  const auto meta = nlohmann::json::parse(std::ifstream(kDeepseekReference + "/golden.json"));
+  auto golden = SafetensorsFile::Open(kDeepseekReference + "/golden.safetensors");
+  EXPECT_TRUE(golden.ok()) << golden.status().ToString();
+  for (std::size_t i = 0; i < meta["prompts"].size(); ++i) {
+    GoldenPrompt p;
+    p.ids = meta["prompts"][i]["ids"].get<std::vector<int32_t>>();
+    p.greedy = meta["prompts"][i]["greedy_32"].get<std::vector<int32_t>>();
+    const SafetensorsTensor* t = *golden->Find("logits_" + std::to_string(i));
+    p.logits.resize(t->num_elements());
+    EXPECT_TRUE(CopyElements(*t, 0, t->num_elements(), p.logits.data()).ok());
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+// A configuration built by hand (the model's hook is tested separately).
+inline EngineConfig DeepseekConfig(int tp, int dcp = 1,
+                                   CombineBackend backend = CombineBackend::kAgRs,
+                                   bool replicate_q = false) {
+  EngineConfig c;
+  c.tp_size = tp;
+  c.dcp_size = dcp;
+  c.dcp_comm_backend = backend;
+  c.dcp_replicate_q_proj = replicate_q;
+  c.page_size = 16;
+  c.kv_cache_mib = 8;
+  c.max_running_requests = 4;
+  c.threads = 1;
+  return c;
+}
+
+// Room for every test's sequences: 4 slots of up to 1,024 tokens.
+inline KvPoolOptions PoolOptions(const ModelSource& source, const EngineConfig& config,
+                                 int tp_rank) {
+  const KvSpec spec = source.KvSpecFor(config);
+  KvPoolOptions o;
+  o.num_layers = spec.num_layers;
+  o.num_kv_heads = spec.num_kv_heads;
+  o.head_dim_k = spec.head_dim_k;
+  o.head_dim_v = spec.head_dim_v;
+  o.v_in_k = spec.v_in_k;
+  o.dtype = spec.dtype;
+  o.page_size = config.page_size;
+  o.dcp_size = config.dcp_size;
+  o.dcp_rank = tp_rank % config.dcp_size;
+  o.interleave_size = config.dcp_kv_cache_interleave_size;
+  o.max_slots = config.max_running_requests;
+  o.max_pages_per_slot = 1024 / (config.page_size * config.dcp_size) + 1;
+  o.num_pages = int64_t{o.max_slots} * o.max_pages_per_slot;
+  return o;
+}
+
+struct SeqResult {
+  std::vector<float> prompt_logits;  // [prompt length, vocab]: every prompt position's logits
+  std::vector<int32_t> tokens;       // the greedy continuation
+};
+
+struct RunResult {
+  std::vector<SeqResult> seqs;
+  std::vector<CommCounters> counters;  // per rank, the TP communicator's
+};
+
+// Runs `prompts` together on config.tp_size in-process ranks: each prompt is prefilled in chunks
+// of at most `chunk` tokens (every position's logits kept), all chunks of a step in one batch,
+// then all sequences decode `new_tokens` greedy tokens in one batch per step.
+inline Expected<RunResult> RunDeepseek(const ModelSource& source, const EngineConfig& config,
+                                       const std::vector<std::vector<int32_t>>& prompts,
+                                       int new_tokens, int chunk = 1 << 20) {
+  RunResult result;
+  result.counters.resize(config.tp_size);
+  std::mutex mu;
+  const int vocab = source.desc().vocab_size;
+  Status st = RunInProcess(config.tp_size, [&](Communicator& world) -> Status {
+    ThreadPool pool(std::max(1, config.threads));
+    CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, source.CreateModel(config, world, &pool));
+    CTXPAR_ASSIGN_OR_RETURN(KvPool kv, KvPool::Create(PoolOptions(source, config, world.rank())));
+    world.ResetCounters();
+    std::vector<SeqResult> seqs(prompts.size());
+    std::vector<int32_t> slots, last(prompts.size());
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      CTXPAR_ASSIGN_OR_RETURN(int32_t slot, kv.AcquireSlot());
+      slots.push_back(slot);
+    }
+    std::vector<float> logits;
+    // Prefill: step k takes chunk k of every prompt that has one.
+    for (std::size_t off = 0;; off += chunk) {
+      Batch b;
+      std::vector<std::size_t> who;
+      for (std::size_t i = 0; i < prompts.size(); ++i) {
+        if (off >= prompts[i].size()) continue;
+        const int n = static_cast<int>(std::min<std::size_t>(chunk, prompts[i].size() - off));
+        CTXPAR_RETURN_IF_ERROR(kv.Reserve(slots[i], off + n));
+        b.Add(slots[i], off, prompts[i].data() + off, n, true, true);
+        who.push_back(i);
+      }
+      if (who.empty()) break;
+      CTXPAR_RETURN_IF_ERROR(model->Forward(b, kv, logits));
+      std::size_t row = 0;
+      for (std::size_t k = 0; k < who.size(); ++k) {
+        const int n = b.seqs[k].num_tokens;
+        auto& pl = seqs[who[k]].prompt_logits;
+        pl.insert(pl.end(), logits.begin() + row * vocab, logits.begin() + (row + n) * vocab);
+        row += n;
+        last[who[k]] = Greedy({logits.data() + (row - 1) * vocab, std::size_t(vocab)});
+      }
+    }
+    for (int step = 0; step < new_tokens; ++step) {
+      Batch b;
+      for (std::size_t i = 0; i < prompts.size(); ++i) {
+        seqs[i].tokens.push_back(last[i]);
+        const int64_t pos = prompts[i].size() + step;
+        CTXPAR_RETURN_IF_ERROR(kv.Reserve(slots[i], pos + 1));
+        b.Add(slots[i], pos, &last[i], 1);
+      }
+      if (step + 1 == new_tokens) break;
+      CTXPAR_RETURN_IF_ERROR(model->Forward(b, kv, logits));
+      for (std::size_t i = 0; i < prompts.size(); ++i) {
+        last[i] = Greedy({logits.data() + i * vocab, std::size_t(vocab)});
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    result.counters[world.rank()] = world.counters();
+    if (world.rank() == 0) result.seqs = std::move(seqs);
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return result;
+}
+
+}  // namespace ctxpar::testing
