@@ -36,6 +36,7 @@ class DeepseekModel final : public Model {
   Status Init(const EngineConfig& config);
   const ModelDesc& desc() const override { return desc_; }
   Status Forward(const Batch& batch, KvPool& kv, std::vector<float>& logits) override;
+  model::MlaAttention& attention() const { return *attn_; }
 
  private:
   Status Logits(const Batch& batch, std::vector<float>& logits);
@@ -124,6 +125,17 @@ Status DeepseekModel::Forward(const Batch& batch, KvPool& kv, std::vector<float>
 }
 
 }  // namespace
+
+DeepseekGroupCounters GroupCountersOf(const Model& model) {
+  model::MlaAttention& a = dynamic_cast<const DeepseekModel&>(model).attention();
+  return {a.dcp().counters(), a.cp().counters()};
+}
+
+void ResetGroupCounters(Model& model) {
+  model::MlaAttention& a = dynamic_cast<DeepseekModel&>(model).attention();
+  a.dcp().ResetCounters();
+  a.cp().ResetCounters();
+}
 
 Expected<std::unique_ptr<Model>> CreateDeepseekModel(
     std::shared_ptr<const SafetensorsCheckpoint> ckpt, const DeepseekV3Config& c, ModelDesc desc,

@@ -51,6 +51,9 @@ class MlaAttention {
   // x. Every sequence's slot must hold positions [0, pos0 + num_tokens) (KvPool::Reserve).
   Status Run(const MlaWeights& w, int layer, const Batch& batch, KvPool& kv, float* x);
 
+  Communicator& dcp() { return *dcp_; }
+  Communicator& cp() { return *cp_; }
+
  private:
   MlaAttention(const DeepseekV3Config& c, const DeepseekShard& s, Communicator& tp,
                ThreadPool* pool);

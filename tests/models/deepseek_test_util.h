@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -22,6 +21,7 @@
 #include "ctxpar/safetensors.h"
 #include "ctxpar/sampling.h"
 #include "ctxpar/thread_pool.h"
+#include "models/deepseek.h"
 
 namespace ctxpar::testing {
 
@@ -116,76 +116,87 @@ struct SeqResult {
   std::vector<int32_t> tokens;       // the greedy continuation
 };
 
-struct RunResult {
+// One rank's view of a run: the sequences' results and what its communicators moved.
+struct RankResult {
   std::vector<SeqResult> seqs;
-  std::vector<CommCounters> counters;  // per rank, the TP communicator's
+  CommCounters tp;
+  DeepseekGroupCounters groups;
 };
 
-// Runs `prompts` together on config.tp_size in-process ranks: each prompt is prefilled in chunks
-// of at most `chunk` tokens (every position's logits kept), all chunks of a step in one batch,
-// then all sequences decode `new_tokens` greedy tokens in one batch per step.
-inline Expected<RunResult> RunDeepseek(const ModelSource& source, const EngineConfig& config,
-                                       const std::vector<std::vector<int32_t>>& prompts,
-                                       int new_tokens, int chunk = 1 << 20) {
-  RunResult result;
-  result.counters.resize(config.tp_size);
-  std::mutex mu;
+// Runs `prompts` together on this rank of `world` (config.tp_size ranks): each prompt is
+// prefilled in chunks of at most `chunk` tokens (every position's logits kept), the chunks of a
+// step in one batch, then all sequences decode `new_tokens` greedy tokens, one batch per step.
+// Counters cover the forwards only.
+inline Expected<RankResult> RunDeepseekRank(const ModelSource& source, const EngineConfig& config,
+                                            Communicator& world,
+                                            const std::vector<std::vector<int32_t>>& prompts,
+                                            int new_tokens, int chunk = 1 << 20) {
   const int vocab = source.desc().vocab_size;
-  Status st = RunInProcess(config.tp_size, [&](Communicator& world) -> Status {
-    ThreadPool pool(std::max(1, config.threads));
-    CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, source.CreateModel(config, world, &pool));
-    CTXPAR_ASSIGN_OR_RETURN(KvPool kv, KvPool::Create(PoolOptions(source, config, world.rank())));
-    world.ResetCounters();
-    std::vector<SeqResult> seqs(prompts.size());
-    std::vector<int32_t> slots, last(prompts.size());
+  ThreadPool pool(std::max(1, config.threads));
+  CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, source.CreateModel(config, world, &pool));
+  CTXPAR_ASSIGN_OR_RETURN(KvPool kv, KvPool::Create(PoolOptions(source, config, world.rank())));
+  world.ResetCounters();
+  ResetGroupCounters(*model);
+  RankResult out;
+  out.seqs.resize(prompts.size());
+  std::vector<int32_t> slots, last(prompts.size());
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    CTXPAR_ASSIGN_OR_RETURN(int32_t slot, kv.AcquireSlot());
+    slots.push_back(slot);
+  }
+  std::vector<float> logits;
+  for (std::size_t off = 0;; off += chunk) {
+    Batch b;
+    std::vector<std::size_t> who;
     for (std::size_t i = 0; i < prompts.size(); ++i) {
-      CTXPAR_ASSIGN_OR_RETURN(int32_t slot, kv.AcquireSlot());
-      slots.push_back(slot);
+      if (off >= prompts[i].size()) continue;
+      const int n = static_cast<int>(std::min<std::size_t>(chunk, prompts[i].size() - off));
+      CTXPAR_RETURN_IF_ERROR(kv.Reserve(slots[i], off + n));
+      b.Add(slots[i], off, prompts[i].data() + off, n, true, true);
+      who.push_back(i);
     }
-    std::vector<float> logits;
-    // Prefill: step k takes chunk k of every prompt that has one.
-    for (std::size_t off = 0;; off += chunk) {
-      Batch b;
-      std::vector<std::size_t> who;
-      for (std::size_t i = 0; i < prompts.size(); ++i) {
-        if (off >= prompts[i].size()) continue;
-        const int n = static_cast<int>(std::min<std::size_t>(chunk, prompts[i].size() - off));
-        CTXPAR_RETURN_IF_ERROR(kv.Reserve(slots[i], off + n));
-        b.Add(slots[i], off, prompts[i].data() + off, n, true, true);
-        who.push_back(i);
-      }
-      if (who.empty()) break;
-      CTXPAR_RETURN_IF_ERROR(model->Forward(b, kv, logits));
-      std::size_t row = 0;
-      for (std::size_t k = 0; k < who.size(); ++k) {
-        const int n = b.seqs[k].num_tokens;
-        auto& pl = seqs[who[k]].prompt_logits;
-        pl.insert(pl.end(), logits.begin() + row * vocab, logits.begin() + (row + n) * vocab);
-        row += n;
-        last[who[k]] = Greedy({logits.data() + (row - 1) * vocab, std::size_t(vocab)});
-      }
+    if (who.empty()) break;
+    CTXPAR_RETURN_IF_ERROR(model->Forward(b, kv, logits));
+    std::size_t row = 0;
+    for (std::size_t k = 0; k < who.size(); ++k) {
+      const int n = b.seqs[k].num_tokens;
+      auto& pl = out.seqs[who[k]].prompt_logits;
+      pl.insert(pl.end(), logits.begin() + row * vocab, logits.begin() + (row + n) * vocab);
+      row += n;
+      last[who[k]] = Greedy({logits.data() + (row - 1) * vocab, std::size_t(vocab)});
     }
-    for (int step = 0; step < new_tokens; ++step) {
-      Batch b;
-      for (std::size_t i = 0; i < prompts.size(); ++i) {
-        seqs[i].tokens.push_back(last[i]);
-        const int64_t pos = prompts[i].size() + step;
-        CTXPAR_RETURN_IF_ERROR(kv.Reserve(slots[i], pos + 1));
-        b.Add(slots[i], pos, &last[i], 1);
-      }
-      if (step + 1 == new_tokens) break;
-      CTXPAR_RETURN_IF_ERROR(model->Forward(b, kv, logits));
-      for (std::size_t i = 0; i < prompts.size(); ++i) {
-        last[i] = Greedy({logits.data() + i * vocab, std::size_t(vocab)});
-      }
+  }
+  for (int step = 0; step < new_tokens; ++step) {
+    Batch b;
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      out.seqs[i].tokens.push_back(last[i]);
+      const int64_t pos = prompts[i].size() + step;
+      CTXPAR_RETURN_IF_ERROR(kv.Reserve(slots[i], pos + 1));
+      b.Add(slots[i], pos, &last[i], 1);
     }
-    std::lock_guard<std::mutex> lock(mu);
-    result.counters[world.rank()] = world.counters();
-    if (world.rank() == 0) result.seqs = std::move(seqs);
+    if (step + 1 == new_tokens) break;
+    CTXPAR_RETURN_IF_ERROR(model->Forward(b, kv, logits));
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      last[i] = Greedy({logits.data() + i * vocab, std::size_t(vocab)});
+    }
+  }
+  out.tp = world.counters();
+  out.groups = GroupCountersOf(*model);
+  return out;
+}
+
+// RunDeepseekRank on config.tp_size in-process ranks; every rank's result, in rank order.
+inline Expected<std::vector<RankResult>> RunDeepseek(
+    const ModelSource& source, const EngineConfig& config,
+    const std::vector<std::vector<int32_t>>& prompts, int new_tokens, int chunk = 1 << 20) {
+  std::vector<RankResult> ranks(config.tp_size);
+  Status st = RunInProcess(config.tp_size, [&](Communicator& world) -> Status {
+    CTXPAR_ASSIGN_OR_RETURN(ranks[world.rank()],
+                            RunDeepseekRank(source, config, world, prompts, new_tokens, chunk));
     return Status::Ok();
   });
   if (!st.ok()) return st;
-  return result;
+  return ranks;
 }
 
 }  // namespace ctxpar::testing
