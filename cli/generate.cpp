@@ -329,11 +329,7 @@ int RunGenerate(const std::vector<std::string>& args) {
     world = std::move(MakeInProcessGroup(1)[0]);
   }
   Status run = RunRank(*world, *launch, o);
-  if (!run.ok()) {
-    std::fprintf(stderr, "ctxpar generate (rank %d): ", world->rank());
-    return Fail(run);
-  }
-  return kExitOk;
+  return run.ok() ? kExitOk : Fail(run);
 }
 
 }  // namespace

@@ -36,6 +36,12 @@
 //   relative (typically 1e-3); fp32 KV: about 1e-5 on every path.
 // - Work is split over rows, KV heads and chunks of keys (split-KV); the chunks of one row are
 //   merged with merge.h, so a single long sequence uses every thread.
+// - Batch invariance: with split_kv_keys > 0, a row's chunks are the local rows [c * split_kv_keys,
+//   (c + 1) * split_kv_keys) below its row_kv_len, each computed by one task and merged in chunk
+//   order; its O and lse are then a fixed function of its q, its keys and split_kv_keys, bitwise
+//   the same whatever the other rows, their number, the threads, or whether the row is a decode
+//   row or a causal-prefill token with the same row_kv_len. split_kv_keys = 0 sizes the chunks
+//   from the call's total keys and threads (one long row uses every thread): not invariant.
 // - Thread safety: a call reads its inputs and writes only o and lse; concurrent calls on
 //   disjoint outputs are safe unless they share a pool. num_threads <= 0 means all hardware
 //   threads. The SIMD path is the one SelectCpuIsa() picks (CTXPAR_CPU_ISA can force a lower
@@ -90,8 +96,10 @@ struct PartialAttentionParams {
   // When set, the tasks run on this pool and num_threads is its size; the caller must be the one
   // thread that drives the pool. Null: threads are started for the call (and joined by its end).
   ThreadPool* pool = nullptr;
-  int num_seqs = 0;       // rows of block_table; 0: row_seq is only checked >= 0
-  int split_kv_keys = 0;  // keys per split-KV chunk; 0: chosen from the sizes and num_threads
+  int num_seqs = 0;  // rows of block_table; 0: row_seq is only checked >= 0
+  // Keys per split-KV chunk (batch invariant, see the contract); 0: chosen from the sizes and
+  // num_threads.
+  int split_kv_keys = 0;
 };
 
 // Validates the params (naming the first bad field, its value and the rule) and computes O and

@@ -120,8 +120,9 @@ class Engine {
   // Rank 0. Makes Run return after ending every request with kAbort.
   void Stop();
 
-  // Every rank. Runs steps until `until` (rank 0 decides; the others follow its plans). A
-  // failure of a collective or the model ends every request with kAbort and is returned.
+  // Every rank. Runs steps until `until` (rank 0 decides; the others follow its plans). After
+  // kIdle, requests submitted later run in the next Run call. A failure of a collective or the
+  // model ends every request with kAbort and is returned; the engine then takes no request.
   Status Run(RunUntil until);
 
   EngineSnapshot Snapshot() const;

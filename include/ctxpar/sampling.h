@@ -16,8 +16,8 @@
 // batch.
 //
 // Cost per Sample on a vocabulary V: the penalties touch only the tokens seen; greedy and top_k
-// scan V once without sorting; without top_k, softmax costs V exponentials and top_p sorts only
-// the prefix it keeps.
+// scan V once without sorting; without top_k, softmax costs V exponentials and top_p / min_p
+// find their cut in linear time, without sorting (`ctxpar bench sampling` times them).
 //
 // Log-probabilities are those of the model's distribution: log_softmax (natural log) of the raw
 // logits of the row (before penalties and temperature), computed in double; the top alternatives
@@ -39,22 +39,24 @@
 
 namespace ctxpar {
 
+// Every member has a default member initializer, so that designated initializers naming a few
+// fields do not trip -Wmissing-field-initializers.
 struct SamplingParams {
-  int max_new_tokens = 128;             // >= 0 (0: only prompt log-probabilities)
-  float temperature = 1.0f;             // >= 0, finite; 0 is greedy
-  float top_p = 1.0f;                   // (0, 1]
-  int top_k = -1;                       // -1 or 0: all; else >= 1
-  float min_p = 0.0f;                   // [0, 1]
-  float repetition_penalty = 1.0f;      // (0, 2], SGLang's range; 1 is none
-  float frequency_penalty = 0.0f;       // [-2, 2]
-  float presence_penalty = 0.0f;        // [-2, 2]
-  std::optional<uint64_t> seed;         // unset: the engine's random_seed mixed with the request id
-  std::vector<std::string> stop;        // stop strings (need a tokenizer); not part of the output
-  std::vector<int32_t> stop_token_ids;  // generation ends on these too (the token is output)
-  bool ignore_eos = false;              // do not end on the model's EOS tokens
-  bool skip_special_tokens = true;      // control tokens give no text
-  bool return_logprob = false;          // log-probability of each output token
-  int top_logprobs_num = 0;             // and of its top alternatives, >= 0
+  int max_new_tokens = 128;         // >= 0 (0: only prompt log-probabilities)
+  float temperature = 1.0f;         // >= 0, finite; 0 is greedy
+  float top_p = 1.0f;               // (0, 1]
+  int top_k = -1;                   // -1 or 0: all; else >= 1
+  float min_p = 0.0f;               // [0, 1]
+  float repetition_penalty = 1.0f;  // (0, 2], SGLang's range; 1 is none
+  float frequency_penalty = 0.0f;   // [-2, 2]
+  float presence_penalty = 0.0f;    // [-2, 2]
+  std::optional<uint64_t> seed{};   // unset: the engine's random_seed mixed with the request id
+  std::vector<std::string> stop{};  // stop strings (need a tokenizer); not part of the output
+  std::vector<int32_t> stop_token_ids{};  // generation ends on these too (the token is output)
+  bool ignore_eos = false;                // do not end on the model's EOS tokens
+  bool skip_special_tokens = true;        // control tokens give no text
+  bool return_logprob = false;            // log-probability of each output token
+  int top_logprobs_num = 0;               // and of its top alternatives, >= 0
 };
 
 // Rejects a value outside the ranges above (NaN included), naming the field as a request names

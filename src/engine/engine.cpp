@@ -261,7 +261,8 @@ Status Engine::Run(RunUntil until) {
   Status status = m.leader() ? m.Lead(until) : m.Follow();
   if (!status.ok() && m.leader()) m.AbortAll(status.message());
   std::lock_guard<std::mutex> lock(m.mu);
-  m.stopped = true;
+  // After kIdle the engine takes requests for a next Run; after a stop or a fault it does not.
+  m.stopped = m.stop || !status.ok();
   return status;
 }
 

@@ -21,19 +21,9 @@ Status ValidateSamplerConfig(const SamplerConfig& config) {
   return Status::Ok();
 }
 
-namespace {
-
-SamplingParams ToParams(const SamplerConfig& config) {
-  SamplingParams p;
-  p.temperature = config.temperature;
-  p.top_p = config.top_p;
-  p.top_k = config.top_k;
-  return p;
-}
-
-}  // namespace
-
-Sampler::Sampler(const SamplerConfig& config) : sampler_(ToParams(config), {}, config.seed) {}
+Sampler::Sampler(const SamplerConfig& config)
+    : sampler_({.temperature = config.temperature, .top_p = config.top_p, .top_k = config.top_k},
+               {}, config.seed) {}
 
 Expected<Sampler> Sampler::Create(const SamplerConfig& config) {
   CTXPAR_RETURN_IF_ERROR(ValidateSamplerConfig(config));

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <numeric>
 
@@ -55,54 +57,94 @@ std::vector<int32_t> TopIndices(std::span<const float> v, size_t k) {
 
 using Weighted = std::vector<std::pair<int32_t, double>>;  // id, unnormalised probability
 
-// top_p then min_p on candidates in descending order whose weights sum to `total`: the smallest
-// prefix whose mass reaches top_p, less the tokens below min_p times the first. When `cand` is
-// only the head of the order (`whole` false) and falls short of top_p, returns false and leaves
-// it alone: the rest of the order must be looked at.
-bool Truncate(Weighted& cand, double total, bool whole, const SamplingParams& p) {
-  size_t n = 0;
-  double mass = 0.0;
-  while (n < cand.size() && mass / total < double(p.top_p)) mass += cand[n++].second;
-  if (!whole && mass / total < double(p.top_p)) return false;
-  const double floor = double(p.min_p) * cand.front().second;
-  while (n > 1 && cand[n - 1].second < floor) --n;
-  cand.resize(n);
-  return true;
+// The descending order of the filters: larger weight first, then lower id (a strict total order).
+bool Before(const std::pair<int32_t, double>& a, const std::pair<int32_t, double>& b) {
+  return a.second > b.second || (a.second == b.second && a.first < b.first);
 }
 
-// The tokens the draw chooses among, with unnormalised weights exp((l - max) / T), in the order
-// the draw walks them: descending (ties by lower id) after a filter, id order when the whole
-// vocabulary is kept (so that no sort is needed).
-Weighted Candidates(std::span<const float> s, const SamplingParams& p) {
-  const double t = p.temperature;
+// Rearranges `cand` so that its first n entries are the smallest prefix in the order Before whose
+// mass reaches `target`, and returns n (the whole size when even that falls short). A quickselect
+// on mass rather than on rank: expected linear time, and no sort of the nucleus.
+size_t SelectNucleus(Weighted& cand, double target) {
+  // Invariant: cand[0, lo) precedes cand[lo, hi), its mass `acc` < target, and n is in (lo, hi].
+  size_t lo = 0, hi = cand.size();
+  double acc = 0.0;
+  while (hi - lo > 1) {
+    const auto pivot = cand[lo + (hi - lo) / 2];
+    const auto first = cand.begin() + lo, last = cand.begin() + hi;
+    const auto mid = std::partition(first, last, [&](const auto& e) { return Before(e, pivot); });
+    double left = 0.0;
+    for (auto it = first; it != mid; ++it) left += it->second;
+    if (acc + left >= target) {
+      hi = mid - cand.begin();
+      continue;
+    }
+    std::iter_swap(mid, std::find(mid, last, pivot));
+    acc += left + mid->second;
+    lo = mid - cand.begin() + 1;
+    if (acc >= target) return lo;
+  }
+  return hi;
+}
+
+// Weights in (0, 1] by eighths of an octave, 0 for the largest; 64 octaves, then one bucket for
+// the rest. Monotone in the weight, as the bits of a positive double are.
+constexpr int kBuckets = 512;
+int Bucket(double w) {
+  constexpr uint64_t kOne = std::bit_cast<uint64_t>(1.0) >> 49;
+  return static_cast<int>(
+      std::min<uint64_t>(kOne - (std::bit_cast<uint64_t>(w) >> 49), kBuckets - 1));
+}
+
+// What the draw chooses among, with weights exp((l - max) / T), in the order the draw walks it:
+// descending after top_k, id order otherwise (no sort). The result lives in a buffer of the
+// calling thread, reused by its next call, so that a full vocabulary costs no allocation.
+const Weighted& Candidates(std::span<const float> s, const SamplingParams& p) {
+  thread_local Weighted cand, work;
+  const double inv_t = 1.0 / double(p.temperature);
   const size_t vocab = s.size();
-  Weighted cand;
+  cand.clear();
+  // Every filter keeps the top token, whose weight is exp(0) = 1: min_p's floor is min_p.
+  const double floor = p.min_p;
   if (p.top_k >= 1 && static_cast<size_t>(p.top_k) < vocab) {
     const std::vector<int32_t> top = TopIndices(s, p.top_k);
     const double m = s[top[0]];
     double total = 0.0;
-    cand.reserve(top.size());
-    for (int32_t id : top) total += cand.emplace_back(id, std::exp((s[id] - m) / t)).second;
-    Truncate(cand, total, true, p);
+    for (int32_t id : top) total += cand.emplace_back(id, std::exp((s[id] - m) * inv_t)).second;
+    size_t n = 0;
+    double mass = 0.0;
+    while (n < cand.size() && mass < double(p.top_p) * total) mass += cand[n++].second;
+    while (n > 1 && cand[n - 1].second < floor) --n;
+    cand.resize(n);
     return cand;
   }
+  // top_p and min_p both keep a prefix of the descending order, so the kept set is the shorter:
+  // min_p's set, unless top_p's nucleus ends inside it. The nucleus is found without a sort: the
+  // bucket masses locate the bucket where it ends, and a selection inside that bucket the token.
+  const bool nucleus = p.top_p < 1.0f;
+  std::array<double, kBuckets> bucket_mass{};
   const double m = *std::max_element(s.begin(), s.end());
-  std::vector<double> w(vocab);
   double total = 0.0;
-  for (size_t i = 0; i < vocab; ++i) total += w[i] = std::exp((s[i] - m) / t);
-  if (p.top_p >= 1.0f) {
-    const double floor = double(p.min_p);  // the largest weight is exp(0) = 1
-    for (size_t i = 0; i < vocab; ++i) {
-      if (w[i] >= floor) cand.emplace_back(static_cast<int32_t>(i), w[i]);
-    }
-    return cand;
+  for (size_t i = 0; i < vocab; ++i) {
+    const double w = std::exp((s[i] - m) * inv_t);
+    total += w;
+    if (nucleus) bucket_mass[Bucket(w)] += w;
+    if (w >= floor) cand.emplace_back(static_cast<int32_t>(i), w);
   }
-  // The nucleus is usually a small prefix: order the 64 largest, then 4x more until it fits.
-  for (size_t k = std::min<size_t>(vocab, 64);; k = std::min(vocab, k * 4)) {
-    cand.clear();
-    for (int32_t id : TopIndices(s, k)) cand.emplace_back(id, w[id]);
-    if (Truncate(cand, total, k == vocab, p)) return cand;
+  if (!nucleus) return cand;
+  const double target = double(p.top_p) * total;
+  int end = 0;
+  double before = 0.0;
+  while (end < kBuckets - 1 && before + bucket_mass[end] < target) before += bucket_mass[end++];
+  work.clear();
+  for (const auto& e : cand) {
+    if (Bucket(e.second) == end) work.push_back(e);
   }
+  if (work.empty()) return cand;  // min_p emptied the bucket: its set ends first
+  const size_t n = SelectNucleus(work, target - before);
+  const auto last = *std::max_element(work.begin(), work.begin() + n, Before);
+  std::erase_if(cand, [&](const auto& e) { return Before(last, e); });
+  return cand;
 }
 
 }  // namespace
@@ -212,7 +254,7 @@ int32_t RequestSampler::Sample(std::span<const float> logits) {
   if (params_.temperature == 0.0f) {
     token = Greedy(logits);
   } else {
-    const Weighted cand = Candidates(logits, params_);
+    const Weighted& cand = Candidates(logits, params_);
     double total = 0.0;
     for (const auto& c : cand) total += c.second;
     // The top 53 bits as a double in [0, 1), as the old Sampler and std::generate_canonical do.
@@ -242,9 +284,7 @@ std::vector<std::pair<int32_t, double>> RequestSampler::Distribution(
   double total = 0.0;
   for (const auto& c : cand) total += c.second;
   for (auto& c : cand) c.second /= total;
-  std::sort(cand.begin(), cand.end(), [](const auto& a, const auto& b) {
-    return a.second > b.second || (a.second == b.second && a.first < b.first);
-  });
+  std::sort(cand.begin(), cand.end(), Before);
   return cand;
 }
 

@@ -16,12 +16,30 @@
 //   ActBlocks (Q8_1 for Q4_1 weights: d, s = d * sum(q); Q8_0 for Q8_0 weights) with d and s
 //   rounded to fp16 as ggml stores them, so the dot products match ggml's up to summation order.
 // - y[t * ldy + r] = sum_c W[r, c] * x[t, c] for t < n, r < rows.
+// - Batch invariance: y[t, r] is computed by one fixed sequence of floating-point operations of
+//   W's row r and x's row t alone, whatever n, t, the thread count or the code path (decode
+//   reads the blocks directly, prefill widens 16-row tiles to fp32 once); so a row's bits do not
+//   change when it runs alone, among 63 others or in a prefill chunk.
+// - The fp32 sequence (ActFormat::kF32), the same on every ISA (scalar, AVX2, AVX-512): weights
+//   are dequantized exactly as DequantizeRow does (Q4_1 fma(q, d, m) rounded once; Q8_0 q * d,
+//   exact). 16 lanes start at +0; for each block b in order, lane l does acc[l] = fma(w[l], x[l],
+//   acc[l]) and then acc[l] = fma(w[16 + l], x[16 + l], acc[l]) (elements of block b). The
+//   lanes then reduce as r[l] = acc[l] + acc[l + 8], r[l] += r[l + 4], r[l] += r[l + 2],
+//   r[0] + r[1]. CTXPAR_CPU_ISA (cpu_features.h) forces a lower ISA for tests.
+// - The int8 sequence (ActFormat::kQ8) is fixed per ISA: one dot product per output, the same
+//   function for every n.
+// - Segments (tensor parallelism): with segment ends e_0 < e_1 < ... (blocks of the column
+//   range), each segment's sum runs the sequence above from zero over its blocks only, and y is
+//   ((seg_0 + seg_1) + seg_2) + ..., all in one pass over the weights. So a rank that computes
+//   segments [a, b) alone (Segments::stride, or a view of their columns) and a sum of every
+//   rank's segments in segment order give exactly the bits of one rank with all the segments.
 // - Thread safety: the kernels are pure functions of their inputs and write only their output
 //   range; the pool (thread_pool.h) is driven by one thread at a time.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "ctxpar/quant.h"
@@ -57,7 +75,7 @@ struct ActBlock {
 };
 
 // How activations enter a matmul.
-// - kF32: as they are (with per-block sums for Q4_1's offset term). A perturbation of the
+// - kF32: as they are. A perturbation of the
 //   input moves the output by as little: what keeps greedy decoding identical across DCP sizes
 //   and combine backends, whose attention sums round differently (docs/model.md).
 // - kQ8: quantized per block to int8 like llama.cpp's CPU backend (Q8_1 for Q4_1 weights, Q8_0
@@ -71,33 +89,37 @@ struct Acts {
   WeightType type = WeightType::kQ4_1;
   int n = 0;
   int blocks_per_row = 0;
-  std::vector<ActBlock> blocks;   // kQ8
-  std::vector<float> x;           // kF32: [n, blocks_per_row * 32]
-  std::vector<float> block_sums;  // kF32: [n, blocks_per_row]
+  std::vector<ActBlock> blocks;  // kQ8
+  std::vector<float> x;          // kF32: [n, blocks_per_row * 32]
   const ActBlock* Row(int t) const { return blocks.data() + std::size_t(t) * blocks_per_row; }
   const float* F32Row(int t) const { return x.data() + std::size_t(t) * blocks_per_row * kBlock; }
-  const float* Sums(int t) const { return block_sums.data() + std::size_t(t) * blocks_per_row; }
 };
 
 // Prepares x [n, cols] (row stride ldx floats) for weights of `type`. cols % 32 == 0.
 void PrepareActs(ActFormat format, WeightType type, const float* x, int n, int cols, int ldx,
                  Acts* out);
 
-// y = x W^T over the column range [col_begin, col_begin + w.cols) of the prepared acts (so one
-// preparation serves a row-sharded view). pool may be null (single thread). Each y element is
-// computed by one fixed sequence of operations, whatever the thread count or n.
-void MatMul(const QuantMatrix& w, const Acts& x, int col_begin, float* y, int ldy,
-            ThreadPool* pool);
+// The column segments of a row-parallel product (see the contract).
+struct Segments {
+  // ends[s]: the block (relative to the column range) where segment s ends; increasing, the
+  // last = w.cols / 32. Empty: one segment, the whole range.
+  std::span<const int> ends;
+  // 0: y gets the ordered sum of the segments. Else segment s alone goes to y + s * stride (for
+  // a rank that sends its segments to be summed with the other ranks').
+  std::size_t stride = 0;
+};
 
-// Row r of w dequantized to fp32 (the embedding lookup).
+// y = x W^T over the column range [col_begin, col_begin + w.cols) of the prepared acts (so one
+// preparation serves a row-sharded view). pool may be null (single thread).
+void MatMul(const QuantMatrix& w, const Acts& x, int col_begin, float* y, int ldy, ThreadPool* pool,
+            const Segments& segments = {});
+
+// Row r of w dequantized to fp32 (the embedding lookup): the weights the fp32 kernels multiply.
 void DequantizeRow(const QuantMatrix& w, int r, float* out);
 
-// The scalar kernels (no SIMD), for tests of the dispatched ones.
+// The scalar int8 dot product (no SIMD), for tests of the dispatched ones.
 float DotScalar(WeightType type, const std::uint8_t* w_row, const ActBlock* x, int num_blocks);
-float DotF32Scalar(WeightType type, const std::uint8_t* w_row, const float* x, const float* sums,
-                   int num_blocks);
-// The kernel MatMul dispatches to on this CPU ("avx512vnni", "avx2" or "scalar").
+// The fp32 path MatMul takes now ("avx512", "avx2" or "scalar"; CTXPAR_CPU_ISA lowers it).
 const char* MatMulIsa();
-
 
 }  // namespace ctxpar::model

@@ -106,6 +106,7 @@ class LlamaModel final : public Model {
 
   std::vector<float> x_, xn_, q_, k_, v_, o_, gate_, up_, act_, partial_, gathered_, rows_;
   std::vector<float> shard_logits_, all_logits_;
+  std::vector<int> segment_ends_;
   model::Acts qa_;
 };
 
@@ -172,25 +173,28 @@ Status LlamaModel::Init(const EngineConfig& config) {
 Status LlamaModel::ReduceRowParallel(const RowParallel& rp, int n) {
   const int dim = hp_.dim;
   const std::size_t seg_elems = std::size_t(n) * dim;
-  partial_.resize(seg_elems * rp.count);
   const int col0 = rp.bounds[rp.first];
-  for (int i = 0; i < rp.count; ++i) {
-    const int s = rp.first + i;
-    const int begin = rp.bounds[s], width = rp.bounds[s + 1] - begin;
-    model::MatMul(rp.w.ColRange(begin, width), qa_, begin - col0, partial_.data() + i * seg_elems,
-                  dim, pool_);
+  const model::QuantMatrix w = rp.w.ColRange(col0, rp.bounds[rp.first + rp.count] - col0);
+  segment_ends_.clear();
+  for (int i = 1; i <= rp.count; ++i) {
+    segment_ends_.push_back((rp.bounds[rp.first + i] - col0) / model::kBlock);
   }
-  const float* all = partial_.data();
+  if (tp_size_ == 1) {
+    // The kernel sums the segments in order in one pass: the bits of the sum below.
+    partial_.resize(seg_elems);
+    model::MatMul(w, qa_, 0, partial_.data(), dim, pool_, {segment_ends_, 0});
+    for (std::size_t i = 0; i < seg_elems; ++i) x_[i] += partial_[i];
+    return Status::Ok();
+  }
+  partial_.resize(seg_elems * rp.count);
+  model::MatMul(w, qa_, 0, partial_.data(), dim, pool_, {segment_ends_, seg_elems});
   const int segments = static_cast<int>(rp.bounds.size()) - 1;
-  if (tp_size_ > 1) {
-    gathered_.resize(seg_elems * segments);
-    CTXPAR_RETURN_IF_ERROR(
-        world_->AllGather(partial_.data(), gathered_.data(), partial_.size(), DataType::kF32));
-    all = gathered_.data();
-  }
+  gathered_.resize(seg_elems * segments);
+  CTXPAR_RETURN_IF_ERROR(
+      world_->AllGather(partial_.data(), gathered_.data(), partial_.size(), DataType::kF32));
   for (std::size_t i = 0; i < seg_elems; ++i) {
-    float sum = all[i];
-    for (int s = 1; s < segments; ++s) sum += all[s * seg_elems + i];
+    float sum = gathered_[i];
+    for (int s = 1; s < segments; ++s) sum += gathered_[s * seg_elems + i];
     x_[i] += sum;
   }
   return Status::Ok();

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -98,6 +99,54 @@ class PartialAttention : public ::testing::TestWithParam<CpuIsa> {
 };
 
 const std::vector<int> kMixedLens = {0, 1, 5, 16, 37, 100, 300};
+
+// O and lse of row `row` of p computed alone (a one-row call on one thread).
+std::vector<float> RowAlone(const PartialAttentionParams& p, int row, int heads, int dqk, int dv) {
+  std::vector<float> out(static_cast<size_t>(heads) * (dv + 1));
+  PartialAttentionParams one = p;
+  one.q = p.q + static_cast<int64_t>(row) * heads * dqk;
+  one.o = out.data();
+  one.lse = out.data() + static_cast<size_t>(heads) * dv;
+  one.row_seq = p.row_seq + row;
+  one.row_kv_len = p.row_kv_len + row;
+  one.num_rows = 1;
+  one.num_threads = 1;
+  EXPECT_TRUE(PartialAttentionCpu(one).ok());
+  return out;
+}
+
+// Bitwise: every row of a call with split_kv_keys > 0 equals the same row computed alone, so
+// the other rows, the thread count and whether the row is a decode row or one token of a causal
+// prefill (rows 0-5 decode, the rest every token of sequence 6) change no bit.
+void CheckRowsAreBatchInvariant(const Shape& shape, int split, uint32_t seed) {
+  Problem prob(shape, {0, 1, 37, 100, 300, 1000, 90}, seed);
+  for (int s = 0; s < 6; ++s) prob.AddRow(s, std::vector<int>{0, 1, 37, 100, 300, 1000}[s]);
+  for (int t = 0; t <= 90; ++t) prob.AddRow(6, t);
+  const int heads = shape.num_q_heads, dqk = shape.head_dim_qk, dv = shape.head_dim_v;
+  for (int threads : {1, 2, 3}) {
+    PartialAttentionParams p = prob.Params();
+    p.num_threads = threads;
+    p.split_kv_keys = split;
+    ASSERT_TRUE(PartialAttentionCpu(p).ok());
+    for (int row = 0; row < p.num_rows; ++row) {
+      const std::vector<float> alone = RowAlone(p, row, heads, dqk, dv);
+      const float* o = p.o + static_cast<int64_t>(row) * heads * dv;
+      const float* lse = p.lse + static_cast<int64_t>(row) * heads;
+      const std::string what = "split " + std::to_string(split) + " threads " +
+                               std::to_string(threads) + " row " + std::to_string(row);
+      ASSERT_EQ(std::memcmp(o, alone.data(), sizeof(float) * heads * dv), 0) << what;
+      ASSERT_EQ(std::memcmp(lse, alone.data() + heads * dv, sizeof(float) * heads), 0) << what;
+    }
+  }
+}
+
+TEST_P(PartialAttention, RowsAreBatchInvariant) {
+  for (int split : {16, 40, 64}) {
+    CheckRowsAreBatchInvariant({9, 3, 64, 64, false, DataType::kF32, 16, kTiles16}, split, 40);
+    CheckRowsAreBatchInvariant({8, 2, 128, 128, false, DataType::kBF16, 16, kTiles16}, split, 41);
+    CheckRowsAreBatchInvariant({6, 2, 64, 64, false, DataType::kF32, 8}, split, 42);
+  }
+}
 
 TEST_P(PartialAttention, GqaD64F32) {
   RunDecode({8, 2, 64, 64, false, DataType::kF32, 16}, kMixedLens, 1);

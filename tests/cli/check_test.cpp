@@ -110,9 +110,13 @@ TEST(CliCheck, InvalidConfigurationJson) {
 TEST(CliCheck, DefaultsAreValid) {
   testing::RunResult r = RunCtxpar({"check"});
   EXPECT_EQ(r.exit_status, 0) << r.err;
-  json j = CheckJson({"--platform", "cpu"}, 0);
-  EXPECT_EQ(j["fields"], json::parse(R"({"platform": {"raw": "cpu", "value": "cpu",
-                                                       "source": "user"}})"));
+  json j = CheckJson({"--platform", "cpu", "--threads", "1"}, 0);
+  EXPECT_EQ(j["fields"], json::parse(R"({
+      "platform": {"raw": "cpu", "value": "cpu", "source": "user"},
+      "page_size": {"raw": null, "value": 16, "source": "_handle_cpu_engine"},
+      "max_running_requests": {"raw": null, "value": 256, "source": "_handle_cpu_engine"},
+      "chunked_prefill_size": {"raw": null, "value": 2048, "source": "_handle_cpu_engine"},
+      "threads": {"raw": 1, "value": 1, "source": "user"}})"));
 }
 
 TEST(CliCheck, BadFlagValuesExit2NamingFlagValueAndChoices) {

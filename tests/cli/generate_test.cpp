@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -67,6 +68,59 @@ TEST(Generate, ThreeMpiRanksWithDcpPrintTheSingleRankText) {
   }
 }
 
+// Every line of a prompts file is a request; they run together (continuous batching) and each
+// prints, line by line behind its index and a tab, the text it prints alone.
+TEST(Generate, PromptsFileRunsEveryLineAsItRunsAlone) {
+  const std::string prompts[] = {"The capital of France is", "def fibonacci(n):",
+                                 "Once upon a time"};
+  const std::string path = ::testing::TempDir() + "generate_test_prompts.txt";
+  {
+    std::ofstream f(path);
+    for (const std::string& p : prompts) f << p << "\n";
+  }
+  const Result all = RunGenerate("--max-new-tokens 12 --prompts-file " + path);
+  ASSERT_EQ(all.code, 0) << all.err;
+  EXPECT_NE(all.err.find("3 request(s)"), std::string::npos) << all.err;
+  for (int i = 0; i < 3; ++i) {
+    const Result one = RunGenerate("--max-new-tokens 12 '" + prompts[i] + "'");
+    ASSERT_EQ(one.code, 0) << one.err;
+    std::string want;  // the single run's text, each line behind "i\t"
+    std::istringstream lines(one.out);
+    for (std::string line; std::getline(lines, line);) want += std::to_string(i) + "\t" + line + "\n";
+    std::string got;
+    std::istringstream all_lines(all.out);
+    for (std::string line; std::getline(all_lines, line);) {
+      if (line.rfind(std::to_string(i) + "\t", 0) == 0) got += line + "\n";
+    }
+    EXPECT_EQ(got, want) << "prompt " << i;
+  }
+  std::remove(path.c_str());
+}
+
+// Token ids in and out, for models without a tokenizer; tp 9 with DCP 3 (SmolLM2's 3 KV heads,
+// each sharded over a DCP group of 3) and tp 3 with DCP 3 print the ids of one rank.
+TEST(Generate, InputIdsPrintIdsAcrossLayouts) {
+  const std::string args = "--input-ids 504,3458,282,4649,314 --print-ids --max-new-tokens 8 ";
+  const Result one = RunGenerate(args);
+  ASSERT_EQ(one.code, 0) << one.err;
+  ASSERT_EQ(std::count(one.out.begin(), one.out.end(), ' '), 7) << one.out;
+  if (std::string(CTXPAR_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI";
+  for (const char* cfg : {"--tp-size 9 --dcp-size 3 --threads 1",
+                          "--tp-size 3 --dcp-size 3 --dcp-comm-backend a2a --threads 1"}) {
+    const Result many = RunGenerate(args + cfg);
+    ASSERT_EQ(many.code, 0) << cfg << "\n" << many.err;
+    EXPECT_EQ(many.out, one.out) << cfg;
+  }
+  const Result bad = RunGenerate("--input-ids 1,x,3");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("'x'"), std::string::npos) << bad.err;
+  const Result outside = RunGenerate("--input-ids 1,49152");
+  EXPECT_EQ(outside.code, 2);
+  EXPECT_EQ(outside.err,
+            "prompt token 1 is 49152, outside the vocabulary [0, 49152).\nrun: ctxpar explain "
+            "CTXPAR-ENGINE-010\n");
+}
+
 TEST(Generate, SeededSamplingRepeats) {
   const std::string args = std::string("--temperature 0.9 --top-k 40 --top-p 0.95 --seed 11 ") +
                            "--max-new-tokens 12 " + kPrompt;
@@ -93,7 +147,7 @@ TEST(Generate, RefusesBadLaunchConfigurationsWithCatalogTexts) {
             "'a2a' or 'ag_rs' on clusters without MNNVL.\nrun: ctxpar explain CTXPAR-DCP-003\n");
   const Result top_p = RunGenerate(std::string("--temperature 1 --top-p 0 ") + kPrompt);
   EXPECT_EQ(top_p.code, 2);
-  EXPECT_EQ(top_p.err, "--top_p must be in (0, 1], but got 0\n");
+  EXPECT_EQ(top_p.err, "top_p must be in (0, 1], got 0.\nrun: ctxpar explain CTXPAR-SAMPLING-001\n");
   const Result missing =
       RunGenerate(std::string("--model-path /nonexistent/model.gguf ") + kPrompt);
   EXPECT_EQ(missing.code, 2);

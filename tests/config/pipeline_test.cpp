@@ -37,7 +37,8 @@ TEST(ConfigPipeline, DocumentedHandlerOrder) {
   for (const Handler& h : DefaultHandlers()) names.push_back(h.name);
   EXPECT_EQ(names, (std::vector<std::string_view>{
                        "_handle_legacy_cp_args", "_handle_dcp_validation", "_handle_parallelism",
-                       "_handle_model_specific_adjustments", "_handle_platform_checks"}));
+                       "_handle_model_specific_adjustments", "_handle_platform_checks",
+                       "_handle_cpu_engine"}));
 }
 
 TEST(ConfigPipeline, DeclarationsAreAppendOnlyAndTheViewIsLive) {
@@ -142,12 +143,18 @@ TEST(ConfigPipeline, ModelArchitectureFromTheModel) {
 }
 
 TEST(ConfigPipeline, NonDefaultFieldsInTableOrder) {
-  ResolvedConfig c = *Resolve(Launch({{"dcp_size", I(2)}, {"tp_size", I(2)}, {"page_size", I(1)}}),
+  ResolvedConfig c = *Resolve(Launch({{"dcp_size", I(2)}, {"tp_size", I(2)}, {"kv_cache_mib", I(1024)},
+                                      {"threads", I(1)}}),
                               Probed("cpu"), nullptr);
   std::vector<std::string_view> names;
   for (const FieldResolution& f : c.NonDefaultFields()) names.push_back(f.field->name);
-  // page_size was given but equals its default, so it is not listed.
-  EXPECT_EQ(names, (std::vector<std::string_view>{"platform", "tp_size", "dcp_size"}));
+  // kv_cache_mib was given but equals its default, so it is not listed; the CPU engine's step
+  // declares the values SGLang derives from GPU memory.
+  EXPECT_EQ(names, (std::vector<std::string_view>{"platform", "tp_size", "dcp_size", "page_size",
+                                                  "max_running_requests", "chunked_prefill_size",
+                                                  "threads"}));
+  EXPECT_EQ(c.Provenance("page_size")->source, "_handle_cpu_engine");
+  EXPECT_EQ(c.Provenance("threads")->source, "user");
 }
 
 TEST(LaunchConfigTest, SetValidatesAtTheBoundary) {

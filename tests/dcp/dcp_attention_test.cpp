@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "ctxpar/kv_cache.h"
+#include "ctxpar/kv_pool.h"
 #include "dcp_reference.h"
 
 namespace ctxpar {
@@ -235,17 +235,18 @@ namespace {
 TEST(DcpAttentionForward, NoRowsAndRowsWithoutKeys) {
   for (CombineBackend b : {CombineBackend::kAgRs, CombineBackend::kA2a, CombineBackend::kShmA2a}) {
     ASSERT_TRUE(RunInProcess(2, [&](Communicator& comm) {
-                  auto cache = KvCache::Create({.dcp_size = 2,
-                                                .dcp_rank = comm.rank(),
-                                                .page_size = 16,
-                                                .num_pages = 2,
-                                                .max_seqs = 2,
-                                                .max_pages_per_seq = 1,
-                                                .num_kv_heads = 1,
-                                                .head_dim_qk = 16,
-                                                .head_dim_v = 16});
+                  auto cache = KvPool::Create({.num_layers = 1,
+                                               .num_kv_heads = 1,
+                                               .head_dim_k = 16,
+                                               .head_dim_v = 16,
+                                               .page_size = 16,
+                                               .dcp_size = 2,
+                                               .dcp_rank = comm.rank(),
+                                               .num_pages = 2,
+                                               .max_slots = 2,
+                                               .max_pages_per_slot = 1});
                   EXPECT_TRUE(cache.ok());
-                  EXPECT_EQ(*cache->AddSequence(), 0);
+                  EXPECT_EQ(*cache->AcquireSlot(), 0);
                   auto attn = DcpAttention::Create({.dcp_size = 2,
                                                     .backend = b,
                                                     .num_heads = 4,
@@ -256,11 +257,11 @@ TEST(DcpAttentionForward, NoRowsAndRowsWithoutKeys) {
                   EXPECT_TRUE(attn.ok()) << attn.status().ToString();
                   std::vector<float> q(3 * 2 * 16, 1.0f), o(3 * 2 * 16, 7.0f), lse(3 * 2, 7.0f);
                   std::vector<int32_t> seq = {0, 0, 0}, len = {0, 0, 0};
-                  Status st = (*attn)->Forward(q.data(), cache->View(), seq.data(), len.data(), 0,
+                  Status st = (*attn)->Forward(q.data(), cache->View(0), seq.data(), len.data(), 0,
                                                o.data(), lse.data());
                   EXPECT_TRUE(st.ok()) << st.ToString();
                   EXPECT_EQ(o[0], 7.0f);  // nothing written
-                  st = (*attn)->Forward(q.data(), cache->View(), seq.data(), len.data(), 3,
+                  st = (*attn)->Forward(q.data(), cache->View(0), seq.data(), len.data(), 3,
                                         o.data(), lse.data());
                   EXPECT_TRUE(st.ok()) << st.ToString();
                   for (float x : o) EXPECT_EQ(x, 0.0f);

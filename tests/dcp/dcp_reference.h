@@ -16,7 +16,7 @@
 #include "ctxpar/dtype.h"
 #include "ctxpar/communicator.h"
 #include "ctxpar/dcp_attention.h"
-#include "ctxpar/kv_cache.h"
+#include "ctxpar/kv_pool.h"
 
 namespace ctxpar::testing {
 
@@ -163,38 +163,43 @@ inline void RunRankAndCheck(const DcpCase& c, const DcpProblem& p, Communicator&
   const int max_len = *std::max_element(c.lengths.begin(), c.lengths.end());
   const int page = std::max(16, c.interleave);
   const int pages_per_seq = max_len / (page * c.n) + 1;
-  auto cache = KvCache::Create({.dcp_size = c.n,
-                                .dcp_rank = me,
-                                .interleave_size = c.interleave,
-                                .page_size = page,
-                                .num_pages = pages_per_seq * static_cast<int>(c.lengths.size()),
-                                .max_seqs = static_cast<int>(c.lengths.size()),
-                                .max_pages_per_seq = pages_per_seq,
-                                .num_kv_heads = p.kvh,
-                                .head_dim_qk = p.dq,
-                                .head_dim_v = p.dv,
-                                .v_in_k = c.mla,
-                                .dtype = c.kv_dtype,
-                                // The layouts the engine uses: tiles for GQA, rows for MLA.
-                                .format = c.mla ? KvPageFormat::kRows : KvPageFormat::kTiles16});
+  auto cache = KvPool::Create({.num_layers = 1,
+                               .num_kv_heads = p.kvh,
+                               .head_dim_k = p.dq,
+                               .head_dim_v = p.dv,
+                               .v_in_k = c.mla,
+                               .dtype = c.kv_dtype,
+                               // The layouts the engine uses: tiles for GQA, rows for MLA.
+                               .format = c.mla ? KvPageFormat::kRows : KvPageFormat::kTiles16,
+                               .page_size = page,
+                               .dcp_size = c.n,
+                               .dcp_rank = me,
+                               .interleave_size = c.interleave,
+                               .num_pages = pages_per_seq * static_cast<int>(c.lengths.size()),
+                               .max_slots = static_cast<int>(c.lengths.size()),
+                               .max_pages_per_slot = pages_per_seq});
   ASSERT_TRUE(cache.ok()) << cache.status().ToString();
   for (size_t s = 0; s < c.lengths.size(); ++s) {
-    ASSERT_EQ(*cache->AddSequence(), static_cast<int>(s));
-    // A prefill of all but the last two tokens, then two decode appends.
+    const auto slot = static_cast<int32_t>(s);
+    ASSERT_EQ(*cache->AcquireSlot(), slot);
+    // A prefill of all but the last two tokens, then two decode writes.
     const int len = c.lengths[s], pre = std::max(0, len - 2);
     const float* k = p.k[s].data();
     const float* v = c.mla ? nullptr : p.v[s].data();
     const size_t ks = static_cast<size_t>(p.kvh) * p.dq, vs = static_cast<size_t>(p.kvh) * p.dv;
-    ASSERT_TRUE(cache->Append(s, k, v, pre).ok());
+    ASSERT_TRUE(cache->Reserve(slot, len).ok());
+    ASSERT_TRUE(cache->Write(0, slot, 0, pre, k, v).ok());
     for (int t = pre; t < len; ++t) {
-      ASSERT_TRUE(cache->Append(s, k + t * ks, c.mla ? nullptr : v + t * vs, 1).ok());
+      ASSERT_TRUE(cache->Write(0, slot, t, 1, k + t * ks, c.mla ? nullptr : v + t * vs).ok());
     }
   }
   const int rows = static_cast<int>(p.row_seq.size());
   std::vector<int32_t> row_kv_len(rows);
   for (int i = 0; i < rows; ++i) {
-    row_kv_len[i] = c.prefill_rows == 0 ? static_cast<int32_t>(cache->local_length(p.row_seq[i]))
-                                        : cache->VisibleRows(p.row_pos[i]);
+    row_kv_len[i] =
+        c.prefill_rows == 0
+            ? static_cast<int32_t>(cache->layout().LocalLength(me, c.lengths[p.row_seq[i]]))
+            : cache->VisibleRows(p.row_pos[i]);
   }
   DcpOptions options{.dcp_size = c.n,
                      .backend = c.backend,
@@ -224,7 +229,7 @@ inline void RunRankAndCheck(const DcpCase& c, const DcpProblem& p, Communicator&
   comm.ResetCounters();
   // Twice: the second call reuses buffers (and the other half of the shm_a2a window).
   for (int call = 0; call < 2; ++call) {
-    const Status st = (*attn)->Forward(q.data(), cache->View(), p.row_seq.data(), row_kv_len.data(),
+    const Status st = (*attn)->Forward(q.data(), cache->View(0), p.row_seq.data(), row_kv_len.data(),
                                        rows, o.data(), lse.data());
     ASSERT_TRUE(st.ok()) << st.ToString();
   }

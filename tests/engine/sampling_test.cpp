@@ -84,14 +84,20 @@ TEST(Sampling, GreedyTakesTheLowestIdAmongMaxima) {
   EXPECT_TRUE(s.Distribution(l).empty());
 }
 
+// Random rows, and rows of long ties (plateaus, a flat row) where top_k and top_p cut inside a
+// run of equal logits and must keep the lower ids.
 TEST(Sampling, FiltersMatchTheFloat64Reference) {
-  for (size_t vocab : {7u, 1000u}) {
-    const std::vector<float> l = RandomLogits(vocab, 2.5f, 17 + vocab);
+  std::vector<float> plateau(1000), flat(1000, 0.0f);
+  for (size_t i = 0; i < plateau.size(); ++i) plateau[i] = static_cast<float>(i % 5) * 0.25f;
+  const std::vector<std::vector<float>> rows = {RandomLogits(7, 2.5f, 24),
+                                                RandomLogits(1000, 2.5f, 1017), plateau, flat};
+  for (size_t row = 0; row < rows.size(); ++row) {
+    const std::vector<float>& l = rows[row];
     for (float t : {0.5f, 1.0f, 1.7f}) {
       for (int k : {-1, 0, 1, 5, 50, 999, 1000, 5000}) {
-        for (float top_p : {1.0f, 0.9f, 0.5f, 0.01f}) {
+        for (float top_p : {1.0f, 0.9f, 0.55f, 0.01f}) {
           for (float min_p : {0.0f, 0.05f, 0.5f}) {
-            SCOPED_TRACE(testing::Message() << "vocab " << vocab << " t " << t << " top_k " << k
+            SCOPED_TRACE(testing::Message() << "row " << row << " t " << t << " top_k " << k
                                             << " top_p " << top_p << " min_p " << min_p);
             const SamplingParams p{.temperature = t, .top_p = top_p, .top_k = k, .min_p = min_p};
             RequestSampler s(p, {}, 1);

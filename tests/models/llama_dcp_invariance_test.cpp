@@ -1,8 +1,10 @@
 // DCP invariance: the greedy output of 128 new tokens is the same for (tp, dcp) = (1, 1), (3, 1)
 // and (3, 3) with every combine backend (ag_rs, a2a, shm_a2a), with and without replicated Q,
-// for a chat prompt; for a prompt of 2,025 tokens with (1, 1), (3, 1) and each backend once
-// (about 10 s of CPU per 2,025-token prefill keeps the rest for the CI budget). Ranks are threads
-// (the in-process communicator); the MPI run of the binary is in generate_test.cpp.
+// and for tp 9 (each of SmolLM2's 3 KV heads replicated over 3 ranks, or sharded over a DCP
+// group of 3), for a chat prompt; for a prompt of 2,025 tokens with (1, 1), (3, 1) and each
+// backend once (about 10 s of CPU per 2,025-token prefill keeps the rest for the CI budget).
+// Ranks are threads (the in-process communicator); the MPI run of the binary is in
+// tests/cli/generate_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -15,21 +17,15 @@
 #include <vector>
 
 #include "ctxpar/communicator.h"
-#include "ctxpar/gguf.h"
-#include "ctxpar/llama.h"
 #include "ctxpar/sampling.h"
+#include "models/sequence_runner.h"
 
 namespace ctxpar {
 namespace {
 
 constexpr int kNewTokens = 128;
 
-std::string ModelPath() {
-  if (const char* env = std::getenv("CTXPAR_MODEL"); env != nullptr && *env != '\0') return env;
-  const char* home = std::getenv("HOME");
-  return std::string(home != nullptr ? home : ".") +
-         "/.cache/ctxpar/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+using testing::ModelPath;
 
 struct Config {
   int tp;
@@ -41,6 +37,7 @@ struct Config {
 const Config kConfigs[] = {
     {3, 1, "ag_rs", false}, {3, 3, "ag_rs", false},   {3, 3, "a2a", false},
     {3, 3, "a2a", true},    {3, 3, "shm_a2a", false}, {3, 3, "shm_a2a", true},
+    {9, 1, "ag_rs", false}, {9, 3, "a2a", true},
 };
 
 const Config kLongConfigs[] = {
@@ -53,15 +50,10 @@ const Config kLongConfigs[] = {
 class DcpInvariance : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto f = GgufFile::Open(ModelPath());
-    if (f.ok()) file_ = new std::shared_ptr<const GgufFile>(new GgufFile(std::move(*f)));
     std::ifstream in(std::string(CTXPAR_TEST_DATA_DIR) + "/llama_cpp/golden.json");
     golden_ = new nlohmann::json(nlohmann::json::parse(in));
   }
-  static void TearDownTestSuite() {
-    delete file_;
-    delete golden_;
-  }
+  static void TearDownTestSuite() { delete golden_; }
 
   // The prompt ids of a golden.json prompt (llama.cpp's tokenization), `repeat` times.
   static std::vector<int32_t> Prompt(const std::string& name, int repeat) {
@@ -81,20 +73,22 @@ class DcpInvariance : public ::testing::Test {
     std::vector<int32_t> tokens;
     std::mutex mu;
     *status = RunInProcess(c.tp, [&](Communicator& comm) -> Status {
-      LlamaParallel par{.tp_size = c.tp,
-                        .dcp_size = c.dcp,
-                        .dcp_comm_backend = c.backend,
-                        .replicate_q_proj = c.replicate_q,
-                        .max_seq_len = static_cast<int>(prompt.size()) + kNewTokens};
-      CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
-                              LlamaModel::Create(*file_, comm, par));
-      CTXPAR_ASSIGN_OR_RETURN(std::vector<float> logits, model->Forward(prompt));
+      CTXPAR_ASSIGN_OR_RETURN(
+          Launch launch,
+          testing::TestLaunch(ModelPath(), {{"tp_size", int64_t{c.tp}},
+                                            {"dcp_size", int64_t{c.dcp}},
+                                            {"dcp_comm_backend", std::string(c.backend)},
+                                            {"dcp_replicate_q_proj", c.replicate_q},
+                                            {"threads", int64_t{1}}}));
+      CTXPAR_ASSIGN_OR_RETURN(testing::SequenceRunner model,
+                              testing::SequenceRunner::Create(*launch.source, launch.config, comm));
+      CTXPAR_ASSIGN_OR_RETURN(std::vector<float> logits, model.Forward(prompt));
       std::vector<int32_t> out;
       for (int i = 0; i < kNewTokens; ++i) {
         const int32_t next = Greedy(logits);
         out.push_back(next);
         if (i + 1 < kNewTokens) {
-          CTXPAR_ASSIGN_OR_RETURN(logits, model->Forward(std::span<const int32_t>(&next, 1)));
+          CTXPAR_ASSIGN_OR_RETURN(logits, model.Forward(std::span<const int32_t>(&next, 1)));
         }
       }
       std::lock_guard<std::mutex> lock(mu);
@@ -105,8 +99,6 @@ class DcpInvariance : public ::testing::Test {
   }
 
   void CheckConfigs(const std::vector<int32_t>& prompt, std::span<const Config> configs) {
-    ASSERT_NE(file_, nullptr) << "model not found at " << ModelPath()
-                              << " (scripts/fetch-model.sh, or set CTXPAR_MODEL)";
     Status st;
     const std::vector<int32_t> base = Generate({1, 1, "ag_rs", false}, prompt, &st);
     ASSERT_TRUE(st.ok()) << st.ToString();
@@ -119,10 +111,8 @@ class DcpInvariance : public ::testing::Test {
     }
   }
 
-  static std::shared_ptr<const GgufFile>* file_;
   static nlohmann::json* golden_;
 };
-std::shared_ptr<const GgufFile>* DcpInvariance::file_ = nullptr;
 nlohmann::json* DcpInvariance::golden_ = nullptr;
 
 TEST_F(DcpInvariance, ChatPrompt) { CheckConfigs(Prompt("chat_poem", 1), kConfigs); }

@@ -26,10 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "ctxpar/communicator.h"
-#include "ctxpar/gguf.h"
-#include "ctxpar/llama.h"
 #include "ctxpar/sampling.h"
+#include "models/sequence_runner.h"
 
 namespace ctxpar {
 namespace {
@@ -51,12 +49,8 @@ constexpr double kLogitToleranceQ41 = 0.7;
 // by twice that; the largest margin where ctxpar's argmax differed was 0.16 (int8, chat_sky).
 constexpr double kDecisiveMargin = 0.5;
 
-std::string ModelPath() {
-  if (const char* env = std::getenv("CTXPAR_MODEL"); env != nullptr && *env != '\0') return env;
-  const char* home = std::getenv("HOME");
-  return std::string(home != nullptr ? home : ".") +
-         "/.cache/ctxpar/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+using testing::ModelPath;
+using testing::SequenceRunner;
 
 nlohmann::json ReadGolden(const std::string& file) {
   std::ifstream in(std::string(CTXPAR_TEST_DATA_DIR) + "/llama_cpp/" + file);
@@ -72,33 +66,28 @@ struct RunStats {
 
 class LlamaGolden : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    auto f = GgufFile::Open(ModelPath());
-    if (f.ok()) file_ = new std::shared_ptr<const GgufFile>(new GgufFile(std::move(*f)));
-    comm_ = new std::vector<std::unique_ptr<Communicator>>(MakeInProcessGroup(1));
-  }
-  static void TearDownTestSuite() {
-    delete file_;
-    delete comm_;
-  }
-
   void SetUp() override {
-    ASSERT_NE(file_, nullptr) << "model not found at " << ModelPath()
-                              << " (scripts/fetch-model.sh, or set CTXPAR_MODEL)";
+    for (const bool quantize : {false, true}) {
+      Expected<Launch> launch = testing::TestLaunch(
+          ModelPath(), {{"llama_cpp_numerics", quantize}, {"threads", int64_t{1}}});
+      ASSERT_TRUE(launch.ok()) << launch.status().ToString()
+                               << " (scripts/fetch-model.sh, or set CTXPAR_MODEL)";
+      launches_.push_back(std::move(*launch));
+    }
   }
 
-  static std::unique_ptr<LlamaModel> MakeModel(bool quantize_activations) {
-    auto model = LlamaModel::Create(
-        *file_, *(*comm_)[0], {.max_seq_len = 1024, .quantize_activations = quantize_activations});
-    EXPECT_TRUE(model.ok()) << model.status().ToString();
-    return model.ok() ? std::move(*model) : nullptr;
+  std::unique_ptr<SequenceRunner> MakeModel(bool quantize_activations) {
+    const Launch& l = launches_[quantize_activations ? 1 : 0];
+    auto runner = SequenceRunner::Create(*l.source, l.config, *world_[0]);
+    EXPECT_TRUE(runner.ok()) << runner.status().ToString();
+    return runner.ok() ? std::make_unique<SequenceRunner>(std::move(*runner)) : nullptr;
   }
 
   // Decodes the reference's greedy length after its prompt: free-running (our argmax is fed
   // back) or teacher-forced (the reference's token is). Checks the reference's top-5 logits at
   // every recorded position still on its path against tolerance, and, teacher-forced, our argmax
   // at every step where the reference's margin is decisive.
-  static RunStats Run(LlamaModel& model, const nlohmann::json& p, bool teacher_forced,
+  static RunStats Run(SequenceRunner& model, const nlohmann::json& p, bool teacher_forced,
                       double tolerance) {
     const std::string name = p.at("name");
     const auto want = p.at("greedy_ids").get<std::vector<int32_t>>();
@@ -137,11 +126,9 @@ class LlamaGolden : public ::testing::Test {
     return stats;
   }
 
-  static std::shared_ptr<const GgufFile>* file_;
-  static std::vector<std::unique_ptr<Communicator>>* comm_;
+  std::vector<Launch> launches_;
+  std::vector<std::unique_ptr<Communicator>> world_ = MakeInProcessGroup(1);
 };
-std::shared_ptr<const GgufFile>* LlamaGolden::file_ = nullptr;
-std::vector<std::unique_ptr<Communicator>>* LlamaGolden::comm_ = nullptr;
 
 TEST_F(LlamaGolden, Fp32ActivationsFollowLlamaCppOnF32Weights) {
   const nlohmann::json golden = ReadGolden("golden_f32_weights.json");

@@ -1,0 +1,214 @@
+#include "bench_ceilings.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <thread>
+
+#include "command.h"
+#include "ctxpar/host_buffer.h"
+
+namespace ctxpar::cli {
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+double CpuSeconds(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+Timing TimeOnThreads(int threads, const std::function<void(int)>& fn) {
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<double> cpu(threads);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      ready.fetch_add(1);
+      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+      const double c0 = CpuSeconds(CLOCK_THREAD_CPUTIME_ID);
+      fn(t);
+      cpu[t] = CpuSeconds(CLOCK_THREAD_CPUTIME_ID) - c0;
+    });
+  }
+  while (ready.load() < threads) std::this_thread::yield();
+  const Clock::time_point start = Clock::now();
+  go.store(true, std::memory_order_release);
+  for (std::thread& t : pool) t.join();
+  return {Seconds(start, Clock::now()), std::accumulate(cpu.begin(), cpu.end(), 0.0) / threads};
+}
+
+namespace {
+
+__attribute__((target("avx512f"))) float Sum16(__m512 v) {
+  alignas(64) float s[16];
+  _mm512_store_ps(s, v);
+  return std::accumulate(s, s + 16, 0.0f);
+}
+
+__attribute__((target("avx512f"))) float SumAvx512(const float* p, size_t n) {
+  __m512 a[8];
+  for (__m512& x : a) x = _mm512_setzero_ps();
+  for (size_t i = 0; i < n; i += 128) {
+    for (int j = 0; j < 8; ++j) a[j] = _mm512_add_ps(a[j], _mm512_load_ps(p + i + 16 * j));
+  }
+  for (int j = 1; j < 8; ++j) a[0] = _mm512_add_ps(a[0], a[j]);
+  return Sum16(a[0]);
+}
+
+__attribute__((target("avx2"))) float SumAvx2(const float* p, size_t n) {
+  __m256 a[8];
+  for (__m256& x : a) x = _mm256_setzero_ps();
+  for (size_t i = 0; i < n; i += 64) {
+    for (int j = 0; j < 8; ++j) a[j] = _mm256_add_ps(a[j], _mm256_load_ps(p + i + 8 * j));
+  }
+  for (int j = 1; j < 8; ++j) a[0] = _mm256_add_ps(a[0], a[j]);
+  alignas(32) float s[8];
+  _mm256_store_ps(s, a[0]);
+  return std::accumulate(s, s + 8, 0.0f);
+}
+
+float SumScalar(const float* p, size_t n) {
+  float a[8] = {};
+  for (size_t i = 0; i < n; i += 8) {
+    for (int j = 0; j < 8; ++j) a[j] += p[i + j];
+  }
+  return std::accumulate(a, a + 8, 0.0f);
+}
+
+constexpr int kPeakAccs = 16;  // independent chains: more than latency x throughput
+
+__attribute__((target("avx512f"))) float FmaLoopAvx512(int64_t iters) {
+  __m512 a[kPeakAccs];
+  for (int j = 0; j < kPeakAccs; ++j) a[j] = _mm512_set1_ps(static_cast<float>(j));
+  const __m512 m = _mm512_set1_ps(0.999999f);
+  const __m512 c = _mm512_set1_ps(1e-6f);
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int j = 0; j < kPeakAccs; ++j) a[j] = _mm512_fmadd_ps(a[j], m, c);
+  }
+  for (int j = 1; j < kPeakAccs; ++j) a[0] = _mm512_add_ps(a[0], a[j]);
+  return Sum16(a[0]);
+}
+
+__attribute__((target("avx512f,avx512bf16"))) float DpBf16LoopAvx512(int64_t iters) {
+  __m512 a[kPeakAccs];
+  for (int j = 0; j < kPeakAccs; ++j) a[j] = _mm512_set1_ps(static_cast<float>(j));
+  const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(2e-3f));
+  const __m512bh y = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f));
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int j = 0; j < kPeakAccs; ++j) a[j] = _mm512_dpbf16_ps(a[j], x, y);
+  }
+  for (int j = 1; j < kPeakAccs; ++j) a[0] = _mm512_add_ps(a[0], a[j]);
+  return Sum16(a[0]);
+}
+
+__attribute__((target("avx2,fma"))) float FmaLoopAvx2(int64_t iters) {
+  __m256 a[kPeakAccs];
+  for (int j = 0; j < kPeakAccs; ++j) a[j] = _mm256_set1_ps(static_cast<float>(j));
+  const __m256 m = _mm256_set1_ps(0.999999f);
+  const __m256 c = _mm256_set1_ps(1e-6f);
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int j = 0; j < kPeakAccs; ++j) a[j] = _mm256_fmadd_ps(a[j], m, c);
+  }
+  for (int j = 1; j < kPeakAccs; ++j) a[0] = _mm256_add_ps(a[0], a[j]);
+  alignas(32) float s[8];
+  _mm256_store_ps(s, a[0]);
+  return std::accumulate(s, s + 8, 0.0f);
+}
+
+float FmaLoopScalar(int64_t iters) {
+  float a[kPeakAccs];
+  for (int j = 0; j < kPeakAccs; ++j) a[j] = static_cast<float>(j);
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int j = 0; j < kPeakAccs; ++j) a[j] = a[j] * 0.999999f + 1e-6f;
+  }
+  return std::accumulate(a, a + kPeakAccs, 0.0f);
+}
+
+}  // namespace
+
+Rate MeasureReadCeiling(int threads, size_t bytes, int reps, CpuIsa isa) {
+  const size_t n = bytes / sizeof(float) / (128 * threads) * (128 * threads);
+  // The KV pools' allocator (huge pages where THP allows), so that the ceiling and the kernels
+  // pay the same page walks.
+  Expected<HostBuffer> mem = HostBuffer::Allocate(n * sizeof(float));
+  if (!mem.ok()) {
+    std::fprintf(stderr, "ctxpar bench: %s\n", mem.status().ToString().c_str());
+    std::exit(kExitInternal);
+  }
+  float* const buf = mem->as<float>();
+  std::fill(buf, buf + n, 1.0f);
+  std::vector<float> sink(threads);
+  const size_t per = n / threads;
+  Timing best;
+  for (int r = 0; r < reps; ++r) {
+    best.KeepBest(TimeOnThreads(threads, [&](int t) {
+      const float* p = buf + per * t;
+      sink[t] = isa >= CpuIsa::kAvx512 ? SumAvx512(p, per)
+                : isa == CpuIsa::kAvx2 ? SumAvx2(p, per)
+                                       : SumScalar(p, per);
+    }));
+  }
+  if (std::accumulate(sink.begin(), sink.end(), 0.0f) != static_cast<float>(per) * threads) {
+    std::fprintf(stderr, "(read ceiling checksum differs; the figure is still a read rate)\n");
+  }
+  const double gb = static_cast<double>(n) * sizeof(float) / 1e9;
+  return {gb / best.wall, gb / best.cpu};
+}
+
+// Peak GFLOP/s (a multiply-add counts 2) of `threads` threads; dpbf16 counts 4 per lane.
+Rate MeasureComputePeak(int threads, CpuIsa isa, bool dpbf16, int reps) {
+  const int64_t iters = 20'000'000;
+  int lanes = isa >= CpuIsa::kAvx512 ? 16 : isa == CpuIsa::kAvx2 ? 8 : 1;
+  const double flop_per_op = dpbf16 ? 4.0 : 2.0;
+  std::vector<float> sink(threads);
+  Timing best;
+  for (int r = 0; r < reps; ++r) {
+    best.KeepBest(TimeOnThreads(threads, [&](int t) {
+      sink[t] = dpbf16                   ? DpBf16LoopAvx512(iters)
+                : isa >= CpuIsa::kAvx512 ? FmaLoopAvx512(iters)
+                : isa == CpuIsa::kAvx2   ? FmaLoopAvx2(iters)
+                                         : FmaLoopScalar(iters / 16);
+    }));
+  }
+  const int64_t done = isa == CpuIsa::kScalar && !dpbf16 ? iters / 16 : iters;
+  const double gflop = static_cast<double>(done) * kPeakAccs * lanes * flop_per_op * threads / 1e9;
+  return {gflop / best.wall, gflop / best.cpu};
+}
+
+double LoadAverage() {
+  double load = -1;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &load) != 1) load = -1;
+    std::fclose(f);
+  }
+  return load;
+}
+
+std::vector<int> ParseList(const std::string& s) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t end = s.find(',', pos);
+    if (end == std::string::npos) end = s.size();
+    std::string item = s.substr(pos, end - pos);
+    int mult = 1;
+    if (!item.empty() && (item.back() == 'k' || item.back() == 'K')) {
+      mult = 1024;
+      item.pop_back();
+    }
+    out.push_back(std::stoi(item) * mult);
+    pos = end + 1;
+  }
+  return out;
+}
+
+}  // namespace ctxpar::cli

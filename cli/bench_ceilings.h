@@ -1,0 +1,55 @@
+// The ceilings the `ctxpar bench` kernels are measured against, in the same run with the same
+// thread count: a STREAM-like read of a buffer far larger than the caches (GB/s) and a
+// register-blocked FMA loop (GFLOP/s; or a vdpbf16ps loop on a CPU with avx512_bf16). Also the
+// timing helpers they share. Each rate comes by wall time and by CPU time per thread: on a
+// shared machine the second says what the code does while it runs, the first also how often it
+// was scheduled.
+#pragma once
+
+#include <chrono>
+#include <ctime>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ctxpar/cpu_features.h"
+
+namespace ctxpar::cli {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b);
+double CpuSeconds(clockid_t clock);
+
+struct Timing {
+  double wall = 1e30;
+  double cpu = 1e30;
+  void KeepBest(const Timing& t) {
+    wall = std::min(wall, t.wall);
+    cpu = std::min(cpu, t.cpu);
+  }
+};
+
+// Runs fn(thread) on `threads` threads started together.
+Timing TimeOnThreads(int threads, const std::function<void(int)>& fn);
+
+// A rate by wall time and by CPU time per thread.
+struct Rate {
+  double wall = 0;
+  double cpu = 0;
+};
+
+// Read bandwidth in GB/s: each thread sums its own slice of one buffer of `bytes` (from
+// HostBuffer: huge pages where THP allows, like the KV pools); best of `reps`.
+Rate MeasureReadCeiling(int threads, size_t bytes, int reps, CpuIsa isa);
+
+// Peak GFLOP/s (a multiply-add counts 2) of `threads` threads; dpbf16 counts 4 per lane.
+Rate MeasureComputePeak(int threads, CpuIsa isa, bool dpbf16, int reps);
+
+// The 1-minute load average: the machine is shared, so every report says how busy it was.
+double LoadAverage();
+
+// "4k,32k,7" -> {4096, 32768, 7} (k = 1024); std::invalid_argument on a bad item.
+std::vector<int> ParseList(const std::string& s);
+
+}  // namespace ctxpar::cli

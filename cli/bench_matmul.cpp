@@ -1,0 +1,214 @@
+// `ctxpar bench matmul`: MatMul (src/models/linear.h) over SmolLM2-135M's matrix shapes for n
+// activation rows (n = 1 is batch-1 decode, 16 is 16 sequences decoding together), beside the
+// read ceiling and FMA peak of the same run (bench_ceilings.h). Each shape is timed over enough
+// copies of its weights to pass the caches, as a decode step streams every layer's weights.
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench.h"
+#include "bench_ceilings.h"
+#include "ctxpar/quant.h"
+#include "ctxpar/thread_pool.h"
+#include "models/linear.h"
+
+namespace ctxpar::cli {
+namespace {
+
+using model::WeightType;
+
+struct Shape {
+  const char* name;
+  int rows, cols;
+  WeightType type;
+  int per_token;  // calls per decode token: 30 layers, or the lm_head once
+};
+
+// SmolLM2-135M: 30 layers of dim 576, 9 q heads and 3 KV heads of 64, ffn 1536; Q4_1 layers and
+// the Q8_0 embedding as lm_head (vocab 49152).
+const Shape kShapes[] = {
+    {"q/o 576x576", 576, 576, WeightType::kQ4_1, 60},
+    {"k/v 192x576", 192, 576, WeightType::kQ4_1, 60},
+    {"gate/up 1536x576", 1536, 576, WeightType::kQ4_1, 60},
+    {"down 576x1536", 576, 1536, WeightType::kQ4_1, 30},
+    {"lm_head 49152x576", 49152, 576, WeightType::kQ8_0, 1},
+};
+
+// Random blocks with fp16 scales of the model's size: the kernels' time does not depend on them.
+std::vector<std::uint8_t> RandomWeights(std::size_t bytes, WeightType type, std::mt19937& rng) {
+  std::vector<std::uint8_t> w(bytes);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : w) b = static_cast<std::uint8_t>(byte(rng));
+  const std::uint16_t d = Fp32ToFp16(0.01f), m = Fp32ToFp16(-0.08f);
+  const std::size_t block = model::BlockBytes(type);
+  for (std::size_t i = 0; i + block <= bytes; i += block) {
+    std::memcpy(&w[i], &d, 2);
+    if (type == WeightType::kQ4_1) std::memcpy(&w[i + 2], &m, 2);
+  }
+  return w;
+}
+
+// Per call, best of the runs, by wall time and by process CPU time per thread (the pool's threads
+// all work in a call; on a shared machine CPU time says what the code does while it runs).
+struct Point {
+  Timing time;
+  Rate gbps, gflops;
+};
+
+Point TimeShape(const Shape& s, int n, model::ActFormat act, ThreadPool& pool, int reps,
+                std::size_t min_bytes, std::mt19937& rng) {
+  const std::size_t row_bytes = std::size_t(s.cols) / model::kBlock * model::BlockBytes(s.type);
+  const std::size_t bytes = row_bytes * s.rows;
+  const int copies = static_cast<int>(std::max<std::size_t>(1, (min_bytes + bytes - 1) / bytes));
+  const std::vector<std::uint8_t> weights = RandomWeights(bytes * copies, s.type, rng);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(std::size_t(n) * s.cols);
+  for (float& v : x) v = normal(rng);
+  model::Acts acts;
+  model::PrepareActs(act, s.type, x.data(), n, s.cols, s.cols, &acts);
+  std::vector<float> y(std::size_t(n) * s.rows);
+  Timing best;
+  for (int r = 0; r <= reps; ++r) {  // run 0 warms up
+    const Clock::time_point start = Clock::now();
+    const double cpu0 = CpuSeconds(CLOCK_PROCESS_CPUTIME_ID);
+    for (int c = 0; c < copies; ++c) {
+      const model::QuantMatrix w{s.type, weights.data() + bytes * c, s.rows, s.cols, row_bytes};
+      model::MatMul(w, acts, 0, y.data(), s.rows, &pool);
+    }
+    const double cpu = (CpuSeconds(CLOCK_PROCESS_CPUTIME_ID) - cpu0) / pool.size();
+    if (r > 0) best.KeepBest({Seconds(start, Clock::now()) / copies, cpu / copies});
+  }
+  const double gb = double(bytes) / 1e9, gflop = 2.0 * s.rows * s.cols * n / 1e9;
+  return {best, {gb / best.wall, gb / best.cpu}, {gflop / best.wall, gflop / best.cpu}};
+}
+
+int RunMatMulBench(const std::vector<std::string>& args) {
+  CLI::App app{"ctxpar bench matmul: MatMul on SmolLM2's shapes vs measured ceilings"};
+  std::string thread_list = "1,2";
+  std::string row_list = "1,4,16,64";
+  std::string act_name = "f32";
+  int reps = 5;
+  int ceiling_mib = 1024;
+  int weights_mib = 64;
+  bool json = false;
+  app.add_option("--threads", thread_list, "thread counts");
+  app.add_option("--rows", row_list, "activation rows per call (sequences decoding together)");
+  app.add_option("--act", act_name, "activations: f32 (the default numerics) or q8")
+      ->check(CLI::IsMember({"f32", "q8"}));
+  app.add_option("--reps", reps, "timed runs per point (best is reported)")
+      ->check(CLI::Range(1, 100));
+  app.add_option("--ceiling-mib", ceiling_mib, "buffer read by the bandwidth ceiling")
+      ->check(CLI::Range(64, 16384));
+  app.add_option("--weights-mib", weights_mib, "least weight bytes streamed per timed run")
+      ->check(CLI::Range(1, 4096));
+  app.add_flag("--json", json, "print JSON instead of a table");
+  if (const int rc = ParseBenchOptions(app, args); rc >= 0) return rc;
+  std::vector<int> threads_list, rows_list;
+  try {
+    threads_list = ParseList(thread_list);
+    rows_list = ParseList(row_list);
+  } catch (const std::exception&) {
+    std::fprintf(stderr, "ctxpar bench matmul: --threads and --rows take lists like 1,4,16\n");
+    return kExitInvalid;
+  }
+  for (const std::vector<int>* list : {&threads_list, &rows_list}) {
+    for (int v : *list) {
+      if (v < 1) {
+        std::fprintf(stderr, "ctxpar bench matmul: --threads and --rows need values >= 1\n");
+        return kExitInvalid;
+      }
+    }
+  }
+  Expected<CpuIsa> isa = SelectCpuIsa();
+  if (!isa.ok()) {
+    std::fprintf(stderr, "ctxpar bench matmul: %s\n", isa.status().message().c_str());
+    return kExitInvalid;
+  }
+  const model::ActFormat act = act_name == "q8" ? model::ActFormat::kQ8 : model::ActFormat::kF32;
+  nlohmann::json out = {{"isa", model::MatMulIsa()},
+                        {"activations", act_name},
+                        {"load_average_1min", LoadAverage()},
+                        {"results", nlohmann::json::array()}};
+  if (!json) {
+    std::printf("ctxpar bench matmul  isa=%s  activations %s  load average %.2f  (best of %d)\n",
+                model::MatMulIsa(), act_name.c_str(), LoadAverage(), reps);
+  }
+  std::mt19937 rng(1);
+  for (int threads : threads_list) {
+    const Rate read = MeasureReadCeiling(threads, std::size_t(ceiling_mib) << 20, 5, *isa);
+    const Rate fma = MeasureComputePeak(threads, *isa, false, 3);
+    ThreadPool pool(threads);
+    if (!json) {
+      std::printf(
+          "\nthreads %d: read ceiling %.1f GB/s (%.1f by CPU time), FMA peak %.1f GFLOP/s "
+          "(%.1f)\n%-17s %3s %9s %7s %5s %7s %5s %6s | %8s %5s %7s %5s %6s\n",
+          threads, read.wall, read.cpu, fma.wall, fma.cpu, "shape", "n", "us/call", "w GB/s",
+          "%read", "GFLOP/s", "%peak", "x n=1", "cpu:GB/s", "%read", "GFLOP/s", "%peak", "x n=1");
+    }
+    // The matmul seconds of one decode step of n sequences, by wall and CPU time.
+    std::vector<Rate> step(rows_list.size());
+    for (const Shape& s : kShapes) {
+      Rate first;  // seconds per row at the first n
+      for (std::size_t i = 0; i < rows_list.size(); ++i) {
+        const int n = rows_list[i];
+        const Point p = TimeShape(s, n, act, pool, reps, std::size_t(weights_mib) << 20, rng);
+        if (i == 0) first = {p.time.wall / n, p.time.cpu / n};
+        step[i].wall += p.time.wall * s.per_token;
+        step[i].cpu += p.time.cpu * s.per_token;
+        const Rate gain = {first.wall / (p.time.wall / n), first.cpu / (p.time.cpu / n)};
+        out["results"].push_back({{"threads", threads},
+                                  {"shape", s.name},
+                                  {"n", n},
+                                  {"seconds", p.time.wall},
+                                  {"weight_gbps", p.gbps.wall},
+                                  {"read_ceiling_gbps", read.wall},
+                                  {"gflops", p.gflops.wall},
+                                  {"fma_peak_gflops", fma.wall},
+                                  {"rows_per_s_vs_first", gain.wall},
+                                  {"cpu_time",
+                                   {{"seconds", p.time.cpu},
+                                    {"weight_gbps", p.gbps.cpu},
+                                    {"read_ceiling_gbps", read.cpu},
+                                    {"gflops", p.gflops.cpu},
+                                    {"fma_peak_gflops", fma.cpu},
+                                    {"rows_per_s_vs_first", gain.cpu}}}});
+        if (!json) {
+          std::printf(
+              "%-17s %3d %9.1f %7.2f %4.0f%% %7.1f %4.0f%% %5.2fx | %8.2f %4.0f%% %7.1f "
+              "%4.0f%% %5.2fx\n",
+              s.name, n, p.time.wall * 1e6, p.gbps.wall, 100 * p.gbps.wall / read.wall,
+              p.gflops.wall, 100 * p.gflops.wall / fma.wall, gain.wall, p.gbps.cpu,
+              100 * p.gbps.cpu / read.cpu, p.gflops.cpu, 100 * p.gflops.cpu / fma.cpu, gain.cpu);
+        }
+      }
+    }
+    for (std::size_t i = 0; i < rows_list.size(); ++i) {
+      const Rate rate = {rows_list[i] / step[i].wall, rows_list[i] / step[i].cpu};
+      const Rate first = {rows_list[0] / step[0].wall, rows_list[0] / step[0].cpu};
+      out["decode_steps"].push_back({{"threads", threads},
+                                     {"n", rows_list[i]},
+                                     {"matmul_tokens_per_s", rate.wall},
+                                     {"cpu_time", {{"matmul_tokens_per_s", rate.cpu}}}});
+      if (!json) {
+        std::printf(
+            "decode step, every matmul of a SmolLM2 token, n %d: %.0f tokens/s (%.2fx) | "
+            "cpu: %.0f (%.2fx)\n",
+            rows_list[i], rate.wall, rate.wall / first.wall, rate.cpu, rate.cpu / first.cpu);
+      }
+    }
+  }
+  if (json) std::printf("%s\n", out.dump(2).c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+CTXPAR_REGISTER_BENCH("matmul", "MatMul on SmolLM2's shapes for n rows vs read and FMA ceilings",
+                      RunMatMulBench);
+
+}  // namespace ctxpar::cli

@@ -1,0 +1,100 @@
+// The AVX2 + FMA + F16C kernels (8 lanes); compiled with those flags, run only where cpuid has
+// them. One output's 16 canonical lanes are two registers: lanes 0-7 take elements 0-7 then
+// 16-23 of each block, lanes 8-15 elements 8-15 then 24-31.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "models/linear_kernels.h"
+
+namespace ctxpar::model::linear_internal {
+namespace {
+
+#include "models/linear_x86.h"
+
+__m256 HalfAt(const std::uint8_t* p) { return _mm256_cvtph_ps(_mm_set1_epi16(HalfBits(p))); }
+
+struct Avx2Isa {
+  static constexpr int kParts = 4;
+  using V = __m256;
+  struct Acc {
+    __m256 v[2];
+  };
+  struct Block {
+    __m256 v[kParts];
+  };
+  // 16 registers: a tile's accumulators (two per output), a block's four parts, its scale and
+  // offset. The widened path: 2 x 3 outputs, two weight parts and one activation part.
+  static constexpr int kDirectRows[3] = {4, 2, 1};
+  static constexpr int kDirectMaxTokens = 3;
+  static constexpr int kWideRows = 2;
+  static constexpr int kWideTokens = 3;
+
+  static Acc Zero() { return {{_mm256_setzero_ps(), _mm256_setzero_ps()}}; }
+  static V Load(const float* p) { return _mm256_loadu_ps(p); }
+  static void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static Block DequantQ41(const std::uint8_t* blk) {
+    const __m256 d = HalfAt(blk);
+    const __m256 m = HalfAt(blk + 2);
+    // One byte per 32-bit lane: its low nibble is element j, its high nibble element 16 + j.
+    const __m256i a =
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 4)));
+    const __m256i b =
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 12)));
+    const __m256i lo = _mm256_set1_epi32(0xF);
+    return {{_mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(a, lo)), d, m),
+             _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b, lo)), d, m),
+             _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(a, 4)), d, m),
+             _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4)), d, m)}};
+  }
+  static Block DequantQ80(const std::uint8_t* blk) {
+    const __m256 d = HalfAt(blk);
+    Block w;
+    for (int p = 0; p < kParts; ++p) {
+      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * p));
+      w.v[p] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+    }
+    return w;
+  }
+  static void Fma(Acc& a, int p, V w, V x) { a.v[p & 1] = _mm256_fmadd_ps(w, x, a.v[p & 1]); }
+  static float Reduce(const Acc& a) { return Sum8(_mm256_add_ps(a.v[0], a.v[1])); }
+};
+
+#include "models/linear_impl.h"
+
+__m256i MulSum(__m256i u, __m256i s) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+float DotQ41(const std::uint8_t* w, const ActBlock* x, int nb) {
+  __m256 acc = _mm256_setzero_ps();
+  float msum = 0.0f;
+  for (int b = 0; b < nb; ++b) {
+    const std::uint8_t* blk = w + b * 20;
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q));
+    const __m256i p = MulSum(Nibbles(blk + 4), a);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(Scale(blk) * x[b].d), acc);
+    msum += Scale(blk + 2) * x[b].s;
+  }
+  return Sum8(acc) + msum;
+}
+
+float DotQ80(const std::uint8_t* w, const ActBlock* x, int nb) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int b = 0; b < nb; ++b) {
+    const std::uint8_t* blk = w + b * 34;
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q));
+    // maddubs multiplies unsigned by signed: move w's sign onto a.
+    const __m256i p = MulSum(_mm256_abs_epi8(q), _mm256_sign_epi8(a, q));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(Scale(blk) * x[b].d), acc);
+  }
+  return Sum8(acc);
+}
+
+}  // namespace
+
+void F32TileAvx2(const F32Tile& tile) { F32TileImpl<Avx2Isa>(tile); }
+const Q8Dots kQ8DotsAvx2 = {&DotQ41, &DotQ80};
+
+}  // namespace ctxpar::model::linear_internal

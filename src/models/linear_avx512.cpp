@@ -1,0 +1,94 @@
+// The AVX-512 kernels (16 lanes: one register is one output's 16 canonical lanes, taking
+// elements 0-15 then 16-31 of each block) and the AVX512-VNNI int8 dot products; compiled with
+// AVX-512 F/BW/VL flags, run only where cpuid has them (VNNI: where it also has avx512vnni).
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "models/linear_kernels.h"
+
+namespace ctxpar::model::linear_internal {
+namespace {
+
+#include "models/linear_x86.h"
+
+__m512 HalfAt(const std::uint8_t* p) { return _mm512_cvtph_ps(_mm256_set1_epi16(HalfBits(p))); }
+
+struct Avx512Isa {
+  static constexpr int kParts = 2;
+  using V = __m512;
+  using Acc = __m512;
+  struct Block {
+    __m512 v[kParts];
+  };
+  // 32 registers: the widened path's 4 x 6 outputs, four weight parts and one activation part.
+  static constexpr int kDirectRows[3] = {8, 4, 4};
+  static constexpr int kDirectMaxTokens = 3;
+  static constexpr int kWideRows = 4;
+  static constexpr int kWideTokens = 6;
+
+  static Acc Zero() { return _mm512_setzero_ps(); }
+  static V Load(const float* p) { return _mm512_loadu_ps(p); }
+  static void Store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static Block DequantQ41(const std::uint8_t* blk) {
+    const __m512 d = HalfAt(blk);
+    const __m512 m = HalfAt(blk + 2);
+    // One byte per 32-bit lane: its low nibble is element j, its high nibble element 16 + j.
+    const __m512i a =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4)));
+    return {{_mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(a, _mm512_set1_epi32(0xF))), d, m),
+             _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(a, 4)), d, m)}};
+  }
+  static Block DequantQ80(const std::uint8_t* blk) {
+    const __m512 d = HalfAt(blk);
+    Block w;
+    for (int p = 0; p < kParts; ++p) {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + 16 * p));
+      w.v[p] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
+    }
+    return w;
+  }
+  static void Fma(Acc& a, int, V w, V x) { a = _mm512_fmadd_ps(w, x, a); }
+  static float Reduce(const Acc& a) {
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+    return Sum8(_mm256_add_ps(_mm512_castps512_ps256(a), hi));
+  }
+};
+
+#include "models/linear_impl.h"
+
+#define CTXPAR_VNNI __attribute__((target("avx512vnni")))
+
+CTXPAR_VNNI float DotQ41Vnni(const std::uint8_t* w, const ActBlock* x, int nb) {
+  __m256 acc = _mm256_setzero_ps();
+  float msum = 0.0f;
+  for (int b = 0; b < nb; ++b) {
+    const std::uint8_t* blk = w + b * 20;
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q));
+    const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), Nibbles(blk + 4), a);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(Scale(blk) * x[b].d), acc);
+    msum += Scale(blk + 2) * x[b].s;
+  }
+  return Sum8(acc) + msum;
+}
+
+CTXPAR_VNNI float DotQ80Vnni(const std::uint8_t* w, const ActBlock* x, int nb) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int b = 0; b < nb; ++b) {
+    const std::uint8_t* blk = w + b * 34;
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q));
+    // dpbusd multiplies unsigned by signed: move w's sign onto a.
+    const __m256i p =
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(q), _mm256_sign_epi8(a, q));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(Scale(blk) * x[b].d), acc);
+  }
+  return Sum8(acc);
+}
+
+}  // namespace
+
+void F32TileAvx512(const F32Tile& tile) { F32TileImpl<Avx512Isa>(tile); }
+const Q8Dots kQ8DotsVnni = {&DotQ41Vnni, &DotQ80Vnni};
+
+}  // namespace ctxpar::model::linear_internal

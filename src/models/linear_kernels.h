@@ -1,0 +1,53 @@
+// The per-ISA matmul kernels behind MatMul (internal). Each ISA's kernels live in their own
+// translation unit compiled with that ISA's flags (linear_scalar.cpp, linear_avx2.cpp,
+// linear_avx512.cpp); MatMul picks one after checking the CPU, so no wider instruction runs on a
+// CPU that lacks it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "models/linear.h"
+
+namespace ctxpar::model::linear_internal {
+
+// Rows per tile: the unit MatMul hands to a thread, widened once to fp32 by the prefill path.
+inline constexpr int kRowTile = 16;
+
+// One row tile of a MatMul with fp32 activations: rows [0, rows) of the tile times tokens
+// [0, n), over the blocks of the column range, segment by segment (linear.h's contract).
+struct F32Tile {
+  WeightType type = WeightType::kQ4_1;
+  const std::uint8_t* w = nullptr;  // block 0 of the tile's row 0
+  std::size_t row_stride = 0;
+  int rows = 0;              // <= kRowTile
+  const float* x = nullptr;  // token t's first column: x + t * ldx
+  std::size_t ldx = 0;
+  int n = 0;
+  float* y = nullptr;  // y[t * ldy + r] for the tile's row r
+  std::size_t ldy = 0;
+  const int* seg_ends = nullptr;  // num_segs increasing block indices, the last = blocks per row
+  int num_segs = 0;
+  std::size_t seg_stride = 0;  // 0: the ordered sum of the segments; else segment s at y + s * it
+  float* scratch = nullptr;    // kRowTile * blocks per row * 32 floats (the widened tile)
+};
+
+using F32TileFn = void (*)(const F32Tile& tile);
+// One output of the int8-activation path over nb blocks: a fixed sequence for any n.
+using DotQ8Fn = float (*)(const std::uint8_t* w, const ActBlock* x, int nb);
+
+struct Q8Dots {
+  DotQ8Fn q41;
+  DotQ8Fn q80;
+};
+
+void F32TileScalar(const F32Tile& tile);
+extern const Q8Dots kQ8DotsScalar;
+#if defined(CTXPAR_X86_KERNELS)
+void F32TileAvx2(const F32Tile& tile);
+void F32TileAvx512(const F32Tile& tile);
+extern const Q8Dots kQ8DotsAvx2;
+extern const Q8Dots kQ8DotsVnni;  // needs avx512vnni besides the AVX-512 path's features
+#endif
+
+}  // namespace ctxpar::model::linear_internal

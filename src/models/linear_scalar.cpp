@@ -1,0 +1,120 @@
+// The scalar kernels: linear.h's canonical fp32 sequence lane by lane with std::fma (one
+// rounding, like the SIMD fused multiply-adds, so every ISA gives the same bits), the int8 dot
+// products, and the dequantization the embedding lookup shares with the kernels.
+#include <cmath>
+#include <cstring>
+
+#include "models/linear_kernels.h"
+
+namespace ctxpar::model {
+
+namespace linear_internal {
+namespace {
+
+float HalfAt(const std::uint8_t* p) {
+  std::uint16_t h;
+  std::memcpy(&h, p, 2);
+  return Fp16ToFp32(h);
+}
+
+struct ScalarIsa {
+  static constexpr int kParts = 2;
+  struct V {
+    float l[16];
+  };
+  using Acc = V;
+  struct Block {
+    V v[kParts];
+  };
+  static constexpr int kDirectRows[3] = {1, 1, 1};
+  static constexpr int kDirectMaxTokens = 1;
+  static constexpr int kWideRows = 1;
+  static constexpr int kWideTokens = 1;
+
+  static Acc Zero() { return Acc{}; }
+  static V Load(const float* p) {
+    V v;
+    std::memcpy(v.l, p, sizeof v.l);
+    return v;
+  }
+  static void Store(float* p, const V& v) { std::memcpy(p, v.l, sizeof v.l); }
+  static Block DequantQ41(const std::uint8_t* blk) {
+    const float d = HalfAt(blk);
+    const float m = HalfAt(blk + 2);
+    Block w;
+    for (int j = 0; j < 16; ++j) {
+      w.v[0].l[j] = std::fma(float(blk[4 + j] & 0xF), d, m);
+      w.v[1].l[j] = std::fma(float(blk[4 + j] >> 4), d, m);
+    }
+    return w;
+  }
+  static Block DequantQ80(const std::uint8_t* blk) {
+    const float d = HalfAt(blk);
+    const auto* q = reinterpret_cast<const std::int8_t*>(blk + 2);
+    Block w;
+    for (int j = 0; j < 16; ++j) {
+      w.v[0].l[j] = float(q[j]) * d;
+      w.v[1].l[j] = float(q[16 + j]) * d;
+    }
+    return w;
+  }
+  static void Fma(Acc& a, int, const V& w, const V& x) {
+    for (int l = 0; l < 16; ++l) a.l[l] = std::fma(w.l[l], x.l[l], a.l[l]);
+  }
+  static float Reduce(const Acc& a) {
+    float r[8];
+    for (int l = 0; l < 8; ++l) r[l] = a.l[l] + a.l[l + 8];
+    for (int l = 0; l < 4; ++l) r[l] = r[l] + r[l + 4];
+    for (int l = 0; l < 2; ++l) r[l] = r[l] + r[l + 2];
+    return r[0] + r[1];
+  }
+};
+
+#include "models/linear_impl.h"
+
+float DotQ41Scalar(const std::uint8_t* w, const ActBlock* x, int nb) {
+  return DotScalar(WeightType::kQ4_1, w, x, nb);
+}
+float DotQ80Scalar(const std::uint8_t* w, const ActBlock* x, int nb) {
+  return DotScalar(WeightType::kQ8_0, w, x, nb);
+}
+
+}  // namespace
+
+void F32TileScalar(const F32Tile& tile) { F32TileImpl<ScalarIsa>(tile); }
+const Q8Dots kQ8DotsScalar = {&DotQ41Scalar, &DotQ80Scalar};
+
+}  // namespace linear_internal
+
+float DotScalar(WeightType type, const std::uint8_t* w, const ActBlock* x, int num_blocks) {
+  float sum = 0.0f;
+  for (int b = 0; b < num_blocks; ++b) {
+    const std::uint8_t* blk = w + b * BlockBytes(type);
+    const float dw = linear_internal::HalfAt(blk);
+    int sumi = 0;
+    if (type == WeightType::kQ4_1) {
+      for (int j = 0; j < 16; ++j) {
+        sumi += (blk[4 + j] & 0xF) * x[b].q[j] + (blk[4 + j] >> 4) * x[b].q[j + 16];
+      }
+      sum += dw * x[b].d * float(sumi) + linear_internal::HalfAt(blk + 2) * x[b].s;
+    } else {
+      const auto* q = reinterpret_cast<const std::int8_t*>(blk + 2);
+      for (int j = 0; j < kBlock; ++j) sumi += q[j] * x[b].q[j];
+      sum += dw * x[b].d * float(sumi);
+    }
+  }
+  return sum;
+}
+
+void DequantizeRow(const QuantMatrix& w, int r, float* out) {
+  using linear_internal::ScalarIsa;
+  const std::uint8_t* row = w.data + std::size_t(r) * w.row_stride;
+  for (int b = 0; b < w.cols / kBlock; ++b) {
+    const std::uint8_t* blk = row + b * BlockBytes(w.type);
+    const ScalarIsa::Block d =
+        w.type == WeightType::kQ4_1 ? ScalarIsa::DequantQ41(blk) : ScalarIsa::DequantQ80(blk);
+    std::memcpy(out + b * kBlock, d.v, sizeof d.v);
+  }
+}
+
+}  // namespace ctxpar::model

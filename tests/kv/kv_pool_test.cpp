@@ -1,0 +1,362 @@
+// KvPool against the sharding formula (kv_layout.h written out here), its page accounting against
+// a reference model of the allocator, and its option checks.
+#include "ctxpar/kv_pool.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <ostream>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ctxpar/dtype.h"
+
+namespace ctxpar {
+namespace {
+
+// The K value of (position, head, dim) the tests write; V is its negation plus 0.5; layer l adds
+// 1000 * l so that layers cannot be mixed up.
+float KVal(int64_t p, int h, int d, int layer = 0) {
+  return static_cast<float>(p) + h * 0.25f + d * 1e-3f + 1000.0f * layer;
+}
+
+std::vector<float> Tokens(int64_t first, int n, int heads, int dim, bool is_v, int layer = 0) {
+  std::vector<float> out;
+  for (int i = 0; i < n; ++i) {
+    for (int h = 0; h < heads; ++h) {
+      for (int d = 0; d < dim; ++d) {
+        const float k = KVal(first + i, h, d, layer);
+        out.push_back(is_v ? 0.5f - k : k);
+      }
+    }
+  }
+  return out;
+}
+
+// K (or V) of local row r of slot s, head h, dim d, read through the view and KvElementOffset as
+// the attention kernels do.
+float Read(const PagedKv& kv, bool value, int slot, int64_t r, int h, int d) {
+  const int32_t page = kv.block_table[slot * kv.max_pages_per_seq + r / kv.page_size];
+  const int64_t at = KvElementOffset(kv, value, page, static_cast<int>(r % kv.page_size), h, d);
+  const void* base = value && kv.v != nullptr ? kv.v : kv.k;
+  return kv.dtype == DataType::kF32 ? static_cast<const float*>(base)[at]
+                                    : Bf16ToFloat(static_cast<const uint16_t*>(base)[at]);
+}
+
+// Reserve + Write of positions [pos0, pos0 + n) in every layer.
+Status Append(KvPool& pool, int slot, int64_t pos0, int n, int heads, int dim) {
+  CTXPAR_RETURN_IF_ERROR(pool.Reserve(slot, pos0 + n));
+  for (int l = 0; l < pool.options().num_layers; ++l) {
+    const auto k = Tokens(pos0, n, heads, dim, false, l);
+    const auto v = Tokens(pos0, n, heads, dim, true, l);
+    CTXPAR_RETURN_IF_ERROR(pool.Write(l, slot, pos0, n, k.data(), v.data()));
+  }
+  return Status::Ok();
+}
+
+const char* FormatName(KvPageFormat f) { return f == KvPageFormat::kRows ? "Rows" : "Tiles16"; }
+
+struct Case {
+  int n, interleave, page;
+  KvPageFormat format;
+};
+std::string Name(const Case& c) {
+  return fmt::format("N{}I{}P{}{}", c.n, c.interleave, c.page, FormatName(c.format));
+}
+void PrintTo(const Case& c, std::ostream* os) { *os << Name(c); }
+
+class KvPoolTest : public ::testing::TestWithParam<Case> {};
+
+// Every rank runs the same slot and write calls; each global position must be found on exactly
+// its owner, rank (p / I) % N, at local row (p / (I*N)) * I + p % I, in every layer, and the page
+// ids agree across ranks.
+TEST_P(KvPoolTest, OwnerStoresEveryPositionAtItsLocalRowInEveryLayer) {
+  const Case c = GetParam();
+  const int heads = 2, dim = 16, layers = 2;
+  std::vector<KvPool> pools;
+  for (int r = 0; r < c.n; ++r) {
+    auto pool = KvPool::Create({.num_layers = layers,
+                                .num_kv_heads = heads,
+                                .head_dim_k = dim,
+                                .head_dim_v = dim,
+                                .format = c.format,
+                                .page_size = c.page,
+                                .dcp_size = c.n,
+                                .dcp_rank = r,
+                                .interleave_size = c.interleave,
+                                .num_pages = 64,
+                                .max_slots = 3,
+                                .max_pages_per_slot = 16});
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+    pools.push_back(std::move(*pool));
+  }
+  const int lengths[] = {1, 37, 5};  // slot 1: a 30-token prefill, then 7 decode steps
+  for (KvPool& pool : pools) {
+    for (int s = 0; s < 3; ++s) ASSERT_EQ(*pool.AcquireSlot(), s);
+    ASSERT_TRUE(Append(pool, 0, 0, 1, heads, dim).ok());
+    ASSERT_TRUE(Append(pool, 1, 0, 30, heads, dim).ok());
+    ASSERT_TRUE(Append(pool, 2, 0, 5, heads, dim).ok());
+    for (int64_t p = 30; p < 37; ++p) ASSERT_TRUE(Append(pool, 1, p, 1, heads, dim).ok());
+  }
+  for (int s = 0; s < 3; ++s) {
+    for (int r = 1; r < c.n; ++r) {
+      EXPECT_EQ(pools[r].slot_pages(s), pools[0].slot_pages(s));
+      for (int v = 0; v < pools[0].slot_pages(s); ++v) {
+        EXPECT_EQ(pools[r].View(0).block_table[s * 16 + v], pools[0].View(0).block_table[s * 16 + v]);
+      }
+    }
+    for (int64_t p = 0; p < lengths[s]; ++p) {
+      const int owner = static_cast<int>((p / c.interleave) % c.n);
+      const int64_t row = (p / (c.interleave * c.n)) * c.interleave + p % c.interleave;
+      for (int l = 0; l < layers; ++l) {
+        const PagedKv kv = pools[owner].View(l);
+        for (int h = 0; h < heads; ++h) {
+          for (int d = 0; d < dim; d += 5) {
+            ASSERT_EQ(Read(kv, false, s, row, h, d), KVal(p, h, d, l)) << "slot " << s << " p " << p;
+            ASSERT_EQ(Read(kv, true, s, row, h, d), 0.5f - KVal(p, h, d, l));
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, KvPoolTest,
+    ::testing::Values(
+        Case{1, 1, 4, KvPageFormat::kRows}, Case{2, 1, 4, KvPageFormat::kRows},
+        Case{3, 1, 2, KvPageFormat::kRows}, Case{4, 4, 8, KvPageFormat::kRows},
+        Case{8, 1, 1, KvPageFormat::kRows}, Case{2, 16, 16, KvPageFormat::kRows},
+        Case{3, 4, 4, KvPageFormat::kRows}, Case{1, 1, 16, KvPageFormat::kTiles16},
+        Case{1, 1, 32, KvPageFormat::kTiles16}, Case{3, 1, 16, KvPageFormat::kTiles16},
+        Case{4, 4, 16, KvPageFormat::kTiles16}, Case{3, 4, 32, KvPageFormat::kTiles16}),
+    [](const ::testing::TestParamInfo<Case>& info) { return Name(info.param); });
+
+class KvPoolFormatTest : public ::testing::TestWithParam<KvPageFormat> {
+ protected:
+  int Page() const { return GetParam() == KvPageFormat::kTiles16 ? 16 : 4; }
+};
+
+TEST_P(KvPoolFormatTest, VirtualPagesAreSharedReservedAllOrNothingAndReusedLowestFirst) {
+  // N = 2, page P: a virtual page holds 2P tokens, one physical page per rank.
+  const int page = Page();
+  auto pool = KvPool::Create({.num_layers = 1,
+                              .num_kv_heads = 1,
+                              .head_dim_k = 16,
+                              .head_dim_v = 16,
+                              .format = GetParam(),
+                              .page_size = page,
+                              .dcp_size = 2,
+                              .dcp_rank = 1,
+                              .num_pages = 3,
+                              .max_slots = 2,
+                              .max_pages_per_slot = 2});
+  ASSERT_TRUE(pool.ok());
+  EXPECT_EQ(pool->capacity_tokens(), 3 * 2 * page);
+  const int a = *pool->AcquireSlot();
+  const int b = *pool->AcquireSlot();
+  EXPECT_EQ(pool->AcquireSlot().status().code(), StatusCode::kOutOfRange);
+  ASSERT_TRUE(pool->Reserve(a, 2 * page + 1).ok());  // 2 virtual pages: ids 0, 1
+  EXPECT_EQ(pool->free_pages(), 1);
+  EXPECT_EQ(pool->PagesFor(2 * page + 1), 2);
+  ASSERT_TRUE(pool->Reserve(b, 1).ok());  // id 2
+  EXPECT_EQ(pool->View(0).block_table[b * 2], 2);
+  const Status full = pool->Reserve(b, 2 * page + 1);
+  EXPECT_EQ(full.code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(full.message(), "KvPool::Reserve: slot 1 needs 1 more pages, 0 of 3 are free");
+  EXPECT_EQ(pool->slot_pages(b), 1);  // nothing allocated by the failed call
+  const Status too_long = pool->Reserve(a, 4 * page + 1);
+  EXPECT_EQ(too_long.message(),
+            fmt::format("KvPool::Reserve: {} tokens need 3 pages of {} tokens, more than "
+                        "max_pages_per_slot=2",
+                        4 * page + 1, 2 * page));
+  ASSERT_TRUE(pool->Reserve(a, 1).ok());  // shorter: keeps its pages
+  EXPECT_EQ(pool->slot_pages(a), 2);
+  ASSERT_TRUE(pool->ReleaseSlot(a).ok());
+  EXPECT_EQ(pool->free_pages(), 2);
+  EXPECT_EQ(pool->ReleaseSlot(a).message(), "KvPool::ReleaseSlot: slot 0 is not in use");
+  ASSERT_TRUE(pool->Reserve(b, 2 * page + 1).ok());
+  EXPECT_EQ(pool->View(0).block_table[b * 2 + 1], 0);  // lowest free id first
+  const std::vector<float> k(16, 1.0f);
+  EXPECT_EQ(pool->Write(0, b, 4 * page, 1, k.data(), k.data()).code(), StatusCode::kOutOfRange);
+}
+
+// GQA K and V in bf16, every d of every head: kTiles16 packs two bf16 per 32-bit word, in K along
+// d and in V along the keys, so a swapped pair shows here.
+TEST_P(KvPoolFormatTest, GqaBf16RoundsToNearestEven) {
+  const int page = Page(), heads = 3, dim = 32, tokens = 2 * page - 3;
+  auto pool = KvPool::Create({.num_layers = 1,
+                              .num_kv_heads = heads,
+                              .head_dim_k = dim,
+                              .head_dim_v = dim,
+                              .dtype = DataType::kBF16,
+                              .format = GetParam(),
+                              .page_size = page,
+                              .num_pages = 2,
+                              .max_slots = 1,
+                              .max_pages_per_slot = 2});
+  ASSERT_TRUE(pool.ok());
+  std::vector<float> k(tokens * heads * dim), v(k.size());
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist;
+  for (float& x : k) x = dist(rng);
+  for (float& x : v) x = dist(rng);
+  ASSERT_EQ(*pool->AcquireSlot(), 0);
+  ASSERT_TRUE(pool->Reserve(0, tokens).ok());
+  ASSERT_TRUE(pool->Write(0, 0, 0, tokens, k.data(), v.data()).ok());
+  const PagedKv kv = pool->View(0);
+  for (int t = 0; t < tokens; ++t) {
+    for (int h = 0; h < heads; ++h) {
+      for (int d = 0; d < dim; ++d) {
+        const size_t i = (static_cast<size_t>(t) * heads + h) * dim + d;
+        ASSERT_EQ(Read(kv, false, 0, t, h, d), Bf16ToFloat(FloatToBf16(k[i]))) << t << " " << h;
+        ASSERT_EQ(Read(kv, true, 0, t, h, d), Bf16ToFloat(FloatToBf16(v[i]))) << t << " " << h;
+      }
+    }
+  }
+}
+
+TEST_P(KvPoolFormatTest, RejectsBadOptionsNamingTheField) {
+  KvPoolOptions o{.num_layers = 1,
+                  .num_kv_heads = 1,
+                  .head_dim_k = 16,
+                  .head_dim_v = 16,
+                  .format = GetParam(),
+                  .page_size = Page(),
+                  .dcp_size = 2,
+                  .dcp_rank = 2,
+                  .num_pages = 1,
+                  .max_slots = 1,
+                  .max_pages_per_slot = 1};
+  EXPECT_EQ(KvPool::Create(o).status().message(),
+            "KvPool: dcp_rank must be in [0, dcp_size=2), got dcp_rank=2");
+  o.dcp_rank = 0;
+  o.interleave_size = 3;
+  EXPECT_EQ(KvPool::Create(o).status().message(),
+            fmt::format("KvPool: page_size must be a multiple of interleave_size so that a virtual "
+                        "page is one physical page on every rank, got page_size={} and "
+                        "interleave_size=3",
+                        Page()));
+  o.interleave_size = 1;
+  o.num_pages = 0;
+  EXPECT_EQ(KvPool::Create(o).status().message(), "KvPool: num_pages must be >= 1, got num_pages=0");
+  o.num_pages = 1;
+  o.num_layers = 0;
+  EXPECT_EQ(KvPool::Create(o).status().message(),
+            "KvPool: num_layers must be >= 1, got num_layers=0");
+  o.num_layers = 1;
+  o.dtype = DataType::kF16;
+  EXPECT_EQ(KvPool::Create(o).status().message(), "KvPool: dtype must be f32 or bf16, got f16");
+  o.dtype = DataType::kF32;
+  o.dcp_size = 0;
+  EXPECT_EQ(KvPool::Create(o).status().message(),
+            "KvPool: dcp_rank must be in [0, dcp_size=0), got dcp_rank=0");
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, KvPoolFormatTest,
+                         ::testing::Values(KvPageFormat::kRows, KvPageFormat::kTiles16),
+                         [](const ::testing::TestParamInfo<KvPageFormat>& info) {
+                           return std::string(FormatName(info.param));
+                         });
+
+// Absorbed MLA keeps V inside the K row: kRows only, v null.
+TEST(KvPool, MlaStoresLatentAndRopeInOneRow) {
+  auto pool = KvPool::Create({.num_layers = 1,
+                              .num_kv_heads = 1,
+                              .head_dim_k = 80,
+                              .head_dim_v = 64,
+                              .v_in_k = true,
+                              .page_size = 2,
+                              .dcp_size = 2,
+                              .num_pages = 2,
+                              .max_slots = 1,
+                              .max_pages_per_slot = 2});
+  ASSERT_TRUE(pool.ok());
+  std::vector<float> k(3 * 80);
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] = 0.5f * float(i);
+  ASSERT_EQ(*pool->AcquireSlot(), 0);
+  ASSERT_TRUE(pool->Reserve(0, 3).ok());
+  ASSERT_TRUE(pool->Write(0, 0, 0, 3, k.data(), nullptr).ok());
+  const PagedKv kv = pool->View(0);
+  EXPECT_EQ(kv.v, nullptr);
+  for (int d = 0; d < 80; ++d) {  // rank 0 owns positions 0 and 2 (local rows 0 and 1)
+    ASSERT_EQ(Read(kv, false, 0, 0, 0, d), k[d]);
+    ASSERT_EQ(Read(kv, false, 0, 1, 0, d), k[2 * 80 + d]);
+  }
+  KvPoolOptions tiles = pool->options();
+  tiles.format = KvPageFormat::kTiles16;
+  tiles.page_size = 16;
+  EXPECT_EQ(KvPool::Create(tiles).status().message(),
+            "KvPool: format=kTiles16 tiles K and V separately and needs v_in_k=false, got "
+            "v_in_k=true");
+}
+
+// Random acquire / reserve / release sequences against a reference model of the allocator:
+// free pages = all pages minus those held, no page held twice, the lowest free page handed out
+// first, and every page back when every slot is released.
+TEST(KvPool, AccountingMatchesAReferenceAllocator) {
+  std::mt19937 rng(2024);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int page = 1 + static_cast<int>(rng() % 4), n = 1 + static_cast<int>(rng() % 3);
+    const int num_pages = 4 + static_cast<int>(rng() % 40), slots = 1 + static_cast<int>(rng() % 6);
+    const int per_slot = 1 + static_cast<int>(rng() % 12);
+    auto made = KvPool::Create({.num_layers = 1,
+                                .num_kv_heads = 1,
+                                .head_dim_k = 16,
+                                .head_dim_v = 16,
+                                .page_size = page,
+                                .dcp_size = n,
+                                .num_pages = num_pages,
+                                .max_slots = slots,
+                                .max_pages_per_slot = per_slot});
+    ASSERT_TRUE(made.ok());
+    KvPool& pool = *made;
+    std::set<int> free;
+    for (int p = 0; p < num_pages; ++p) free.insert(p);
+    std::map<int, std::vector<int>> held;  // slot -> pages in order
+    for (int op = 0; op < 400; ++op) {
+      const int kind = static_cast<int>(rng() % 3);
+      if (kind == 0) {
+        Expected<int32_t> s = pool.AcquireSlot();
+        ASSERT_EQ(s.ok(), static_cast<int>(held.size()) < slots);
+        if (s.ok()) {
+          ASSERT_EQ(held.count(*s), 0u);
+          held[*s] = {};
+        }
+      } else if (kind == 1 && !held.empty()) {
+        auto it = std::next(held.begin(), rng() % held.size());
+        const int64_t length = rng() % (int64_t{per_slot + 1} * page * n + 1);
+        const int64_t want = (length + int64_t{page} * n - 1) / (int64_t{page} * n);
+        const int64_t missing = std::max<int64_t>(0, want - int64_t(it->second.size()));
+        const bool fits = want <= per_slot && missing <= int64_t(free.size());
+        ASSERT_EQ(pool.Reserve(it->first, length).ok(), fits) << "length " << length;
+        for (int64_t i = 0; fits && i < missing; ++i) {
+          it->second.push_back(*free.begin());
+          free.erase(free.begin());
+        }
+      } else if (kind == 2 && !held.empty()) {
+        auto it = std::next(held.begin(), rng() % held.size());
+        ASSERT_TRUE(pool.ReleaseSlot(it->first).ok());
+        for (int p : it->second) free.insert(p);
+        held.erase(it);
+      }
+      ASSERT_EQ(pool.free_pages(), static_cast<int64_t>(free.size()));
+      for (const auto& [slot, pages] : held) {
+        ASSERT_EQ(pool.slot_pages(slot), static_cast<int32_t>(pages.size()));
+        for (std::size_t v = 0; v < pages.size(); ++v) {
+          ASSERT_EQ(pool.View(0).block_table[slot * per_slot + v], pages[v]);
+        }
+      }
+    }
+    for (const auto& [slot, pages] : held) ASSERT_TRUE(pool.ReleaseSlot(slot).ok());
+    EXPECT_EQ(pool.free_pages(), num_pages);
+    EXPECT_EQ(pool.free_slots(), slots);
+  }
+}
+
+}  // namespace
+}  // namespace ctxpar

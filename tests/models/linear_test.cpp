@@ -1,0 +1,307 @@
+// MatMul (src/models/linear.h) on every ISA this CPU runs (CTXPAR_CPU_ISA forces the lower
+// ones): against float64 references, batch invariance (a row's bits alone equal its bits among
+// n = 1..40 rows, on 1, 2 and 3 threads), the fp32 sequence equal on every ISA, and segments
+// equal to separate per-segment products summed in order.
+#include "models/linear.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ctxpar/cpu_features.h"
+
+namespace ctxpar::model {
+namespace {
+
+struct RandomMatrix {
+  std::vector<std::uint8_t> bytes;
+  QuantMatrix m;
+};
+
+RandomMatrix MakeMatrix(WeightType type, int rows, int cols, std::mt19937& rng) {
+  RandomMatrix r;
+  const std::size_t row_bytes = cols / 32 * BlockBytes(type);
+  r.bytes.resize(row_bytes * rows);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+  for (int row = 0; row < rows; ++row) {
+    for (int b = 0; b < cols / 32; ++b) {
+      std::uint8_t* blk = r.bytes.data() + row * row_bytes + b * BlockBytes(type);
+      const std::uint16_t d = Fp32ToFp16(scale(rng));
+      std::memcpy(blk, &d, 2);
+      std::size_t first = 2;
+      if (type == WeightType::kQ4_1) {
+        const std::uint16_t m = Fp32ToFp16(-8.0f * scale(rng));
+        std::memcpy(blk + 2, &m, 2);
+        first = 4;
+      }
+      for (std::size_t j = first; j < BlockBytes(type); ++j) {
+        int v = byte(rng);
+        if (type == WeightType::kQ8_0 && v == 128) v = 129;  // ggml's Q8_0 never holds -128
+        blk[j] = std::uint8_t(v);
+      }
+    }
+  }
+  r.m = QuantMatrix{type, r.bytes.data(), rows, cols, row_bytes};
+  return r;
+}
+
+std::vector<float> Normal(std::size_t count, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(count);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+// The ISAs this CPU runs, lowest first, as CTXPAR_CPU_ISA names.
+std::vector<std::string> Isas() {
+  std::vector<std::string> names = {"scalar"};
+  const CpuIsa best = BestCpuIsa(DetectCpuFeatures());
+  if (best >= CpuIsa::kAvx2) names.push_back("avx2");
+  if (best >= CpuIsa::kAvx512) names.push_back("avx512");
+  return names;
+}
+
+class MatMulIsas : public ::testing::Test {
+ protected:
+  void TearDown() override { unsetenv("CTXPAR_CPU_ISA"); }
+  static void Force(const std::string& isa) {
+    setenv("CTXPAR_CPU_ISA", isa.c_str(), 1);
+    ASSERT_EQ(std::string(MatMulIsa()), isa);
+  }
+};
+
+// float64 y = x W^T over the int8 activations as ggml defines the product (Q4_1's offset term
+// uses the stored s = fp16(d * sum q)).
+std::vector<double> ReferenceQ8(const QuantMatrix& w, const Acts& x, int col_begin) {
+  std::vector<double> y(std::size_t(x.n) * w.rows);
+  for (int r = 0; r < w.rows; ++r) {
+    for (int t = 0; t < x.n; ++t) {
+      const ActBlock* xa = x.Row(t) + col_begin / 32;
+      double acc = 0.0;
+      for (int b = 0; b < w.cols / 32; ++b) {
+        const std::uint8_t* blk = w.data + std::size_t(r) * w.row_stride + b * BlockBytes(w.type);
+        std::uint16_t dh, mh;
+        std::memcpy(&dh, blk, 2);
+        double sumi = 0.0;
+        if (w.type == WeightType::kQ4_1) {
+          std::memcpy(&mh, blk + 2, 2);
+          for (int j = 0; j < 16; ++j) {
+            sumi +=
+                double(blk[4 + j] & 0xF) * xa[b].q[j] + double(blk[4 + j] >> 4) * xa[b].q[j + 16];
+          }
+          acc += double(Fp16ToFp32(dh)) * xa[b].d * sumi + double(Fp16ToFp32(mh)) * xa[b].s;
+        } else {
+          const auto* q = reinterpret_cast<const std::int8_t*>(blk + 2);
+          for (int j = 0; j < 32; ++j) sumi += double(q[j]) * xa[b].q[j];
+          acc += double(Fp16ToFp32(dh)) * xa[b].d * sumi;
+        }
+      }
+      y[std::size_t(t) * w.rows + r] = acc;
+    }
+  }
+  return y;
+}
+
+// float64 y = x W^T over DequantizeRow's weights, checked independently against the blocks.
+std::vector<double> ReferenceF32(const QuantMatrix& w, const float* x, int n) {
+  std::vector<double> y(std::size_t(n) * w.rows);
+  std::vector<float> row(w.cols);
+  for (int r = 0; r < w.rows; ++r) {
+    DequantizeRow(w, r, row.data());
+    for (int c = 0; c < w.cols; ++c) {
+      const std::uint8_t* blk =
+          w.data + std::size_t(r) * w.row_stride + c / 32 * BlockBytes(w.type);
+      std::uint16_t dh, mh;
+      std::memcpy(&dh, blk, 2);
+      double q, m = 0.0;
+      if (w.type == WeightType::kQ4_1) {
+        std::memcpy(&mh, blk + 2, 2);
+        const int j = c % 32;
+        q = j < 16 ? (blk[4 + j] & 0xF) : (blk[4 + j - 16] >> 4);
+        m = Fp16ToFp32(mh);
+      } else {
+        q = reinterpret_cast<const std::int8_t*>(blk + 2)[c % 32];
+      }
+      const double exact = double(Fp16ToFp32(dh)) * q + m;
+      EXPECT_LE(std::fabs(row[c] - exact), std::fabs(exact) * 0x1p-24) << "r " << r << " c " << c;
+    }
+    for (int t = 0; t < n; ++t) {
+      double acc = 0.0;
+      for (int c = 0; c < w.cols; ++c) acc += double(row[c]) * x[std::size_t(t) * w.cols + c];
+      y[std::size_t(t) * w.rows + r] = acc;
+    }
+  }
+  return y;
+}
+
+TEST_F(MatMulIsas, F32MatchesFloat64) {
+  for (const std::string& isa : Isas()) {
+    Force(isa);
+    for (WeightType type : {WeightType::kQ4_1, WeightType::kQ8_0}) {
+      std::mt19937 rng(99);
+      const int rows = 50, cols = 576, n = 11;
+      RandomMatrix w = MakeMatrix(type, rows, cols, rng);
+      const std::vector<float> x = Normal(std::size_t(n) * cols, rng);
+      const std::vector<double> ref = ReferenceF32(w.m, x.data(), n);
+      Acts a;
+      PrepareActs(ActFormat::kF32, type, x.data(), n, cols, cols, &a);
+      std::vector<float> y(std::size_t(n) * rows);
+      MatMul(w.m, a, 0, y.data(), rows, nullptr);
+      for (std::size_t i = 0; i < y.size(); ++i) {
+        ASSERT_NEAR(y[i], ref[i], 1e-5 * (1.0 + std::fabs(ref[i]))) << isa << " i " << i;
+      }
+    }
+  }
+}
+
+TEST_F(MatMulIsas, Q8MatchesFloat64) {
+  for (const std::string& isa : Isas()) {
+    Force(isa);
+    for (WeightType type : {WeightType::kQ4_1, WeightType::kQ8_0}) {
+      std::mt19937 rng(1234);
+      const int rows = 37, cols = 1536, n = 7;
+      RandomMatrix w = MakeMatrix(type, rows, cols, rng);
+      const std::vector<float> x = Normal(std::size_t(n) * cols, rng);
+      Acts q;
+      PrepareActs(ActFormat::kQ8, type, x.data(), n, cols, cols, &q);
+      ThreadPool pool(3);
+      std::vector<float> y(std::size_t(n) * rows);
+      MatMul(w.m, q, 0, y.data(), rows, &pool);
+      const std::vector<double> ref = ReferenceQ8(w.m, q, 0);
+      double norm = 0.0;
+      for (double v : ref) norm = std::max(norm, std::fabs(v));
+      for (std::size_t i = 0; i < y.size(); ++i) {
+        ASSERT_NEAR(y[i], ref[i], 1e-5 * norm + 1e-6) << isa << " element " << i;
+        const int t = int(i) / rows, r = int(i) % rows;
+        const float s =
+            DotScalar(type, w.m.data + std::size_t(r) * w.m.row_stride, q.Row(t), cols / 32);
+        ASSERT_NEAR(s, ref[i], 1e-5 * norm + 1e-6) << "scalar element " << i;
+      }
+    }
+  }
+}
+
+// Row t of an n-row call, for every n in 1..40 and 1, 2, 3 threads, has the bits of row t
+// computed alone; on every ISA and both activation formats. 37 rows: a partial row tile.
+TEST_F(MatMulIsas, RowsAreBatchInvariant) {
+  const int rows = 37, cols = 576, max_n = 40;
+  ThreadPool one(1), two(2), three(3);
+  for (const std::string& isa : Isas()) {
+    Force(isa);
+    for (ActFormat format : {ActFormat::kF32, ActFormat::kQ8}) {
+      for (WeightType type : {WeightType::kQ4_1, WeightType::kQ8_0}) {
+        std::mt19937 rng(7 + int(type));
+        RandomMatrix w = MakeMatrix(type, rows, cols, rng);
+        const std::vector<float> x = Normal(std::size_t(max_n) * cols, rng);
+        std::vector<float> alone(std::size_t(max_n) * rows);
+        for (int t = 0; t < max_n; ++t) {
+          Acts a;
+          PrepareActs(format, type, x.data() + std::size_t(t) * cols, 1, cols, cols, &a);
+          MatMul(w.m, a, 0, alone.data() + std::size_t(t) * rows, rows, nullptr);
+        }
+        for (int n = 1; n <= max_n; ++n) {
+          Acts a;
+          PrepareActs(format, type, x.data(), n, cols, cols, &a);
+          for (ThreadPool* pool : {&one, &two, &three}) {
+            std::vector<float> y(std::size_t(n) * rows);
+            MatMul(w.m, a, 0, y.data(), rows, pool);
+            for (std::size_t i = 0; i < y.size(); ++i) {
+              ASSERT_EQ(std::bit_cast<std::uint32_t>(y[i]), std::bit_cast<std::uint32_t>(alone[i]))
+                  << isa << (format == ActFormat::kF32 ? " f32" : " q8") << " type " << int(type)
+                  << " n " << n << " threads " << pool->size() << " row " << i / rows << " col "
+                  << i % rows;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The fp32 sequence is one for all ISAs: each gives the scalar path's bits, decode and prefill.
+TEST_F(MatMulIsas, F32BitsEqualAcrossIsas) {
+  const int rows = 21, cols = 1536;
+  for (WeightType type : {WeightType::kQ4_1, WeightType::kQ8_0}) {
+    for (int n : {1, 2, 3, 9}) {
+      std::mt19937 rng(11 + n);
+      RandomMatrix w = MakeMatrix(type, rows, cols, rng);
+      const std::vector<float> x = Normal(std::size_t(n) * cols, rng);
+      Acts a;
+      PrepareActs(ActFormat::kF32, type, x.data(), n, cols, cols, &a);
+      std::vector<float> scalar(std::size_t(n) * rows);
+      Force("scalar");
+      MatMul(w.m, a, 0, scalar.data(), rows, nullptr);
+      for (const std::string& isa : Isas()) {
+        Force(isa);
+        std::vector<float> y(scalar.size());
+        MatMul(w.m, a, 0, y.data(), rows, nullptr);
+        for (std::size_t i = 0; i < y.size(); ++i) {
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(y[i]), std::bit_cast<std::uint32_t>(scalar[i]))
+              << isa << " type " << int(type) << " n " << n << " i " << i;
+        }
+      }
+    }
+  }
+}
+
+// Uneven segments (blocks [0, 5), [5, 6), [6, 13), [13, 18) of 576 columns) in one call equal
+// separate calls over each segment's columns summed in order; with a stride, each segment
+// alone; and a "rank" holding segments 1 and 2 as a column view gives their bits too.
+TEST_F(MatMulIsas, SegmentsEqualSeparateProductsSummedInOrder) {
+  const int rows = 19, cols = 576;
+  const std::vector<int> ends = {5, 6, 13, 18};
+  for (const std::string& isa : Isas()) {
+    Force(isa);
+    for (ActFormat format : {ActFormat::kF32, ActFormat::kQ8}) {
+      for (WeightType type : {WeightType::kQ4_1, WeightType::kQ8_0}) {
+        for (int n : {1, 2, 5, 17}) {
+          std::mt19937 rng(31 + n);
+          RandomMatrix w = MakeMatrix(type, rows, cols, rng);
+          const std::vector<float> x = Normal(std::size_t(n) * cols, rng);
+          Acts a;
+          PrepareActs(format, type, x.data(), n, cols, cols, &a);
+          const std::size_t size = std::size_t(n) * rows;
+          std::vector<float> each(ends.size() * size), sum(size);
+          for (std::size_t s = 0; s < ends.size(); ++s) {
+            const int begin = s == 0 ? 0 : ends[s - 1] * 32;
+            MatMul(w.m.ColRange(begin, ends[s] * 32 - begin), a, begin, each.data() + s * size,
+                   rows, nullptr);
+          }
+          for (std::size_t i = 0; i < size; ++i) {
+            sum[i] = each[i];
+            for (std::size_t s = 1; s < ends.size(); ++s) sum[i] += each[s * size + i];
+          }
+          const std::string what = isa + (format == ActFormat::kF32 ? " f32" : " q8") + " type " +
+                                   std::to_string(int(type)) + " n " + std::to_string(n);
+          ThreadPool pool(2);
+          std::vector<float> y(size);
+          MatMul(w.m, a, 0, y.data(), rows, &pool, {ends});
+          for (std::size_t i = 0; i < size; ++i) {
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(y[i]), std::bit_cast<std::uint32_t>(sum[i]))
+                << what << " i " << i;
+          }
+          std::vector<float> split(each.size());
+          MatMul(w.m, a, 0, split.data(), rows, &pool, {ends, size});
+          EXPECT_EQ(split, each) << what;
+          const std::vector<int> rank_ends = {1, 8};  // segments 1 and 2, relative to block 5
+          std::vector<float> rank(2 * size);
+          MatMul(w.m.ColRange(5 * 32, 8 * 32), a, 5 * 32, rank.data(), rows, nullptr,
+                 {rank_ends, size});
+          EXPECT_EQ(std::vector<float>(rank.begin(), rank.end()),
+                    std::vector<float>(each.begin() + size, each.begin() + 3 * size))
+              << what;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ctxpar::model
