@@ -392,8 +392,9 @@ const std::vector<CatalogEntry>& Table() {
        "--moe-a2a-backend {backend} needs {requirement}, but the platform is {platform}; use "
        "--moe-a2a-backend {alternatives} instead.",
        kRuntime,
-       "Each MoE all-to-all backend is tied to hardware: deepep, mooncake and nixl to NVIDIA "
-       "CUDA, megamoe to CUDA SM90+, flashinfer to CUDA SM90+ with MNNVL fabric, mori to AMD "
+       "Each MoE all-to-all backend is tied to hardware: deepep to NVIDIA CUDA or ctxpar's CPU "
+       "engine (which runs DeepEP's dispatch and combine as all-to-all-v over MPI), mooncake "
+       "and nixl to NVIDIA CUDA, megamoe to CUDA SM90+, flashinfer to CUDA SM90+ with MNNVL fabric, mori to AMD "
        "ROCm, ascend_fuseep to Ascend NPUs. `none` (experts reached through all-reduce and "
        "all-gather) runs everywhere.",
        "At generate/serve init on a machine that lacks what the backend needs, or in `ctxpar "

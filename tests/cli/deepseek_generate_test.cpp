@@ -1,0 +1,186 @@
+// `ctxpar generate` and `ctxpar check` with the tiny DeepSeek-V3 reference checkpoint: token ids
+// in and out through the same front door as Llama, the HF golden continuation reproduced by one
+// rank and by MPI layouts (DCP with replicated Q over a2a, EP with deepep and none, prefill CP),
+// the layout rules the model's hook adds, DeepSeek-V4's rules for a V4 config.json, and the KV
+// capacity that DCP multiplies.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/run_ctxpar.h"
+
+namespace {
+
+using ctxpar::testing::RunCtxpar;
+using ctxpar::testing::RunResult;
+using Json = nlohmann::json;
+
+const std::string kReference = std::string(CTXPAR_REFERENCE_DIR) + "/deepseek_v3_tiny";
+
+#define SKIP_WITHOUT_REFERENCE()                                                          \
+  if (!std::filesystem::exists(kReference + "/config.json")) {                            \
+    GTEST_SKIP() << "the tiny DeepSeek-V3 reference checkpoint is not at " << kReference; \
+  }
+
+struct Golden {
+  std::string ids;     // "703,927,..."
+  std::string greedy;  // "335 603 ..."
+};
+
+// The reference's 33-token prompt and its greedy continuation (HF generates past EOS).
+Golden Prompt2() {
+  const Json meta = Json::parse(std::ifstream(kReference + "/golden.json"));
+  Golden g;
+  for (int id : meta["prompts"][2]["ids"]) g.ids += (g.ids.empty() ? "" : ",") + std::to_string(id);
+  for (int id : meta["prompts"][2]["greedy_32"]) {
+    g.greedy += (g.greedy.empty() ? "" : " ") + std::to_string(id);
+  }
+  return g;
+}
+
+std::vector<std::string> Generate(const std::string& model, const std::vector<std::string>& flags) {
+  std::vector<std::string> args = {"generate",
+                                   "--model-path",
+                                   model,
+                                   "--input-ids",
+                                   Prompt2().ids,
+                                   "--print-ids",
+                                   "--max-new-tokens",
+                                   "32",
+                                   "--ignore-eos",
+                                   "--threads",
+                                   "1"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  return args;
+}
+
+TEST(DeepseekCli, GenerateReproducesTheReferenceContinuation) {
+  SKIP_WITHOUT_REFERENCE();
+  const RunResult one = RunCtxpar(Generate(kReference, {}));
+  ASSERT_EQ(one.exit_status, 0) << one.err;
+  EXPECT_EQ(one.out, Prompt2().greedy + "\n");
+  if (std::string(CTXPAR_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI";
+  const std::vector<std::vector<std::string>> layouts = {
+      {"--tp-size", "4", "--dcp-size", "4", "--dcp-comm-backend", "a2a", "--dcp-replicate-q-proj"},
+      {"--tp-size", "4", "--dcp-size", "2", "--moe-a2a-backend", "deepep"},
+      {"--tp-size", "4", "--ep-size", "2", "--dcp-size", "4", "--dcp-comm-backend", "shm_a2a"},
+      {"--tp-size", "4", "--dcp-size", "2", "--enable-prefill-cp", "--cp-strategy", "zigzag",
+       "--attn-cp-size", "2", "--chunked-prefill-size", "16"},
+  };
+  for (const auto& flags : layouts) {
+    const RunResult r = RunCtxpar(Generate(kReference, flags));
+    std::string what;
+    for (const auto& f : flags) what += f + " ";
+    ASSERT_EQ(r.exit_status, 0) << what << "\n" << r.err;
+    EXPECT_EQ(r.out, Prompt2().greedy + "\n") << what;
+  }
+}
+
+TEST(DeepseekCli, LayoutRulesRefuseWithCatalogTexts) {
+  SKIP_WITHOUT_REFERENCE();
+  struct Case {
+    std::vector<std::string> flags;
+    std::string err;
+  };
+  const Case cases[] = {
+      {{"--tp-size", "3"},
+       "Total number of attention heads (8) must be divisible by tensor parallel size (3).\nrun: "
+       "ctxpar explain CTXPAR-MODEL-002\n"},
+      {{"--tp-size", "4", "--ep-size", "3"},
+       "tp_size (4) must be divisible by ep_size (3)\nrun: ctxpar explain CTXPAR-DSV3-002\n"},
+      {{"--tp-size", "2", "--attn-cp-size", "2"},
+       "--attn-cp-size 2 splits prefill attention over ranks and needs --enable-prefill-cp\nrun: "
+       "ctxpar explain CTXPAR-DSV3-004\n"},
+      {{"--moe-dense-tp-size", "2"},
+       "moe_dense_tp_size only support 1 and None currently\nrun: ctxpar explain "
+       "CTXPAR-DSV3-003\n"},
+      {{"--moe-a2a-backend", "megamoe"},
+       "--moe-a2a-backend megamoe needs an NVIDIA CUDA GPU of SM90 or newer, but the platform is "
+       "cpu; use --moe-a2a-backend none or deepep instead.\nrun: ctxpar explain CTXPAR-MOE-001\n"},
+      {{"--moe-a2a-backend", "mori"},
+       "--moe-a2a-backend mori needs an AMD ROCm GPU, but the platform is cpu; use "
+       "--moe-a2a-backend none or deepep instead.\nrun: ctxpar explain CTXPAR-MOE-001\n"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"check", "--model-path", kReference};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    const RunResult r = RunCtxpar(args);
+    EXPECT_EQ(r.exit_status, 2) << c.flags[0];
+    EXPECT_EQ(r.err, c.err);
+    const RunResult g = RunCtxpar(Generate(kReference, c.flags));
+    EXPECT_EQ(g.exit_status, 2) << c.flags[0];
+    EXPECT_EQ(g.err, c.err);
+  }
+}
+
+// With deepep SGLang sets the EP size to the TP size; `check` shows who set it.
+TEST(DeepseekCli, DeepepTakesTheTpSizeAsEpSize) {
+  SKIP_WITHOUT_REFERENCE();
+  const RunResult r = RunCtxpar({"check", "--model-path", kReference, "--tp-size", "4",
+                                 "--moe-a2a-backend", "deepep", "--json"});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  const Json ep = Json::parse(r.out)["fields"]["ep_size"];
+  EXPECT_EQ(ep["raw"], 1) << r.out;
+  EXPECT_EQ(ep["value"], 4) << r.out;
+  EXPECT_EQ(ep["source"], "deepseek_v3_layout_rules") << r.out;
+}
+
+// The one latent KV head is stored whole by every TP rank without DCP; DCP over all 4 ranks
+// shards it, so the same memory per rank holds 4 times the tokens.
+TEST(DeepseekCli, DcpMultipliesTheKvCapacity) {
+  SKIP_WITHOUT_REFERENCE();
+  auto tokens = [](const std::string& dcp) {
+    const RunResult r = RunCtxpar({"check", "--model-path", kReference, "--tp-size", "4",
+                                   "--dcp-size", dcp, "--kv-cache-mib", "16", "--json"});
+    EXPECT_EQ(r.exit_status, 0) << r.err;
+    return Json::parse(r.out).value("max_total_num_tokens", int64_t{0});
+  };
+  const int64_t one = tokens("1"), four = tokens("4");
+  // 16 MiB over 4 layers of 80 fp32 per token: 13,107 tokens, whole pages of 16.
+  EXPECT_EQ(one, 13104);
+  EXPECT_LE(std::abs(four - 4 * one), 4 * 16);  // within one page per rank
+  EXPECT_EQ(four, 4 * one);
+}
+
+// A config.json of the DeepSeek-V4 architecture runs the same network and gets DeepSeek-V4's
+// prefill-CP rules from the pipeline, in SGLang's order: interleave only, and attn_cp_size set
+// to tp_size / dp_size.
+TEST(DeepseekCli, DeepseekV4ConfigGetsTheV4Rules) {
+  SKIP_WITHOUT_REFERENCE();
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / ("ctxpar_dsv4_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  Json config = Json::parse(std::ifstream(kReference + "/config.json"));
+  config["architectures"] = {"DeepseekV4ForCausalLM"};
+  std::ofstream(dir / "config.json") << config.dump(2);
+  std::filesystem::create_symlink(kReference + "/model.safetensors", dir / "model.safetensors");
+  const RunResult zigzag = RunCtxpar({"check", "--model-path", dir.string(), "--tp-size", "2",
+                                      "--enable-prefill-cp", "--cp-strategy", "zigzag"});
+  EXPECT_EQ(zigzag.exit_status, 2);
+  EXPECT_EQ(zigzag.err,
+            "DeepSeekV4 only supports interleave CP strategy, got zigzag\nrun: ctxpar explain "
+            "CTXPAR-DSV4-001\n");
+  const RunResult check =
+      RunCtxpar({"check", "--model-path", dir.string(), "--tp-size", "2", "--enable-prefill-cp",
+                 "--cp-strategy", "interleave", "--json"});
+  ASSERT_EQ(check.exit_status, 0) << check.err;
+  const Json fields = Json::parse(check.out)["fields"];
+  EXPECT_EQ(fields["attn_cp_size"]["value"], 2) << check.out;
+  for (const char* name : {"attn_cp_size", "moe_dense_tp_size", "enable_dp_attention"}) {
+    EXPECT_EQ(fields[name]["source"], "validate_deepseek_v4_cp") << name << check.out;
+  }
+  if (!std::string(CTXPAR_MPIEXEC).empty()) {
+    const RunResult r = RunCtxpar(Generate(
+        dir.string(), {"--tp-size", "2", "--enable-prefill-cp", "--cp-strategy", "interleave"}));
+    EXPECT_EQ(r.exit_status, 0) << r.err;
+    EXPECT_EQ(r.out, Prompt2().greedy + "\n");
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
