@@ -126,15 +126,9 @@ Status DeepseekModel::Forward(const Batch& batch, KvPool& kv, std::vector<float>
 
 }  // namespace
 
-DeepseekGroupCounters GroupCountersOf(const Model& model) {
-  model::MlaAttention& a = dynamic_cast<const DeepseekModel&>(model).attention();
-  return {a.dcp().counters(), a.cp().counters()};
-}
-
-void ResetGroupCounters(Model& model) {
+DeepseekGroups GroupsOf(Model& model) {
   model::MlaAttention& a = dynamic_cast<DeepseekModel&>(model).attention();
-  a.dcp().ResetCounters();
-  a.cp().ResetCounters();
+  return {&a.dcp(), &a.cp()};
 }
 
 Expected<std::unique_ptr<Model>> CreateDeepseekModel(

@@ -115,15 +115,13 @@ Expected<std::unique_ptr<Model>> CreateDeepseekModel(
     std::shared_ptr<const SafetensorsCheckpoint> ckpt, const DeepseekV3Config& c, ModelDesc desc,
     const EngineConfig& config, Communicator& world, ThreadPool* pool);
 
-// The counters of a DeepSeek model's own communicators, the DCP group and the prefill-CP group
-// split from the TP group (whose counters its owner reads), for tests and benchmarks. `model`
-// must come from CreateDeepseekModel.
-struct DeepseekGroupCounters {
-  CommCounters dcp;
-  CommCounters cp;
+// A DeepSeek model's own communicators, the DCP group and the prefill-CP group split from the TP
+// group, whose counters tests and benchmarks read. `model` must come from CreateDeepseekModel.
+struct DeepseekGroups {
+  Communicator* dcp = nullptr;
+  Communicator* cp = nullptr;
 };
-DeepseekGroupCounters GroupCountersOf(const Model& model);
-void ResetGroupCounters(Model& model);
+DeepseekGroups GroupsOf(Model& model);
 
 namespace model {
 

@@ -67,22 +67,22 @@ TEST_F(DeepseekComm, DecodeCollectivesPerCombineBackendAndQPath) {
     const std::string what = repq ? "a2a replicated Q" : "a2a";
     for (const auto& r : ranks) {
       ExpectCounts(r.tp, Collective::kAllGather, TpAllGathers(4), what);
-      ExpectCounts(r.groups.dcp, Collective::kAllGather,
+      ExpectCounts(r.dcp, Collective::kAllGather,
                    repq ? Counts{0, 0} : Counts{kLayers, kLayers * (n - 1) * h * kLatent * kF},
                    what);
-      ExpectCounts(r.groups.dcp, Collective::kAllToAllV,
+      ExpectCounts(r.dcp, Collective::kAllToAllV,
                    {kLayers, kLayers * (n - 1) * h * (kLora * kF + kF)}, what);
-      ExpectCounts(r.groups.dcp, Collective::kReduceScatter, {0, 0}, what);
+      ExpectCounts(r.dcp, Collective::kReduceScatter, {0, 0}, what);
     }
   }
   const auto ranks = Run(testing::DeepseekConfig(4, 4, CombineBackend::kAgRs, false));
   for (const auto& r : ranks) {
     // Q, then the LSE of the widened head set: N*h per row.
-    ExpectCounts(r.groups.dcp, Collective::kAllGather,
+    ExpectCounts(r.dcp, Collective::kAllGather,
                  {2 * kLayers, kLayers * (n - 1) * (h * kLatent + n * h) * kF}, "ag_rs");
-    ExpectCounts(r.groups.dcp, Collective::kReduceScatter,
+    ExpectCounts(r.dcp, Collective::kReduceScatter,
                  {kLayers, kLayers * (n - 1) * h * kLora * kF}, "ag_rs");
-    ExpectCounts(r.groups.dcp, Collective::kAllToAllV, {0, 0}, "ag_rs");
+    ExpectCounts(r.dcp, Collective::kAllToAllV, {0, 0}, "ag_rs");
   }
 }
 
@@ -94,7 +94,7 @@ TEST_F(DeepseekComm, PrefillCpGathersTheLatents) {
   c.attn_cp_size = 2;
   c.cp_strategy = CpStrategy::kInterleave;
   for (const auto& r : Run(c)) {
-    ExpectCounts(r.groups.cp, Collective::kAllGather, {kLayers, kLayers * 1 * 4 * kLatent * kF},
+    ExpectCounts(r.cp, Collective::kAllGather, {kLayers, kLayers * 1 * 4 * kLatent * kF},
                  "cp 2");
   }
 }
@@ -104,7 +104,7 @@ TEST_F(DeepseekComm, PrefillCpGathersTheLatents) {
 TEST_F(DeepseekComm, ChunkedPrefillGathersThePrefixFromTheDcpGroup) {
   for (const auto& r : Run(testing::DeepseekConfig(2, 2, CombineBackend::kA2a, true), 4)) {
     // The prefix gather per layer, then nothing else: the decode's Q is replicated.
-    ExpectCounts(r.groups.dcp, Collective::kAllGather, {kLayers, kLayers * 1 * 2 * kLatent * kF},
+    ExpectCounts(r.dcp, Collective::kAllGather, {kLayers, kLayers * 1 * 2 * kLatent * kF},
                  "chunked");
   }
 }

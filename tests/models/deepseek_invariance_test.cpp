@@ -97,5 +97,34 @@ INSTANTIATE_TEST_SUITE_P(Layouts, DeepseekInvariance, ::testing::ValuesIn(kLayou
                            return std::string(info.param.name);
                          });
 
+// Batch invariance (batch.h): a prompt's logits and continuation have the same bits alone and
+// batched with the other prompts, and with its prefill in one chunk or in chunks of 12 tokens
+// (a later chunk reads the earlier latents back from the pool), on one rank and over DCP. 12
+// leaves no prompt (1, 7, 33, 129 tokens) a last chunk of one token, which would be a decode row
+// in the absorbed form: equal to fp32 rounding only (docs/deepseek.md).
+TEST(DeepseekBatchInvariance, AloneBatchedAndChunkedGiveTheSameBits) {
+  CTXPAR_SKIP_WITHOUT_DEEPSEEK_REFERENCE();
+  auto source = OpenModelSource(testing::kDeepseekReference);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  const auto golden = testing::ReadGoldenPrompts();
+  std::vector<std::vector<int32_t>> all;
+  for (const auto& g : golden) all.push_back(g.ids);
+  for (const EngineConfig& c :
+       {testing::DeepseekConfig(1), testing::DeepseekConfig(2, 2, CombineBackend::kA2a, false)}) {
+    SCOPED_TRACE("tp " + std::to_string(c.tp_size) + " dcp " + std::to_string(c.dcp_size));
+    auto alone = testing::RunDeepseek(**source, c, {golden[3].ids}, 8);
+    auto batched = testing::RunDeepseek(**source, c, all, 8);
+    auto chunked = testing::RunDeepseek(**source, c, all, 8, 12);
+    ASSERT_TRUE(alone.ok() && batched.ok() && chunked.ok());
+    const testing::SeqResult& a = (*alone)[0].seqs[0];
+    EXPECT_EQ((*batched)[0].seqs[3].prompt_logits, a.prompt_logits);
+    EXPECT_EQ((*batched)[0].seqs[3].tokens, a.tokens);
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      EXPECT_EQ((*chunked)[0].seqs[i].prompt_logits, (*batched)[0].seqs[i].prompt_logits) << i;
+      EXPECT_EQ((*chunked)[0].seqs[i].tokens, (*batched)[0].seqs[i].tokens) << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ctxpar

@@ -119,8 +119,7 @@ struct SeqResult {
 // One rank's view of a run: the sequences' results and what its communicators moved.
 struct RankResult {
   std::vector<SeqResult> seqs;
-  CommCounters tp;
-  DeepseekGroupCounters groups;
+  CommCounters tp, dcp, cp;
 };
 
 // Runs `prompts` together on this rank of `world` (config.tp_size ranks): each prompt is
@@ -135,8 +134,10 @@ inline Expected<RankResult> RunDeepseekRank(const ModelSource& source, const Eng
   ThreadPool pool(std::max(1, config.threads));
   CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, source.CreateModel(config, world, &pool));
   CTXPAR_ASSIGN_OR_RETURN(KvPool kv, KvPool::Create(PoolOptions(source, config, world.rank())));
+  const DeepseekGroups groups = GroupsOf(*model);
   world.ResetCounters();
-  ResetGroupCounters(*model);
+  groups.dcp->ResetCounters();
+  groups.cp->ResetCounters();
   RankResult out;
   out.seqs.resize(prompts.size());
   std::vector<int32_t> slots, last(prompts.size());
@@ -181,7 +182,8 @@ inline Expected<RankResult> RunDeepseekRank(const ModelSource& source, const Eng
     }
   }
   out.tp = world.counters();
-  out.groups = GroupCountersOf(*model);
+  out.dcp = groups.dcp->counters();
+  out.cp = groups.cp->counters();
   return out;
 }
 
