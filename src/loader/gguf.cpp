@@ -1,38 +1,21 @@
-// GGUF parsing: the checked walk over header, metadata and tensor infos, and the file mapping.
+// GGUF parsing: the checked walk over header, metadata and tensor infos.
 #include "ctxpar/gguf.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <bit>
-#include <cerrno>
 #include <cstring>
 #include <functional>
 #include <limits>
+
+#include "loader/file_bytes.h"
 
 namespace ctxpar {
 
 static_assert(std::endian::native == std::endian::little,
               "the GGUF reader copies little-endian fields straight into host integers");
 
-struct GgufFile::Storage {
-  const uint8_t* data = nullptr;
-  uint64_t size = 0;
-  std::vector<uint8_t> bytes;
-  void* map = nullptr;
-  int fd = -1;
-
-  Storage() = default;
-  Storage(const Storage&) = delete;
-  Storage& operator=(const Storage&) = delete;
-  ~Storage() {
-    if (map != nullptr) munmap(map, size);
-    if (fd >= 0) close(fd);
-  }
-};
+struct GgufFile::Storage : loader::FileBytes {};
 
 namespace {
 
@@ -273,8 +256,8 @@ class GgufFile::Parser {
 
 Expected<GgufFile> GgufFile::Parse(std::shared_ptr<const Storage> storage) {
   GgufFile file;
-  Parser p(storage->data, storage->size);
-  const uint64_t size = storage->size;
+  Parser p(storage->data(), storage->size());
+  const uint64_t size = storage->size();
 
   char magic[4];
   CTXPAR_RETURN_IF_ERROR(p.Read(&magic, [] { return std::string("magic"); }));
@@ -435,7 +418,7 @@ Expected<GgufFile> GgufFile::Parse(std::shared_ptr<const Storage> storage) {
       return DataLoss(fmt::format("tensor '{}' data [{}, {}) past end of file (size {})", t.name,
                                   begin, end, size));
     }
-    t.data = storage->data + file.data_offset_ + t.offset;
+    t.data = storage->data() + file.data_offset_ + t.offset;
   }
   file.storage_ = std::move(storage);
   return file;
@@ -443,31 +426,7 @@ Expected<GgufFile> GgufFile::Parse(std::shared_ptr<const Storage> storage) {
 
 Expected<GgufFile> GgufFile::Open(const std::string& path) {
   auto storage = std::make_shared<Storage>();
-  storage->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (storage->fd < 0) {
-    const int err = errno;
-    std::string msg = fmt::format("cannot open GGUF file '{}': {}", path, std::strerror(err));
-    if (err == ENOENT) return NotFound(std::move(msg));
-    return InvalidArgument(std::move(msg));
-  }
-  struct stat st {};
-  if (fstat(storage->fd, &st) != 0) {
-    return InvalidArgument(
-        fmt::format("cannot stat GGUF file '{}': {}", path, std::strerror(errno)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return InvalidArgument(fmt::format("GGUF path '{}' is not a regular file", path));
-  }
-  storage->size = static_cast<uint64_t>(st.st_size);
-  if (storage->size > 0) {
-    void* map = mmap(nullptr, storage->size, PROT_READ, MAP_PRIVATE, storage->fd, 0);
-    if (map == MAP_FAILED) {
-      return InvalidArgument(
-          fmt::format("cannot map GGUF file '{}': {}", path, std::strerror(errno)));
-    }
-    storage->map = map;
-    storage->data = static_cast<const uint8_t*>(map);
-  }
+  CTXPAR_RETURN_IF_ERROR(storage->Map(path, "GGUF"));
   auto file = Parse(std::move(storage));
   if (!file.ok()) {
     return Status(file.status().code(), fmt::format("{}: {}", path, file.status().message()));
@@ -477,12 +436,10 @@ Expected<GgufFile> GgufFile::Open(const std::string& path) {
 
 Expected<GgufFile> GgufFile::FromBytes(std::vector<uint8_t> bytes) {
   auto storage = std::make_shared<Storage>();
-  storage->bytes = std::move(bytes);
-  storage->data = storage->bytes.data();
-  storage->size = storage->bytes.size();
+  storage->Hold(std::move(bytes));
   return Parse(std::move(storage));
 }
 
-uint64_t GgufFile::file_size() const { return storage_ ? storage_->size : 0; }
+uint64_t GgufFile::file_size() const { return storage_ ? storage_->size() : 0; }
 
 }  // namespace ctxpar

@@ -1,16 +1,12 @@
 // safetensors: the checked parse of the header, the file mapping and sharded checkpoints.
 #include "ctxpar/safetensors.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -19,26 +15,14 @@
 #include <set>
 #include <sstream>
 
+#include "loader/file_bytes.h"
+
 namespace ctxpar {
 
 static_assert(std::endian::native == std::endian::little,
               "the safetensors reader copies little-endian values straight into host types");
 
-struct SafetensorsFile::Storage {
-  const uint8_t* data = nullptr;
-  uint64_t size = 0;
-  std::vector<uint8_t> bytes;
-  void* map = nullptr;
-  int fd = -1;
-
-  Storage() = default;
-  Storage(const Storage&) = delete;
-  Storage& operator=(const Storage&) = delete;
-  ~Storage() {
-    if (map != nullptr) munmap(map, size);
-    if (fd >= 0) close(fd);
-  }
-};
+struct SafetensorsFile::Storage : loader::FileBytes {};
 
 namespace {
 
@@ -176,12 +160,12 @@ int64_t SafetensorsTensor::num_elements() const {
 }
 
 Expected<SafetensorsFile> SafetensorsFile::Parse(std::shared_ptr<const Storage> storage) {
-  const uint64_t size = storage->size;
+  const uint64_t size = storage->size();
   if (size < 8) {
     return DataLoss(fmt::format("the file has {} bytes; the header length alone needs 8", size));
   }
   uint64_t header_len = 0;
-  std::memcpy(&header_len, storage->data, 8);
+  std::memcpy(&header_len, storage->data(), 8);
   if (header_len > kMaxHeaderBytes) {
     return DataLoss(fmt::format("header length {} at offset 0 exceeds the limit of {} bytes",
                                 header_len, kMaxHeaderBytes));
@@ -190,7 +174,7 @@ Expected<SafetensorsFile> SafetensorsFile::Parse(std::shared_ptr<const Storage> 
     return DataLoss(fmt::format("header length {} at offset 0 runs past the end of file (size {})",
                                 header_len, size));
   }
-  const char* text = reinterpret_cast<const char*>(storage->data + 8);
+  const char* text = reinterpret_cast<const char*>(storage->data() + 8);
   if (header_len == 0 || text[0] != '{') {
     return DataLoss("the header at offset 8 does not start with '{'");
   }
@@ -234,7 +218,7 @@ Expected<SafetensorsFile> SafetensorsFile::Parse(std::shared_ptr<const Storage> 
           "offset {}, file size {})",
           name, t.begin, t.end, data_size, data_begin, size));
     }
-    t.data = storage->data + data_begin + t.begin;
+    t.data = storage->data() + data_begin + t.begin;
     file.tensors_.push_back(std::move(t));
   }
   std::sort(file.tensors_.begin(), file.tensors_.end(),
@@ -268,28 +252,7 @@ Expected<SafetensorsFile> SafetensorsFile::Parse(std::shared_ptr<const Storage> 
 
 Expected<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   auto storage = std::make_shared<Storage>();
-  storage->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (storage->fd < 0) {
-    const int err = errno;
-    std::string msg =
-        fmt::format("cannot open safetensors file '{}': {}", path, std::strerror(err));
-    if (err == ENOENT) return NotFound(std::move(msg));
-    return InvalidArgument(std::move(msg));
-  }
-  struct stat st {};
-  if (fstat(storage->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    return InvalidArgument(fmt::format("safetensors path '{}' is not a regular file", path));
-  }
-  storage->size = static_cast<uint64_t>(st.st_size);
-  if (storage->size > 0) {
-    void* map = mmap(nullptr, storage->size, PROT_READ, MAP_PRIVATE, storage->fd, 0);
-    if (map == MAP_FAILED) {
-      return InvalidArgument(
-          fmt::format("cannot map safetensors file '{}': {}", path, std::strerror(errno)));
-    }
-    storage->map = map;
-    storage->data = static_cast<const uint8_t*>(map);
-  }
+  CTXPAR_RETURN_IF_ERROR(storage->Map(path, "safetensors"));
   auto file = Parse(std::move(storage));
   if (!file.ok()) {
     return Status(file.status().code(), fmt::format("{}: {}", path, file.status().message()));
@@ -299,13 +262,11 @@ Expected<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
 
 Expected<SafetensorsFile> SafetensorsFile::FromBytes(std::vector<uint8_t> bytes) {
   auto storage = std::make_shared<Storage>();
-  storage->bytes = std::move(bytes);
-  storage->data = storage->bytes.data();
-  storage->size = storage->bytes.size();
+  storage->Hold(std::move(bytes));
   return Parse(std::move(storage));
 }
 
-uint64_t SafetensorsFile::file_size() const { return storage_ ? storage_->size : 0; }
+uint64_t SafetensorsFile::file_size() const { return storage_ ? storage_->size() : 0; }
 
 Expected<const SafetensorsTensor*> SafetensorsFile::Find(std::string_view name) const {
   auto it = index_.find(std::string(name));
@@ -359,7 +320,7 @@ Expected<SafetensorsCheckpoint> SafetensorsCheckpoint::Open(const std::string& d
   const std::string index_path = dir + "/model.safetensors.index.json";
   std::map<std::string, std::string> weight_map;
   std::vector<std::string> names;
-  if (access(index_path.c_str(), F_OK) == 0) {
+  if (std::filesystem::exists(index_path)) {
     CTXPAR_ASSIGN_OR_RETURN(weight_map, ReadWeightMap(index_path));
     std::set<std::string> unique;
     for (const auto& [tensor, file] : weight_map) unique.insert(file);

@@ -136,6 +136,10 @@ Expected<std::vector<float>> LoadCols(const SafetensorsCheckpoint& ckpt, const s
 Expected<std::vector<float>> LoadVector(const SafetensorsCheckpoint& ckpt, const std::string& name,
                                         int64_t size);
 
+// out [rows.size(), dim] := the rows of src [.., dim] that `rows` lists, in that order.
+void GatherRows(const float* src, int dim, const std::vector<int32_t>& rows,
+                std::vector<float>& out);
+
 // sum := partial summed over the ranks of `comm` in rank order (an all-gather, then the adds),
 // so that the result does not depend on the MPI library's reduction order. n floats; `sum` may
 // alias `partial`.

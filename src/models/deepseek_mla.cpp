@@ -159,10 +159,7 @@ Status MlaAttention::Latents(const MlaWeights& w) {
   const int d = c_.hidden_size, lora = c_.kv_lora_rank;
   const int L = lora + c_.qk_rope_head_dim;
   const int n = static_cast<int>(latent_rows_.size());
-  tmp_.resize(std::size_t(n) * d);
-  for (int i = 0; i < n; ++i) {
-    std::copy_n(xn_.data() + std::size_t(latent_rows_[i]) * d, d, tmp_.data() + std::size_t(i) * d);
-  }
+  GatherRows(xn_.data(), d, latent_rows_, tmp_);
   qa_.resize(std::size_t(n) * L);
   MatMulF32({w.kv_a.data(), L, d, d}, tmp_.data(), n, d, qa_.data(), L, pool_);
   latent_.resize(pos_.size() * L);
@@ -200,10 +197,7 @@ void MlaAttention::ProjectQ(const MlaWeights& w, const std::vector<int32_t>& row
                             int heads) {
   const int d = c_.hidden_size, ql = c_.q_lora_rank, qk = c_.qk_head_dim();
   const int n = static_cast<int>(rows.size());
-  tmp_.resize(std::size_t(n) * d);
-  for (int i = 0; i < n; ++i) {
-    std::copy_n(xn_.data() + std::size_t(rows[i]) * d, d, tmp_.data() + std::size_t(i) * d);
-  }
+  GatherRows(xn_.data(), d, rows, tmp_);
   qa_.resize(std::size_t(n) * ql);
   MatMulF32({w.q_a.data(), ql, d, d}, tmp_.data(), n, d, qa_.data(), ql, pool_);
   RmsNorm(qa_.data(), w.q_a_norm.data(), n, ql, float(c_.rms_norm_eps), qa_.data());

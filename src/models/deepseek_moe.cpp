@@ -124,8 +124,7 @@ void DeepseekFfn::RoutedExperts(const FfnWeights& w, const std::vector<Route>& r
     }
     if (rows_.empty()) continue;
     const int n = static_cast<int>(rows_.size());
-    xs_.resize(std::size_t(n) * d);
-    for (int i = 0; i < n; ++i) std::copy_n(xs + std::size_t(rows_[i]) * d, d, xs_.data() + i * d);
+    GatherRows(xs, d, rows_, xs_);
     out_.resize(std::size_t(n) * d);
     Mlp(w.experts[li], xs_.data(), n, out_.data());
     for (int i = 0; i < n; ++i) {

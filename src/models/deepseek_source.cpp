@@ -283,6 +283,14 @@ Expected<std::vector<float>> LoadVector(const SafetensorsCheckpoint& ckpt, const
   return out;
 }
 
+void GatherRows(const float* src, int dim, const std::vector<int32_t>& rows,
+                std::vector<float>& out) {
+  out.resize(rows.size() * dim);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    std::copy_n(src + std::size_t(rows[i]) * dim, dim, out.data() + i * dim);
+  }
+}
+
 Status OrderedAllReduce(Communicator& comm, const float* partial, std::size_t n, float* sum,
                         std::vector<float>& scratch) {
   const int ranks = comm.size();

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "ctxpar/communicator.h"
-#include "ctxpar/engine_config.h"
+#include "ctxpar/engine.h"
 #include "ctxpar/kv_pool.h"
 #include "ctxpar/model.h"
 #include "ctxpar/safetensors.h"
@@ -90,27 +90,6 @@ inline EngineConfig DeepseekConfig(int tp, int dcp = 1,
   return c;
 }
 
-// Room for every test's sequences: 4 slots of up to 1,024 tokens.
-inline KvPoolOptions PoolOptions(const ModelSource& source, const EngineConfig& config,
-                                 int tp_rank) {
-  const KvSpec spec = source.KvSpecFor(config);
-  KvPoolOptions o;
-  o.num_layers = spec.num_layers;
-  o.num_kv_heads = spec.num_kv_heads;
-  o.head_dim_k = spec.head_dim_k;
-  o.head_dim_v = spec.head_dim_v;
-  o.v_in_k = spec.v_in_k;
-  o.dtype = spec.dtype;
-  o.page_size = config.page_size;
-  o.dcp_size = config.dcp_size;
-  o.dcp_rank = tp_rank % config.dcp_size;
-  o.interleave_size = config.dcp_kv_cache_interleave_size;
-  o.max_slots = config.max_running_requests;
-  o.max_pages_per_slot = 1024 / (config.page_size * config.dcp_size) + 1;
-  o.num_pages = int64_t{o.max_slots} * o.max_pages_per_slot;
-  return o;
-}
-
 struct SeqResult {
   std::vector<float> prompt_logits;  // [prompt length, vocab]: every prompt position's logits
   std::vector<int32_t> tokens;       // the greedy continuation
@@ -133,7 +112,9 @@ inline Expected<RankResult> RunDeepseekRank(const ModelSource& source, const Eng
   const int vocab = source.desc().vocab_size;
   ThreadPool pool(std::max(1, config.threads));
   CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, source.CreateModel(config, world, &pool));
-  CTXPAR_ASSIGN_OR_RETURN(KvPool kv, KvPool::Create(PoolOptions(source, config, world.rank())));
+  CTXPAR_ASSIGN_OR_RETURN(KvPoolOptions pool_options,
+                          KvPoolFor(config, source, world.rank() % config.dcp_size));
+  CTXPAR_ASSIGN_OR_RETURN(KvPool kv, KvPool::Create(pool_options));
   const DeepseekGroups groups = GroupsOf(*model);
   world.ResetCounters();
   groups.dcp->ResetCounters();
