@@ -21,6 +21,7 @@ nlohmann::ordered_json ToJson(const FieldValue& v) {
   if (const auto* i = std::get_if<int64_t>(&v)) return *i;
   if (const auto* b = std::get_if<bool>(&v)) return *b;
   if (const auto* s = std::get_if<std::string>(&v)) return *s;
+  if (const auto* d = std::get_if<double>(&v)) return *d;
   return nullptr;
 }
 

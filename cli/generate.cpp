@@ -211,11 +211,13 @@ Status RunRank(Communicator& world, const Launch& launch, const GenerateOptions&
       Engine::Create(launch.config, *launch.source, world, [](std::string_view line) {
         std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
       }));
+  // Prefill ends when every request has its first token; decode is what comes after (with one
+  // prompt: the first token, then the rest).
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  Clock::time_point first_token = t0;
-  bool any_token = false;
-  int64_t generated = 0, prompt_tokens = 0;
+  Clock::time_point all_first = t0;
+  std::size_t started = 0;
+  int64_t decoded = 0, prompt_tokens = 0;
   Printer printer(!o.prompts_file.empty(), o.print_ids);
   Status failure;
   if (leader) {
@@ -223,11 +225,12 @@ Status RunRank(Communicator& world, const Launch& launch, const GenerateOptions&
       prompt_tokens += static_cast<int64_t>(prompts[i].size());
       GenerateRequest request{prompts[i], o.sampling, false};
       Expected<uint64_t> id = engine->Submit(std::move(request), [&, i](const RequestUpdate& u) {
-        if (!u.tokens.empty() && !any_token) {
-          any_token = true;
-          first_token = Clock::now();
+        const auto n = static_cast<int64_t>(u.tokens.size());
+        if (started == prompts.size()) decoded += n;
+        if (n > 0 && u.completion_tokens == n && ++started == prompts.size()) {
+          all_first = Clock::now();
+          decoded += n - 1;
         }
-        generated += static_cast<int64_t>(u.tokens.size());
         if (u.finish == FinishReason::kAbort && failure.ok()) {
           failure = Internal("request " + std::to_string(i) + " aborted: " + u.finish_detail);
         }
@@ -244,9 +247,8 @@ Status RunRank(Communicator& world, const Launch& launch, const GenerateOptions&
   if (!leader) return Status::Ok();
   CTXPAR_RETURN_IF_ERROR(failure);
   const auto t1 = Clock::now();
-  const double prefill_s = std::chrono::duration<double>(first_token - t0).count();
-  const double decode_s = std::chrono::duration<double>(t1 - first_token).count();
-  const int64_t decoded = std::max<int64_t>(0, generated - static_cast<int64_t>(prompts.size()));
+  const double prefill_s = std::chrono::duration<double>(all_first - t0).count();
+  const double decode_s = std::chrono::duration<double>(t1 - all_first).count();
   const EngineConfig& c = launch.config;
   std::fprintf(stderr,
                "ctxpar generate: tp %d dcp %d %s%s, %d thread(s)/rank, %zu request(s): prefill "

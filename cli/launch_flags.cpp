@@ -50,7 +50,9 @@ void AddLaunchFlags(CLI::App& app, LaunchFlags* out) {
       }
     } else {
       out->options[i] = app.add_option(names, out->text[i], HelpText(f))
-                            ->type_name(f.type == FieldType::kInt ? "INT" : "TEXT")
+                            ->type_name(f.type == FieldType::kInt     ? "INT"
+                                        : f.type == FieldType::kFloat ? "FLOAT"
+                                                                      : "TEXT")
                             // argparse semantics: a repeated flag keeps its last value.
                             ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     }

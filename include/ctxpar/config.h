@@ -58,15 +58,15 @@
 
 namespace ctxpar {
 
-// A field value: unset (Python's None), an integer, a boolean or a string.
-using FieldValue = std::variant<std::monostate, int64_t, bool, std::string>;
+// A field value: unset (Python's None), an integer, a boolean, a string or a float.
+using FieldValue = std::variant<std::monostate, int64_t, bool, std::string, double>;
 
-// Python's repr() of a value: None, 4, True, 'a2a'.
+// Python's repr() of a value: None, 4, True, 'a2a', 0.5, 1.0.
 std::string FieldValueRepr(const FieldValue& value);
-// Python's str() of a value: None, 4, True, a2a.
+// Python's str() of a value: None, 4, True, a2a, 0.5, 1.0.
 std::string FieldValueStr(const FieldValue& value);
 
-enum class FieldType { kInt, kBool, kString };
+enum class FieldType { kInt, kBool, kString, kFloat };
 
 // One configuration field and its command-line spelling.
 struct FieldSpec {
@@ -81,6 +81,8 @@ struct FieldSpec {
   int64_t min_value;                      // integers: the valid range
   int64_t max_value;
   std::string_view help;
+  double min_float = 0.0;  // floats: the valid range, finite
+  double max_float = 0.0;
 };
 
 // Every field, in a fixed order (the order `ctxpar check` prints them in).
@@ -89,7 +91,8 @@ std::span<const FieldSpec> ConfigFields();
 const FieldSpec* FindField(std::string_view name);
 
 // Converts the text given to `flag` into the field's type: an integer within the range
-// (CTXPAR-FLAG-002 not an integer, CTXPAR-FLAG-003 out of range) or one of the choices
+// (CTXPAR-FLAG-002 not an integer, CTXPAR-FLAG-003 out of range), a finite float within the range
+// (CTXPAR-FLAG-010 not a number, CTXPAR-FLAG-003 out of range) or one of the choices
 // (CTXPAR-FLAG-001). Booleans accept true/false/1/0.
 Expected<FieldValue> ParseFieldText(const FieldSpec& field, std::string_view flag,
                                     std::string_view text);
@@ -158,6 +161,7 @@ class ConfigGetters {
   int threads() const { return Int("threads"); }
   int64_t random_seed() const { return Int64("random_seed"); }
   bool llama_cpp_numerics() const { return Bool("llama_cpp_numerics"); }
+  double schedule_conservativeness() const { return Float("schedule_conservativeness"); }
   std::string model_path() const { return Str("model_path"); }  // "" when unset
   std::string model_arch() const { return Str("model_arch"); }  // "" when unset
   std::string platform() const { return Str("platform"); }      // a Platform::Spec()
@@ -178,6 +182,10 @@ class ConfigGetters {
   std::optional<int64_t> OptInt64(std::string_view name) const {
     if (!IsSet(name)) return std::nullopt;
     return Int64(name);
+  }
+  double Float(std::string_view name) const {
+    FieldValue v = Self().Get(name);
+    return std::holds_alternative<double>(v) ? std::get<double>(v) : 0.0;
   }
   bool Bool(std::string_view name) const {
     FieldValue v = Self().Get(name);

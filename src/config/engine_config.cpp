@@ -83,6 +83,7 @@ Expected<EngineConfig> MakeEngineConfig(const ResolvedConfig& c, const Platform&
   e.max_running_requests = static_cast<int>(c.max_running_requests().value_or(0));
   if (auto q = c.max_queued_requests()) e.max_queued_requests = static_cast<int>(*q);
   e.chunked_prefill_size = c.chunked_prefill_size();
+  e.schedule_conservativeness = c.schedule_conservativeness();
   e.threads = c.threads();
   e.random_seed = static_cast<uint64_t>(c.random_seed());
   e.llama_cpp_numerics = c.llama_cpp_numerics();

@@ -1,5 +1,8 @@
 // The field table, value formatting and parsing, and the raw LaunchConfig snapshot.
+#include <fmt/format.h>
+
 #include <charconv>
+#include <cmath>
 #include <climits>
 #include <string>
 
@@ -41,6 +44,14 @@ FieldSpec StrField(std::string_view name, FieldValue def, std::string_view flag,
           0,
           0,
           help};
+}
+
+FieldSpec FloatField(std::string_view name, double def, std::string_view flag, double min,
+                     double max, std::string_view help) {
+  FieldSpec f{name, FieldType::kFloat, false, def, flag, {}, {}, {}, 0, 0, help};
+  f.min_float = min;
+  f.max_float = max;
+  return f;
 }
 
 FieldSpec BoolField(std::string_view name, std::string_view flag, std::string_view help) {
@@ -108,6 +119,10 @@ const std::vector<FieldSpec>& Table() {
                          "Cap on the tokens the KV pool holds (unset: what --kv-cache-mib holds)."));
     f.push_back(IntField("max_running_requests", {}, "--max-running-requests", 1,
                          "Requests that hold KV at once (unset: 256)."));
+    f.push_back(FloatField("schedule_conservativeness", 1.0, "--schedule-conservativeness", 0.01,
+                           100.0,
+                           "How much of each running request's remaining tokens admission "
+                           "reserves (new_token_ratio starts at min(0.7 x this, 1))."));
     f.push_back(IntField("max_queued_requests", {}, "--max-queued-requests", 0,
                          "Requests waiting for admission before new ones are refused (unset: no "
                          "limit)."));
@@ -136,6 +151,9 @@ int IndexOf(std::string_view name) {
 
 std::string ValidValues(const FieldSpec& field) {
   if (field.type == FieldType::kBool) return "true, false";
+  if (field.type == FieldType::kFloat) {
+    return "numbers from " + FieldValueStr(field.min_float) + " to " + FieldValueStr(field.max_float);
+  }
   if (field.type == FieldType::kInt) {
     return "integers from " + std::to_string(field.min_value) + " to " +
            std::to_string(field.max_value);
@@ -156,6 +174,8 @@ const char* TypeName(FieldType type) {
       return "a boolean";
     case FieldType::kString:
       return "a string";
+    case FieldType::kFloat:
+      return "a number";
   }
   return "a value";
 }
@@ -169,6 +189,8 @@ bool HasType(const FieldSpec& field, const FieldValue& value) {
       return std::holds_alternative<bool>(value);
     case FieldType::kString:
       return std::holds_alternative<std::string>(value);
+    case FieldType::kFloat:
+      return std::holds_alternative<double>(value);
   }
   return false;
 }
@@ -178,6 +200,13 @@ Status CheckDomain(const FieldSpec& field, std::string_view flag, const FieldVal
   if (const auto* i = std::get_if<int64_t>(&value)) {
     if (*i < field.min_value || *i > field.max_value) {
       return CatalogError("CTXPAR-FLAG-003", {{"value", PyRepr(std::to_string(*i))},
+                                              {"flag", std::string(flag)},
+                                              {"valid", ValidValues(field)}});
+    }
+  }
+  if (const auto* d = std::get_if<double>(&value)) {
+    if (!(*d >= field.min_float && *d <= field.max_float)) {
+      return CatalogError("CTXPAR-FLAG-003", {{"value", PyRepr(FieldValueStr(*d))},
                                               {"flag", std::string(flag)},
                                               {"valid", ValidValues(field)}});
     }
@@ -204,6 +233,13 @@ std::string FieldValueStr(const FieldValue& value) {
   if (const auto* i = std::get_if<int64_t>(&value)) return std::to_string(*i);
   if (const auto* b = std::get_if<bool>(&value)) return *b ? "True" : "False";
   if (const auto* s = std::get_if<std::string>(&value)) return *s;
+  if (const auto* d = std::get_if<double>(&value)) {
+    if (!std::isfinite(*d)) return std::isnan(*d) ? "nan" : (*d > 0 ? "inf" : "-inf");
+    // Python's repr: the shortest text that reads back, with ".0" on integral values.
+    std::string text = fmt::format("{}", *d);
+    if (text.find_first_of(".eE") == std::string::npos) text += ".0";
+    return text;
+  }
   return "None";
 }
 
@@ -228,6 +264,23 @@ Expected<FieldValue> ParseFieldText(const FieldSpec& field, std::string_view fla
       return CatalogError(
           "CTXPAR-FLAG-001",
           {{"value", PyRepr(text)}, {"flag", std::string(flag)}, {"valid", ValidValues(field)}});
+    }
+    case FieldType::kFloat: {
+      // Python's float() accepts surrounding blanks; inf and nan are refused as out of range.
+      std::string_view t = text;
+      while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
+      while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
+      if (!t.empty() && t.front() == '+') t.remove_prefix(1);
+      double v = 0.0;
+      auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+      if (t.empty() || ec != std::errc() || end != t.data() + t.size()) {
+        return CatalogError(
+            "CTXPAR-FLAG-010",
+            {{"value", PyRepr(text)}, {"flag", std::string(flag)}, {"valid", ValidValues(field)}});
+      }
+      FieldValue value = v;
+      CTXPAR_RETURN_IF_ERROR(CheckDomain(field, flag, value));
+      return value;
     }
     case FieldType::kInt: {
       // Python's int() accepts surrounding blanks and a leading '+'; so do we, and nothing else.

@@ -146,6 +146,17 @@ std::vector<CatalogEntry> EngineEntries() {
        "ctxpar generate --input-ids 1,2,99999999",
        "ctxpar generate --input-ids 1,2,3",
        {"CTXPAR-SAMPLING-002"}},
+      {"CTXPAR-FLAG-010",
+       "A number flag got text that is not a number",
+       "Invalid value {value} for {flag}: not a number; valid values: {valid}.",
+       kConfig,
+       "Some flags take a real number (SGLang's --schedule-conservativeness, for one). The text "
+       "must read as one, as Python's float() reads it; inf and nan are out of every range.",
+       "A float flag with text such as '1,5', 'half' or an empty value.",
+       {"Write the number with a dot: 0.5, 1, 2.5e-1."},
+       "ctxpar serve --schedule-conservativeness 1,5",
+       "ctxpar serve --schedule-conservativeness 1.5",
+       {"CTXPAR-FLAG-002", "CTXPAR-FLAG-003"}},
       {"CTXPAR-KV-001",
        "A KV page that is not a whole number of interleave blocks",
        "--page-size {page_size} must be a multiple of --dcp-kv-cache-interleave-size "

@@ -149,7 +149,8 @@ Expected<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config,
   CTXPAR_ASSIGN_OR_RETURN(KvPool pool, KvPool::Create(kv));
   impl->kv.emplace(std::move(pool));
   impl->scheduler.emplace(
-      engine::SchedulerOptions{config.max_running_requests, config.chunked_prefill_size},
+      engine::SchedulerOptions{config.max_running_requests, config.chunked_prefill_size,
+                               config.schedule_conservativeness},
       &*impl->kv);
   impl->eos = source.desc().eos_token_ids;
   EngineSnapshot& s = impl->stats;
@@ -315,6 +316,7 @@ Status Engine::Impl::Lead(RunUntil until) {
     if (!stop_now) Absorb(&stop_now);
     if (stop_now) {
       AbortAll("the engine stopped");
+      Publish();
       engine::WirePlan bye{true, scheduler->TakePendingOps(), {}};
       return engine::BroadcastPlan(*world, &bye);
     }

@@ -28,6 +28,14 @@ Status ApplyPoolOp(KvPool& pool, const PoolOp& op) {
   return Internal("unknown pool operation");
 }
 
+Scheduler::Scheduler(const SchedulerOptions& options, KvPool* pool)
+    : options_(options),
+      pool_(pool),
+      init_ratio_(std::min(0.7 * options.schedule_conservativeness, 1.0)),
+      min_ratio_(0.14 * init_ratio_),
+      ratio_decay_((init_ratio_ - min_ratio_) / 600),
+      ratio_(init_ratio_) {}
+
 void Scheduler::Enqueue(SeqState* seq) {
   auto at = std::upper_bound(waiting_.begin(), waiting_.end(), seq,
                              [](const SeqState* a, const SeqState* b) { return a->id < b->id; });
@@ -89,16 +97,15 @@ void Scheduler::Retract(SeqState* seq, StepPlan& plan) {
   }
 }
 
+bool RetractBefore(const SeqState& a, const SeqState& b) {
+  if (a.output_len() != b.output_len()) return a.output_len() < b.output_len();
+  if (a.prompt_len != b.prompt_len) return a.prompt_len > b.prompt_len;
+  return a.id > b.id;
+}
+
 SeqState* Scheduler::Victim() const {
-  // Fewest output tokens first; ties: the longest prompt, then the newest.
   return *std::min_element(running_.begin(), running_.end(),
-                           [](const SeqState* a, const SeqState* b) {
-                             if (a->output_len() != b->output_len()) {
-                               return a->output_len() < b->output_len();
-                             }
-                             if (a->prompt_len != b->prompt_len) return a->prompt_len > b->prompt_len;
-                             return a->id > b->id;
-                           });
+                           [](const SeqState* a, const SeqState* b) { return RetractBefore(*a, *b); });
 }
 
 Status Scheduler::Decode(StepPlan& plan) {
@@ -172,7 +179,7 @@ Expected<StepPlan> Scheduler::Plan() {
     Retract(Victim(), plan);
     CTXPAR_RETURN_IF_ERROR(Prefill(plan));
   }
-  ratio_ = std::max(kMinRatio, ratio_ - kRatioDecay);
+  ratio_ = std::max(min_ratio_, ratio_ - ratio_decay_);
   return plan;
 }
 

@@ -22,7 +22,7 @@
 //  3. When nothing could run (prefills that each hold part of the pool and wait for more), the
 //     same victim is retracted until something can.
 //  4. new_token_ratio decays by (init - min) / 600 per step, from init = min(0.7 *
-//     schedule_conservativeness, 1) to min = 0.14 * init (conservativeness 1 here).
+//     schedule_conservativeness, 1) to min = 0.14 * init.
 //
 // The plan lists the pool operations in the order the leader made them (release, acquire,
 // reserve), so that every rank replays them on its own pool and the page ids agree.
@@ -67,17 +67,22 @@ struct StepPlan {
   std::vector<SeqState*> retracted;  // sent back to the queue this step
 };
 
+// SGLang's retraction order: whether `a` goes before `b` (fewer output tokens; then the longer
+// prompt; then the newer request).
+bool RetractBefore(const SeqState& a, const SeqState& b);
+
 // Replays plan operations on a pool (every rank does, the leader while planning).
 Status ApplyPoolOp(KvPool& pool, const PoolOp& op);
 
 struct SchedulerOptions {
   int max_running_requests = 1;
   int chunked_prefill_size = -1;
+  double schedule_conservativeness = 1.0;
 };
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerOptions& options, KvPool* pool) : options_(options), pool_(pool) {}
+  Scheduler(const SchedulerOptions& options, KvPool* pool);
 
   // Queues a new sequence (not owned; it must live until Remove).
   void Enqueue(SeqState* seq);
@@ -111,12 +116,9 @@ class Scheduler {
   std::deque<SeqState*> waiting_;   // by arrival (id)
   std::vector<SeqState*> running_;  // by admission
   std::vector<PoolOp> pending_ops_;
-  double ratio_ = kInitRatio;
+  double init_ratio_, min_ratio_, ratio_decay_, ratio_;
   uint64_t retractions_ = 0;
 
-  static constexpr double kInitRatio = 0.7;
-  static constexpr double kMinRatio = 0.14 * kInitRatio;
-  static constexpr double kRatioDecay = (kInitRatio - kMinRatio) / 600;
   static constexpr int32_t kClipMaxNewTokens = 4096;
   static constexpr int32_t kRetractDecodeSteps = 20;
 };

@@ -30,6 +30,9 @@ struct Avx2Isa {
   static constexpr int kWideRows = 2;
   static constexpr int kWideTokens = 3;
 
+  static void Prefetch(const std::uint8_t* p) {
+    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+  }
   static Acc Zero() { return {{_mm256_setzero_ps(), _mm256_setzero_ps()}}; }
   static V Load(const float* p) { return _mm256_loadu_ps(p); }
   static void Store(float* p, V v) { _mm256_storeu_ps(p, v); }

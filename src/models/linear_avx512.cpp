@@ -27,6 +27,9 @@ struct Avx512Isa {
   static constexpr int kWideRows = 4;
   static constexpr int kWideTokens = 6;
 
+  static void Prefetch(const std::uint8_t* p) {
+    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+  }
   static Acc Zero() { return _mm512_setzero_ps(); }
   static V Load(const float* p) { return _mm512_loadu_ps(p); }
   static void Store(float* p, V v) { _mm512_storeu_ps(p, v); }

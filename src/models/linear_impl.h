@@ -17,6 +17,9 @@
 
 enum class Src { kQ41, kQ80, kWide };
 
+// Decode streams the weights once: each block requests the same block this many rows ahead.
+inline constexpr int kPrefetchRows = 8;
+
 inline void Emit(const F32Tile& j, int r, int t, int s, float v) {
   float* out = j.y + std::size_t(t) * j.ldy + r;
   if (j.seg_stride != 0) {
@@ -57,6 +60,7 @@ void Panel(const F32Tile& j, const float* wide, std::size_t wide_stride, int r0,
       } else {
         for (int r = 0; r < R; ++r) {
           const std::uint8_t* blk = j.w + std::size_t(r0 + r) * j.row_stride + b * kBytes;
+          Isa::Prefetch(blk + kPrefetchRows * j.row_stride);
           const typename Isa::Block w =
               S == Src::kQ41 ? Isa::DequantQ41(blk) : Isa::DequantQ80(blk);
           for (int t = 0; t < T; ++t) {

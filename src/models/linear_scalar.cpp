@@ -31,6 +31,7 @@ struct ScalarIsa {
   static constexpr int kWideRows = 1;
   static constexpr int kWideTokens = 1;
 
+  static void Prefetch(const std::uint8_t*) {}
   static Acc Zero() { return Acc{}; }
   static V Load(const float* p) {
     V v;

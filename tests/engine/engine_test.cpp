@@ -62,9 +62,11 @@ class EngineTest : public ::testing::Test {
 
 GenerateRequest RandomRequest(std::mt19937& rng, int index) {
   GenerateRequest r;
-  const int prompt = 3 + static_cast<int>(rng() % 70);
+  const int prompt = 3 + static_cast<int>(rng() % 40);
   for (int i = 0; i < prompt; ++i) r.prompt.push_back(100 + static_cast<int32_t>(rng() % 20000));
-  r.sampling.max_new_tokens = 4 + static_cast<int>(rng() % 14);
+  // Long enough that the admission's estimate (new_token_ratio < 1 of the remaining tokens)
+  // falls short of what decode needs, beyond the slack of whole pages.
+  r.sampling.max_new_tokens = 12 + static_cast<int>(rng() % 36);
   r.sampling.temperature = 0.8f;
   r.sampling.top_k = 40;
   r.sampling.seed = 1000 + index;
@@ -75,13 +77,14 @@ GenerateRequest RandomRequest(std::mt19937& rng, int index) {
 }
 
 // 64 requests arriving at random steps (some at the start, the rest submitted from the update
-// callbacks), prefilled in chunks of 37 tokens, through a pool of 512 tokens that forces
-// retractions: each request's tokens and log-probabilities equal those of the request run alone
+// callbacks), prefilled in chunks of 37 tokens, through a pool of 384 tokens that a low
+// --schedule-conservativeness over-commits so that decode retracts requests: each request's tokens and log-probabilities equal those of the request run alone
 // and prefilled in one piece, and the pool is empty at the end.
 TEST_F(EngineTest, RequestsAmongOthersChunkedAndRetractedEqualThemselvesAlone) {
   constexpr int kRequests = 64;
   Expected<Launch> batched = MakeLaunch({{"chunked_prefill_size", int64_t{37}},
-                                         {"max_total_tokens", int64_t{512}},
+                                         {"max_total_tokens", int64_t{384}},
+                                         {"schedule_conservativeness", 0.2},
                                          {"max_running_requests", int64_t{24}}});
   ASSERT_TRUE(batched.ok()) << batched.status().ToString();
   Expected<Launch> alone = MakeLaunch({{"chunked_prefill_size", int64_t{-1}}});

@@ -11,7 +11,6 @@
 #include <random>
 #include <vector>
 
-#include "ctxpar/sampler.h"
 
 namespace ctxpar {
 namespace {
@@ -313,17 +312,6 @@ TEST(Sampling, ValidationNamesTheFieldTheValueAndTheRange) {
                              .stop_token_ids = {0, 99}};
   EXPECT_TRUE(ValidateSamplingParams(edges, 100).ok());
   EXPECT_TRUE(ValidateSamplingParams({.top_k = 0}, 100).ok());
-}
-
-// The old Sampler that `ctxpar generate` still uses: top_k 0 is all tokens, as before.
-TEST(Sampling, LegacySamplerKeepsItsContract) {
-  const std::vector<float> l = RandomLogits(50, 1.5f, 4);
-  auto all = Sampler::Create({.temperature = 0.8f, .top_k = 0, .top_p = 0.9f, .seed = 3});
-  ASSERT_TRUE(all.ok());
-  ExpectSameDistribution(all->Distribution(l), Reference(l, {.temperature = 0.8f, .top_p = 0.9f}),
-                         1e-12);
-  EXPECT_EQ(Sampler::Create({.top_k = -1}).status().message(),
-            "top_k must be >= 0 (0 = no top-k), but got -1");
 }
 
 }  // namespace

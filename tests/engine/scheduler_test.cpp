@@ -1,0 +1,140 @@
+// The scheduler without a model: random requests run to completion through a pool small enough
+// to retract them, with the pool's accounting and the step limits checked after every step, and
+// SGLang's choice of the request to retract.
+#include "engine/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <random>
+#include <vector>
+
+namespace ctxpar::engine {
+namespace {
+
+KvPool MakePool(int64_t pages, int slots, int page_size = 16) {
+  auto pool = KvPool::Create({.num_layers = 1,
+                              .num_kv_heads = 1,
+                              .head_dim_k = 16,
+                              .head_dim_v = 16,
+                              .page_size = page_size,
+                              .num_pages = pages,
+                              .max_slots = slots,
+                              .max_pages_per_slot = 64});
+  EXPECT_TRUE(pool.ok()) << pool.status().ToString();
+  return std::move(*pool);
+}
+
+struct Sim {
+  std::vector<std::unique_ptr<SeqState>> seqs;
+  int finished = 0;
+};
+
+// One step as the engine runs it: plan, "forward", then each sequence whose chunk reached its
+// end takes a token, and those that have all their tokens finish.
+void Step(Scheduler& s, KvPool& pool, const SchedulerOptions& o, Sim& sim, int* prefill_max) {
+  Expected<StepPlan> plan = s.Plan();
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_FALSE(plan->batch.seqs.empty()) << "a step with requests left must run something";
+  int64_t prefill = 0;
+  for (std::size_t i = 0; i < plan->seqs.size(); ++i) {
+    const SeqState* q = plan->seqs[i];
+    const BatchSeq& b = plan->batch.seqs[i];
+    ASSERT_EQ(b.pos0, q->kv_len);
+    ASSERT_EQ(b.slot, q->slot);
+    ASSERT_GE(pool.slot_pages(q->slot), pool.PagesFor(b.pos0 + b.num_tokens));
+    if (!(b.num_tokens == 1 && q->kv_len > 0)) prefill += b.num_tokens;
+  }
+  if (o.chunked_prefill_size > 0) ASSERT_LE(prefill, o.chunked_prefill_size);
+  *prefill_max = std::max<int>(*prefill_max, static_cast<int>(prefill));
+  ASSERT_LE(s.running(), o.max_running_requests);
+  s.Commit(*plan);
+  for (SeqState* q : plan->seqs) {
+    if (q->kv_len != static_cast<int64_t>(q->tokens.size())) continue;
+    q->tokens.push_back(7);
+    if (q->output_len() == q->max_new_tokens) {
+      ASSERT_TRUE(s.Remove(q).ok());
+      ++sim.finished;
+    }
+  }
+  int64_t held = 0;
+  for (const auto& q : sim.seqs) held += q->slot >= 0 ? pool.slot_pages(q->slot) : 0;
+  ASSERT_EQ(held + pool.free_pages(), pool.num_pages()) << "a page leaked or was held twice";
+}
+
+TEST(Scheduler, RandomRequestsFinishWithinTheLimitsAndLeakNoPage) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 20; ++trial) {
+    const SchedulerOptions o{.max_running_requests = 1 + static_cast<int>(rng() % 12),
+                             .chunked_prefill_size = rng() % 4 == 0 ? -1 : 8 + int(rng() % 64),
+                             .schedule_conservativeness = 0.05 + 0.2 * (rng() % 6)};
+    KvPool pool = MakePool(8 + rng() % 24, o.max_running_requests);
+    Scheduler s(o, &pool);
+    Sim sim;
+    const int n = 10 + static_cast<int>(rng() % 30);
+    for (int i = 0; i < n; ++i) {
+      auto q = std::make_unique<SeqState>();
+      q->id = i + 1;
+      q->prompt_len = 1 + static_cast<int>(rng() % 60);
+      q->tokens.assign(q->prompt_len, 3);
+      q->max_new_tokens = 1 + static_cast<int>(rng() % 70);
+      // Every request fits the pool alone, as the engine guarantees.
+      if (pool.PagesFor(q->prompt_len + q->max_new_tokens) > pool.num_pages()) continue;
+      s.Enqueue(q.get());
+      sim.seqs.push_back(std::move(q));
+    }
+    int prefill_max = 0, steps = 0;
+    while (sim.finished < static_cast<int>(sim.seqs.size())) {
+      ASSERT_LT(++steps, 100000) << "no progress";
+      Step(s, pool, o, sim, &prefill_max);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    EXPECT_EQ(pool.free_pages(), pool.num_pages());
+    EXPECT_EQ(pool.free_slots(), o.max_running_requests);
+  }
+}
+
+// A low schedule_conservativeness makes admission reserve 7 % of each request's remaining tokens:
+// the pool is over-committed, decode runs out of pages and retracts, and the retracted requests
+// come back and finish.
+TEST(Scheduler, DecodeOutOfPagesRetractsAndTheRequestsStillFinish) {
+  const SchedulerOptions o{
+      .max_running_requests = 8, .chunked_prefill_size = -1, .schedule_conservativeness = 0.1};
+  KvPool pool = MakePool(12, 8, 4);
+  Scheduler s(o, &pool);
+  Sim sim;
+  for (int i = 0; i < 8; ++i) {
+    auto q = std::make_unique<SeqState>();
+    q->id = i + 1;
+    q->prompt_len = 4;
+    q->tokens.assign(4, 3);
+    q->max_new_tokens = 20;
+    s.Enqueue(q.get());
+    sim.seqs.push_back(std::move(q));
+  }
+  int prefill_max = 0;
+  while (sim.finished < 8) {
+    Step(s, pool, o, sim, &prefill_max);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  EXPECT_GT(s.retractions(), 0u);
+  EXPECT_EQ(pool.free_pages(), 12);
+}
+
+// SGLang's victim: the fewest output tokens; among equals the longest prompt; then the newest.
+TEST(Scheduler, RetractsTheFewestOutputTokensThenTheLongestPrompt) {
+  auto seq = [](uint64_t id, int prompt, int output) {
+    SeqState q{.id = id, .prompt_len = prompt};
+    q.tokens.assign(prompt + output, 1);
+    return q;
+  };
+  EXPECT_TRUE(RetractBefore(seq(1, 5, 2), seq(2, 9, 3)));   // fewer outputs
+  EXPECT_FALSE(RetractBefore(seq(1, 9, 3), seq(2, 5, 2)));
+  EXPECT_TRUE(RetractBefore(seq(1, 9, 2), seq(2, 5, 2)));   // longer prompt
+  EXPECT_TRUE(RetractBefore(seq(2, 5, 2), seq(1, 5, 2)));   // newer
+  EXPECT_FALSE(RetractBefore(seq(1, 5, 2), seq(1, 5, 2)));  // a strict order
+}
+
+}  // namespace
+}  // namespace ctxpar::engine
