@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "command.h"
+#include "launch_flags.h"
 
 namespace ctxpar::cli {
 
@@ -33,6 +34,7 @@ int RunBench(const std::vector<std::string>& args) {
 }  // namespace
 
 int ParseBenchOptions(CLI::App& app, const std::vector<std::string>& args) {
+  UseArgparseRepeats(app);
   std::vector<std::string> argv(args.rbegin(), args.rend());  // CLI11 takes them reversed
   try {
     app.parse(argv);

@@ -14,11 +14,13 @@
 #include <cstdlib>
 #include <ctime>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -28,6 +30,8 @@
 #include "ctxpar/cpu_features.h"
 #include "ctxpar/dtype.h"
 #include "ctxpar/host_buffer.h"
+#include "error_report.h"
+#include "option_checks.h"
 
 namespace ctxpar::cli {
 namespace {
@@ -161,7 +165,8 @@ int RunAttentionBench(const std::vector<std::string>& args) {
   app.add_option("--format", format_name,
                  "GQA page format: tiles16 (the KV cache's) or rows (MLA is always rows)")
       ->check(CLI::IsMember({"tiles16", "rows"}));
-  app.add_option("--threads", thread_list, "thread counts");
+  app.add_option("--threads", thread_list,
+                 "thread counts, each at most the machine's hardware threads (default 1,2)");
   app.add_option("--kinds", kinds,
                  "gqa-bf16 gqa-fp32 (32 q heads, 8 KV heads, D 128) mla-fp32 "
                  "mla-bf16 (128 heads, 576/512)")
@@ -172,25 +177,19 @@ int RunAttentionBench(const std::vector<std::string>& args) {
       ->check(CLI::Range(64, 16384));
   app.add_flag("--json", json, "print JSON instead of a table");
   if (const int rc = ParseBenchOptions(app, args); rc >= 0) return rc;
-  std::vector<int> ctx_list, threads_list;
-  try {
-    ctx_list = ParseList(contexts);
-    threads_list = ParseList(thread_list);
-  } catch (const std::exception&) {
-    std::fprintf(stderr,
-                 "ctxpar bench attention: --contexts and --threads take lists like 4k,32k\n");
-    return kExitInvalid;
+  auto fail = [](const Status& s) { return ReportError(s, "ctxpar bench attention: "); };
+  // Up to 16M tokens: 64 GiB of bf16 GQA cache, more than this benchmark is meant to allocate.
+  Expected<std::vector<int>> ctx_list = ParseCountList("--contexts", contexts, 1, 1 << 24);
+  if (!ctx_list.ok()) return fail(ctx_list.status());
+  Expected<std::vector<int>> threads_list =
+      ParseCountList("--threads", thread_list, 0, std::numeric_limits<int>::max());
+  if (!threads_list.ok()) return fail(threads_list.status());
+  if (app.count("--threads") == 0) {  // the default list, on a machine with one thread: 1
+    std::erase_if(*threads_list, [](int t) { return t > HardwareThreads(); });
   }
-  for (int c : ctx_list) {
-    if (c < 1) {
-      std::fprintf(stderr, "ctxpar bench attention: --contexts: %d is not >= 1\n", c);
-      return kExitInvalid;
-    }
-  }
-  for (int t : threads_list) {
-    if (t < 1) {
-      std::fprintf(stderr, "ctxpar bench attention: --threads: %d is not >= 1\n", t);
-      return kExitInvalid;
+  for (int t : *threads_list) {
+    if (Status s = CheckThreads("--threads", t, /*zero_means_default=*/false); !s.ok()) {
+      return fail(s);
     }
   }
   const KvPageFormat format = format_name == "rows" ? KvPageFormat::kRows : KvPageFormat::kTiles16;
@@ -217,7 +216,7 @@ int RunAttentionBench(const std::vector<std::string>& args) {
         "8 KV heads, D 128, %s pages; MLA: 128 heads, 576/512, rows; batch 1)\n",
         std::string(CpuIsaName(*isa)).c_str(), LoadAverage(), reps, format_name.c_str());
   }
-  for (int threads : threads_list) {
+  for (int threads : *threads_list) {
     const Rate read = MeasureReadCeiling(threads, static_cast<size_t>(ceiling_mib) << 20, 5, *isa);
     const Rate fma = MeasureComputePeak(threads, *isa, false, 3);
     const Rate dp =
@@ -242,7 +241,7 @@ int RunAttentionBench(const std::vector<std::string>& args) {
     for (const Kind& kind : all) {
       const std::string name = kind.name + (kind.dtype == DataType::kF32 ? "-fp32" : "-bf16");
       if (std::find(kinds.begin(), kinds.end(), name) == kinds.end()) continue;
-      for (int ctx : ctx_list) {
+      for (int ctx : *ctx_list) {
         const Result r = RunOne(kind, format, ctx, threads, reps, read, fma, dp, *isa);
         out["results"].push_back({{"kind", r.kind},
                                   {"kv_dtype", r.dtype},

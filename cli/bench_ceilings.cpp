@@ -8,10 +8,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
+#include <string>
+#include <system_error>
 #include <thread>
 
 #include "command.h"
+#include "ctxpar/error_catalog.h"
 #include "ctxpar/host_buffer.h"
+#include "error_report.h"
 
 namespace ctxpar::cli {
 
@@ -27,21 +31,31 @@ double CpuSeconds(clockid_t clock) {
 
 Timing TimeOnThreads(int threads, const std::function<void(int)>& fn) {
   std::atomic<int> ready{0};
-  std::atomic<bool> go{false};
+  std::atomic<int> go{0};  // 1: run, -1: a thread could not start, return
   std::vector<double> cpu(threads);
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      ready.fetch_add(1);
-      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-      const double c0 = CpuSeconds(CLOCK_THREAD_CPUTIME_ID);
-      fn(t);
-      cpu[t] = CpuSeconds(CLOCK_THREAD_CPUTIME_ID) - c0;
-    });
+    try {
+      pool.emplace_back([&, t] {
+        ready.fetch_add(1);
+        while (go.load(std::memory_order_acquire) == 0) std::this_thread::yield();
+        if (go.load(std::memory_order_acquire) < 0) return;
+        const double c0 = CpuSeconds(CLOCK_THREAD_CPUTIME_ID);
+        fn(t);
+        cpu[t] = CpuSeconds(CLOCK_THREAD_CPUTIME_ID) - c0;
+      });
+    } catch (const std::system_error& e) {
+      go.store(-1, std::memory_order_release);
+      for (std::thread& started : pool) started.join();
+      std::exit(ReportError(CatalogError("CTXPAR-SYS-001", {{"count", std::to_string(threads)},
+                                                            {"started", std::to_string(t)},
+                                                            {"reason", e.what()}}),
+                            "ctxpar bench: "));
+    }
   }
   while (ready.load() < threads) std::this_thread::yield();
   const Clock::time_point start = Clock::now();
-  go.store(true, std::memory_order_release);
+  go.store(1, std::memory_order_release);
   for (std::thread& t : pool) t.join();
   return {Seconds(start, Clock::now()), std::accumulate(cpu.begin(), cpu.end(), 0.0) / threads};
 }
@@ -191,24 +205,6 @@ double LoadAverage() {
     std::fclose(f);
   }
   return load;
-}
-
-std::vector<int> ParseList(const std::string& s) {
-  std::vector<int> out;
-  size_t pos = 0;
-  while (pos <= s.size()) {
-    size_t end = s.find(',', pos);
-    if (end == std::string::npos) end = s.size();
-    std::string item = s.substr(pos, end - pos);
-    int mult = 1;
-    if (!item.empty() && (item.back() == 'k' || item.back() == 'K')) {
-      mult = 1024;
-      item.pop_back();
-    }
-    out.push_back(std::stoi(item) * mult);
-    pos = end + 1;
-  }
-  return out;
 }
 
 }  // namespace ctxpar::cli

@@ -30,7 +30,9 @@ struct Timing {
   }
 };
 
-// Runs fn(thread) on `threads` threads started together.
+// Runs fn(thread) on `threads` threads started together. When the system refuses a thread, the
+// ones started are released without running fn and joined, and the benchmark exits with
+// CTXPAR-SYS-001.
 Timing TimeOnThreads(int threads, const std::function<void(int)>& fn);
 
 // A rate by wall time and by CPU time per thread.
@@ -48,8 +50,5 @@ Rate MeasureComputePeak(int threads, CpuIsa isa, bool dpbf16, int reps);
 
 // The 1-minute load average: the machine is shared, so every report says how busy it was.
 double LoadAverage();
-
-// "4k,32k,7" -> {4096, 32768, 7} (k = 1024); std::invalid_argument on a bad item.
-std::vector<int> ParseList(const std::string& s);
 
 }  // namespace ctxpar::cli

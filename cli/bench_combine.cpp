@@ -18,6 +18,9 @@
 #include "bench.h"
 #include "ctxpar/combine.h"
 #include "ctxpar/communicator.h"
+#include "error_report.h"
+#include "mpi_launch.h"
+#include "option_checks.h"
 
 namespace ctxpar::cli {
 namespace {
@@ -36,11 +39,6 @@ struct Result {
   double bytes_sent = 0;  // per rank and call
   double calls = 0;       // collectives (or window syncs) per call
 };
-
-bool UnderMpiexec() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
-         std::getenv("PMIX_RANK") != nullptr;
-}
 
 constexpr CombineBackend kBackends[] = {CombineBackend::kAgRs, CombineBackend::kA2a,
                                         CombineBackend::kShmA2a};
@@ -147,17 +145,22 @@ int RunCombineBench(const std::vector<std::string>& args) {
   app.add_option("--batch", batches, "decode batch sizes (rows)")->check(CLI::Range(1, 4096));
   app.add_option("--wire", wire_name, "O element type on the a2a / shm_a2a wire")
       ->check(CLI::IsMember({"bf16", "f32"}));
-  app.add_option("--seconds", seconds, "timed seconds per shape, all backends (approximately)")
-      ->check(CLI::Range(0.01, 600.0));
+  app.add_option("--seconds", seconds,
+                 "timed seconds per shape, all backends (approximately; 0.01 to 600)");
   app.add_option("--rounds", rounds, "rounds per shape; each backend reports its median round")
       ->check(CLI::Range(1, 1000));
   app.add_flag("--json", json, "print JSON instead of a table");
   if (const int rc = ParseBenchOptions(app, args); rc >= 0) return rc;
+  if (Status s = CheckSeconds("--seconds", seconds, 0.01, 600.0); !s.ok()) {
+    std::fprintf(stderr, "ctxpar bench combine: %s\nrun: ctxpar explain %s\n", s.message().c_str(),
+                 s.error_id().c_str());
+    return kExitInvalid;
+  }
   const DataType wire = wire_name == "bf16" ? DataType::kBF16 : DataType::kF32;
   std::vector<Result> results;
   std::string mode;
   bool print = true;
-  if (UnderMpiexec()) {
+  if (UnderMpi()) {
     auto world = MakeMpiWorld();
     if (!world.ok()) {
       std::fprintf(stderr, "ctxpar bench combine: %s\n", world.status().message().c_str());

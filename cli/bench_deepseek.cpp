@@ -246,7 +246,7 @@ Expected<Live> Start(Communicator& base, const ModelSource& source, const Option
   l.comb = comb;
   l.world = std::make_unique<TimedCommunicator>(&base);
   const EngineConfig config = Config(source, base.size(), comb, o.threads);
-  l.pool = std::make_unique<ThreadPool>(o.threads);
+  CTXPAR_ASSIGN_OR_RETURN(l.pool, ThreadPool::Create(o.threads));
   CTXPAR_ASSIGN_OR_RETURN(l.model, source.CreateModel(config, *l.world, l.pool.get()));
   CTXPAR_ASSIGN_OR_RETURN(KvPoolOptions kvo, KvPoolFor(config, source, base.rank() % comb.dcp));
   CTXPAR_ASSIGN_OR_RETURN(KvPool kv, KvPool::Create(kvo));
@@ -324,8 +324,9 @@ Status MeasureTtft(Communicator& base, const ModelSource& source, const Options&
     config.enable_prefill_cp = c.cp;
     config.attn_cp_size = c.cp ? 2 : 1;
     config.cp_strategy = c.strategy;
-    ThreadPool pool(o.threads);
-    CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, source.CreateModel(config, world, &pool));
+    CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<ThreadPool> pool, ThreadPool::Create(o.threads));
+    CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                            source.CreateModel(config, world, pool.get()));
     CTXPAR_ASSIGN_OR_RETURN(KvPoolOptions kvo, KvPoolFor(config, source, 0));
     CTXPAR_ASSIGN_OR_RETURN(KvPool kv, KvPool::Create(kvo));
     auto* cp = dynamic_cast<TimedCommunicator*>(GroupsOf(*model).cp);

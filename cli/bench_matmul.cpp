@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -15,7 +16,9 @@
 #include "bench_ceilings.h"
 #include "ctxpar/quant.h"
 #include "ctxpar/thread_pool.h"
+#include "error_report.h"
 #include "models/linear.h"
+#include "option_checks.h"
 
 namespace ctxpar::cli {
 namespace {
@@ -108,22 +111,17 @@ int RunMatMulBench(const std::vector<std::string>& args) {
       ->check(CLI::Range(1, 4096));
   app.add_flag("--json", json, "print JSON instead of a table");
   if (const int rc = ParseBenchOptions(app, args); rc >= 0) return rc;
-  std::vector<int> threads_list, rows_list;
-  try {
-    threads_list = ParseList(thread_list);
-    rows_list = ParseList(row_list);
-  } catch (const std::exception&) {
-    std::fprintf(stderr, "ctxpar bench matmul: --threads and --rows take lists like 1,4,16\n");
-    return kExitInvalid;
-  }
-  for (const std::vector<int>* list : {&threads_list, &rows_list}) {
-    for (int v : *list) {
-      if (v < 1) {
-        std::fprintf(stderr, "ctxpar bench matmul: --threads and --rows need values >= 1\n");
-        return kExitInvalid;
-      }
+  auto fail = [](const Status& s) { return ReportError(s, "ctxpar bench matmul: "); };
+  Expected<std::vector<int>> threads_list =
+      ParseCountList("--threads", thread_list, 1, std::numeric_limits<int>::max());
+  if (!threads_list.ok()) return fail(threads_list.status());
+  for (int t : *threads_list) {
+    if (Status s = CheckThreads("--threads", t, /*zero_means_default=*/false); !s.ok()) {
+      return fail(s);
     }
   }
+  Expected<std::vector<int>> rows_list = ParseCountList("--rows", row_list, 1, 4096);
+  if (!rows_list.ok()) return fail(rows_list.status());
   Expected<CpuIsa> isa = SelectCpuIsa();
   if (!isa.ok()) {
     std::fprintf(stderr, "ctxpar bench matmul: %s\n", isa.status().message().c_str());
@@ -139,10 +137,11 @@ int RunMatMulBench(const std::vector<std::string>& args) {
                 model::MatMulIsa(), act_name.c_str(), LoadAverage(), reps);
   }
   std::mt19937 rng(1);
-  for (int threads : threads_list) {
+  for (int threads : *threads_list) {
     const Rate read = MeasureReadCeiling(threads, std::size_t(ceiling_mib) << 20, 5, *isa);
     const Rate fma = MeasureComputePeak(threads, *isa, false, 3);
-    ThreadPool pool(threads);
+    Expected<std::unique_ptr<ThreadPool>> pool = ThreadPool::Create(threads);
+    if (!pool.ok()) return fail(pool.status());
     if (!json) {
       std::printf(
           "\nthreads %d: read ceiling %.1f GB/s (%.1f by CPU time), FMA peak %.1f GFLOP/s "
@@ -151,12 +150,12 @@ int RunMatMulBench(const std::vector<std::string>& args) {
           "%read", "GFLOP/s", "%peak", "x n=1", "cpu:GB/s", "%read", "GFLOP/s", "%peak", "x n=1");
     }
     // The matmul seconds of one decode step of n sequences, by wall and CPU time.
-    std::vector<Rate> step(rows_list.size());
+    std::vector<Rate> step(rows_list->size());
     for (const Shape& s : kShapes) {
       Rate first;  // seconds per row at the first n
-      for (std::size_t i = 0; i < rows_list.size(); ++i) {
-        const int n = rows_list[i];
-        const Point p = TimeShape(s, n, act, pool, reps, std::size_t(weights_mib) << 20, rng);
+      for (std::size_t i = 0; i < rows_list->size(); ++i) {
+        const int n = (*rows_list)[i];
+        const Point p = TimeShape(s, n, act, **pool, reps, std::size_t(weights_mib) << 20, rng);
         if (i == 0) first = {p.time.wall / n, p.time.cpu / n};
         step[i].wall += p.time.wall * s.per_token;
         step[i].cpu += p.time.cpu * s.per_token;
@@ -187,18 +186,18 @@ int RunMatMulBench(const std::vector<std::string>& args) {
         }
       }
     }
-    for (std::size_t i = 0; i < rows_list.size(); ++i) {
-      const Rate rate = {rows_list[i] / step[i].wall, rows_list[i] / step[i].cpu};
-      const Rate first = {rows_list[0] / step[0].wall, rows_list[0] / step[0].cpu};
+    for (std::size_t i = 0; i < rows_list->size(); ++i) {
+      const Rate rate = {(*rows_list)[i] / step[i].wall, (*rows_list)[i] / step[i].cpu};
+      const Rate first = {(*rows_list)[0] / step[0].wall, (*rows_list)[0] / step[0].cpu};
       out["decode_steps"].push_back({{"threads", threads},
-                                     {"n", rows_list[i]},
+                                     {"n", (*rows_list)[i]},
                                      {"matmul_tokens_per_s", rate.wall},
                                      {"cpu_time", {{"matmul_tokens_per_s", rate.cpu}}}});
       if (!json) {
         std::printf(
             "decode step, every matmul of a SmolLM2 token, n %d: %.0f tokens/s (%.2fx) | "
             "cpu: %.0f (%.2fx)\n",
-            rows_list[i], rate.wall, rate.wall / first.wall, rate.cpu, rate.cpu / first.cpu);
+            (*rows_list)[i], rate.wall, rate.wall / first.wall, rate.cpu, rate.cpu / first.cpu);
       }
     }
   }

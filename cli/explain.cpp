@@ -103,6 +103,30 @@ int Fail(const std::string& message) {
   return kExitInvalid;
 }
 
+// Nothing to explain: the reason on stderr, and with --json a JSON answer on stdout as well, so
+// that a script always gets JSON to parse.
+int NotFound(bool json, const std::string& message, const std::string& error_id = "") {
+  if (json) {
+    nlohmann::json out = {{"matched", false}, {"error", message}};
+    if (!error_id.empty()) out["error_id"] = error_id;
+    std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  }
+  return Fail(error_id.empty() ? message : message + "\nrun: ctxpar explain " + error_id);
+}
+
+// `--message -` reads the message from stdin, at most one byte past the limit (enough to tell
+// that it is too long).
+std::string ReadStdin() {
+  std::string text;
+  char buffer[65536];
+  size_t got = 0;
+  while (text.size() <= kMaxCatalogMessageBytes &&
+         (got = std::fread(buffer, 1, sizeof(buffer), stdin)) > 0) {
+    text.append(buffer, got);
+  }
+  return text;
+}
+
 int RunExplain(const std::vector<std::string>& args) {
   CLI::App app{"Explain an error of the catalog: by ID, or from a pasted message.",
                "ctxpar explain"};
@@ -111,7 +135,9 @@ int RunExplain(const std::vector<std::string>& args) {
   bool json = false;
   bool list = false;
   app.add_option("id", id, "A catalog ID such as CTXPAR-DCP-003.");
-  app.add_option("--message,-m", message, "A pasted error message, values filled in.");
+  app.add_option("--message,-m", message,
+                 "A pasted error message, values filled in; - reads it from stdin (at most "
+                 "1 MiB).");
   app.add_flag("--list", list, "List every catalog ID with its title.");
   app.add_flag("--json", json, "Print JSON instead of text.");
   bool markdown = false;
@@ -121,7 +147,7 @@ int RunExplain(const std::vector<std::string>& args) {
     if (rc != kExitOk) std::fprintf(stderr, "%s\n", status.message().c_str());
     return rc;
   }
-  const int modes = !id.empty() + app.count("--message") + list + markdown;
+  const int modes = !id.empty() + (app.count("--message") > 0) + list + markdown;
   if (modes != 1) {
     return Fail(
         "give exactly one of: an ID (ctxpar explain CTXPAR-DCP-003), --message TEXT, "
@@ -148,8 +174,8 @@ int RunExplain(const std::vector<std::string>& args) {
   if (!id.empty()) {
     const CatalogEntry* e = FindCatalogEntry(id);
     if (e == nullptr) {
-      return Fail("no catalog entry " + id +
-                  "; IDs look like CTXPAR-DCP-003, run: ctxpar explain --list");
+      return NotFound(json, "no catalog entry " + id +
+                                "; IDs look like CTXPAR-DCP-003, run: ctxpar explain --list");
     }
     if (json) {
       std::printf(
@@ -160,14 +186,21 @@ int RunExplain(const std::vector<std::string>& args) {
     }
     return kExitOk;
   }
+  if (message == "-") message = ReadStdin();
+  if (message.size() > kMaxCatalogMessageBytes) {
+    const Status too_long =
+        CatalogError("CTXPAR-EXPLAIN-001", {{"limit", std::to_string(kMaxCatalogMessageBytes)}});
+    return NotFound(json, too_long.message(), too_long.error_id());
+  }
   std::optional<CatalogMatch> match = MatchCatalogMessage(message);
   if (!match) {
-    return Fail(
-        "no catalog entry matches this message; paste the whole error text, or run: "
-        "ctxpar explain --list");
+    return NotFound(json,
+                    "no catalog entry matches this message; paste the whole error text, or run: "
+                    "ctxpar explain --list");
   }
   if (json) {
     nlohmann::json out = EntryJson(*match->entry);
+    out["matched"] = true;
     out["matched_values"] = nlohmann::json::object();
     for (const auto& [name, value] : match->values) out["matched_values"][name] = value;
     std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());

@@ -5,10 +5,11 @@
 // line at once (continuous batching) and prefixes each output line with the prompt's index and a
 // tab. --print-ids prints the generated token ids instead of text. The launch configuration goes
 // through PrepareLaunch (as `check --model-path` and `serve`) before any rank starts. With
-// tp_size > 1 and no MPI job around it, the command re-executes itself under `mpirun -np
-// tp_size`; under MPI every rank runs the engine and rank 0 prints.
-#include <unistd.h>
-
+// tp_size > 1 and no MPI job around it, the command runs itself under `mpirun -np tp_size`
+// (mpi_launch.h: the user never types mpirun on one machine); under MPI every rank runs the
+// engine, rank 0 prints, and an error is printed once (FinishRank). SIGINT / SIGTERM end the
+// requests at the next token (signals.h): the line is ended and the exit status is 130 / 143.
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,9 +23,13 @@
 #include "ctxpar/chat_template.h"
 #include "ctxpar/communicator.h"
 #include "ctxpar/engine.h"
+#include "ctxpar/error_catalog.h"
 #include "ctxpar/launch.h"
 #include "ctxpar/tokenizer.h"
+#include "error_report.h"
 #include "launch_flags.h"
+#include "mpi_launch.h"
+#include "signals.h"
 
 namespace ctxpar::cli {
 namespace {
@@ -39,52 +44,10 @@ struct GenerateOptions {
   std::string seed;
 };
 
-int Fail(const Status& status) {
-  std::fprintf(stderr, "%s\n", status.message().c_str());
-  if (!status.error_id().empty()) {
-    std::fprintf(stderr, "run: ctxpar explain %s\n", status.error_id().c_str());
-  }
-  return status.code() == StatusCode::kInternal || status.code() == StatusCode::kUnavailable
-             ? kExitInternal
-             : kExitInvalid;
-}
+int Fail(const Status& status) { return ReportBeforeWorld(status); }
 
-bool UnderMpi() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"}) {
-    if (std::getenv(v) != nullptr) return true;
-  }
-  return false;
-}
-
-// Replaces this process by `mpirun -np n <this binary> generate <args>`; returns only on failure.
-int SelfLaunch(int n, const std::vector<std::string>& args) {
-  const char* mpirun = std::getenv("CTXPAR_MPIRUN");
-  std::string launcher = mpirun != nullptr && *mpirun != '\0' ? mpirun : "mpirun";
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
-  std::vector<char> self(4096);
-  const ssize_t len = readlink("/proc/self/exe", self.data(), self.size() - 1);
-  if (len <= 0) {
-    std::fprintf(stderr, "ctxpar generate: cannot find its own executable to start %d ranks\n", n);
-    return kExitInternal;
-  }
-  std::vector<std::string> argv = {launcher, "-np", std::to_string(n),
-                                   std::string(self.data(), len), "generate"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  std::vector<char*> cargv;
-  for (std::string& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  std::fflush(nullptr);
-  execvp(cargv[0], cargv.data());
-  std::fprintf(stderr,
-               "ctxpar generate: cannot run '%s' to start %d ranks (tp_size %d needs MPI; "
-               "apt-get install -y openmpi-bin, or set CTXPAR_MPIRUN)\n",
-               launcher.c_str(), n, n);
-  return kExitInternal;
-}
-
-// A decimal integer in [0, 2^64): nothing else (no sign, exponent or fraction).
+// A decimal integer in [0, 2^64): nothing else (no sign, exponent or fraction): CTXPAR-FLAG-002
+// for other text, CTXPAR-FLAG-003 past the range.
 Expected<uint64_t> ParseSeed(const std::string& text) {
   uint64_t v = 0;
   bool ok = !text.empty() && text.size() <= 20;
@@ -100,8 +63,11 @@ Expected<uint64_t> ParseSeed(const std::string& text) {
     }
   }
   if (!ok) {
-    return InvalidArgument("--seed must be an integer in [0, 18446744073709551615], but got '" +
-                           text + "'");
+    const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+    return CatalogError(digits ? "CTXPAR-FLAG-003" : "CTXPAR-FLAG-002",
+                        {{"value", PyRepr(text)},
+                         {"flag", "--seed"},
+                         {"valid", "integers from 0 to 18446744073709551615"}});
   }
   return v;
 }
@@ -116,8 +82,10 @@ Expected<std::vector<int32_t>> ParseIds(const std::string& text) {
     errno = 0;
     const long long v = std::strtoll(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || errno != 0 || v < 0 || v > INT32_MAX) {
-      return InvalidArgument("--input-ids takes comma-separated token ids (integers >= 0), but got '" +
-                             item + "' in '" + text + "'");
+      return CatalogError("CTXPAR-FLAG-002",
+                          {{"value", PyRepr(item)},
+                           {"flag", "--input-ids"},
+                           {"valid", "comma-separated token ids from 0 to 2147483647"}});
     }
     ids.push_back(static_cast<int32_t>(v));
     at = comma + 1;
@@ -132,9 +100,7 @@ Expected<std::vector<int32_t>> Encode(const Tokenizer* tok, const std::string& t
   if (!chat) return tok->Encode(text);
   CTXPAR_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::FromJinja(tok->chat_template()));
   const std::vector<ChatMessage> messages = {{"user", text}};
-  EncodeOptions enc;
-  enc.parse_special = true;
-  return tok->Encode(tmpl.Apply(messages, true), enc);
+  return tmpl.Encode(*tok, messages, true);
 }
 
 Expected<std::vector<std::vector<int32_t>>> Prompts(const GenerateOptions& o,
@@ -158,9 +124,7 @@ Expected<std::vector<std::vector<int32_t>>> Prompts(const GenerateOptions& o,
     out.push_back(std::move(ids));
   }
   for (std::size_t i = 0; i < out.size(); ++i) {
-    if (out[i].empty()) {
-      return InvalidArgument("prompt " + std::to_string(i) + " encodes to no token");
-    }
+    if (out[i].empty()) return CatalogError("CTXPAR-ENGINE-011", {{"index", std::to_string(i)}});
   }
   return out;
 }
@@ -176,24 +140,19 @@ class Printer {
     } else {
       pending += u.text;
     }
+    const std::string prefix = indexed_ ? std::to_string(index) + "\t" : "";
     if (!indexed_ && !ids_) {
-      std::fwrite(pending.data(), 1, pending.size(), stdout);
-      std::fflush(stdout);
+      WriteOutput(pending);
       pending.clear();
     } else if (indexed_ && !ids_) {
       for (std::size_t nl; (nl = pending.find('\n')) != std::string::npos;) {
-        std::printf("%zu\t%s\n", index, pending.substr(0, nl).c_str());
+        WriteOutput(prefix + pending.substr(0, nl + 1));
         pending.erase(0, nl + 1);
       }
     }
     if (u.finish != FinishReason::kNone) {
-      if (indexed_) {
-        std::printf("%zu\t%s\n", index, pending.c_str());
-      } else {
-        std::printf("%s\n", pending.c_str());
-      }
+      WriteOutput(prefix + pending + "\n");
       pending.clear();
-      std::fflush(stdout);
     }
   }
 
@@ -231,10 +190,11 @@ Status RunRank(Communicator& world, const Launch& launch, const GenerateOptions&
           all_first = Clock::now();
           decoded += n - 1;
         }
-        if (u.finish == FinishReason::kAbort && failure.ok()) {
+        if (u.finish == FinishReason::kAbort && failure.ok() && StopRequested() == 0) {
           failure = Internal("request " + std::to_string(i) + " aborted: " + u.finish_detail);
         }
         printer.Update(i, u);
+        if (StopRequested() != 0) engine->Stop();  // every request ends at this step
       });
       if (!id.ok()) {
         engine->Stop();
@@ -245,6 +205,9 @@ Status RunRank(Communicator& world, const Launch& launch, const GenerateOptions&
   }
   CTXPAR_RETURN_IF_ERROR(engine->Run(Engine::RunUntil::kIdle));
   if (!leader) return Status::Ok();
+  if (const int stop = StopRequested(); stop != 0) {
+    return Interrupted(stop, static_cast<int>(decoded + static_cast<int64_t>(started)));
+  }
   CTXPAR_RETURN_IF_ERROR(failure);
   const auto t1 = Clock::now();
   const double prefill_s = std::chrono::duration<double>(all_first - t0).count();
@@ -296,13 +259,16 @@ int RunGenerate(const std::vector<std::string>& args) {
   }
   const int sources = !o.prompt.empty() + !o.prompts_file.empty() + !o.input_ids.empty();
   if (sources != 1) {
-    return Fail(InvalidArgument(
-        "ctxpar generate needs exactly one of a PROMPT, --prompts-file or --input-ids (a prompt "
-        "that begins with '-' goes after --)"));
+    return Fail(CatalogError(
+        "CTXPAR-FLAG-005",
+        {{"command", "generate"},
+         {"detail", sources == 0 ? "a prompt, --prompts-file or --input-ids is required"
+                                 : "give only one of a prompt, --prompts-file and --input-ids"}}));
   }
   if (s.max_new_tokens < 1) {
-    return Fail(InvalidArgument("--max-new-tokens must be >= 1, but got " +
-                                std::to_string(s.max_new_tokens)));
+    return Fail(CatalogError("CTXPAR-FLAG-003", {{"value", PyRepr(std::to_string(s.max_new_tokens))},
+                                                 {"flag", "--max-new-tokens"},
+                                                 {"valid", "integers from 1 to 2147483647"}}));
   }
   if (!o.seed.empty()) {
     Expected<uint64_t> seed = ParseSeed(o.seed);
@@ -317,21 +283,24 @@ int RunGenerate(const std::vector<std::string>& args) {
     return Fail(v);
   }
   const int tp = launch->config.tp_size;
-  if (tp > 1 && !UnderMpi()) return SelfLaunch(tp, args);
+  if (tp > 1 && !UnderMpi()) {
+    if (Expected<double> t = CollectiveTimeoutFromEnv(); !t.ok()) return Fail(t.status());
+    return RunUnderMpirun("generate", tp, args);
+  }
   std::unique_ptr<Communicator> world;
   if (UnderMpi()) {
     Expected<std::unique_ptr<Communicator>> mpi = MakeMpiWorld();
     if (!mpi.ok()) return Fail(mpi.status());
     world = std::move(*mpi);
     if (world->size() != tp) {
-      return Fail(InvalidArgument("the MPI job has " + std::to_string(world->size()) +
-                                  " ranks, but tp_size is " + std::to_string(tp)));
+      return FinishRank(*world, InvalidArgument("the MPI job has " + std::to_string(world->size()) +
+                                                " ranks, but tp_size is " + std::to_string(tp)));
     }
   } else {
     world = std::move(MakeInProcessGroup(1)[0]);
   }
-  Status run = RunRank(*world, *launch, o);
-  return run.ok() ? kExitOk : Fail(run);
+  InstallStopHandlers(UnderMpi());
+  return FinishRank(*world, RunRank(*world, *launch, o));
 }
 
 }  // namespace

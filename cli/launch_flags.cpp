@@ -85,22 +85,45 @@ Expected<LaunchConfig> ToLaunchConfig(const LaunchFlags& flags) {
   return raw;
 }
 
+void UseArgparseRepeats(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_items_expected_max() == 1 && opt->get_type_size() > 0 && !opt->get_positional()) {
+      opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    }
+  }
+}
+
 int ParseCommandLine(CLI::App& app, const std::vector<std::string>& args, std::string_view command,
                      Status* error) {
+  UseArgparseRepeats(app);
   std::vector<std::string> reversed(args.rbegin(), args.rend());
+  // An unknown argument is the error to report even when CLI11 stops at a later one (a required
+  // positional it then lacks: `generate -x` would otherwise say "prompt is required").
+  const auto unknown = [&]() -> Status {
+    const std::vector<std::string> rest = app.remaining();
+    const std::string arg = rest.empty() ? "" : rest[0];
+    const auto options = app.get_options([](const CLI::Option* o) { return o->get_positional(); });
+    if (arg.starts_with("-") && !options.empty()) {
+      return CatalogError("CTXPAR-FLAG-009", {{"argument", PyRepr(arg)},
+                                              {"command", std::string(command)},
+                                              {"positional", options[0]->get_name()}});
+    }
+    return CatalogError("CTXPAR-FLAG-004",
+                        {{"argument", PyRepr(arg)}, {"command", std::string(command)}});
+  };
   try {
     app.parse(reversed);
   } catch (const CLI::Success&) {
     std::fputs(app.help().c_str(), stdout);
     return 0;
-  } catch (const CLI::ExtrasError& e) {
-    const auto rest = app.remaining();
-    *error = CatalogError("CTXPAR-FLAG-004", {{"argument", PyRepr(rest.empty() ? "" : rest[0])},
-                                              {"command", std::string(command)}});
+  } catch (const CLI::ExtrasError&) {
+    *error = unknown();
     return 2;
   } catch (const CLI::ParseError& e) {
-    *error =
-        CatalogError("CTXPAR-FLAG-005", {{"command", std::string(command)}, {"detail", e.what()}});
+    *error = app.remaining().empty()
+                 ? CatalogError("CTXPAR-FLAG-005",
+                                {{"command", std::string(command)}, {"detail", e.what()}})
+                 : unknown();
     return 2;
   }
   return -1;

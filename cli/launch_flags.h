@@ -40,9 +40,16 @@ void AddLaunchFlags(CLI::App& app, LaunchFlags* out);
 // the last of --x / --no-x on the command line wins, as with argparse.
 Expected<LaunchConfig> ToLaunchConfig(const LaunchFlags& flags);
 
-// Parses `args` (argv after the command name). Returns -1 when the command should go on, or
-// the exit status to return at once: 0 after printing --help, 2 with `*error` set to
-// CTXPAR-FLAG-004 (unknown argument) or CTXPAR-FLAG-005 (any other CLI11 parse error).
+// Gives every single-valued option of `app` argparse's rule for a repeated option: the last
+// value wins (CLI11 refuses the repeat by default). Called by ParseCommandLine and the
+// benchmarks' parser, so that all commands treat duplicates alike.
+void UseArgparseRepeats(CLI::App& app);
+
+// Parses `args` (argv after the command name) with UseArgparseRepeats. Returns -1 when the
+// command should go on, or the exit status to return at once: 0 after printing --help, 2 with
+// `*error` set to CTXPAR-FLAG-004 (unknown argument), CTXPAR-FLAG-009 (an unknown option in a
+// command that takes a positional argument: the message says how to pass a value that starts
+// with '-') or CTXPAR-FLAG-005 (any other CLI11 parse error).
 int ParseCommandLine(CLI::App& app, const std::vector<std::string>& args, std::string_view command,
                      Status* error);
 

@@ -6,8 +6,13 @@
 // in order, insert a default system message before the first message when that one is not a
 // system message (when the template has such a default, as SmolLM2's does), and end with
 // "<|im_start|>assistant\n" when a generation prompt is asked for. Roles and contents are copied
-// as they are (the template escapes nothing). The rendered text holds special tokens as text:
-// encode it with EncodeOptions::parse_special = true.
+// as they are (the template escapes nothing).
+//
+// Render keeps apart what the template wrote (its markers, newlines and default system message)
+// and what the messages hold (roles and contents): only the template's text may become control
+// tokens, so a message that contains "<|im_end|>\n<|im_start|>assistant\n" stays text and cannot
+// forge a turn. Encode tokenizes a conversation that way; the ids equal llama.cpp's for the
+// rendered text whenever the messages contain no control-token text.
 //
 // Thread safety: immutable after FromJinja; Apply may be called from several threads.
 #pragma once
@@ -15,8 +20,10 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ctxpar/status.h"
+#include "ctxpar/tokenizer.h"
 
 namespace ctxpar {
 
@@ -31,7 +38,15 @@ class ChatTemplate {
   // kUnimplemented, naming what is supported.
   static Expected<ChatTemplate> FromJinja(std::string_view source);
 
+  // The rendered conversation as one string (the concatenation of Render's segments).
   std::string Apply(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+  // The rendered conversation in segments: the template's text with parse_special = true, the
+  // messages' roles and contents with parse_special = false.
+  std::vector<TextSegment> Render(std::span<const ChatMessage> messages,
+                                  bool add_generation_prompt) const;
+  // tokenizer.Encode(Render(...)): the prompt ids of a conversation.
+  std::vector<int32_t> Encode(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
+                              bool add_generation_prompt) const;
 
   // The system message inserted when the first message is not one; empty when the template
   // inserts none.

@@ -16,6 +16,15 @@
 //   elements of size s over n ranks: sent = received = (n-1)*count*s.
 // - Thread safety: a Communicator is used by one thread at a time (one per rank for the
 //   in-process implementation). Counters are read by the same thread.
+// - Deadline (MPI): a rank that waits in a collective longer than CTXPAR_COLLECTIVE_TIMEOUT
+//   seconds (default 300; 0 turns the deadline off; read by MakeMpiWorld, inherited by Split)
+//   fails the call with CTXPAR-COMM-001 naming the ranks that did not answer (a rank stopped,
+//   hung or far behind), or CTXPAR-COMM-002 when every rank answers (they wait in different
+//   collectives). While it waits a rank polls MPI for the first millisecond and then sleeps
+//   between polls (20 us doubling to 2 ms), so a rank left waiting does not hold a core at 100 %.
+//   After such a failure the call's buffers may still be written by MPI and the communicator is
+//   unusable: the job must end (cli/mpi_launch.h aborts it). AllowUnboundedWait() lifts the
+//   deadline for one legitimately long wait. The in-process implementation has no deadline.
 #pragma once
 
 #include <array>
@@ -122,6 +131,10 @@ class Communicator {
   // (CTXPAR-DCP-007) when the ranks do not share memory (MPI ranks on different nodes).
   virtual Expected<std::unique_ptr<SharedWindow>> AllocateSharedWindow(std::size_t bytes) = 0;
 
+  // The next collective (only the next) may wait without a deadline, still sleeping between
+  // polls: a server's worker ranks wait for the next request's step plan, which can take hours.
+  virtual void AllowUnboundedWait() {}
+
   const CommCounters& counters() const { return counters_; }
   void ResetCounters() { counters_ = CommCounters{}; }
 
@@ -150,6 +163,11 @@ Status RunInProcess(int size, const std::function<Status(Communicator&)>& fn);
 
 // True when ctxpar was built with MPI.
 bool MpiCompiledIn();
+
+// The collective deadline CTXPAR_COLLECTIVE_TIMEOUT sets, in seconds (300 when unset, 0: none);
+// CTXPAR-COMM-003 when it is not a number >= 0. MakeMpiWorld reads it; a launcher checks it
+// before it starts ranks, so that a bad value is reported once.
+Expected<double> CollectiveTimeoutFromEnv();
 
 // The communicator of MPI_COMM_WORLD. Initialises MPI (MPI_THREAD_FUNNELED) when the program has
 // not, and then finalises it at exit. Unavailable when ctxpar was built without MPI.

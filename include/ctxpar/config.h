@@ -33,7 +33,7 @@
 //                                         CTXPAR-KV-001. With a known model (a run): a named
 //                                         platform that is not the CPU (CTXPAR-ENGINE-001),
 //                                         dp_size (CTXPAR-ENGINE-002), threads beyond the machine
-//                                         (CTXPAR-ENGINE-003), and the init checks of step 5 on
+//                                         (CTXPAR-FLAG-007), and the init checks of step 5 on
 //                                         any platform.
 //
 // Sources are the handler names above, the hook names, "user" (given on the command line and

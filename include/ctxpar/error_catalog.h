@@ -1,7 +1,8 @@
 // The error catalog: every error a configuration rule or a runtime check raises has one entry
 // here, under a stable ID ("CTXPAR-DCP-003"), with its message template and the explanation a
 // user needs (what it means, when it happens, solutions, an example fix, related IDs). The
-// entries live in one table in src/config/error_catalog.cpp; `ctxpar explain` prints them.
+// entries live in src/core/error_catalog.cpp (configuration) and error_catalog_runtime.cpp
+// (files, processes, the CLI's input); `ctxpar explain` prints them.
 //
 // Message templates use `{name}` placeholders. Callers pass the values already formatted as
 // Python would print them (ints plain, PyRepr() where SGLang's template says !r, PyTuple() for
@@ -10,6 +11,7 @@
 // Thread safety: the catalog is immutable; every function is safe from any thread.
 #pragma once
 
+#include <cstddef>
 #include <initializer_list>
 #include <optional>
 #include <span>
@@ -55,9 +57,19 @@ inline Status CatalogError(std::string_view id, std::initializer_list<CatalogArg
   return CatalogError(id, std::span<const CatalogArg>(args.begin(), args.size()));
 }
 
-// Which entry a pasted message (values filled in) came from. Each template is compiled to a
-// regular expression in which a placeholder matches any text; a whole-message match is preferred
-// to a match inside a longer text, then the template with the most literal text wins.
+// The longest message MatchCatalogMessage reads (1 MiB): a pasted error, or a log piped to
+// `ctxpar explain --message -`, fits; anything longer is not matched, and the CLI refuses it
+// (CTXPAR-EXPLAIN-001) before matching.
+inline constexpr std::size_t kMaxCatalogMessageBytes = std::size_t{1} << 20;
+
+// Which entry a pasted message (values filled in) came from. Runs of blanks count as one space.
+// A template is its literal pieces with a placeholder between each two; a placeholder matches any
+// text, the shortest that lets the rest of the template match (so each literal piece is found at
+// its first occurrence). A whole-message match is preferred to a match inside a longer text
+// (which starts at the first occurrence of the template's leading literal), then the template
+// with the most literal text wins. Time is linear in the message's length (a few milliseconds per
+// template for 1 MiB), whatever the message holds; a message longer than kMaxCatalogMessageBytes
+// yields nullopt.
 struct CatalogMatch {
   const CatalogEntry* entry;
   std::vector<std::pair<std::string, std::string>> values;  // placeholder -> text it matched

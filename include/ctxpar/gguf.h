@@ -5,8 +5,11 @@
 // vocabulary is ~100k strings): move the object or share a std::shared_ptr<const GgufFile>.
 // As with any mapping, truncating the file on disk while it is mapped is undefined (SIGBUS). The
 // parser checks every count, length and offset against the bytes that remain before it allocates,
-// so a truncated or malformed file gives kDataLoss naming the field and the offset, never a crash;
-// a big-endian file or version 1 gives kUnimplemented.
+// and that every tensor's data lies inside the data section without overlapping another's, so a
+// truncated or malformed file gives kDataLoss naming the field and the offset, never a crash; a
+// big-endian file or version 1 gives kUnimplemented. Errors of Open and of the lookups carry
+// catalog IDs and name the file (CTXPAR-GGUF-001..007); FromBytes gives the parser's detail
+// alone.
 //
 // Shapes follow ggml: shape[0] (ne0) is the innermost, contiguous dimension; a 2-D weight of
 // shape {ne0, ne1} is ne1 rows of ne0 elements, each row stored as ggml blocks of its type.
@@ -115,6 +118,8 @@ class GgufFile {
   // Parses an in-memory image (tests, fuzzing); the GgufFile owns the bytes.
   static Expected<GgufFile> FromBytes(std::vector<uint8_t> bytes);
 
+  // The path given to Open, or "(in-memory GGUF)" for FromBytes.
+  const std::string& path() const;
   uint32_t version() const { return version_; }
   uint32_t alignment() const { return alignment_; }
   // File offset of the data section (after the tensor infos, padded to alignment()).
@@ -126,8 +131,9 @@ class GgufFile {
   // The value of a key, or nullptr.
   const GgufValue* Find(std::string_view key) const;
 
-  // Typed lookups. NotFound naming the key when it is absent; InvalidArgument naming the key,
-  // the requested and the stored type when the stored type is not exactly the requested one.
+  // Typed lookups. NotFound naming the file and the key when it is absent (CTXPAR-GGUF-004);
+  // InvalidArgument naming the file, the key, the stored and the requested type when the stored
+  // type is not exactly the requested one (CTXPAR-GGUF-005).
   Expected<std::string> GetString(std::string_view key) const;
   Expected<uint32_t> GetU32(std::string_view key) const;
   Expected<int32_t> GetI32(std::string_view key) const;
@@ -155,7 +161,7 @@ class GgufFile {
 
   // Tensors in file order.
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
-  // NotFound naming the tensor.
+  // NotFound naming the file and the tensor (CTXPAR-GGUF-007).
   Expected<const GgufTensor*> FindTensor(std::string_view name) const;
 
  private:
@@ -167,7 +173,7 @@ class GgufFile {
   Expected<const GgufValue*> Lookup(std::string_view key) const;
   template <typename T>
   Expected<T> GetExact(std::string_view key, std::string_view wanted) const;
-  static Status WrongType(std::string_view key, const GgufValue& v, std::string_view wanted);
+  Status WrongType(std::string_view key, const GgufValue& v, std::string_view wanted) const;
   template <typename T>
   static std::string_view ArrayTypeName();
 

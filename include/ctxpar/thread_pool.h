@@ -15,16 +15,23 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "ctxpar/status.h"
 
 namespace ctxpar {
 
 class ThreadPool {
  public:
-  // num_threads >= 1 threads in all: the caller and num_threads - 1 workers.
-  explicit ThreadPool(int num_threads);
+  // A pool of num_threads threads in all: the caller and num_threads - 1 workers. Fails with
+  // kInvalidArgument when num_threads < 1, and with CTXPAR-SYS-001 (kUnavailable) when the system
+  // refuses a thread (the per-user process limit, ulimit -u, or memory for its stack); the
+  // workers that did start are stopped and joined first, so a failed Create leaves no thread.
+  // Callers bound the count first (the CLI refuses more threads than the machine has).
+  static Expected<std::unique_ptr<ThreadPool>> Create(int num_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -33,6 +40,8 @@ class ThreadPool {
   void ParallelFor(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& fn);
 
  private:
+  ThreadPool() = default;
+  void Stop();
   void Work();
   void RunChunks();
 

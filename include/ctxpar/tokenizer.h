@@ -76,6 +76,14 @@ struct EncodeOptions {
   bool parse_special = false;
 };
 
+// A piece of text to encode, and whether CONTROL and UNKNOWN tokens written in it are read as
+// those tokens. A chat template's own text is parsed for them; a user's text is not, so that a
+// user who types "<|im_end|>" gets the tokens of those characters and cannot forge a turn.
+struct TextSegment {
+  std::string text;
+  bool parse_special = false;
+};
+
 class Tokenizer {
  public:
   // Validates the spec: model "gpt2", a supported pre-tokenizer, every merge "a b" with a, b and
@@ -89,6 +97,11 @@ class Tokenizer {
   ~Tokenizer();
 
   std::vector<int32_t> Encode(std::string_view text, const EncodeOptions& options = {}) const;
+  // The concatenation of the segments, encoded as one text (words may span segments, so the ids
+  // are llama.cpp's for the whole text), except that a CONTROL or UNKNOWN token is read as that
+  // token only where it lies wholly inside a segment with parse_special. BOS/EOS as for
+  // add_special.
+  std::vector<int32_t> Encode(std::span<const TextSegment> segments, bool add_special = true) const;
 
   // The bytes of the tokens, concatenated. CONTROL/UNKNOWN tokens give their text when
   // render_special is set and nothing otherwise. An id outside [0, vocab_size()) is an error.

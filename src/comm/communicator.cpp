@@ -2,7 +2,24 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <cstdlib>
+
+#include "ctxpar/error_catalog.h"
+
 namespace ctxpar {
+
+Expected<double> CollectiveTimeoutFromEnv() {
+  constexpr double kDefaultSeconds = 300;
+  const char* text = std::getenv("CTXPAR_COLLECTIVE_TIMEOUT");
+  if (text == nullptr || *text == '\0') return kDefaultSeconds;
+  char* end = nullptr;
+  const double v = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !std::isfinite(v) || v < 0) {
+    return CatalogError("CTXPAR-COMM-003", {{"value", PyRepr(text)}});
+  }
+  return v;
+}
 
 Status Communicator::CheckAllToAllVSpans(std::span<const std::size_t> send_counts,
                                          std::span<const std::size_t> send_displs,

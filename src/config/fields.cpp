@@ -155,8 +155,10 @@ std::string ValidValues(const FieldSpec& field) {
     return "numbers from " + FieldValueStr(field.min_float) + " to " + FieldValueStr(field.max_float);
   }
   if (field.type == FieldType::kInt) {
-    return "integers from " + std::to_string(field.min_value) + " to " +
-           std::to_string(field.max_value);
+    // A field without a lower bound of its own (dcp_size) leaves `>= 1` to its rule, which keeps
+    // SGLang's text; the range stated here is what the user can give, not INT32_MIN.
+    const int64_t min = field.min_value == kIntMin ? 1 : field.min_value;
+    return "integers from " + std::to_string(min) + " to " + std::to_string(field.max_value);
   }
   std::string out;
   for (std::string_view c : field.choices) {

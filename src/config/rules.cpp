@@ -164,8 +164,10 @@ Status HandleCpuEngine(Resolution& r, const ResolveContext& ctx) {
   }
   if (cfg.dp_size() != 1) return CatalogError("CTXPAR-ENGINE-002", {{"dp_size", Int(cfg.dp_size())}});
   if (cfg.threads() > hardware) {
-    return CatalogError("CTXPAR-ENGINE-003",
-                        {{"threads", Int(cfg.threads())}, {"hardware", Int(hardware)}});
+    return CatalogError("CTXPAR-FLAG-007", {{"value", Int(cfg.threads())},
+                                            {"flag", "--threads"},
+                                            {"max", Int(hardware)},
+                                            {"valid", "integers from 1 to " + Int(hardware)}});
   }
   CTXPAR_RETURN_IF_ERROR(CheckMoeBackendRuntime(cfg.moe_a2a_backend(), ctx.platform));
   if (cfg.dcp_comm_backend() == "fi_a2a") CTXPAR_RETURN_IF_ERROR(CheckFiA2aRuntime(ctx.platform));

@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
-#include <regex>
+#include <cstring>
+#include <optional>
+#include <utility>
 
-#include "core/error_catalog_areas.h"
+#include "core/error_catalog_internal.h"
 
 namespace ctxpar {
 namespace {
@@ -15,17 +17,10 @@ constexpr StatusCode kConfig = StatusCode::kInvalidArgument;
 constexpr StatusCode kRuntime = StatusCode::kFailedPrecondition;
 constexpr StatusCode kBug = StatusCode::kInternal;
 
-// The entries of this file and of the area files (error_catalog_areas.h), ordered by ID.
-std::vector<CatalogEntry> WithAreas(std::vector<CatalogEntry> entries) {
-  for (CatalogEntry& e : catalog_internal::EngineEntries()) entries.push_back(std::move(e));
-  for (CatalogEntry& e : catalog_internal::DeepseekEntries()) entries.push_back(std::move(e));
-  std::sort(entries.begin(), entries.end(),
-            [](const CatalogEntry& a, const CatalogEntry& b) { return a.id < b.id; });
-  return entries;
-}
-
-const std::vector<CatalogEntry>& Table() {
-  static const std::vector<CatalogEntry> entries = WithAreas({
+// The configuration entries; the runtime ones (files, processes, the CLI) are in
+// error_catalog_runtime.cpp.
+std::vector<CatalogEntry> ConfigEntries() {
+  return {
       {"CTXPAR-CONFIG-001",
        "A resolution step declared a field that does not exist",
        "{source} declared {field}, which is not a configuration field.",
@@ -394,9 +389,9 @@ const std::vector<CatalogEntry>& Table() {
        kRuntime,
        "Each MoE all-to-all backend is tied to hardware: deepep to NVIDIA CUDA or ctxpar's CPU "
        "engine (which runs DeepEP's dispatch and combine as all-to-all-v over MPI), mooncake "
-       "and nixl to NVIDIA CUDA, megamoe to CUDA SM90+, flashinfer to CUDA SM90+ with MNNVL fabric, mori to AMD "
-       "ROCm, ascend_fuseep to Ascend NPUs. `none` (experts reached through all-reduce and "
-       "all-gather) runs everywhere.",
+       "and nixl to NVIDIA CUDA, megamoe to CUDA SM90+, flashinfer to CUDA SM90+ with MNNVL "
+       "fabric, mori to AMD ROCm, ascend_fuseep to Ascend NPUs. `none` (experts reached through "
+       "all-reduce and all-gather) runs everywhere.",
        "At generate/serve init on a machine that lacks what the backend needs, or in `ctxpar "
        "check` when --platform / CTXPAR_PLATFORM names such a platform. `ctxpar check` on a "
        "probed platform does not apply it, so a launch line can be checked on a laptop.",
@@ -445,28 +440,94 @@ const std::vector<CatalogEntry>& Table() {
        "ctxpar serve --model-path SmolLM2-135M-Instruct.Q4_1.gguf  # a request with "
        "\"stop_token_ids\": [2]",
        {"CTXPAR-SAMPLING-001"}},
-  });
+  };
+}
+
+// Every entry, ordered by ID.
+const std::vector<CatalogEntry>& Table() {
+  static const std::vector<CatalogEntry> entries = [] {
+    std::vector<CatalogEntry> all = ConfigEntries();
+    for (auto area : {&core_internal::RuntimeCatalogEntries, &core_internal::EngineCatalogEntries,
+                      &core_internal::HttpCatalogEntries, &core_internal::DeepseekCatalogEntries}) {
+      std::vector<CatalogEntry> entries = area();
+      all.insert(all.end(), entries.begin(), entries.end());
+    }
+    std::sort(all.begin(), all.end(),
+              [](const CatalogEntry& a, const CatalogEntry& b) { return a.id < b.id; });
+    return all;
+  }();
   return entries;
 }
 
-const std::regex& PlaceholderRegex() {
-  static const std::regex re(R"(\{([a-z_][a-z0-9_]*)\})");
-  return re;
+bool IsNameStart(char c) { return (c >= 'a' && c <= 'z') || c == '_'; }
+bool IsNameChar(char c) { return IsNameStart(c) || (c >= '0' && c <= '9'); }
+
+// A template split at its placeholders `{name}` (name: [a-z_][a-z0-9_]*; any other brace is
+// text): literals[0] {names[0]} literals[1] ... {names[k-1]} literals[k].
+struct TemplatePieces {
+  std::vector<std::string_view> literals;
+  std::vector<std::string_view> names;
+};
+
+TemplatePieces SplitTemplate(std::string_view text) {
+  TemplatePieces pieces;
+  size_t literal_start = 0;
+  size_t pos = 0;
+  while ((pos = text.find('{', pos)) != std::string_view::npos) {
+    size_t end = pos + 1;
+    if (end < text.size() && IsNameStart(text[end])) {
+      while (end < text.size() && IsNameChar(text[end])) ++end;
+    }
+    if (end == pos + 1 || end >= text.size() || text[end] != '}') {
+      ++pos;
+      continue;
+    }
+    pieces.literals.push_back(text.substr(literal_start, pos - literal_start));
+    pieces.names.push_back(text.substr(pos + 1, end - pos - 1));
+    literal_start = pos = end + 1;
+  }
+  pieces.literals.push_back(text.substr(literal_start));
+  return pieces;
 }
 
-std::string EscapeRegex(std::string_view text) {
-  static const std::string kSpecial = R"(\^$.|?*+()[]{}/)";
-  std::string out;
-  for (char c : text) {
-    if (kSpecial.find(c) != std::string::npos) out += '\\';
-    out += c;
+// A literal piece with its Knuth-Morris-Pratt failure table, so that finding it costs time linear
+// in the text searched whatever the text holds (a backtracking regex took seconds for 16 KB).
+class Literal {
+ public:
+  explicit Literal(std::string_view text) : text_(text), fail_(text.size() + 1, 0) {
+    for (size_t i = 1, k = 0; i < text_.size(); ++i) {
+      while (k > 0 && text_[i] != text_[k]) k = fail_[k];
+      if (text_[i] == text_[k]) ++k;
+      fail_[i + 1] = k;
+    }
   }
-  return out;
-}
+  size_t size() const { return text_.size(); }
+  std::string_view text() const { return text_; }
+
+  // The first position >= from where the literal starts and ends by `end`, else npos.
+  size_t Find(std::string_view hay, size_t from, size_t end) const {
+    if (text_.empty()) return from <= end ? from : std::string_view::npos;
+    for (size_t i = from, k = 0; i < end; ++i) {
+      if (k == 0) {  // no partial match: jump to the next candidate first byte
+        const void* next = std::memchr(hay.data() + i, text_[0], end - i);
+        if (next == nullptr) return std::string_view::npos;
+        i = static_cast<size_t>(static_cast<const char*>(next) - hay.data());
+      }
+      while (k > 0 && hay[i] != text_[k]) k = fail_[k];
+      if (hay[i] == text_[k]) ++k;
+      if (k == text_.size()) return i + 1 - k;
+    }
+    return std::string_view::npos;
+  }
+
+ private:
+  std::string_view text_;
+  std::vector<size_t> fail_;
+};
 
 struct CompiledTemplate {
-  std::regex regex;
-  std::vector<std::string> names;  // one per capture group
+  std::vector<Literal> literals;   // one more than names
+  std::vector<std::string> names;  // one per placeholder, repeats included
   size_t literal_chars = 0;
 };
 
@@ -474,27 +535,60 @@ const std::vector<CompiledTemplate>& Compiled() {
   static const std::vector<CompiledTemplate> compiled = [] {
     std::vector<CompiledTemplate> out;
     for (const CatalogEntry& e : Table()) {
+      TemplatePieces pieces = SplitTemplate(e.message_template);
       CompiledTemplate t;
-      std::string pattern;
-      std::string text(e.message_template);
-      size_t pos = 0;
-      for (auto it = std::sregex_iterator(text.begin(), text.end(), PlaceholderRegex());
-           it != std::sregex_iterator(); ++it) {
-        std::string_view literal(text.data() + pos, it->position() - pos);
-        pattern += EscapeRegex(literal);
+      for (std::string_view literal : pieces.literals) {
+        t.literals.emplace_back(literal);
         t.literal_chars += literal.size();
-        pattern += R"(([\s\S]*?))";
-        t.names.push_back((*it)[1].str());
-        pos = it->position() + it->length();
       }
-      pattern += EscapeRegex(std::string_view(text).substr(pos));
-      t.literal_chars += text.size() - pos;
-      t.regex = std::regex(pattern);
+      for (std::string_view name : pieces.names) t.names.emplace_back(name);
       out.push_back(std::move(t));
     }
     return out;
   }();
   return compiled;
+}
+
+// The text each placeholder of `t` matched in `text`, as [begin, end) offsets, or nullopt. With
+// `whole` the template must span the text; else it starts at the first occurrence of its leading
+// literal. Every placeholder takes the shortest text that works: each literal piece is found at
+// its first occurrence, which leaves the most room for the pieces after it, so no choice is ever
+// revisited.
+std::optional<std::vector<std::pair<size_t, size_t>>> MatchTemplate(const CompiledTemplate& t,
+                                                                    std::string_view text,
+                                                                    bool whole) {
+  const Literal& first = t.literals.front();
+  const Literal& last = t.literals.back();
+  const size_t k = t.names.size();
+  size_t pos = 0;
+  size_t end = text.size();
+  if (whole) {
+    if (k == 0) {
+      if (text != first.text()) return std::nullopt;
+      return std::vector<std::pair<size_t, size_t>>{};
+    }
+    if (first.size() + last.size() > text.size() || !text.starts_with(first.text()) ||
+        !text.ends_with(last.text())) {
+      return std::nullopt;
+    }
+    pos = first.size();
+    end = text.size() - last.size();
+  } else {
+    const size_t at = first.Find(text, 0, text.size());
+    if (at == std::string_view::npos) return std::nullopt;
+    pos = at + first.size();
+  }
+  std::vector<std::pair<size_t, size_t>> spans;
+  // With `whole` the last literal is pinned to the end, so only the inner ones are searched.
+  const size_t searched = whole ? k - 1 : k;
+  for (size_t i = 1; i <= searched; ++i) {
+    const size_t at = t.literals[i].Find(text, pos, end);
+    if (at == std::string_view::npos) return std::nullopt;
+    spans.emplace_back(pos, at);
+    pos = at + t.literals[i].size();
+  }
+  if (whole) spans.emplace_back(pos, end);
+  return spans;
 }
 
 // Pasted text is often re-wrapped by a terminal: compare with every run of blanks as one space.
@@ -531,11 +625,8 @@ const CatalogEntry* FindCatalogEntry(std::string_view id) {
 
 std::vector<std::string> TemplatePlaceholders(std::string_view message_template) {
   std::vector<std::string> names;
-  std::string text(message_template);
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), PlaceholderRegex());
-       it != std::sregex_iterator(); ++it) {
-    std::string name = (*it)[1].str();
-    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  for (std::string_view name : SplitTemplate(message_template).names) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.emplace_back(name);
   }
   return names;
 }
@@ -552,46 +643,51 @@ Status CatalogError(std::string_view id, std::span<const CatalogArg> args) {
                       std::string(a.name) + "}");
     }
   }
-  std::string out;
-  std::string text(entry->message_template);
-  size_t pos = 0;
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), PlaceholderRegex());
-       it != std::sregex_iterator(); ++it) {
-    out.append(text, pos, it->position() - pos);
-    const std::string name = (*it)[1].str();
+  const TemplatePieces pieces = SplitTemplate(entry->message_template);
+  std::string out(pieces.literals[0]);
+  for (size_t i = 0; i < pieces.names.size(); ++i) {
+    const std::string_view name = pieces.names[i];
     const CatalogArg* arg = nullptr;
     for (const CatalogArg& a : args) {
       if (a.name == name) arg = &a;
     }
     if (arg == nullptr) {
-      return Internal("CatalogError: " + std::string(id) + " needs a value for {" + name + "}");
+      return Internal("CatalogError: " + std::string(id) + " needs a value for {" +
+                      std::string(name) + "}");
     }
     out += arg->value;
-    pos = it->position() + it->length();
+    out += pieces.literals[i + 1];
   }
-  out.append(text, pos);
   return Status(entry->code, std::move(out), std::string(entry->id));
 }
 
 std::optional<CatalogMatch> MatchCatalogMessage(std::string_view message) {
+  if (message.size() > kMaxCatalogMessageBytes) return std::nullopt;
   const std::string text = NormalizeSpace(message);
   const auto& compiled = Compiled();
   std::optional<CatalogMatch> best;
   bool best_whole = false;
   size_t best_literal = 0;
   for (size_t i = 0; i < compiled.size(); ++i) {
-    std::smatch m;
-    bool whole = std::regex_match(text, m, compiled[i].regex);
-    if (!whole && !std::regex_search(text, m, compiled[i].regex)) continue;
-    const size_t literal = compiled[i].literal_chars;
-    if (best && (best_whole > whole || (best_whole == whole && best_literal >= literal))) continue;
+    const CompiledTemplate& t = compiled[i];
+    bool whole = true;
+    auto spans = MatchTemplate(t, text, true);
+    if (!spans) {
+      whole = false;
+      spans = MatchTemplate(t, text, false);
+    }
+    if (!spans) continue;
+    if (best && (best_whole > whole || (best_whole == whole && best_literal >= t.literal_chars))) {
+      continue;
+    }
     CatalogMatch match{&Table()[i], {}};
-    for (size_t g = 0; g < compiled[i].names.size(); ++g) {
-      match.values.emplace_back(compiled[i].names[g], m[g + 1].str());
+    for (size_t g = 0; g < t.names.size(); ++g) {
+      const auto [begin, end] = (*spans)[g];
+      match.values.emplace_back(t.names[g], text.substr(begin, end - begin));
     }
     best = std::move(match);
     best_whole = whole;
-    best_literal = literal;
+    best_literal = t.literal_chars;
   }
   return best;
 }

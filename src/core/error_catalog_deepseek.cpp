@@ -1,14 +1,16 @@
-// The catalog entries of the DeepSeek-V3 architecture: its config.json reader (CTXPAR-HF-*) and
-// its layout rules (CTXPAR-DSV3-*) (error_catalog.h).
-#include "core/error_catalog_areas.h"
+// The catalog entries of the DeepSeek-V3 architecture: its safetensors files (CTXPAR-ST-*), its
+// config.json reader (CTXPAR-HF-*) and its layout rules (CTXPAR-DSV3-*) (error_catalog.h).
+#include "core/error_catalog_internal.h"
 
-namespace ctxpar::catalog_internal {
+namespace ctxpar::core_internal {
 
 namespace {
 constexpr StatusCode kConfig = StatusCode::kInvalidArgument;
+constexpr StatusCode kCorrupt = StatusCode::kDataLoss;
+constexpr StatusCode kUnsupported = StatusCode::kUnimplemented;
 }  // namespace
 
-std::vector<CatalogEntry> DeepseekEntries() {
+std::vector<CatalogEntry> DeepseekCatalogEntries() {
   return {
       {"CTXPAR-DSV3-001",
        "The expert-parallel size does not divide the routed experts",
@@ -125,7 +127,83 @@ std::vector<CatalogEntry> DeepseekEntries() {
        "ctxpar generate --model-path deepseek_v3_tiny --input-ids 1,2  # n_group: 3, 8 experts",
        "ctxpar generate --model-path deepseek_v3_tiny --input-ids 1,2  # n_group: 4, 8 experts",
        {"CTXPAR-HF-001", "CTXPAR-HF-003"}},
+      {"CTXPAR-ST-001",
+       "A safetensors file cannot be opened",
+       "Cannot open the safetensors file {file}: {reason}.",
+       kConfig,
+       "ctxpar memory-maps each safetensors file of a HF checkpoint read-only: model.safetensors, "
+       "or the files model.safetensors.index.json names. The operating system refused: the file "
+       "does not exist, is not a regular file, is not readable by this user, or cannot be "
+       "mapped.",
+       "A checkpoint directory without its weights (a config.json alone, a download that "
+       "fetched only the metadata), a shard the index names but that is missing, or a file "
+       "without read permission. Under MPI every rank opens the files.",
+       {"Download the checkpoint's weights into the directory (every shard the index names).",
+        "Check the directory --model-path names; across nodes, the same path on every node."},
+       "ctxpar generate --model-path config_only_dir --input-ids 1,2",
+       "ctxpar generate --model-path deepseek_v3_tiny --input-ids 1,2",
+       {"CTXPAR-ST-002", "CTXPAR-ST-004"}},
+      {"CTXPAR-ST-002",
+       "A safetensors file is malformed",
+       "The safetensors file {file} is not a valid safetensors file: {detail}.",
+       kCorrupt,
+       "The file opened, but its header does not describe its bytes: the reader checks the "
+       "header length, that the header is one JSON object without repeated keys, each entry's "
+       "dtype, shape and data_offsets, that each byte range matches its shape, and that the "
+       "tensors neither overlap nor leave gaps and cover the data section exactly. The detail "
+       "names the tensor and the rule it breaks.",
+       "A download that stopped part way, a file that is not safetensors, or one written by a "
+       "broken tool or edited by hand.",
+       {"Compare the file's size and checksum with the source's; download it again if they "
+        "differ.",
+        "Write it again with the safetensors library (save_file / save_pretrained)."},
+       "ctxpar generate --model-path truncated_checkpoint --input-ids 1,2",
+       "ctxpar generate --model-path deepseek_v3_tiny --input-ids 1,2",
+       {"CTXPAR-ST-001", "CTXPAR-ST-003"}},
+      {"CTXPAR-ST-003",
+       "A safetensors dtype ctxpar does not read",
+       "The safetensors file {file} holds a tensor ctxpar cannot read: {detail}.",
+       kUnsupported,
+       "ctxpar reads F32, BF16, F16 and F64 tensors and widens them to fp32. The file holds a "
+       "valid safetensors dtype that it does not convert (integers, FP8, FP4, ...).",
+       "A quantized checkpoint (FP8 DeepSeek-V3 weights with their scale tensors) or a file with "
+       "integer buffers.",
+       {"Use the bf16 (or fp16/fp32) release of the checkpoint, or convert the FP8 weights to "
+        "bf16 with the model's own conversion script."},
+       "ctxpar generate --model-path DeepSeek-V3-fp8 --input-ids 1,2",
+       "ctxpar generate --model-path DeepSeek-V3-bf16 --input-ids 1,2",
+       {"CTXPAR-ST-002", "CTXPAR-HF-003"}},
+      {"CTXPAR-ST-004",
+       "A sharded checkpoint whose index and files disagree",
+       "The checkpoint {dir} is inconsistent: {detail}.",
+       kCorrupt,
+       "A sharded HF checkpoint lists in model.safetensors.index.json the file of every tensor. "
+       "ctxpar opens every file the index names and holds the index to it: each tensor must be "
+       "in the file the index names, no tensor may appear twice, and the index must be a JSON "
+       "object with a weight_map of plain file names inside the directory.",
+       "A shard replaced by one from another revision, an index edited by hand, or a download "
+       "that mixed two revisions.",
+       {"Download the checkpoint again at one revision.",
+        "Regenerate the index with save_pretrained."},
+       "ctxpar generate --model-path mixed_revisions --input-ids 1,2",
+       "ctxpar generate --model-path deepseek_v3_tiny --input-ids 1,2",
+       {"CTXPAR-ST-001", "CTXPAR-ST-005"}},
+      {"CTXPAR-ST-005",
+       "A checkpoint that does not hold the network its config.json describes",
+       "The checkpoint {dir} does not match its config.json: {detail}.",
+       kConfig,
+       "ctxpar checks, when it opens a DeepSeek-V3 checkpoint, that every tensor the network "
+       "reads exists with the shape config.json implies (hub naming: "
+       "model.layers.N.self_attn.kv_b_proj.weight, model.layers.N.mlp.experts.E.gate_proj.weight, "
+       "...). The detail names the tensor and the shape it has or lacks.",
+       "A config.json from another model size than the weights, weights saved under another "
+       "naming (a training framework's), or a checkpoint that lost a shard.",
+       {"Use the config.json that came with the weights.",
+        "Convert the weights to the HF hub naming with save_pretrained."},
+       "ctxpar generate --model-path weights_with_wrong_config --input-ids 1,2",
+       "ctxpar generate --model-path deepseek_v3_tiny --input-ids 1,2",
+       {"CTXPAR-ST-004", "CTXPAR-HF-004"}},
   };
 }
 
-}  // namespace ctxpar::catalog_internal
+}  // namespace ctxpar::core_internal

@@ -1,7 +1,7 @@
 // The catalog entries of the engine, the KV pool and the models' layout rules (error_catalog.h).
-#include "core/error_catalog_areas.h"
+#include "core/error_catalog_internal.h"
 
-namespace ctxpar::catalog_internal {
+namespace ctxpar::core_internal {
 
 namespace {
 constexpr StatusCode kConfig = StatusCode::kInvalidArgument;
@@ -9,7 +9,7 @@ constexpr StatusCode kRuntime = StatusCode::kFailedPrecondition;
 constexpr StatusCode kBusy = StatusCode::kUnavailable;
 }  // namespace
 
-std::vector<CatalogEntry> EngineEntries() {
+std::vector<CatalogEntry> EngineCatalogEntries() {
   return {
       {"CTXPAR-ENGINE-001",
        "A run on a platform that is not this machine's CPU",
@@ -42,21 +42,6 @@ std::vector<CatalogEntry> EngineEntries() {
        "ctxpar serve --dp-size 2 --tp-size 3",
        "ctxpar serve --tp-size 3",
        {"CTXPAR-LAYOUT-002"}},
-      {"CTXPAR-ENGINE-003",
-       "More threads per rank than the machine has",
-       "--threads {threads} is more than the {hardware} hardware threads of this machine; use at "
-       "most {hardware}.",
-       kConfig,
-       "Each rank runs its matmuls and attention on --threads threads. More threads than the "
-       "machine has only time-slice the cores (and an absurd value would exhaust the process "
-       "table), so the value is bounded by the hardware threads.",
-       "`generate`, `serve` or `check --model-path` with --threads above what "
-       "std::thread::hardware_concurrency() reports.",
-       {"Use --threads at most the number the message gives, or leave it unset (the cores "
-        "divided among the ranks)."},
-       "ctxpar generate --threads 100000 'Hello'",
-       "ctxpar generate --threads 2 'Hello'",
-       {"CTXPAR-FLAG-003"}},
       {"CTXPAR-ENGINE-004",
        "A chunked prefill of zero tokens",
        "--chunked-prefill-size must be -1 (prefill whole prompts) or a positive number of tokens, "
@@ -157,6 +142,18 @@ std::vector<CatalogEntry> EngineEntries() {
        "ctxpar serve --schedule-conservativeness 1,5",
        "ctxpar serve --schedule-conservativeness 1.5",
        {"CTXPAR-FLAG-002", "CTXPAR-FLAG-003"}},
+      {"CTXPAR-ENGINE-011",
+       "A prompt without tokens",
+       "prompt {index} encodes to no token: give it some text (or --input-ids).",
+       kConfig,
+       "A request starts from at least one token: its logits come from the last prompt token. An "
+       "empty line of a prompts file, or an empty prompt with a tokenizer that adds no BOS, "
+       "gives none.",
+       "`ctxpar generate ''`, or a --prompts-file with an empty line.",
+       {"Remove the empty line, or give the prompt some text."},
+       "ctxpar generate ''",
+       "ctxpar generate 'Hello'",
+       {"CTXPAR-ENGINE-010"}},
       {"CTXPAR-KV-001",
        "A KV page that is not a whole number of interleave blocks",
        "--page-size {page_size} must be a multiple of --dcp-kv-cache-interleave-size "
@@ -271,19 +268,6 @@ std::vector<CatalogEntry> EngineEntries() {
        "ctxpar generate --model-path model-with-head-dim-80.gguf 'Hello'",
        "ctxpar generate --model-path model-with-head-dim-64.gguf 'Hello'",
        {"CTXPAR-MODEL-002"}},
-      {"CTXPAR-MODEL-007",
-       "No model at the path",
-       "There is no model at {path}.",
-       kConfig,
-       "The model path names nothing: no GGUF file and no checkpoint directory is there.",
-       "--model-path (or CTXPAR_MODEL) with a wrong path, or the default SmolLM2 file before it "
-       "was fetched.",
-       {"Fetch the default model with scripts/fetch-model.sh (it prints the path).",
-        "Pass --model-path with a GGUF file (Llama) or a HF checkpoint directory (DeepSeek-V3), "
-        "or set CTXPAR_MODEL."},
-       "ctxpar generate --model-path /tmp/nothing.gguf 'Hello'",
-       "ctxpar generate --model-path \"$(bash scripts/fetch-model.sh)\" 'Hello'",
-       {"CTXPAR-MODEL-008"}},
       {"CTXPAR-MODEL-008",
        "A model path that holds no model ctxpar reads",
        "{path} is {holds}: ctxpar reads a GGUF file (the Llama family) or a HF checkpoint "
@@ -295,8 +279,8 @@ std::vector<CatalogEntry> EngineEntries() {
        "ctxpar generate --model-path ~/.cache/ctxpar/models 'Hello'",
        "ctxpar generate --model-path ~/.cache/ctxpar/models/SmolLM2-135M-Instruct.Q4_1.gguf "
        "'Hello'",
-       {"CTXPAR-MODEL-007"}},
+       {"CTXPAR-GGUF-001"}},
   };
 }
 
-}  // namespace ctxpar::catalog_internal
+}  // namespace ctxpar::core_internal

@@ -1,6 +1,10 @@
 #include "ctxpar/thread_pool.h"
 
 #include <algorithm>
+#include <exception>
+#include <string>
+
+#include "ctxpar/error_catalog.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -8,17 +12,36 @@
 
 namespace ctxpar {
 
-ThreadPool::ThreadPool(int num_threads) {
-  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { Work(); });
+Expected<std::unique_ptr<ThreadPool>> ThreadPool::Create(int num_threads) {
+  if (num_threads < 1) {
+    return InvalidArgument("ThreadPool: num_threads must be >= 1, but got " +
+                           std::to_string(num_threads));
+  }
+  std::unique_ptr<ThreadPool> pool(new ThreadPool());
+  for (int i = 1; i < num_threads; ++i) {
+    try {
+      pool->workers_.emplace_back([p = pool.get()] { p->Work(); });
+    } catch (const std::exception& e) {  // std::system_error from the thread, or bad_alloc
+      const int started = static_cast<int>(pool->workers_.size()) + 1;
+      pool->Stop();  // joins the workers that started; none is left waiting on this pool
+      return CatalogError("CTXPAR-SYS-001", {{"count", std::to_string(num_threads)},
+                                             {"started", std::to_string(started)},
+                                             {"reason", e.what()}});
+    }
+  }
+  return pool;
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { Stop(); }
+
+void ThreadPool::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_.store(true);
   }
   start_cv_.notify_all();
   for (std::thread& t : workers_) t.join();
+  workers_.clear();
 }
 
 namespace {

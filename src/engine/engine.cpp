@@ -142,7 +142,7 @@ Expected<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config,
   impl->config = config;
   impl->source = &source;
   impl->world = &world;
-  impl->threads = std::make_unique<ThreadPool>(config.threads);
+  CTXPAR_ASSIGN_OR_RETURN(impl->threads, ThreadPool::Create(config.threads));
   CTXPAR_ASSIGN_OR_RETURN(impl->model, source.CreateModel(config, world, impl->threads.get()));
   CTXPAR_ASSIGN_OR_RETURN(KvPoolOptions kv,
                           KvPoolFor(config, source, world.rank() % config.dcp_size));

@@ -60,6 +60,9 @@ Status BroadcastPlan(Communicator& comm, WirePlan* plan) {
   std::vector<int64_t> words;
   if (comm.rank() == 0) words = EncodePlan(*plan);
   int64_t size = static_cast<int64_t>(words.size());
+  // A follower waits here as long as the leader has nothing to run (an idle server): no
+  // collective deadline, and the wait sleeps rather than spins.
+  if (comm.rank() != 0) comm.AllowUnboundedWait();
   CTXPAR_RETURN_IF_ERROR(comm.Broadcast(&size, sizeof(size), DataType::kU8, 0));
   words.resize(size);
   CTXPAR_RETURN_IF_ERROR(comm.Broadcast(words.data(), words.size() * sizeof(int64_t),

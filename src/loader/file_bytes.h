@@ -1,18 +1,26 @@
 // The bytes of a model file as the file readers hold them (not public API): a read-only mapping
 // of the file, or an image held in memory (tests, fuzzing). The readers' Storage types derive
-// from it, so that one implementation opens, checks and maps every format's files.
+// from it, so that one implementation opens, checks and maps every format's files; each reader
+// turns a failure into its own catalog error.
 //
 // Thread safety: immutable once mapped or filled; safe to read from any thread.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "ctxpar/status.h"
 
 namespace ctxpar::loader {
+
+// Why a file could not be mapped: kNotFound (it does not exist) or kInvalidArgument, and the
+// reason in words ("Permission denied", "it is a directory", "cannot map it: ...").
+struct MapFailure {
+  StatusCode code;
+  std::string reason;
+};
 
 class FileBytes {
  public:
@@ -21,10 +29,8 @@ class FileBytes {
   FileBytes& operator=(const FileBytes&) = delete;
   ~FileBytes();
 
-  // Maps `path` read-only; `kind` names the format in messages ("GGUF", "safetensors"). NotFound
-  // when the file does not exist; InvalidArgument when it cannot be opened, is not a regular
-  // file or cannot be mapped.
-  Status Map(const std::string& path, std::string_view kind);
+  // Maps `path` read-only; nullopt on success.
+  std::optional<MapFailure> Map(const std::string& path);
   // Holds an in-memory image.
   void Hold(std::vector<uint8_t> bytes);
 

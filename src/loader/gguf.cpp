@@ -3,19 +3,26 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <functional>
 #include <limits>
 
+#include "ctxpar/error_catalog.h"
 #include "loader/file_bytes.h"
+#include "loader/loader_errors.h"
 
 namespace ctxpar {
+
+using loader_internal::WithCode;
 
 static_assert(std::endian::native == std::endian::little,
               "the GGUF reader copies little-endian fields straight into host integers");
 
-struct GgufFile::Storage : loader::FileBytes {};
+struct GgufFile::Storage : loader::FileBytes {
+  std::string path = "(in-memory GGUF)";
+};
 
 namespace {
 
@@ -47,6 +54,28 @@ uint64_t MinEncodedSize(GgufType t) {
 }
 
 bool IsGgufType(uint32_t id) { return id <= static_cast<uint32_t>(GgufType::kF64); }
+
+// Every tensor's bytes are its own: two tensors whose data ranges overlap would alias weights
+// (a writer bug or a crafted file), so the file is refused naming both.
+Status CheckNoOverlap(const std::vector<GgufTensor>& tensors) {
+  std::vector<const GgufTensor*> by_offset;
+  for (const GgufTensor& t : tensors) {
+    if (t.size_bytes > 0) by_offset.push_back(&t);
+  }
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const GgufTensor* a, const GgufTensor* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const GgufTensor& a = *by_offset[i - 1];
+    const GgufTensor& b = *by_offset[i];
+    if (b.offset < a.offset + a.size_bytes) {
+      return DataLoss(fmt::format(
+          "tensor '{}' data [{}, {}) overlaps tensor '{}' data [{}, {}) (offsets in the data "
+          "section); each tensor needs bytes of its own",
+          b.name, b.offset, b.offset + b.size_bytes, a.name, a.offset, a.offset + a.size_bytes));
+    }
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -420,16 +449,28 @@ Expected<GgufFile> GgufFile::Parse(std::shared_ptr<const Storage> storage) {
     }
     t.data = storage->data() + file.data_offset_ + t.offset;
   }
+  CTXPAR_RETURN_IF_ERROR(CheckNoOverlap(file.tensors_));
   file.storage_ = std::move(storage);
   return file;
 }
 
 Expected<GgufFile> GgufFile::Open(const std::string& path) {
+  const std::string file_name = PyRepr(path);
+  const auto cannot_open = [&](StatusCode code, std::string reason) {
+    return WithCode(code,
+                    CatalogError("CTXPAR-GGUF-001", {{"file", file_name}, {"reason", reason}}));
+  };
   auto storage = std::make_shared<Storage>();
-  CTXPAR_RETURN_IF_ERROR(storage->Map(path, "GGUF"));
+  storage->path = path;
+  if (std::optional<loader::MapFailure> failure = storage->Map(path)) {
+    return cannot_open(failure->code, failure->reason);
+  }
   auto file = Parse(std::move(storage));
   if (!file.ok()) {
-    return Status(file.status().code(), fmt::format("{}: {}", path, file.status().message()));
+    const Status& s = file.status();
+    return CatalogError(
+        s.code() == StatusCode::kUnimplemented ? "CTXPAR-GGUF-003" : "CTXPAR-GGUF-002",
+        {{"file", file_name}, {"detail", s.message()}});
   }
   return file;
 }
@@ -441,5 +482,10 @@ Expected<GgufFile> GgufFile::FromBytes(std::vector<uint8_t> bytes) {
 }
 
 uint64_t GgufFile::file_size() const { return storage_ ? storage_->size() : 0; }
+
+const std::string& GgufFile::path() const {
+  static const std::string kNone;
+  return storage_ ? storage_->path : kNone;
+}
 
 }  // namespace ctxpar

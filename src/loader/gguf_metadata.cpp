@@ -5,7 +5,9 @@
 #include <optional>
 #include <type_traits>
 
+#include "ctxpar/error_catalog.h"
 #include "ctxpar/gguf.h"
+#include "loader/loader_errors.h"
 
 namespace ctxpar {
 namespace {
@@ -89,13 +91,18 @@ const GgufValue* GgufFile::Find(std::string_view key) const {
 
 Expected<const GgufValue*> GgufFile::Lookup(std::string_view key) const {
   const GgufValue* v = Find(key);
-  if (v == nullptr) return NotFound(fmt::format("GGUF metadata key '{}' not found", key));
+  if (v == nullptr) {
+    return CatalogError("CTXPAR-GGUF-004", {{"file", PyRepr(path())}, {"key", std::string(key)}});
+  }
   return v;
 }
 
-Status GgufFile::WrongType(std::string_view key, const GgufValue& v, std::string_view wanted) {
-  return InvalidArgument(
-      fmt::format("GGUF metadata key '{}' has type {}, not {}", key, v.TypeName(), wanted));
+Status GgufFile::WrongType(std::string_view key, const GgufValue& v,
+                           std::string_view wanted) const {
+  return CatalogError("CTXPAR-GGUF-005", {{"file", PyRepr(path())},
+                                          {"key", std::string(key)},
+                                          {"type", v.TypeName()},
+                                          {"wanted", std::string(wanted)}});
 }
 
 template <typename T>
@@ -136,8 +143,12 @@ Expected<int64_t> GgufFile::GetInteger(std::string_view key) const {
       },
       v->data());
   if (too_big) {
-    return OutOfRange(
-        fmt::format("GGUF metadata key '{}' = {} does not fit int64", key, *v->get_if<uint64_t>()));
+    return loader_internal::WithCode(
+        StatusCode::kOutOfRange,
+        CatalogError("CTXPAR-GGUF-006", {{"file", PyRepr(path())},
+                                         {"item", std::string(key)},
+                                         {"value", std::to_string(*v->get_if<uint64_t>())},
+                                         {"rule", "it must fit a signed 64-bit integer"}}));
   }
   if (!out) return WrongType(key, *v, "an integer");
   return *out;

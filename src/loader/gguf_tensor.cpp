@@ -1,6 +1,7 @@
 // GGUF tensor infos: sizes, lookup and dequantization of whole tensors or row ranges.
 #include <fmt/format.h>
 
+#include "ctxpar/error_catalog.h"
 #include "ctxpar/gguf.h"
 
 namespace ctxpar {
@@ -26,7 +27,8 @@ size_t GgufTensor::row_bytes() const {
 Expected<const GgufTensor*> GgufFile::FindTensor(std::string_view name) const {
   const auto it = tensor_index_.find(std::string(name));
   if (it == tensor_index_.end()) {
-    return NotFound(fmt::format("GGUF tensor '{}' not found", name));
+    return CatalogError("CTXPAR-GGUF-007",
+                        {{"file", PyRepr(path())}, {"tensor", std::string(name)}});
   }
   return &tensors_[it->second];
 }

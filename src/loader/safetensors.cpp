@@ -15,7 +15,9 @@
 #include <set>
 #include <sstream>
 
+#include "ctxpar/error_catalog.h"
 #include "loader/file_bytes.h"
+#include "loader/loader_errors.h"
 
 namespace ctxpar {
 
@@ -251,13 +253,20 @@ Expected<SafetensorsFile> SafetensorsFile::Parse(std::shared_ptr<const Storage> 
 }
 
 Expected<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
+  const std::string file = PyRepr(path);
   auto storage = std::make_shared<Storage>();
-  CTXPAR_RETURN_IF_ERROR(storage->Map(path, "safetensors"));
-  auto file = Parse(std::move(storage));
-  if (!file.ok()) {
-    return Status(file.status().code(), fmt::format("{}: {}", path, file.status().message()));
+  if (std::optional<loader::MapFailure> failure = storage->Map(path)) {
+    return loader_internal::WithCode(
+        failure->code,
+        CatalogError("CTXPAR-ST-001", {{"file", file}, {"reason", failure->reason}}));
   }
-  return file;
+  auto parsed = Parse(std::move(storage));
+  if (!parsed.ok()) {
+    const Status& s = parsed.status();
+    return CatalogError(s.code() == StatusCode::kUnimplemented ? "CTXPAR-ST-003" : "CTXPAR-ST-002",
+                        {{"file", file}, {"detail", s.message()}});
+  }
+  return parsed;
 }
 
 Expected<SafetensorsFile> SafetensorsFile::FromBytes(std::vector<uint8_t> bytes) {
@@ -289,7 +298,7 @@ Expected<std::map<std::string, std::string>> ReadWeightMap(const std::string& pa
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
-  if (!in.good() && !in.eof()) return InvalidArgument(fmt::format("cannot read '{}'", path));
+  if (!in.good() && !in.eof()) return DataLoss(fmt::format("cannot read '{}'", path));
   Json index = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   if (index.is_discarded() || !index.is_object() || !index.contains("weight_map") ||
       !index["weight_map"].is_object()) {
@@ -312,6 +321,10 @@ Expected<std::map<std::string, std::string>> ReadWeightMap(const std::string& pa
   return map;
 }
 
+Status Inconsistent(const std::string& dir, const std::string& detail) {
+  return CatalogError("CTXPAR-ST-004", {{"dir", PyRepr(dir)}, {"detail", detail}});
+}
+
 }  // namespace
 
 Expected<SafetensorsCheckpoint> SafetensorsCheckpoint::Open(const std::string& dir) {
@@ -321,7 +334,9 @@ Expected<SafetensorsCheckpoint> SafetensorsCheckpoint::Open(const std::string& d
   std::map<std::string, std::string> weight_map;
   std::vector<std::string> names;
   if (std::filesystem::exists(index_path)) {
-    CTXPAR_ASSIGN_OR_RETURN(weight_map, ReadWeightMap(index_path));
+    auto read = ReadWeightMap(index_path);
+    if (!read.ok()) return Inconsistent(dir, read.status().message());
+    weight_map = std::move(*read);
     std::set<std::string> unique;
     for (const auto& [tensor, file] : weight_map) unique.insert(file);
     names.assign(unique.begin(), unique.end());
@@ -337,20 +352,20 @@ Expected<SafetensorsCheckpoint> SafetensorsCheckpoint::Open(const std::string& d
       if (!weight_map.empty()) {
         auto it = weight_map.find(t.name);
         if (it == weight_map.end() || it->second != names[i]) {
-          return DataLoss(fmt::format("{}/{}: tensor '{}' is not where {} puts it ({})", dir,
-                                      names[i], t.name, index_path,
-                                      it == weight_map.end() ? "nowhere" : it->second));
+          return Inconsistent(
+              dir, fmt::format("{}: tensor '{}' is not where {} puts it ({})", names[i], t.name,
+                               index_path, it == weight_map.end() ? "nowhere" : it->second));
         }
       }
       if (!ckpt.index_.emplace(t.name, &t).second) {
-        return DataLoss(fmt::format("{}: tensor '{}' appears in two files", dir, t.name));
+        return Inconsistent(dir, fmt::format("tensor '{}' appears in two files", t.name));
       }
     }
   }
   for (const auto& [tensor, file] : weight_map) {
     if (ckpt.index_.count(tensor) == 0) {
-      return DataLoss(fmt::format("{}: {} puts tensor '{}' in {}, which does not hold it", dir,
-                                  index_path, tensor, file));
+      return Inconsistent(dir, fmt::format("{} puts tensor '{}' in {}, which does not hold it",
+                                           index_path, tensor, file));
     }
   }
   return ckpt;

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "ctxpar/thread_pool.h"
+#include "models/check_finite.h"
 #include "models/deepseek_mla.h"
 #include "models/deepseek_moe.h"
 #include "models/llama_ops.h"
@@ -95,7 +96,7 @@ Status DeepseekModel::Logits(const Batch& batch, std::vector<float>& logits) {
     CTXPAR_RETURN_IF_ERROR(model::GatherVocabShards(*world_, shard_logits_.data(), n, vocab_shard_,
                                                     vocab, scratch_, logits.data()));
   }
-  return model::CheckFiniteLogits(logits, vocab);
+  return CheckFinite(logits.data(), logits.size(), "the logits", ckpt_->dir());
 }
 
 Status DeepseekModel::Forward(const Batch& batch, KvPool& kv, std::vector<float>& logits) {
@@ -117,9 +118,8 @@ Status DeepseekModel::Forward(const Batch& batch, KvPool& kv, std::vector<float>
   for (int l = 0; l < c_.num_hidden_layers; ++l) {
     CTXPAR_RETURN_IF_ERROR(attn_->Run(layers_[l].attn, l, batch, kv, x_.data()));
     CTXPAR_RETURN_IF_ERROR(ffn_->Run(layers_[l].ffn, n, x_.data()));
-    if (!std::all_of(x_.begin(), x_.end(), [](float v) { return std::isfinite(v); })) {
-      return DataLoss(fmt::format("layer {} of the model produced non-finite activations", l));
-    }
+    CTXPAR_RETURN_IF_ERROR(
+        CheckFinite(x_.data(), x_.size(), fmt::format("the output of layer {}", l), ckpt_->dir()));
   }
   return Logits(batch, logits);
 }

@@ -1,6 +1,7 @@
 // The HF-checkpoint ModelSource of the DeepSeek-V3 architecture: the sharding plan, the layout
 // rules its hook adds to the resolution pipeline, the tensor checks, and the weight loaders.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <memory>
@@ -71,15 +72,17 @@ Status CheckTensors(const SafetensorsCheckpoint& ckpt, const DeepseekV3Config& c
       mlp(p + "mlp.shared_experts.", int64_t{c.moe_intermediate_size} * c.n_shared_experts);
     }
   }
+  auto mismatch = [&](const std::string& detail) {
+    return CatalogError("CTXPAR-ST-005", {{"dir", PyRepr(ckpt.dir())}, {"detail", detail}});
+  };
+  auto dims = [](const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); };
   for (const Want& w : want) {
-    CTXPAR_ASSIGN_OR_RETURN(const SafetensorsTensor* t, ckpt.Find(w.name));
-    if (t->shape != w.shape) {
-      auto dims = [](const std::vector<int64_t>& s) {
-        return fmt::format("[{}]", fmt::join(s, ", "));
-      };
-      return InvalidArgument(
-          fmt::format("{}: tensor '{}' has shape {}, but config.json makes it {}", ckpt.dir(),
-                      w.name, dims(t->shape), dims(w.shape)));
+    Expected<const SafetensorsTensor*> t = ckpt.Find(w.name);
+    if (!t.ok())
+      return mismatch(fmt::format("it has no tensor '{}' of shape {}", w.name, dims(w.shape)));
+    if ((*t)->shape != w.shape) {
+      return mismatch(fmt::format("tensor '{}' has shape {}, where config.json makes it {}", w.name,
+                                  dims((*t)->shape), dims(w.shape)));
     }
   }
   return Status::Ok();

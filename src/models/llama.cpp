@@ -8,9 +8,10 @@
 
 #include "ctxpar/thread_pool.h"
 #include "models/batch_attention.h"
+#include "models/check_finite.h"
 #include "models/linear.h"
-#include "models/logits.h"
 #include "models/llama_ops.h"
+#include "models/logits.h"
 
 namespace ctxpar {
 
@@ -247,7 +248,7 @@ Status LlamaModel::Logits(const Batch& batch, std::vector<float>& logits) {
     CTXPAR_RETURN_IF_ERROR(model::GatherVocabShards(*world_, shard_logits_.data(), n, vocab_shard_,
                                                     vocab, all_logits_, logits.data()));
   }
-  return model::CheckFiniteLogits(logits, vocab);
+  return CheckFinite(logits.data(), logits.size(), "the logits", file_->path());
 }
 
 Status LlamaModel::Forward(const Batch& batch, KvPool& kv, std::vector<float>& logits) {
@@ -278,10 +279,8 @@ Status LlamaModel::Forward(const Batch& batch, KvPool& kv, std::vector<float>& l
     model::SwiGlu(gate_.data(), up_.data(), static_cast<int>(gate_.size()), act_.data());
     model::PrepareActs(act_format_, layer.down.w.type, act_.data(), n, ffn_shard, ffn_shard, &qa_);
     CTXPAR_RETURN_IF_ERROR(ReduceRowParallel(layer.down, n));
-    const bool finite = std::all_of(x_.begin(), x_.end(), [](float v) { return std::isfinite(v); });
-    if (!finite) {
-      return DataLoss(fmt::format("layer {} of the model produced non-finite activations", l));
-    }
+    CTXPAR_RETURN_IF_ERROR(
+        CheckFinite(x_.data(), x_.size(), fmt::format("the output of layer {}", l), file_->path()));
   }
   return Logits(batch, logits);
 }

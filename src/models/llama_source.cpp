@@ -1,12 +1,14 @@
 // The GGUF ModelSource of the Llama family: hyperparameters, the sharding plan, the layout rules
 // that the model hook adds to the resolution pipeline, and the factory.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <memory>
 #include <string>
 #include <utility>
 
 #include "ctxpar/error_catalog.h"
+#include "ctxpar/gguf_hparams.h"
 #include "ctxpar/tokenizer.h"
 #include "models/linear.h"
 #include "models/llama.h"
@@ -19,11 +21,7 @@ namespace {
 constexpr std::string_view kHookName = "llama_layout_rules";
 
 Expected<int> ReadPositive(const GgufFile& f, const std::string& key) {
-  CTXPAR_ASSIGN_OR_RETURN(int64_t v, f.GetInteger(key));
-  if (v < 1 || v > (int64_t{1} << 30)) {
-    return InvalidArgument(fmt::format("{} must be in [1, 2^30], but the file has {}", key, v));
-  }
-  return static_cast<int>(v);
+  return ReadIntHparam(f, key, 1, 1 << 30);
 }
 
 std::string Int(int64_t v) { return std::to_string(v); }
@@ -122,34 +120,33 @@ Expected<LlamaHparams> ReadLlamaHparams(const GgufFile& f) {
   CTXPAR_ASSIGN_OR_RETURN(hp.ffn_dim, ReadPositive(f, a + "feed_forward_length"));
   CTXPAR_ASSIGN_OR_RETURN(hp.context_length, ReadPositive(f, a + "context_length"));
   if (hp.dim % hp.num_heads != 0) {
-    return InvalidArgument(
-        fmt::format("{}embedding_length ({}) must be divisible by {}attention.head_count ({})", a,
-                    hp.dim, a, hp.num_heads));
+    return HparamError(f, a + "embedding_length", hp.dim,
+                       fmt::format("it must be divisible by {}attention.head_count ({})", a,
+                                   hp.num_heads));
   }
   if (hp.num_heads % hp.num_kv_heads != 0) {
-    return InvalidArgument(fmt::format(
-        "{}attention.head_count ({}) must be a multiple of {}attention.head_count_kv ({})", a,
-        hp.num_heads, a, hp.num_kv_heads));
+    return HparamError(f, a + "attention.head_count", hp.num_heads,
+                       fmt::format("it must be a multiple of {}attention.head_count_kv ({})", a,
+                                   hp.num_kv_heads));
   }
   hp.head_dim = hp.dim / hp.num_heads;
-  hp.rope_dims = hp.head_dim;
-  if (f.Find(a + "rope.dimension_count") != nullptr) {
-    CTXPAR_ASSIGN_OR_RETURN(hp.rope_dims, ReadPositive(f, a + "rope.dimension_count"));
-  }
+  CTXPAR_ASSIGN_OR_RETURN(hp.rope_dims, ReadIntHparam(f, a + "rope.dimension_count", 1, 1 << 30,
+                                                      hp.head_dim));
   if (hp.rope_dims > hp.head_dim || hp.rope_dims % 2 != 0 || hp.rope_dims > 512) {
-    return InvalidArgument(fmt::format(
-        "{}rope.dimension_count ({}) must be even and at most the head dim ({}) and 512", a,
-        hp.rope_dims, hp.head_dim));
+    return HparamError(
+        f, a + "rope.dimension_count", hp.rope_dims,
+        fmt::format("it must be even and at most the head dim ({}) and 512", hp.head_dim));
   }
-  if (f.Find(a + "rope.freq_base") != nullptr) {
-    CTXPAR_ASSIGN_OR_RETURN(double base, f.GetFloat(a + "rope.freq_base"));
-    hp.rope_base = static_cast<float>(base);
-  }
-  CTXPAR_ASSIGN_OR_RETURN(double eps, f.GetFloat(a + "attention.layer_norm_rms_epsilon"));
-  hp.rms_eps = static_cast<float>(eps);
+  CTXPAR_ASSIGN_OR_RETURN(hp.rope_base, ReadFloatHparam(f, a + "rope.freq_base",
+                                                        kRopeFreqBaseRange, hp.rope_base));
+  CTXPAR_ASSIGN_OR_RETURN(hp.rms_eps, ReadFloatHparam(f, a + "attention.layer_norm_rms_epsilon",
+                                                      kRmsEpsilonRange));
   CTXPAR_ASSIGN_OR_RETURN(const GgufTensor* embd, f.FindTensor("token_embd.weight"));
-  if (embd->shape.size() != 2 || embd->shape[0] != hp.dim) {
-    return InvalidArgument(fmt::format("tensor token_embd.weight must have ne0 = {}", hp.dim));
+  if (embd->shape.size() != 2 || embd->shape[0] != hp.dim || embd->shape[1] < 1 ||
+      embd->shape[1] > (1 << 30)) {
+    return HparamError(f, "the shape of tensor token_embd.weight",
+                       fmt::format("[{}]", fmt::join(embd->shape, ", ")),
+                       fmt::format("it must be [{}, n_vocab] with n_vocab in [1, 2^30]", hp.dim));
   }
   hp.vocab_size = static_cast<int>(embd->shape[1]);
   hp.tied_embeddings = !f.FindTensor("output.weight").ok();

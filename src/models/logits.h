@@ -22,7 +22,4 @@ void WantedRows(const Batch& batch, const float* x, int dim, std::vector<float>&
 Status GatherVocabShards(Communicator& comm, const float* shard_logits, int n, int shard, int vocab,
                          std::vector<float>& scratch, float* logits);
 
-// DataLoss naming the first row with a non-finite logit.
-Status CheckFiniteLogits(const std::vector<float>& logits, int vocab);
-
 }  // namespace ctxpar::model

@@ -10,18 +10,23 @@ namespace ctxpar {
 
 Expected<std::unique_ptr<ModelSource>> OpenModelSource(const std::string& path) {
   std::error_code ec;
-  const std::filesystem::file_status st = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(st)) {
-    return CatalogError("CTXPAR-MODEL-007", {{"path", path}});
-  }
-  if (std::filesystem::is_directory(st)) {
+  if (std::filesystem::is_directory(path, ec)) {
     if (std::filesystem::exists(std::filesystem::path(path) / "config.json", ec)) {
       return OpenHfSource(path);
     }
     return CatalogError("CTXPAR-MODEL-008",
                         {{"path", path}, {"holds", "a directory without a config.json"}});
   }
-  return OpenGgufSource(path);
+  Expected<std::unique_ptr<ModelSource>> source = OpenGgufSource(path);
+  if (source.ok() || source.status().code() != StatusCode::kNotFound) return source;
+  // Only a file that is not there is sent to fetch the model; a corrupt one would come back the
+  // same.
+  const Status& s = source.status();
+  return Status(s.code(),
+                s.message() +
+                    " Fetch the default model with scripts/fetch-model.sh, or give the path with "
+                    "--model-path or CTXPAR_MODEL.",
+                s.error_id());
 }
 
 }  // namespace ctxpar

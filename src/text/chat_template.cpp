@@ -61,18 +61,52 @@ Expected<ChatTemplate> ChatTemplate::FromJinja(std::string_view source) {
   return t;
 }
 
+std::vector<TextSegment> ChatTemplate::Render(std::span<const ChatMessage> messages,
+                                              bool add_generation_prompt) const {
+  std::vector<TextSegment> out;
+  const auto markup = [&](std::string_view text) {
+    if (!out.empty() && out.back().parse_special) {
+      out.back().text += text;
+    } else {
+      out.push_back({std::string(text), true});
+    }
+  };
+  const auto user_text = [&](std::string_view text) {
+    if (!text.empty()) out.push_back({std::string(text), false});
+  };
+  if (has_default_system_ && !messages.empty() && messages.front().role != "system") {
+    markup(kStart);
+    markup("system\n");
+    markup(default_system_);
+    markup(kEnd);
+    markup("\n");
+  }
+  for (const ChatMessage& m : messages) {
+    markup(kStart);
+    user_text(m.role);
+    markup("\n");
+    user_text(m.content);
+    markup(kEnd);
+    markup("\n");
+  }
+  if (add_generation_prompt) {
+    markup(kStart);
+    markup("assistant\n");
+  }
+  return out;
+}
+
 std::string ChatTemplate::Apply(std::span<const ChatMessage> messages,
                                 bool add_generation_prompt) const {
   std::string out;
-  const auto append = [&](std::string_view role, std::string_view content) {
-    out.append(kStart).append(role).append("\n").append(content).append(kEnd).append("\n");
-  };
-  if (has_default_system_ && !messages.empty() && messages.front().role != "system") {
-    append("system", default_system_);
-  }
-  for (const ChatMessage& m : messages) append(m.role, m.content);
-  if (add_generation_prompt) out.append(kStart).append("assistant\n");
+  for (const TextSegment& s : Render(messages, add_generation_prompt)) out += s.text;
   return out;
+}
+
+std::vector<int32_t> ChatTemplate::Encode(const Tokenizer& tokenizer,
+                                          std::span<const ChatMessage> messages,
+                                          bool add_generation_prompt) const {
+  return tokenizer.Encode(Render(messages, add_generation_prompt));
 }
 
 }  // namespace ctxpar

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdio>
 #include <queue>
+#include <span>
 #include <unordered_map>
 #include <utility>
 
@@ -66,6 +67,11 @@ struct Tokenizer::Impl {
   bool add_eos = false;
   std::string chat_template;
 
+  // Encode with CONTROL and UNKNOWN tokens read only inside `special_ranges` ([begin, end)
+  // byte offsets, ordered and disjoint).
+  std::vector<int32_t> Encode(std::string_view text,
+                              std::span<const std::pair<size_t, size_t>> special_ranges,
+                              bool add_special) const;
   void EncodeText(std::string_view text, std::vector<int32_t>* out) const;
   void SplitGpt2(const std::vector<Cp>& cps, size_t begin, size_t end,
                  std::vector<size_t>* word_ends) const;
@@ -234,10 +240,44 @@ Expected<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
 }
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, const EncodeOptions& options) const {
+  const std::pair<size_t, size_t> all{0, text.size()};
+  return impl_->Encode(
+      text,
+      options.parse_special ? std::span(&all, 1) : std::span<const std::pair<size_t, size_t>>(),
+      options.add_special);
+}
+
+std::vector<int32_t> Tokenizer::Encode(std::span<const TextSegment> segments,
+                                       bool add_special) const {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> parsed;
+  for (const TextSegment& s : segments) {
+    if (s.parse_special && !s.text.empty()) {
+      // Adjacent parsed segments form one range: a token may span them.
+      if (!parsed.empty() && parsed.back().second == text.size()) {
+        parsed.back().second += s.text.size();
+      } else {
+        parsed.emplace_back(text.size(), text.size() + s.text.size());
+      }
+    }
+    text += s.text;
+  }
+  return impl_->Encode(text, parsed, add_special);
+}
+
+std::vector<int32_t> Tokenizer::Impl::Encode(
+    std::string_view text, std::span<const std::pair<size_t, size_t>> special_ranges,
+    bool add_special) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 2);
-  if (options.add_special && impl_->add_bos) out.push_back(impl_->bos_id);
+  if (add_special && add_bos) out.push_back(bos_id);
 
+  // Whether [begin, end) lies inside one of the (ordered, disjoint) ranges.
+  const auto in_special_range = [&](size_t begin, size_t end) {
+    auto it = std::upper_bound(special_ranges.begin(), special_ranges.end(), begin,
+                               [](size_t pos, const auto& r) { return pos < r.second; });
+    return it != special_ranges.end() && it->first <= begin && end <= it->second;
+  };
   // Fragments of the text still to tokenize, or special tokens already cut out (id >= 0). Each
   // special token in turn (longest first) splits the text fragments, as llama.cpp partitions.
   struct Fragment {
@@ -246,10 +286,10 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, const EncodeOption
   };
   std::vector<Fragment> fragments{{-1, 0, text.size()}};
   std::vector<Fragment> next;
-  for (int32_t sid : impl_->specials) {
-    const TokenType type = impl_->types[sid];
-    if (!options.parse_special && type != TokenType::kUserDefined) continue;
-    const std::string& st = impl_->tokens[sid];
+  for (int32_t sid : specials) {
+    const bool user_defined = types[sid] == TokenType::kUserDefined;
+    if (!user_defined && special_ranges.empty()) continue;
+    const std::string& st = tokens[sid];
     next.clear();
     for (const Fragment& f : fragments) {
       if (f.id >= 0) {
@@ -257,12 +297,16 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, const EncodeOption
         continue;
       }
       size_t pos = f.begin;
-      for (;;) {
-        const size_t hit = text.substr(0, f.end).find(st, pos);
+      for (size_t from = f.begin;;) {
+        const size_t hit = text.substr(0, f.end).find(st, from);
         if (hit == std::string_view::npos) break;
+        if (!user_defined && !in_special_range(hit, hit + st.size())) {
+          from = hit + 1;  // the user's text: these characters stay text
+          continue;
+        }
         if (hit > pos) next.push_back({-1, pos, hit});
         next.push_back({sid, hit, hit + st.size()});
-        pos = hit + st.size();
+        pos = from = hit + st.size();
       }
       if (pos < f.end) next.push_back({-1, pos, f.end});
     }
@@ -272,10 +316,10 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, const EncodeOption
     if (f.id >= 0) {
       out.push_back(f.id);
     } else {
-      impl_->EncodeText(text.substr(f.begin, f.end - f.begin), &out);
+      EncodeText(text.substr(f.begin, f.end - f.begin), &out);
     }
   }
-  if (options.add_special && impl_->add_eos) out.push_back(impl_->eos_id);
+  if (add_special && add_eos) out.push_back(eos_id);
   return out;
 }
 

@@ -1,7 +1,9 @@
 // Tokenizer::FromGguf: the tokenizer.* metadata of a GGUF file as a TokenizerSpec.
 #include <fmt/format.h>
 
+#include "ctxpar/error_catalog.h"
 #include "ctxpar/gguf.h"
+#include "ctxpar/gguf_hparams.h"
 #include "ctxpar/tokenizer.h"
 
 namespace ctxpar {
@@ -40,7 +42,7 @@ Expected<Tokenizer> Tokenizer::FromGguf(const GgufFile& file) {
                           std::pair{"tokenizer.ggml.eos_token_id", &spec.eos_id}}) {
     CTXPAR_ASSIGN_OR_RETURN(int64_t id, Optional<int64_t>(file, key, -1, get_int));
     if (id < -1 || id > INT32_MAX) {
-      return InvalidArgument(fmt::format("{} = {}: it must be a token id", key, id));
+      return HparamError(file, key, id, "it must be a token id");
     }
     *dst = static_cast<int32_t>(id);
   }
@@ -52,7 +54,16 @@ Expected<Tokenizer> Tokenizer::FromGguf(const GgufFile& file) {
                                                                     "", [&](std::string_view k) {
                                                                       return file.GetString(k);
                                                                     }));
-  return Create(std::move(spec));
+  Expected<Tokenizer> tokenizer = Create(std::move(spec));
+  if (!tokenizer.ok()) {
+    const Status& s = tokenizer.status();
+    return Status(
+        s.code(),
+        CatalogError("CTXPAR-GGUF-008", {{"file", PyRepr(file.path())}, {"detail", s.message()}})
+            .message(),
+        "CTXPAR-GGUF-008");
+  }
+  return tokenizer;
 }
 
 }  // namespace ctxpar

@@ -139,7 +139,20 @@ TEST(CliCheck, BadFlagValuesExit2NamingFlagValueAndChoices) {
        "2147483647.\nrun: ctxpar explain CTXPAR-FLAG-003\n"},
       {{"--decode-context-parallel-size", "x"},
        "Invalid value 'x' for --dcp-size / --decode-context-parallel-size: not an integer; valid "
-       "values: integers from -2147483648 to 2147483647.\nrun: ctxpar explain CTXPAR-FLAG-002\n"},
+       "values: integers from 1 to 2147483647.\nrun: ctxpar explain CTXPAR-FLAG-002\n"},
+      // dcp_size's `>= 1` belongs to the DCP rule (SGLang's text); the range message states
+      // what can be given, not INT32_MIN.
+      {{"--dcp-size", "99999999999"},
+       "Invalid value '99999999999' for --dcp-size / --decode-context-parallel-size: out of "
+       "range; valid values: integers from 1 to 2147483647.\nrun: ctxpar explain "
+       "CTXPAR-FLAG-003\n"},
+      {{"--dcp-size", "-2147483649"},
+       "Invalid value '-2147483649' for --dcp-size / --decode-context-parallel-size: out of "
+       "range; valid values: integers from 1 to 2147483647.\nrun: ctxpar explain "
+       "CTXPAR-FLAG-003\n"},
+      {{"--dcp-size", "0"},
+       "Decode context parallel size (--dcp-size / --decode-context-parallel-size) must be >= 1, "
+       "but got dcp_size=0.\nrun: ctxpar explain CTXPAR-DCP-001\n"},
       {{"--dcp", "4"},
        "Unknown argument '--dcp' for ctxpar check; run: ctxpar check --help to list the "
        "accepted flags.\nrun: ctxpar explain CTXPAR-FLAG-004\n"},

@@ -118,6 +118,33 @@ TEST(DeepseekCli, LayoutRulesRefuseWithCatalogTexts) {
   }
 }
 
+// --model-path DIR opens the HF checkpoint when DIR holds config.json: one without its weights
+// fails on the weights (not as "no model here"); a directory without config.json is no model.
+TEST(DeepseekCli, ModelPathPicksTheLoaderByWhatTheDirectoryHolds) {
+  SKIP_WITHOUT_REFERENCE();
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / ("ctxpar_hf_dir_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const auto generate = [&] {
+    return RunCtxpar({"generate", "--model-path", dir.string(), "--input-ids", "1,2"});
+  };
+  const RunResult empty = generate();
+  EXPECT_EQ(empty.exit_status, 2);
+  EXPECT_EQ(empty.err, dir.string() +
+                           " is a directory without a config.json: ctxpar reads a GGUF file (the "
+                           "Llama family) or a HF checkpoint directory with config.json and "
+                           "*.safetensors (DeepSeek-V3 family).\nrun: ctxpar explain "
+                           "CTXPAR-MODEL-008\n");
+  std::filesystem::copy_file(kReference + "/config.json", dir / "config.json");
+  const RunResult config_only = generate();
+  EXPECT_EQ(config_only.exit_status, 2);
+  EXPECT_EQ(config_only.err, "Cannot open the safetensors file '" +
+                                 (dir / "model.safetensors").string() +
+                                 "': No such file or directory.\nrun: ctxpar explain "
+                                 "CTXPAR-ST-001\n");
+  std::filesystem::remove_all(dir);
+}
+
 // With deepep SGLang sets the EP size to the TP size; `check` shows who set it.
 TEST(DeepseekCli, DeepepTakesTheTpSizeAsEpSize) {
   SKIP_WITHOUT_REFERENCE();

@@ -9,9 +9,14 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace {
 
@@ -21,7 +26,7 @@ struct Result {
   std::string err;
 };
 
-Result RunGenerate(const std::string& args) {
+Result RunGenerate(const std::string& args, const std::string& env = "") {
   // A file per call: CTest runs this binary's tests in parallel processes, and a shared name let
   // one test read another's (truncated) stderr.
   static int calls = 0;
@@ -29,7 +34,7 @@ Result RunGenerate(const std::string& args) {
                                ::testing::UnitTest::GetInstance()->current_test_info()->name() +
                                "_" + std::to_string(getpid()) + "_" + std::to_string(++calls) +
                                ".txt";
-  const std::string cmd = std::string(CTXPAR_BIN) + " generate " + args + " 2>" + err_path;
+  const std::string cmd = env + " " + CTXPAR_BIN + " generate " + args + " 2>" + err_path;
   Result r;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr) return r;
@@ -124,6 +129,27 @@ TEST(Generate, InputIdsPrintIdsAcrossLayouts) {
   EXPECT_EQ(outside.err.substr(outside.err.size() - want.size()), want);
 }
 
+// Across nodes the ranks talk over TCP: Open MPI restricted to its TCP transport (no shared
+// memory between ranks, as between nodes; CTXPAR_MPIRUN_ARGS reaches the self-launch's mpirun)
+// gives the single-rank tokens with ag_rs and a2a.
+TEST(Generate, TcpTransportGivesTheSingleRankTokens) {
+  if (std::string(CTXPAR_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI";
+  const Result one = RunGenerate(std::string("--max-new-tokens 12 ") + kPrompt);
+  ASSERT_EQ(one.code, 0) << one.err;
+  for (const char* backend : {"ag_rs", "a2a"}) {
+    const Result tcp = RunGenerate(std::string("--tp-size 3 --dcp-size 3 --dcp-comm-backend ") +
+                                       backend + " --max-new-tokens 12 " + kPrompt,
+                                   "CTXPAR_MPIRUN_ARGS='--mca btl tcp,self'");
+    ASSERT_EQ(tcp.code, 0) << backend << "\n" << tcp.err;
+    EXPECT_EQ(tcp.out, one.out) << backend;
+  }
+  // The arguments do reach mpirun: a transport that does not exist stops the job.
+  const Result bogus =
+      RunGenerate(std::string("--tp-size 3 --dcp-size 3 --max-new-tokens 2 ") + kPrompt,
+                  "CTXPAR_MPIRUN_ARGS='--mca btl nosuchbtl,self'");
+  EXPECT_NE(bogus.code, 0);
+}
+
 TEST(Generate, SeededSamplingRepeats) {
   const std::string args = std::string("--temperature 0.9 --top-k 40 --top-p 0.95 --seed 11 ") +
                            "--max-new-tokens 12 " + kPrompt;
@@ -154,7 +180,149 @@ TEST(Generate, RefusesBadLaunchConfigurationsWithCatalogTexts) {
   const Result missing =
       RunGenerate(std::string("--model-path /nonexistent/model.gguf ") + kPrompt);
   EXPECT_EQ(missing.code, 2);
-  EXPECT_NE(missing.err.find("/nonexistent/model.gguf"), std::string::npos) << missing.err;
+  EXPECT_EQ(missing.err,
+            "Cannot open the model file '/nonexistent/model.gguf': No such file or directory. "
+            "Fetch the default model with scripts/fetch-model.sh, or give the path with "
+            "--model-path or CTXPAR_MODEL.\nrun: ctxpar explain CTXPAR-GGUF-001\n");
+  // A file that is there but corrupt is not sent to fetch it again.
+  const std::string corrupt = ::testing::TempDir() + "corrupt_" + std::to_string(getpid());
+  std::ofstream(corrupt) << "GGUF";
+  const Result bad = RunGenerate("--model-path " + corrupt + " " + kPrompt);
+  std::remove(corrupt.c_str());
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.err, "The model file '" + corrupt +
+                         "' is not a valid GGUF file: version at offset 4 needs 4 bytes but only "
+                         "0 remain (file size 4).\nrun: ctxpar explain CTXPAR-GGUF-002\n");
+}
+
+// An unknown option is reported as such, with the way to pass a prompt that starts with '-'
+// (it used to say "prompt is required"); a repeated option keeps its last value.
+TEST(Generate, SaysWhatIsWrongWithTheCommandLine) {
+  const Result x = RunGenerate("-x");
+  EXPECT_EQ(x.code, 2);
+  EXPECT_EQ(x.err,
+            "Unknown option '-x' for ctxpar generate; run: ctxpar generate --help to list the "
+            "accepted flags. To pass a prompt that starts with '-', put it after --: ctxpar "
+            "generate [flags] -- '-x'\nrun: ctxpar explain CTXPAR-FLAG-009\n");
+  const Result x_prompt = RunGenerate(std::string("-x ") + kPrompt);
+  EXPECT_EQ(x_prompt.err, x.err);
+  const Result missing = RunGenerate("");
+  EXPECT_EQ(missing.err,
+            "Cannot parse the command line of ctxpar generate: a prompt, --prompts-file or "
+            "--input-ids is required\nrun: ctxpar explain CTXPAR-FLAG-005\n");
+  const Result dash = RunGenerate("--model-path /nonexistent/m.gguf -- -x");
+  EXPECT_NE(dash.err.find("CTXPAR-GGUF-001"), std::string::npos) << dash.err;  // -x was the prompt
+  const Result repeated = RunGenerate(
+      std::string("--max-new-tokens 1 --max-new-tokens 0 --model-path /nonexistent/m.gguf ") +
+      kPrompt);
+  EXPECT_EQ(repeated.err,
+            "Invalid value '0' for --max-new-tokens: out of range; valid values: integers from 1 "
+            "to 2147483647.\nrun: ctxpar explain CTXPAR-FLAG-003\n");
+  const Result seed = RunGenerate(std::string("--seed -1 ") + kPrompt);
+  EXPECT_EQ(seed.err,
+            "Invalid value '-1' for --seed: not an integer; valid values: integers from 0 to "
+            "18446744073709551615.\nrun: ctxpar explain CTXPAR-FLAG-002\n");
+  for (const char* bad : {"18446744073709551616", "1e23"}) {
+    const Result r = RunGenerate(std::string("--seed ") + bad + " " + kPrompt);
+    EXPECT_EQ(r.code, 2) << bad;
+    EXPECT_NE(r.err.find("--seed"), std::string::npos) << r.err;
+  }
+}
+
+// --threads is bounded by the machine (it used to hang above it, exhausting the process ids) and
+// a count below 1 is refused (-4 used to mean the default; leaving the flag out does).
+TEST(Generate, RefusesThreadCountsTheMachineCannotRun) {
+  const std::string max = std::to_string(std::max(1u, std::thread::hardware_concurrency()));
+  for (const char* threads : {"100000", "2147483647"}) {
+    const Result r = RunGenerate(std::string("--threads ") + threads + " " + kPrompt);
+    EXPECT_EQ(r.code, 2) << threads;
+    EXPECT_EQ(r.err, std::string("Invalid value ") + threads +
+                         " for --threads: out of range for this machine, which has " + max +
+                         " hardware threads; valid values: integers from 1 to " + max +
+                         ".\nrun: ctxpar explain CTXPAR-FLAG-007\n");
+    EXPECT_TRUE(r.out.empty());
+  }
+  for (const char* threads : {"-4", "-1", "0"}) {
+    const Result r = RunGenerate(std::string("--threads ") + threads + " " + kPrompt);
+    EXPECT_EQ(r.code, 2) << threads;
+    EXPECT_EQ(r.err, std::string("Invalid value '") + threads +
+                         "' for --threads: out of range; valid values: integers from 1 to "
+                         "2147483647.\nrun: ctxpar explain CTXPAR-FLAG-003\n");
+  }
+}
+
+// A copy of the model ($CTXPAR_MODEL) with `patch` applied to its bytes, in the test's temp
+// directory; empty when the model is not there.
+std::string PatchedModel(const std::string& name,
+                         const std::function<void(std::vector<char>&)>& patch) {
+  const char* model = std::getenv("CTXPAR_MODEL");
+  if (model == nullptr) return "";
+  std::ifstream in(model, std::ios::binary | std::ios::ate);
+  std::vector<char> bytes(static_cast<size_t>(in.tellg()));
+  in.seekg(0).read(bytes.data(), std::streamsize(bytes.size()));
+  patch(bytes);
+  const std::string path = ::testing::TempDir() + name + "_" + std::to_string(getpid()) + ".gguf";
+  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+  return path;
+}
+
+// The offset of the value of metadata key `key` (after its name and its u32 type).
+size_t ValueOffset(const std::vector<char>& bytes, const std::string& key) {
+  const auto it = std::search(bytes.begin(), bytes.end(), key.begin(), key.end());
+  return static_cast<size_t>(it - bytes.begin()) + key.size() + 4;
+}
+
+// The offset of the data-offset field of a 2-D tensor's info.
+size_t TensorOffsetField(const std::vector<char>& bytes, const std::string& name) {
+  std::string prefixed(8, '\0');
+  const uint64_t len = name.size();
+  std::memcpy(prefixed.data(), &len, 8);
+  prefixed += name;
+  const auto it = std::search(bytes.begin(), bytes.end(), prefixed.begin(), prefixed.end());
+  return static_cast<size_t>(it - bytes.begin()) + prefixed.size() + 4 + 2 * 8 + 4;
+}
+
+// Numbers that are not numbers, and tensors that share bytes, are refused at load with the
+// catalog entry naming the file and the key or tensor (they used to run and print nothing).
+TEST(Generate, RefusesModelFilesWithBrokenValues) {
+  if (std::getenv("CTXPAR_MODEL") == nullptr) GTEST_SKIP() << "CTXPAR_MODEL is not set";
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  struct Case {
+    std::string name;
+    std::function<void(std::vector<char>&)> patch;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"nan_rope",
+       [&](std::vector<char>& b) {
+         std::memcpy(&b[ValueOffset(b, "llama.rope.freq_base")], &nan, 4);
+       },
+       "has llama.rope.freq_base = nan, but it must be a finite number in (1, 1e12].\nrun: "
+       "ctxpar explain CTXPAR-GGUF-006\n"},
+      {"negative_eps",
+       [](std::vector<char>& b) {
+         const float eps = -1e-5f;
+         std::memcpy(&b[ValueOffset(b, "llama.attention.layer_norm_rms_epsilon")], &eps, 4);
+       },
+       "has llama.attention.layer_norm_rms_epsilon = -9.999999747378752e-06, but it must be a "
+       "finite number in (0, 1).\nrun: ctxpar explain CTXPAR-GGUF-006\n"},
+      {"overlap",
+       [](std::vector<char>& b) {
+         // blk.0.attn_k.weight's data moves onto blk.0.attn_q.weight's.
+         std::memcpy(&b[TensorOffsetField(b, "blk.0.attn_k.weight")],
+                     &b[TensorOffsetField(b, "blk.0.attn_q.weight")], 8);
+       },
+       "overlaps tensor"},
+  };
+  for (const Case& c : cases) {
+    const std::string path = PatchedModel(c.name, c.patch);
+    const Result r = RunGenerate("--model-path " + path + " --max-new-tokens 4 " + kPrompt);
+    std::remove(path.c_str());
+    EXPECT_EQ(r.code, 2) << c.name << "\n" << r.err;
+    EXPECT_NE(r.err.find("The model file '" + path + "'"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
 }
 
 }  // namespace

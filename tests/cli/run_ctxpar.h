@@ -1,6 +1,7 @@
 // Runs the built ctxpar binary (CTXPAR_BIN) with an exact argv, no shell in between, and
-// captures its exit status, stdout and stderr. CTXPAR_PLATFORM is removed from the environment
-// unless the caller sets it, so the tests do not depend on the caller's shell.
+// captures its exit status, stdout and stderr; `input`, when given, is its stdin. CTXPAR_PLATFORM
+// is removed from the environment unless the caller sets it, so the tests do not depend on the
+// caller's shell.
 #pragma once
 
 #include <fcntl.h>
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -34,7 +36,8 @@ inline std::string ReadAll(const std::string& path) {
 }
 
 inline RunResult RunCtxpar(const std::vector<std::string>& args,
-                           const std::vector<std::string>& env = {}) {
+                           const std::vector<std::string>& env = {},
+                           const std::optional<std::string>& input = std::nullopt) {
   std::vector<std::string> argv_store = {CTXPAR_BIN};
   argv_store.insert(argv_store.end(), args.begin(), args.end());
   std::vector<char*> argv;
@@ -58,6 +61,16 @@ inline RunResult RunCtxpar(const std::vector<std::string>& args,
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, out_fd, 1);
   posix_spawn_file_actions_adddup2(&actions, err_fd, 2);
+  char in_path[] = "/tmp/ctxpar_cli_in_XXXXXX";
+  int in_fd = -1;
+  if (input.has_value()) {
+    in_fd = mkstemp(in_path);
+    if (write(in_fd, input->data(), input->size()) != static_cast<ssize_t>(input->size())) {
+      return {};
+    }
+    lseek(in_fd, 0, SEEK_SET);
+    posix_spawn_file_actions_adddup2(&actions, in_fd, 0);
+  }
   RunResult result;
   pid_t pid = 0;
   if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data()) == 0) {
@@ -69,6 +82,10 @@ inline RunResult RunCtxpar(const std::vector<std::string>& args,
   posix_spawn_file_actions_destroy(&actions);
   close(out_fd);
   close(err_fd);
+  if (in_fd >= 0) {
+    close(in_fd);
+    unlink(in_path);
+  }
   result.out = ReadAll(out_path);
   result.err = ReadAll(err_path);
   unlink(out_path);

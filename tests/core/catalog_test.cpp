@@ -2,8 +2,10 @@
 // Python formatting, and matching pasted messages back to their entries.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -167,6 +169,81 @@ TEST(CatalogTest, MatchesWrappedAndPrefixedPastes) {
             "CTXPAR-FLAG-002");
   EXPECT_FALSE(MatchCatalogMessage("segmentation fault (core dumped)").has_value());
   EXPECT_FALSE(MatchCatalogMessage("").has_value());
+}
+
+// The matcher answers in linear time: a megabyte of text (random bytes, repeated template text,
+// a rendered template buried in it) takes well under a second, where a backtracking regex took
+// seconds for 16 KB and overflowed its stack near 50 KB.
+double SecondsToMatch(const std::string& text, std::optional<CatalogMatch>* out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  *out = MatchCatalogMessage(text);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST(CatalogTest, MatchesMegabyteInputsInUnderASecond) {
+  ASSERT_EQ(kMaxCatalogMessageBytes, size_t{1} << 20);
+  std::mt19937 rng(42);
+  std::string random_bytes(kMaxCatalogMessageBytes, '\0');
+  for (char& c : random_bytes) c = static_cast<char>(rng());
+  std::string literal_runs;
+  while (literal_runs.size() + 64 < kMaxCatalogMessageBytes) {
+    literal_runs += "tp_size (6) must be divisible by ";  // a template's prefix, never completed
+  }
+  const std::string buried = std::string(kMaxCatalogMessageBytes / 2, 'x') +
+                             " tp_size (6) must be divisible by dcp_size (4). " +
+                             std::string(kMaxCatalogMessageBytes / 2 - 64, 'y');
+  const std::string blanks(kMaxCatalogMessageBytes, ' ');
+  for (const std::string* text :
+       std::initializer_list<const std::string*>{&random_bytes, &literal_runs, &buried, &blanks}) {
+    ASSERT_LE(text->size(), kMaxCatalogMessageBytes);
+    std::optional<CatalogMatch> m;
+    EXPECT_LT(SecondsToMatch(*text, &m), 1.0);
+    if (text == &buried) {
+      ASSERT_TRUE(m.has_value());
+      EXPECT_EQ(m->entry->id, "CTXPAR-LAYOUT-001");
+      EXPECT_EQ(m->values, (std::vector<std::pair<std::string, std::string>>{{"tp_size", "6"},
+                                                                             {"dcp_size", "4"}}));
+    }
+  }
+  // One byte past the limit is not matched, even though the message is in it.
+  std::string over = buried + std::string(kMaxCatalogMessageBytes - buried.size() + 1, ' ');
+  std::optional<CatalogMatch> m;
+  EXPECT_LT(SecondsToMatch(over, &m), 1.0);
+  EXPECT_FALSE(m.has_value());
+}
+
+// Every template rendered with long values, alone and inside a megabyte of other text.
+TEST(CatalogTest, MatchesEveryTemplateRenderedWithLongValues) {
+  for (const CatalogEntry& e : ErrorCatalog()) {
+    SCOPED_TRACE(std::string(e.id));
+    const std::vector<std::string> names = TemplatePlaceholders(e.message_template);
+    std::vector<CatalogArg> args;
+    for (const std::string& n : names) args.push_back({n, n + std::string(20000, 'v')});
+    const std::string rendered = CatalogError(e.id, std::span<const CatalogArg>(args)).message();
+    std::optional<CatalogMatch> m;
+    EXPECT_LT(SecondsToMatch(rendered, &m), 1.0);
+    ASSERT_TRUE(m.has_value());
+    EXPECT_EQ(m->entry->id, e.id);
+    for (const auto& [name, value] : m->values) EXPECT_EQ(value, name + std::string(20000, 'v'));
+    const std::string padding((kMaxCatalogMessageBytes - rendered.size()) / 2 - 1, 'z');
+    EXPECT_LT(SecondsToMatch(padding + " " + rendered + " " + padding, &m), 1.0);
+    ASSERT_TRUE(m.has_value());
+    EXPECT_EQ(m->entry->id, e.id);
+  }
+}
+
+// A placeholder takes the shortest text that lets the rest match, as the documented lazy
+// semantics say: the first " holds " after "but " ends {field}.
+TEST(CatalogTest, PlaceholdersTakeTheShortestText) {
+  std::optional<CatalogMatch> m =
+      MatchCatalogMessage("h declared tp_size=x holds y, but tp_size holds int holds z.");
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->entry->id, "CTXPAR-CONFIG-002");
+  EXPECT_EQ(m->values, (std::vector<std::pair<std::string, std::string>>{{"source", "h"},
+                                                                         {"field", "tp_size"},
+                                                                         {"value", "x holds y"},
+                                                                         {"field", "tp_size"},
+                                                                         {"type", "int holds z"}}));
 }
 
 TEST(PythonFormat, ReprAndTuple) {

@@ -23,6 +23,7 @@ using nlohmann::json;
 
 const std::string& kDir = testing::kGgufDataDir;
 
+using testing::Image;
 using testing::ReadBytes;
 using testing::ReadFloats;
 
@@ -162,52 +163,37 @@ TEST(GgufFixtureTest, TypedGetters) {
             (std::vector<int32_t>{-2147483648, 0, 2147483647}));
   EXPECT_EQ((*f->GetArrayRef<bool>("test.array.bool"))->size(), 3u);
 
+  // Lookup errors name the file and carry their catalog IDs.
+  const std::string file = "The model file '" + kDir + "fixture_v3.gguf.bin' ";
   auto missing = f->GetU32("no.such.key");
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(missing.status().message(), "GGUF metadata key 'no.such.key' not found");
+  EXPECT_EQ(missing.status().error_id(), "CTXPAR-GGUF-004");
+  EXPECT_EQ(missing.status().message(), file + "has no metadata key no.such.key.");
   auto wrong = f->GetU32("test.string");
   EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(wrong.status().message(), "GGUF metadata key 'test.string' has type string, not u32");
+  EXPECT_EQ(wrong.status().error_id(), "CTXPAR-GGUF-005");
+  EXPECT_EQ(wrong.status().message(), file + "stores test.string as string, but it must be u32.");
   EXPECT_EQ(f->GetArray<float>("test.array.i32").status().message(),
-            "GGUF metadata key 'test.array.i32' has type array[i32], not array[f32]");
+            file + "stores test.array.i32 as array[i32], but it must be array[f32].");
   EXPECT_EQ(f->GetInteger("test.u64").status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(f->GetInteger("test.u64").status().error_id(), "CTXPAR-GGUF-006");
   EXPECT_EQ(f->GetInteger("test.f32").status().message(),
-            "GGUF metadata key 'test.f32' has type f32, not an integer");
-  EXPECT_EQ(f->FindTensor("nope").status().message(), "GGUF tensor 'nope' not found");
+            file + "stores test.f32 as f32, but it must be an integer.");
+  EXPECT_EQ(f->FindTensor("nope").status().error_id(), "CTXPAR-GGUF-007");
+  EXPECT_EQ(f->FindTensor("nope").status().message(), file + "has no tensor nope.");
 }
 
 TEST(GgufOpenTest, MissingFileAndDirectory) {
   auto missing = GgufFile::Open(kDir + "does-not-exist.gguf");
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(missing.status().message(),
-            "cannot open GGUF file '" + kDir + "does-not-exist.gguf': No such file or directory");
-  EXPECT_EQ(GgufFile::Open(kDir).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(missing.status().error_id(), "CTXPAR-GGUF-001");
+  EXPECT_EQ(missing.status().message(), "Cannot open the model file '" + kDir +
+                                            "does-not-exist.gguf': No such file or directory.");
+  auto directory = GgufFile::Open(kDir);
+  EXPECT_EQ(directory.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(directory.status().message(),
+            "Cannot open the model file '" + kDir + "': it is a directory.");
 }
-
-// A little-endian GGUF image written field by field, as the specification lays it out.
-class Image {
- public:
-  Image& Raw(std::string_view s) {
-    bytes_.insert(bytes_.end(), s.begin(), s.end());
-    return *this;
-  }
-  template <typename T>
-  Image& Put(T v) {
-    uint8_t b[sizeof(T)];
-    std::memcpy(b, &v, sizeof(T));
-    bytes_.insert(bytes_.end(), b, b + sizeof(T));
-    return *this;
-  }
-  Image& Str(std::string_view s) { return Put<uint64_t>(s.size()).Raw(s); }
-  Image& Header(uint32_t version, uint64_t tensors, uint64_t kvs) {
-    return Raw("GGUF").Put(version).Put(tensors).Put(kvs);
-  }
-  std::vector<uint8_t> bytes() const { return bytes_; }
-  size_t size() const { return bytes_.size(); }
-
- private:
-  std::vector<uint8_t> bytes_;
-};
 
 Status Parse(const Image& image) { return GgufFile::FromBytes(image.bytes()).status(); }
 

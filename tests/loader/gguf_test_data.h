@@ -1,5 +1,5 @@
-// The GGUF goldens in tests/data/gguf/ (made by tools/golden/gguf/make_goldens.py) and the
-// readers of their raw files, shared by the GGUF reader and dequantization tests.
+// The GGUF goldens in tests/data/gguf/ (made by tools/golden/gguf/make_goldens.py), the readers
+// of their raw files, and a writer of GGUF images field by field, shared by the loader's tests.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ctxpar::testing {
@@ -28,5 +29,30 @@ inline std::vector<float> ReadFloats(const std::string& path) {
   std::memcpy(out.data(), bytes.data(), out.size() * 4);
   return out;
 }
+
+// A little-endian GGUF image written field by field, as the specification lays it out.
+class Image {
+ public:
+  Image& Raw(std::string_view s) {
+    bytes_.insert(bytes_.end(), s.begin(), s.end());
+    return *this;
+  }
+  template <typename T>
+  Image& Put(T v) {
+    uint8_t b[sizeof(T)];
+    std::memcpy(b, &v, sizeof(T));
+    bytes_.insert(bytes_.end(), b, b + sizeof(T));
+    return *this;
+  }
+  Image& Str(std::string_view s) { return Put<uint64_t>(s.size()).Raw(s); }
+  Image& Header(uint32_t version, uint64_t tensors, uint64_t kvs) {
+    return Raw("GGUF").Put(version).Put(tensors).Put(kvs);
+  }
+  std::vector<uint8_t> bytes() const { return bytes_; }
+  size_t size() const { return bytes_.size(); }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
 
 }  // namespace ctxpar::testing

@@ -221,12 +221,14 @@ TEST_F(SafetensorsDirTest, OpensShardedCheckpointsByTheirIndex) {
       "model.safetensors.index.json",
       R"({"weight_map": {"x": "a.safetensors", "y": "a.safetensors", "z": "b.safetensors"}})");
   auto moved = SafetensorsCheckpoint::Open(dir_.string());
+  EXPECT_EQ(moved.status().error_id(), "CTXPAR-ST-004");
   EXPECT_NE(moved.status().message().find("tensor 'y' is not where"), std::string::npos)
       << moved.status().message();
   WriteText("model.safetensors.index.json",
             R"({"weight_map": {"x": "a.safetensors", "y": "b.safetensors", "z": "b.safetensors",
                 "w": "a.safetensors"}})");
   auto missing = SafetensorsCheckpoint::Open(dir_.string());
+  EXPECT_EQ(missing.status().error_id(), "CTXPAR-ST-004");
   EXPECT_NE(missing.status().message().find("puts tensor 'w' in a.safetensors, which does not"),
             std::string::npos)
       << missing.status().message();
@@ -241,7 +243,16 @@ TEST_F(SafetensorsDirTest, OpensShardedCheckpointsByTheirIndex) {
 TEST_F(SafetensorsDirTest, OpensASingleFileAndSaysWhatIsMissing) {
   auto none = SafetensorsCheckpoint::Open(dir_.string());
   EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(none.status().error_id(), "CTXPAR-ST-001");
   EXPECT_NE(none.status().message().find("model.safetensors"), std::string::npos);
+  Write("model.safetensors", {8, 0, 0, 0, 0, 0, 0, 0, '[', ']'});
+  auto garbled = SafetensorsCheckpoint::Open(dir_.string());
+  EXPECT_EQ(garbled.status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(garbled.status().error_id(), "CTXPAR-ST-002");
+  Write("model.safetensors", SafetensorsImage({{"i", "I32", {1}, {1, 0, 0, 0}}}));
+  auto ints = SafetensorsCheckpoint::Open(dir_.string());
+  EXPECT_EQ(ints.status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(ints.status().error_id(), "CTXPAR-ST-003");
   Write("model.safetensors",
         SafetensorsImage({{"x", "BF16", {1}, AsBytes(std::vector<uint16_t>{0x4000})}}));
   auto one = SafetensorsCheckpoint::Open(dir_.string());

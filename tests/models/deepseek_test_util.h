@@ -110,8 +110,10 @@ inline Expected<RankResult> RunDeepseekRank(const ModelSource& source, const Eng
                                             const std::vector<std::vector<int32_t>>& prompts,
                                             int new_tokens, int chunk = 1 << 20) {
   const int vocab = source.desc().vocab_size;
-  ThreadPool pool(std::max(1, config.threads));
-  CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, source.CreateModel(config, world, &pool));
+  CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<ThreadPool> pool,
+                          ThreadPool::Create(std::max(1, config.threads)));
+  CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                          source.CreateModel(config, world, pool.get()));
   CTXPAR_ASSIGN_OR_RETURN(KvPoolOptions pool_options,
                           KvPoolFor(config, source, world.rank() % config.dcp_size));
   CTXPAR_ASSIGN_OR_RETURN(KvPool kv, KvPool::Create(pool_options));

@@ -171,9 +171,10 @@ TEST_F(MatMulIsas, Q8MatchesFloat64) {
       const std::vector<float> x = Normal(std::size_t(n) * cols, rng);
       Acts q;
       PrepareActs(ActFormat::kQ8, type, x.data(), n, cols, cols, &q);
-      ThreadPool pool(3);
+      auto pool = ThreadPool::Create(3);
+      ASSERT_TRUE(pool.ok());
       std::vector<float> y(std::size_t(n) * rows);
-      MatMul(w.m, q, 0, y.data(), rows, &pool);
+      MatMul(w.m, q, 0, y.data(), rows, pool->get());
       const std::vector<double> ref = ReferenceQ8(w.m, q, 0);
       double norm = 0.0;
       for (double v : ref) norm = std::max(norm, std::fabs(v));
@@ -192,7 +193,8 @@ TEST_F(MatMulIsas, Q8MatchesFloat64) {
 // computed alone; on every ISA and both activation formats. 37 rows: a partial row tile.
 TEST_F(MatMulIsas, RowsAreBatchInvariant) {
   const int rows = 37, cols = 576, max_n = 40;
-  ThreadPool one(1), two(2), three(3);
+  auto one = ThreadPool::Create(1), two = ThreadPool::Create(2), three = ThreadPool::Create(3);
+  ASSERT_TRUE(one.ok() && two.ok() && three.ok());
   for (const std::string& isa : Isas()) {
     Force(isa);
     for (ActFormat format : {ActFormat::kF32, ActFormat::kQ8}) {
@@ -209,7 +211,7 @@ TEST_F(MatMulIsas, RowsAreBatchInvariant) {
         for (int n = 1; n <= max_n; ++n) {
           Acts a;
           PrepareActs(format, type, x.data(), n, cols, cols, &a);
-          for (ThreadPool* pool : {&one, &two, &three}) {
+          for (ThreadPool* pool : {one->get(), two->get(), three->get()}) {
             std::vector<float> y(std::size_t(n) * rows);
             MatMul(w.m, a, 0, y.data(), rows, pool);
             for (std::size_t i = 0; i < y.size(); ++i) {
@@ -280,15 +282,16 @@ TEST_F(MatMulIsas, SegmentsEqualSeparateProductsSummedInOrder) {
           }
           const std::string what = isa + (format == ActFormat::kF32 ? " f32" : " q8") + " type " +
                                    std::to_string(int(type)) + " n " + std::to_string(n);
-          ThreadPool pool(2);
+          auto pool = ThreadPool::Create(2);
+          ASSERT_TRUE(pool.ok());
           std::vector<float> y(size);
-          MatMul(w.m, a, 0, y.data(), rows, &pool, {ends});
+          MatMul(w.m, a, 0, y.data(), rows, pool->get(), {ends});
           for (std::size_t i = 0; i < size; ++i) {
             ASSERT_EQ(std::bit_cast<std::uint32_t>(y[i]), std::bit_cast<std::uint32_t>(sum[i]))
                 << what << " i " << i;
           }
           std::vector<float> split(each.size());
-          MatMul(w.m, a, 0, split.data(), rows, &pool, {ends, size});
+          MatMul(w.m, a, 0, split.data(), rows, pool->get(), {ends, size});
           EXPECT_EQ(split, each) << what;
           const std::vector<int> rank_ends = {1, 8};  // segments 1 and 2, relative to block 5
           std::vector<float> rank(2 * size);

@@ -15,7 +15,8 @@ namespace {
 TEST(MatMulF32, EveryOutputIsTheFixedOrderBitForBit) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal;
-  ThreadPool pool(2);
+  auto pool = ThreadPool::Create(2);
+  ASSERT_TRUE(pool.ok());
   std::printf("path: %s\n", MatMulF32Isa());
   const int shapes[][3] = {{1, 1, 1},   {3, 5, 17},   {7, 33, 96},
                            {2, 4, 256}, {9, 130, 64}, {1, 8, 15}};
@@ -27,7 +28,7 @@ TEST(MatMulF32, EveryOutputIsTheFixedOrderBitForBit) {
     for (float& v : x) v = normal(rng);
     for (float& v : w) v = normal(rng);
     const F32Matrix m{w.data(), rows, cols, ldw};
-    MatMulF32(m, x.data(), n, ldx, y.data(), ldy, &pool);
+    MatMulF32(m, x.data(), n, ldx, y.data(), ldy, pool->get());
     MatMulF32(m, x.data(), n, ldx, y1.data(), ldy, nullptr);
     for (int t = 0; t < n; ++t) {
       // Each row alone, as a batch of one would compute it.

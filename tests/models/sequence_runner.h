@@ -36,7 +36,7 @@ class SequenceRunner {
   static Expected<SequenceRunner> Create(const ModelSource& source, const EngineConfig& config,
                                          Communicator& world) {
     SequenceRunner r;
-    r.threads_ = std::make_unique<ThreadPool>(config.threads);
+    CTXPAR_ASSIGN_OR_RETURN(r.threads_, ThreadPool::Create(config.threads));
     CTXPAR_ASSIGN_OR_RETURN(r.model_, source.CreateModel(config, world, r.threads_.get()));
     CTXPAR_ASSIGN_OR_RETURN(KvPoolOptions o, KvPoolFor(config, source, world.rank() % config.dcp_size));
     o.max_slots = 1;

@@ -1,0 +1,218 @@
+"""One load generator for OpenAI-compatible servers (ctxpar serve, llama.cpp's llama-server).
+
+Sends the same seeded prompts as streamed POST /v1/completions requests over raw HTTP (aiohttp),
+either at a fixed concurrency (closed loop: C requests in flight until N are done) or as an
+open-loop Poisson arrival (rate R requests/s), and measures per request:
+  TTFT  time from sending to the first token,
+  ITL   gaps between consecutive token chunks,
+  TPOT  (E2E - TTFT) / (output tokens - 1),
+  E2E   time from sending to [DONE].
+It checks that every stream is well formed: "data: " frames of JSON, one id for the whole stream,
+a finish_reason on the last choice chunk, the usage chunk when asked, then "data: [DONE]".
+
+    python bench/serve/loadgen.py --url http://127.0.0.1:30000 --concurrency 4 --requests 8
+    python bench/serve/loadgen.py --url ... --rate 0.5 --requests 16 --json out.json
+"""
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import time
+
+import aiohttp
+
+WORDS = (
+    "the of and to in is was for on that with as by at from his her an which are were this "
+    "be it has had have not but also they their one two three first new after time year city "
+    "river music school people war world team game film state house company series album song "
+    "north south east west island village station church university century population family "
+    "government party election league season record player group member art history science"
+).split()
+
+
+def make_prompts(count, words, seed):
+    """Deterministic prompts of `words` words (SmolLM2: one token a word, 7 more)."""
+    rng = random.Random(seed)
+    prompts = []
+    for i in range(count):
+        body = " ".join(rng.choice(WORDS) for _ in range(words))
+        prompts.append(f"Document {i}: {body}\nSummary:")
+    return prompts
+
+
+def percentile(values, q):
+    if not values:
+        return None
+    s = sorted(values)
+    k = (len(s) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+class StreamError(Exception):
+    pass
+
+
+async def one_request(session, url, model, prompt, max_tokens):
+    """Sends one streamed completion; returns its timings and token count."""
+    body = {
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if model:
+        body["model"] = model
+    t0 = time.perf_counter()
+    first = None
+    last = None
+    itl = []
+    chunks_with_text = 0
+    ids = set()
+    finish = None
+    usage = None
+    done = False
+    async with session.post(url + "/v1/completions", json=body) as resp:
+        if resp.status != 200:
+            raise StreamError(f"HTTP {resp.status}: {(await resp.text())[:200]}")
+        buffer = b""
+        async for raw in resp.content.iter_any():
+            buffer += raw
+            while b"\n\n" in buffer:
+                frame, buffer = buffer.split(b"\n\n", 1)
+                for line in frame.split(b"\n"):
+                    if not line or line.startswith(b":"):
+                        continue  # SSE comment (a keep-alive)
+                    if not line.startswith(b"data: "):
+                        raise StreamError(f"not an SSE data line: {line[:80]!r}")
+                    data = line[6:]
+                    if data == b"[DONE]":
+                        done = True
+                        continue
+                    if done:
+                        raise StreamError("data after [DONE]")
+                    chunk = json.loads(data)
+                    ids.add(chunk.get("id"))
+                    if chunk.get("usage"):
+                        usage = chunk["usage"]
+                    for choice in chunk.get("choices", []):
+                        now = time.perf_counter()
+                        if choice.get("text"):
+                            chunks_with_text += 1
+                            if first is None:
+                                first = now
+                            else:
+                                itl.append(now - last)
+                            last = now
+                        if choice.get("finish_reason"):
+                            finish = choice["finish_reason"]
+    end = time.perf_counter()
+    if not done:
+        raise StreamError("the stream ended without data: [DONE]")
+    if len(ids) != 1:
+        raise StreamError(f"{len(ids)} ids in one stream")
+    if finish is None:
+        raise StreamError("no finish_reason")
+    if usage is None:
+        raise StreamError("no usage chunk although stream_options.include_usage was set")
+    tokens = usage.get("completion_tokens", chunks_with_text)
+    if first is None:
+        first = end
+    ttft = first - t0
+    e2e = end - t0
+    tpot = (e2e - ttft) / (tokens - 1) if tokens > 1 else None
+    return {"ttft": ttft, "itl": itl, "tpot": tpot, "e2e": e2e, "tokens": tokens,
+            "prompt_tokens": usage.get("prompt_tokens"), "finish": finish}
+
+
+async def run_load(url, model, prompts, max_tokens, concurrency=None, rate=None, seed=0):
+    timeout = aiohttp.ClientTimeout(total=3600)
+    # A new connection per request: llama-server closes idle keep-alive connections, which a pool
+    # would reuse and fail on.
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
+    results, errors = [], []
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+
+        async def send(prompt):
+            try:
+                results.append(await one_request(session, url, model, prompt, max_tokens))
+            except Exception as e:  # a failed request is counted, not fatal
+                errors.append(f"{type(e).__name__}: {e}")
+
+        start = time.perf_counter()
+        if rate is None:
+            queue = list(prompts)
+
+            async def worker():
+                while queue:
+                    await send(queue.pop(0))
+
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+        else:
+            rng = random.Random(seed)
+            tasks = []
+            for prompt in prompts:
+                tasks.append(asyncio.create_task(send(prompt)))
+                await asyncio.sleep(rng.expovariate(rate))
+            await asyncio.gather(*tasks)
+        wall = time.perf_counter() - start
+    return summarize(results, errors, wall, concurrency, rate)
+
+
+def summarize(results, errors, wall, concurrency, rate):
+    def stats(values):
+        values = [v for v in values if v is not None]
+        return {"p50": percentile(values, 0.5), "p99": percentile(values, 0.99),
+                "mean": statistics.fmean(values) if values else None}
+
+    out_tokens = sum(r["tokens"] for r in results)
+    return {
+        "concurrency": concurrency,
+        "rate": rate,
+        "requests": len(results) + len(errors),
+        "completed": len(results),
+        "failed": len(errors),
+        "errors": errors[:5],
+        "wall_s": wall,
+        "request_throughput": len(results) / wall,
+        "output_throughput": out_tokens / wall,
+        "output_tokens": out_tokens,
+        "mean_prompt_tokens": statistics.fmean(r["prompt_tokens"] or 0 for r in results)
+        if results else None,
+        "ttft_s": stats([r["ttft"] for r in results]),
+        "itl_s": stats([x for r in results for x in r["itl"]]),
+        "tpot_s": stats([r["tpot"] for r in results]),
+        "e2e_s": stats([r["e2e"] for r in results]),
+    }
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--url", required=True)
+    p.add_argument("--model", default=None, help="the model field (default: none sent)")
+    p.add_argument("--concurrency", type=int, default=None)
+    p.add_argument("--rate", type=float, default=None, help="Poisson arrivals per second")
+    p.add_argument("--requests", type=int, required=True)
+    p.add_argument("--prompt-words", type=int, default=513)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, help="write the summary here too")
+    a = p.parse_args()
+    if (a.concurrency is None) == (a.rate is None):
+        p.error("give exactly one of --concurrency and --rate")
+    prompts = make_prompts(a.requests, a.prompt_words, a.seed)
+    summary = asyncio.run(run_load(a.url, a.model, prompts, a.max_tokens, a.concurrency,
+                                   a.rate, a.seed))
+    text = json.dumps(summary, indent=2)
+    print(text)
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,243 @@
+"""Serving benchmark: `ctxpar serve` beside llama.cpp's `llama-server`, same GGUF, same prompts.
+
+For each server in turn it starts the server, sends a warm-up request, then runs the load
+generator (loadgen.py) at fixed concurrency 1, 4, 16 and 64 and as an open-loop Poisson arrival,
+and writes to --out:
+  results.json   every summary (TTFT, ITL, TPOT, E2E p50/p99, request and output throughput)
+  results.md     the table
+  serve.png      output throughput and TTFT p50 against concurrency, both servers
+llama-server gets as many --parallel slots as the concurrency (restarted per level, continuous
+batching on, -t = the cores); ctxpar serve runs once with --max-running-requests 64.
+
+    python bench/serve/run.py --ctxpar build/default/cli/ctxpar --out /tmp/serve-bench
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import requests
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import loadgen  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Process:
+    def __init__(self, cmd, url, log_path, env=None, timeout=300):
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True, env={**os.environ, **(env or {})})
+        deadline = time.time() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{cmd[0]} exited with {self.proc.returncode}; see {log_path}")
+            try:
+                if requests.get(url + "/health", timeout=2).status_code == 200:
+                    return
+            except requests.ConnectionError:
+                pass
+            if time.time() > deadline:
+                self.stop()
+                raise RuntimeError(f"{cmd[0]} not ready in {timeout} s; see {log_path}")
+            time.sleep(0.25)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+
+
+def cpu_name():
+    """Model name, family / model and the widest vector ISA, from /proc/cpuinfo."""
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if ":" in line:
+                    key, value = (x.strip() for x in line.split(":", 1))
+                    info.setdefault(key, value)
+    except OSError:
+        return platform.processor()
+    flags = info.get("flags", "").split()
+    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE"
+    return (f"{info.get('model name', platform.processor())} (family {info.get('cpu family')}, "
+            f"model {info.get('model')}, {isa})")
+
+
+def measure(url, model, args, levels, tag):
+    prompts = loadgen.make_prompts(max(args.requests_per_level(c) for c in levels),
+                                   args.prompt_words, args.seed)
+    asyncio.run(loadgen.run_load(url, model, prompts[:1], 4, concurrency=1))  # warm-up
+    out = []
+    for c in levels:
+        n = args.requests_per_level(c)
+        s = asyncio.run(loadgen.run_load(url, model, prompts[:n], args.max_tokens, concurrency=c))
+        s["server"] = tag
+        print(f"{tag} concurrency {c}: {s['output_throughput']:.1f} tok/s, TTFT p50 "
+              f"{s['ttft_s']['p50']:.2f} s, failed {s['failed']}", flush=True)
+        out.append(s)
+    return out
+
+
+def run_ctxpar(args, levels):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [args.ctxpar, "serve", "--model-path", args.model, "--port", str(port),
+           "--max-running-requests", str(max(levels)), *args.ctxpar_flags.split()]
+    p = Process(cmd, url, os.path.join(args.out, "ctxpar-serve.log"))
+    try:
+        results = measure(url, None, args, levels, "ctxpar")
+        results.append(poisson(url, args, "ctxpar"))
+    finally:
+        p.stop()
+    return results
+
+
+def run_llama(args, levels):
+    results = []
+    for c in levels + ["poisson"]:
+        slots = args.poisson_slots if c == "poisson" else c
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        cmd = [os.path.join(args.llama_bin, "llama-server"), "-m", args.model, "--host",
+               "127.0.0.1", "--port", str(port), "--parallel", str(slots), "-c",
+               str(slots * args.slot_context), "-t", str(args.threads), "--cont-batching"]
+        p = Process(cmd, url, os.path.join(args.out, f"llama-server-{c}.log"),
+                    env={"OMP_WAIT_POLICY": args.llama_omp_wait})
+        try:
+            if c == "poisson":
+                results.append(poisson(url, args, "llama.cpp"))
+            else:
+                results += measure(url, None, args, [c], "llama.cpp")
+        finally:
+            p.stop()
+    return results
+
+
+def poisson(url, args, tag):
+    prompts = loadgen.make_prompts(args.poisson_requests, args.prompt_words, args.seed + 1)
+    s = asyncio.run(loadgen.run_load(url, None, prompts, args.max_tokens, rate=args.rate,
+                                     seed=args.seed))
+    s["server"] = tag
+    print(f"{tag} Poisson {args.rate}/s: {s['output_throughput']:.1f} tok/s, TTFT p50 "
+          f"{s['ttft_s']['p50']:.2f} s, failed {s['failed']}", flush=True)
+    return s
+
+
+def fmt(v, digits=2):
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def table(results):
+    rows = ["| server | load | requests (failed) | output tok/s | req/s | TTFT p50 / p99 (s) | "
+            "ITL p50 / p99 (s) | TPOT p50 / p99 (s) | E2E p50 / p99 (s) |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        load = f"concurrency {r['concurrency']}" if r["rate"] is None else f"Poisson {r['rate']}/s"
+        rows.append(
+            f"| {r['server']} | {load} | {r['requests']} ({r['failed']}) | "
+            f"{fmt(r['output_throughput'], 1)} | {fmt(r['request_throughput'], 3)} | "
+            f"{fmt(r['ttft_s']['p50'])} / {fmt(r['ttft_s']['p99'])} | "
+            f"{fmt(r['itl_s']['p50'], 3)} / {fmt(r['itl_s']['p99'], 3)} | "
+            f"{fmt(r['tpot_s']['p50'], 3)} / {fmt(r['tpot_s']['p99'], 3)} | "
+            f"{fmt(r['e2e_s']['p50'])} / {fmt(r['e2e_s']['p99'])} |")
+    return "\n".join(rows) + "\n"
+
+
+def plot(results, path, title):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    for server, marker in (("ctxpar", "o"), ("llama.cpp", "s")):
+        rs = [r for r in results if r["server"] == server and r["rate"] is None]
+        if not rs:
+            continue
+        c = [r["concurrency"] for r in rs]
+        a.plot(c, [r["output_throughput"] for r in rs], marker=marker, label=server)
+        b.plot(c, [r["ttft_s"]["p50"] for r in rs], marker=marker, label=server)
+    for ax, label in ((a, "output throughput (tokens/s)"), (b, "TTFT p50 (s)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrency")
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ctxpar", default=os.path.join(ROOT, "build/default/cli/ctxpar"))
+    p.add_argument("--ctxpar-flags", default="", help="extra flags of ctxpar serve")
+    p.add_argument("--llama-bin", default=None, help="llama-server's directory (default: built "
+                   "by bench/llama_cpp/build.sh)")
+    p.add_argument("--model", default=os.environ.get("CTXPAR_MODEL"))
+    p.add_argument("--out", required=True)
+    p.add_argument("--levels", default="1,4,16,64")
+    p.add_argument("--requests", type=int, default=0,
+                   help="requests per level (default: max(4, concurrency))")
+    p.add_argument("--rate", type=float, default=0.25, help="Poisson arrivals per second")
+    p.add_argument("--poisson-requests", type=int, default=16)
+    p.add_argument("--poisson-slots", type=int, default=16)
+    p.add_argument("--prompt-words", type=int, default=513, help="513: 520-token prompts")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--slot-context", type=int, default=1024)
+    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--llama-omp-wait", default="PASSIVE",
+                   help="OMP_WAIT_POLICY of llama-server: its OpenMP threads spin at barriers "
+                   "when ACTIVE, which on a shared 2-core machine costs it 5-10x")
+    p.add_argument("--skip-llama", action="store_true")
+    args = p.parse_args()
+    if not args.model:
+        args.model = subprocess.check_output(["bash", os.path.join(ROOT, "scripts/fetch-model.sh")],
+                                             text=True).strip()
+    args.requests_per_level = (lambda c: args.requests or max(4, c))
+    os.makedirs(args.out, exist_ok=True)
+    levels = [int(x) for x in args.levels.split(",")]
+    results = run_ctxpar(args, levels)
+    if not args.skip_llama:
+        if args.llama_bin is None:
+            args.llama_bin = subprocess.check_output(
+                ["bash", os.path.join(ROOT, "bench/llama_cpp/build.sh")], text=True).split()[-1]
+        results += run_llama(args, levels)
+    cpu = f"{cpu_name()}, {os.cpu_count()} cores"
+    meta = {"cpu": cpu, "load_average": os.getloadavg(), "llama_omp_wait": args.llama_omp_wait,
+            "model": os.path.basename(args.model), "max_tokens": args.max_tokens,
+            "prompt_words": args.prompt_words, "ctxpar_flags": args.ctxpar_flags,
+            "command": " ".join(sys.argv)}
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump({"meta": meta, "results": results}, f, indent=2)
+    md = table(results)
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(f"{cpu}; {meta['model']}; {args.max_tokens} new tokens, streamed\n\n" + md)
+    plot(results, os.path.join(args.out, "serve.png"),
+         f"{meta['model']}, {args.max_tokens} new tokens, {cpu}")
+    print(md)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+// Running a command over MPI ranks from the CLI, with one voice: the user types `ctxpar generate
+// --tp-size 3 ...` and never mpirun, sees each error once (from rank 0, with its catalog ID) and
+// gets the error's exit status, not mpirun's boilerplate.
+//
+// Launch (RunUnderMpirun): this process stays the parent of
+//   $CTXPAR_MPIRUN (default mpirun) --quiet $CTXPAR_MPIRUN_ARGS -np N <this binary> COMMAND ARGS
+// in a process group of its own (stdin from /dev/null), so that a terminal's Ctrl-C reaches this
+// process only. The first SIGINT / SIGTERM is passed to the ranks as SIGUSR1 / SIGUSR2, which
+// mpirun forwards and signals.h reads as a stop request; after a second one, and a second's
+// grace for the stop already under way, the local ranks are killed (SIGKILL), on which mpirun
+// ends the job and removes their shared-memory segments. mpirun itself is never signalled
+// again: interrupted twice it exits without that cleanup (and Open MPI 4.1's crashes in
+// PMIx_Finalize), which is how segments used to be left in /dev/shm. The exit status is
+// mpirun's, which --quiet makes the ranks' (see FinishRank), or 128 + the first signal when the
+// ranks had to be killed.
+// CTXPAR_MPIRUN_ARGS is split at blanks (no quoting), e.g. "--hostfile hosts --mca btl tcp,self".
+//
+// Report (FinishRank): every rank passes its final Status. The ranks agree on the lowest failing
+// rank (an all-reduce) and broadcast its Status; rank 0 prints it and returns its exit status,
+// the other ranks print nothing and return 0 (a rank that exits non-zero first makes mpirun kill
+// rank 0, whose message would be lost). A collective timeout (CTXPAR-COMM-*) cannot be agreed on:
+// the lowest rank that still answers prints it and exits at once, which ends the job.
+//
+// Thread safety: called from the main thread only.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "ctxpar/communicator.h"
+#include "ctxpar/status.h"
+
+namespace ctxpar::cli {
+
+// True inside an MPI job (Open MPI, MPICH's PMI, PMIx, Intel MPI variables).
+bool UnderMpi();
+
+// Runs `command args` on n ranks under mpirun as described above and returns the exit status.
+int RunUnderMpirun(std::string_view command, int n, const std::vector<std::string>& args);
+
+// Ends a rank's run as described above; returns the rank's exit status (or does not return).
+int FinishRank(Communicator& world, const Status& status);
+
+// An error found before the ranks have a communicator (the command line, the model file): every
+// rank of an MPI job finds the same one, so only rank 0 (by the launcher's environment) prints
+// it and returns its exit status; the others return 0. Outside MPI, ReportError.
+int ReportBeforeWorld(const Status& status);
+
+}  // namespace ctxpar::cli

@@ -1,0 +1,172 @@
+// `ctxpar serve [launch flags] [--host H] [--port P] [--api-key K] [--served-model-name N]
+// [--enable-metrics]`: the OpenAI-compatible server (server.h) on the engine.
+//
+// The launch configuration goes through PrepareLaunch (as `generate` and `check --model-path`).
+// With tp_size > 1 and no MPI job around it the command runs itself under `mpirun -np tp_size`
+// (mpi_launch.h: this process stays mpirun's parent and passes SIGINT / SIGTERM on to the ranks
+// as SIGUSR1 / SIGUSR2); rank 0 binds the port (before anything loads, so that a port in use is
+// reported at once), serves HTTP and plans; every rank computes (Engine::Run until Stop). An
+// error is printed once, by rank 0 (FinishRank).
+//
+// Logs, on stderr as SGLang's: the resolved configuration (server_args=...), the engine's KV
+// capacity lines, then one ready line. SIGINT / SIGTERM: stop accepting, end the requests in
+// flight with finish_reason "abort", exit 0 on every rank.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "command.h"
+#include "ctxpar/communicator.h"
+#include "ctxpar/engine.h"
+#include "ctxpar/launch.h"
+#include "ctxpar/server.h"
+#include "launch_flags.h"
+#include "mpi_launch.h"
+
+namespace ctxpar::cli {
+namespace {
+
+int Fail(const Status& status) { return ReportBeforeWorld(status); }
+
+sigset_t SignalSet(std::initializer_list<int> signals) {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : signals) sigaddset(&set, s);
+  return set;
+}
+
+void Log(std::string_view line) {
+  std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
+  std::fflush(stderr);
+}
+
+// SGLang's first log line: every field of the resolved configuration, then the server's options.
+std::string ServerArgsLine(const Launch& launch, const ServerOptions& o) {
+  std::string line = "server_args=ServerArgs(";
+  for (const FieldResolution& f : launch.resolved.fields()) {
+    line += std::string(f.field->name) + "=" + FieldValueRepr(f.value) + ", ";
+  }
+  line += "host='" + o.host + "', port=" + std::to_string(o.port) + ", served_model_name='" +
+          (o.served_model_name.empty() ? launch.config.model_path : o.served_model_name) +
+          "', api_key=" + (o.api_key.empty() ? "None" : "'***'") +
+          ", enable_metrics=" + (o.enable_metrics ? "True" : "False") + ")";
+  return line;
+}
+
+// Rank 0: binds, tells the other ranks whether it could (they would otherwise wait in the
+// engine's collectives), then loads, serves and stops on a signal.
+Status RunRank(Communicator& world, Launch& launch, const ServerOptions& options,
+               const sigset_t& signals) {
+  const bool leader = world.rank() == 0;
+  std::unique_ptr<Server> server;
+  Status bound;
+  if (leader) {
+    Log(ServerArgsLine(launch, options));
+    Expected<std::unique_ptr<Server>> created = Server::Create(options);
+    bound = created.ok() ? (*created)->Start(ServerThreads(launch.config)) : created.status();
+    if (bound.ok()) server = std::move(*created);
+  }
+  int32_t ok = bound.ok() ? 1 : 0;
+  CTXPAR_RETURN_IF_ERROR(world.Broadcast(&ok, 1, DataType::kI32, 0));
+  if (!ok) {
+    return leader ? bound : Unavailable("rank 0 could not start the HTTP server");
+  }
+  Expected<std::unique_ptr<Engine>> engine =
+      Engine::Create(launch.config, *launch.source, world, leader ? Log : nullptr);
+  if (!engine.ok()) return engine.status();
+  std::thread waiter;
+  std::atomic<bool> run_ended{false};
+  std::unique_ptr<EngineBackend> backend;
+  if (leader) {
+    backend = std::make_unique<EngineBackend>(**engine);
+    ServingModel model{backend.get(), launch.source->tokenizer(), launch.source->desc(),
+                       launch.config, launch.resolved};
+    if (Status s = server->Attach(std::move(model)); !s.ok()) {
+      Log("ctxpar serve: chat completions are off: " + s.message());
+    }
+    Log("The server is fired up and ready to roll! Listening on http://" + options.host + ":" +
+        std::to_string(server->port()));
+    Engine* e = engine->get();
+    Server* srv = server.get();
+    waiter = std::thread([e, srv, &signals, &run_ended] {
+      const timespec tick{0, 100'000'000};
+      while (!run_ended.load()) {
+        const int signal = sigtimedwait(&signals, nullptr, &tick);
+        if (signal <= 0) continue;
+        Log("ctxpar serve: signal " + std::to_string(signal) +
+            ": no new request; ending the requests in flight");
+        srv->BeginShutdown();
+        e->Stop();
+        return;
+      }
+    });
+  }
+  Status run = (*engine)->Run(Engine::RunUntil::kStopped);
+  if (leader) {
+    run_ended.store(true);
+    waiter.join();
+    server->BeginShutdown();
+    server->Wait();
+  }
+  return run;
+}
+
+int RunServe(const std::vector<std::string>& args) {
+  CLI::App app{"Serve the model over HTTP (OpenAI- and SGLang-compatible routes).", "ctxpar serve"};
+  LaunchFlags flags;
+  AddLaunchFlags(app, &flags);
+  ServerOptions o;
+  app.add_option("--host", o.host, "Address to listen on (default 127.0.0.1).");
+  app.add_option("--port", o.port, "Port to listen on (default 30000; 0: any free port).");
+  app.add_option("--api-key", o.api_key,
+                 "Require 'Authorization: Bearer KEY' (not on /health and /v1/models).");
+  app.add_option("--served-model-name", o.served_model_name,
+                 "The model name of the API (default: the model path).");
+  app.add_flag("--enable-metrics", o.enable_metrics, "Serve Prometheus metrics on /metrics.");
+  Status status;
+  if (int rc = ParseCommandLine(app, args, "serve", &status); rc >= 0) {
+    return rc == kExitOk ? rc : Fail(status);
+  }
+  Expected<LaunchConfig> raw = ToLaunchConfig(flags);
+  if (!raw.ok()) return Fail(raw.status());
+  Expected<Launch> launch = PrepareLaunch(*raw);
+  if (!launch.ok()) return Fail(launch.status());
+  const int tp = launch->config.tp_size;
+  if (tp > 1 && !UnderMpi()) {
+    if (Expected<double> t = CollectiveTimeoutFromEnv(); !t.ok()) return Fail(t.status());
+    return RunUnderMpirun("serve", tp, args);
+  }
+  // Every thread (MPI's, the HTTP pool, the engine's) inherits this mask, so the stop signals
+  // (SIGUSR1 / SIGUSR2 are what the launcher passes on through mpirun) reach only rank 0's waiter
+  // thread; the other ranks leave them pending and stop when rank 0's plan says so.
+  const sigset_t signals = SignalSet({SIGINT, SIGTERM, SIGUSR1, SIGUSR2});
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  std::unique_ptr<Communicator> world;
+  if (UnderMpi()) {
+    Expected<std::unique_ptr<Communicator>> mpi = MakeMpiWorld();
+    if (!mpi.ok()) return Fail(mpi.status());
+    world = std::move(*mpi);
+    if (world->size() != tp) {
+      return FinishRank(*world, InvalidArgument("the MPI job has " + std::to_string(world->size()) +
+                                                " ranks, but tp_size is " + std::to_string(tp)));
+    }
+  } else {
+    world = std::move(MakeInProcessGroup(1)[0]);
+  }
+  return FinishRank(*world, RunRank(*world, *launch, o, signals));
+}
+
+}  // namespace
+
+CTXPAR_REGISTER_COMMAND("serve", "serve the model over HTTP (OpenAI and SGLang routes)", RunServe);
+
+}  // namespace ctxpar::cli

@@ -1,0 +1,531 @@
+#include "server/request.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+
+#include "ctxpar/error_catalog.h"
+#include "ctxpar/tokenizer.h"
+
+namespace ctxpar::server {
+namespace {
+
+using json = nlohmann::json;
+using MaybeError = std::optional<ApiError>;
+
+constexpr int kMaxChoices = 128;
+constexpr int kMaxLogprobs = 20;
+
+#define CTXPAR_RETURN_IF_API_ERROR(expr) \
+  if (MaybeError api_error_ = (expr)) return *api_error_
+
+// A value as the error message quotes it: JSON, cut to a readable length.
+std::string Quote(const json& value) {
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  return text.size() > 80 ? text.substr(0, 77) + "..." : text;
+}
+
+ApiError TypeError(std::string_view param, std::string_view expected, const json& value) {
+  return ToApiError(CatalogError("CTXPAR-HTTP-002", {{"field", std::string(param)},
+                                                     {"expected", std::string(expected)},
+                                                     {"value", Quote(value)}}),
+                    std::string(param));
+}
+
+ApiError RangeError(Route route, std::string_view param, std::string_view rule,
+                    const std::string& value) {
+  return ToApiError(CatalogError("CTXPAR-HTTP-004", {{"field", std::string(param)},
+                                                     {"rule", std::string(rule)},
+                                                     {"route", std::string(RoutePath(route))},
+                                                     {"value", value}}),
+                    std::string(param));
+}
+
+ApiError Missing(std::string_view path, std::string_view param) {
+  return ToApiError(CatalogError("CTXPAR-HTTP-003",
+                                 {{"route", std::string(path)}, {"field", std::string(param)}}),
+                    std::string(param));
+}
+
+ApiError Unsupported(std::string_view param, std::string detail) {
+  return ToApiError(CatalogError("CTXPAR-HTTP-007",
+                                 {{"field", std::string(param)}, {"detail", std::move(detail)}}),
+                    std::string(param));
+}
+
+// obj[key], or null when absent.
+const json& Field(const json& obj, std::string_view key) {
+  static const json kNull;
+  auto it = obj.find(key);
+  return it == obj.end() ? kNull : *it;
+}
+
+MaybeError Read(const json& v, std::string_view param, bool* out) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_boolean()) return TypeError(param, "a boolean", v);
+  *out = v.get<bool>();
+  return std::nullopt;
+}
+
+MaybeError Read(const json& v, std::string_view param, float* out) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_number()) return TypeError(param, "a number", v);
+  *out = v.get<float>();
+  return std::nullopt;
+}
+
+MaybeError Read(const json& v, std::string_view param, int64_t* out) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_number_integer()) return TypeError(param, "an integer", v);
+  *out = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX} ? INT64_MAX
+                                                                           : v.get<int64_t>();
+  return std::nullopt;
+}
+
+MaybeError Read(const json& v, std::string_view param, int* out) {
+  int64_t wide = *out;
+  CTXPAR_RETURN_IF_API_ERROR(Read(v, param, &wide));
+  if (wide < std::numeric_limits<int>::min() || wide > std::numeric_limits<int>::max()) {
+    return TypeError(param, "a 32-bit integer", v);
+  }
+  *out = static_cast<int>(wide);
+  return std::nullopt;
+}
+
+// A string or a list of strings.
+MaybeError ReadStrings(const json& v, std::string_view param, std::vector<std::string>* out) {
+  if (v.is_null()) return std::nullopt;
+  if (v.is_string()) {
+    out->assign(1, v.get<std::string>());
+    return std::nullopt;
+  }
+  if (!v.is_array()) return TypeError(param, "a string or a list of strings", v);
+  out->clear();
+  for (const json& s : v) {
+    if (!s.is_string()) return TypeError(param, "a string or a list of strings", v);
+    out->push_back(s.get<std::string>());
+  }
+  return std::nullopt;
+}
+
+bool IsIdList(const json& v) {
+  return v.is_array() &&
+         std::all_of(v.begin(), v.end(), [](const json& t) { return t.is_number_integer(); });
+}
+
+MaybeError ReadIds(const json& v, std::string_view param, std::vector<int32_t>* out) {
+  if (!IsIdList(v)) return TypeError(param, "a list of token ids", v);
+  out->clear();
+  for (const json& t : v) {
+    const int64_t id = t.get<int64_t>();
+    // Out-of-vocabulary ids are the engine's to refuse (CTXPAR-ENGINE-010); only the type here.
+    if (t.is_number_unsigned() && t.get<uint64_t>() > uint64_t{INT32_MAX}) {
+      return TypeError(param, "a list of token ids", v);
+    }
+    out->push_back(static_cast<int32_t>(std::clamp<int64_t>(id, INT32_MIN, INT32_MAX)));
+  }
+  return std::nullopt;
+}
+
+// The sampling fields every route shares, from `obj` (the body, or /generate's
+// sampling_params), params spelled with `prefix`.
+MaybeError ReadSampling(const json& obj, std::string_view prefix, Route route, ApiRequest* r) {
+  SamplingParams& s = r->sampling;
+  auto p = [&](std::string_view key) { return std::string(prefix) + std::string(key); };
+  for (std::string_view key :
+       route == Route::kGenerate
+           ? std::vector<std::string_view>{"max_new_tokens"}
+           : std::vector<std::string_view>{"max_completion_tokens", "max_tokens"}) {
+    if (!Field(obj, key).is_null()) {
+      CTXPAR_RETURN_IF_API_ERROR(Read(Field(obj, key), p(key), &s.max_new_tokens));
+      r->max_tokens_given = true;
+    }
+  }
+  CTXPAR_RETURN_IF_API_ERROR(Read(Field(obj, "temperature"), p("temperature"), &s.temperature));
+  CTXPAR_RETURN_IF_API_ERROR(Read(Field(obj, "top_p"), p("top_p"), &s.top_p));
+  CTXPAR_RETURN_IF_API_ERROR(Read(Field(obj, "top_k"), p("top_k"), &s.top_k));
+  CTXPAR_RETURN_IF_API_ERROR(Read(Field(obj, "min_p"), p("min_p"), &s.min_p));
+  CTXPAR_RETURN_IF_API_ERROR(
+      Read(Field(obj, "frequency_penalty"), p("frequency_penalty"), &s.frequency_penalty));
+  CTXPAR_RETURN_IF_API_ERROR(
+      Read(Field(obj, "presence_penalty"), p("presence_penalty"), &s.presence_penalty));
+  CTXPAR_RETURN_IF_API_ERROR(
+      Read(Field(obj, "repetition_penalty"), p("repetition_penalty"), &s.repetition_penalty));
+  CTXPAR_RETURN_IF_API_ERROR(ReadStrings(Field(obj, "stop"), p("stop"), &s.stop));
+  if (const json& ids = Field(obj, "stop_token_ids"); !ids.is_null()) {
+    CTXPAR_RETURN_IF_API_ERROR(ReadIds(ids, p("stop_token_ids"), &s.stop_token_ids));
+  }
+  CTXPAR_RETURN_IF_API_ERROR(Read(Field(obj, "ignore_eos"), p("ignore_eos"), &s.ignore_eos));
+  CTXPAR_RETURN_IF_API_ERROR(
+      Read(Field(obj, "skip_special_tokens"), p("skip_special_tokens"), &s.skip_special_tokens));
+  if (const json& seed = Field(obj, "seed"); !seed.is_null()) {
+    int64_t value = 0;
+    CTXPAR_RETURN_IF_API_ERROR(Read(seed, p("seed"), &value));
+    if (value < 0) return RangeError(route, p("seed"), "a non-negative integer", Quote(seed));
+    s.seed = static_cast<uint64_t>(value);
+  }
+  int n = 1;
+  CTXPAR_RETURN_IF_API_ERROR(Read(Field(obj, "n"), p("n"), &n));
+  if (n < 1 || n > kMaxChoices) {
+    return RangeError(route, p("n"), fmt::format("in [1, {}]", kMaxChoices), std::to_string(n));
+  }
+  r->n = n;
+  return std::nullopt;
+}
+
+// Fields that change what a response means and that ctxpar does not implement.
+MaybeError RefuseUnsupported(const json& body) {
+  if (const json& v = Field(body, "tools"); !v.is_null() && !v.empty()) {
+    return Unsupported("tools", "tool calls are not implemented");
+  }
+  if (const json& v = Field(body, "functions"); !v.is_null() && !v.empty()) {
+    return Unsupported("functions", "function calls are not implemented");
+  }
+  if (const json& v = Field(body, "tool_choice"); !v.is_null() && v != "none" && v != "auto") {
+    return Unsupported("tool_choice", "tool calls are not implemented");
+  }
+  if (const json& v = Field(body, "response_format");
+      !v.is_null() && !(v.is_object() && Field(v, "type") == "text")) {
+    return Unsupported("response_format", "only {\"type\": \"text\"} is implemented");
+  }
+  if (const json& v = Field(body, "logit_bias"); !v.is_null() && !v.empty()) {
+    return Unsupported("logit_bias", "logit biases are not implemented");
+  }
+  if (const json& v = Field(body, "suffix"); !v.is_null() && v != "") {
+    return Unsupported("suffix", "insertion (a suffix after the completion) is not implemented");
+  }
+  if (const json& v = Field(body, "best_of"); !v.is_null() && v != 1 && v != Field(body, "n")) {
+    return Unsupported("best_of", "server-side best-of ranking is not implemented");
+  }
+  return std::nullopt;
+}
+
+MaybeError ReadModel(const json& body, const ModelContext& model, ApiRequest* r) {
+  r->model = model.served_model_name;
+  const json& v = Field(body, "model");
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_string()) return TypeError("model", "a string", v);
+  if (v.get<std::string>() != model.served_model_name) {
+    return ToApiError(CatalogError("CTXPAR-HTTP-005", {{"model", PyRepr(v.get<std::string>())},
+                                                       {"served", PyRepr(r->model)}}),
+                      "model");
+  }
+  return std::nullopt;
+}
+
+MaybeError ReadStream(const json& body, ApiRequest* r) {
+  CTXPAR_RETURN_IF_API_ERROR(Read(Field(body, "stream"), "stream", &r->stream));
+  const json& options = Field(body, "stream_options");
+  if (options.is_null()) return std::nullopt;
+  if (!options.is_object()) return TypeError("stream_options", "an object", options);
+  return Read(Field(options, "include_usage"), "stream_options.include_usage", &r->include_usage);
+}
+
+MaybeError NeedTokenizer(const ModelContext& model, std::string_view param) {
+  if (model.tokenizer != nullptr) return std::nullopt;
+  return Unsupported(param, "text prompts need the model's tokenizer, and " +
+                                PyRepr(model.served_model_name) + " has none: send token ids");
+}
+
+// Text as a completion prompt: special tokens written in it are tokens (the client renders the
+// whole prompt, as with Hugging Face's tokenizer call).
+std::vector<int32_t> EncodePrompt(const Tokenizer& tokenizer, std::string_view text) {
+  EncodeOptions options;
+  options.parse_special = true;
+  return tokenizer.Encode(text, options);
+}
+
+// prompt / text / input_ids: one or a batch of texts or token-id lists.
+MaybeError ReadPrompts(const json& v, std::string_view param, const ModelContext& model,
+                       bool want_text, ApiRequest* r) {
+  auto add_text = [&](const json& t) -> MaybeError {
+    CTXPAR_RETURN_IF_API_ERROR(NeedTokenizer(model, param));
+    r->prompts.push_back({EncodePrompt(*model.tokenizer, t.get<std::string>()), t});
+    return std::nullopt;
+  };
+  auto add_ids = [&](const json& ids) -> MaybeError {
+    PromptInput prompt;
+    CTXPAR_RETURN_IF_API_ERROR(ReadIds(ids, param, &prompt.ids));
+    if (want_text && model.tokenizer != nullptr) {
+      Expected<std::string> text = model.tokenizer->Decode(prompt.ids, true);
+      if (!text.ok()) return ToApiError(text.status(), std::string(param));
+      prompt.text = std::move(*text);
+    }
+    r->prompts.push_back(std::move(prompt));
+    return std::nullopt;
+  };
+  const std::string_view expected = "a string, a list of strings, or token ids";
+  if (v.is_string()) return add_text(v);
+  if (IsIdList(v) && !v.empty()) return add_ids(v);
+  if (!v.is_array() || v.empty()) return TypeError(param, expected, v);
+  for (const json& item : v) {
+    if (item.is_string()) {
+      CTXPAR_RETURN_IF_API_ERROR(add_text(item));
+    } else if (IsIdList(item)) {
+      CTXPAR_RETURN_IF_API_ERROR(add_ids(item));
+    } else {
+      return TypeError(param, expected, v);
+    }
+  }
+  return std::nullopt;
+}
+
+MaybeError ReadMessages(const json& v, const ModelContext& model, ApiRequest* r) {
+  if (model.tokenizer == nullptr || model.chat_template == nullptr) {
+    const std::string detail =
+        model.tokenizer == nullptr ? "the model has no tokenizer" : model.chat_template_error;
+    return ToApiError(
+        CatalogError("CTXPAR-HTTP-008", {{"route", "/v1/chat/completions"}, {"detail", detail}}),
+        "messages");
+  }
+  if (!v.is_array() || v.empty()) return TypeError("messages", "a non-empty list of messages", v);
+  std::vector<ChatMessage> messages;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string at = fmt::format("messages[{}]", i);
+    const json& m = v[i];
+    if (!m.is_object()) return TypeError(at, "an object with role and content", m);
+    const json& role = Field(m, "role");
+    if (!role.is_string()) return TypeError(at + ".role", "a string", role);
+    ChatMessage message{role.get<std::string>(), ""};
+    if (message.role == "developer") message.role = "system";
+    if (message.role != "system" && message.role != "user" && message.role != "assistant") {
+      return RangeError(Route::kChat, at + ".role", "one of system, developer, user, assistant",
+                        Quote(role));
+    }
+    const json& content = Field(m, "content");
+    if (content.is_string()) {
+      message.content = content.get<std::string>();
+    } else if (content.is_array()) {
+      for (size_t j = 0; j < content.size(); ++j) {
+        const json& part = content[j];
+        const std::string part_at = fmt::format("{}.content[{}]", at, j);
+        if (!part.is_object()) return TypeError(part_at, "a content part object", part);
+        if (Field(part, "type") != "text") {
+          return Unsupported(part_at + ".type", "only text content parts are implemented, not " +
+                                                    Quote(Field(part, "type")));
+        }
+        const json& text = Field(part, "text");
+        if (!text.is_string()) return TypeError(part_at + ".text", "a string", text);
+        message.content += text.get<std::string>();
+      }
+    } else if (!content.is_null()) {
+      return TypeError(at + ".content", "a string or a list of text parts", content);
+    }
+    messages.push_back(std::move(message));
+  }
+  Expected<std::vector<int32_t>> ids = model.chat_template->Encode(*model.tokenizer, messages, true);
+  if (!ids.ok()) return ToApiError(ids.status(), "messages");
+  r->prompts.push_back({std::move(*ids), ""});
+  return std::nullopt;
+}
+
+ApiExpected<json> ParseObject(std::string_view path, std::string_view body) {
+  std::string detail = "expected one JSON object";
+  try {
+    json parsed = json::parse(body);
+    if (parsed.is_object()) return parsed;
+  } catch (const json::parse_error& e) {
+    detail = e.what();  // nlohmann's exceptions stop here: the caller gets an ApiError
+  }
+  return ToApiError(
+      CatalogError("CTXPAR-HTTP-001", {{"route", std::string(path)}, {"detail", detail}}));
+}
+
+// The body of /tokenize or /detokenize, which need `field` and the model's tokenizer.
+ApiExpected<json> TokenizerBody(std::string_view path, std::string_view body,
+                                std::string_view field, const ModelContext& model) {
+  ApiExpected<json> parsed = ParseObject(path, body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  if (Field(std::get<json>(parsed), field).is_null()) return Missing(path, field);
+  CTXPAR_RETURN_IF_API_ERROR(NeedTokenizer(model, field));
+  return parsed;
+}
+
+// The logprob fields of each route.
+MaybeError ReadLogprobs(const json& body, Route route, ApiRequest* r) {
+  const std::string range = fmt::format("in [0, {}]", kMaxLogprobs);
+  if (route == Route::kChat) {
+    CTXPAR_RETURN_IF_API_ERROR(Read(Field(body, "logprobs"), "logprobs", &r->logprobs));
+    CTXPAR_RETURN_IF_API_ERROR(Read(Field(body, "top_logprobs"), "top_logprobs", &r->top_logprobs));
+    if (r->top_logprobs < 0 || r->top_logprobs > kMaxLogprobs) {
+      return RangeError(route, "top_logprobs", range, std::to_string(r->top_logprobs));
+    }
+  } else if (route == Route::kCompletions) {
+    if (const json& v = Field(body, "logprobs"); !v.is_null()) {
+      CTXPAR_RETURN_IF_API_ERROR(Read(v, "logprobs", &r->top_logprobs));
+      if (r->top_logprobs < 0 || r->top_logprobs > kMaxLogprobs) {
+        return RangeError(route, "logprobs", range, std::to_string(r->top_logprobs));
+      }
+      r->logprobs = true;
+    }
+    CTXPAR_RETURN_IF_API_ERROR(Read(Field(body, "echo"), "echo", &r->echo));
+    r->prompt_logprobs = r->echo && r->logprobs;
+  } else {
+    CTXPAR_RETURN_IF_API_ERROR(Read(Field(body, "return_logprob"), "return_logprob", &r->logprobs));
+    CTXPAR_RETURN_IF_API_ERROR(
+        Read(Field(body, "top_logprobs_num"), "top_logprobs_num", &r->top_logprobs));
+    int start = -1;
+    CTXPAR_RETURN_IF_API_ERROR(Read(Field(body, "logprob_start_len"), "logprob_start_len", &start));
+    r->prompt_logprobs = r->logprobs && start >= 0;
+    r->logprob_start_len = std::max(start, 0);
+  }
+  r->sampling.return_logprob = r->logprobs;
+  r->sampling.top_logprobs_num = r->logprobs ? r->top_logprobs : 0;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string_view RoutePath(Route route) {
+  switch (route) {
+    case Route::kChat:
+      return "/v1/chat/completions";
+    case Route::kCompletions:
+      return "/v1/completions";
+    case Route::kGenerate:
+      return "/generate";
+  }
+  return "";
+}
+
+ApiExpected<ApiRequest> ParseApiRequest(Route route, std::string_view body,
+                                        const ModelContext& model) {
+  ApiExpected<json> parsed = ParseObject(RoutePath(route), body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& b = std::get<json>(parsed);
+  ApiRequest r;
+  r.route = route;
+  CTXPAR_RETURN_IF_API_ERROR(ReadModel(b, model, &r));
+  CTXPAR_RETURN_IF_API_ERROR(ReadStream(b, &r));
+  CTXPAR_RETURN_IF_API_ERROR(RefuseUnsupported(b));
+  CTXPAR_RETURN_IF_API_ERROR(ReadLogprobs(b, route, &r));
+  if (route == Route::kGenerate) {
+    r.sampling.max_new_tokens = 128;
+    const json& params = Field(b, "sampling_params");
+    if (!params.is_null() && !params.is_object()) {
+      return TypeError("sampling_params", "an object", params);
+    }
+    CTXPAR_RETURN_IF_API_ERROR(
+        ReadSampling(params.is_null() ? json::object() : params, "sampling_params.", route, &r));
+    const bool has_text = !Field(b, "text").is_null();
+    const json& input = has_text ? Field(b, "text") : Field(b, "input_ids");
+    if (input.is_null()) return Missing(RoutePath(route), "text");
+    CTXPAR_RETURN_IF_API_ERROR(
+        ReadPrompts(input, has_text ? "text" : "input_ids", model, false, &r));
+  } else {
+    r.sampling.max_new_tokens = 16;
+    CTXPAR_RETURN_IF_API_ERROR(ReadSampling(b, "", route, &r));
+    if (route == Route::kChat) {
+      if (Field(b, "messages").is_null()) return Missing(RoutePath(route), "messages");
+      CTXPAR_RETURN_IF_API_ERROR(ReadMessages(Field(b, "messages"), model, &r));
+    } else {
+      if (Field(b, "prompt").is_null()) return Missing(RoutePath(route), "prompt");
+      CTXPAR_RETURN_IF_API_ERROR(ReadPrompts(Field(b, "prompt"), "prompt", model, r.echo, &r));
+    }
+  }
+  return r;
+}
+
+GenerateRequest MakeGenerateRequest(const ApiRequest& request, int index,
+                                    const ModelContext& model) {
+  GenerateRequest g;
+  g.prompt = request.prompts[index / request.n].ids;
+  g.sampling = request.sampling;
+  g.return_prompt_logprobs = request.prompt_logprobs;
+  if (g.sampling.seed) *g.sampling.seed += static_cast<uint64_t>(index % request.n);
+  if (request.route == Route::kChat && !request.max_tokens_given) {
+    const int64_t room = std::min<int64_t>(model.context_length, model.max_total_num_tokens) -
+                         static_cast<int64_t>(g.prompt.size());
+    g.sampling.max_new_tokens = static_cast<int>(std::max<int64_t>(room, 0));
+  }
+  return g;
+}
+
+ApiError SubmitError(const Status& status, const ApiRequest& request) {
+  const std::string& id = status.error_id();
+  std::string param;
+  if (id == "CTXPAR-SAMPLING-001") {
+    if (std::optional<CatalogMatch> m = MatchCatalogMessage(status.message())) {
+      for (const auto& [name, value] : m->values) {
+        if (name == "field") param = value;
+      }
+    }
+    const bool chat = request.route == Route::kChat;
+    if (request.route == Route::kGenerate) {
+      param = "sampling_params." + param;
+    } else if (param == "max_new_tokens") {
+      param = "max_tokens";
+    } else if (param == "top_logprobs_num") {
+      param = chat ? "top_logprobs" : "logprobs";
+    }
+  } else if (id == "CTXPAR-SAMPLING-002") {
+    param = "stop_token_ids";
+  } else if (id == "CTXPAR-ENGINE-009") {
+    param = "stop";
+  } else if (id == "CTXPAR-ENGINE-005" || id == "CTXPAR-ENGINE-006") {
+    param =
+        request.max_tokens_given
+            ? (request.route == Route::kGenerate ? "sampling_params.max_new_tokens" : "max_tokens")
+        : request.route == Route::kChat ? "messages"
+                                        : "prompt";
+  } else if (id == "CTXPAR-ENGINE-010" || status.code() == StatusCode::kInvalidArgument) {
+    param = request.route == Route::kChat       ? "messages"
+            : request.route == Route::kGenerate ? "input_ids"
+                                                : "prompt";
+  }
+  return ToApiError(status, std::move(param));
+}
+
+ApiExpected<json> Tokenize(std::string_view body, const ModelContext& model) {
+  ApiExpected<json> parsed = TokenizerBody("/tokenize", body, "prompt", model);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& b = std::get<json>(parsed);
+  const json& prompt = Field(b, "prompt");
+  bool add_special = true;
+  CTXPAR_RETURN_IF_API_ERROR(
+      Read(Field(b, "add_special_tokens"), "add_special_tokens", &add_special));
+  EncodeOptions options;
+  options.add_special = add_special;
+  options.parse_special = true;
+  auto encode = [&](const json& text) {
+    return model.tokenizer->Encode(text.get<std::string>(), options);
+  };
+  json result = {{"max_model_len", model.context_length}};
+  if (prompt.is_string()) {
+    std::vector<int32_t> ids = encode(prompt);
+    result["count"] = ids.size();
+    result["tokens"] = std::move(ids);
+    return result;
+  }
+  std::vector<std::string> texts;
+  CTXPAR_RETURN_IF_API_ERROR(ReadStrings(prompt, "prompt", &texts));
+  json all = json::array();
+  json counts = json::array();
+  for (const json& text : prompt) {
+    std::vector<int32_t> ids = encode(text);
+    counts.push_back(ids.size());
+    all.push_back(std::move(ids));
+  }
+  result["tokens"] = std::move(all);
+  result["count"] = std::move(counts);
+  return result;
+}
+
+ApiExpected<json> Detokenize(std::string_view body, const ModelContext& model) {
+  ApiExpected<json> parsed = TokenizerBody("/detokenize", body, "tokens", model);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& b = std::get<json>(parsed);
+  const json& tokens = Field(b, "tokens");
+  std::vector<int32_t> ids;
+  CTXPAR_RETURN_IF_API_ERROR(ReadIds(tokens, "tokens", &ids));
+  bool skip_special = false;
+  CTXPAR_RETURN_IF_API_ERROR(
+      Read(Field(b, "skip_special_tokens"), "skip_special_tokens", &skip_special));
+  Expected<std::string> text = model.tokenizer->Decode(ids, !skip_special);
+  if (!text.ok()) return ToApiError(text.status(), "tokens");
+  return json{{"text", *text}, {"prompt", *text}};
+}
+
+}  // namespace ctxpar::server

@@ -1,0 +1,105 @@
+// The request side of the protocol: an OpenAI or SGLang JSON body -> ApiRequest (prompts as
+// token ids, sampling parameters, what the response must contain), and ApiRequest -> the
+// GenerateRequest of each choice.
+//
+// Fields (null is an absent field; unknown fields are ignored, as OpenAI's and SGLang's servers
+// do; fields that would change the meaning of a response and are not implemented are refused
+// with CTXPAR-HTTP-007):
+//   all       model (must be the served name: 404 otherwise), stream, stream_options.include_usage,
+//             n (1..128), max_tokens / max_completion_tokens, temperature, top_p, top_k, min_p,
+//             frequency_penalty, presence_penalty, repetition_penalty, seed, stop (string or
+//             list), stop_token_ids, ignore_eos, skip_special_tokens
+//   chat      messages (role system / developer / user / assistant, content a string or text
+//             parts), logprobs (bool), top_logprobs (0..20)
+//   completion prompt (text, list of texts, token ids, list of token-id lists), echo,
+//             logprobs (0..20 alternatives)
+//   generate  text or input_ids (one or a list), sampling_params {max_new_tokens, ... as above},
+//             return_logprob, top_logprobs_num, logprob_start_len (>= 0: prompt log-probs too)
+// Sampling ranges are the engine's (ValidateSamplingParams, at Submit); this layer checks types
+// and the fields only it knows.
+//
+// Defaults: temperature 1 (OpenAI; SGLang's too), max_tokens 16 on /v1/completions (OpenAI),
+// 128 on /generate (SGLang), and on chat the rest of the context (SGLang), capped by the KV pool.
+// With n > 1 and a seed, choice j uses seed + j so that the choices differ and stay
+// reproducible.
+//
+// Chat messages are rendered with the model's template; the template's own special tokens are
+// tokens, while the text of every message is encoded as text, so a user who writes
+// "<|im_end|>" gets those characters, never the control token (Hugging Face's tokenization of the
+// rendered string otherwise).
+//
+// Thread safety: functions of values; the tokenizer and template are only read.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ctxpar/chat_template.h"
+#include "ctxpar/engine.h"
+#include "ctxpar/sampling.h"
+#include "server/api_error.h"
+
+namespace ctxpar {
+class Tokenizer;
+}
+
+namespace ctxpar::server {
+
+enum class Route { kChat, kCompletions, kGenerate };
+std::string_view RoutePath(Route route);
+
+// What the protocol needs to know of the served model.
+struct ModelContext {
+  std::string served_model_name;
+  const Tokenizer* tokenizer = nullptr;         // null: token ids only
+  const ChatTemplate* chat_template = nullptr;  // null: no chat
+  std::string chat_template_error;              // why there is none
+  int context_length = 0;
+  int64_t max_total_num_tokens = 0;
+};
+
+struct PromptInput {
+  std::vector<int32_t> ids;
+  std::string text;  // the prompt's text, for echo ("" when it was given as ids and no echo)
+};
+
+struct ApiRequest {
+  Route route = Route::kCompletions;
+  std::string model;  // the served name (what the response reports)
+  bool stream = false;
+  bool include_usage = false;
+  int n = 1;
+  bool echo = false;
+  bool logprobs = false;  // of each output token
+  int top_logprobs = 0;   // alternatives per token
+  bool prompt_logprobs = false;
+  int logprob_start_len = 0;  // /generate: the first prompt position whose log-prob is returned
+  bool max_tokens_given = false;
+  std::vector<PromptInput> prompts;  // choice i runs prompts[i / n]
+  SamplingParams sampling;
+
+  int num_choices() const { return static_cast<int>(prompts.size()) * n; }
+};
+
+ApiExpected<ApiRequest> ParseApiRequest(Route route, std::string_view body,
+                                        const ModelContext& model);
+
+// The engine request of choice `index` (prompt index / n, seed + index % n).
+GenerateRequest MakeGenerateRequest(const ApiRequest& request, int index,
+                                    const ModelContext& model);
+
+// A Status from the engine's Submit as an ApiError whose param names the request field: the
+// sampling field of CTXPAR-SAMPLING-001 in the route's spelling, stop_token_ids, stop, or the
+// prompt / messages for the length and vocabulary checks.
+ApiError SubmitError(const Status& status, const ApiRequest& request);
+
+// /tokenize {"prompt": text or list of texts, "add_special_tokens": bool} ->
+// {"tokens": [...] (a list of lists for a list), "count", "max_model_len"}; /detokenize
+// {"tokens": [ids]} -> {"text", "prompt"} (SGLang's and vLLM's names).
+ApiExpected<nlohmann::json> Tokenize(std::string_view body, const ModelContext& model);
+ApiExpected<nlohmann::json> Detokenize(std::string_view body, const ModelContext& model);
+
+
+}  // namespace ctxpar::server

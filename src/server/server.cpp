@@ -1,0 +1,363 @@
+// The routes of server.h on cpp-httplib.
+#include "ctxpar/server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+#include "ctxpar/chat_template.h"
+#include "ctxpar/error_catalog.h"
+#include "ctxpar/tokenizer.h"
+#include "server/metrics.h"
+#include "server/request.h"
+#include "server/response.h"
+#include "server/update_queue.h"
+
+namespace ctxpar {
+namespace {
+
+using json = nlohmann::json;
+using server::ApiError;
+using server::Route;
+
+constexpr auto kPollInterval = std::chrono::milliseconds(200);
+// An idle stream writes an SSE comment this often, so that a client that went away is noticed
+// (and its requests cancelled) even while they wait in the queue.
+constexpr auto kHeartbeat = std::chrono::seconds(2);
+
+void Reply(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+void ReplyError(httplib::Response& res, const ApiError& error) {
+  Reply(res, error.http_status, server::ErrorBody(error));
+}
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+json FieldJson(const FieldValue& v) {
+  if (const auto* i = std::get_if<int64_t>(&v)) return *i;
+  if (const auto* b = std::get_if<bool>(&v)) return *b;
+  if (const auto* s = std::get_if<std::string>(&v)) return *s;
+  return nullptr;
+}
+
+// One generation request's state shared by its HTTP thread and the engine's callbacks.
+struct Job {
+  server::UpdateQueue queue;
+  std::vector<server::RequestTimer> timers;  // one per choice, fed on the engine's thread
+};
+
+}  // namespace
+
+int ServerThreads(const EngineConfig& config) {
+  const int queued = config.max_queued_requests.value_or(64);
+  return std::clamp(config.max_running_requests + queued + 8, 16, 1024);
+}
+
+struct Server::Impl {
+  ServerOptions options;
+  httplib::Server http;
+  std::thread listener;
+  int port = 0;
+  std::atomic<bool> ready{false};
+  std::atomic<bool> stopping{false};
+  // Generation requests whose response is not written yet; Wait closes the server at 0 (httplib's
+  // stop() would cut the streams short).
+  std::mutex active_mu;
+  std::condition_variable active_cv;
+  int active = 0;
+  ServingModel model;
+  std::optional<ChatTemplate> chat_template;
+  server::ModelContext context;
+  server::ServerMetrics metrics;
+
+  void Routes();
+  bool Authorized(const httplib::Request& req) const;
+  std::optional<ApiError> Unavailable() const;
+  void Generate(Route route, const httplib::Request& req, httplib::Response& res);
+  std::shared_ptr<void> Track();
+  json ServerInfo() const;
+  json TokenizerInfo() const;
+};
+
+bool Server::Impl::Authorized(const httplib::Request& req) const {
+  if (options.api_key.empty() || req.path == "/health" || req.path == "/v1/models") return true;
+  return req.get_header_value("Authorization") == "Bearer " + options.api_key;
+}
+
+std::optional<ApiError> Server::Impl::Unavailable() const {
+  if (stopping) {
+    return server::ToApiError(CatalogError("CTXPAR-HTTP-010", {{"state", "shutting down"}}));
+  }
+  if (!ready) {
+    return server::ToApiError(CatalogError("CTXPAR-HTTP-010", {{"state", "loading the model"}}));
+  }
+  return std::nullopt;
+}
+
+std::shared_ptr<void> Server::Impl::Track() {
+  std::lock_guard lock(active_mu);
+  ++active;
+  return std::shared_ptr<void>(nullptr, [this](void*) {
+    std::lock_guard lock(active_mu);
+    if (--active == 0) active_cv.notify_all();
+  });
+}
+
+void Server::Impl::Generate(Route route, const httplib::Request& req, httplib::Response& res) {
+  std::shared_ptr<void> tracked = Track();
+  if (auto e = Unavailable()) return ReplyError(res, *e);
+  auto parsed = server::ParseApiRequest(route, req.body, context);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return ReplyError(res, *e);
+  auto request =
+      std::make_shared<server::ApiRequest>(std::move(std::get<server::ApiRequest>(parsed)));
+  auto job = std::make_shared<Job>();
+  const int choices = request->num_choices();
+  job->timers.assign(choices, server::RequestTimer(&metrics, server::Clock::now()));
+  auto ids = std::make_shared<std::vector<uint64_t>>();
+  Backend* backend = model.backend;
+  for (int i = 0; i < choices; ++i) {
+    Expected<uint64_t> id = backend->Submit(server::MakeGenerateRequest(*request, i, context),
+                                            [job, i](const RequestUpdate& u) {
+                                              job->timers[i].OnUpdate(u, server::Clock::now());
+                                              job->queue.Push(i, u);
+                                            });
+    if (!id.ok()) {
+      for (uint64_t submitted : *ids) backend->Cancel(submitted);
+      return ReplyError(res, server::SubmitError(id.status(), *request));
+    }
+    ids->push_back(*id);
+  }
+  auto builder = std::make_shared<server::ResponseBuilder>(
+      *request, context, server::NewResponseId(route), UnixSeconds());
+  if (!request->stream) {
+    while (!builder->finished()) {
+      for (server::ChoiceUpdate& u : job->queue.Pop(kPollInterval))
+        builder->Apply(u.choice, u.update);
+    }
+    return Reply(res, 200, builder->Final());
+  }
+  auto last_write = std::make_shared<server::Clock::time_point>(server::Clock::now());
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [request, job, builder, last_write, tracked](size_t, httplib::DataSink& sink) {
+        std::string frames;
+        for (server::ChoiceUpdate& u : job->queue.Pop(kPollInterval)) {
+          frames += builder->StreamUpdate(u.choice, u.update);
+        }
+        const bool done = builder->finished();
+        if (done) frames += builder->StreamEnd();
+        if (frames.empty() && server::Clock::now() - *last_write >= kHeartbeat) frames = ": \n\n";
+        if (!frames.empty()) {
+          if (!sink.write(frames.data(), frames.size())) return false;
+          *last_write = server::Clock::now();
+        }
+        if (done) sink.done();
+        return true;
+      },
+      [backend, ids](bool success) {
+        if (success) return;
+        for (uint64_t id : *ids) backend->Cancel(id);
+      });
+}
+
+json Server::Impl::ServerInfo() const {
+  json info = json::object();
+  json sources = json::object();
+  for (const FieldResolution& f : model.resolved.fields()) {
+    info[std::string(f.field->name)] = FieldJson(f.value);
+    sources[std::string(f.field->name)] = f.source;
+  }
+  const std::string name =
+      options.served_model_name.empty() ? model.config.model_path : options.served_model_name;
+  info["model_path"] = model.config.model_path;
+  info["served_model_name"] = name;
+  info["host"] = options.host;
+  info["port"] = port;
+  info["enable_metrics"] = options.enable_metrics;
+  info["api_key_set"] = !options.api_key.empty();
+  const EngineSnapshot s = model.backend->Snapshot();
+  info["max_total_num_tokens"] = s.max_total_num_tokens;
+  info["max_running_requests"] = s.max_running_requests;
+  info["chunked_prefill_size"] = s.chunked_prefill_size;
+  info["context_length"] = s.context_length;
+  info["sources"] = std::move(sources);
+  return info;
+}
+
+json Server::Impl::TokenizerInfo() const {
+  const Tokenizer& tok = *model.tokenizer;
+  auto text = [&](int32_t id) { return id < 0 ? json() : json(tok.token_text(id)); };
+  return {{"eos_token", text(tok.eos_id())},
+          {"bos_token", text(tok.bos_id())},
+          {"pad_token", nullptr},
+          {"chat_template", tok.chat_template()},
+          {"model_max_length", model.desc.context_length}};
+}
+
+void Server::Impl::Routes() {
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (Authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
+    ReplyError(res, server::ToApiError(CatalogError("CTXPAR-HTTP-006", {})));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (auto e = Unavailable()) return ReplyError(res, *e);
+    res.status = 200;
+  });
+  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    if (auto e = Unavailable()) return ReplyError(res, *e);
+    Reply(res, 200,
+          {{"object", "list"},
+           {"data", json::array({{{"id", context.served_model_name},
+                                  {"object", "model"},
+                                  {"created", UnixSeconds()},
+                                  {"owned_by", "ctxpar"},
+                                  {"root", model.config.model_path},
+                                  {"max_model_len", model.desc.context_length}}})}});
+  });
+  http.Get("/get_server_info", [this](const httplib::Request&, httplib::Response& res) {
+    if (auto e = Unavailable()) return ReplyError(res, *e);
+    Reply(res, 200, ServerInfo());
+  });
+  http.Get("/tokenizer_info", [this](const httplib::Request&, httplib::Response& res) {
+    if (auto e = Unavailable()) return ReplyError(res, *e);
+    if (model.tokenizer == nullptr) return Reply(res, 404, json::object());
+    Reply(res, 200, TokenizerInfo());
+  });
+  for (auto [path, tokenize] : {std::pair{"/tokenize", true}, std::pair{"/detokenize", false}}) {
+    http.Post(path,
+              [this, tokenize = tokenize](const httplib::Request& req, httplib::Response& res) {
+                if (auto e = Unavailable()) return ReplyError(res, *e);
+                auto out = tokenize ? server::Tokenize(req.body, context)
+                                    : server::Detokenize(req.body, context);
+                if (auto* e = std::get_if<ApiError>(&out)) return ReplyError(res, *e);
+                Reply(res, 200, std::get<json>(out));
+              });
+  }
+  for (Route route : {Route::kChat, Route::kCompletions, Route::kGenerate}) {
+    http.Post(std::string(server::RoutePath(route)),
+              [this, route](const httplib::Request& req, httplib::Response& res) {
+                Generate(route, req, res);
+              });
+  }
+  if (options.enable_metrics) {
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      if (auto e = Unavailable()) return ReplyError(res, *e);
+      res.set_content(metrics.Render(model.backend->Snapshot(), context.served_model_name),
+                      "text/plain; version=0.0.4");
+    });
+  }
+  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    ApiError e;
+    e.http_status = res.status;
+    e.type = res.status == 404 ? "not_found_error" : "invalid_request_error";
+    e.status = Status(StatusCode::kNotFound,
+                      fmt::format("{} {} is not a route of ctxpar serve", req.method, req.path));
+    ReplyError(res, e);
+  });
+}
+
+Expected<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
+  if (options.port < 0 || options.port > 65535) {
+    return CatalogError(
+        "CTXPAR-HTTP-009",
+        {{"option", "--port"}, {"rule", "in [0, 65535]"}, {"value", std::to_string(options.port)}});
+  }
+  if (options.host.empty()) {
+    return CatalogError("CTXPAR-HTTP-009",
+                        {{"option", "--host"}, {"rule", "an address"}, {"value", "''"}});
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = std::move(options);
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Server::~Server() {
+  BeginShutdown();
+  Wait();
+}
+
+Status Server::Start(int threads) {
+  Impl& s = *impl_;
+  s.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  s.Routes();
+  // httplib's default options set SO_REUSEPORT, which lets a second server bind a port in use
+  // (and share its connections) instead of failing: SO_REUSEADDR only.
+  int listen_socket = -1;
+  s.http.set_socket_options([&listen_socket](socket_t sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listen_socket = sock;
+  });
+  const std::string& host = s.options.host;
+  s.port = s.options.port == 0 ? s.http.bind_to_any_port(host)
+                               : (s.http.bind_to_port(host, s.options.port) ? s.options.port : -1);
+  // Its compiled-in backlog of 5 overflows when dozens of clients connect at once (a reset now and
+  // then under load): listen again with the system's maximum.
+  if (s.port >= 0) ::listen(listen_socket, SOMAXCONN);
+  if (s.port < 0) {
+    return CatalogError("CTXPAR-HTTP-011", {{"host", host},
+                                            {"port", std::to_string(s.options.port)},
+                                            {"detail", "the address is in use or not local"}});
+  }
+  s.listener = std::thread([&s] { s.http.listen_after_bind(); });
+  return Status::Ok();
+}
+
+int Server::port() const { return impl_->port; }
+
+Status Server::Attach(ServingModel model) {
+  Impl& s = *impl_;
+  s.model = std::move(model);
+  s.context.served_model_name =
+      s.options.served_model_name.empty() ? s.model.config.model_path : s.options.served_model_name;
+  s.context.tokenizer = s.model.tokenizer;
+  s.context.context_length = s.model.desc.context_length;
+  s.context.max_total_num_tokens = s.model.backend->Snapshot().max_total_num_tokens;
+  Status status;
+  if (s.model.tokenizer != nullptr) {
+    Expected<ChatTemplate> tmpl = ChatTemplate::FromJinja(s.model.tokenizer->chat_template());
+    if (tmpl.ok()) {
+      s.chat_template.emplace(std::move(*tmpl));
+      s.context.chat_template = &*s.chat_template;
+    } else {
+      s.context.chat_template_error = tmpl.status().message();
+      status = tmpl.status();
+    }
+  }
+  s.ready = true;
+  return status;
+}
+
+void Server::BeginShutdown() { impl_->stopping = true; }
+
+void Server::Wait() {
+  Impl& s = *impl_;
+  {
+    std::unique_lock lock(s.active_mu);
+    s.active_cv.wait(lock, [&] { return s.active == 0; });
+  }
+  s.http.stop();
+  if (s.listener.joinable()) s.listener.join();
+}
+
+}  // namespace ctxpar

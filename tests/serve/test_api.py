@@ -1,0 +1,143 @@
+"""The OpenAI and SGLang routes of `ctxpar serve` through the real `openai` client and raw HTTP,
+on the structure llama.cpp's server tests check: the role-first chunk, one id per stream,
+[DONE], usage equal to what /tokenize counts, tokenize / detokenize round trips."""
+
+import json
+
+import openai
+import pytest
+import requests
+
+from conftest import MODEL_NAME
+
+
+def client(server, key="unused"):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0)
+
+
+def sse_payloads(response):
+    """The data payloads of a raw SSE response, checking the framing."""
+    payloads = []
+    for frame in response.text.split("\n\n"):
+        if not frame:
+            continue
+        lines = [l for l in frame.split("\n") if not l.startswith(":")]
+        if not lines:
+            continue
+        assert len(lines) == 1 and lines[0].startswith("data: "), frame
+        payloads.append(lines[0][len("data: "):])
+    return payloads
+
+
+def count_tokens(server, text):
+    r = requests.post(server.url + "/tokenize", json={"prompt": text, "add_special_tokens": False})
+    assert r.status_code == 200, r.text
+    return r.json()["count"]
+
+
+def test_health_models_and_server_info(server):
+    assert requests.get(server.url + "/health").status_code == 200
+    models = client(server).models.list()
+    assert [m.id for m in models.data] == [MODEL_NAME]
+    info = requests.get(server.url + "/get_server_info").json()
+    assert info["max_total_num_tokens"] > 0
+    assert info["tp_size"] == 1
+    assert info["sources"]["max_running_requests"] == "user"
+    assert info["sources"]["dcp_size"] == "default"
+
+
+def test_chat_stream_role_first_one_id_and_usage(server):
+    stream = client(server).chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": "Say hello."}], max_tokens=12,
+        temperature=0, stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert len({c.id for c in chunks}) == 1
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes in (["stop"], ["length"])
+    usage = chunks[-1].usage
+    assert chunks[-1].choices == []
+    # The prompt is the rendered conversation; the completion re-tokenizes to its count unless
+    # it stopped on <|im_end|>, which is counted but gives no text.
+    completion = count_tokens(server, text)
+    assert usage.completion_tokens == completion + (finishes == ["stop"])
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    assert usage.prompt_tokens > 10
+
+
+def test_raw_stream_ends_with_done(server):
+    r = requests.post(server.url + "/v1/chat/completions",
+                      json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5,
+                            "stream": True, "temperature": 0})
+    assert r.status_code == 200
+    assert r.headers["Content-Type"].startswith("text/event-stream")
+    payloads = sse_payloads(r)
+    assert payloads[-1] == "[DONE]"
+    chunks = [json.loads(p) for p in payloads[:-1]]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert len({c["id"] for c in chunks}) == 1
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def test_completion_usage_matches_tokenize(server):
+    prompt = "The capital of France is"
+    out = client(server).completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=8,
+                                            temperature=0)
+    assert out.usage.prompt_tokens == count_tokens(server, prompt)
+    assert out.usage.completion_tokens == 8
+    assert out.choices[0].finish_reason == "length"
+    assert out.choices[0].text.startswith(" Paris")  # llama.cpp's greedy continuation
+
+
+def test_stream_and_whole_agree(server):
+    kw = dict(model=MODEL_NAME, prompt="Once upon a time", max_tokens=16, temperature=0)
+    whole = client(server).completions.create(**kw).choices[0].text
+    streamed = "".join(c.choices[0].text for c in
+                       client(server).completions.create(stream=True, **kw) if c.choices)
+    assert streamed == whole
+
+
+def test_echo_logprobs_cover_the_prompt(server):
+    prompt = "The capital of France is"
+    out = client(server).completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=1,
+                                            temperature=0, echo=True, logprobs=1)
+    lp = out.choices[0].logprobs
+    n = count_tokens(server, prompt)
+    assert len(lp.tokens) == n + 1
+    assert lp.token_logprobs[0] is None
+    assert all(x <= 0 for x in lp.token_logprobs[1:])
+    assert "".join(lp.tokens) == out.choices[0].text
+    assert out.choices[0].text.startswith(prompt)
+
+
+def test_generate_returns_output_ids(server):
+    r = requests.post(server.url + "/generate",
+                      json={"text": "The capital of France is",
+                            "sampling_params": {"max_new_tokens": 4, "temperature": 0}})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert len(out["output_ids"]) == 4
+    assert out["meta_info"]["finish_reason"] == {"type": "length", "length": 4}
+    d = requests.post(server.url + "/detokenize", json={"tokens": out["output_ids"]}).json()
+    assert d["text"] == out["text"]
+
+
+@pytest.mark.parametrize("text", ["Hello, world!", "naïve café ☕ 日本語", "<|im_start|>user\nx"])
+def test_tokenize_detokenize_round_trip(server, text):
+    ids = requests.post(server.url + "/tokenize", json={"prompt": text}).json()["tokens"]
+    back = requests.post(server.url + "/detokenize", json={"tokens": ids}).json()
+    assert back["text"] == text
+
+
+def test_user_text_never_becomes_control_tokens(server):
+    im_end = requests.post(server.url + "/tokenize",
+                           json={"prompt": "<|im_end|>", "add_special_tokens": False}).json()
+    assert im_end["tokens"] == [2]
+    plain = client(server).chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": "A"}], max_tokens=1)
+    forged = client(server).chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": "A<|im_end|>"}], max_tokens=1)
+    # One control token in the user's text would add one token; its characters add several.
+    assert forged.usage.prompt_tokens - plain.usage.prompt_tokens > 1

@@ -1,0 +1,114 @@
+"""Bad input and faults: OpenAI's error object with the field and the catalog ID (400, 404), the
+API key (401; /health and /v1/models stay open), a full queue (503)."""
+
+import concurrent.futures
+import os
+import subprocess
+
+import openai
+import pytest
+import requests
+
+from conftest import MODEL_NAME, start
+
+
+def post(server, path, body, **kw):
+    if isinstance(body, str):
+        return requests.post(server.url + path, data=body,
+                             headers={"Content-Type": "application/json", **kw.get("headers", {})})
+    return requests.post(server.url + path, json=body, **kw)
+
+
+def check_error(r, status, param, catalog_id, type_="invalid_request_error"):
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["type"] == type_
+    assert err["param"] == param
+    assert catalog_id in err["message"]
+    return err
+
+
+@pytest.mark.parametrize("body,param,catalog_id", [
+    ('{"prompt": "a", ', None, "CTXPAR-HTTP-001"),
+    ({"prompt": "a", "max_tokens": "16"}, "max_tokens", "CTXPAR-HTTP-002"),
+    ({"prompt": "a", "stream": "yes"}, "stream", "CTXPAR-HTTP-002"),
+    ({"max_tokens": 4}, "prompt", "CTXPAR-HTTP-003"),
+    ({"prompt": "a", "n": 0}, "n", "CTXPAR-HTTP-004"),
+    ({"prompt": "a", "temperature": -1}, "temperature", "CTXPAR-SAMPLING-001"),
+    ({"prompt": "a", "top_p": 1.5}, "top_p", "CTXPAR-SAMPLING-001"),
+    ({"prompt": "a", "max_tokens": -2}, "max_tokens", "CTXPAR-SAMPLING-001"),
+    ({"prompt": "a", "stop_token_ids": [10 ** 6]}, "stop_token_ids", "CTXPAR-SAMPLING-002"),
+    ({"prompt": [49152]}, "prompt", "CTXPAR-ENGINE-010"),
+    ({"prompt": "a", "max_tokens": 10 ** 6}, "max_tokens", "CTXPAR-ENGINE-005"),
+    ({"prompt": "a", "logit_bias": {"5": 1}}, "logit_bias", "CTXPAR-HTTP-007"),
+])
+def test_bad_completion_requests(server, body, param, catalog_id):
+    check_error(post(server, "/v1/completions", body), 400, param, catalog_id)
+
+
+def test_bad_chat_requests(server):
+    check_error(post(server, "/v1/chat/completions", {"messages": "hi"}), 400, "messages",
+                "CTXPAR-HTTP-002")
+    check_error(post(server, "/v1/chat/completions",
+                     {"messages": [{"role": "tool", "content": "x"}]}),
+                400, "messages[0].role", "CTXPAR-HTTP-004")
+
+
+def test_unknown_model_is_404_through_the_client(server):
+    c = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
+    with pytest.raises(openai.NotFoundError) as e:
+        c.completions.create(model="gpt-4", prompt="a", max_tokens=1)
+    assert e.value.body["code"] == "model_not_found"
+    assert "CTXPAR-HTTP-005" in e.value.body["message"]
+
+
+def test_unknown_route_is_404(server):
+    r = requests.get(server.url + "/v1/nope")
+    assert r.status_code == 404
+    assert r.json()["error"]["type"] == "not_found_error"
+
+
+@pytest.fixture(scope="module")
+def keyed(request):
+    return start(request, "--api-key", "s3cret")
+
+
+def test_api_key(keyed):
+    assert requests.get(keyed.url + "/health").status_code == 200
+    assert requests.get(keyed.url + "/v1/models").status_code == 200
+    r = post(keyed, "/v1/completions", {"prompt": "a", "max_tokens": 1})
+    err = check_error(r, 401, None, "CTXPAR-HTTP-006", "authentication_error")
+    assert err["code"] == "invalid_api_key"
+    bad = post(keyed, "/v1/completions", {"prompt": "a", "max_tokens": 1},
+               headers={"Authorization": "Bearer wrong"})
+    assert bad.status_code == 401
+    c = openai.OpenAI(base_url=keyed.url + "/v1", api_key="s3cret", max_retries=0)
+    assert c.completions.create(model=MODEL_NAME, prompt="a", max_tokens=1).usage.completion_tokens == 1
+    wrong = openai.OpenAI(base_url=keyed.url + "/v1", api_key="nope", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        wrong.completions.create(model=MODEL_NAME, prompt="a", max_tokens=1)
+
+
+@pytest.fixture(scope="module")
+def small_queue(request):
+    return start(request, "--max-running-requests", "1", "--max-queued-requests", "1")
+
+
+def test_full_queue_is_503(small_queue):
+    body = {"prompt": "Count: one two three", "max_tokens": 48, "ignore_eos": True}
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(lambda _: post(small_queue, "/v1/completions", body), range(8)))
+    statuses = sorted(r.status_code for r in codes)
+    assert 200 in statuses and 503 in statuses, statuses
+    refused = next(r for r in codes if r.status_code == 503)
+    check_error(refused, 503, None, "CTXPAR-ENGINE-007", "unavailable_error")
+
+
+def test_port_in_use_fails_at_once(server):
+    r = subprocess.run([os.environ["CTXPAR_BIN"], "serve", "--model-path",
+                        os.environ["CTXPAR_MODEL"], "--port", str(server.port)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "CTXPAR-HTTP-011" in r.stderr
+    assert requests.get(server.url + "/health").status_code == 200

@@ -1,0 +1,376 @@
+// The server's protocol layer: OpenAI / SGLang request bodies -> engine requests, errors as
+// OpenAI's error object, and updates -> responses and SSE frames, checked against the shapes
+// OpenAI's API reference and SGLang document (written out here) and, for chat encoding, against
+// llama.cpp's tokenization of the rendered conversation (tests/data/tokenizer/golden.json).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ctxpar/chat_template.h"
+#include "ctxpar/gguf.h"
+#include "ctxpar/tokenizer.h"
+#include "server/api_error.h"
+#include "server/request.h"
+#include "server/response.h"
+
+namespace ctxpar::server {
+namespace {
+
+using json = nlohmann::json;
+
+std::string Utf8(uint32_t cp) {
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+// A byte-level vocabulary without merges: every byte is its own token (ids in GPT-2's
+// byte-to-unicode order), plus ChatML's two control tokens. Text encodes to one token per byte.
+Tokenizer TinyTokenizer() {
+  TokenizerSpec spec;
+  spec.pre = "gpt2";
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    if (printable) spec.tokens.push_back(Utf8(b));
+  }
+  for (uint32_t cp = 0x100; spec.tokens.size() < 256; ++cp) spec.tokens.push_back(Utf8(cp));
+  spec.token_types.assign(256, 1);
+  for (const char* special : {"<|im_start|>", "<|im_end|>"}) {
+    spec.tokens.push_back(special);
+    spec.token_types.push_back(3);
+  }
+  spec.eos_id = 257;
+  auto t = Tokenizer::Create(std::move(spec));
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return std::move(t).value();
+}
+
+constexpr int32_t kImStart = 256;
+constexpr int32_t kImEnd = 257;
+
+class ProtocolTest : public ::testing::Test {
+ protected:
+  ProtocolTest()
+      : tok_(TinyTokenizer()),
+        tmpl_(ChatTemplate::FromJinja("{% for m in messages %}<|im_start|>{{ m.role }}\n"
+                                      "{{ m.content }}<|im_end|>\n{% endfor %}")
+                  .value()) {
+    model_.served_model_name = "smol";
+    model_.tokenizer = &tok_;
+    model_.chat_template = &tmpl_;
+    model_.context_length = 100;
+    model_.max_total_num_tokens = 64;
+  }
+
+  std::vector<int32_t> Bytes(std::string_view text) const {
+    EncodeOptions o;
+    o.add_special = false;
+    return tok_.Encode(text, o);
+  }
+
+  ApiRequest Parse(Route route, const json& body) {
+    auto r = ParseApiRequest(route, body.dump(), model_);
+    if (auto* e = std::get_if<ApiError>(&r)) {
+      ADD_FAILURE() << e->status.message();
+      return {};
+    }
+    return std::get<ApiRequest>(r);
+  }
+
+  ApiError Refuse(Route route, std::string_view body) {
+    auto r = ParseApiRequest(route, body, model_);
+    EXPECT_TRUE(std::holds_alternative<ApiError>(r)) << body;
+    return std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r) : ApiError{};
+  }
+
+  Tokenizer tok_;
+  ChatTemplate tmpl_;
+  ModelContext model_;
+};
+
+TEST_F(ProtocolTest, CompletionFieldsReachTheSamplingParameters) {
+  const ApiRequest r = Parse(Route::kCompletions, {{"model", "smol"},
+                                                   {"prompt", "Hi"},
+                                                   {"max_tokens", 7},
+                                                   {"temperature", 0.5},
+                                                   {"top_p", 0.9},
+                                                   {"top_k", 40},
+                                                   {"min_p", 0.05},
+                                                   {"frequency_penalty", 0.25},
+                                                   {"presence_penalty", -0.5},
+                                                   {"repetition_penalty", 1.1},
+                                                   {"seed", 42},
+                                                   {"stop", "\n"},
+                                                   {"stop_token_ids", {3, 4}},
+                                                   {"ignore_eos", true},
+                                                   {"logprobs", 2},
+                                                   {"echo", true},
+                                                   {"stream", true},
+                                                   {"stream_options", {{"include_usage", true}}},
+                                                   {"user", "ignored"}});
+  const SamplingParams& s = r.sampling;
+  EXPECT_EQ(s.max_new_tokens, 7);
+  EXPECT_FLOAT_EQ(s.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(s.top_p, 0.9f);
+  EXPECT_EQ(s.top_k, 40);
+  EXPECT_FLOAT_EQ(s.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(s.frequency_penalty, 0.25f);
+  EXPECT_FLOAT_EQ(s.presence_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(s.repetition_penalty, 1.1f);
+  EXPECT_EQ(s.seed, 42u);
+  EXPECT_EQ(s.stop, std::vector<std::string>{"\n"});
+  EXPECT_EQ(s.stop_token_ids, (std::vector<int32_t>{3, 4}));
+  EXPECT_TRUE(s.ignore_eos);
+  EXPECT_TRUE(s.return_logprob);
+  EXPECT_EQ(s.top_logprobs_num, 2);
+  EXPECT_TRUE(r.echo && r.prompt_logprobs && r.stream && r.include_usage);
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].ids, Bytes("Hi"));
+  EXPECT_EQ(r.prompts[0].text, "Hi");
+}
+
+TEST_F(ProtocolTest, DefaultsAreOpenAisAndSglangs) {
+  const ApiRequest c = Parse(Route::kCompletions, {{"prompt", "Hi"}, {"max_tokens", nullptr}});
+  EXPECT_EQ(c.sampling.max_new_tokens, 16);
+  EXPECT_FLOAT_EQ(c.sampling.temperature, 1.0f);
+  EXPECT_FALSE(c.stream || c.sampling.return_logprob || c.max_tokens_given);
+  EXPECT_EQ(c.model, "smol");
+  EXPECT_EQ(Parse(Route::kGenerate, {{"text", "Hi"}}).sampling.max_new_tokens, 128);
+  // Chat without max_tokens: the rest of the context, capped by the pool (64 tokens here).
+  const ApiRequest chat =
+      Parse(Route::kChat, {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}});
+  const GenerateRequest g = MakeGenerateRequest(chat, 0, model_);
+  EXPECT_EQ(g.sampling.max_new_tokens, 64 - static_cast<int>(g.prompt.size()));
+}
+
+TEST_F(ProtocolTest, PromptsAsTextTokenIdsAndBatches) {
+  EXPECT_EQ(Parse(Route::kCompletions, {{"prompt", {5, 6, 7}}}).prompts[0].ids,
+            (std::vector<int32_t>{5, 6, 7}));
+  const ApiRequest batch =
+      Parse(Route::kCompletions, {{"prompt", {"ab", "c"}}, {"n", 2}, {"seed", 10}});
+  ASSERT_EQ(batch.num_choices(), 4);
+  EXPECT_EQ(MakeGenerateRequest(batch, 3, model_).prompt, Bytes("c"));
+  EXPECT_EQ(MakeGenerateRequest(batch, 2, model_).sampling.seed, 10u);
+  EXPECT_EQ(MakeGenerateRequest(batch, 3, model_).sampling.seed, 11u);
+  const ApiRequest ids = Parse(Route::kCompletions, {{"prompt", {{1, 2}, {3}}}, {"echo", true}});
+  ASSERT_EQ(ids.prompts.size(), 2u);
+  EXPECT_EQ(ids.prompts[1].ids, std::vector<int32_t>{3});
+  EXPECT_EQ(ids.prompts[0].text, *tok_.Decode(std::vector<int32_t>{1, 2}, true));
+  // Special tokens written in a completion prompt are tokens (the client renders the prompt).
+  EXPECT_EQ(Parse(Route::kCompletions, {{"prompt", "<|im_end|>"}}).prompts[0].ids,
+            std::vector<int32_t>{kImEnd});
+  const ApiRequest gen =
+      Parse(Route::kGenerate,
+            {{"input_ids", {9}}, {"sampling_params", {{"max_new_tokens", 3}, {"temperature", 0}}}});
+  EXPECT_EQ(gen.prompts[0].ids, std::vector<int32_t>{9});
+  EXPECT_EQ(gen.sampling.max_new_tokens, 3);
+  EXPECT_EQ(gen.sampling.temperature, 0.0f);
+}
+
+TEST_F(ProtocolTest, ChatKeepsUserTextAsText) {
+  const ApiRequest r =
+      Parse(Route::kChat,
+            {{"messages",
+              {{{"role", "system"}, {"content", "S"}},
+               {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "Hi <|im_end|>"}}}}}}}});
+  std::vector<int32_t> expected = {kImStart};
+  for (int32_t id : Bytes("system\nS")) expected.push_back(id);
+  expected.insert(expected.end(), {kImEnd});
+  for (int32_t id : Bytes("\n")) expected.push_back(id);
+  expected.push_back(kImStart);
+  for (int32_t id : Bytes("user\nHi <|im_end|>")) expected.push_back(id);
+  expected.push_back(kImEnd);
+  for (int32_t id : Bytes("\n")) expected.push_back(id);
+  expected.push_back(kImStart);
+  for (int32_t id : Bytes("assistant\n")) expected.push_back(id);
+  EXPECT_EQ(r.prompts[0].ids, expected);
+}
+
+void ExpectError(const ApiError& e, int http, std::string_view type, std::string_view param,
+                 std::string_view id) {
+  EXPECT_EQ(e.http_status, http) << e.status.message();
+  EXPECT_EQ(e.type, type);
+  EXPECT_EQ(e.param, param);
+  EXPECT_EQ(e.status.error_id(), id) << e.status.message();
+  const json body = ErrorBody(e);
+  EXPECT_NE(body["error"]["message"].get<std::string>().find(std::string(id)), std::string::npos);
+  EXPECT_EQ(body["error"]["param"], param.empty() ? json() : json(param));
+  EXPECT_EQ(body["error"]["type"], type);
+  EXPECT_TRUE(body["error"].contains("code"));
+}
+
+TEST_F(ProtocolTest, BadRequestsAreOpenAiErrorsNamingTheField) {
+  ExpectError(Refuse(Route::kCompletions, "{\"prompt\": "), 400, "invalid_request_error", "",
+              "CTXPAR-HTTP-001");
+  ExpectError(Refuse(Route::kCompletions, "[1]"), 400, "invalid_request_error", "",
+              "CTXPAR-HTTP-001");
+  ExpectError(Refuse(Route::kCompletions, R"({"prompt": "a", "max_tokens": "16"})"), 400,
+              "invalid_request_error", "max_tokens", "CTXPAR-HTTP-002");
+  ExpectError(Refuse(Route::kCompletions, R"({"prompt": "a", "temperature": "hot"})"), 400,
+              "invalid_request_error", "temperature", "CTXPAR-HTTP-002");
+  ExpectError(Refuse(Route::kCompletions, R"({"prompt": {"a": 1}})"), 400, "invalid_request_error",
+              "prompt", "CTXPAR-HTTP-002");
+  ExpectError(Refuse(Route::kCompletions, R"({"max_tokens": 3})"), 400, "invalid_request_error",
+              "prompt", "CTXPAR-HTTP-003");
+  ExpectError(Refuse(Route::kChat, R"({"prompt": "a"})"), 400, "invalid_request_error", "messages",
+              "CTXPAR-HTTP-003");
+  ExpectError(Refuse(Route::kCompletions, R"({"prompt": "a", "n": 0})"), 400,
+              "invalid_request_error", "n", "CTXPAR-HTTP-004");
+  ExpectError(Refuse(Route::kCompletions, R"({"prompt": "a", "logprobs": 21})"), 400,
+              "invalid_request_error", "logprobs", "CTXPAR-HTTP-004");
+  ExpectError(Refuse(Route::kChat, R"({"messages": [{"role": "tool", "content": "x"}]})"), 400,
+              "invalid_request_error", "messages[0].role", "CTXPAR-HTTP-004");
+  ExpectError(Refuse(Route::kGenerate, R"({"text": "a", "sampling_params": {"top_k": 1.5}})"), 400,
+              "invalid_request_error", "sampling_params.top_k", "CTXPAR-HTTP-002");
+  const ApiError model = Refuse(Route::kCompletions, R"({"model": "gpt-4", "prompt": "a"})");
+  ExpectError(model, 404, "not_found_error", "model", "CTXPAR-HTTP-005");
+  EXPECT_EQ(model.code, "model_not_found");
+  ExpectError(Refuse(Route::kCompletions, R"({"prompt": "a", "logit_bias": {"5": 1}})"), 400,
+              "invalid_request_error", "logit_bias", "CTXPAR-HTTP-007");
+  model_.chat_template = nullptr;
+  model_.chat_template_error = "not ChatML";
+  ExpectError(Refuse(Route::kChat, R"({"messages": [{"role": "user", "content": "x"}]})"), 400,
+              "invalid_request_error", "messages", "CTXPAR-HTTP-008");
+}
+
+TEST_F(ProtocolTest, EngineRefusalsMapToStatusAndField) {
+  const ApiRequest r = Parse(Route::kCompletions, {{"prompt", "a"}, {"max_tokens", 500}});
+  const Status too_long(StatusCode::kInvalidArgument, "The request needs 501 tokens",
+                        "CTXPAR-ENGINE-005");
+  ExpectError(SubmitError(too_long, r), 400, "invalid_request_error", "max_tokens",
+              "CTXPAR-ENGINE-005");
+  const Status full(StatusCode::kUnavailable, "The request queue is full", "CTXPAR-ENGINE-007");
+  ExpectError(SubmitError(full, r), 503, "unavailable_error", "", "CTXPAR-ENGINE-007");
+  const Status stop_id(StatusCode::kInvalidArgument, "stop_token_ids must be token ids",
+                       "CTXPAR-SAMPLING-002");
+  EXPECT_EQ(SubmitError(stop_id, r).param, "stop_token_ids");
+}
+
+TEST_F(ProtocolTest, TokenizeAndDetokenizeRoundTrip) {
+  auto t = Tokenize(R"({"prompt": "Hi<|im_end|>", "add_special_tokens": false})", model_);
+  ASSERT_TRUE(std::holds_alternative<json>(t));
+  const json& tokens = std::get<json>(t);
+  std::vector<int32_t> expected = Bytes("Hi");
+  expected.push_back(kImEnd);
+  EXPECT_EQ(tokens["tokens"].get<std::vector<int32_t>>(), expected);
+  EXPECT_EQ(tokens["count"], 3);
+  EXPECT_EQ(tokens["max_model_len"], 100);
+  auto d = Detokenize(json{{"tokens", tokens["tokens"]}}.dump(), model_);
+  ASSERT_TRUE(std::holds_alternative<json>(d));
+  EXPECT_EQ(std::get<json>(d)["text"], "Hi<|im_end|>");
+  EXPECT_EQ(std::get<json>(d)["prompt"], "Hi<|im_end|>");
+  auto missing = Detokenize("{}", model_);
+  ASSERT_TRUE(std::holds_alternative<ApiError>(missing));
+  EXPECT_EQ(std::get<ApiError>(missing).param, "tokens");
+}
+
+RequestUpdate Update(std::vector<int32_t> tokens, std::string text, FinishReason finish,
+                     int completion, std::string detail = {}) {
+  RequestUpdate u;
+  u.tokens = std::move(tokens);
+  u.text = std::move(text);
+  u.finish = finish;
+  u.finish_detail = std::move(detail);
+  u.prompt_tokens = 2;
+  u.completion_tokens = completion;
+  return u;
+}
+
+// The "data: ..." payloads of a stream, in order, checking the framing on the way.
+std::vector<std::string> Payloads(const std::string& stream) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < stream.size()) {
+    const size_t end = stream.find("\n\n", pos);
+    EXPECT_NE(end, std::string::npos);
+    const std::string frame = stream.substr(pos, end - pos);
+    EXPECT_EQ(frame.rfind("data: ", 0), 0u) << frame;
+    out.push_back(frame.substr(6));
+    pos = end + 2;
+  }
+  return out;
+}
+
+TEST_F(ProtocolTest, ChatStreamHasRoleFirstOneIdUsageAndDone) {
+  const ApiRequest r = Parse(Route::kChat, {{"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                                            {"stream", true},
+                                            {"stream_options", {{"include_usage", true}}}});
+  ResponseBuilder b(r, model_, "chatcmpl-x", 7);
+  std::string stream = b.StreamUpdate(0, Update({65}, "A", FinishReason::kNone, 1));
+  stream += b.StreamUpdate(0, Update({66, kImEnd}, "B", FinishReason::kStop, 3, "257"));
+  ASSERT_TRUE(b.finished());
+  stream += b.StreamEnd();
+  const std::vector<std::string> p = Payloads(stream);
+  ASSERT_EQ(p.size(), 6u);
+  EXPECT_EQ(p.back(), "[DONE]");
+  std::vector<json> chunks;
+  for (size_t i = 0; i + 1 < p.size(); ++i) chunks.push_back(json::parse(p[i]));
+  for (const json& c : chunks) {
+    EXPECT_EQ(c["id"], "chatcmpl-x");
+    EXPECT_EQ(c["object"], "chat.completion.chunk");
+    EXPECT_EQ(c["model"], "smol");
+    EXPECT_EQ(c["created"], 7);
+  }
+  EXPECT_EQ(chunks[0]["choices"][0]["delta"], json({{"role", "assistant"}, {"content", ""}}));
+  EXPECT_EQ(chunks[1]["choices"][0]["delta"]["content"], "A");
+  EXPECT_EQ(chunks[2]["choices"][0]["delta"]["content"], "B");
+  EXPECT_EQ(chunks[3]["choices"][0]["delta"], json::object());
+  EXPECT_EQ(chunks[3]["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(chunks[3]["choices"][0]["matched_stop"], kImEnd);
+  EXPECT_TRUE(chunks[3]["usage"].is_null());
+  EXPECT_EQ(chunks[4]["choices"], json::array());
+  EXPECT_EQ(chunks[4]["usage"],
+            json({{"prompt_tokens", 2}, {"completion_tokens", 3}, {"total_tokens", 5}}));
+}
+
+TEST_F(ProtocolTest, CompletionWithEchoReturnsPromptLogprobs) {
+  const ApiRequest r = Parse(
+      Route::kCompletions, {{"prompt", "ab"}, {"echo", true}, {"logprobs", 1}, {"max_tokens", 1}});
+  ResponseBuilder b(r, model_, "cmpl-x", 1);
+  const int32_t c_id = Bytes("c")[0];
+  RequestUpdate u = Update({c_id}, "c", FinishReason::kLength, 1);
+  u.prompt_logprobs = {std::nullopt, TokenLogprob{Bytes("b")[0], -0.5f, {{Bytes("b")[0], -0.5f}}}};
+  u.logprobs = {TokenLogprob{c_id, -0.25f, {{c_id, -0.25f}}}};
+  b.Apply(0, u);
+  ASSERT_TRUE(b.finished());
+  const json out = b.Final();
+  EXPECT_EQ(out["object"], "text_completion");
+  const json& c = out["choices"][0];
+  EXPECT_EQ(c["text"], "abc");
+  EXPECT_EQ(c["finish_reason"], "length");
+  const json& lp = c["logprobs"];
+  EXPECT_EQ(lp["tokens"], json({"a", "b", "c"}));
+  EXPECT_EQ(lp["token_logprobs"], json({nullptr, -0.5, -0.25}));
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_EQ(lp["top_logprobs"][1], json({{"b", -0.5}}));
+  EXPECT_EQ(lp["text_offset"], json({0, 1, 2}));
+  EXPECT_EQ(out["usage"]["total_tokens"], 3);
+}
+
+TEST_F(ProtocolTest, GenerateReturnsOutputIdsAndSglangFinishReason) {
+  const ApiRequest r = Parse(Route::kGenerate, {{"text", "ab"}});
+  ResponseBuilder b(r, model_, "abc", 1);
+  b.Apply(0, Update({70, 71}, "FG", FinishReason::kStop, 2, "G"));
+  json out = b.Final();
+  EXPECT_EQ(out["text"], "FG");
+  EXPECT_EQ(out["output_ids"], json({70, 71}));
+  EXPECT_EQ(out["meta_info"]["finish_reason"], json({{"type", "stop"}, {"matched", "G"}}));
+  EXPECT_EQ(out["meta_info"]["prompt_tokens"], 2);
+  EXPECT_EQ(out["meta_info"]["completion_tokens"], 2);
+  ResponseBuilder len(r, model_, "abc", 1);
+  len.Apply(0, Update({70}, "F", FinishReason::kLength, 1));
+  EXPECT_EQ(len.Final()["meta_info"]["finish_reason"], json({{"type", "length"}, {"length", 1}}));
+}
+
+}  // namespace
+}  // namespace ctxpar::server
