@@ -54,10 +54,10 @@ Expected<const float*> NormWeight(const GgufFile& f, const std::string& name, in
 
 // A row-parallel product: its input columns cut into segments, of which the rank owns a run.
 struct RowParallel {
-  model::QuantMatrix w;       // the whole matrix
-  std::vector<int> bounds;    // segment s is input columns [bounds[s], bounds[s + 1])
-  int first = 0;              // the rank's first segment
-  int count = 0;              // and how many it owns
+  model::QuantMatrix w;     // the whole matrix
+  std::vector<int> bounds;  // segment s is input columns [bounds[s], bounds[s + 1])
+  int first = 0;            // the rank's first segment
+  int count = 0;            // and how many it owns
 };
 
 struct Layer {
@@ -117,7 +117,8 @@ Status LlamaModel::Init(const EngineConfig& config) {
   const int hd = hp.head_dim;
   const LlamaShard& s = shard_;
   std::vector<int> head_bounds;
-  for (int i = 0; i <= s.segments; ++i) head_bounds.push_back(i * hd);
+  const int seg_heads = hp.num_heads / s.segments;
+  for (int i = 0; i <= s.segments; ++i) head_bounds.push_back(i * seg_heads * hd);
   const int first_seg = s.tp_rank * s.own_segments;
   const int ffn_first = s.ffn_bounds[first_seg];
   const int ffn_count = s.ffn_bounds[first_seg + s.own_segments] - ffn_first;
@@ -257,8 +258,9 @@ Status LlamaModel::Forward(const Batch& batch, KvPool& kv, std::vector<float>& l
   if (n < 1) return InvalidArgument("Forward: the batch has no token");
   for (int t = 0; t < n; ++t) {
     if (batch.tokens[t] < 0 || batch.tokens[t] >= hp.vocab_size) {
-      return InvalidArgument(fmt::format("token id {} at index {} is outside the vocabulary [0, {})",
-                                         batch.tokens[t], t, hp.vocab_size));
+      return InvalidArgument(
+          fmt::format("token id {} at index {} is outside the vocabulary [0, {})", batch.tokens[t],
+                      t, hp.vocab_size));
     }
   }
   const int dim = hp.dim;
@@ -296,8 +298,7 @@ Expected<std::unique_ptr<Model>> CreateLlamaModel(std::shared_ptr<const GgufFile
                                        config.tp_size, world.size()));
   }
   CTXPAR_RETURN_IF_ERROR(CheckLlamaLayout(hp, config.tp_size, config.dcp_size));
-  LlamaShard shard = MakeLlamaShard(hp, config.tp_size, config.dcp_size,
-                                    config.dcp_replicate_q_proj, world.rank());
+  LlamaShard shard = MakeLlamaShard(hp, config, world.rank());
   auto model = std::make_unique<LlamaModel>(std::move(file), hp, std::move(desc), config, world,
                                             pool, std::move(shard));
   CTXPAR_RETURN_IF_ERROR(model->Init(config));

@@ -11,11 +11,13 @@
 //   the KV pool; DcpAttention merges the partial states. With replicated Q the rank projects Q
 //   for the whole group.
 // - Row-parallel products (o_proj, ffn_down) are cut into S = H fixed column segments (o_proj:
-//   one head each; ffn_down: H runs of whole 32-blocks, floor(s * B / H)), the same for every
+//   H / S heads each; ffn_down: S runs of whole 32-blocks, floor(s * B / S)), the same for every
 //   tp; a rank owns S / tp consecutive segments. The sum over segments is taken in segment
 //   order whichever rank computed each, so a (tp, dcp = 1) run equals the tp = 1 run bit for
-//   bit. gate/up rows follow the ffn_down segments; lm_head is vocab-sharded (uneven shards
-//   padded) and all-gathered.
+//   bit. With int8 activations S = tp instead: that forward is not invariant anyway (an int8
+//   rounding flips on a 1-ulp change), and one dot product over the whole row at tp = 1 is
+//   llama.cpp's order. gate/up rows follow the ffn_down segments; lm_head is vocab-sharded
+//   (uneven shards padded) and all-gathered.
 // - Numerics: Q4_1 / Q8_0 weights times fp32 activations (or int8 ones with
 //   quantize_activations), RMSNorm and RoPE in ggml's normal mode as llama.cpp runs the llama
 //   architecture, fp32 KV.
@@ -59,18 +61,17 @@ Expected<LlamaHparams> ReadLlamaHparams(const GgufFile& file);
 struct LlamaShard {
   int tp_rank = 0;
   int dcp_rank = 0;
-  int group = 0;       // DCP group (tp_rank / dcp)
-  int heads = 0;       // h: query heads of the rank (o_proj)
-  int q_heads = 0;     // heads it projects Q for (h, or h * dcp with replicated Q)
-  int q_first = 0;     // first of them
-  int kv_heads = 0;    // KV heads of the DCP group (the rank's pool stores its shard of them)
+  int group = 0;     // DCP group (tp_rank / dcp)
+  int heads = 0;     // h: query heads of the rank (o_proj)
+  int q_heads = 0;   // heads it projects Q for (h, or h * dcp with replicated Q)
+  int q_first = 0;   // first of them
+  int kv_heads = 0;  // KV heads of the DCP group (the rank's pool stores its shard of them)
   int kv_first = 0;
-  int segments = 0;    // S = num_heads
+  int segments = 0;  // S: num_heads, or tp_size with int8 activations
   int own_segments = 0;
   std::vector<int> ffn_bounds;  // S + 1 feature offsets of the ffn segments
 };
-LlamaShard MakeLlamaShard(const LlamaHparams& hp, int tp_size, int dcp_size, bool replicate_q,
-                          int tp_rank);
+LlamaShard MakeLlamaShard(const LlamaHparams& hp, const EngineConfig& config, int tp_rank);
 
 // The model's rules for a configuration (ModelInfo::hook): heads and KV heads against tp
 // (CTXPAR-MODEL-002/003), dcp against the KV-head replicas (CTXPAR-MODEL-004), flags a dense

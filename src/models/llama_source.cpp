@@ -84,7 +84,7 @@ class LlamaSource final : public ModelSource {
   const Tokenizer* tokenizer() const override { return &tokenizer_; }
 
   KvSpec KvSpecFor(const EngineConfig& c) const override {
-    const LlamaShard shard = MakeLlamaShard(hp_, c.tp_size, c.dcp_size, c.dcp_replicate_q_proj, 0);
+    const LlamaShard shard = MakeLlamaShard(hp_, c, 0);
     return {.num_layers = hp_.num_layers,
             .num_kv_heads = shard.kv_heads,
             .head_dim_k = hp_.head_dim,
@@ -120,27 +120,27 @@ Expected<LlamaHparams> ReadLlamaHparams(const GgufFile& f) {
   CTXPAR_ASSIGN_OR_RETURN(hp.ffn_dim, ReadPositive(f, a + "feed_forward_length"));
   CTXPAR_ASSIGN_OR_RETURN(hp.context_length, ReadPositive(f, a + "context_length"));
   if (hp.dim % hp.num_heads != 0) {
-    return HparamError(f, a + "embedding_length", hp.dim,
-                       fmt::format("it must be divisible by {}attention.head_count ({})", a,
-                                   hp.num_heads));
+    return HparamError(
+        f, a + "embedding_length", hp.dim,
+        fmt::format("it must be divisible by {}attention.head_count ({})", a, hp.num_heads));
   }
   if (hp.num_heads % hp.num_kv_heads != 0) {
-    return HparamError(f, a + "attention.head_count", hp.num_heads,
-                       fmt::format("it must be a multiple of {}attention.head_count_kv ({})", a,
-                                   hp.num_kv_heads));
+    return HparamError(
+        f, a + "attention.head_count", hp.num_heads,
+        fmt::format("it must be a multiple of {}attention.head_count_kv ({})", a, hp.num_kv_heads));
   }
   hp.head_dim = hp.dim / hp.num_heads;
-  CTXPAR_ASSIGN_OR_RETURN(hp.rope_dims, ReadIntHparam(f, a + "rope.dimension_count", 1, 1 << 30,
-                                                      hp.head_dim));
+  CTXPAR_ASSIGN_OR_RETURN(hp.rope_dims,
+                          ReadIntHparam(f, a + "rope.dimension_count", 1, 1 << 30, hp.head_dim));
   if (hp.rope_dims > hp.head_dim || hp.rope_dims % 2 != 0 || hp.rope_dims > 512) {
     return HparamError(
         f, a + "rope.dimension_count", hp.rope_dims,
         fmt::format("it must be even and at most the head dim ({}) and 512", hp.head_dim));
   }
-  CTXPAR_ASSIGN_OR_RETURN(hp.rope_base, ReadFloatHparam(f, a + "rope.freq_base",
-                                                        kRopeFreqBaseRange, hp.rope_base));
-  CTXPAR_ASSIGN_OR_RETURN(hp.rms_eps, ReadFloatHparam(f, a + "attention.layer_norm_rms_epsilon",
-                                                      kRmsEpsilonRange));
+  CTXPAR_ASSIGN_OR_RETURN(
+      hp.rope_base, ReadFloatHparam(f, a + "rope.freq_base", kRopeFreqBaseRange, hp.rope_base));
+  CTXPAR_ASSIGN_OR_RETURN(
+      hp.rms_eps, ReadFloatHparam(f, a + "attention.layer_norm_rms_epsilon", kRmsEpsilonRange));
   CTXPAR_ASSIGN_OR_RETURN(const GgufTensor* embd, f.FindTensor("token_embd.weight"));
   if (embd->shape.size() != 2 || embd->shape[0] != hp.dim || embd->shape[1] < 1 ||
       embd->shape[1] > (1 << 30)) {
@@ -153,8 +153,10 @@ Expected<LlamaHparams> ReadLlamaHparams(const GgufFile& f) {
   return hp;
 }
 
-LlamaShard MakeLlamaShard(const LlamaHparams& hp, int tp, int dcp, bool replicate_q,
-                          int tp_rank) {
+LlamaShard MakeLlamaShard(const LlamaHparams& hp, const EngineConfig& config, int tp_rank) {
+  const int tp = config.tp_size;
+  const int dcp = config.dcp_size;
+  const bool replicate_q = config.dcp_replicate_q_proj;
   LlamaShard s;
   s.tp_rank = tp_rank;
   s.dcp_rank = tp_rank % dcp;
@@ -168,7 +170,7 @@ LlamaShard MakeLlamaShard(const LlamaHparams& hp, int tp, int dcp, bool replicat
   const int per_kv = hp.num_heads / hp.num_kv_heads;
   s.kv_first = s.group * group_heads / per_kv;
   s.kv_heads = std::max(1, group_heads / per_kv);
-  s.segments = hp.num_heads;
+  s.segments = config.llama_cpp_numerics ? tp : hp.num_heads;
   s.own_segments = s.segments / tp;
   const int blocks = hp.ffn_dim / model::kBlock;
   for (int i = 0; i <= s.segments; ++i) {
@@ -179,7 +181,8 @@ LlamaShard MakeLlamaShard(const LlamaHparams& hp, int tp, int dcp, bool replicat
 
 Status CheckLlamaLayout(const LlamaHparams& hp, int tp, int dcp) {
   if (hp.num_heads % tp != 0) {
-    return CatalogError("CTXPAR-MODEL-002", {{"num_heads", Int(hp.num_heads)}, {"tp_size", Int(tp)}});
+    return CatalogError("CTXPAR-MODEL-002",
+                        {{"num_heads", Int(hp.num_heads)}, {"tp_size", Int(tp)}});
   }
   const int kv = hp.num_kv_heads;
   if (kv % tp != 0 && tp % kv != 0) {
@@ -213,8 +216,8 @@ Expected<std::unique_ptr<ModelSource>> OpenGgufSource(const std::string& path) {
   CTXPAR_ASSIGN_OR_RETURN(LlamaHparams hp, ReadLlamaHparams(*file));
   if (hp.architecture != "llama") {
     return Unimplemented(fmt::format(
-        "{}: general.architecture is '{}'; ctxpar runs GGUF models of the llama architecture",
-        path, hp.architecture));
+        "{}: general.architecture is '{}'; ctxpar runs GGUF models of the llama architecture", path,
+        hp.architecture));
   }
   CTXPAR_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::FromGguf(*file));
   return std::unique_ptr<ModelSource>(
