@@ -9,13 +9,10 @@
 #include <functional>
 #include <limits>
 
-#include "ctxpar/error_catalog.h"
 #include "loader/file_bytes.h"
 #include "loader/loader_errors.h"
 
 namespace ctxpar {
-
-using loader_internal::WithCode;
 
 static_assert(std::endian::native == std::endian::little,
               "the GGUF reader copies little-endian fields straight into host integers");
@@ -455,23 +452,15 @@ Expected<GgufFile> GgufFile::Parse(std::shared_ptr<const Storage> storage) {
 }
 
 Expected<GgufFile> GgufFile::Open(const std::string& path) {
-  const std::string file_name = PyRepr(path);
-  const auto cannot_open = [&](StatusCode code, std::string reason) {
-    return WithCode(code,
-                    CatalogError("CTXPAR-GGUF-001", {{"file", file_name}, {"reason", reason}}));
-  };
+  static constexpr loader_internal::OpenErrorIds kIds{"CTXPAR-GGUF-001", "CTXPAR-GGUF-002",
+                                                      "CTXPAR-GGUF-003"};
   auto storage = std::make_shared<Storage>();
   storage->path = path;
   if (std::optional<loader::MapFailure> failure = storage->Map(path)) {
-    return cannot_open(failure->code, failure->reason);
+    return loader_internal::CannotOpen(kIds, path, *failure);
   }
   auto file = Parse(std::move(storage));
-  if (!file.ok()) {
-    const Status& s = file.status();
-    return CatalogError(
-        s.code() == StatusCode::kUnimplemented ? "CTXPAR-GGUF-003" : "CTXPAR-GGUF-002",
-        {{"file", file_name}, {"detail", s.message()}});
-  }
+  if (!file.ok()) return loader_internal::ParseFailed(kIds, path, file.status());
   return file;
 }
 

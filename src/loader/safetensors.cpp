@@ -253,19 +253,14 @@ Expected<SafetensorsFile> SafetensorsFile::Parse(std::shared_ptr<const Storage> 
 }
 
 Expected<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
-  const std::string file = PyRepr(path);
+  static constexpr loader_internal::OpenErrorIds kIds{"CTXPAR-ST-001", "CTXPAR-ST-002",
+                                                      "CTXPAR-ST-003"};
   auto storage = std::make_shared<Storage>();
   if (std::optional<loader::MapFailure> failure = storage->Map(path)) {
-    return loader_internal::WithCode(
-        failure->code,
-        CatalogError("CTXPAR-ST-001", {{"file", file}, {"reason", failure->reason}}));
+    return loader_internal::CannotOpen(kIds, path, *failure);
   }
   auto parsed = Parse(std::move(storage));
-  if (!parsed.ok()) {
-    const Status& s = parsed.status();
-    return CatalogError(s.code() == StatusCode::kUnimplemented ? "CTXPAR-ST-003" : "CTXPAR-ST-002",
-                        {{"file", file}, {"detail", s.message()}});
-  }
+  if (!parsed.ok()) return loader_internal::ParseFailed(kIds, path, parsed.status());
   return parsed;
 }
 
