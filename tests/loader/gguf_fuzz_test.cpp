@@ -13,9 +13,12 @@
 #include <vector>
 
 #include "ctxpar/gguf.h"
+#include "loader/corruption.h"
 
 namespace ctxpar {
 namespace {
+
+using testing::ExpectGracefulError;
 
 const std::string kFixture = std::string(CTXPAR_TEST_DATA_DIR) + "/gguf/fixture_v3.gguf.bin";
 
@@ -39,14 +42,6 @@ void Exercise(const GgufFile& f) {
     out.resize(static_cast<size_t>(t.num_elements()));
     EXPECT_TRUE(DequantizeRows(t, 0, t.num_rows(), out.data()).ok()) << t.name;
   }
-}
-
-// Malformed input may only be reported as data loss (or an unsupported version / endianness).
-void ExpectGracefulError(const Expected<GgufFile>& f, const std::string& what) {
-  const StatusCode code = f.status().code();
-  EXPECT_TRUE(code == StatusCode::kDataLoss || code == StatusCode::kUnimplemented)
-      << what << ": " << f.status().ToString();
-  EXPECT_FALSE(f.status().message().empty()) << what;
 }
 
 TEST(GgufCorruptionTest, EveryTruncationIsDataLoss) {

@@ -12,12 +12,14 @@
 #include <vector>
 
 #include "ctxpar/safetensors.h"
+#include "loader/corruption.h"
 #include "loader/safetensors_builder.h"
 
 namespace ctxpar {
 namespace {
 
 using testing::AsBytes;
+using testing::ExpectGracefulError;
 using testing::SafetensorsImage;
 using testing::TensorBytes;
 using Json = nlohmann::json;
@@ -45,20 +47,13 @@ void Exercise(const SafetensorsFile& f) {
   }
 }
 
-void ExpectGraceful(const Expected<SafetensorsFile>& f, const std::string& what) {
-  const StatusCode code = f.status().code();
-  EXPECT_TRUE(code == StatusCode::kDataLoss || code == StatusCode::kUnimplemented)
-      << what << ": " << f.status().ToString();
-  EXPECT_FALSE(f.status().message().empty()) << what;
-}
-
 void Check(std::vector<uint8_t> bytes, const std::string& what, int* accepted = nullptr) {
   auto f = SafetensorsFile::FromBytes(std::move(bytes));
   if (f.ok()) {
     if (accepted != nullptr) ++*accepted;
     Exercise(*f);
   } else {
-    ExpectGraceful(f, what);
+    ExpectGracefulError(f, what);
   }
 }
 
