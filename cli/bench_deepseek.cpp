@@ -10,7 +10,6 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -23,7 +22,10 @@
 #include "ctxpar/engine.h"
 #include "ctxpar/model.h"
 #include "ctxpar/thread_pool.h"
+#include "error_report.h"
 #include "models/deepseek.h"
+#include "mpi_launch.h"
+#include "option_checks.h"
 
 namespace ctxpar::cli {
 namespace {
@@ -367,26 +369,24 @@ int RunDeepseekBench(const std::vector<std::string>& args) {
       ->check(CLI::Range(1, 4000));
   app.add_option("--steps", o.steps, "decode steps per round")->check(CLI::Range(1, 100));
   app.add_option("--prompt", o.prompt, "tokens of the TTFT prompt")->check(CLI::Range(1, 4095));
-  app.add_option("--threads", o.threads, "compute threads per rank")->check(CLI::Range(1, 256));
+  app.add_option("--threads", o.threads, "compute threads per rank");
   app.add_option("--rounds", o.rounds, "rounds: the median round's time is reported")
       ->check(CLI::Range(1, 1000));
   app.add_flag("--json", json, "print JSON instead of a table");
   if (const int rc = ParseBenchOptions(app, args); rc >= 0) return rc;
-  auto source = OpenModelSource(o.model_path);
-  if (!source.ok()) {
-    std::fprintf(stderr, "ctxpar bench deepseek: %s\n", source.status().message().c_str());
-    return kExitInvalid;
+  auto fail = [](const Status& s) { return ReportError(s, "ctxpar bench deepseek: "); };
+  if (Status s = CheckThreads("--threads", o.threads, /*zero_means_default=*/false); !s.ok()) {
+    return fail(s);
   }
+  auto source = OpenModelSource(o.model_path);
+  if (!source.ok()) return fail(source.status());
   std::vector<Row> rows;
   std::string mode = "threads";
   bool print = true;
   Status st;
-  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr) {
+  if (UnderMpi()) {
     auto world = MakeMpiWorld();
-    if (!world.ok()) {
-      std::fprintf(stderr, "ctxpar bench deepseek: %s\n", world.status().message().c_str());
-      return kExitInternal;
-    }
+    if (!world.ok()) return fail(world.status());
     mode = "mpi";
     print = (*world)->rank() == 0;
     std::vector<Row> mine;
@@ -402,10 +402,7 @@ int RunDeepseekBench(const std::vector<std::string>& args) {
       rows.insert(rows.end(), per_rank[0].begin(), per_rank[0].end());
     }
   }
-  if (!st.ok()) {
-    std::fprintf(stderr, "ctxpar bench deepseek: %s\n", st.ToString().c_str());
-    return kExitInternal;
-  }
+  if (!st.ok()) return fail(st);
   if (!print) return kExitOk;
   if (json) {
     nlohmann::json out = {{"mode", mode},

@@ -26,8 +26,8 @@ struct OpenErrorIds {
 
 inline Status CannotOpen(const OpenErrorIds& ids, const std::string& path,
                          const loader::MapFailure& failure) {
-  return WithCode(failure.code, CatalogError(ids.cannot_open, {{"file", PyRepr(path)},
-                                                               {"reason", failure.reason}}));
+  return WithCode(failure.code, CatalogError(ids.cannot_open,
+                                             {{"file", PyRepr(path)}, {"reason", failure.reason}}));
 }
 
 inline Status ParseFailed(const OpenErrorIds& ids, const std::string& path, const Status& s) {

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -172,6 +173,37 @@ TEST(DeepseekCli, DcpMultipliesTheKvCapacity) {
   EXPECT_EQ(one, 13104);
   EXPECT_LE(std::abs(four - 4 * one), 4 * 16);  // within one page per rank
   EXPECT_EQ(four, 4 * one);
+}
+
+// `ctxpar bench deepseek` at N = 2 on a small shape: the replicated Q path drops the DCP group's
+// Q all-gather and keeps its all-to-all, prefill CP gathers latents over the CP group, and
+// --threads is bounded by the machine like the other commands'.
+TEST(DeepseekCli, BenchDeepseekShowsEachCombinationsCollectives) {
+  SKIP_WITHOUT_REFERENCE();
+  const std::vector<std::string> small = {
+      "bench",     "deepseek", "--model-path", kReference, "--ranks",  "2",  "--batch",  "1",
+      "--context", "16",       "--steps",      "1",        "--prompt", "32", "--rounds", "1"};
+  std::vector<std::string> args = small;
+  args.push_back("--json");
+  const RunResult r = RunCtxpar(args);
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  std::map<std::string, double> bytes;  // "what group collective" -> bytes per rank
+  const Json out = Json::parse(r.out);
+  for (const Json& row : out["rows"]) {
+    bytes[row["what"].get<std::string>() + " " + row["group"].get<std::string>() + " " +
+          row["collective"].get<std::string>()] = row["bytes_sent_per_rank"];
+  }
+  EXPECT_GT(bytes["a2a+none dcp AllGather"], 0) << r.out;
+  EXPECT_EQ(bytes.count("a2a_repq+none dcp AllGather"), 0u) << r.out;
+  EXPECT_GT(bytes["a2a+none dcp AllToAllV"], 0) << r.out;
+  EXPECT_EQ(bytes["a2a_repq+none dcp AllToAllV"], bytes["a2a+none dcp AllToAllV"]);
+  EXPECT_GT(bytes["ttft_cp2_zigzag cp AllGather"], 0) << r.out;
+  EXPECT_EQ(bytes.count("ttft_no_cp cp AllGather"), 0u) << r.out;
+  args = small;
+  args.insert(args.end(), {"--threads", "100000"});
+  const RunResult threads = RunCtxpar(args);
+  EXPECT_EQ(threads.exit_status, 2);
+  EXPECT_TRUE(threads.err.ends_with("run: ctxpar explain CTXPAR-FLAG-007\n")) << threads.err;
 }
 
 // A config.json of the DeepSeek-V4 architecture runs the same network and gets DeepSeek-V4's
