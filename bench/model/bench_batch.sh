@@ -6,7 +6,9 @@
 # Each figure is the best of REPEATS runs (the machine may be shared). Prints a markdown table.
 #
 #   bash bench/model/bench_batch.sh       # env: CTXPAR_MODEL, CTXPAR_BIN, REPEATS (3),
-#                                         #      NEW_TOKENS (64), BATCHES ("1 4 16")
+#                                         #      NEW_TOKENS (64), BATCHES ("1 4 16"),
+#                                         #      FLAGS (more generate flags, e.g.
+#                                         #      "--kv-cache-dtype bf16")
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 model="${CTXPAR_MODEL:-$(bash scripts/fetch-model.sh)}"
@@ -14,6 +16,7 @@ bin="${CTXPAR_BIN:-build/default/cli/ctxpar}"
 repeats="${REPEATS:-3}"
 new_tokens="${NEW_TOKENS:-64}"
 batches="${BATCHES:-1 4 16}"
+read -r -a flags <<<"${FLAGS:-}"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 # Request i: about 500 tokens of text that differ per request (so no two rows are the same).
@@ -37,7 +40,7 @@ for cores in 0 0,1; do
     best_p=0 best_d=0 tokens=0
     for _ in $(seq "$repeats"); do
       line=$(taskset -c "$cores" "$bin" generate --model-path "$model" --threads "$ncores" \
-               --ignore-eos --max-new-tokens "$new_tokens" --prompts-file "$dir/prompts$n.txt" \
+               --ignore-eos --max-new-tokens "$new_tokens" --prompts-file "$dir/prompts$n.txt" "${flags[@]}" \
                2>&1 >/dev/null | grep 'tokens/s' | tail -1)
       p=$(sed -E 's/.*prefill ([0-9]+) tokens in [0-9.]+ s \(([0-9.]+) tokens\/s\).*/\2/' <<<"$line")
       tokens=$(sed -E 's/.*prefill ([0-9]+) tokens.*/\1/' <<<"$line")

@@ -198,7 +198,9 @@ struct MoeNeed {
 
 constexpr MoeNeed kMoeNeeds[] = {
     {"none", "", [](const Platform&) { return true; }},
-    {"deepep", "an NVIDIA CUDA GPU", [](const Platform& p) { return p.is_cuda(); }},
+    // ctxpar runs DeepEP's dispatch and combine on the CPU as all-to-all-v over the communicator.
+    {"deepep", "an NVIDIA CUDA GPU or the CPU engine",
+     [](const Platform& p) { return p.is_cuda() || p.is_cpu(); }},
     {"mooncake", "an NVIDIA CUDA GPU", [](const Platform& p) { return p.is_cuda(); }},
     {"nixl", "an NVIDIA CUDA GPU", [](const Platform& p) { return p.is_cuda(); }},
     {"mori", "an AMD ROCm GPU", [](const Platform& p) { return p.is_rocm(); }},

@@ -387,10 +387,11 @@ std::vector<CatalogEntry> ConfigEntries() {
        "--moe-a2a-backend {backend} needs {requirement}, but the platform is {platform}; use "
        "--moe-a2a-backend {alternatives} instead.",
        kRuntime,
-       "Each MoE all-to-all backend is tied to hardware: deepep, mooncake and nixl to NVIDIA "
-       "CUDA, megamoe to CUDA SM90+, flashinfer to CUDA SM90+ with MNNVL fabric, mori to AMD "
-       "ROCm, ascend_fuseep to Ascend NPUs. `none` (experts reached through all-reduce and "
-       "all-gather) runs everywhere.",
+       "Each MoE all-to-all backend is tied to hardware: deepep to NVIDIA CUDA or ctxpar's CPU "
+       "engine (which runs DeepEP's dispatch and combine as all-to-all-v over MPI), mooncake "
+       "and nixl to NVIDIA CUDA, megamoe to CUDA SM90+, flashinfer to CUDA SM90+ with MNNVL "
+       "fabric, mori to AMD ROCm, ascend_fuseep to Ascend NPUs. `none` (experts reached through "
+       "all-reduce and all-gather) runs everywhere.",
        "At generate/serve init on a machine that lacks what the backend needs, or in `ctxpar "
        "check` when --platform / CTXPAR_PLATFORM names such a platform. `ctxpar check` on a "
        "probed platform does not apply it, so a launch line can be checked on a laptop.",
@@ -447,7 +448,7 @@ const std::vector<CatalogEntry>& Table() {
   static const std::vector<CatalogEntry> entries = [] {
     std::vector<CatalogEntry> all = ConfigEntries();
     for (auto area : {&core_internal::RuntimeCatalogEntries, &core_internal::EngineCatalogEntries,
-                      &core_internal::HttpCatalogEntries}) {
+                      &core_internal::HttpCatalogEntries, &core_internal::DeepseekCatalogEntries}) {
       std::vector<CatalogEntry> entries = area();
       all.insert(all.end(), entries.begin(), entries.end());
     }

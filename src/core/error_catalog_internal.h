@@ -18,4 +18,8 @@ std::vector<CatalogEntry> EngineCatalogEntries();
 // The HTTP server, `ctxpar serve` (CTXPAR-HTTP-*), in any order (error_catalog_http.cpp).
 std::vector<CatalogEntry> HttpCatalogEntries();
 
+// The DeepSeek-V3 architecture: its safetensors files (CTXPAR-ST-*), its config.json reader
+// (CTXPAR-HF-*) and its layout rules (CTXPAR-DSV3-*), in any order (error_catalog_deepseek.cpp).
+std::vector<CatalogEntry> DeepseekCatalogEntries();
+
 }  // namespace ctxpar::core_internal

@@ -1,44 +1,24 @@
-// GGUF parsing: the checked walk over header, metadata and tensor infos, and the file mapping.
+// GGUF parsing: the checked walk over header, metadata and tensor infos.
 #include "ctxpar/gguf.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstring>
 #include <functional>
 #include <limits>
 
-#include "ctxpar/error_catalog.h"
+#include "loader/file_bytes.h"
 #include "loader/loader_errors.h"
 
 namespace ctxpar {
 
-using loader_internal::WithCode;
-
 static_assert(std::endian::native == std::endian::little,
               "the GGUF reader copies little-endian fields straight into host integers");
 
-struct GgufFile::Storage {
+struct GgufFile::Storage : loader::FileBytes {
   std::string path = "(in-memory GGUF)";
-  const uint8_t* data = nullptr;
-  uint64_t size = 0;
-  std::vector<uint8_t> bytes;
-  void* map = nullptr;
-  int fd = -1;
-
-  Storage() = default;
-  Storage(const Storage&) = delete;
-  Storage& operator=(const Storage&) = delete;
-  ~Storage() {
-    if (map != nullptr) munmap(map, size);
-    if (fd >= 0) close(fd);
-  }
 };
 
 namespace {
@@ -302,8 +282,8 @@ class GgufFile::Parser {
 
 Expected<GgufFile> GgufFile::Parse(std::shared_ptr<const Storage> storage) {
   GgufFile file;
-  Parser p(storage->data, storage->size);
-  const uint64_t size = storage->size;
+  Parser p(storage->data(), storage->size());
+  const uint64_t size = storage->size();
 
   char magic[4];
   CTXPAR_RETURN_IF_ERROR(p.Read(&magic, [] { return std::string("magic"); }));
@@ -464,7 +444,7 @@ Expected<GgufFile> GgufFile::Parse(std::shared_ptr<const Storage> storage) {
       return DataLoss(fmt::format("tensor '{}' data [{}, {}) past end of file (size {})", t.name,
                                   begin, end, size));
     }
-    t.data = storage->data + file.data_offset_ + t.offset;
+    t.data = storage->data() + file.data_offset_ + t.offset;
   }
   CTXPAR_RETURN_IF_ERROR(CheckNoOverlap(file.tensors_));
   file.storage_ = std::move(storage);
@@ -472,56 +452,25 @@ Expected<GgufFile> GgufFile::Parse(std::shared_ptr<const Storage> storage) {
 }
 
 Expected<GgufFile> GgufFile::Open(const std::string& path) {
-  const std::string file_name = PyRepr(path);
-  const auto cannot_open = [&](StatusCode code, std::string reason) {
-    return WithCode(code,
-                    CatalogError("CTXPAR-GGUF-001", {{"file", file_name}, {"reason", reason}}));
-  };
+  static constexpr loader_internal::OpenErrorIds kIds{"CTXPAR-GGUF-001", "CTXPAR-GGUF-002",
+                                                      "CTXPAR-GGUF-003"};
   auto storage = std::make_shared<Storage>();
   storage->path = path;
-  storage->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (storage->fd < 0) {
-    const int err = errno;
-    return cannot_open(err == ENOENT ? StatusCode::kNotFound : StatusCode::kInvalidArgument,
-                       std::strerror(err));
-  }
-  struct stat st {};
-  if (fstat(storage->fd, &st) != 0) {
-    return cannot_open(StatusCode::kInvalidArgument, std::strerror(errno));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return cannot_open(StatusCode::kInvalidArgument,
-                       S_ISDIR(st.st_mode) ? "it is a directory" : "it is not a regular file");
-  }
-  storage->size = static_cast<uint64_t>(st.st_size);
-  if (storage->size > 0) {
-    void* map = mmap(nullptr, storage->size, PROT_READ, MAP_PRIVATE, storage->fd, 0);
-    if (map == MAP_FAILED) {
-      return cannot_open(StatusCode::kInvalidArgument,
-                         std::string("cannot map it: ") + std::strerror(errno));
-    }
-    storage->map = map;
-    storage->data = static_cast<const uint8_t*>(map);
+  if (std::optional<loader::MapFailure> failure = storage->Map(path)) {
+    return loader_internal::CannotOpen(kIds, path, *failure);
   }
   auto file = Parse(std::move(storage));
-  if (!file.ok()) {
-    const Status& s = file.status();
-    return CatalogError(
-        s.code() == StatusCode::kUnimplemented ? "CTXPAR-GGUF-003" : "CTXPAR-GGUF-002",
-        {{"file", file_name}, {"detail", s.message()}});
-  }
+  if (!file.ok()) return loader_internal::ParseFailed(kIds, path, file.status());
   return file;
 }
 
 Expected<GgufFile> GgufFile::FromBytes(std::vector<uint8_t> bytes) {
   auto storage = std::make_shared<Storage>();
-  storage->bytes = std::move(bytes);
-  storage->data = storage->bytes.data();
-  storage->size = storage->bytes.size();
+  storage->Hold(std::move(bytes));
   return Parse(std::move(storage));
 }
 
-uint64_t GgufFile::file_size() const { return storage_ ? storage_->size : 0; }
+uint64_t GgufFile::file_size() const { return storage_ ? storage_->size() : 0; }
 
 const std::string& GgufFile::path() const {
   static const std::string kNone;

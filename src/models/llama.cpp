@@ -11,6 +11,7 @@
 #include "models/check_finite.h"
 #include "models/linear.h"
 #include "models/llama_ops.h"
+#include "models/logits.h"
 
 namespace ctxpar {
 
@@ -234,39 +235,19 @@ Status LlamaModel::Attention(const Layer& layer, int l, const Batch& batch, KvPo
 
 Status LlamaModel::Logits(const Batch& batch, std::vector<float>& logits) {
   const int dim = hp_.dim, vocab = hp_.vocab_size;
-  const int64_t rows = batch.TotalLogitRows();
-  rows_.resize(rows * dim);
-  int64_t r = 0;
-  for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
-    const BatchSeq& s = batch.seqs[i];
-    const int32_t count = batch.LogitRows(i);
-    const int32_t first = s.token_offset + s.num_tokens - count;
-    std::copy_n(x_.data() + std::size_t(first) * dim, std::size_t(count) * dim,
-                rows_.data() + r * dim);
-    r += count;
-  }
-  logits.resize(rows * vocab);
-  if (rows == 0) return Status::Ok();
-  const int n = static_cast<int>(rows);
+  model::WantedRows(batch, x_.data(), dim, rows_);
+  const int n = static_cast<int>(batch.TotalLogitRows());
+  logits.resize(std::size_t(n) * vocab);
+  if (n == 0) return Status::Ok();
   model::RmsNorm(rows_.data(), out_norm_, n, dim, hp_.rms_eps, rows_.data());
   model::PrepareActs(act_format_, lm_head_.type, rows_.data(), n, dim, dim, &qa_);
   if (tp_size_ == 1) {
     model::MatMul(lm_head_, qa_, 0, logits.data(), vocab, pool_);
   } else {
-    // Shards of vocab_shard_ rows per rank (the last one padded) are gathered rank-major.
     shard_logits_.assign(std::size_t(n) * vocab_shard_, 0.0f);
     model::MatMul(lm_head_, qa_, 0, shard_logits_.data(), vocab_shard_, pool_);
-    all_logits_.resize(shard_logits_.size() * tp_size_);
-    CTXPAR_RETURN_IF_ERROR(world_->AllGather(shard_logits_.data(), all_logits_.data(),
-                                             shard_logits_.size(), DataType::kF32));
-    for (int rank = 0; rank < tp_size_; ++rank) {
-      const int first = rank * vocab_shard_;
-      const int count = std::max(0, std::min(vocab_shard_, vocab - first));
-      for (int t = 0; t < n; ++t) {
-        std::copy_n(all_logits_.data() + (std::size_t(rank) * n + t) * vocab_shard_, count,
-                    logits.data() + std::size_t(t) * vocab + first);
-      }
-    }
+    CTXPAR_RETURN_IF_ERROR(model::GatherVocabShards(*world_, shard_logits_.data(), n, vocab_shard_,
+                                                    vocab, all_logits_, logits.data()));
   }
   return CheckFinite(logits.data(), logits.size(), "the logits", file_->path());
 }

@@ -11,6 +11,9 @@ namespace ctxpar {
 Expected<std::unique_ptr<ModelSource>> OpenModelSource(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
+    if (std::filesystem::exists(std::filesystem::path(path) / "config.json", ec)) {
+      return OpenHfSource(path);
+    }
     return CatalogError("CTXPAR-MODEL-008",
                         {{"path", path}, {"holds", "a directory without a config.json"}});
   }

@@ -10,5 +10,8 @@ namespace ctxpar {
 
 // A GGUF file of the llama architecture (llama_source.cpp).
 Expected<std::unique_ptr<ModelSource>> OpenGgufSource(const std::string& path);
+// A HF checkpoint directory (config.json + safetensors) of the DeepSeek-V3 architecture
+// (deepseek_source.cpp).
+Expected<std::unique_ptr<ModelSource>> OpenHfSource(const std::string& dir);
 
 }  // namespace ctxpar

@@ -237,13 +237,13 @@ TEST(CliCheck, PlatformFromEnvironmentAndFlag) {
 }
 
 TEST(CliCheck, MoeBackendRefusedOnlyOnANamedPlatform) {
-  const std::vector<std::string> args = {"check", "--moe-a2a-backend", "deepep"};
+  const std::vector<std::string> args = {"check", "--moe-a2a-backend", "mooncake"};
   EXPECT_EQ(RunCtxpar(args).exit_status, 0);
-  testing::RunResult r = RunCtxpar({"check", "--moe-a2a-backend", "deepep", "--platform", "cpu"});
+  testing::RunResult r = RunCtxpar({"check", "--moe-a2a-backend", "mooncake", "--platform", "cpu"});
   EXPECT_EQ(r.exit_status, 2);
   EXPECT_EQ(r.err,
-            "--moe-a2a-backend deepep needs an NVIDIA CUDA GPU, but the platform is cpu; use "
-            "--moe-a2a-backend none instead.\nrun: ctxpar explain CTXPAR-MOE-001\n");
+            "--moe-a2a-backend mooncake needs an NVIDIA CUDA GPU, but the platform is cpu; use "
+            "--moe-a2a-backend none or deepep instead.\nrun: ctxpar explain CTXPAR-MOE-001\n");
   EXPECT_EQ(RunCtxpar({"check", "--moe-a2a-backend", "mori"}, {"CTXPAR_PLATFORM=rocm"}).exit_status,
             0);
 }

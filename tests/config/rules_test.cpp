@@ -306,11 +306,16 @@ TEST(LegacyCpArgs, MapOntoPrefillCp) {
 }
 
 TEST(PlatformChecks, MoeBackendOnNamedPlatform) {
-  Failure f = Fails(Launch({{"moe_a2a_backend", S("deepep")}}), Named("cpu"));
+  Failure f = Fails(Launch({{"moe_a2a_backend", S("mooncake")}}), Named("cpu"));
   EXPECT_EQ(f.id, "CTXPAR-MOE-001");
   EXPECT_EQ(f.message,
-            "--moe-a2a-backend deepep needs an NVIDIA CUDA GPU, but the platform is cpu; use "
-            "--moe-a2a-backend none instead.");
+            "--moe-a2a-backend mooncake needs an NVIDIA CUDA GPU, but the platform is cpu; use "
+            "--moe-a2a-backend none or deepep instead.");
+  // ctxpar's CPU engine runs deepep's dispatch and combine over MPI; ROCm does not.
+  Passes(Launch({{"moe_a2a_backend", S("deepep")}}), Named("cpu"));
+  EXPECT_EQ(Fails(Launch({{"moe_a2a_backend", S("deepep")}}), Named("rocm")).message,
+            "--moe-a2a-backend deepep needs an NVIDIA CUDA GPU or the CPU engine, but the platform "
+            "is rocm; use --moe-a2a-backend none or mori instead.");
   EXPECT_EQ(Fails(Launch({{"moe_a2a_backend", S("mori")}}), Named("cuda:sm90")).message,
             "--moe-a2a-backend mori needs an AMD ROCm GPU, but the platform is cuda:sm90; use "
             "--moe-a2a-backend none, deepep, mooncake, nixl or megamoe instead.");
@@ -327,8 +332,8 @@ TEST(PlatformChecks, MoeBackendOnNamedPlatform) {
 }
 
 TEST(PlatformChecks, ProbedPlatformLeavesInitChecksToInit) {
-  Passes(Launch({{"moe_a2a_backend", S("deepep")}}), Probed("cpu"));
-  EXPECT_EQ(CheckMoeBackendRuntime("deepep", Probed("cpu")).error_id(), "CTXPAR-MOE-001");
+  Passes(Launch({{"moe_a2a_backend", S("mooncake")}}), Probed("cpu"));
+  EXPECT_EQ(CheckMoeBackendRuntime("mooncake", Probed("cpu")).error_id(), "CTXPAR-MOE-001");
   EXPECT_EQ(CheckMoeBackendRuntime("ascend_fuseep", Named("cuda:sm100+mnnvl")).message(),
             "--moe-a2a-backend ascend_fuseep needs a Huawei Ascend NPU, which ctxpar does not run "
             "on, but the platform is cuda:sm100+mnnvl; use --moe-a2a-backend none, deepep, "

@@ -1,0 +1,159 @@
+// The DeepSeek-V3 forward over a Batch: one rank's shard of the weights (deepseek.h says which).
+#include "models/deepseek.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "ctxpar/thread_pool.h"
+#include "models/check_finite.h"
+#include "models/deepseek_mla.h"
+#include "models/deepseek_moe.h"
+#include "models/llama_ops.h"
+#include "models/logits.h"
+#include "models/matmul_f32.h"
+
+namespace ctxpar {
+
+namespace {
+
+struct Layer {
+  model::MlaWeights attn;
+  model::FfnWeights ffn;
+};
+
+class DeepseekModel final : public Model {
+ public:
+  DeepseekModel(std::shared_ptr<const SafetensorsCheckpoint> ckpt, const DeepseekV3Config& c,
+                ModelDesc desc, Communicator& world, ThreadPool* pool, DeepseekShard shard)
+      : ckpt_(std::move(ckpt)),
+        c_(c),
+        desc_(std::move(desc)),
+        world_(&world),
+        pool_(pool),
+        s_(std::move(shard)) {}
+
+  Status Init(const EngineConfig& config);
+  const ModelDesc& desc() const override { return desc_; }
+  Status Forward(const Batch& batch, KvPool& kv, std::vector<float>& logits) override;
+  model::MlaAttention& attention() const { return *attn_; }
+
+ private:
+  Status Logits(const Batch& batch, std::vector<float>& logits);
+
+  std::shared_ptr<const SafetensorsCheckpoint> ckpt_;
+  DeepseekV3Config c_;
+  ModelDesc desc_;
+  Communicator* world_;
+  ThreadPool* pool_;
+  DeepseekShard s_;
+  std::vector<Layer> layers_;
+  const SafetensorsTensor* embed_ = nullptr;
+  std::vector<float> norm_, lm_head_;  // lm_head: the rank's vocab_shard_ rows [.., hidden]
+  int vocab_shard_ = 0;
+  std::unique_ptr<model::MlaAttention> attn_;
+  std::unique_ptr<model::DeepseekFfn> ffn_;
+  std::vector<float> x_, rows_, shard_logits_, scratch_;
+};
+
+Status DeepseekModel::Init(const EngineConfig& config) {
+  const SafetensorsCheckpoint& ck = *ckpt_;
+  for (int l = 0; l < c_.num_hidden_layers; ++l) {
+    Layer layer;
+    CTXPAR_ASSIGN_OR_RETURN(layer.attn, model::LoadMlaWeights(ck, c_, s_, l));
+    CTXPAR_ASSIGN_OR_RETURN(layer.ffn, model::LoadFfnWeights(ck, c_, s_, l));
+    layers_.push_back(std::move(layer));
+  }
+  const int64_t d = c_.hidden_size, vocab = c_.vocab_size;
+  CTXPAR_ASSIGN_OR_RETURN(embed_, ck.Find("model.embed_tokens.weight"));
+  CTXPAR_ASSIGN_OR_RETURN(norm_, model::LoadVector(ck, "model.norm.weight", d));
+  vocab_shard_ = static_cast<int>((vocab + s_.tp_size - 1) / s_.tp_size);
+  const int64_t first = std::min<int64_t>(vocab, int64_t{s_.tp_rank} * vocab_shard_);
+  const std::string head = c_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  CTXPAR_ASSIGN_OR_RETURN(
+      lm_head_,
+      model::LoadRows(ck, head, vocab, d, first, std::min<int64_t>(vocab - first, vocab_shard_)));
+  lm_head_.resize(std::size_t(vocab_shard_) * d, 0.0f);
+  CTXPAR_ASSIGN_OR_RETURN(attn_, model::MlaAttention::Create(c_, s_, config, *world_, pool_));
+  ffn_ = std::make_unique<model::DeepseekFfn>(c_, s_, *world_, pool_);
+  return Status::Ok();
+}
+
+Status DeepseekModel::Logits(const Batch& batch, std::vector<float>& logits) {
+  const int d = c_.hidden_size, vocab = c_.vocab_size;
+  model::WantedRows(batch, x_.data(), d, rows_);
+  const int n = static_cast<int>(batch.TotalLogitRows());
+  logits.resize(std::size_t(n) * vocab);
+  if (n == 0) return Status::Ok();
+  model::RmsNorm(rows_.data(), norm_.data(), n, d, float(c_.rms_norm_eps), rows_.data());
+  const model::F32Matrix head{lm_head_.data(), vocab_shard_, d, d};
+  if (s_.tp_size == 1) {
+    model::MatMulF32(head, rows_.data(), n, d, logits.data(), vocab, pool_);
+  } else {
+    shard_logits_.resize(std::size_t(n) * vocab_shard_);
+    model::MatMulF32(head, rows_.data(), n, d, shard_logits_.data(), vocab_shard_, pool_);
+    CTXPAR_RETURN_IF_ERROR(model::GatherVocabShards(*world_, shard_logits_.data(), n, vocab_shard_,
+                                                    vocab, scratch_, logits.data()));
+  }
+  return CheckFinite(logits.data(), logits.size(), "the logits", ckpt_->dir());
+}
+
+Status DeepseekModel::Forward(const Batch& batch, KvPool& kv, std::vector<float>& logits) {
+  const int n = static_cast<int>(batch.num_tokens());
+  const int d = c_.hidden_size;
+  if (n < 1) return InvalidArgument("Forward: the batch has no token");
+  for (int t = 0; t < n; ++t) {
+    if (batch.tokens[t] < 0 || batch.tokens[t] >= c_.vocab_size) {
+      return InvalidArgument(
+          fmt::format("token id {} at index {} is outside the vocabulary [0, {})", batch.tokens[t],
+                      t, c_.vocab_size));
+    }
+  }
+  x_.resize(std::size_t(n) * d);
+  for (int t = 0; t < n; ++t) {
+    CTXPAR_RETURN_IF_ERROR(
+        CopyElements(*embed_, int64_t{batch.tokens[t]} * d, d, x_.data() + std::size_t(t) * d));
+  }
+  for (int l = 0; l < c_.num_hidden_layers; ++l) {
+    CTXPAR_RETURN_IF_ERROR(attn_->Run(layers_[l].attn, l, batch, kv, x_.data()));
+    CTXPAR_RETURN_IF_ERROR(ffn_->Run(layers_[l].ffn, n, x_.data()));
+    CTXPAR_RETURN_IF_ERROR(
+        CheckFinite(x_.data(), x_.size(), fmt::format("the output of layer {}", l), ckpt_->dir()));
+  }
+  return Logits(batch, logits);
+}
+
+}  // namespace
+
+DeepseekGroups GroupsOf(Model& model) {
+  model::MlaAttention& a = dynamic_cast<DeepseekModel&>(model).attention();
+  return {&a.dcp(), &a.cp()};
+}
+
+Expected<std::unique_ptr<Model>> CreateDeepseekModel(
+    std::shared_ptr<const SafetensorsCheckpoint> ckpt, const DeepseekV3Config& c, ModelDesc desc,
+    const EngineConfig& config, Communicator& world, ThreadPool* pool) {
+  if (world.size() != config.tp_size) {
+    return InvalidArgument(fmt::format("tp_size ({}) must equal the TP communicator's size ({})",
+                                       config.tp_size, world.size()));
+  }
+  CTXPAR_RETURN_IF_ERROR(CheckDeepseekLayout(
+      c, {.tp = config.tp_size,
+          .ep = config.ep_size,
+          .dense_tp = config.moe_dense_tp_size,
+          .deepep = config.moe_a2a_backend == MoeA2aBackend::kDeepep,
+          .moe_flags = config.ep_size != 1 || config.moe_a2a_backend != MoeA2aBackend::kNone}));
+  if (config.moe_a2a_backend != MoeA2aBackend::kNone &&
+      config.moe_a2a_backend != MoeA2aBackend::kDeepep) {
+    return FailedPrecondition(
+        fmt::format("--moe-a2a-backend {}: the DeepSeek model runs none and deepep",
+                    MoeA2aBackendName(config.moe_a2a_backend)));
+  }
+  auto model = std::make_unique<DeepseekModel>(std::move(ckpt), c, std::move(desc), world, pool,
+                                               MakeDeepseekShard(c, config, world.rank()));
+  CTXPAR_RETURN_IF_ERROR(model->Init(config));
+  return std::unique_ptr<Model>(std::move(model));
+}
+
+}  // namespace ctxpar
