@@ -23,9 +23,9 @@ def free_port():
 
 
 class Server:
-    def __init__(self, *flags, env=None, ready_timeout=180):
+    def __init__(self, *flags, env=None, ready_timeout=180, model=None):
         binary = os.environ.get("CTXPAR_BIN")
-        model = os.environ.get("CTXPAR_MODEL")
+        model = model or os.environ.get("CTXPAR_MODEL")
         if not binary or not model:
             pytest.fail("CTXPAR_BIN and CTXPAR_MODEL must be set (scripts/test.sh sets both)")
         self.port = free_port()
@@ -83,8 +83,8 @@ class Server:
         return values
 
 
-def start(request, *flags, env=None):
-    server = Server(*flags, env=env)
+def start(request, *flags, env=None, model=None):
+    server = Server(*flags, env=env, model=model)
 
     def finish():
         code = server.stop()
