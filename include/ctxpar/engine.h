@@ -55,15 +55,16 @@ std::string_view FinishReasonName(FinishReason reason);
 
 struct RequestUpdate {
   uint64_t id = 0;
-  std::vector<int32_t> tokens;           // output tokens new since the last update
-  std::vector<TokenLogprob> logprobs;    // one per new token, with sampling.return_logprob
-  std::string text;                      // their text, when the model has a tokenizer
+  std::vector<int32_t> tokens;         // output tokens new since the last update
+  std::vector<TokenLogprob> logprobs;  // one per new token, with sampling.return_logprob
+  std::string text;                    // their text, when the model has a tokenizer
   // With return_prompt_logprobs, once, in the first update: one entry per prompt token (the
   // first empty).
   std::vector<std::optional<TokenLogprob>> prompt_logprobs;
   FinishReason finish = FinishReason::kNone;
-  std::string finish_detail;  // the matched stop string / token id, or why it aborted
-  int prompt_tokens = 0;      // the request's totals so far (OpenAI usage)
+  std::string finish_detail;  // kStop: the matched stop string ("" on a token); kAbort: why
+  std::optional<int32_t> matched_token;  // kStop on a stop_token_ids entry or an end token
+  int prompt_tokens = 0;                 // the request's totals so far (OpenAI usage)
   int completion_tokens = 0;
 };
 
@@ -71,13 +72,13 @@ using UpdateCallback = std::function<void(const RequestUpdate& update)>;
 
 // What the engine is doing, for /metrics and /get_server_info.
 struct EngineSnapshot {
-  int running = 0;                    // requests holding KV
-  int queued = 0;                     // waiting for admission (new or retracted)
-  int64_t max_total_num_tokens = 0;   // the pool's token capacity
-  int64_t used_tokens = 0;            // tokens whose pages are in use (page-rounded)
-  double token_usage = 0.0;           // used / max
-  uint64_t retractions = 0;           // requests retracted so far
-  uint64_t prompt_tokens_total = 0;   // prompt tokens prefilled (re-prefills not counted)
+  int running = 0;                   // requests holding KV
+  int queued = 0;                    // waiting for admission (new or retracted)
+  int64_t max_total_num_tokens = 0;  // the pool's token capacity
+  int64_t used_tokens = 0;           // tokens whose pages are in use (page-rounded)
+  double token_usage = 0.0;          // used / max
+  uint64_t retractions = 0;          // requests retracted so far
+  uint64_t prompt_tokens_total = 0;  // prompt tokens prefilled (re-prefills not counted)
   uint64_t generation_tokens_total = 0;
   uint64_t requests_finished = 0;
   int max_running_requests = 0;

@@ -72,8 +72,8 @@ Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource&
   o.v_in_k = spec.v_in_k;
   o.dtype = spec.dtype;
   o.page_size = config.page_size;
-  o.format = !spec.v_in_k && config.page_size % 16 == 0 ? KvPageFormat::kTiles16
-                                                         : KvPageFormat::kRows;
+  o.format =
+      !spec.v_in_k && config.page_size % 16 == 0 ? KvPageFormat::kTiles16 : KvPageFormat::kRows;
   o.dcp_size = config.dcp_size;
   o.dcp_rank = dcp_rank;
   o.interleave_size = config.dcp_kv_cache_interleave_size;
@@ -83,7 +83,8 @@ Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource&
   o.num_pages = 1;
   const int64_t page_bytes = KvPool::PageBytes(o);
   o.num_pages = config.kv_cache_mib * kMiB / page_bytes;
-  if (config.max_total_tokens) o.num_pages = std::min(o.num_pages, *config.max_total_tokens / page_tokens);
+  if (config.max_total_tokens)
+    o.num_pages = std::min(o.num_pages, *config.max_total_tokens / page_tokens);
   if (o.num_pages < 1) {
     return CatalogError("CTXPAR-KV-002",
                         {{"mib", std::to_string(config.kv_cache_mib)},
@@ -160,15 +161,16 @@ Expected<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config,
   s.context_length = source.desc().context_length;
   if (log && world.rank() == 0) {
     const int64_t page_bytes = KvPool::PageBytes(kv);
-    const double k_share = double(kv.head_dim_k) / (kv.head_dim_k + (kv.v_in_k ? 0 : kv.head_dim_v));
+    const double k_share =
+        double(kv.head_dim_k) / (kv.head_dim_k + (kv.v_in_k ? 0 : kv.head_dim_v));
     const double gb = double(page_bytes) * kv.num_pages / 1e9;
     log(fmt::format("KV Cache is allocated. #tokens: {}, K size: {:.2f} GB, V size: {:.2f} GB",
                     s.max_total_num_tokens, gb * k_share, gb * (1 - k_share)));
-    log(fmt::format("max_total_num_tokens={}, chunked_prefill_size={}, max_running_requests={}, "
-                    "context_len={}, page_size={}, dcp_size={}, threads={}",
-                    s.max_total_num_tokens, config.chunked_prefill_size,
-                    config.max_running_requests, s.context_length, config.page_size,
-                    config.dcp_size, config.threads));
+    log(fmt::format(
+        "max_total_num_tokens={}, chunked_prefill_size={}, max_running_requests={}, "
+        "context_len={}, page_size={}, dcp_size={}, threads={}",
+        s.max_total_num_tokens, config.chunked_prefill_size, config.max_running_requests,
+        s.context_length, config.page_size, config.dcp_size, config.threads));
   }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -287,9 +289,7 @@ Status Engine::Impl::Follow() {
 // Takes the new requests and cancellations; waits while there is nothing to do.
 void Engine::Impl::Absorb(bool* stop_now) {
   std::unique_lock<std::mutex> lock(mu);
-  wake.wait(lock, [&] {
-    return stop || !inbox.empty() || !cancels.empty() || !requests.empty();
-  });
+  wake.wait(lock, [&] { return stop || !inbox.empty() || !cancels.empty() || !requests.empty(); });
   *stop_now = stop;
   while (!inbox.empty()) {
     std::unique_ptr<Request> r = std::move(inbox.front());
@@ -345,8 +345,8 @@ Status Engine::Impl::Sample(const engine::StepPlan& plan) {
       for (int32_t t = 0; t < b.num_tokens; ++t) {
         const int64_t next = b.pos0 + t + 1;
         if (next < r.seq.prompt_len) {
-          r.prompt_logprobs[next] = ComputeLogprob(logit_row(row + t), r.seq.tokens[next],
-                                                   r.sampling.top_logprobs_num);
+          r.prompt_logprobs[next] =
+              ComputeLogprob(logit_row(row + t), r.seq.tokens[next], r.sampling.top_logprobs_num);
         }
       }
     }
@@ -369,22 +369,26 @@ Status Engine::Impl::Sample(const engine::StepPlan& plan) {
       if (r.sampling.return_logprob) {
         r.update.logprobs.push_back(ComputeLogprob(last, token, r.sampling.top_logprobs_num));
       }
-      std::optional<std::pair<FinishReason, std::string>> done;
+      std::optional<FinishReason> done;
       if (r.detokenizer) {
         CTXPAR_ASSIGN_OR_RETURN(std::string text, r.detokenizer->Push(token));
         r.update.text += text;
-        if (r.detokenizer->stopped()) done.emplace(FinishReason::kStop, r.detokenizer->matched_stop());
+        if (r.detokenizer->stopped()) {
+          done = FinishReason::kStop;
+          r.update.finish_detail = r.detokenizer->matched_stop();
+        }
       }
       const auto& stops = r.sampling.stop_token_ids;
-      if (!done && std::find(stops.begin(), stops.end(), token) != stops.end()) {
-        done.emplace(FinishReason::kStop, std::to_string(token));
+      const bool end_token =
+          std::find(stops.begin(), stops.end(), token) != stops.end() ||
+          (!r.sampling.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end());
+      if (!done && end_token) {
+        done = FinishReason::kStop;
+        r.update.matched_token = token;
       }
-      if (!done && !r.sampling.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
-        done.emplace(FinishReason::kStop, std::to_string(token));
-      }
-      if (!done && r.seq.output_len() >= r.seq.max_new_tokens) done.emplace(FinishReason::kLength, "");
+      if (!done && r.seq.output_len() >= r.seq.max_new_tokens) done = FinishReason::kLength;
       if (done) {
-        Finish(r, done->first, std::move(done->second));
+        Finish(r, *done, std::move(r.update.finish_detail));
       } else {
         Deliver(r);
       }

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
 #include <random>
 
 #include "ctxpar/tokenizer.h"
@@ -55,7 +54,10 @@ void ResponseBuilder::Record(int index, const RequestUpdate& u) {
   c.logprobs.insert(c.logprobs.end(), u.logprobs.begin(), u.logprobs.end());
   if (!u.prompt_logprobs.empty()) c.prompt_logprobs = u.prompt_logprobs;
   c.finish = u.finish;
-  if (u.finish != FinishReason::kNone) c.finish_detail = u.finish_detail;
+  if (u.finish != FinishReason::kNone) {
+    c.finish_detail = u.finish_detail;
+    c.matched_token = u.matched_token;
+  }
   c.prompt_tokens = u.prompt_tokens;
   c.completion_tokens = u.completion_tokens;
 }
@@ -78,15 +80,9 @@ std::string ResponseBuilder::Piece(int32_t token) const {
 }
 
 json ResponseBuilder::MatchedStop(const ChoiceOutput& c) const {
-  if (c.finish != FinishReason::kStop || c.finish_detail.empty()) return json();
-  int64_t id = 0;
-  const char* end = c.finish_detail.data() + c.finish_detail.size();
-  // A stop token (or EOS) ends the output with that token; a stop string is not in the output.
-  if (std::from_chars(c.finish_detail.data(), end, id).ptr == end && !c.tokens.empty() &&
-      c.tokens.back() == id) {
-    return id;
-  }
-  return c.finish_detail;
+  if (c.finish != FinishReason::kStop) return json();
+  if (c.matched_token) return *c.matched_token;
+  return c.finish_detail.empty() ? json() : json(c.finish_detail);
 }
 
 json ResponseBuilder::Usage() const {

@@ -37,6 +37,7 @@ struct ChoiceOutput {
   std::vector<std::optional<TokenLogprob>> prompt_logprobs;
   FinishReason finish = FinishReason::kNone;
   std::string finish_detail;
+  std::optional<int32_t> matched_token;
   int prompt_tokens = 0;
   int completion_tokens = 0;
 };

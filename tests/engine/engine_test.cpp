@@ -26,6 +26,7 @@ struct Outcome {
   std::vector<TokenLogprob> logprobs;
   FinishReason finish = FinishReason::kNone;
   std::string detail;
+  std::optional<int32_t> matched_token;
   int updates = 0;
 };
 
@@ -42,7 +43,8 @@ bool SameLogprobs(const std::vector<TokenLogprob>& a, const std::vector<TokenLog
 class EngineTest : public ::testing::Test {
  protected:
   // The flags of a run, resolved as generate resolves them.
-  static Expected<Launch> MakeLaunch(const std::vector<std::pair<std::string, FieldValue>>& fields) {
+  static Expected<Launch> MakeLaunch(
+      const std::vector<std::pair<std::string, FieldValue>>& fields) {
     LaunchConfig raw;
     CTXPAR_RETURN_IF_ERROR(raw.Set("threads", int64_t{1}));
     for (const auto& [name, value] : fields) CTXPAR_RETURN_IF_ERROR(raw.Set(name, value));
@@ -78,8 +80,9 @@ GenerateRequest RandomRequest(std::mt19937& rng, int index) {
 
 // 64 requests arriving at random steps (some at the start, the rest submitted from the update
 // callbacks), prefilled in chunks of 37 tokens, through a pool of 384 tokens that a low
-// --schedule-conservativeness over-commits so that decode retracts requests: each request's tokens and log-probabilities equal those of the request run alone
-// and prefilled in one piece, and the pool is empty at the end.
+// --schedule-conservativeness over-commits so that decode retracts requests: each request's tokens
+// and log-probabilities equal those of the request run alone and prefilled in one piece, and the
+// pool is empty at the end.
 TEST_F(EngineTest, RequestsAmongOthersChunkedAndRetractedEqualThemselvesAlone) {
   constexpr int kRequests = 64;
   Expected<Launch> batched = MakeLaunch({{"chunked_prefill_size", int64_t{37}},
@@ -129,8 +132,8 @@ TEST_F(EngineTest, RequestsAmongOthersChunkedAndRetractedEqualThemselvesAlone) {
     const int count = 1 + static_cast<int>(rng() % 3);
     for (int k = 0; k < count && next < kRequests; ++k, ++next) {
       const int i = next;
-      ASSERT_TRUE(engine->Submit(requests[i], [&, i](const RequestUpdate& u) { on_update(i, u); })
-                      .ok());
+      ASSERT_TRUE(
+          engine->Submit(requests[i], [&, i](const RequestUpdate& u) { on_update(i, u); }).ok());
     }
   };
   for (int k = 0; k < 6; ++k) submit_some();
@@ -192,8 +195,8 @@ TEST_F(EngineTest, CancelledRequestsEndWithAbortAndFreeTheirPages) {
 
 // Requests that cannot fit are refused at Submit with the counts; stop tokens end a request.
 TEST_F(EngineTest, RefusesWhatCannotFitAndStopsOnStopTokens) {
-  Expected<Launch> launch = MakeLaunch({{"max_total_tokens", int64_t{256}},
-                                        {"max_queued_requests", int64_t{1}}});
+  Expected<Launch> launch =
+      MakeLaunch({{"max_total_tokens", int64_t{256}}, {"max_queued_requests", int64_t{1}}});
   ASSERT_TRUE(launch.ok()) << launch.status().ToString();
   auto engine = MakeEngine(*launch);
   ASSERT_NE(engine, nullptr);
@@ -221,26 +224,33 @@ TEST_F(EngineTest, RefusesWhatCannotFitAndStopsOnStopTokens) {
   r.sampling.temperature = 0.0f;
   r.sampling.max_new_tokens = 5;
   Outcome first;
-  ASSERT_TRUE(engine->Submit(r, [&](const RequestUpdate& u) {
-                       first.tokens.insert(first.tokens.end(), u.tokens.begin(), u.tokens.end());
-                     })
+  ASSERT_TRUE(engine
+                  ->Submit(r,
+                           [&](const RequestUpdate& u) {
+                             first.tokens.insert(first.tokens.end(), u.tokens.begin(),
+                                                 u.tokens.end());
+                           })
                   .ok());
   EXPECT_EQ(engine->Submit(r, nullptr).status().error_id(), "CTXPAR-ENGINE-007");  // queue full
   ASSERT_TRUE(engine->Run(Engine::RunUntil::kIdle).ok());
   ASSERT_EQ(first.tokens.size(), 5u);
   r.sampling.stop_token_ids = {first.tokens[1]};
   Outcome stopped;
-  ASSERT_TRUE(engine->Submit(r, [&](const RequestUpdate& u) {
-                       stopped.tokens.insert(stopped.tokens.end(), u.tokens.begin(),
-                                             u.tokens.end());
-                       stopped.finish = u.finish;
-                       stopped.detail = u.finish_detail;
-                     })
+  ASSERT_TRUE(engine
+                  ->Submit(r,
+                           [&](const RequestUpdate& u) {
+                             stopped.tokens.insert(stopped.tokens.end(), u.tokens.begin(),
+                                                   u.tokens.end());
+                             stopped.finish = u.finish;
+                             stopped.detail = u.finish_detail;
+                             stopped.matched_token = u.matched_token;
+                           })
                   .ok());
   ASSERT_TRUE(engine->Run(Engine::RunUntil::kIdle).ok());
   EXPECT_EQ(stopped.finish, FinishReason::kStop);
   EXPECT_EQ(stopped.tokens, std::vector<int32_t>(first.tokens.begin(), first.tokens.begin() + 2));
-  EXPECT_EQ(stopped.detail, std::to_string(first.tokens[1]));
+  EXPECT_EQ(stopped.detail, "");
+  EXPECT_EQ(stopped.matched_token, first.tokens[1]);
 }
 
 }  // namespace

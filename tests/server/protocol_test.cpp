@@ -275,12 +275,14 @@ TEST_F(ProtocolTest, TokenizeAndDetokenizeRoundTrip) {
 }
 
 RequestUpdate Update(std::vector<int32_t> tokens, std::string text, FinishReason finish,
-                     int completion, std::string detail = {}) {
+                     int completion, std::string detail = {},
+                     std::optional<int32_t> matched_token = {}) {
   RequestUpdate u;
   u.tokens = std::move(tokens);
   u.text = std::move(text);
   u.finish = finish;
   u.finish_detail = std::move(detail);
+  u.matched_token = matched_token;
   u.prompt_tokens = 2;
   u.completion_tokens = completion;
   return u;
@@ -307,7 +309,7 @@ TEST_F(ProtocolTest, ChatStreamHasRoleFirstOneIdUsageAndDone) {
                                             {"stream_options", {{"include_usage", true}}}});
   ResponseBuilder b(r, model_, "chatcmpl-x", 7);
   std::string stream = b.StreamUpdate(0, Update({65}, "A", FinishReason::kNone, 1));
-  stream += b.StreamUpdate(0, Update({66, kImEnd}, "B", FinishReason::kStop, 3, "257"));
+  stream += b.StreamUpdate(0, Update({66, kImEnd}, "B", FinishReason::kStop, 3, "", kImEnd));
   ASSERT_TRUE(b.finished());
   stream += b.StreamEnd();
   const std::vector<std::string> p = Payloads(stream);
@@ -367,6 +369,11 @@ TEST_F(ProtocolTest, GenerateReturnsOutputIdsAndSglangFinishReason) {
   EXPECT_EQ(out["meta_info"]["finish_reason"], json({{"type", "stop"}, {"matched", "G"}}));
   EXPECT_EQ(out["meta_info"]["prompt_tokens"], 2);
   EXPECT_EQ(out["meta_info"]["completion_tokens"], 2);
+  // A stop string made of digits stays a string, even when the last token's id reads the same.
+  ResponseBuilder digits(r, model_, "abc", 1);
+  digits.Apply(0, Update({70, 71}, "F", FinishReason::kStop, 2, "71"));
+  EXPECT_EQ(digits.Final()["meta_info"]["finish_reason"],
+            json({{"type", "stop"}, {"matched", "71"}}));
   ResponseBuilder len(r, model_, "abc", 1);
   len.Apply(0, Update({70}, "F", FinishReason::kLength, 1));
   EXPECT_EQ(len.Final()["meta_info"]["finish_reason"], json({{"type", "length"}, {"length", 1}}));
