@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "ctxpar/error_catalog.h"
-
 namespace ctxpar {
 
 namespace {
@@ -85,7 +83,9 @@ Expected<EngineConfig> MakeEngineConfig(const ResolvedConfig& c, const Platform&
   if (kv_dtype == "bf16" || kv_dtype == "bfloat16") {
     e.kv_cache_dtype = DataType::kBF16;
   } else if (kv_dtype != "auto") {
-    return CatalogError("CTXPAR-KV-003", {{"dtype", kv_dtype}});
+    return Internal(fmt::format(
+        "MakeEngineConfig: kv_cache_dtype {} must have been refused by _handle_cpu_engine",
+        kv_dtype));
   }
   e.kv_cache_mib = c.kv_cache_mib();
   e.max_total_tokens = c.max_total_tokens();
