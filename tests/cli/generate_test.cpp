@@ -130,14 +130,20 @@ TEST(Generate, InputIdsPrintIdsAcrossLayouts) {
   EXPECT_EQ(outside.err.substr(outside.err.size() - want.size()), want);
 }
 
-// A bf16 KV cache (K and V rounded once, when written) holds the same tokens whichever rank
-// stores them: DCP 3 over tp 3 and tp 9 print the single rank's ids.
+// A bf16 KV cache (K and V rounded once, when written, and read back rounded by every later
+// token, the chunk's own included) holds the same tokens whichever rank stores them and however
+// the prompt is chunked: a prompt prefilled 3 tokens a step, and DCP 3 over tp 3 and tp 9, print
+// the single rank's ids.
 TEST(Generate, Bf16KvCacheGivesTheSameTokensAcrossLayouts) {
   const std::string args =
-      "--input-ids 504,3458,282,4649,314 --print-ids --max-new-tokens 16 --kv-cache-dtype bf16 ";
+      "--input-ids 504,3458,282,4649,314,253,1843 --print-ids --max-new-tokens 16 "
+      "--kv-cache-dtype bf16 ";
   const Result one = RunGenerate(args);
   ASSERT_EQ(one.code, 0) << one.err;
   ASSERT_EQ(std::count(one.out.begin(), one.out.end(), ' '), 15) << one.out;
+  const Result chunked = RunGenerate(args + "--chunked-prefill-size 3");
+  ASSERT_EQ(chunked.code, 0) << chunked.err;
+  EXPECT_EQ(chunked.out, one.out);
   if (std::string(CTXPAR_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI";
   for (const char* cfg : {"--tp-size 3 --dcp-size 3 --dcp-comm-backend a2a --threads 1",
                           "--tp-size 9 --dcp-size 3 --threads 1"}) {
