@@ -1,4 +1,4 @@
-// `ctxpar bench combine`: the DCP combine per layer (DESIGN.md §3) for each backend, at decode
+// `ctxpar bench combine`: the DCP combine per layer (docs/dcp.md, Combine) for each backend, at decode
 // shapes: time per call and the bytes each rank sends. Under mpiexec the ranks are the MPI
 // processes (N = the world size); otherwise N in --ranks, one thread per rank in this process.
 // Only the combine is timed (the partial attention before it is the same for every backend).

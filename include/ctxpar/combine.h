@@ -1,4 +1,4 @@
-// The DCP combine (DESIGN.md §3): turns each rank's partial attention states for the widened
+// The DCP combine (docs/dcp.md): turns each rank's partial attention states for the widened
 // head set of its DCP group into the exact attention output for the rank's own heads.
 //
 // Shapes on rank r of a DCP group of N ranks, h heads per rank (all fp32, row-major):

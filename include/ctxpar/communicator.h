@@ -1,4 +1,4 @@
-// Communicator: the collectives a group of ranks uses (DESIGN.md §5), behind an interface so that
+// Communicator: the collectives a group of ranks uses (docs/dcp.md), behind an interface so that
 // MPI, NCCL and the in-process (threads) implementation are interchangeable. No MPI or NCCL header
 // reaches this file.
 //

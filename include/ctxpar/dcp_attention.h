@@ -1,4 +1,4 @@
-// DcpAttention: the decode-context-parallel attention operator a model layer calls (DESIGN.md §3).
+// DcpAttention: the decode-context-parallel attention operator a model layer calls (docs/dcp.md).
 //
 // Each rank of a DCP group of N ranks holds the KV shard kv_layout.h assigns it (a KvCache) and
 // computes attention for the widened head set of its group, h*N query heads, over that shard

@@ -1,4 +1,4 @@
-// Where each token's K/V lives in a DCP group: the one place for the sharding math (DESIGN.md §3).
+// Where each token's K/V lives in a DCP group: the one place for the sharding math (docs/dcp.md).
 //
 // With N = dcp_size ranks and interleave size I (default 1), the token at global position p
 // (0-based) lives on rank (p / I) % N, in that rank's local row (p / (I*N)) * I + p % I. Ranks

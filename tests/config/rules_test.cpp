@@ -1,5 +1,5 @@
-// Every rule of the pipeline, each message compared verbatim with SGLang's text (seed pages and
-// DESIGN.md) or the catalog's wording.
+// Every rule of the pipeline, each message compared verbatim with SGLang's text (SGLang's own
+// messages) or the catalog's wording.
 #include <gtest/gtest.h>
 
 #include "config/test_util.h"

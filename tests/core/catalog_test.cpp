@@ -136,7 +136,7 @@ TEST(CatalogTest, MatchesTheThreeSeedMessagesAsSglangPrintsThem) {
                 "'a2a' or 'ag_rs' on clusters without MNNVL.")
                 ->entry->id,
             "CTXPAR-DCP-003");
-  // The seed pages show the f-string source, braces and all.
+  // SGLang's source shows the f-string, braces and all.
   EXPECT_EQ(MatchCatalogMessage("--dcp-replicate-q-proj only applies to the a2a/fi_a2a DCP "
                                 "communication backend (it removes the head-dim Q all-gather); "
                                 "got --dcp-comm-backend={cfg.dcp_comm_backend}.")

@@ -48,7 +48,7 @@ States RandomStates(int n, int num_states, int dim, uint32_t seed) {
   return s;
 }
 
-// The merge of DESIGN.md in float64, from the values the kernel reads (bf16-rounded when
+// The merge of merge.h in float64, from the values the kernel reads (bf16-rounded when
 // `bf16_o`).
 void ReferenceMerge(const States& s, bool bf16_o, std::vector<double>& o,
                     std::vector<double>& lse) {

@@ -1,7 +1,7 @@
 // The DcpAttention check shared by the in-process tests (any N, one thread per rank) and the MPI
 // tests (one process per rank): a seeded problem, a float64 single-rank reference written with
 // plain loops, one rank's Forward through the real KV cache and combine, the comparison at the
-// stated tolerance and the bytes each collective moved against DESIGN.md §3's formulas.
+// stated tolerance and the bytes each collective moved against the formulas below.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -127,7 +127,7 @@ inline DcpProblem MakeProblem(const DcpCase& c) {
   return p;
 }
 
-// DESIGN.md §3, per call, bytes this rank sends to the other ranks, by collective:
+// Per call, bytes this rank sends to the other ranks, by collective:
 //   Q all-gather (unless replicated): (N-1) * rows * h * dq * 4
 //   ag_rs: LSE all-gather (N-1) * rows * N*h * 4  +  reduce-scatter (N-1) * rows * h * dv * 4
 //   a2a / shm_a2a: (N-1) * rows * h * (dv * wire_bytes + 4)
