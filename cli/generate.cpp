@@ -244,7 +244,8 @@ int RunGenerate(const std::vector<std::string>& args) {
   app.add_option("--temperature", s.temperature, "0 (the default) is greedy.");
   app.add_option("--top-p", s.top_p, "Nucleus sampling mass, in (0, 1].");
   app.add_option("--top-k", s.top_k, "Sample from the k most likely tokens (-1 or 0: all).");
-  app.add_option("--min-p", s.min_p, "Drop tokens below min_p times the most likely's probability.");
+  app.add_option("--min-p", s.min_p,
+                 "Drop tokens below min_p times the most likely's probability.");
   app.add_option("--repetition-penalty", s.repetition_penalty, "Penalty of seen tokens (1: none).");
   app.add_option("--frequency-penalty", s.frequency_penalty, "In [-2, 2].");
   app.add_option("--presence-penalty", s.presence_penalty, "In [-2, 2].");
@@ -266,9 +267,10 @@ int RunGenerate(const std::vector<std::string>& args) {
                                  : "give only one of a prompt, --prompts-file and --input-ids"}}));
   }
   if (s.max_new_tokens < 1) {
-    return Fail(CatalogError("CTXPAR-FLAG-003", {{"value", PyRepr(std::to_string(s.max_new_tokens))},
-                                                 {"flag", "--max-new-tokens"},
-                                                 {"valid", "integers from 1 to 2147483647"}}));
+    return Fail(
+        CatalogError("CTXPAR-FLAG-003", {{"value", PyRepr(std::to_string(s.max_new_tokens))},
+                                         {"flag", "--max-new-tokens"},
+                                         {"valid", "integers from 1 to 2147483647"}}));
   }
   if (!o.seed.empty()) {
     Expected<uint64_t> seed = ParseSeed(o.seed);
@@ -287,20 +289,10 @@ int RunGenerate(const std::vector<std::string>& args) {
     if (Expected<double> t = CollectiveTimeoutFromEnv(); !t.ok()) return Fail(t.status());
     return RunUnderMpirun("generate", tp, args);
   }
-  std::unique_ptr<Communicator> world;
-  if (UnderMpi()) {
-    Expected<std::unique_ptr<Communicator>> mpi = MakeMpiWorld();
-    if (!mpi.ok()) return Fail(mpi.status());
-    world = std::move(*mpi);
-    if (world->size() != tp) {
-      return FinishRank(*world, InvalidArgument("the MPI job has " + std::to_string(world->size()) +
-                                                " ranks, but tp_size is " + std::to_string(tp)));
-    }
-  } else {
-    world = std::move(MakeInProcessGroup(1)[0]);
-  }
-  InstallStopHandlers(UnderMpi());
-  return FinishRank(*world, RunRank(*world, *launch, o));
+  return RunOnRanks(tp, [&](Communicator& world) {
+    InstallStopHandlers(UnderMpi());
+    return RunRank(world, *launch, o);
+  });
 }
 
 }  // namespace

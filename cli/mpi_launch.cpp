@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -214,6 +215,22 @@ int ReportBeforeWorld(const Status& status) {
     }
   }
   return ReportError(status);
+}
+
+int RunOnRanks(int tp, const std::function<Status(Communicator& world)>& run) {
+  std::unique_ptr<Communicator> world;
+  if (UnderMpi()) {
+    Expected<std::unique_ptr<Communicator>> mpi = MakeMpiWorld();
+    if (!mpi.ok()) return ReportBeforeWorld(mpi.status());
+    world = std::move(*mpi);
+    if (world->size() != tp) {
+      return FinishRank(*world, InvalidArgument("the MPI job has " + std::to_string(world->size()) +
+                                                " ranks, but tp_size is " + std::to_string(tp)));
+    }
+  } else {
+    world = std::move(MakeInProcessGroup(1)[0]);
+  }
+  return FinishRank(*world, run(*world));
 }
 
 int FinishRank(Communicator& world, const Status& status) {

@@ -24,6 +24,7 @@
 // Thread safety: called from the main thread only.
 #pragma once
 
+#include <functional>
 #include <string_view>
 #include <vector>
 
@@ -40,6 +41,11 @@ int RunUnderMpirun(std::string_view command, int n, const std::vector<std::strin
 
 // Ends a rank's run as described above; returns the rank's exit status (or does not return).
 int FinishRank(Communicator& world, const Status& status);
+
+// Runs `run` on this process's rank of a tp-rank job (the MPI world under an MPI job, whose size
+// must be tp; a group of one otherwise) and ends it with FinishRank; returns the exit status.
+// An MPI world that cannot start is reported by ReportBeforeWorld.
+int RunOnRanks(int tp, const std::function<Status(Communicator& world)>& run);
 
 // An error found before the ranks have a communicator (the command line, the model file): every
 // rank of an MPI job finds the same one, so only rank 0 (by the launcher's environment) prints

@@ -150,19 +150,7 @@ int RunServe(const std::vector<std::string>& args) {
   const sigset_t signals = SignalSet({SIGINT, SIGTERM, SIGUSR1, SIGUSR2});
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  std::unique_ptr<Communicator> world;
-  if (UnderMpi()) {
-    Expected<std::unique_ptr<Communicator>> mpi = MakeMpiWorld();
-    if (!mpi.ok()) return Fail(mpi.status());
-    world = std::move(*mpi);
-    if (world->size() != tp) {
-      return FinishRank(*world, InvalidArgument("the MPI job has " + std::to_string(world->size()) +
-                                                " ranks, but tp_size is " + std::to_string(tp)));
-    }
-  } else {
-    world = std::move(MakeInProcessGroup(1)[0]);
-  }
-  return FinishRank(*world, RunRank(*world, *launch, o, signals));
+  return RunOnRanks(tp, [&](Communicator& world) { return RunRank(world, *launch, o, signals); });
 }
 
 }  // namespace
