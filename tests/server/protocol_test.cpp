@@ -17,33 +17,18 @@
 #include "server/api_error.h"
 #include "server/request.h"
 #include "server/response.h"
+#include "text/byte_level.h"
 
 namespace ctxpar::server {
 namespace {
 
 using json = nlohmann::json;
 
-std::string Utf8(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
-
 // A byte-level vocabulary without merges: every byte is its own token (ids in GPT-2's
 // byte-to-unicode order), plus ChatML's two control tokens. Text encodes to one token per byte.
 Tokenizer TinyTokenizer() {
   TokenizerSpec spec;
-  spec.pre = "gpt2";
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-    if (printable) spec.tokens.push_back(Utf8(b));
-  }
-  for (uint32_t cp = 0x100; spec.tokens.size() < 256; ++cp) spec.tokens.push_back(Utf8(cp));
+  testing::AddByteLevelTokens(spec);
   spec.token_types.assign(256, 1);
   for (const char* special : {"<|im_start|>", "<|im_end|>"}) {
     spec.tokens.push_back(special);

@@ -12,24 +12,10 @@
 #include <vector>
 
 #include "ctxpar/gguf.h"
+#include "text/byte_level.h"
 
 namespace ctxpar {
 namespace {
-
-std::string Utf8(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    s += static_cast<char>(0xE0 | (cp >> 12));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
 
 // The complete characters of `bytes`: a trailing incomplete sequence cut off (the inputs here are
 // valid UTF-8 cut at token boundaries).
@@ -96,15 +82,7 @@ class DetokenizerTest : public ::testing::Test {
   static std::vector<int32_t> ByteTokens(const std::string& text) {
     std::vector<int32_t> ids;
     for (unsigned char b : text) {
-      const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-      uint32_t cp = b;
-      if (!printable) {  // GPT-2 maps the other bytes to U+0100 upwards, in byte order
-        cp = 0x100;
-        for (int c = 0; c < b; ++c) {
-          if (!((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE)) ++cp;
-        }
-      }
-      ids.push_back(tok().TokenId(Utf8(cp)));
+      ids.push_back(tok().TokenId(testing::Utf8(testing::ByteCodePoint(b))));
       EXPECT_GE(ids.back(), 0) << "no token for byte " << int(b);
     }
     return ids;

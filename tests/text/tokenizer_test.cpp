@@ -15,6 +15,7 @@
 
 #include "ctxpar/chat_template.h"
 #include "ctxpar/gguf.h"
+#include "text/byte_level.h"
 
 namespace ctxpar {
 namespace {
@@ -249,11 +250,6 @@ TEST_F(SmolLm2Tokenizer, UserTextCannotForgeATurn) {
   EXPECT_EQ(std::count(typed.begin(), typed.end(), im_end), 0);
 }
 
-std::string Utf8(uint32_t cp) {  // cp < 0x800
-  if (cp < 0x80) return std::string(1, static_cast<char>(cp));
-  return {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
-}
-
 // The prompts of the model goldens (tests/data/llama_cpp/golden.json) tokenize and render
 // as llama.cpp and jinja2 did, and the greedy continuations decode to llama.cpp's text.
 TEST_F(SmolLm2Tokenizer, ModelGoldenPromptsMatchLlamaCpp) {
@@ -282,13 +278,7 @@ TEST_F(SmolLm2Tokenizer, ModelGoldenPromptsMatchLlamaCpp) {
 // A tiny vocabulary: the 256 byte-level tokens, then "ab", "bc", "abc", "aa".
 TokenizerSpec TinySpec(std::vector<std::string> merges) {
   TokenizerSpec spec;
-  spec.pre = "gpt2";
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-    if (printable) spec.tokens.push_back(Utf8(b));
-  }
-  // The bytes outside the printable set map to U+0100 upwards in byte order.
-  for (uint32_t cp = 0x100; spec.tokens.size() < 256; ++cp) spec.tokens.push_back(Utf8(cp));
+  testing::AddByteLevelTokens(spec);
   for (const char* t : {"ab", "bc", "abc", "aa"}) spec.tokens.push_back(t);
   spec.merges = std::move(merges);
   return spec;
