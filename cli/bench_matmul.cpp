@@ -107,8 +107,9 @@ int RunMatMulBench(const std::vector<std::string>& args) {
       ->check(CLI::Range(1, 100));
   app.add_option("--ceiling-mib", ceiling_mib, "buffer read by the bandwidth ceiling")
       ->check(CLI::Range(64, 16384));
-  app.add_option("--weights-mib", weights_mib, "least weight bytes streamed per timed run")
-      ->check(CLI::Range(1, 4096));
+  app.add_option("--weights-mib", weights_mib,
+                 "least weight bytes streamed per timed run (0: one copy, which caches may hold)")
+      ->check(CLI::Range(0, 4096));
   app.add_flag("--json", json, "print JSON instead of a table");
   if (const int rc = ParseBenchOptions(app, args); rc >= 0) return rc;
   auto fail = [](const Status& s) { return ReportError(s, "ctxpar bench matmul: "); };

@@ -5,7 +5,9 @@
 // Why the weights stay in their quantized blocks rather than dequantized bf16/fp32 copies: decode
 // reads every weight once per token, so its speed is bounded by weight bytes over memory
 // bandwidth, and Q4_1 is 0.625 byte per weight against 2 for bf16 and 4 for fp32. Prefill is
-// compute-bound: MatMul widens each 16-row tile to fp32 once and runs every prompt token over it.
+// compute-bound: MatMul runs chunks of prompt tokens over each 16-row tile, dequantizing each
+// block in registers once per group of up to 5 tokens (AVX2) or widening the tile to fp32 once
+// (AVX-512, scalar).
 // Activations default to fp32 (see ActFormat; docs/perf-model.md has the measurements).
 //
 // Contract
@@ -17,9 +19,9 @@
 //   rounded to fp16 as ggml stores them, so the dot products match ggml's up to summation order.
 // - y[t * ldy + r] = sum_c W[r, c] * x[t, c] for t < n, r < rows.
 // - Batch invariance: y[t, r] is computed by one fixed sequence of floating-point operations of
-//   W's row r and x's row t alone, whatever n, t, the thread count or the code path (decode
-//   reads the blocks directly, prefill widens 16-row tiles to fp32 once); so a row's bits do not
-//   change when it runs alone, among 63 others or in a prefill chunk.
+//   W's row r and x's row t alone, whatever n, t, the thread count or the code path (register
+//   tiles of 1 to 5 tokens, widened tiles, token chunks); so a row's bits do not change when it
+//   runs alone, among 63 others or in a prefill chunk.
 // - The fp32 sequence (ActFormat::kF32), the same on every ISA (scalar, AVX2, AVX-512): weights
 //   are dequantized exactly as DequantizeRow does (Q4_1 fma(q, d, m) rounded once; Q8_0 q * d,
 //   exact). 16 lanes start at +0; for each block b in order, lane l does acc[l] = fma(w[l], x[l],

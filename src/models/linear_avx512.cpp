@@ -22,7 +22,8 @@ struct Avx512Isa {
     __m512 v[kParts];
   };
   // 32 registers: the widened path's 4 x 6 outputs, four weight parts and one activation part.
-  static constexpr int kDirectRows[3] = {8, 4, 4};
+  static constexpr int kDirectGroup = 3;
+  static constexpr int kDirectRows[kDirectGroup] = {8, 4, 4};
   static constexpr int kDirectMaxTokens = 3;
   static constexpr int kWideRows = 4;
   static constexpr int kWideTokens = 6;

@@ -9,9 +9,12 @@
 //   Fma(acc, p, w, x)  lanes of part p: acc[l] = fma(w[l], x[l], acc[l]), element order as in
 //                      linear.h (part p holds elements [p * 32 / kParts, (p + 1) * 32 / kParts))
 //   Reduce(acc)        the 16 lanes by linear.h's fixed tree
-//   kDirectRows[n]     output rows per register tile of the direct path for n = 1, 2, 3 tokens
-//   kDirectMaxTokens   n up to which a tile reads the quantized blocks directly (decode)
-//   kWideRows, kWideTokens  the register tile of the widened path (prefill)
+//   kDirectGroup       the most tokens per register tile of the direct path
+//   kDirectRows[k]     output rows per register tile of the direct path for k + 1 tokens
+//   kDirectMaxTokens   n up to which a tile reads the quantized blocks directly, dequantizing
+//                      each block in registers once per group of tokens
+//   kWideRows, kWideTokens  the register tile of the widened path (larger n); 0: none, the
+//                      direct path serves every n
 // Both paths make every output by linear.h's canonical sequence, so the choice between them,
 // the register tile and the output's place in it change no bit.
 
@@ -95,40 +98,46 @@ void TokensFrom(const F32Tile& j, const float* wide, std::size_t wide_stride, in
   }
 }
 
+// Tokens [t0, t0 + size) for a size in [1, T], by the register tile of that size.
+template <class Isa, Src S, int T>
+void DirectGroup(const F32Tile& j, int t0, int size) {
+  if (size == T) return RowsFrom<Isa, S, Isa::kDirectRows[T - 1], T>(j, nullptr, 0, 0, t0);
+  if constexpr (T > 1) DirectGroup<Isa, S, T - 1>(j, t0, size);
+}
+
+// The tokens in as few groups of at most kDirectGroup as there can be, their sizes differing by
+// at most one: a group of one or two tokens costs nearly what a full one does.
 template <class Isa, Src S>
 void Direct(const F32Tile& j) {
-  switch (j.n) {
-    case 1:
-      RowsFrom<Isa, S, Isa::kDirectRows[0], 1>(j, nullptr, 0, 0, 0);
-      break;
-    case 2:
-      RowsFrom<Isa, S, Isa::kDirectRows[1], 2>(j, nullptr, 0, 0, 0);
-      break;
-    default:
-      TokensFrom<Isa, S, Isa::kDirectRows[2], 3>(j, nullptr, 0, 0);
-      break;
+  constexpr int kGroup = Isa::kDirectGroup;
+  const int groups = (j.n + kGroup - 1) / kGroup;
+  for (int g = 0, t0 = 0; g < groups; ++g) {
+    const int size = j.n / groups + (g < j.n % groups ? 1 : 0);
+    DirectGroup<Isa, S, kGroup>(j, t0, size);
+    t0 += size;
   }
 }
 
 template <class Isa>
 void F32TileImpl(const F32Tile& j) {
-  static_assert(Isa::kDirectMaxTokens <= 3, "Direct has register tiles for up to 3 tokens");
-  if (j.n <= Isa::kDirectMaxTokens) {
+  if (Isa::kWideRows == 0 || j.n <= Isa::kDirectMaxTokens) {
     j.type == WeightType::kQ4_1 ? Direct<Isa, Src::kQ41>(j) : Direct<Isa, Src::kQ80>(j);
     return;
   }
-  // Prefill: each block is dequantized once into the tile and read back by every token group.
-  const int nb = j.seg_ends[j.num_segs - 1];
-  const std::size_t wide_stride = std::size_t(nb) * kBlock;
-  constexpr int kLanes = kBlock / Isa::kParts;
-  for (int r = 0; r < j.rows; ++r) {
-    for (int b = 0; b < nb; ++b) {
-      const std::uint8_t* blk = j.w + std::size_t(r) * j.row_stride + b * BlockBytes(j.type);
-      const typename Isa::Block w =
-          j.type == WeightType::kQ4_1 ? Isa::DequantQ41(blk) : Isa::DequantQ80(blk);
-      float* out = j.scratch + r * wide_stride + b * kBlock;
-      for (int p = 0; p < Isa::kParts; ++p) Isa::Store(out + p * kLanes, w.v[p]);
+  if constexpr (Isa::kWideRows > 0) {
+    // Each block is dequantized once into the tile and read back by every token group.
+    const int nb = j.seg_ends[j.num_segs - 1];
+    const std::size_t wide_stride = std::size_t(nb) * kBlock;
+    constexpr int kLanes = kBlock / Isa::kParts;
+    for (int r = 0; r < j.rows; ++r) {
+      for (int b = 0; b < nb; ++b) {
+        const std::uint8_t* blk = j.w + std::size_t(r) * j.row_stride + b * BlockBytes(j.type);
+        const typename Isa::Block w =
+            j.type == WeightType::kQ4_1 ? Isa::DequantQ41(blk) : Isa::DequantQ80(blk);
+        float* out = j.scratch + r * wide_stride + b * kBlock;
+        for (int p = 0; p < Isa::kParts; ++p) Isa::Store(out + p * kLanes, w.v[p]);
+      }
     }
+    TokensFrom<Isa, Src::kWide, Isa::kWideRows, Isa::kWideTokens>(j, j.scratch, wide_stride, 0);
   }
-  TokensFrom<Isa, Src::kWide, Isa::kWideRows, Isa::kWideTokens>(j, j.scratch, wide_stride, 0);
 }

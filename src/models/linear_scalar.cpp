@@ -26,7 +26,8 @@ struct ScalarIsa {
   struct Block {
     V v[kParts];
   };
-  static constexpr int kDirectRows[3] = {1, 1, 1};
+  static constexpr int kDirectGroup = 1;
+  static constexpr int kDirectRows[kDirectGroup] = {1};
   static constexpr int kDirectMaxTokens = 1;
   static constexpr int kWideRows = 1;
   static constexpr int kWideTokens = 1;
