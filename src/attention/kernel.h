@@ -53,6 +53,9 @@ struct KernelArgs {
   int64_t k_page_stride = 0;
   int64_t v_page_stride = 0;
   float* scratch = nullptr;  // KernelScratchFloats(kv_heads, group, head_dim_qk, head_dim_v)
+  // No other row of the call reads this row's keys (a decode row), so they are not in cache
+  // whatever their size: the kTiles16 kernels prefetch them. Changes speed only, never a bit.
+  bool kv_cold = false;
 };
 
 using KernelFn = void (*)(const KernelArgs& args);

@@ -252,6 +252,13 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
     if (splits > 1) partial_floats += static_cast<int64_t>(splits) * heads * (dv + 1);
   }
   std::vector<float> partials(partial_floats);
+  // Rows per sequence in this call: a sequence's only row (decode) reads keys no other row
+  // brought into cache (KernelArgs::kv_cold).
+  auto seq_of = [&](int row) { return p.row_seq != nullptr ? p.row_seq[row] : row; };
+  int max_seq = -1;
+  for (int i = 0; i < p.num_rows; ++i) max_seq = std::max(max_seq, seq_of(i));
+  std::vector<int> rows_of_seq(static_cast<size_t>(max_seq) + 1);
+  for (int i = 0; i < p.num_rows; ++i) ++rows_of_seq[seq_of(i)];
   std::vector<Task> tasks;
   std::vector<SplitRow> split_rows;
   float* next_partial = partials.data();
@@ -303,8 +310,9 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
       return;
     }
     const Task& t = tasks[index];
-    const int seq = p.row_seq != nullptr ? p.row_seq[t.row] : t.row;
+    const int seq = seq_of(t.row);
     KernelArgs a = base;
+    a.kv_cold = rows_of_seq[seq] == 1;
     a.q = p.q + static_cast<int64_t>(t.row) * heads * dqk;
     a.o = t.o;
     a.lse = t.lse;
