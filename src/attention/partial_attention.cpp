@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "attention/kernel.h"
@@ -255,9 +256,7 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
   // Rows per sequence in this call: a sequence's only row (decode) reads keys no other row
   // brought into cache (KernelArgs::kv_cold).
   auto seq_of = [&](int row) { return p.row_seq != nullptr ? p.row_seq[row] : row; };
-  int max_seq = -1;
-  for (int i = 0; i < p.num_rows; ++i) max_seq = std::max(max_seq, seq_of(i));
-  std::vector<int> rows_of_seq(static_cast<size_t>(max_seq) + 1);
+  std::unordered_map<int, int> rows_of_seq;
   for (int i = 0; i < p.num_rows; ++i) ++rows_of_seq[seq_of(i)];
   std::vector<Task> tasks;
   std::vector<SplitRow> split_rows;
@@ -312,7 +311,7 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
     const Task& t = tasks[index];
     const int seq = seq_of(t.row);
     KernelArgs a = base;
-    a.kv_cold = rows_of_seq[seq] == 1;
+    a.kv_cold = rows_of_seq.at(seq) == 1;
     a.q = p.q + static_cast<int64_t>(t.row) * heads * dqk;
     a.o = t.o;
     a.lse = t.lse;
