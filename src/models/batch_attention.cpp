@@ -2,6 +2,19 @@
 
 namespace ctxpar::model {
 
+DcpOptions EngineDcpOptions(const EngineConfig& config, int tp_size, ThreadPool* pool) {
+  DcpOptions o;
+  o.dcp_size = config.dcp_size;
+  o.backend = config.dcp_comm_backend;
+  o.replicate_q = config.dcp_replicate_q_proj;
+  o.interleave_size = config.dcp_kv_cache_interleave_size;
+  o.tp_size = tp_size;
+  o.pool = pool;
+  o.num_threads = pool != nullptr ? pool->size() : 1;
+  o.split_kv_keys = kSplitKvKeys;
+  return o;
+}
+
 Expected<std::unique_ptr<BatchAttention>> BatchAttention::Create(const DcpOptions& options,
                                                                  Communicator* dcp) {
   CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<DcpAttention> attention,

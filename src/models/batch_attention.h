@@ -15,10 +15,22 @@
 
 #include "ctxpar/batch.h"
 #include "ctxpar/dcp_attention.h"
+#include "ctxpar/engine_config.h"
 #include "ctxpar/kv_pool.h"
 #include "ctxpar/status.h"
+#include "ctxpar/thread_pool.h"
 
 namespace ctxpar::model {
+
+// Keys per split-KV chunk of every attention the models run: fixed, so that a row's partial
+// states and their merge order depend on its own KV length only, never on the other rows of
+// the batch (batch invariance), in the decode and the prefill form alike.
+inline constexpr int kSplitKvKeys = 256;
+
+// The engine's part of a layer's DcpOptions: the launch configuration's DCP flags, tp_size
+// attention ranks, the model's pool and kSplitKvKeys. The model adds its shape (num_heads, the
+// head dims, scale).
+DcpOptions EngineDcpOptions(const EngineConfig& config, int tp_size, ThreadPool* pool);
 
 class BatchAttention {
  public:

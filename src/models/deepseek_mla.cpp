@@ -14,9 +14,6 @@ namespace ctxpar::model {
 
 namespace {
 
-// Keys per split-KV chunk, fixed so that a row's attention depends on its own keys only (batch
-// invariance), in the decode and the prefill form alike.
-constexpr int kSplitKvKeys = 256;
 // Page size of the decompressed K/V of a prefill: the CPU kernels' 16-slot tiles.
 constexpr int kPrefillPage = 16;
 
@@ -92,19 +89,11 @@ Expected<std::unique_ptr<MlaAttention>> MlaAttention::Create(const DeepseekV3Con
   std::unique_ptr<MlaAttention> m(new MlaAttention(c, s, tp, pool));
   CTXPAR_ASSIGN_OR_RETURN(m->dcp_, tp.Split(s.tp_rank / s.dcp_size, s.tp_rank));
   CTXPAR_ASSIGN_OR_RETURN(m->cp_, tp.Split(s.attn_tp_rank, s.cp_rank));
-  DcpOptions o;
-  o.dcp_size = s.dcp_size;
-  o.backend = config.dcp_comm_backend;
-  o.replicate_q = config.dcp_replicate_q_proj;
-  o.interleave_size = config.dcp_kv_cache_interleave_size;
+  DcpOptions o = EngineDcpOptions(config, s.tp_size, pool);
   o.num_heads = c.num_attention_heads;
-  o.tp_size = s.tp_size;
   o.head_dim_qk = c.kv_lora_rank + c.qk_rope_head_dim;
   o.head_dim_v = c.kv_lora_rank;
   o.scale = m->scale_;
-  o.pool = pool;
-  o.num_threads = m->threads_;
-  o.split_kv_keys = kSplitKvKeys;
   CTXPAR_ASSIGN_OR_RETURN(m->decode_, BatchAttention::Create(o, m->dcp_.get()));
   return m;
 }

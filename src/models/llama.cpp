@@ -17,10 +17,6 @@ namespace ctxpar {
 
 namespace {
 
-// Keys per split-KV chunk of the attention: fixed, so that a row's partial states and their merge
-// order depend on its own KV length only, never on the other rows of the batch.
-constexpr int kSplitKvKeys = 256;
-
 Expected<model::QuantMatrix> Matrix(const GgufFile& f, const std::string& name, int64_t cols,
                                     int64_t rows) {
   CTXPAR_ASSIGN_OR_RETURN(const GgufTensor* t, f.FindTensor(name));
@@ -155,19 +151,11 @@ Status LlamaModel::Init(const EngineConfig& config) {
 
   const int n = config.dcp_size;
   CTXPAR_ASSIGN_OR_RETURN(dcp_, world_->Split(s.tp_rank / n, s.tp_rank));
-  DcpOptions o;
-  o.dcp_size = n;
-  o.backend = config.dcp_comm_backend;
-  o.replicate_q = config.dcp_replicate_q_proj;
-  o.interleave_size = config.dcp_kv_cache_interleave_size;
+  DcpOptions o = model::EngineDcpOptions(config, tp_size_, pool_);
   o.num_heads = hp.num_heads;
-  o.tp_size = tp_size_;
   o.head_dim_qk = hd;
   o.head_dim_v = hd;
   o.scale = 1.0f / std::sqrt(float(hd));
-  o.pool = pool_;
-  o.num_threads = pool_ != nullptr ? pool_->size() : 1;
-  o.split_kv_keys = kSplitKvKeys;
   CTXPAR_ASSIGN_OR_RETURN(attend_, model::BatchAttention::Create(o, dcp_.get()));
   return Status::Ok();
 }
