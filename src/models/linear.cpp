@@ -76,7 +76,7 @@ int TokenChunk(int cols) {
 
 struct Kernels {
   const char* isa;
-  linear_internal::F32TileFn f32;
+  linear_internal::F32Kernel f32;
   linear_internal::Q8Dots q8;
 };
 
@@ -91,16 +91,16 @@ Kernels Select() {
       __builtin_cpu_init();
       return __builtin_cpu_supports("avx512vnni") != 0;
     }();
-    return {"avx512", &linear_internal::F32TileAvx512,
+    return {"avx512", linear_internal::kF32Avx512,
             vnni ? linear_internal::kQ8DotsVnni : linear_internal::kQ8DotsAvx2};
   }
   if (isa == CpuIsa::kAvx2) {
-    return {"avx2", &linear_internal::F32TileAvx2, linear_internal::kQ8DotsAvx2};
+    return {"avx2", linear_internal::kF32Avx2, linear_internal::kQ8DotsAvx2};
   }
 #else
   (void)isa;
 #endif
-  return {"scalar", &linear_internal::F32TileScalar, linear_internal::kQ8DotsScalar};
+  return {"scalar", linear_internal::kF32Scalar, linear_internal::kQ8DotsScalar};
 }
 
 }  // namespace
@@ -128,19 +128,33 @@ void MatMul(const QuantMatrix& w, const Acts& x, int col_begin, float* y, int ld
     t.num_segs = num_segs;
     t.seg_stride = segments.stride;
     t.scratch = scratch.data();
-    // Tokens in chunks, each run over all of this thread's tiles: a chunk of x and the tiles'
-    // weights stay in L2 together. Row-tile-major over all n, each tile streamed the whole of x
-    // from memory (1.2 MB for a 512-token prefill of SmolLM2's q_proj); a chunk changes no bit.
+    t.wide_stride = std::size_t(nb) * kBlock;
+    t.wide = x.n > k.f32.direct_max_tokens;
     const int chunk = TokenChunk(w.cols);
-    for (int c0 = 0; c0 < x.n; c0 += chunk) {
+    auto run = [&](std::int64_t tile, int c0) {
+      const int r0 = static_cast<int>(tile * kRowTile);
+      t.w = w.data + std::size_t(r0) * w.row_stride;
+      t.rows = std::min(kRowTile, w.rows - r0);
       t.x = x.F32Row(c0) + col_begin;
       t.n = std::min(chunk, x.n - c0);
-      for (std::int64_t tile = tile_begin; tile < tile_end; ++tile) {
-        const int r0 = static_cast<int>(tile * kRowTile);
-        t.w = w.data + std::size_t(r0) * w.row_stride;
-        t.rows = std::min(kRowTile, w.rows - r0);
-        t.y = y + std::size_t(c0) * std::size_t(ldy) + r0;
-        k.f32(t);
+      t.y = y + std::size_t(c0) * std::size_t(ldy) + r0;
+      k.f32.tile(t);
+    };
+    if (!t.wide) {
+      // Tokens in chunks, each run over all of this thread's tiles: a chunk of x and the tiles'
+      // weights stay in L2 together.
+      for (int c0 = 0; c0 < x.n; c0 += chunk) {
+        for (std::int64_t tile = tile_begin; tile < tile_end; ++tile) run(tile, c0);
+      }
+      return;
+    }
+    // A tile is widened once, by its first chunk; each chunk of x stays in L2 while the tile's
+    // bands of rows pass over it. Row-tile-major over all of n, each band would stream the whole
+    // of x from memory (1.2 MB for a 512-token prefill of SmolLM2's q_proj).
+    for (std::int64_t tile = tile_begin; tile < tile_end; ++tile) {
+      for (int c0 = 0; c0 < x.n; c0 += chunk) {
+        t.widened = c0 != 0;
+        run(tile, c0);
       }
     }
   };

@@ -4,7 +4,6 @@
 #include <immintrin.h>
 
 #include <cstring>
-#include <limits>
 
 #include "models/linear_kernels.h"
 
@@ -24,17 +23,17 @@ struct Avx2Isa {
   struct Block {
     __m256 v[kParts];
   };
-  // 16 registers: a tile's accumulators (two per output), a block's four parts, its scale and
-  // offset. The direct path serves every n: on Zen 3 a block dequantized in registers for 4 or
-  // 5 tokens ran at 4.3-4.6 cycles per block and token, a widened tile of 2 x 3 outputs (the
-  // most that 16 registers hold, its weights read back from L2) at 4.7-5.2, and 6-8 for n = 4
-  // to 8, where its widening was not paid back. At 64 rows the widened tile was 7 % ahead in
-  // `ctxpar bench matmul`, but keeping it from 20 rows up left prefill within the noise.
+  // 16 registers. Direct: a tile's accumulators (two per output), a block's four parts, its
+  // scale and offset. Widened: 4 x 3 chains, three activation parts and one weight part. On Zen 3
+  // (`ctxpar bench matmul --threads 1`, every matmul of a token, tokens/s) the direct path led
+  // up to 16 rows (n = 8: 133-155 against 107-122) and the widened one from 24 rows (n = 32:
+  // 155-159 against 137-142; n = 64: 178-200 against 127-159).
   static constexpr int kDirectGroup = 5;
   static constexpr int kDirectRows[kDirectGroup] = {4, 2, 1, 1, 1};
-  static constexpr int kDirectMaxTokens = std::numeric_limits<int>::max();
-  static constexpr int kWideRows = 0;
-  static constexpr int kWideTokens = 0;
+  static constexpr int kDirectMaxTokens = 16;
+  static constexpr int kWideRows = 4;
+  static constexpr int kWideTokens = 3;
+  static constexpr int kChains = 2;
 
   static void Prefetch(const std::uint8_t* p) {
     _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
@@ -65,7 +64,10 @@ struct Avx2Isa {
     }
     return w;
   }
-  static void Fma(Acc& a, int p, V w, V x) { a.v[p & 1] = _mm256_fmadd_ps(w, x, a.v[p & 1]); }
+  static V ZeroV() { return _mm256_setzero_ps(); }
+  static void FmaV(V& a, V w, V x) { a = _mm256_fmadd_ps(w, x, a); }
+  static void Fma(Acc& a, int p, V w, V x) { FmaV(a.v[p & 1], w, x); }
+  static void SetChain(Acc& a, int c, V v) { a.v[c] = v; }
   static float Reduce(const Acc& a) { return Sum8(_mm256_add_ps(a.v[0], a.v[1])); }
 };
 
@@ -103,7 +105,7 @@ float DotQ80(const std::uint8_t* w, const ActBlock* x, int nb) {
 
 }  // namespace
 
-void F32TileAvx2(const F32Tile& tile) { F32TileImpl<Avx2Isa>(tile); }
+const F32Kernel kF32Avx2 = {&F32TileImpl<Avx2Isa>, Avx2Isa::kDirectMaxTokens};
 const Q8Dots kQ8DotsAvx2 = {&DotQ41, &DotQ80};
 
 }  // namespace ctxpar::model::linear_internal

@@ -27,6 +27,7 @@ struct Avx512Isa {
   static constexpr int kDirectMaxTokens = 3;
   static constexpr int kWideRows = 4;
   static constexpr int kWideTokens = 6;
+  static constexpr int kChains = 1;
 
   static void Prefetch(const std::uint8_t* p) {
     _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
@@ -52,7 +53,10 @@ struct Avx512Isa {
     }
     return w;
   }
-  static void Fma(Acc& a, int, V w, V x) { a = _mm512_fmadd_ps(w, x, a); }
+  static V ZeroV() { return Zero(); }
+  static void FmaV(V& a, V w, V x) { a = _mm512_fmadd_ps(w, x, a); }
+  static void Fma(Acc& a, int, V w, V x) { FmaV(a, w, x); }
+  static void SetChain(Acc& a, int, V v) { a = v; }
   static float Reduce(const Acc& a) {
     const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
     return Sum8(_mm256_add_ps(_mm512_castps512_ps256(a), hi));
@@ -92,7 +96,7 @@ CTXPAR_VNNI float DotQ80Vnni(const std::uint8_t* w, const ActBlock* x, int nb) {
 
 }  // namespace
 
-void F32TileAvx512(const F32Tile& tile) { F32TileImpl<Avx512Isa>(tile); }
+const F32Kernel kF32Avx512 = {&F32TileImpl<Avx512Isa>, Avx512Isa::kDirectMaxTokens};
 const Q8Dots kQ8DotsVnni = {&DotQ41Vnni, &DotQ80Vnni};
 
 }  // namespace ctxpar::model::linear_internal

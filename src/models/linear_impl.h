@@ -8,13 +8,16 @@
 //   Zero, Load, Store, DequantQ41, DequantQ80
 //   Fma(acc, p, w, x)  lanes of part p: acc[l] = fma(w[l], x[l], acc[l]), element order as in
 //                      linear.h (part p holds elements [p * 32 / kParts, (p + 1) * 32 / kParts))
+//   kChains            registers of an Acc; chain c holds the lanes of parts c, c + kChains, ...
+//                      and no other part touches them, so the chains can run one after another
+//   ZeroV, FmaV(a, w, x), SetChain(acc, c, v)  one chain's register: zero, fma, into the Acc
 //   Reduce(acc)        the 16 lanes by linear.h's fixed tree
 //   kDirectGroup       the most tokens per register tile of the direct path
 //   kDirectRows[k]     output rows per register tile of the direct path for k + 1 tokens
-//   kDirectMaxTokens   n up to which a tile reads the quantized blocks directly, dequantizing
-//                      each block in registers once per group of tokens
-//   kWideRows, kWideTokens  the register tile of the widened path (larger n); 0: none, the
-//                      direct path serves every n
+//   kDirectMaxTokens   n (of the whole MatMul) up to which a tile reads the quantized blocks
+//                      directly, dequantizing each block in registers once per group of tokens
+//   kWideRows, kWideTokens  the register tile of the widened path (larger n), in chains: one
+//                      chain of each of its outputs is live at a time
 // Both paths make every output by linear.h's canonical sequence, so the choice between them,
 // the register tile and the output's place in it change no bit.
 
@@ -23,8 +26,11 @@ enum class Src { kQ41, kQ80, kWide };
 // Decode streams the weights once: each block requests the same block this many rows ahead.
 inline constexpr int kPrefetchRows = 8;
 
+inline int FirstBlock(const F32Tile& j) { return j.seg_base == 0 ? 0 : j.seg_ends[-1]; }
+
 inline void Emit(const F32Tile& j, int r, int t, int s, float v) {
   float* out = j.y + std::size_t(t) * j.ldy + r;
+  s += j.seg_base;
   if (j.seg_stride != 0) {
     out[s * j.seg_stride] = v;
   } else {
@@ -32,44 +38,28 @@ inline void Emit(const F32Tile& j, int r, int t, int s, float v) {
   }
 }
 
-// Rows [r0, r0 + R) times tokens [t0, t0 + T), every segment. kWide reads the tile widened to
-// fp32 (row r at wide + r * wide_stride); otherwise each weight block is dequantized in
+// Rows [r0, r0 + R) times tokens [t0, t0 + T), every segment, each weight block dequantized in
 // registers once for the T tokens.
 template <class Isa, Src S, int R, int T>
-void Panel(const F32Tile& j, const float* wide, std::size_t wide_stride, int r0, int t0) {
-  using V = typename Isa::V;
+void Panel(const F32Tile& j, int r0, int t0) {
   constexpr int kLanes = kBlock / Isa::kParts;
   constexpr std::size_t kBytes = BlockBytes(S == Src::kQ41 ? WeightType::kQ4_1 : WeightType::kQ8_0);
   const float* xs[T];
   for (int t = 0; t < T; ++t) xs[t] = j.x + std::size_t(t0 + t) * j.ldx;
-  int b = 0;
+  int b = FirstBlock(j);
   for (int s = 0; s < j.num_segs; ++s) {
     typename Isa::Acc acc[R][T];
     for (int r = 0; r < R; ++r) {
       for (int t = 0; t < T; ++t) acc[r][t] = Isa::Zero();
     }
     for (; b < j.seg_ends[s]; ++b) {
-      if constexpr (S == Src::kWide) {
-        for (int p = 0; p < Isa::kParts; ++p) {
-          V w[R];
-          for (int r = 0; r < R; ++r) {
-            w[r] = Isa::Load(wide + std::size_t(r0 + r) * wide_stride + b * kBlock + p * kLanes);
-          }
-          for (int t = 0; t < T; ++t) {
-            const V xv = Isa::Load(xs[t] + b * kBlock + p * kLanes);
-            for (int r = 0; r < R; ++r) Isa::Fma(acc[r][t], p, w[r], xv);
-          }
-        }
-      } else {
-        for (int r = 0; r < R; ++r) {
-          const std::uint8_t* blk = j.w + std::size_t(r0 + r) * j.row_stride + b * kBytes;
-          Isa::Prefetch(blk + kPrefetchRows * j.row_stride);
-          const typename Isa::Block w =
-              S == Src::kQ41 ? Isa::DequantQ41(blk) : Isa::DequantQ80(blk);
-          for (int t = 0; t < T; ++t) {
-            for (int p = 0; p < Isa::kParts; ++p) {
-              Isa::Fma(acc[r][t], p, w.v[p], Isa::Load(xs[t] + b * kBlock + p * kLanes));
-            }
+      for (int r = 0; r < R; ++r) {
+        const std::uint8_t* blk = j.w + std::size_t(r0 + r) * j.row_stride + b * kBytes;
+        Isa::Prefetch(blk + kPrefetchRows * j.row_stride);
+        const typename Isa::Block w = S == Src::kQ41 ? Isa::DequantQ41(blk) : Isa::DequantQ80(blk);
+        for (int t = 0; t < T; ++t) {
+          for (int p = 0; p < Isa::kParts; ++p) {
+            Isa::Fma(acc[r][t], p, w.v[p], Isa::Load(xs[t] + b * kBlock + p * kLanes));
           }
         }
       }
@@ -80,64 +70,125 @@ void Panel(const F32Tile& j, const float* wide, std::size_t wide_stride, int r0,
   }
 }
 
-// Rows [r0, j.rows) in panels of R rows, the rest in one smaller panel.
-template <class Isa, Src S, int R, int T>
-void RowsFrom(const F32Tile& j, const float* wide, std::size_t wide_stride, int r0, int t0) {
-  for (; r0 + R <= j.rows; r0 += R) Panel<Isa, S, R, T>(j, wide, wide_stride, r0, t0);
-  if constexpr (R > 1) {
-    if (r0 < j.rows) RowsFrom<Isa, S, R - 1, T>(j, wide, wide_stride, r0, t0);
+// The same outputs from the tile widened to fp32 in j.scratch (row r at r * blocks * 32). The
+// chains of an output run one after another, so the registers hold R x T chains rather than
+// R x T whole accumulators: AVX2's 16 registers fit 4 x 3 chains and their operands.
+template <class Isa, int R, int T>
+void WidePanel(const F32Tile& j, int r0, int t0) {
+  using V = typename Isa::V;
+  constexpr int kLanes = kBlock / Isa::kParts;
+  const std::size_t stride = j.wide_stride;
+  const float* ws = j.scratch + std::size_t(r0) * stride;
+  const float* xs = j.x + std::size_t(t0) * j.ldx;
+  int b0 = FirstBlock(j);
+  for (int s = 0; s < j.num_segs; ++s) {
+    const int b1 = j.seg_ends[s];
+    typename Isa::Acc acc[R][T];
+    for (int c = 0; c < Isa::kChains; ++c) {
+      V a[R][T];
+      for (int r = 0; r < R; ++r) {
+        for (int t = 0; t < T; ++t) a[r][t] = Isa::ZeroV();
+      }
+      for (int b = b0; b < b1; ++b) {
+        for (int p = c; p < Isa::kParts; p += Isa::kChains) {
+          const std::size_t off = std::size_t(b) * kBlock + p * kLanes;
+          V x[T];
+          for (int t = 0; t < T; ++t) x[t] = Isa::Load(xs + t * j.ldx + off);
+          for (int r = 0; r < R; ++r) {
+            const V w = Isa::Load(ws + r * stride + off);
+            for (int t = 0; t < T; ++t) Isa::FmaV(a[r][t], w, x[t]);
+          }
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        for (int t = 0; t < T; ++t) Isa::SetChain(acc[r][t], c, a[r][t]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      for (int t = 0; t < T; ++t) Emit(j, r0 + r, t0 + t, s, Isa::Reduce(acc[r][t]));
+    }
+    b0 = b1;
   }
 }
 
-// Tokens [t0, j.n) in groups of T, the rest in one smaller group.
+// Output rows per panel of T tokens.
+template <class Isa, Src S, int T>
+constexpr int PanelRows() {
+  if constexpr (S == Src::kWide) {
+    return Isa::kWideRows;
+  } else {
+    return Isa::kDirectRows[T - 1];
+  }
+}
+
+// Rows [r0, j.rows) in panels of R rows, the rest in one smaller panel.
 template <class Isa, Src S, int R, int T>
-void TokensFrom(const F32Tile& j, const float* wide, std::size_t wide_stride, int t0) {
-  for (; t0 + T <= j.n; t0 += T) RowsFrom<Isa, S, R, T>(j, wide, wide_stride, 0, t0);
-  if constexpr (T > 1) {
-    if (t0 < j.n) TokensFrom<Isa, S, R, T - 1>(j, wide, wide_stride, t0);
+void RowsFrom(const F32Tile& j, int r0, int t0) {
+  for (; r0 + R <= j.rows; r0 += R) {
+    if constexpr (S == Src::kWide) {
+      WidePanel<Isa, R, T>(j, r0, t0);
+    } else {
+      Panel<Isa, S, R, T>(j, r0, t0);
+    }
+  }
+  if constexpr (R > 1) {
+    if (r0 < j.rows) RowsFrom<Isa, S, R - 1, T>(j, r0, t0);
   }
 }
 
 // Tokens [t0, t0 + size) for a size in [1, T], by the register tile of that size.
 template <class Isa, Src S, int T>
-void DirectGroup(const F32Tile& j, int t0, int size) {
-  if (size == T) return RowsFrom<Isa, S, Isa::kDirectRows[T - 1], T>(j, nullptr, 0, 0, t0);
-  if constexpr (T > 1) DirectGroup<Isa, S, T - 1>(j, t0, size);
+void Group(const F32Tile& j, int t0, int size) {
+  if (size == T) return RowsFrom<Isa, S, PanelRows<Isa, S, T>(), T>(j, 0, t0);
+  if constexpr (T > 1) Group<Isa, S, T - 1>(j, t0, size);
 }
 
-// The tokens in as few groups of at most kDirectGroup as there can be, their sizes differing by
-// at most one: a group of one or two tokens costs nearly what a full one does.
-template <class Isa, Src S>
-void Direct(const F32Tile& j) {
-  constexpr int kGroup = Isa::kDirectGroup;
+// The tokens in as few groups of at most kGroup as there can be, their sizes differing by at
+// most one: a group of one or two tokens costs nearly what a full one does.
+template <class Isa, Src S, int kGroup>
+void Groups(const F32Tile& j) {
   const int groups = (j.n + kGroup - 1) / kGroup;
   for (int g = 0, t0 = 0; g < groups; ++g) {
     const int size = j.n / groups + (g < j.n % groups ? 1 : 0);
-    DirectGroup<Isa, S, kGroup>(j, t0, size);
+    Group<Isa, S, kGroup>(j, t0, size);
     t0 += size;
   }
 }
 
 template <class Isa>
 void F32TileImpl(const F32Tile& j) {
-  if (Isa::kWideRows == 0 || j.n <= Isa::kDirectMaxTokens) {
-    j.type == WeightType::kQ4_1 ? Direct<Isa, Src::kQ41>(j) : Direct<Isa, Src::kQ80>(j);
+  if (!j.wide) {
+    constexpr int kGroup = Isa::kDirectGroup;
+    j.type == WeightType::kQ4_1 ? Groups<Isa, Src::kQ41, kGroup>(j)
+                                : Groups<Isa, Src::kQ80, kGroup>(j);
     return;
   }
-  if constexpr (Isa::kWideRows > 0) {
-    // Each block is dequantized once into the tile and read back by every token group.
-    const int nb = j.seg_ends[j.num_segs - 1];
-    const std::size_t wide_stride = std::size_t(nb) * kBlock;
-    constexpr int kLanes = kBlock / Isa::kParts;
+  // Each block is dequantized once into the tile. Bands of kWideRows rows, segment by segment,
+  // then pass over the chunk's token groups: a band's slice of a segment and the tokens' stay in
+  // L1 (ffn_down's whole rows, 4 x 6 KB, and three tokens' did not).
+  const int nb = j.seg_ends[j.num_segs - 1];
+  constexpr int kLanes = kBlock / Isa::kParts;
+  if (!j.widened) {
     for (int r = 0; r < j.rows; ++r) {
       for (int b = 0; b < nb; ++b) {
         const std::uint8_t* blk = j.w + std::size_t(r) * j.row_stride + b * BlockBytes(j.type);
         const typename Isa::Block w =
             j.type == WeightType::kQ4_1 ? Isa::DequantQ41(blk) : Isa::DequantQ80(blk);
-        float* out = j.scratch + r * wide_stride + b * kBlock;
+        float* out = j.scratch + r * j.wide_stride + b * kBlock;
         for (int p = 0; p < Isa::kParts; ++p) Isa::Store(out + p * kLanes, w.v[p]);
       }
     }
-    TokensFrom<Isa, Src::kWide, Isa::kWideRows, Isa::kWideTokens>(j, j.scratch, wide_stride, 0);
+  }
+  for (int r0 = 0; r0 < j.rows; r0 += Isa::kWideRows) {
+    for (int s = 0; s < j.num_segs; ++s) {
+      F32Tile part = j;
+      part.rows = std::min(Isa::kWideRows, j.rows - r0);
+      part.y = j.y + r0;
+      part.scratch = j.scratch + r0 * j.wide_stride;
+      part.seg_ends = j.seg_ends + s;
+      part.num_segs = 1;
+      part.seg_base = s;
+      Groups<Isa, Src::kWide, Isa::kWideTokens>(part);
+    }
   }
 }

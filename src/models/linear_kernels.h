@@ -28,11 +28,22 @@ struct F32Tile {
   std::size_t ldy = 0;
   const int* seg_ends = nullptr;  // num_segs increasing block indices, the last = blocks per row
   int num_segs = 0;
-  std::size_t seg_stride = 0;  // 0: the ordered sum of the segments; else segment s at y + s * it
-  float* scratch = nullptr;    // kRowTile * blocks per row * 32 floats (the widened tile)
+  // The index of segment 0 here among the matrix's segments (a tile split by segment): it
+  // starts at block seg_ends[-1] when > 0, and its outputs add to y's or go to its own stride.
+  int seg_base = 0;
+  std::size_t seg_stride = 0;   // 0: the ordered sum of the segments; else segment s at y + s * it
+  float* scratch = nullptr;     // kRowTile * blocks per row * 32 floats (the widened tile)
+  std::size_t wide_stride = 0;  // floats between the widened rows: blocks per row * 32
+  bool wide = false;            // widen the tile to fp32 (n above the kernel's direct_max_tokens)
+  bool widened = false;         // scratch holds this tile widened already (a later token chunk)
 };
 
-using F32TileFn = void (*)(const F32Tile& tile);
+// One ISA's fp32 kernel: the tile function and the n above which it widens the tile, so that
+// MatMul runs each tile's token chunks back to back and widens it once.
+struct F32Kernel {
+  void (*tile)(const F32Tile& tile);
+  int direct_max_tokens;
+};
 // One output of the int8-activation path over nb blocks: a fixed sequence for any n.
 using DotQ8Fn = float (*)(const std::uint8_t* w, const ActBlock* x, int nb);
 
@@ -41,11 +52,11 @@ struct Q8Dots {
   DotQ8Fn q80;
 };
 
-void F32TileScalar(const F32Tile& tile);
+extern const F32Kernel kF32Scalar;
 extern const Q8Dots kQ8DotsScalar;
 #if defined(CTXPAR_X86_KERNELS)
-void F32TileAvx2(const F32Tile& tile);
-void F32TileAvx512(const F32Tile& tile);
+extern const F32Kernel kF32Avx2;
+extern const F32Kernel kF32Avx512;
 extern const Q8Dots kQ8DotsAvx2;
 extern const Q8Dots kQ8DotsVnni;  // needs avx512vnni besides the AVX-512 path's features
 #endif

@@ -31,6 +31,7 @@ struct ScalarIsa {
   static constexpr int kDirectMaxTokens = 1;
   static constexpr int kWideRows = 1;
   static constexpr int kWideTokens = 1;
+  static constexpr int kChains = 1;
 
   static void Prefetch(const std::uint8_t*) {}
   static Acc Zero() { return Acc{}; }
@@ -60,9 +61,12 @@ struct ScalarIsa {
     }
     return w;
   }
-  static void Fma(Acc& a, int, const V& w, const V& x) {
+  static V ZeroV() { return Zero(); }
+  static void FmaV(V& a, const V& w, const V& x) {
     for (int l = 0; l < 16; ++l) a.l[l] = std::fma(w.l[l], x.l[l], a.l[l]);
   }
+  static void Fma(Acc& a, int, const V& w, const V& x) { FmaV(a, w, x); }
+  static void SetChain(Acc& a, int, const V& v) { a = v; }
   static float Reduce(const Acc& a) {
     float r[8];
     for (int l = 0; l < 8; ++l) r[l] = a.l[l] + a.l[l + 8];
@@ -83,7 +87,7 @@ float DotQ80Scalar(const std::uint8_t* w, const ActBlock* x, int nb) {
 
 }  // namespace
 
-void F32TileScalar(const F32Tile& tile) { F32TileImpl<ScalarIsa>(tile); }
+const F32Kernel kF32Scalar = {&F32TileImpl<ScalarIsa>, ScalarIsa::kDirectMaxTokens};
 const Q8Dots kQ8DotsScalar = {&DotQ41Scalar, &DotQ80Scalar};
 
 }  // namespace linear_internal

@@ -268,7 +268,7 @@ TEST_F(MatMulIsas, SegmentsEqualSeparateProductsSummedInOrder) {
     Force(isa);
     for (ActFormat format : {ActFormat::kF32, ActFormat::kQ8}) {
       for (WeightType type : {WeightType::kQ4_1, WeightType::kQ8_0}) {
-        for (int n : {1, 2, 5, 17}) {
+        for (int n : {1, 2, 5, 17, 50}) {
           std::mt19937 rng(31 + n);
           RandomMatrix w = MakeMatrix(type, rows, cols, rng);
           const std::vector<float> x = Normal(std::size_t(n) * cols, rng);
