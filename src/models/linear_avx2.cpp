@@ -25,12 +25,12 @@ struct Avx2Isa {
   };
   // 16 registers. Direct: a tile's accumulators (two per output), a block's four parts, its
   // scale and offset. Widened: 4 x 3 chains, three activation parts and one weight part. On Zen 3
-  // (`ctxpar bench matmul --threads 1`, every matmul of a token, tokens/s) the direct path led
-  // up to 16 rows (n = 8: 133-155 against 107-122) and the widened one from 24 rows (n = 32:
-  // 155-159 against 137-142; n = 64: 178-200 against 127-159).
+  // (`ctxpar bench matmul --threads 1`, every matmul of a token, tokens/s, runs alternating) the
+  // direct path led at 8 rows (133-155 against 107-122), the widened one from 12 (n = 12:
+  // 126-132 against 115-126; n = 16: 134-141 against 126-137; n = 64: 179-184 against 150-153).
   static constexpr int kDirectGroup = 5;
   static constexpr int kDirectRows[kDirectGroup] = {4, 2, 1, 1, 1};
-  static constexpr int kDirectMaxTokens = 16;
+  static constexpr int kDirectMaxTokens = 8;
   static constexpr int kWideRows = 4;
   static constexpr int kWideTokens = 3;
   static constexpr int kChains = 2;
@@ -69,6 +69,25 @@ struct Avx2Isa {
   static void Fma(Acc& a, int p, V w, V x) { FmaV(a.v[p & 1], w, x); }
   static void SetChain(Acc& a, int c, V v) { a.v[c] = v; }
   static float Reduce(const Acc& a) { return Sum8(_mm256_add_ps(a.v[0], a.v[1])); }
+  // Sum8's steps on four outputs: lanes l + 8, l + 4, l + 2 and 1 onto l, each add with the
+  // same operands as there, two or four outputs a register.
+  static void Reduce4(const Acc& a, const Acc& b, const Acc& c, const Acc& d, float* out) {
+    const __m256 ra = _mm256_add_ps(a.v[0], a.v[1]);
+    const __m256 rb = _mm256_add_ps(b.v[0], b.v[1]);
+    const __m256 rc = _mm256_add_ps(c.v[0], c.v[1]);
+    const __m256 rd = _mm256_add_ps(d.v[0], d.v[1]);
+    const __m256 ab =
+        _mm256_add_ps(_mm256_permute2f128_ps(ra, rb, 0x20), _mm256_permute2f128_ps(ra, rb, 0x31));
+    const __m256 cd =
+        _mm256_add_ps(_mm256_permute2f128_ps(rc, rd, 0x20), _mm256_permute2f128_ps(rc, rd, 0x31));
+    // [a0 a1 c0 c1 | b0 b1 d0 d1]
+    const __m256 u =
+        _mm256_add_ps(_mm256_shuffle_ps(ab, cd, 0x44), _mm256_shuffle_ps(ab, cd, 0xEE));
+    const __m128 lo = _mm256_castps256_ps128(u);
+    const __m128 hi = _mm256_extractf128_ps(u, 1);
+    const __m128 acbd = _mm_add_ps(_mm_shuffle_ps(lo, hi, 0x88), _mm_shuffle_ps(lo, hi, 0xDD));
+    _mm_storeu_ps(out, _mm_shuffle_ps(acbd, acbd, 0xD8));
+  }
 };
 
 #include "models/linear_impl.h"

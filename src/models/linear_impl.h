@@ -12,6 +12,7 @@
 //                      and no other part touches them, so the chains can run one after another
 //   ZeroV, FmaV(a, w, x), SetChain(acc, c, v)  one chain's register: zero, fma, into the Acc
 //   Reduce(acc)        the 16 lanes by linear.h's fixed tree
+//   Reduce4(a, b, c, d, out)  four outputs by that tree at once, into out[0..3]
 //   kDirectGroup       the most tokens per register tile of the direct path
 //   kDirectRows[k]     output rows per register tile of the direct path for k + 1 tokens
 //   kDirectMaxTokens   n (of the whole MatMul) up to which a tile reads the quantized blocks
@@ -26,6 +27,11 @@ enum class Src { kQ41, kQ80, kWide };
 // Decode streams the weights once: each block requests the same block this many rows ahead.
 inline constexpr int kPrefetchRows = 8;
 
+// The widened path runs whole segments at a time, as many as fit in this many blocks (or one):
+// 4 rows and 3 tokens of 24 blocks are 21 KB, in L1 (ffn_down's whole rows, 4 x 6 KB, and
+// three tokens' did not fit), while a run of short segments (o_proj's 2 blocks) is one call.
+inline constexpr int kWideRunBlocks = 24;
+
 inline int FirstBlock(const F32Tile& j) { return j.seg_base == 0 ? 0 : j.seg_ends[-1]; }
 
 inline void Emit(const F32Tile& j, int r, int t, int s, float v) {
@@ -35,6 +41,29 @@ inline void Emit(const F32Tile& j, int r, int t, int s, float v) {
     out[s * j.seg_stride] = v;
   } else {
     *out = s == 0 ? v : *out + v;
+  }
+}
+
+// Rows [r, r + 4) of token t: consecutive in y.
+inline void Emit4(const F32Tile& j, int r, int t, int s, const float (&v)[4]) {
+  float* out = j.y + std::size_t(t) * j.ldy + r;
+  s += j.seg_base;
+  if (j.seg_stride != 0) out += s * j.seg_stride;
+  for (int i = 0; i < 4; ++i) out[i] = j.seg_stride != 0 || s == 0 ? v[i] : out[i] + v[i];
+}
+
+// A panel's outputs for segment s. A short segment (o_proj's are one head, 2 blocks) costs as
+// much in reductions as in FMAs, so four rows of a token reduce together.
+template <class Isa, int R, int T>
+void EmitPanel(const F32Tile& j, const typename Isa::Acc (&acc)[R][T], int r0, int t0, int s) {
+  for (int t = 0; t < T; ++t) {
+    int r = 0;
+    for (; r + 4 <= R; r += 4) {
+      float v[4];
+      Isa::Reduce4(acc[r][t], acc[r + 1][t], acc[r + 2][t], acc[r + 3][t], v);
+      Emit4(j, r0 + r, t0 + t, s, v);
+    }
+    for (; r < R; ++r) Emit(j, r0 + r, t0 + t, s, Isa::Reduce(acc[r][t]));
   }
 }
 
@@ -64,9 +93,7 @@ void Panel(const F32Tile& j, int r0, int t0) {
         }
       }
     }
-    for (int r = 0; r < R; ++r) {
-      for (int t = 0; t < T; ++t) Emit(j, r0 + r, t0 + t, s, Isa::Reduce(acc[r][t]));
-    }
+    EmitPanel<Isa, R, T>(j, acc, r0, t0, s);
   }
 }
 
@@ -104,9 +131,7 @@ void WidePanel(const F32Tile& j, int r0, int t0) {
         for (int t = 0; t < T; ++t) Isa::SetChain(acc[r][t], c, a[r][t]);
       }
     }
-    for (int r = 0; r < R; ++r) {
-      for (int t = 0; t < T; ++t) Emit(j, r0 + r, t0 + t, s, Isa::Reduce(acc[r][t]));
-    }
+    EmitPanel<Isa, R, T>(j, acc, r0, t0, s);
     b0 = b1;
   }
 }
@@ -148,8 +173,10 @@ void Group(const F32Tile& j, int t0, int size) {
 template <class Isa, Src S, int kGroup>
 void Groups(const F32Tile& j) {
   const int groups = (j.n + kGroup - 1) / kGroup;
+  const int base = j.n / groups;
+  const int extra = j.n % groups;
   for (int g = 0, t0 = 0; g < groups; ++g) {
-    const int size = j.n / groups + (g < j.n % groups ? 1 : 0);
+    const int size = base + (g < extra ? 1 : 0);
     Group<Isa, S, kGroup>(j, t0, size);
     t0 += size;
   }
@@ -180,14 +207,16 @@ void F32TileImpl(const F32Tile& j) {
     }
   }
   for (int r0 = 0; r0 < j.rows; r0 += Isa::kWideRows) {
-    for (int s = 0; s < j.num_segs; ++s) {
+    for (int s0 = 0, s1 = 0; s0 < j.num_segs; s0 = s1) {
+      const int first = s0 == 0 ? 0 : j.seg_ends[s0 - 1];
+      for (s1 = s0 + 1; s1 < j.num_segs && j.seg_ends[s1] - first <= kWideRunBlocks;) ++s1;
       F32Tile part = j;
       part.rows = std::min(Isa::kWideRows, j.rows - r0);
       part.y = j.y + r0;
       part.scratch = j.scratch + r0 * j.wide_stride;
-      part.seg_ends = j.seg_ends + s;
-      part.num_segs = 1;
-      part.seg_base = s;
+      part.seg_ends = j.seg_ends + s0;
+      part.num_segs = s1 - s0;
+      part.seg_base = s0;
       Groups<Isa, Src::kWide, Isa::kWideTokens>(part);
     }
   }
