@@ -3,6 +3,7 @@
 // 16-23 of each block, lanes 8-15 elements 8-15 then 24-31.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "models/linear_kernels.h"

@@ -3,6 +3,7 @@
 // AVX-512 F/BW/VL flags, run only where cpuid has them (VNNI: where it also has avx512vnni).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "models/linear_kernels.h"

@@ -190,9 +190,9 @@ void F32TileImpl(const F32Tile& j) {
                                 : Groups<Isa, Src::kQ80, kGroup>(j);
     return;
   }
-  // Each block is dequantized once into the tile. Bands of kWideRows rows, segment by segment,
-  // then pass over the chunk's token groups: a band's slice of a segment and the tokens' stay in
-  // L1 (ffn_down's whole rows, 4 x 6 KB, and three tokens' did not).
+  // Each block is dequantized once into the tile. Bands of kWideRows rows then pass over the
+  // chunk's token groups one run of segments at a time (kWideRunBlocks), so that the band's
+  // slice and the group's stay in L1.
   const int nb = j.seg_ends[j.num_segs - 1];
   constexpr int kLanes = kBlock / Isa::kParts;
   if (!j.widened) {

@@ -1,6 +1,7 @@
 // The scalar kernels: linear.h's canonical fp32 sequence lane by lane with std::fma (one
 // rounding, like the SIMD fused multiply-adds, so every ISA gives the same bits), the int8 dot
 // products, and the dequantization the embedding lookup shares with the kernels.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
