@@ -67,7 +67,7 @@ void PrepareActs(ActFormat format, WeightType type, const float* x, int n, int c
 namespace {
 
 // Tokens per chunk of a matmul: about 128 KiB of fp32 activations (L2 is 512 KiB to 2 MiB per
-// core on the x86 machines here), a multiple of 15 so that the kernels' token groups fill up.
+// core on the x86 machines here), a multiple of 15: whole groups of the AVX2 kernels' 3 and 5.
 int TokenChunk(int cols) {
   constexpr int kChunkBytes = 128 << 10;
   const int rows = kChunkBytes / (cols * static_cast<int>(sizeof(float)));

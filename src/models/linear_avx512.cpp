@@ -62,12 +62,6 @@ struct Avx512Isa {
     const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
     return Sum8(_mm256_add_ps(_mm512_castps512_ps256(a), hi));
   }
-  static void Reduce4(const Acc& a, const Acc& b, const Acc& c, const Acc& d, float* out) {
-    out[0] = Reduce(a);
-    out[1] = Reduce(b);
-    out[2] = Reduce(c);
-    out[3] = Reduce(d);
-  }
 };
 
 #include "models/linear_impl.h"

@@ -12,7 +12,7 @@
 //                      and no other part touches them, so the chains can run one after another
 //   ZeroV, FmaV(a, w, x), SetChain(acc, c, v)  one chain's register: zero, fma, into the Acc
 //   Reduce(acc)        the 16 lanes by linear.h's fixed tree
-//   Reduce4(a, b, c, d, out)  four outputs by that tree at once, into out[0..3]
+//   Reduce4(a, b, c, d, out)  optional: four outputs by that tree at once, into out[0..3]
 //   kDirectGroup       the most tokens per register tile of the direct path
 //   kDirectRows[k]     output rows per register tile of the direct path for k + 1 tokens
 //   kDirectMaxTokens   n (of the whole MatMul) up to which a tile reads the quantized blocks
@@ -45,23 +45,20 @@ inline void Emit(const F32Tile& j, int r, int t, int s, float v) {
 }
 
 // Rows [r, r + 4) of token t: consecutive in y.
-inline void Emit4(const F32Tile& j, int r, int t, int s, const float (&v)[4]) {
-  float* out = j.y + std::size_t(t) * j.ldy + r;
-  s += j.seg_base;
-  if (j.seg_stride != 0) out += s * j.seg_stride;
-  for (int i = 0; i < 4; ++i) out[i] = j.seg_stride != 0 || s == 0 ? v[i] : out[i] + v[i];
-}
-
 // A panel's outputs for segment s. A short segment (o_proj's are one head, 2 blocks) costs as
-// much in reductions as in FMAs, so four rows of a token reduce together.
+// much in reductions as in FMAs, so four rows of a token reduce together where the ISA can.
 template <class Isa, int R, int T>
 void EmitPanel(const F32Tile& j, const typename Isa::Acc (&acc)[R][T], int r0, int t0, int s) {
   for (int t = 0; t < T; ++t) {
     int r = 0;
-    for (; r + 4 <= R; r += 4) {
-      float v[4];
-      Isa::Reduce4(acc[r][t], acc[r + 1][t], acc[r + 2][t], acc[r + 3][t], v);
-      Emit4(j, r0 + r, t0 + t, s, v);
+    if constexpr (requires(float* out) {
+                    Isa::Reduce4(acc[0][0], acc[0][0], acc[0][0], acc[0][0], out);
+                  }) {
+      for (; r + 4 <= R; r += 4) {
+        float v[4];
+        Isa::Reduce4(acc[r][t], acc[r + 1][t], acc[r + 2][t], acc[r + 3][t], v);
+        for (int i = 0; i < 4; ++i) Emit(j, r0 + r + i, t0 + t, s, v[i]);
+      }
     }
     for (; r < R; ++r) Emit(j, r0 + r, t0 + t, s, Isa::Reduce(acc[r][t]));
   }

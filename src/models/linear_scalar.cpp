@@ -75,12 +75,6 @@ struct ScalarIsa {
     for (int l = 0; l < 2; ++l) r[l] = r[l] + r[l + 2];
     return r[0] + r[1];
   }
-  static void Reduce4(const Acc& a, const Acc& b, const Acc& c, const Acc& d, float* out) {
-    out[0] = Reduce(a);
-    out[1] = Reduce(b);
-    out[2] = Reduce(c);
-    out[3] = Reduce(d);
-  }
 };
 
 #include "models/linear_impl.h"
