@@ -70,24 +70,9 @@ struct Avx2Isa {
   static void Fma(Acc& a, int p, V w, V x) { FmaV(a.v[p & 1], w, x); }
   static void SetChain(Acc& a, int c, V v) { a.v[c] = v; }
   static float Reduce(const Acc& a) { return Sum8(_mm256_add_ps(a.v[0], a.v[1])); }
-  // Sum8's steps on four outputs: lanes l + 8, l + 4, l + 2 and 1 onto l, each add with the
-  // same operands as there, two or four outputs a register.
   static void Reduce4(const Acc& a, const Acc& b, const Acc& c, const Acc& d, float* out) {
-    const __m256 ra = _mm256_add_ps(a.v[0], a.v[1]);
-    const __m256 rb = _mm256_add_ps(b.v[0], b.v[1]);
-    const __m256 rc = _mm256_add_ps(c.v[0], c.v[1]);
-    const __m256 rd = _mm256_add_ps(d.v[0], d.v[1]);
-    const __m256 ab =
-        _mm256_add_ps(_mm256_permute2f128_ps(ra, rb, 0x20), _mm256_permute2f128_ps(ra, rb, 0x31));
-    const __m256 cd =
-        _mm256_add_ps(_mm256_permute2f128_ps(rc, rd, 0x20), _mm256_permute2f128_ps(rc, rd, 0x31));
-    // [a0 a1 c0 c1 | b0 b1 d0 d1]
-    const __m256 u =
-        _mm256_add_ps(_mm256_shuffle_ps(ab, cd, 0x44), _mm256_shuffle_ps(ab, cd, 0xEE));
-    const __m128 lo = _mm256_castps256_ps128(u);
-    const __m128 hi = _mm256_extractf128_ps(u, 1);
-    const __m128 acbd = _mm_add_ps(_mm_shuffle_ps(lo, hi, 0x88), _mm_shuffle_ps(lo, hi, 0xDD));
-    _mm_storeu_ps(out, _mm_shuffle_ps(acbd, acbd, 0xD8));
+    Tree4(_mm256_add_ps(a.v[0], a.v[1]), _mm256_add_ps(b.v[0], b.v[1]),
+          _mm256_add_ps(c.v[0], c.v[1]), _mm256_add_ps(d.v[0], d.v[1]), out);
   }
 };
 

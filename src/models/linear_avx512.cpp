@@ -58,9 +58,14 @@ struct Avx512Isa {
   static void FmaV(V& a, V w, V x) { a = _mm512_fmadd_ps(w, x, a); }
   static void Fma(Acc& a, int, V w, V x) { FmaV(a, w, x); }
   static void SetChain(Acc& a, int, V v) { a = v; }
-  static float Reduce(const Acc& a) {
+  // linear.h's first step, lanes l + 8 onto l: the two halves added.
+  static __m256 Halves(const Acc& a) {
     const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
-    return Sum8(_mm256_add_ps(_mm512_castps512_ps256(a), hi));
+    return _mm256_add_ps(_mm512_castps512_ps256(a), hi);
+  }
+  static float Reduce(const Acc& a) { return Sum8(Halves(a)); }
+  static void Reduce4(const Acc& a, const Acc& b, const Acc& c, const Acc& d, float* out) {
+    Tree4(Halves(a), Halves(b), Halves(c), Halves(d), out);
   }
 };
 

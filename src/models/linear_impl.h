@@ -44,23 +44,37 @@ inline void Emit(const F32Tile& j, int r, int t, int s, float v) {
   }
 }
 
-// Rows [r, r + 4) of token t: consecutive in y.
-// A panel's outputs for segment s. A short segment (o_proj's are one head, 2 blocks) costs as
-// much in reductions as in FMAs, so four rows of a token reduce together where the ISA can.
-template <class Isa, int R, int T>
-void EmitPanel(const F32Tile& j, const typename Isa::Acc (&acc)[R][T], int r0, int t0, int s) {
+// Rows [r, r + 4) of token t, consecutive in y: Emit's operations on four outputs at once.
+inline void Emit4(const F32Tile& j, int r, int t, int s, const float (&v)[4]) {
+  float* out = j.y + std::size_t(t) * j.ldy + r;
+  s += j.seg_base;
+  if (j.seg_stride != 0) {
+    out += s * j.seg_stride;
+    for (int i = 0; i < 4; ++i) out[i] = v[i];
+  } else if (s == 0) {
+    for (int i = 0; i < 4; ++i) out[i] = v[i];
+  } else {
+    for (int i = 0; i < 4; ++i) out[i] += v[i];
+  }
+}
+
+// A panel's outputs for segment s; acc(r, t) is the accumulator of row r0 + r, token t0 + t. A
+// short segment (o_proj's are one head, 2 blocks) costs as much in reductions as in FMAs, so
+// four rows of a token reduce together where the ISA can.
+template <class Isa, int R, int T, class AccAt>
+void EmitPanel(const F32Tile& j, const AccAt& acc, int r0, int t0, int s) {
   for (int t = 0; t < T; ++t) {
     int r = 0;
-    if constexpr (requires(float* out) {
-                    Isa::Reduce4(acc[0][0], acc[0][0], acc[0][0], acc[0][0], out);
+    if constexpr (requires(const typename Isa::Acc& a, float* out) {
+                    Isa::Reduce4(a, a, a, a, out);
                   }) {
       for (; r + 4 <= R; r += 4) {
         float v[4];
-        Isa::Reduce4(acc[r][t], acc[r + 1][t], acc[r + 2][t], acc[r + 3][t], v);
-        for (int i = 0; i < 4; ++i) Emit(j, r0 + r + i, t0 + t, s, v[i]);
+        Isa::Reduce4(acc(r, t), acc(r + 1, t), acc(r + 2, t), acc(r + 3, t), v);
+        Emit4(j, r0 + r, t0 + t, s, v);
       }
     }
-    for (; r < R; ++r) Emit(j, r0 + r, t0 + t, s, Isa::Reduce(acc[r][t]));
+    for (; r < R; ++r) Emit(j, r0 + r, t0 + t, s, Isa::Reduce(acc(r, t)));
   }
 }
 
@@ -90,7 +104,8 @@ void Panel(const F32Tile& j, int r0, int t0) {
         }
       }
     }
-    EmitPanel<Isa, R, T>(j, acc, r0, t0, s);
+    EmitPanel<Isa, R, T>(
+        j, [&](int r, int t) -> const typename Isa::Acc& { return acc[r][t]; }, r0, t0, s);
   }
 }
 
@@ -128,7 +143,8 @@ void WidePanel(const F32Tile& j, int r0, int t0) {
         for (int t = 0; t < T; ++t) Isa::SetChain(acc[r][t], c, a[r][t]);
       }
     }
-    EmitPanel<Isa, R, T>(j, acc, r0, t0, s);
+    EmitPanel<Isa, R, T>(
+        j, [&](int r, int t) -> const typename Isa::Acc& { return acc[r][t]; }, r0, t0, s);
     b0 = b1;
   }
 }

@@ -9,6 +9,21 @@ inline float Sum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// Sum8 on four outputs at once: lanes l + 4, l + 2 and 1 onto l, each add with the same
+// operands as there, two or four outputs a register. out[i] is the sum of ri's lanes.
+inline void Tree4(__m256 ra, __m256 rb, __m256 rc, __m256 rd, float* out) {
+  const __m256 ab =
+      _mm256_add_ps(_mm256_permute2f128_ps(ra, rb, 0x20), _mm256_permute2f128_ps(ra, rb, 0x31));
+  const __m256 cd =
+      _mm256_add_ps(_mm256_permute2f128_ps(rc, rd, 0x20), _mm256_permute2f128_ps(rc, rd, 0x31));
+  // [a0 a1 c0 c1 | b0 b1 d0 d1]
+  const __m256 u = _mm256_add_ps(_mm256_shuffle_ps(ab, cd, 0x44), _mm256_shuffle_ps(ab, cd, 0xEE));
+  const __m128 lo = _mm256_castps256_ps128(u);
+  const __m128 hi = _mm256_extractf128_ps(u, 1);
+  const __m128 acbd = _mm_add_ps(_mm_shuffle_ps(lo, hi, 0x88), _mm_shuffle_ps(lo, hi, 0xDD));
+  _mm_storeu_ps(out, _mm_shuffle_ps(acbd, acbd, 0xD8));
+}
+
 inline std::int16_t HalfBits(const std::uint8_t* p) {
   std::int16_t h;
   std::memcpy(&h, p, 2);
