@@ -117,7 +117,7 @@ void MatMul(const QuantMatrix& w, const Acts& x, int col_begin, float* y, int ld
   const int num_segs = segments.ends.empty() ? 1 : static_cast<int>(segments.ends.size());
   const std::int64_t tiles = (w.rows + kRowTile - 1) / kRowTile;
   auto f32 = [&](std::int64_t tile_begin, std::int64_t tile_end) {
-    thread_local std::vector<float> scratch;
+    thread_local LineVector<float> scratch;
     scratch.resize(std::max(scratch.size(), std::size_t(kRowTile) * nb * kBlock));
     F32Tile t;
     t.type = w.type;
