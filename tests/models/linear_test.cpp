@@ -190,13 +190,15 @@ TEST_F(MatMulIsas, Q8MatchesFloat64) {
   }
 }
 
-// Row t of an n-row call, for every n in 1..40, 100 and 1, 2, 3 threads, has the bits of row t
-// computed alone; on every ISA and both activation formats. 37 rows: a partial row tile; 100
-// rows: MatMul's token chunks (45 rows of 576 columns) and a partial last chunk.
+// Row t of an n-row call, for every n in 1..40, 100, 1000 and 1, 2, 3 threads, has the bits of
+// row t computed alone; on every ISA and both activation formats. 37 rows: a partial row tile;
+// 100 rows: MatMul's token chunks (45 rows of 576 columns) and a partial last chunk; 1000 rows:
+// the widened path's spans (450 rows of 576 columns), each widening the tiles again.
 TEST_F(MatMulIsas, RowsAreBatchInvariant) {
-  const int rows = 37, cols = 576, max_n = 100;
+  const int rows = 37, cols = 576, max_n = 1000;
   std::vector<int> ns(40);
   std::iota(ns.begin(), ns.end(), 1);
+  ns.push_back(100);
   ns.push_back(max_n);
   auto one = ThreadPool::Create(1), two = ThreadPool::Create(2), three = ThreadPool::Create(3);
   ASSERT_TRUE(one.ok() && two.ok() && three.ok());
