@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <functional>
 
 #include "ctxpar/cpu_features.h"
 #include "models/linear_kernels.h"
@@ -106,20 +105,15 @@ Kernels Select() {
   return {"scalar", linear_internal::kF32Scalar, linear_internal::kQ8DotsScalar};
 }
 
-}  // namespace
-
-const char* MatMulIsa() { return Select().isa; }
-
-void MatMul(const QuantMatrix& w, const Acts& x, int col_begin, float* y, int ldy, ThreadPool* pool,
-            const Segments& segments) {
-  const Kernels k = Select();
+// Row tiles [tile_begin, tile_end) of one MatMul.
+void Tiles(const Kernels& k, const QuantMatrix& w, const Acts& x, int col_begin, float* y, int ldy,
+           const Segments& segments, std::int64_t tile_begin, std::int64_t tile_end) {
   const int nb = w.cols / kBlock;
   const int b0 = col_begin / kBlock;
   const int whole = nb;
   const int* ends = segments.ends.empty() ? &whole : segments.ends.data();
   const int num_segs = segments.ends.empty() ? 1 : static_cast<int>(segments.ends.size());
-  const std::int64_t tiles = (w.rows + kRowTile - 1) / kRowTile;
-  auto f32 = [&](std::int64_t tile_begin, std::int64_t tile_end) {
+  auto f32 = [&] {
     thread_local LineVector<float> scratch;
     scratch.resize(std::max(scratch.size(), std::size_t(kRowTile) * nb * kBlock));
     F32Tile t;
@@ -168,7 +162,7 @@ void MatMul(const QuantMatrix& w, const Acts& x, int col_begin, float* y, int ld
       }
     }
   };
-  auto q8 = [&](std::int64_t tile_begin, std::int64_t tile_end) {
+  auto q8 = [&] {
     const linear_internal::DotQ8Fn dot = w.type == WeightType::kQ4_1 ? k.q8.q41 : k.q8.q80;
     const std::size_t bytes = BlockBytes(w.type);
     for (std::int64_t tile = tile_begin; tile < tile_end; ++tile) {
@@ -193,12 +187,48 @@ void MatMul(const QuantMatrix& w, const Acts& x, int col_begin, float* y, int ld
       }
     }
   };
-  using Body = std::function<void(std::int64_t, std::int64_t)>;
-  const Body body = x.format == ActFormat::kF32 ? Body(f32) : Body(q8);
-  if (pool != nullptr) {
-    pool->ParallelFor(tiles, body);
+  if (x.format == ActFormat::kF32) {
+    f32();
   } else {
-    body(0, tiles);
+    q8();
+  }
+}
+
+std::int64_t RowTiles(const QuantMatrix& w) { return (w.rows + kRowTile - 1) / kRowTile; }
+
+}  // namespace
+
+const char* MatMulIsa() { return Select().isa; }
+
+void MatMul(const QuantMatrix& w, const Acts& x, int col_begin, float* y, int ldy, ThreadPool* pool,
+            const Segments& segments) {
+  const Kernels k = Select();
+  auto body = [&](std::int64_t begin, std::int64_t end) {
+    Tiles(k, w, x, col_begin, y, ldy, segments, begin, end);
+  };
+  if (pool != nullptr) {
+    pool->ParallelFor(RowTiles(w), body);
+  } else {
+    body(0, RowTiles(w));
+  }
+}
+
+void MatMulMany(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool) {
+  const Kernels k = Select();
+  std::vector<std::int64_t> first(1, 0);  // outs[i]'s tiles are [first[i], first[i + 1])
+  for (const MatMulOut& o : outs) first.push_back(first.back() + RowTiles(o.w));
+  auto body = [&](std::int64_t begin, std::int64_t end) {
+    for (std::size_t i = 0; i < outs.size(); ++i) {
+      const std::int64_t lo = std::max(begin, first[i]), hi = std::min(end, first[i + 1]);
+      if (lo < hi) {
+        Tiles(k, outs[i].w, x, 0, outs[i].y, outs[i].ldy, {}, lo - first[i], hi - first[i]);
+      }
+    }
+  };
+  if (pool != nullptr) {
+    pool->ParallelFor(first.back(), body);
+  } else {
+    body(0, first.back());
   }
 }
 

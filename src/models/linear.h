@@ -133,6 +133,17 @@ struct Segments {
 void MatMul(const QuantMatrix& w, const Acts& x, int col_begin, float* y, int ldy, ThreadPool* pool,
             const Segments& segments = {});
 
+// One product of a fused MatMul: y = x W^T over all of w's columns, no segments.
+struct MatMulOut {
+  QuantMatrix w;
+  float* y;
+  int ldy;
+};
+
+// Several products of the same activations (q, k and v; gate and up) in one pass over the pool:
+// each output's bits are MatMul's, with one wait for the pool's threads instead of one each.
+void MatMulMany(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool);
+
 // Row r of w dequantized to fp32 (the embedding lookup): the weights the fp32 kernels multiply.
 void DequantizeRow(const QuantMatrix& w, int r, float* out);
 

@@ -222,9 +222,10 @@ Status LlamaModel::Attention(const Layer& layer, int l, const Batch& batch, KvPo
   q_.resize(n * q_row);
   k_.resize(n * kv_row);
   v_.resize(n * kv_row);
-  model::MatMul(layer.wq, qa_, 0, q_.data(), s.q_heads * hd, pool_);
-  model::MatMul(layer.wk, qa_, 0, k_.data(), s.kv_heads * hd, pool_);
-  model::MatMul(layer.wv, qa_, 0, v_.data(), s.kv_heads * hd, pool_);
+  const model::MatMulOut qkv[] = {{layer.wq, q_.data(), s.q_heads * hd},
+                                  {layer.wk, k_.data(), s.kv_heads * hd},
+                                  {layer.wv, v_.data(), s.kv_heads * hd}};
+  model::MatMulMany(qkv, qa_, pool_);
   ForRows(pool_, n, [&](int begin, int end) {
     for (int row = begin; row < end; ++row) {
       const int pos = positions_[row];
@@ -293,8 +294,9 @@ Status LlamaModel::Forward(const Batch& batch, KvPool& kv, std::vector<float>& l
     gate_.resize(std::size_t(n) * ffn_shard);
     up_.resize(gate_.size());
     act_.resize(gate_.size());
-    model::MatMul(layer.gate, qa_, 0, gate_.data(), ffn_shard, pool_);
-    model::MatMul(layer.up, qa_, 0, up_.data(), ffn_shard, pool_);
+    const model::MatMulOut gate_up[] = {{layer.gate, gate_.data(), ffn_shard},
+                                        {layer.up, up_.data(), ffn_shard}};
+    model::MatMulMany(gate_up, qa_, pool_);
     ForRows(pool_, n, [&](int begin, int end) {
       const std::size_t first = std::size_t(begin) * ffn_shard;
       model::SwiGlu(gate_.data() + first, up_.data() + first, (end - begin) * ffn_shard,

@@ -313,5 +313,48 @@ TEST_F(MatMulIsas, SegmentsEqualSeparateProductsSummedInOrder) {
   }
 }
 
+// MatMulMany of q-, k- and v-like matrices (row counts that end in partial tiles and share pool
+// chunks) gives each product MatMul's bits, for the direct and the widened path and 1-3 threads.
+TEST_F(MatMulIsas, ManyProductsGiveEachMatMulsBits) {
+  const int cols = 576;
+  const int rows[] = {37, 16, 21};
+  for (const std::string& isa : Isas()) {
+    Force(isa);
+    for (ActFormat format : {ActFormat::kF32, ActFormat::kQ8}) {
+      for (int n : {1, 4, 9, 50}) {
+        std::mt19937 rng(41 + n);
+        std::vector<RandomMatrix> w;
+        for (int r : rows) w.push_back(MakeMatrix(WeightType::kQ4_1, r, cols, rng));
+        const std::vector<float> x = Normal(std::size_t(n) * cols, rng);
+        Acts a;
+        PrepareActs(format, WeightType::kQ4_1, x.data(), n, cols, cols, &a);
+        std::vector<std::vector<float>> alone(3), fused(3);
+        for (int i = 0; i < 3; ++i) {
+          alone[i].resize(std::size_t(n) * rows[i]);
+          MatMul(w[i].m, a, 0, alone[i].data(), rows[i], nullptr);
+        }
+        for (int threads : {1, 2, 3}) {
+          auto pool = ThreadPool::Create(threads);
+          ASSERT_TRUE(pool.ok());
+          std::vector<MatMulOut> outs;
+          for (int i = 0; i < 3; ++i) {
+            fused[i].assign(std::size_t(n) * rows[i], 0.0f);
+            outs.push_back({w[i].m, fused[i].data(), rows[i]});
+          }
+          MatMulMany(outs, a, pool->get());
+          for (int i = 0; i < 3; ++i) {
+            for (std::size_t j = 0; j < alone[i].size(); ++j) {
+              ASSERT_EQ(std::bit_cast<std::uint32_t>(fused[i][j]),
+                        std::bit_cast<std::uint32_t>(alone[i][j]))
+                  << isa << (format == ActFormat::kF32 ? " f32" : " q8") << " n " << n
+                  << " threads " << threads << " product " << i << " element " << j;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ctxpar::model
