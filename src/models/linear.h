@@ -6,8 +6,8 @@
 // reads every weight once per token, so its speed is bounded by weight bytes over memory
 // bandwidth, and Q4_1 is 0.625 byte per weight against 2 for bf16 and 4 for fp32. Prefill is
 // compute-bound: a MatMul of more than a few rows (8 on AVX2, 3 on AVX-512) widens each 16-row
-// tile to fp32 once and runs chunks of its tokens over it; fewer rows dequantize each block in
-// registers once per group of tokens.
+// tile to fp32 once per span of about 1 MiB of activations and runs chunks of the span's tokens
+// over it; fewer rows dequantize each block in registers once per group of tokens.
 // Activations default to fp32 (see ActFormat; docs/perf-model.md has the measurements).
 //
 // Contract
