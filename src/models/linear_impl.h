@@ -58,11 +58,10 @@ inline void Emit4(const F32Tile& j, int r, int t, int s, const float (&v)[4]) {
   }
 }
 
-// A panel's outputs for segment s; acc(r, t) is the accumulator of row r0 + r, token t0 + t. A
-// short segment (o_proj's are one head, 2 blocks) costs as much in reductions as in FMAs, so
-// four rows of a token reduce together where the ISA can.
-template <class Isa, int R, int T, class AccAt>
-void EmitPanel(const F32Tile& j, const AccAt& acc, int r0, int t0, int s) {
+// A panel's outputs for segment s. A short segment (o_proj's are one head, 2 blocks) costs as
+// much in reductions as in FMAs, so four rows of a token reduce together where the ISA can.
+template <class Isa, int R, int T>
+void EmitPanel(const F32Tile& j, const typename Isa::Acc (&acc)[R][T], int r0, int t0, int s) {
   for (int t = 0; t < T; ++t) {
     int r = 0;
     if constexpr (requires(const typename Isa::Acc& a, float* out) {
@@ -70,11 +69,11 @@ void EmitPanel(const F32Tile& j, const AccAt& acc, int r0, int t0, int s) {
                   }) {
       for (; r + 4 <= R; r += 4) {
         float v[4];
-        Isa::Reduce4(acc(r, t), acc(r + 1, t), acc(r + 2, t), acc(r + 3, t), v);
+        Isa::Reduce4(acc[r][t], acc[r + 1][t], acc[r + 2][t], acc[r + 3][t], v);
         Emit4(j, r0 + r, t0 + t, s, v);
       }
     }
-    for (; r < R; ++r) Emit(j, r0 + r, t0 + t, s, Isa::Reduce(acc(r, t)));
+    for (; r < R; ++r) Emit(j, r0 + r, t0 + t, s, Isa::Reduce(acc[r][t]));
   }
 }
 
@@ -104,8 +103,7 @@ void Panel(const F32Tile& j, int r0, int t0) {
         }
       }
     }
-    EmitPanel<Isa, R, T>(
-        j, [&](int r, int t) -> const typename Isa::Acc& { return acc[r][t]; }, r0, t0, s);
+    EmitPanel<Isa, R, T>(j, acc, r0, t0, s);
   }
 }
 
@@ -143,8 +141,7 @@ void WidePanel(const F32Tile& j, int r0, int t0) {
         for (int t = 0; t < T; ++t) Isa::SetChain(acc[r][t], c, a[r][t]);
       }
     }
-    EmitPanel<Isa, R, T>(
-        j, [&](int r, int t) -> const typename Isa::Acc& { return acc[r][t]; }, r0, t0, s);
+    EmitPanel<Isa, R, T>(j, acc, r0, t0, s);
     b0 = b1;
   }
 }

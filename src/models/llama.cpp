@@ -56,7 +56,9 @@ constexpr int kParallelRows = 32;
 template <class F>
 void ForRows(ThreadPool* pool, int n, const F& f) {
   if (pool == nullptr || n < kParallelRows) return f(0, n);
-  pool->ParallelFor(n, [&](std::int64_t b, std::int64_t e) { f(int(b), int(e)); });
+  pool->ParallelFor(n, [&](std::int64_t begin, std::int64_t end) {
+    f(static_cast<int>(begin), static_cast<int>(end));
+  });
 }
 
 // A row-parallel product: its input columns cut into segments, of which the rank owns a run.
