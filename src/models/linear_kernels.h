@@ -39,7 +39,7 @@ struct F32Tile {
 };
 
 // One ISA's fp32 kernel: the tile function and the n above which it widens the tile, so that
-// MatMul runs each tile's token chunks back to back and widens it once.
+// MatMul runs each tile's token chunks of a span back to back and widens it once per span.
 struct F32Kernel {
   void (*tile)(const F32Tile& tile);
   int direct_max_tokens;
