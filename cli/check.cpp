@@ -53,6 +53,7 @@ int Report(bool json, const Status& status, const ResolvedConfig* config, const 
       out["model"] = {{"path", launch->source->path()},
                       {"architecture", launch->source->desc().architecture}};
       out["max_total_num_tokens"] = launch->max_total_num_tokens;
+      out["max_running_requests"] = launch->config.max_running_requests;
     }
     if (!status.ok()) out["error"] = {{"id", status.error_id()}, {"message", status.message()}};
     std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
@@ -69,12 +70,16 @@ int Report(bool json, const Status& status, const ResolvedConfig* config, const 
     std::printf("probe: %s\n", ProbePlatform().description.c_str());
   }
   if (launch != nullptr) {
-    std::printf("model: %s (%s)\nmax_total_num_tokens: %lld (KV pool: %lld pages of %d tokens "
-                "per rank, dcp_size %d)\n",
-                launch->source->path().c_str(), launch->source->desc().architecture.c_str(),
-                static_cast<long long>(launch->max_total_num_tokens),
-                static_cast<long long>(launch->kv.num_pages), launch->kv.page_size,
-                launch->kv.dcp_size);
+    std::printf(
+        "model: %s (%s)\nmax_total_num_tokens: %lld (KV pool: %lld pages of %d tokens "
+        "per rank, dcp_size %d)\nmax_running_requests: %d%s\n",
+        launch->source->path().c_str(), launch->source->desc().architecture.c_str(),
+        static_cast<long long>(launch->max_total_num_tokens),
+        static_cast<long long>(launch->kv.num_pages), launch->kv.page_size, launch->kv.dcp_size,
+        launch->config.max_running_requests,
+        launch->config.max_running_requests < config->max_running_requests().value_or(0)
+            ? " (one per page of the pool at most)"
+            : "");
   }
   const auto fields = config->NonDefaultFields();
   size_t width[3] = {5, 3, 5};

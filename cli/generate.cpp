@@ -13,7 +13,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -63,8 +66,11 @@ Expected<uint64_t> ParseSeed(const std::string& text) {
     }
   }
   if (!ok) {
-    const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
-    return CatalogError(digits ? "CTXPAR-FLAG-003" : "CTXPAR-FLAG-002",
+    const std::string_view unsigned_part =
+        text.starts_with('-') ? std::string_view(text).substr(1) : std::string_view(text);
+    const bool integer = !unsigned_part.empty() &&
+                         unsigned_part.find_first_not_of("0123456789") == std::string_view::npos;
+    return CatalogError(integer ? "CTXPAR-FLAG-003" : "CTXPAR-FLAG-002",
                         {{"value", PyRepr(text)},
                          {"flag", "--seed"},
                          {"valid", "integers from 0 to 18446744073709551615"}});
@@ -81,8 +87,9 @@ Expected<std::vector<int32_t>> ParseIds(const std::string& text) {
     char* end = nullptr;
     errno = 0;
     const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || errno != 0 || v < 0 || v > INT32_MAX) {
-      return CatalogError("CTXPAR-FLAG-002",
+    const bool integer = !item.empty() && *end == '\0';
+    if (!integer || errno != 0 || v < 0 || v > INT32_MAX) {
+      return CatalogError(integer ? "CTXPAR-FLAG-003" : "CTXPAR-FLAG-002",
                           {{"value", PyRepr(item)},
                            {"flag", "--input-ids"},
                            {"valid", "comma-separated token ids from 0 to 2147483647"}});
@@ -91,6 +98,26 @@ Expected<std::vector<int32_t>> ParseIds(const std::string& text) {
     at = comma + 1;
   }
   return ids;
+}
+
+// The file's lines without their line ends (\n or \r\n) and without a UTF-8 byte order mark.
+Expected<std::vector<std::string>> ReadPromptLines(const std::string& path) {
+  auto fail = [&](const std::string& reason) {
+    return CatalogError("CTXPAR-ENGINE-012", {{"file", PyRepr(path)}, {"reason", reason}});
+  };
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return fail("it is a directory");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return fail(std::strerror(errno));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (lines.empty() && line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);
+    lines.push_back(std::move(line));
+  }
+  if (in.bad()) return fail(std::strerror(errno));
+  if (lines.empty()) return fail("it holds no line");
+  return lines;
 }
 
 Expected<std::vector<int32_t>> Encode(const Tokenizer* tok, const std::string& text, bool chat) {
@@ -110,13 +137,11 @@ Expected<std::vector<std::vector<int32_t>>> Prompts(const GenerateOptions& o,
     CTXPAR_ASSIGN_OR_RETURN(std::vector<int32_t> ids, ParseIds(o.input_ids));
     out.push_back(std::move(ids));
   } else if (!o.prompts_file.empty()) {
-    std::ifstream in(o.prompts_file);
-    if (!in) return InvalidArgument("--prompts-file: cannot read " + o.prompts_file);
-    for (std::string line; std::getline(in, line);) {
+    CTXPAR_ASSIGN_OR_RETURN(std::vector<std::string> lines, ReadPromptLines(o.prompts_file));
+    for (const std::string& line : lines) {
       CTXPAR_ASSIGN_OR_RETURN(std::vector<int32_t> ids, Encode(tok, line, o.chat));
       out.push_back(std::move(ids));
     }
-    if (out.empty()) return InvalidArgument("--prompts-file " + o.prompts_file + " has no line");
   } else {
     std::string text;
     for (const std::string& w : o.prompt) text += (text.empty() ? "" : " ") + w;
@@ -170,6 +195,18 @@ Status RunRank(Communicator& world, const Launch& launch, const GenerateOptions&
       Engine::Create(launch.config, *launch.source, world, [](std::string_view line) {
         std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
       }));
+  // Every prompt is checked before any runs, so that a bad one stops the command before the
+  // others print anything.
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    Status v = engine->Validate({prompts[i], o.sampling, false});
+    if (!v.ok() && !o.prompts_file.empty()) {
+      v = Status(v.code(),
+                 "prompt " + std::to_string(i) + " (line " + std::to_string(i + 1) + " of " +
+                     o.prompts_file + "): " + v.message(),
+                 v.error_id());
+    }
+    CTXPAR_RETURN_IF_ERROR(v);
+  }
   // Prefill ends when every request has its first token; decode is what comes after (with one
   // prompt: the first token, then the rest).
   using Clock = std::chrono::steady_clock;
@@ -179,29 +216,42 @@ Status RunRank(Communicator& world, const Launch& launch, const GenerateOptions&
   int64_t decoded = 0, prompt_tokens = 0;
   Printer printer(!o.prompts_file.empty(), o.print_ids);
   Status failure;
-  if (leader) {
-    for (std::size_t i = 0; i < prompts.size(); ++i) {
-      prompt_tokens += static_cast<int64_t>(prompts[i].size());
-      GenerateRequest request{prompts[i], o.sampling, false};
-      Expected<uint64_t> id = engine->Submit(std::move(request), [&, i](const RequestUpdate& u) {
-        const auto n = static_cast<int64_t>(u.tokens.size());
-        if (started == prompts.size()) decoded += n;
-        if (n > 0 && u.completion_tokens == n && ++started == prompts.size()) {
-          all_first = Clock::now();
-          decoded += n - 1;
-        }
-        if (u.finish == FinishReason::kAbort && failure.ok() && StopRequested() == 0) {
-          failure = Internal("request " + std::to_string(i) + " aborted: " + u.finish_detail);
-        }
-        printer.Update(i, u);
-        if (StopRequested() != 0) engine->Stop();  // every request ends at this step
-      });
-      if (!id.ok()) {
-        engine->Stop();
-        failure = id.status();
-        break;
-      }
+  // Prompts go in as the queue takes them (--max-queued-requests): what a full queue refuses is
+  // submitted again at the next update.
+  std::size_t next = 0;
+  std::function<void()> submit_more;
+  auto on_update = [&](std::size_t i, const RequestUpdate& u) {
+    const auto n = static_cast<int64_t>(u.tokens.size());
+    if (started == prompts.size()) decoded += n;
+    if (n > 0 && u.completion_tokens == n && ++started == prompts.size()) {
+      all_first = Clock::now();
+      decoded += n - 1;
     }
+    if (u.finish == FinishReason::kAbort && failure.ok() && StopRequested() == 0) {
+      failure = Internal("request " + std::to_string(i) + " aborted: " + u.finish_detail);
+    }
+    printer.Update(i, u);
+    if (StopRequested() != 0) {
+      engine->Stop();  // every request ends at this step
+    } else {
+      submit_more();
+    }
+  };
+  submit_more = [&] {
+    for (; next < prompts.size() && failure.ok(); ++next) {
+      const std::size_t i = next;
+      Expected<uint64_t> id =
+          engine->Submit({prompts[i], o.sampling, false},
+                         [&on_update, i](const RequestUpdate& u) { on_update(i, u); });
+      if (id.ok()) continue;
+      if (id.status().error_id() == "CTXPAR-ENGINE-007") return;
+      engine->Stop();
+      failure = id.status();
+    }
+  };
+  if (leader) {
+    for (const std::vector<int32_t>& p : prompts) prompt_tokens += static_cast<int64_t>(p.size());
+    submit_more();
   }
   CTXPAR_RETURN_IF_ERROR(engine->Run(Engine::RunUntil::kIdle));
   if (!leader) return Status::Ok();
@@ -240,7 +290,8 @@ int RunGenerate(const std::vector<std::string>& args) {
   app.add_option("--input-ids", o.input_ids, "The prompt as comma-separated token ids.");
   app.add_flag("--print-ids", o.print_ids, "Print the generated token ids, space-separated.");
   app.add_flag("--chat", o.chat, "Wrap the prompt in the model's chat template.");
-  app.add_option("--max-new-tokens", s.max_new_tokens, "Tokens to generate (>= 1).");
+  app.add_option("--max-new-tokens", s.max_new_tokens, "Tokens to generate (>= 1).")
+      ->capture_default_str();
   app.add_option("--temperature", s.temperature, "0 (the default) is greedy.");
   app.add_option("--top-p", s.top_p, "Nucleus sampling mass, in (0, 1].");
   app.add_option("--top-k", s.top_k, "Sample from the k most likely tokens (-1 or 0: all).");
@@ -249,9 +300,15 @@ int RunGenerate(const std::vector<std::string>& args) {
   app.add_option("--repetition-penalty", s.repetition_penalty, "Penalty of seen tokens (1: none).");
   app.add_option("--frequency-penalty", s.frequency_penalty, "In [-2, 2].");
   app.add_option("--presence-penalty", s.presence_penalty, "In [-2, 2].");
-  app.add_option("--seed", o.seed, "Seed of the sampler, an integer in [0, 2^64).");
-  app.add_option("--stop", s.stop, "Stop at this text (repeatable); it is not printed.");
-  app.add_option("--stop-token-ids", s.stop_token_ids, "Stop at these token ids.")->delimiter(',');
+  app.add_option("--seed", o.seed, "Seed of the sampler, an integer in [0, 2^64).")
+      ->type_name("INT");
+  // One value per occurrence, so that a prompt after them stays the prompt.
+  app.add_option("--stop", s.stop, "Stop at this text (repeatable); it is not printed.")
+      ->allow_extra_args(false);
+  app.add_option("--stop-token-ids", s.stop_token_ids,
+                 "Stop at these token ids (comma-separated, repeatable).")
+      ->delimiter(',')
+      ->allow_extra_args(false);
   app.add_flag("--ignore-eos", s.ignore_eos,
                "Generate --max-new-tokens tokens even past an end-of-generation token.");
   Status status;
@@ -265,6 +322,13 @@ int RunGenerate(const std::vector<std::string>& args) {
         {{"command", "generate"},
          {"detail", sources == 0 ? "a prompt, --prompts-file or --input-ids is required"
                                  : "give only one of a prompt, --prompts-file and --input-ids"}}));
+  }
+  if (o.chat && !o.input_ids.empty()) {
+    return Fail(
+        CatalogError("CTXPAR-FLAG-005", {{"command", "generate"},
+                                         {"detail",
+                                          "--chat wraps a text prompt in the chat template; "
+                                          "--input-ids are token ids already: give one of them"}}));
   }
   if (s.max_new_tokens < 1) {
     return Fail(

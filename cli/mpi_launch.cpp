@@ -1,6 +1,7 @@
 #include "mpi_launch.h"
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -141,9 +142,14 @@ int RunUnderMpirun(std::string_view command, int n, const std::vector<std::strin
   std::fflush(nullptr);
   int exec_error[2];
   if (pipe2(exec_error, O_CLOEXEC) != 0) return ReportError(Internal("pipe2 failed"));
+  const pid_t parent = getpid();
   const pid_t child = fork();
   if (child == 0) {
     setpgid(0, 0);
+    // The job ends with this process even when it is killed outright (SIGKILL cannot be
+    // forwarded): mpirun takes SIGTERM as its cue to stop the ranks.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(1);
     const int null = open("/dev/null", O_RDONLY);
     if (null >= 0) dup2(null, STDIN_FILENO);
     signal(SIGINT, SIG_DFL);

@@ -88,8 +88,10 @@ struct EngineSnapshot {
 
 // The KV pool a rank gets for `config` and the model: pages of config.page_size tokens, as many
 // as config.kv_cache_mib MiB hold (capped by max_total_tokens), kTiles16 where the page allows
-// it. CTXPAR-KV-002 when the budget holds no page. max_total_num_tokens is the result's
-// num_pages * page_size * dcp_size.
+// it, and max_slots = min(max_running_requests, num_pages) (a running request holds a page).
+// CTXPAR-KV-002 when the budget holds no page, CTXPAR-KV-005 when max_total_tokens is below one
+// page, CTXPAR-KV-004 when the pool would exceed the machine's memory or 2^31 pages.
+// max_total_num_tokens is the result's num_pages * page_size * dcp_size.
 Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource& source,
                                   int dcp_rank);
 
@@ -115,6 +117,9 @@ class Engine {
   // the KV pool (CTXPAR-ENGINE-*, with the counts), stop strings without a tokenizer, a full
   // queue (kUnavailable), or an engine that has stopped.
   Expected<uint64_t> Submit(GenerateRequest request, UpdateCallback on_update);
+  // Any rank. What Submit would refuse in the request itself (all but a full queue and a stopped
+  // engine), without queuing it: a caller with many requests checks them all first.
+  Status Validate(const GenerateRequest& request) const;
   // Rank 0. Ends the request with finish kAbort and frees its pages at the next step; unknown or
   // finished ids are ignored.
   void Cancel(uint64_t id);

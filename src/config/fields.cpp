@@ -32,13 +32,14 @@ FieldSpec IntField(std::string_view name, FieldValue def, std::string_view flag,
 }
 
 FieldSpec StrField(std::string_view name, FieldValue def, std::string_view flag,
-                   std::vector<std::string_view> choices, std::string_view help) {
+                   std::vector<std::string_view> choices, std::string_view help,
+                   std::string_view alias = {}) {
   return {name,
           FieldType::kString,
           std::holds_alternative<std::monostate>(def),
           std::move(def),
           flag,
-          {},
+          alias,
           {},
           std::move(choices),
           0,
@@ -61,14 +62,17 @@ FieldSpec BoolField(std::string_view name, std::string_view flag, std::string_vi
 const std::vector<FieldSpec>& Table() {
   static const std::vector<FieldSpec> fields = [] {
     std::vector<FieldSpec> f;
-    f.push_back(StrField("model_path", {}, "--model-path", {}, "Path of the model weights."));
+    f.push_back(
+        StrField("model_path", {}, "--model-path", {}, "Path of the model weights.", "--model"));
     f.push_back(StrField("model_arch", {}, "--model-arch", {},
                          "HF architecture of the model, e.g. DeepseekV4ForCausalLM."));
     f.push_back(StrField("platform", {}, "--platform", {},
                          "Target platform instead of the probe: cpu, rocm, cuda:smXY, "
                          "cuda:smXY+mnnvl (also CTXPAR_PLATFORM)."));
-    f.push_back(IntField("tp_size", int64_t{1}, "--tp-size", 1, "Tensor parallel size."));
-    f.push_back(IntField("dp_size", int64_t{1}, "--dp-size", 1, "Data parallel size."));
+    f.push_back(IntField("tp_size", int64_t{1}, "--tp-size", 1, "Tensor parallel size.",
+                         "--tensor-parallel-size"));
+    f.push_back(IntField("dp_size", int64_t{1}, "--dp-size", 1, "Data parallel size.",
+                         "--data-parallel-size"));
     // dcp_size has no range of its own: _handle_dcp_validation owns the `>= 1` rule and its text.
     f.push_back(IntField("dcp_size", int64_t{1}, "--dcp-size", kIntMin,
                          "Decode context parallel size.", "--decode-context-parallel-size"));
@@ -105,7 +109,8 @@ const std::vector<FieldSpec>& Table() {
         "moe_a2a_backend", std::string("none"), "--moe-a2a-backend",
         {"none", "deepep", "mooncake", "nixl", "mori", "ascend_fuseep", "flashinfer", "megamoe"},
         "MoE all-to-all backend."));
-    f.push_back(IntField("ep_size", int64_t{1}, "--ep-size", 1, "Expert parallel size."));
+    f.push_back(IntField("ep_size", int64_t{1}, "--ep-size", 1, "Expert parallel size.",
+                         "--expert-parallel-size"));
     f.push_back(IntField("moe_dense_tp_size", {}, "--moe-dense-tp-size", 1,
                          "TP size of the dense MLP layers of a MoE model."));
     f.push_back(BoolField("enable_dp_attention", "--enable-dp-attention",
@@ -128,7 +133,7 @@ const std::vector<FieldSpec>& Table() {
                            100.0,
                            "How much of each running request's remaining tokens admission "
                            "reserves (new_token_ratio starts at min(0.7 x this, 1))."));
-    f.push_back(IntField("max_queued_requests", {}, "--max-queued-requests", 0,
+    f.push_back(IntField("max_queued_requests", {}, "--max-queued-requests", 1,
                          "Requests waiting for admission before new ones are refused (unset: no "
                          "limit)."));
     f.push_back(IntField("chunked_prefill_size", {}, "--chunked-prefill-size", -1,

@@ -94,8 +94,9 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        {"Retry after a while (HTTP 503 is retryable).",
         "Raise --max-queued-requests, or --max-running-requests and --kv-cache-mib so that more "
         "run at once."},
-       "ctxpar serve --max-queued-requests 0",
-       "ctxpar serve --max-queued-requests 64",
+       "ctxpar serve --max-running-requests 1 --max-queued-requests 1  # then three requests "
+       "at once",
+       "ctxpar serve --max-running-requests 1 --max-queued-requests 64",
        {"CTXPAR-ENGINE-008"}},
       {"CTXPAR-ENGINE-008",
        "A request after the engine stopped",
@@ -154,6 +155,20 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "ctxpar generate ''",
        "ctxpar generate 'Hello'",
        {"CTXPAR-ENGINE-010"}},
+      {"CTXPAR-ENGINE-012",
+       "A prompts file that cannot be read",
+       "--prompts-file {file} cannot be read: {reason}.",
+       kConfig,
+       "`ctxpar generate --prompts-file FILE` reads one prompt per line of FILE (UTF-8; a "
+       "Windows line end or a byte order mark is dropped) before any rank starts.",
+       "A path that does not exist or is a directory, a file the user may not read, or an empty "
+       "file.",
+       {"Check the path; every rank reads the file, so under a multi-node MPI job it must exist "
+        "on every node.",
+        "Give the file at least one prompt line."},
+       "ctxpar generate --prompts-file /nonexistent",
+       "ctxpar generate --prompts-file prompts.txt",
+       {"CTXPAR-ENGINE-011"}},
       {"CTXPAR-KV-001",
        "A KV page that is not a whole number of interleave blocks",
        "--page-size {page_size} must be a multiple of --dcp-kv-cache-interleave-size "
@@ -179,13 +194,11 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "The KV pool of a rank is --kv-cache-mib MiB cut into pages of --page-size tokens of "
        "every layer. A budget that holds fewer pages than one request of one page per running "
        "request needs cannot serve anything.",
-       "A very large --page-size, a tiny --kv-cache-mib, or --max-total-tokens below one page "
-       "per rank.",
-       {"Raise --kv-cache-mib.", "Lower --page-size (16 is the CPU kernels' tile).",
-        "Raise --max-total-tokens."},
+       "A very large --page-size or a tiny --kv-cache-mib.",
+       {"Raise --kv-cache-mib.", "Lower --page-size (16 is the CPU kernels' tile)."},
        "ctxpar generate --page-size 100000000 'Hello'",
        "ctxpar generate --page-size 16 'Hello'",
-       {"CTXPAR-KV-001", "CTXPAR-ENGINE-006"}},
+       {"CTXPAR-KV-001", "CTXPAR-KV-005", "CTXPAR-ENGINE-006"}},
       {"CTXPAR-KV-003",
        "A KV cache data type the CPU engine does not store",
        "--kv-cache-dtype {dtype} is not available on ctxpar's CPU engine, which stores the KV "
@@ -204,6 +217,38 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "ctxpar generate --kv-cache-dtype fp8_e4m3 'Hello'",
        "ctxpar generate --kv-cache-dtype bf16 'Hello'",
        {"CTXPAR-KV-002", "CTXPAR-ENGINE-001"}},
+      {"CTXPAR-KV-004",
+       "A KV budget beyond what a rank can hold",
+       "The KV pool would take {pages} pages ({gib} GiB) on each rank, more than {limit}: "
+       "lower --kv-cache-mib to at most {max_mib}, or cap the pool with --max-total-tokens.",
+       kConfig,
+       "The CPU engine reserves the whole pool at start and touches its pages as requests fill "
+       "them, so a pool larger than the machine's memory starts and then fails (or is killed) "
+       "when it fills. A block table also addresses pages with 32-bit integers.",
+       "--kv-cache-mib larger than the machine's physical memory, or so large that the pool "
+       "would have 2^31 pages or more.",
+       {"Lower --kv-cache-mib (1024 by default).",
+        "Or keep --kv-cache-mib and cap the pool with --max-total-tokens."},
+       "ctxpar generate --kv-cache-mib 2147483647 'Hello'",
+       "ctxpar generate --kv-cache-mib 4096 'Hello'",
+       {"CTXPAR-KV-002", "CTXPAR-KV-005"}},
+      {"CTXPAR-KV-005",
+       "A --max-total-tokens below one page",
+       "--max-total-tokens {tokens} is less than one page of the KV pool, {page_tokens} tokens "
+       "(--page-size {page_size} on each of the {dcp_size} DCP ranks): raise --max-total-tokens to "
+       "at least {page_tokens}, or lower --page-size.",
+       kConfig,
+       "--max-total-tokens caps the tokens the KV pool holds, in whole pages: a page of the pool "
+       "is --page-size tokens on every rank of the DCP group, so page_size * dcp_size tokens. A "
+       "cap below one page leaves the pool empty. A cap that is not a multiple of the page is "
+       "rounded down to one, as SGLang does.",
+       "--max-total-tokens smaller than --page-size times --dcp-size (16 x dcp_size by default "
+       "on the CPU).",
+       {"Raise --max-total-tokens to at least page_size x dcp_size.",
+        "Or lower --page-size (a multiple of 16 keeps the CPU kernels' fastest page format)."},
+       "ctxpar generate --max-total-tokens 3 'Hello'",
+       "ctxpar generate --max-total-tokens 4096 'Hello'",
+       {"CTXPAR-KV-002", "CTXPAR-KV-004"}},
       {"CTXPAR-MODEL-001",
        "--model-arch that contradicts the model",
        "--model-arch {given} does not match the model, whose architecture is {architecture}.",

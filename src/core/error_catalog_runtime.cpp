@@ -124,12 +124,12 @@ std::vector<CatalogEntry> RuntimeCatalogEntries() {
        "may itself start with '-'; everything after a lone -- is read as positional, never as a "
        "flag.",
        "A misspelled flag (generate --max-tokens 8 instead of --max-new-tokens 8), a flag of "
-       "another tool, or a prompt such as '-5 degrees tomorrow?' given without --.",
+       "another tool, or a prompt such as '-x marks the spot' given without --.",
        {"Fix the flag's spelling; `ctxpar generate --help` lists the flags.",
         "Put a prompt that starts with '-' after --: ctxpar generate --max-new-tokens 8 -- "
-        "'-5 degrees tomorrow?'."},
-       "ctxpar generate --max-new-tokens 8 '-5 degrees tomorrow?'",
-       "ctxpar generate --max-new-tokens 8 -- '-5 degrees tomorrow?'",
+        "'-x marks the spot'."},
+       "ctxpar generate --max-new-tokens 8 '-x marks the spot'",
+       "ctxpar generate --max-new-tokens 8 -- '-x marks the spot'",
        {"CTXPAR-FLAG-004", "CTXPAR-FLAG-005"}},
       {"CTXPAR-GGUF-001",
        "The model file cannot be opened",

@@ -1,10 +1,12 @@
 #include "ctxpar/engine.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -22,6 +24,12 @@ namespace ctxpar {
 namespace {
 
 constexpr int64_t kMiB = int64_t{1} << 20;
+
+// 0 when unknown.
+double PhysicalMemoryGib() {
+  const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && size > 0 ? double(pages) * double(size) / double(kMiB * 1024) : 0.0;
+}
 
 // A request on the leader.
 struct Request {
@@ -77,14 +85,20 @@ Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource&
   o.dcp_size = config.dcp_size;
   o.dcp_rank = dcp_rank;
   o.interleave_size = config.dcp_kv_cache_interleave_size;
-  o.max_slots = config.max_running_requests;
   const int64_t page_tokens = int64_t{config.page_size} * config.dcp_size;
   o.max_pages_per_slot = static_cast<int>((desc.context_length + page_tokens - 1) / page_tokens);
   o.num_pages = 1;
   const int64_t page_bytes = KvPool::PageBytes(o);
   o.num_pages = config.kv_cache_mib * kMiB / page_bytes;
-  if (config.max_total_tokens)
+  if (config.max_total_tokens) {
+    if (*config.max_total_tokens < page_tokens) {
+      return CatalogError("CTXPAR-KV-005", {{"tokens", std::to_string(*config.max_total_tokens)},
+                                            {"page_tokens", std::to_string(page_tokens)},
+                                            {"page_size", std::to_string(config.page_size)},
+                                            {"dcp_size", std::to_string(config.dcp_size)}});
+    }
     o.num_pages = std::min(o.num_pages, *config.max_total_tokens / page_tokens);
+  }
   if (o.num_pages < 1) {
     return CatalogError("CTXPAR-KV-002",
                         {{"mib", std::to_string(config.kv_cache_mib)},
@@ -95,6 +109,25 @@ Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource&
                          {"layers", std::to_string(spec.num_layers)},
                          {"min_pages", "1"}});
   }
+  // Pages are touched as requests fill them, so an oversized pool would start and fail later,
+  // when the machine runs out of memory; a block table addresses pages with int32.
+  const double pool_gib = double(o.num_pages) * double(page_bytes) / double(kMiB * 1024);
+  const double ram_gib = PhysicalMemoryGib();
+  if (o.num_pages > std::numeric_limits<int32_t>::max() || (ram_gib > 0 && pool_gib > ram_gib)) {
+    const int64_t fit_pages =
+        std::min<int64_t>(std::numeric_limits<int32_t>::max(),
+                          ram_gib > 0 ? int64_t(ram_gib * 1024 * kMiB) / page_bytes : INT64_MAX);
+    return CatalogError(
+        "CTXPAR-KV-004",
+        {{"pages", std::to_string(o.num_pages)},
+         {"gib", fmt::format("{:.1f}", pool_gib)},
+         {"limit", o.num_pages > std::numeric_limits<int32_t>::max()
+                       ? std::string("the 2^31 pages a block table addresses")
+                       : fmt::format("this machine's {:.1f} GiB of memory", ram_gib)},
+         {"max_mib", std::to_string(fit_pages * page_bytes / kMiB)}});
+  }
+  // A running request holds at least one page, so more slots than pages could never run.
+  o.max_slots = static_cast<int>(std::min<int64_t>(config.max_running_requests, o.num_pages));
   return o;
 }
 
@@ -149,14 +182,14 @@ Expected<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config,
                           KvPoolFor(config, source, world.rank() % config.dcp_size));
   CTXPAR_ASSIGN_OR_RETURN(KvPool pool, KvPool::Create(kv));
   impl->kv.emplace(std::move(pool));
-  impl->scheduler.emplace(
-      engine::SchedulerOptions{config.max_running_requests, config.chunked_prefill_size,
-                               config.schedule_conservativeness},
-      &*impl->kv);
+  impl->config.max_running_requests = kv.max_slots;
+  impl->scheduler.emplace(engine::SchedulerOptions{kv.max_slots, config.chunked_prefill_size,
+                                                   config.schedule_conservativeness},
+                          &*impl->kv);
   impl->eos = source.desc().eos_token_ids;
   EngineSnapshot& s = impl->stats;
   s.max_total_num_tokens = impl->kv->capacity_tokens();
-  s.max_running_requests = config.max_running_requests;
+  s.max_running_requests = kv.max_slots;
   s.chunked_prefill_size = config.chunked_prefill_size;
   s.context_length = source.desc().context_length;
   if (log && world.rank() == 0) {
@@ -166,18 +199,17 @@ Expected<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config,
     const double gb = double(page_bytes) * kv.num_pages / 1e9;
     log(fmt::format("KV Cache is allocated. #tokens: {}, K size: {:.2f} GB, V size: {:.2f} GB",
                     s.max_total_num_tokens, gb * k_share, gb * (1 - k_share)));
-    log(fmt::format(
-        "max_total_num_tokens={}, chunked_prefill_size={}, max_running_requests={}, "
-        "context_len={}, page_size={}, dcp_size={}, threads={}",
-        s.max_total_num_tokens, config.chunked_prefill_size, config.max_running_requests,
-        s.context_length, config.page_size, config.dcp_size, config.threads));
+    log(
+        fmt::format("max_total_num_tokens={}, chunked_prefill_size={}, max_running_requests={}, "
+                    "context_len={}, page_size={}, dcp_size={}, threads={}",
+                    s.max_total_num_tokens, config.chunked_prefill_size, kv.max_slots,
+                    s.context_length, config.page_size, config.dcp_size, config.threads));
   }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
-Expected<uint64_t> Engine::Submit(GenerateRequest request, UpdateCallback on_update) {
-  Impl& m = *impl_;
-  if (!m.leader()) return FailedPrecondition("Engine::Submit: only rank 0 takes requests");
+Status Engine::Validate(const GenerateRequest& request) const {
+  const Impl& m = *impl_;
   const ModelDesc& desc = m.source->desc();
   const std::vector<int32_t>& prompt = request.prompt;
   if (prompt.empty()) return InvalidArgument("the prompt has no token");
@@ -207,6 +239,13 @@ Expected<uint64_t> Engine::Submit(GenerateRequest request, UpdateCallback on_upd
     args.push_back({"capacity", std::to_string(m.kv->capacity_tokens())});
     return CatalogError("CTXPAR-ENGINE-006", args);
   }
+  return Status::Ok();
+}
+
+Expected<uint64_t> Engine::Submit(GenerateRequest request, UpdateCallback on_update) {
+  Impl& m = *impl_;
+  if (!m.leader()) return FailedPrecondition("Engine::Submit: only rank 0 takes requests");
+  CTXPAR_RETURN_IF_ERROR(Validate(request));
   auto r = std::make_unique<Request>();
   r->sampling = std::move(request.sampling);
   r->seq.tokens = std::move(request.prompt);

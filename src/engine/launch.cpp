@@ -38,6 +38,7 @@ Expected<Launch> PrepareLaunch(const LaunchConfig& raw) {
   CTXPAR_ASSIGN_OR_RETURN(launch.config, MakeEngineConfig(launch.resolved, launch.platform));
   launch.config.model_path = path;
   CTXPAR_ASSIGN_OR_RETURN(launch.kv, KvPoolFor(launch.config, *launch.source, 0));
+  launch.config.max_running_requests = launch.kv.max_slots;
   launch.max_total_num_tokens =
       launch.kv.num_pages * launch.kv.page_size * int64_t{launch.kv.dcp_size};
   return launch;

@@ -41,6 +41,8 @@ Status CheckDenseFlags(const ResolvingView& cfg, const std::string& arch) {
        "the DeepSeek models (prefill context parallelism)"},
       {cfg.attn_cp_size() != 1, "--attn-cp-size",
        "the DeepSeek models (prefill context parallelism)"},
+      {cfg.cp_strategy().has_value(), "--cp-strategy (or --nsa-prefill-cp-mode)",
+       "the DeepSeek models (prefill context parallelism)"},
       {cfg.enable_dp_attention(), "--enable-dp-attention", "data-parallel attention"},
   };
   for (const Flag& f : flags) {

@@ -132,7 +132,8 @@ TEST(CliCheck, BadFlagValuesExit2NamingFlagValueAndChoices) {
        "Invalid value 'ring' for --cp-strategy; valid values: interleave, zigzag.\n"
        "run: ctxpar explain CTXPAR-FLAG-001\n"},
       {{"--tp-size", "four"},
-       "Invalid value 'four' for --tp-size: not an integer; valid values: integers from 1 to "
+       "Invalid value 'four' for --tp-size / --tensor-parallel-size: not an integer; valid values: "
+       "integers from 1 to "
        "2147483647.\nrun: ctxpar explain CTXPAR-FLAG-002\n"},
       {{"--page-size=-16"},
        "Invalid value '-16' for --page-size: out of range; valid values: integers from 1 to "

@@ -103,6 +103,71 @@ TEST(Generate, PromptsFileRunsEveryLineAsItRunsAlone) {
   std::remove(path.c_str());
 }
 
+std::string WriteFile(const std::string& name, const std::string& bytes) {
+  const std::string path = ::testing::TempDir() + name + "_" + std::to_string(getpid());
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+// Windows line ends and a byte order mark are not part of the prompts; a file that cannot be
+// read is named with the reason.
+TEST(Generate, PromptsFileLinesAreThePromptsWritten) {
+  const std::string lf = WriteFile("prompts_lf", "Hello\nWorld\n");
+  const Result want = RunGenerate("--max-new-tokens 3 --print-ids --prompts-file " + lf);
+  ASSERT_EQ(want.code, 0) << want.err;
+  for (const char* bytes : {"Hello\r\nWorld\r\n", "\xEF\xBB\xBFHello\nWorld"}) {
+    const std::string path = WriteFile("prompts_other", bytes);
+    const Result got = RunGenerate("--max-new-tokens 3 --print-ids --prompts-file " + path);
+    EXPECT_EQ(got.code, 0) << got.err;
+    EXPECT_EQ(got.out, want.out);
+    std::remove(path.c_str());
+  }
+  const std::string empty = WriteFile("prompts_empty", "");
+  const std::pair<std::string, std::string> bad[] = {
+      {"/nonexistent/prompts.txt", "No such file or directory"},
+      {::testing::TempDir(), "it is a directory"},
+      {empty, "it holds no line"}};
+  for (const auto& [path, reason] : bad) {
+    const Result r = RunGenerate("--prompts-file " + path);
+    EXPECT_EQ(r.code, 2) << path;
+    EXPECT_NE(r.err.find(reason), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("CTXPAR-ENGINE-012"), std::string::npos) << r.err;
+  }
+  std::remove(lf.c_str());
+  std::remove(empty.c_str());
+}
+
+// Every prompt is checked before any runs: a prompt that cannot fit the context stops the command
+// with its line named, and the prompts before it print nothing.
+TEST(Generate, ABadPromptStopsTheRunBeforeAnyOutput) {
+  std::string words;
+  for (int i = 0; i < 9000; ++i) words += "word ";
+  const std::string path = WriteFile("prompts_mixed", "Hello\n" + words + "\nWorld\n");
+  const Result r = RunGenerate("--max-new-tokens 3 --prompts-file " + path);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("prompt 1 (line 2 of " + path + "): The request needs 9004 tokens"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("CTXPAR-ENGINE-005"), std::string::npos) << r.err;
+  std::remove(path.c_str());
+}
+
+// --max-queued-requests bounds the queue, not the prompts of a file: they go in as it drains,
+// and each prints what it prints without the bound.
+TEST(Generate, AQueueBoundDelaysPromptsWithoutLosingAny) {
+  const std::string path = WriteFile("prompts_queue", "a\nb\nThe sky is\nOnce upon\ne\n");
+  const Result free_run = RunGenerate("--max-new-tokens 3 --print-ids --prompts-file " + path);
+  ASSERT_EQ(free_run.code, 0) << free_run.err;
+  const Result bounded = RunGenerate(
+      "--max-queued-requests 1 --max-running-requests 1 --max-new-tokens 3 --print-ids "
+      "--prompts-file " +
+      path);
+  EXPECT_EQ(bounded.code, 0) << bounded.err;
+  EXPECT_EQ(bounded.out, free_run.out);
+  std::remove(path.c_str());
+}
+
 // Token ids in and out, for models without a tokenizer; tp 9 with DCP 3 (SmolLM2's 3 KV heads,
 // each sharded over a DCP group of 3) and tp 3 with DCP 3 print the ids of one rank.
 TEST(Generate, InputIdsPrintIdsAcrossLayouts) {
@@ -245,8 +310,16 @@ TEST(Generate, SaysWhatIsWrongWithTheCommandLine) {
             "to 2147483647.\nrun: ctxpar explain CTXPAR-FLAG-003\n");
   const Result seed = RunGenerate(std::string("--seed -1 ") + kPrompt);
   EXPECT_EQ(seed.err,
-            "Invalid value '-1' for --seed: not an integer; valid values: integers from 0 to "
-            "18446744073709551615.\nrun: ctxpar explain CTXPAR-FLAG-002\n");
+            "Invalid value '-1' for --seed: out of range; valid values: integers from 0 to "
+            "18446744073709551615.\nrun: ctxpar explain CTXPAR-FLAG-003\n");
+  const Result word_seed = RunGenerate(std::string("--seed one ") + kPrompt);
+  EXPECT_NE(word_seed.err.find("CTXPAR-FLAG-002"), std::string::npos) << word_seed.err;
+  // --stop and --stop-token-ids take one value each: the prompt after them stays the prompt.
+  const Result stops =
+      RunGenerate(std::string("--max-new-tokens 2 --stop-token-ids 2 --stop No ") + kPrompt);
+  EXPECT_EQ(stops.code, 0) << stops.err;
+  const Result chat_ids = RunGenerate("--chat --input-ids 1,2");
+  EXPECT_NE(chat_ids.err.find("--chat wraps a text prompt"), std::string::npos) << chat_ids.err;
   for (const char* bad : {"18446744073709551616", "1e23"}) {
     const Result r = RunGenerate(std::string("--seed ") + bad + " " + kPrompt);
     EXPECT_EQ(r.code, 2) << bad;

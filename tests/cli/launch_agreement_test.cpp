@@ -71,6 +71,12 @@ TEST(LaunchAgreement, CheckWithTheModelAndGenerateAgreeOverASweep) {
       "--kv-cache-dtype fp4_e2m1 --tp-size 3 --dcp-size 3",
       "--chunked-prefill-size 0",
       "--dcp-size 0",
+      "--kv-cache-mib 2147483647",
+      "--kv-cache-mib 1000000000",
+      "--max-total-tokens 20 --tp-size 3 --dcp-size 3",
+      "--max-queued-requests 0",
+      "--cp-strategy zigzag",
+      "--nsa-prefill-cp-mode in-seq-split",
   };
   for (const std::string& flags : sweep) {
     SCOPED_TRACE(flags);
@@ -89,7 +95,8 @@ TEST(LaunchAgreement, CheckWithTheModelAndGenerateAgreeOverASweep) {
   for (const std::string& flags :
        {std::string("--page-size 32 --dcp-kv-cache-interleave-size 8"),
         std::string("--kv-cache-mib 64 --max-running-requests 4 --chunked-prefill-size 3"),
-        std::string("--kv-cache-dtype bf16 --kv-cache-mib 8")}) {
+        std::string("--kv-cache-dtype bf16 --kv-cache-mib 8"),
+        std::string("--max-running-requests 100000000 --max-queued-requests 1")}) {
     SCOPED_TRACE(flags);
     EXPECT_EQ(Check(flags).exit_status, 0) << Check(flags).err;
     std::vector<std::string> args = {"generate", "--model-path", Model(), "--max-new-tokens", "2"};
@@ -128,6 +135,19 @@ TEST(LaunchAgreement, DcpMultipliesTheTokensOfTheSameKvBudget) {
             (64LL << 20) / (bytes_per_token / 2 * 16) * 16);
   EXPECT_EQ(Capacity("--kv-cache-mib 64 --kv-cache-dtype bfloat16 --tp-size 9 --dcp-size 3"),
             2 * Capacity("--kv-cache-mib 64 --tp-size 9 --dcp-size 3"));
+}
+
+// A running request holds at least one page, so max_running_requests is capped at the pool's
+// pages (the slots' block tables took 2 KB each: 10^7 of them took 20 GB).
+TEST(LaunchAgreement, RunningRequestsAreCappedByThePoolsPages) {
+  const RunResult r = Check("--kv-cache-mib 64 --max-running-requests 100000000", true);
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  const json j = json::parse(r.out);
+  const int64_t bytes_per_page = 30 * 3 * 64 * 2 * 4 * 16;
+  EXPECT_EQ(j.value("max_running_requests", -1), (64LL << 20) / bytes_per_page);
+  EXPECT_EQ(json::parse(Check("--kv-cache-mib 64 --max-running-requests 7", true).out)
+                .value("max_running_requests", -1),
+            7);
 }
 
 }  // namespace

@@ -163,10 +163,12 @@ TEST(CatalogTest, MatchesWrappedAndPrefixedPastes) {
   EXPECT_EQ(MatchCatalogMessage("  tp_size (6) must be divisible by dcp_size (4).  ")->entry->id,
             "CTXPAR-LAYOUT-001");
   // The more specific template wins when a looser one also matches.
-  EXPECT_EQ(MatchCatalogMessage("Invalid value 'x' for --tp-size: not an integer; valid values: "
-                                "integers from 1 to 2147483647.")
-                ->entry->id,
-            "CTXPAR-FLAG-002");
+  EXPECT_EQ(
+      MatchCatalogMessage(
+          "Invalid value 'x' for --tp-size / --tensor-parallel-size: not an integer; valid values: "
+          "integers from 1 to 2147483647.")
+          ->entry->id,
+      "CTXPAR-FLAG-002");
   EXPECT_FALSE(MatchCatalogMessage("segmentation fault (core dumped)").has_value());
   EXPECT_FALSE(MatchCatalogMessage("").has_value());
 }
