@@ -89,7 +89,7 @@ std::vector<CatalogEntry> RuntimeCatalogEntries() {
        "--threads is the number of threads per process (per rank under MPI). More threads than "
        "the machine's hardware threads only take turns on the same cores, and each one costs a "
        "process slot and a stack, so ctxpar refuses counts above the machine's. Zero or a "
-       "negative count has no meaning (except 0 for generate, which asks for the default).",
+       "negative count has no meaning: leaving --threads out asks for the default.",
        "A thread count copied from a bigger machine, a negative number from a script, or a very "
        "large number (--threads 100000) meant as 'all'.",
        {"Leave --threads out: generate takes cores / ranks, which is what the model runs best "
