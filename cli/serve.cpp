@@ -26,6 +26,7 @@
 #include "command.h"
 #include "ctxpar/communicator.h"
 #include "ctxpar/engine.h"
+#include "ctxpar/error_catalog.h"
 #include "ctxpar/launch.h"
 #include "ctxpar/server.h"
 #include "launch_flags.h"
@@ -52,7 +53,10 @@ void Log(std::string_view line) {
 std::string ServerArgsLine(const Launch& launch, const ServerOptions& o) {
   std::string line = "server_args=ServerArgs(";
   for (const FieldResolution& f : launch.resolved.fields()) {
-    line += std::string(f.field->name) + "=" + FieldValueRepr(f.value) + ", ";
+    // The model path may come from CTXPAR_MODEL or the model cache rather than the flag.
+    const std::string value =
+        f.field->name == "model_path" ? PyRepr(launch.config.model_path) : FieldValueRepr(f.value);
+    line += std::string(f.field->name) + "=" + value + ", ";
   }
   line += "host='" + o.host + "', port=" + std::to_string(o.port) + ", served_model_name='" +
           (o.served_model_name.empty() ? launch.config.model_path : o.served_model_name) +
@@ -92,8 +96,9 @@ Status RunRank(Communicator& world, Launch& launch, const ServerOptions& options
     if (Status s = server->Attach(std::move(model)); !s.ok()) {
       Log("ctxpar serve: chat completions are off: " + s.message());
     }
-    Log("The server is fired up and ready to roll! Listening on http://" + options.host + ":" +
-        std::to_string(server->port()));
+    const bool ipv6 = options.host.find(':') != std::string::npos;
+    Log("The server is fired up and ready to roll! Listening on http://" +
+        (ipv6 ? "[" + options.host + "]" : options.host) + ":" + std::to_string(server->port()));
     Engine* e = engine->get();
     Server* srv = server.get();
     waiter = std::thread([e, srv, &signals, &run_ended] {

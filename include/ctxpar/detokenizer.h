@@ -3,7 +3,8 @@
 // Push(token) returns the text that is now final: complete UTF-8 (Utf8StreamDecoder), with any
 // tail that could still be the beginning of a stop string held back. When the text produced so
 // far contains a stop string, the text before it is released, the rest is dropped and stopped()
-// becomes true (the stop string is not part of the output, as OpenAI and SGLang return it).
+// becomes true (the stop string is not part of the output, as OpenAI and SGLang return it,
+// unless keep_stop: SGLang's no_stop_trim).
 // Several stop strings: the one whose first occurrence ends first wins, and among those ending
 // at the same byte the one starting first; that is the stop a byte-by-byte stream meets first,
 // so the output does not depend on where the tokens cut the text (with "b" and "abc" in "abc",
@@ -29,7 +30,8 @@ namespace ctxpar {
 class Detokenizer {
  public:
   // `tokenizer` (not owned) must outlive the Detokenizer. Empty stop strings are ignored.
-  Detokenizer(const Tokenizer& tokenizer, std::vector<std::string> stop, bool render_special);
+  Detokenizer(const Tokenizer& tokenizer, std::vector<std::string> stop, bool render_special,
+              bool keep_stop = false);
 
   // The newly final text after `token`; empty once stopped. An id outside the vocabulary is an
   // error (the Detokenizer is unchanged).
@@ -49,6 +51,7 @@ class Detokenizer {
   Utf8StreamDecoder stream_;
   std::vector<std::string> stop_;
   std::string held_;  // decoded but not yet released
+  bool keep_stop_ = false;
   bool stopped_ = false;
   std::string matched_;
 };

@@ -51,12 +51,14 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // [-2, 2]
   float presence_penalty = 0.0f;    // [-2, 2]
   std::optional<uint64_t> seed{};   // unset: the engine's random_seed mixed with the request id
-  std::vector<std::string> stop{};  // stop strings (need a tokenizer); not part of the output
-  std::vector<int32_t> stop_token_ids{};  // generation ends on these too (the token is output)
-  bool ignore_eos = false;                // do not end on the model's EOS tokens
-  bool skip_special_tokens = true;        // control tokens give no text
-  bool return_logprob = false;            // log-probability of each output token
-  int top_logprobs_num = 0;               // and of its top alternatives, >= 0
+  std::vector<std::string> stop{};  // stop strings (need a tokenizer); not part of the text
+  // Generation ends on these too; the token is an output token, its text not part of the text.
+  std::vector<int32_t> stop_token_ids{};
+  bool no_stop_trim = false;        // the matched stop string or token's text is kept
+  bool ignore_eos = false;          // do not end on the model's EOS tokens
+  bool skip_special_tokens = true;  // control tokens give no text
+  bool return_logprob = false;      // log-probability of each output token
+  int top_logprobs_num = 0;         // and of its top alternatives, >= 0
 };
 
 // Rejects a value outside the ranges above (NaN included), naming the field as a request names

@@ -165,6 +165,22 @@ std::vector<CatalogEntry> HttpCatalogEntries() {
        "ctxpar serve & until curl -sf localhost:30000/health; do sleep 1; done; curl "
        "localhost:30000/v1/completions -d '{\"prompt\": \"Hi\"}'",
        {"CTXPAR-HTTP-011"}},
+      {"CTXPAR-HTTP-012",
+       "A request the HTTP layer refuses",
+       "{method} {path}: {reason}.",
+       StatusCode::kInvalidArgument,
+       "Before a route reads a request, the HTTP layer checks that it names a route, with a "
+       "method the route takes, and that the request is well formed HTTP within the server's "
+       "limits (a body of at most 64 MiB, headers and URL of a sane size). The HTTP status "
+       "says which check failed: 404, 405 (the Allow header lists the methods), 413, 414 or "
+       "400.",
+       "A typo in the route, GET on a POST route, an oversized body, a malformed request, or a "
+       "client speaking another protocol (HTTP/2 without upgrade).",
+       {"Check the route and method in docs/server.md.",
+        "Split very large batches over several requests."},
+       "curl localhost:30000/v1/completion -d '{\"prompt\": \"Hi\"}'",
+       "curl localhost:30000/v1/completions -d '{\"prompt\": \"Hi\"}'",
+       {"CTXPAR-HTTP-001"}},
       {"CTXPAR-HTTP-011",
        "The server cannot listen on its address",
        "ctxpar serve cannot listen on {host}:{port}: {detail}",

@@ -212,7 +212,7 @@ Status Engine::Validate(const GenerateRequest& request) const {
   const Impl& m = *impl_;
   const ModelDesc& desc = m.source->desc();
   const std::vector<int32_t>& prompt = request.prompt;
-  if (prompt.empty()) return InvalidArgument("the prompt has no token");
+  if (prompt.empty()) return CatalogError("CTXPAR-ENGINE-011", {{"index", "0"}});
   for (std::size_t i = 0; i < prompt.size(); ++i) {
     if (prompt[i] < 0 || prompt[i] >= desc.vocab_size) {
       return CatalogError("CTXPAR-ENGINE-010", {{"index", std::to_string(i)},
@@ -270,7 +270,8 @@ Expected<uint64_t> Engine::Submit(GenerateRequest request, UpdateCallback on_upd
   const uint64_t seed = r->sampling.seed.value_or(DefaultSeed(m.config.random_seed, id));
   r->sampler.emplace(r->sampling, r->seq.tokens, seed);
   if (const Tokenizer* tok = m.source->tokenizer()) {
-    r->detokenizer.emplace(*tok, r->sampling.stop, !r->sampling.skip_special_tokens);
+    r->detokenizer.emplace(*tok, r->sampling.stop, !r->sampling.skip_special_tokens,
+                           r->sampling.no_stop_trim);
   }
   r->update.id = id;
   m.inbox.push_back(std::move(r));
@@ -409,7 +410,12 @@ Status Engine::Impl::Sample(const engine::StepPlan& plan) {
         r.update.logprobs.push_back(ComputeLogprob(last, token, r.sampling.top_logprobs_num));
       }
       std::optional<FinishReason> done;
-      if (r.detokenizer) {
+      const auto& stops = r.sampling.stop_token_ids;
+      const bool end_token =
+          std::find(stops.begin(), stops.end(), token) != stops.end() ||
+          (!r.sampling.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end());
+      // A stop token's text is trimmed like a stop string's (SGLang's trim_matched_stop).
+      if (r.detokenizer && (!end_token || r.sampling.no_stop_trim)) {
         CTXPAR_ASSIGN_OR_RETURN(std::string text, r.detokenizer->Push(token));
         r.update.text += text;
         if (r.detokenizer->stopped()) {
@@ -417,10 +423,6 @@ Status Engine::Impl::Sample(const engine::StepPlan& plan) {
           r.update.finish_detail = r.detokenizer->matched_stop();
         }
       }
-      const auto& stops = r.sampling.stop_token_ids;
-      const bool end_token =
-          std::find(stops.begin(), stops.end(), token) != stops.end() ||
-          (!r.sampling.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end());
       if (!done && end_token) {
         done = FinishReason::kStop;
         r.update.matched_token = token;

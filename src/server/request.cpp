@@ -160,11 +160,26 @@ MaybeError ReadSampling(const json& obj, std::string_view prefix, Route route, A
   CTXPAR_RETURN_IF_API_ERROR(Read(Field(obj, "ignore_eos"), p("ignore_eos"), &s.ignore_eos));
   CTXPAR_RETURN_IF_API_ERROR(
       Read(Field(obj, "skip_special_tokens"), p("skip_special_tokens"), &s.skip_special_tokens));
-  if (const json& seed = Field(obj, "seed"); !seed.is_null()) {
+  CTXPAR_RETURN_IF_API_ERROR(Read(Field(obj, "no_stop_trim"), p("no_stop_trim"), &s.no_stop_trim));
+  // SGLang's /generate spells the seed sampling_seed.
+  const std::string_view seed_key =
+      route == Route::kGenerate && !Field(obj, "sampling_seed").is_null() ? "sampling_seed"
+                                                                          : "seed";
+  if (const json& seed = Field(obj, seed_key); !seed.is_null()) {
     int64_t value = 0;
-    CTXPAR_RETURN_IF_API_ERROR(Read(seed, p("seed"), &value));
-    if (value < 0) return RangeError(route, p("seed"), "a non-negative integer", Quote(seed));
+    CTXPAR_RETURN_IF_API_ERROR(Read(seed, p(seed_key), &value));
+    if (value < 0) return RangeError(route, p(seed_key), "a non-negative integer", Quote(seed));
     s.seed = static_cast<uint64_t>(value);
+  }
+  for (std::string_view key : {"regex", "ebnf", "json_schema", "structural_tag"}) {
+    if (const json& v = Field(obj, key); !v.is_null()) {
+      return Unsupported(p(key), "constrained decoding is not implemented");
+    }
+  }
+  for (std::string_view key : {"min_new_tokens", "min_tokens"}) {
+    if (const json& v = Field(obj, key); !v.is_null() && v != 0) {
+      return Unsupported(p(key), "a minimum number of new tokens is not implemented");
+    }
   }
   int n = 1;
   CTXPAR_RETURN_IF_API_ERROR(Read(Field(obj, "n"), p("n"), &n));
@@ -315,7 +330,8 @@ MaybeError ReadMessages(const json& v, const ModelContext& model, ApiRequest* r)
     }
     messages.push_back(std::move(message));
   }
-  Expected<std::vector<int32_t>> ids = model.chat_template->Encode(*model.tokenizer, messages, true);
+  Expected<std::vector<int32_t>> ids =
+      model.chat_template->Encode(*model.tokenizer, messages, true);
   if (!ids.ok()) return ToApiError(ids.status(), "messages");
   r->prompts.push_back({std::move(*ids), ""});
   return std::nullopt;
@@ -326,8 +342,10 @@ ApiExpected<json> ParseObject(std::string_view path, std::string_view body) {
   try {
     json parsed = json::parse(body);
     if (parsed.is_object()) return parsed;
-  } catch (const json::parse_error& e) {
-    detail = e.what();  // nlohmann's exceptions stop here: the caller gets an ApiError
+  } catch (const json::exception& e) {
+    // A syntax error, or a number out of the double range (out_of_range.406): nlohmann's
+    // exceptions stop here, the caller gets an ApiError.
+    detail = e.what();
   }
   return ToApiError(
       CatalogError("CTXPAR-HTTP-001", {{"route", std::string(path)}, {"detail", detail}}));
@@ -390,6 +408,19 @@ std::string_view RoutePath(Route route) {
   return "";
 }
 
+std::string_view AllowedMethods(std::string_view path) {
+  for (std::string_view get : {"/health", "/health_generate", "/v1/models", "/get_server_info",
+                               "/get_model_info", "/tokenizer_info", "/metrics"}) {
+    if (path == get) return "GET";
+  }
+  if (path.starts_with("/v1/models/")) return "GET";
+  for (std::string_view post :
+       {"/v1/chat/completions", "/v1/completions", "/generate", "/tokenize", "/detokenize"}) {
+    if (path == post) return "POST";
+  }
+  return "";
+}
+
 ApiExpected<ApiRequest> ParseApiRequest(Route route, std::string_view body,
                                         const ModelContext& model) {
   ApiExpected<json> parsed = ParseObject(RoutePath(route), body);
@@ -405,13 +436,19 @@ ApiExpected<ApiRequest> ParseApiRequest(Route route, std::string_view body,
     r.sampling.max_new_tokens = 128;
     const json& params = Field(b, "sampling_params");
     if (!params.is_null() && !params.is_object()) {
-      return TypeError("sampling_params", "an object", params);
+      return TypeError("sampling_params", "an object (one for every prompt of a batch)", params);
     }
     CTXPAR_RETURN_IF_API_ERROR(
         ReadSampling(params.is_null() ? json::object() : params, "sampling_params.", route, &r));
     const bool has_text = !Field(b, "text").is_null();
+    if (has_text && !Field(b, "input_ids").is_null()) {
+      return RangeError(route, "input_ids", "given without text: send one of text and input_ids",
+                        Quote(Field(b, "input_ids")));
+    }
     const json& input = has_text ? Field(b, "text") : Field(b, "input_ids");
     if (input.is_null()) return Missing(RoutePath(route), "text");
+    CTXPAR_RETURN_IF_API_ERROR(Read(Field(b, "return_text_in_logprobs"), "return_text_in_logprobs",
+                                    &r.return_text_in_logprobs));
     CTXPAR_RETURN_IF_API_ERROR(
         ReadPrompts(input, has_text ? "text" : "input_ids", model, false, &r));
   } else {
@@ -520,6 +557,18 @@ ApiExpected<json> Detokenize(std::string_view body, const ModelContext& model) {
   const json& tokens = Field(b, "tokens");
   std::vector<int32_t> ids;
   CTXPAR_RETURN_IF_API_ERROR(ReadIds(tokens, "tokens", &ids));
+  const int vocab = model.tokenizer->vocab_size();
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab) {
+      const std::string field = fmt::format("tokens[{}]", i);
+      return ToApiError(
+          CatalogError("CTXPAR-HTTP-004", {{"field", field},
+                                           {"rule", fmt::format("a token id in [0, {})", vocab)},
+                                           {"route", "/detokenize"},
+                                           {"value", std::to_string(ids[i])}}),
+          field);
+    }
+  }
   bool skip_special = false;
   CTXPAR_RETURN_IF_API_ERROR(
       Read(Field(b, "skip_special_tokens"), "skip_special_tokens", &skip_special));

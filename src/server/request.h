@@ -7,14 +7,17 @@
 // with CTXPAR-HTTP-007):
 //   all       model (must be the served name: 404 otherwise), stream, stream_options.include_usage,
 //             n (1..128), max_tokens / max_completion_tokens, temperature, top_p, top_k, min_p,
-//             frequency_penalty, presence_penalty, repetition_penalty, seed, stop (string or
-//             list), stop_token_ids, ignore_eos, skip_special_tokens
+//             frequency_penalty, presence_penalty, repetition_penalty, seed (sampling_seed on
+//             /generate too), stop (string or list), stop_token_ids, ignore_eos,
+//             skip_special_tokens, no_stop_trim; refused: constrained decoding (regex, ebnf,
+//             json_schema, structural_tag) and min_new_tokens / min_tokens above 0
 //   chat      messages (role system / developer / user / assistant, content a string or text
 //             parts), logprobs (bool), top_logprobs (0..20)
 //   completion prompt (text, list of texts, token ids, list of token-id lists), echo,
 //             logprobs (0..20 alternatives)
-//   generate  text or input_ids (one or a list), sampling_params {max_new_tokens, ... as above},
-//             return_logprob, top_logprobs_num, logprob_start_len (>= 0: prompt log-probs too)
+//   generate  text or input_ids (one or a list; not both), sampling_params {max_new_tokens, ...
+//             as above}, return_logprob, top_logprobs_num, logprob_start_len (>= 0: prompt
+//             log-probs too), return_text_in_logprobs
 // Sampling ranges are the engine's (ValidateSamplingParams, at Submit); this layer checks types
 // and the fields only it knows.
 //
@@ -49,6 +52,8 @@ namespace ctxpar::server {
 
 enum class Route { kChat, kCompletions, kGenerate };
 std::string_view RoutePath(Route route);
+// The method a route of the server takes ("GET" or "POST"), "" for a path that is no route.
+std::string_view AllowedMethods(std::string_view path);
 
 // What the protocol needs to know of the served model.
 struct ModelContext {
@@ -76,6 +81,7 @@ struct ApiRequest {
   int top_logprobs = 0;   // alternatives per token
   bool prompt_logprobs = false;
   int logprob_start_len = 0;  // /generate: the first prompt position whose log-prob is returned
+  bool return_text_in_logprobs = false;  // /generate: each log-prob triple ends with its text
   bool max_tokens_given = false;
   std::vector<PromptInput> prompts;  // choice i runs prompts[i / n]
   SamplingParams sampling;
@@ -100,6 +106,5 @@ ApiError SubmitError(const Status& status, const ApiRequest& request);
 // {"tokens": [ids]} -> {"text", "prompt"} (SGLang's and vLLM's names).
 ApiExpected<nlohmann::json> Tokenize(std::string_view body, const ModelContext& model);
 ApiExpected<nlohmann::json> Detokenize(std::string_view body, const ModelContext& model);
-
 
 }  // namespace ctxpar::server

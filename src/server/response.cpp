@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <random>
 
 #include "ctxpar/tokenizer.h"
@@ -9,13 +10,26 @@
 namespace ctxpar::server {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 json FinishName(FinishReason reason) {
   return reason == FinishReason::kNone ? json() : json(std::string(FinishReasonName(reason)));
 }
 
-std::vector<int> Bytes(const std::string& s) { return std::vector<int>(s.begin(), s.end()); }
+// OpenAI's bytes: the UTF-8 bytes as numbers 0-255.
+std::vector<int> Bytes(const std::string& s) {
+  std::vector<int> out;
+  for (unsigned char c : s) out.push_back(c);
+  return out;
+}
+
+// Characters (code points) in text: a byte that does not continue a UTF-8 sequence starts one.
+// A token may end inside a character; its bytes then count where the character starts.
+std::size_t Characters(std::string_view text) {
+  return static_cast<std::size_t>(std::count_if(text.begin(), text.end(), [](char c) {
+    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  }));
+}
 
 }  // namespace
 
@@ -131,7 +145,7 @@ json ResponseBuilder::CompletionLogprobs(int index,
     const std::string piece = Piece(token);
     tokens.push_back(piece);
     offsets.push_back(text_offset_[index]);
-    text_offset_[index] += piece.size();
+    text_offset_[index] += Characters(piece);
     if (t == nullptr) {
       token_logprobs.push_back(nullptr);
       top.push_back(nullptr);
@@ -139,7 +153,14 @@ json ResponseBuilder::CompletionLogprobs(int index,
     }
     token_logprobs.push_back(t->logprob);
     json alternatives = json::object();
-    for (const auto& [alt, logprob] : t->top) alternatives[Piece(alt)] = logprob;
+    // Most likely first. A key is the text the client reads: the bytes of a partial character
+    // become U+FFFD as the serializer writes them, and tokens that read alike keep the likeliest.
+    for (const auto& [alt, logprob] : t->top) {
+      const std::string key =
+          json::parse(json(Piece(alt)).dump(-1, ' ', false, json::error_handler_t::replace))
+              .get<std::string>();
+      if (!alternatives.contains(key)) alternatives[key] = logprob;
+    }
     top.push_back(std::move(alternatives));
   };
   if (prompt != nullptr) {
@@ -173,7 +194,8 @@ json ResponseBuilder::GenerateObject(int index) const {
                {"cached_tokens", 0}};
   if (request_.logprobs) {
     auto triple = [&](float logprob, int32_t token) {
-      return json::array({logprob, token, nullptr});
+      return json::array(
+          {logprob, token, request_.return_text_in_logprobs ? json(Piece(token)) : json()});
     };
     json out = json::array(), top = json::array();
     for (const TokenLogprob& t : c.logprobs) {
@@ -190,8 +212,8 @@ json ResponseBuilder::GenerateObject(int index) const {
     json in = json::array();
     for (size_t i = request_.logprob_start_len; i < ids.size(); ++i) {
       const bool known = i < c.prompt_logprobs.size() && c.prompt_logprobs[i];
-      in.push_back(
-          json::array({known ? json(c.prompt_logprobs[i]->logprob) : json(), ids[i], nullptr}));
+      in.push_back(json::array({known ? json(c.prompt_logprobs[i]->logprob) : json(), ids[i],
+                                request_.return_text_in_logprobs ? json(Piece(ids[i])) : json()}));
     }
     meta["input_token_logprobs"] = std::move(in);
   }

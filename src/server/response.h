@@ -46,7 +46,7 @@ struct ChoiceOutput {
 std::string NewResponseId(Route route);
 
 // "data: <json>\n\n".
-std::string SseFrame(const nlohmann::json& data);
+std::string SseFrame(const nlohmann::ordered_json& data);
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 
 class ResponseBuilder {
@@ -61,23 +61,23 @@ class ResponseBuilder {
 
   // Non-streaming: applies an update; Final() once every choice has finished.
   void Apply(int index, const RequestUpdate& update);
-  nlohmann::json Final();
+  nlohmann::ordered_json Final();
 
   bool finished() const;
   const ChoiceOutput& choice(int index) const { return choices_[index]; }
 
  private:
   void Record(int index, const RequestUpdate& update);
-  nlohmann::json Usage() const;
-  nlohmann::json ChunkBase() const;
-  nlohmann::json ChatLogprobs(const std::vector<TokenLogprob>& logprobs) const;
+  nlohmann::ordered_json Usage() const;
+  nlohmann::ordered_json ChunkBase() const;
+  nlohmann::ordered_json ChatLogprobs(const std::vector<TokenLogprob>& logprobs) const;
   // OpenAI's completion logprobs of prompt (with echo, first chunk) and output tokens; advances
   // the choice's text offset.
-  nlohmann::json CompletionLogprobs(int index,
-                                    const std::vector<std::optional<TokenLogprob>>* prompt,
-                                    const std::vector<TokenLogprob>& output);
-  nlohmann::json GenerateObject(int index) const;
-  nlohmann::json MatchedStop(const ChoiceOutput& c) const;
+  nlohmann::ordered_json CompletionLogprobs(int index,
+                                            const std::vector<std::optional<TokenLogprob>>* prompt,
+                                            const std::vector<TokenLogprob>& output);
+  nlohmann::ordered_json GenerateObject(int index) const;
+  nlohmann::ordered_json MatchedStop(const ChoiceOutput& c) const;
   std::string Piece(int32_t token) const;
 
   const ApiRequest& request_;

@@ -6,8 +6,10 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -29,17 +31,42 @@ using server::ApiError;
 using server::Route;
 
 constexpr auto kPollInterval = std::chrono::milliseconds(200);
+// A body this large is refused (413): a batch of requests at the model's whole context is far
+// smaller, and the parsed JSON takes several times the body's bytes.
+constexpr std::size_t kMaxBodyBytes = std::size_t{64} << 20;
 // An idle stream writes an SSE comment this often, so that a client that went away is noticed
 // (and its requests cancelled) even while they wait in the queue.
 constexpr auto kHeartbeat = std::chrono::seconds(2);
 
-void Reply(httplib::Response& res, int status, const json& body) {
+// json, or the ordered JSON of response bodies (whose keys keep OpenAI's order).
+template <class Json>
+void Reply(httplib::Response& res, int status, const Json& body) {
   res.status = status;
-  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
 }
 
 void ReplyError(httplib::Response& res, const ApiError& error) {
   Reply(res, error.http_status, server::ErrorBody(error));
+}
+
+// Why the HTTP layer refused a request, by its status (Debian's cpp-httplib has no table).
+std::string HttpReason(int status) {
+  switch (status) {
+    case 400:
+      return "400 Bad Request: the request is not well formed HTTP/1.1";
+    case 408:
+      return "408 Request Timeout: the request did not arrive in time";
+    case 413:
+      return fmt::format("413 Payload Too Large: the body exceeds {} MiB", kMaxBodyBytes >> 20);
+    case 414:
+      return "414 URI Too Long";
+    case 415:
+      return "415 Unsupported Media Type: the body's encoding is not supported";
+    case 431:
+      return "431 Request Header Fields Too Large";
+    default:
+      return fmt::format("{}: refused by the HTTP layer", status);
+  }
 }
 
 int64_t UnixSeconds() {
@@ -92,11 +119,55 @@ struct Server::Impl {
   std::shared_ptr<void> Track();
   json ServerInfo() const;
   json TokenizerInfo() const;
+  json ModelCard() const;
+  std::optional<ApiError> GenerateOneToken();
 };
 
+json Server::Impl::ModelCard() const {
+  return {{"id", context.served_model_name}, {"object", "model"},
+          {"created", UnixSeconds()},        {"owned_by", "ctxpar"},
+          {"root", model.config.model_path}, {"max_model_len", model.desc.context_length}};
+}
+
+// SGLang's /health_generate: the engine generates one token, within a deadline.
+std::optional<ApiError> Server::Impl::GenerateOneToken() {
+  constexpr auto kDeadline = std::chrono::seconds(30);
+  std::shared_ptr<void> tracked = Track();
+  GenerateRequest probe;
+  probe.prompt = {0};
+  probe.sampling.max_new_tokens = 1;
+  probe.sampling.temperature = 0.0f;
+  auto done = std::make_shared<std::promise<FinishReason>>();
+  std::future<FinishReason> finished = done->get_future();
+  Expected<uint64_t> id = model.backend->Submit(probe, [done](const RequestUpdate& u) {
+    if (u.finish != FinishReason::kNone) done->set_value(u.finish);
+  });
+  if (!id.ok()) return server::ToApiError(id.status());
+  if (finished.wait_for(kDeadline) != std::future_status::ready) {
+    model.backend->Cancel(*id);
+    return server::ToApiError(
+        CatalogError("CTXPAR-HTTP-010", {{"state", "not generating within 30 s"}}));
+  }
+  if (finished.get() == FinishReason::kAbort) {
+    return server::ToApiError(CatalogError("CTXPAR-HTTP-010", {{"state", "shutting down"}}));
+  }
+  return std::nullopt;
+}
+
+// /health, /v1/models and /metrics stay open (probes, clients listing models, Prometheus); the
+// scheme is case-insensitive (RFC 7235).
 bool Server::Impl::Authorized(const httplib::Request& req) const {
-  if (options.api_key.empty() || req.path == "/health" || req.path == "/v1/models") return true;
-  return req.get_header_value("Authorization") == "Bearer " + options.api_key;
+  if (options.api_key.empty() || req.path == "/health" || req.path == "/v1/models" ||
+      req.path == "/metrics") {
+    return true;
+  }
+  const std::string header = req.get_header_value("Authorization");
+  constexpr std::string_view kScheme = "bearer ";
+  if (header.size() != kScheme.size() + options.api_key.size()) return false;
+  for (std::size_t i = 0; i < kScheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(header[i])) != kScheme[i]) return false;
+  }
+  return header.compare(kScheme.size(), std::string::npos, options.api_key) == 0;
 }
 
 std::optional<ApiError> Server::Impl::Unavailable() const {
@@ -125,8 +196,22 @@ void Server::Impl::Generate(Route route, const httplib::Request& req, httplib::R
   if (auto* e = std::get_if<ApiError>(&parsed)) return ReplyError(res, *e);
   auto request =
       std::make_shared<server::ApiRequest>(std::move(std::get<server::ApiRequest>(parsed)));
-  auto job = std::make_shared<Job>();
   const int choices = request->num_choices();
+  if (const std::optional<int> bound = model.config.max_queued_requests;
+      bound && choices > *bound) {
+    // All of them would never fit the queue at once: not worth a retry (503).
+    return ReplyError(
+        res, server::ToApiError(
+                 CatalogError("CTXPAR-HTTP-004",
+                              {{"field", "n"},
+                               {"rule", fmt::format("at most --max-queued-requests = {} choices "
+                                                    "(n times the prompts) in one request",
+                                                    *bound)},
+                               {"route", std::string(server::RoutePath(route))},
+                               {"value", std::to_string(choices)}}),
+                 "n"));
+  }
+  auto job = std::make_shared<Job>();
   job->timers.assign(choices, server::RequestTimer(&metrics, server::Clock::now()));
   auto ids = std::make_shared<std::vector<uint64_t>>();
   Backend* backend = model.backend;
@@ -154,7 +239,7 @@ void Server::Impl::Generate(Route route, const httplib::Request& req, httplib::R
   auto last_write = std::make_shared<server::Clock::time_point>(server::Clock::now());
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
-      "text/event-stream",
+      "text/event-stream; charset=utf-8",
       [request, job, builder, last_write, tracked](size_t, httplib::DataSink& sink) {
         std::string frames;
         for (server::ChoiceUpdate& u : job->queue.Pop(kPollInterval)) {
@@ -222,14 +307,31 @@ void Server::Impl::Routes() {
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     if (auto e = Unavailable()) return ReplyError(res, *e);
+    Reply(res, 200, json{{"object", "list"}, {"data", json::array({ModelCard()})}});
+  });
+  http.Get("/v1/models/(.+)", [this](const httplib::Request& req, httplib::Response& res) {
+    if (auto e = Unavailable()) return ReplyError(res, *e);
+    if (req.matches[1] != context.served_model_name) {
+      return ReplyError(
+          res, server::ToApiError(
+                   CatalogError("CTXPAR-HTTP-005", {{"model", PyRepr(req.matches[1].str())},
+                                                    {"served", PyRepr(context.served_model_name)}}),
+                   "model"));
+    }
+    Reply(res, 200, ModelCard());
+  });
+  http.Get("/get_model_info", [this](const httplib::Request&, httplib::Response& res) {
+    if (auto e = Unavailable()) return ReplyError(res, *e);
     Reply(res, 200,
-          {{"object", "list"},
-           {"data", json::array({{{"id", context.served_model_name},
-                                  {"object", "model"},
-                                  {"created", UnixSeconds()},
-                                  {"owned_by", "ctxpar"},
-                                  {"root", model.config.model_path},
-                                  {"max_model_len", model.desc.context_length}}})}});
+          json{{"model_path", model.config.model_path},
+               {"tokenizer_path", model.config.model_path},
+               {"is_generation", true},
+               {"max_context_length", model.desc.context_length}});
+  });
+  http.Get("/health_generate", [this](const httplib::Request&, httplib::Response& res) {
+    if (auto e = Unavailable()) return ReplyError(res, *e);
+    if (auto e = GenerateOneToken()) return ReplyError(res, *e);
+    res.status = 200;
   });
   http.Get("/get_server_info", [this](const httplib::Request&, httplib::Response& res) {
     if (auto e = Unavailable()) return ReplyError(res, *e);
@@ -263,13 +365,34 @@ void Server::Impl::Routes() {
                       "text/plain; version=0.0.4");
     });
   }
+  // A handler that throws answers 500 with the error object (httplib would put the exception's
+  // text in a header).
+  http.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+        ReplyError(res, server::ToApiError(Internal("the server failed on this request")));
+      });
   http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    ApiError e;
+    std::string reason;
+    if (res.status == 404) {
+      const std::string_view allow = server::AllowedMethods(req.path);
+      if (!allow.empty()) {
+        res.status = 405;
+        res.set_header("Allow", std::string(allow));
+        reason = fmt::format("the route takes {} only", allow);
+      } else {
+        reason = "not a route of ctxpar serve";
+      }
+    } else {
+      reason = HttpReason(res.status);
+    }
+    const std::string path = req.path.size() > 200 ? req.path.substr(0, 197) + "..." : req.path;
+    ApiError e = server::ToApiError(
+        CatalogError("CTXPAR-HTTP-012", {{"method", req.method.empty() ? "?" : req.method},
+                                         {"path", path.empty() ? "?" : path},
+                                         {"reason", reason}}));
     e.http_status = res.status;
     e.type = res.status == 404 ? "not_found_error" : "invalid_request_error";
-    e.status = Status(StatusCode::kNotFound,
-                      fmt::format("{} {} is not a route of ctxpar serve", req.method, req.path));
     ReplyError(res, e);
   });
 }
@@ -299,6 +422,7 @@ Server::~Server() {
 Status Server::Start(int threads) {
   Impl& s = *impl_;
   s.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  s.http.set_payload_max_length(kMaxBodyBytes);
   s.Routes();
   // httplib's default options set SO_REUSEPORT, which lets a second server bind a port in use
   // (and share its connections) instead of failing: SO_REUSEADDR only.

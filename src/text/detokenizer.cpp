@@ -7,8 +7,8 @@
 namespace ctxpar {
 
 Detokenizer::Detokenizer(const Tokenizer& tokenizer, std::vector<std::string> stop,
-                         bool render_special)
-    : stream_(tokenizer, render_special), stop_(std::move(stop)) {
+                         bool render_special, bool keep_stop)
+    : stream_(tokenizer, render_special), stop_(std::move(stop)), keep_stop_(keep_stop) {
   std::erase_if(stop_, [](const std::string& s) { return s.empty(); });
 }
 
@@ -28,7 +28,7 @@ bool Detokenizer::FindStop() {
     }
   }
   if (best_end == std::string::npos) return false;
-  held_.resize(best_pos);
+  held_.resize(keep_stop_ ? best_end : best_pos);
   stopped_ = true;
   return true;
 }

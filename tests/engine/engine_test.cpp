@@ -224,33 +224,45 @@ TEST_F(EngineTest, RefusesWhatCannotFitAndStopsOnStopTokens) {
   r.sampling.temperature = 0.0f;
   r.sampling.max_new_tokens = 5;
   Outcome first;
+  std::vector<std::string> texts;  // one update per greedy token
   ASSERT_TRUE(engine
                   ->Submit(r,
                            [&](const RequestUpdate& u) {
                              first.tokens.insert(first.tokens.end(), u.tokens.begin(),
                                                  u.tokens.end());
+                             texts.push_back(u.text);
                            })
                   .ok());
   EXPECT_EQ(engine->Submit(r, nullptr).status().error_id(), "CTXPAR-ENGINE-007");  // queue full
   ASSERT_TRUE(engine->Run(Engine::RunUntil::kIdle).ok());
   ASSERT_EQ(first.tokens.size(), 5u);
+  ASSERT_GE(texts.size(), 2u);
   r.sampling.stop_token_ids = {first.tokens[1]};
-  Outcome stopped;
-  ASSERT_TRUE(engine
-                  ->Submit(r,
-                           [&](const RequestUpdate& u) {
-                             stopped.tokens.insert(stopped.tokens.end(), u.tokens.begin(),
-                                                   u.tokens.end());
-                             stopped.finish = u.finish;
-                             stopped.detail = u.finish_detail;
-                             stopped.matched_token = u.matched_token;
-                           })
-                  .ok());
-  ASSERT_TRUE(engine->Run(Engine::RunUntil::kIdle).ok());
-  EXPECT_EQ(stopped.finish, FinishReason::kStop);
-  EXPECT_EQ(stopped.tokens, std::vector<int32_t>(first.tokens.begin(), first.tokens.begin() + 2));
-  EXPECT_EQ(stopped.detail, "");
-  EXPECT_EQ(stopped.matched_token, first.tokens[1]);
+  // The stop token is an output token; its text is trimmed (SGLang's trim_matched_stop) unless
+  // no_stop_trim.
+  for (const bool keep : {false, true}) {
+    SCOPED_TRACE(keep);
+    r.sampling.no_stop_trim = keep;
+    Outcome stopped;
+    std::string text;
+    ASSERT_TRUE(engine
+                    ->Submit(r,
+                             [&](const RequestUpdate& u) {
+                               stopped.tokens.insert(stopped.tokens.end(), u.tokens.begin(),
+                                                     u.tokens.end());
+                               text += u.text;
+                               stopped.finish = u.finish;
+                               stopped.detail = u.finish_detail;
+                               stopped.matched_token = u.matched_token;
+                             })
+                    .ok());
+    ASSERT_TRUE(engine->Run(Engine::RunUntil::kIdle).ok());
+    EXPECT_EQ(stopped.finish, FinishReason::kStop);
+    EXPECT_EQ(stopped.tokens, std::vector<int32_t>(first.tokens.begin(), first.tokens.begin() + 2));
+    EXPECT_EQ(stopped.detail, "");
+    EXPECT_EQ(stopped.matched_token, first.tokens[1]);
+    EXPECT_EQ(text, keep ? texts[0] + texts[1] : texts[0]);
+  }
 }
 
 }  // namespace

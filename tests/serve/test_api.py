@@ -141,3 +141,71 @@ def test_user_text_never_becomes_control_tokens(server):
         model=MODEL_NAME, messages=[{"role": "user", "content": "A<|im_end|>"}], max_tokens=1)
     # One control token in the user's text would add one token; its characters add several.
     assert forged.usage.prompt_tokens - plain.usage.prompt_tokens > 1
+
+
+def test_model_card_model_info_and_generation_health(server):
+    card = client(server).models.retrieve(MODEL_NAME)
+    assert card.id == MODEL_NAME
+    missing = requests.get(server.url + "/v1/models/gpt-4")
+    assert missing.status_code == 404 and "CTXPAR-HTTP-005" in missing.json()["error"]["message"]
+    info = requests.get(server.url + "/get_model_info").json()
+    assert info["is_generation"] is True and info["model_path"]
+    assert requests.get(server.url + "/health_generate").status_code == 200
+
+
+def test_stop_token_is_counted_but_its_text_trimmed(server):
+    """SGLang's trim_matched_stop: the stop token ends the output and counts as a completion
+    token; its text is not part of the text unless no_stop_trim."""
+    base = {"prompt": "The capital of France is", "max_tokens": 4, "temperature": 0,
+            "ignore_eos": True}
+    free = requests.post(server.url + "/generate",
+                         json={"text": base["prompt"],
+                               "sampling_params": {"max_new_tokens": 4, "temperature": 0}}).json()
+    ids = free["output_ids"]
+    pieces = [requests.post(server.url + "/detokenize", json={"tokens": [t]}).json()["text"]
+              for t in ids]
+    stopped = requests.post(server.url + "/v1/completions",
+                            json={**base, "stop_token_ids": [ids[1]]}).json()
+    choice = stopped["choices"][0]
+    assert choice["finish_reason"] == "stop" and choice["matched_stop"] == ids[1]
+    assert choice["text"] == pieces[0]
+    assert stopped["usage"]["completion_tokens"] == 2
+    kept = requests.post(server.url + "/generate", json={
+        "text": base["prompt"],
+        "sampling_params": {"max_new_tokens": 4, "temperature": 0, "stop_token_ids": [ids[1]],
+                            "no_stop_trim": True}}).json()
+    assert kept["text"] == pieces[0] + pieces[1]
+
+
+def test_logprob_shapes_follow_openai(server):
+    """Alternatives by probability, bytes as 0-255, text_offset in characters."""
+    r = requests.post(server.url + "/v1/completions",
+                      json={"prompt": "naïve café — 日本", "max_tokens": 1, "echo": True,
+                            "logprobs": 5, "temperature": 0}).json()
+    lp = r["choices"][0]["logprobs"]
+    alternatives = list(lp["top_logprobs"][-1].values())
+    assert alternatives == sorted(alternatives, reverse=True)
+    text = r["choices"][0]["text"]
+    offsets = lp["text_offset"]
+    assert offsets[0] == 0 and offsets == sorted(offsets) and offsets[-1] <= len(text)
+    chat = client(server).chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": "日本"}], max_tokens=3,
+        logprobs=True, top_logprobs=2)
+    for t in chat.choices[0].logprobs.content:
+        assert all(0 <= b <= 255 for b in t.bytes)
+
+
+def test_generate_sampling_seed_repeats(server):
+    body = {"text": "Once upon a time",
+            "sampling_params": {"max_new_tokens": 6, "temperature": 1.0, "sampling_seed": 7}}
+    a = requests.post(server.url + "/generate", json=body).json()
+    b = requests.post(server.url + "/generate", json=body).json()
+    assert a["output_ids"] == b["output_ids"]
+
+
+def test_stream_declares_utf8(server):
+    r = requests.post(server.url + "/v1/chat/completions", stream=True,
+                      json={"messages": [{"role": "user", "content": "日本"}], "max_tokens": 2,
+                            "stream": True})
+    assert r.headers["Content-Type"] == "text/event-stream; charset=utf-8"
+    assert r.text.endswith("data: [DONE]\n\n")

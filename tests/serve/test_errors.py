@@ -1,5 +1,5 @@
-"""Bad input and faults: OpenAI's error object with the field and the catalog ID (400, 404), the
-API key (401; /health and /v1/models stay open), a full queue (503)."""
+"""Bad input and faults: OpenAI's error object with the field and the catalog ID (400, 404, 405,
+413), the API key (401; /health, /v1/models and /metrics stay open), a full queue (503)."""
 
 import concurrent.futures
 import os
@@ -42,6 +42,10 @@ def check_error(r, status, param, catalog_id, type_="invalid_request_error"):
     ({"prompt": [49152]}, "prompt", "CTXPAR-ENGINE-010"),
     ({"prompt": "a", "max_tokens": 10 ** 6}, "max_tokens", "CTXPAR-ENGINE-005"),
     ({"prompt": "a", "logit_bias": {"5": 1}}, "logit_bias", "CTXPAR-HTTP-007"),
+    ('{"prompt": "a", "temperature": 1e400}', None, "CTXPAR-HTTP-001"),
+    ({"prompt": ""}, "prompt", "CTXPAR-ENGINE-011"),
+    ({"prompt": "a", "regex": "a+"}, "regex", "CTXPAR-HTTP-007"),
+    ({"prompt": "a", "min_tokens": 2}, "min_tokens", "CTXPAR-HTTP-007"),
 ])
 def test_bad_completion_requests(server, body, param, catalog_id):
     check_error(post(server, "/v1/completions", body), 400, param, catalog_id)
@@ -69,14 +73,31 @@ def test_unknown_route_is_404(server):
     assert r.json()["error"]["type"] == "not_found_error"
 
 
+def test_http_layer_refusals_say_what_and_why(server):
+    wrong_method = requests.get(server.url + "/v1/completions")
+    err = check_error(wrong_method, 405, None, "CTXPAR-HTTP-012")
+    assert wrong_method.headers["Allow"] == "POST"
+    assert "GET /v1/completions" in err["message"]
+    huge = requests.post(server.url + "/v1/completions", data=b"a" * (65 << 20),
+                         headers={"Content-Type": "application/json"})
+    check_error(huge, 413, None, "CTXPAR-HTTP-012")
+    check_error(post(server, "/detokenize", {"tokens": [1, 49152]}), 400, "tokens[1]",
+                "CTXPAR-HTTP-004")
+    check_error(post(server, "/generate", {"text": "a", "input_ids": [1]}), 400, "input_ids",
+                "CTXPAR-HTTP-004")
+
+
 @pytest.fixture(scope="module")
 def keyed(request):
-    return start(request, "--api-key", "s3cret")
+    return start(request, "--api-key", "s3cret", "--enable-metrics")
 
 
 def test_api_key(keyed):
     assert requests.get(keyed.url + "/health").status_code == 200
     assert requests.get(keyed.url + "/v1/models").status_code == 200
+    assert requests.get(keyed.url + "/metrics").status_code == 200  # Prometheus scrapes, as SGLang
+    lower = post(keyed, "/tokenize", {"prompt": "a"}, headers={"Authorization": "bearer s3cret"})
+    assert lower.status_code == 200  # the scheme is case-insensitive (RFC 7235)
     r = post(keyed, "/v1/completions", {"prompt": "a", "max_tokens": 1})
     err = check_error(r, 401, None, "CTXPAR-HTTP-006", "authentication_error")
     assert err["code"] == "invalid_api_key"
@@ -103,6 +124,9 @@ def test_full_queue_is_503(small_queue):
     assert 200 in statuses and 503 in statuses, statuses
     refused = next(r for r in codes if r.status_code == 503)
     check_error(refused, 503, None, "CTXPAR-ENGINE-007", "unavailable_error")
+    # More choices than the queue holds can never be taken: 400, not a retryable 503.
+    check_error(post(small_queue, "/v1/completions", {"prompt": "a", "max_tokens": 1, "n": 2}),
+                400, "n", "CTXPAR-HTTP-004")
 
 
 def test_port_in_use_fails_at_once(server):

@@ -357,11 +357,12 @@ TEST_F(ProtocolTest, GenerateReturnsOutputIdsAndSglangFinishReason) {
   // A stop string made of digits stays a string, even when the last token's id reads the same.
   ResponseBuilder digits(r, model_, "abc", 1);
   digits.Apply(0, Update({70, 71}, "F", FinishReason::kStop, 2, "71"));
-  EXPECT_EQ(digits.Final()["meta_info"]["finish_reason"],
+  EXPECT_EQ(json(digits.Final()["meta_info"]["finish_reason"]),
             json({{"type", "stop"}, {"matched", "71"}}));
   ResponseBuilder len(r, model_, "abc", 1);
   len.Apply(0, Update({70}, "F", FinishReason::kLength, 1));
-  EXPECT_EQ(len.Final()["meta_info"]["finish_reason"], json({{"type", "length"}, {"length", 1}}));
+  EXPECT_EQ(json(len.Final()["meta_info"]["finish_reason"]),
+            json({{"type", "length"}, {"length", 1}}));
 }
 
 }  // namespace

@@ -145,6 +145,15 @@ TEST_F(DetokenizerTest, StopStringSpanningTokens) {
   for (int32_t id : ids) out += *d.Push(id);
   EXPECT_EQ(out, "The answer is ");
   EXPECT_EQ(d.Finish(), "");
+  // keep_stop (SGLang's no_stop_trim): the text ends with the stop string instead.
+  for (const std::vector<int32_t>& tokens : {ids, ByteTokens(text)}) {
+    Detokenizer keep(tok(), {"\nQuestion:", "why"}, false, /*keep_stop=*/true);
+    std::string kept;
+    for (int32_t id : tokens) kept += *keep.Push(id);
+    kept += keep.Finish();
+    EXPECT_EQ(kept, "The answer is 42.\nQuestion:");
+    EXPECT_EQ(keep.matched_stop(), "\nQuestion:");
+  }
 }
 
 TEST_F(DetokenizerTest, StopStringsInsideMultiByteCharacters) {
