@@ -108,7 +108,8 @@ int RunCheck(const std::vector<std::string>& args) {
   LaunchFlags flags;
   AddLaunchFlags(app, &flags);
   bool json_flag = false;
-  app.add_flag("--json", json_flag, "Print one JSON object: valid, fields, error.");
+  app.add_flag("--json", json_flag, "Print one JSON object: valid, fields, error.")
+      ->disable_flag_override();
   // Known before parsing, so that a parse error is reported in the requested form.
   const bool json = std::find(args.begin(), args.end(), "--json") != args.end();
 

@@ -288,8 +288,10 @@ int RunGenerate(const std::vector<std::string>& args) {
                  "Submit every line of FILE as a prompt at once; output lines begin with the "
                  "prompt's index and a tab.");
   app.add_option("--input-ids", o.input_ids, "The prompt as comma-separated token ids.");
-  app.add_flag("--print-ids", o.print_ids, "Print the generated token ids, space-separated.");
-  app.add_flag("--chat", o.chat, "Wrap the prompt in the model's chat template.");
+  app.add_flag("--print-ids", o.print_ids, "Print the generated token ids, space-separated.")
+      ->disable_flag_override();
+  app.add_flag("--chat", o.chat, "Wrap the prompt in the model's chat template.")
+      ->disable_flag_override();
   app.add_option("--max-new-tokens", s.max_new_tokens, "Tokens to generate (>= 1).")
       ->capture_default_str();
   app.add_option("--temperature", s.temperature, "0 (the default) is greedy.");
@@ -310,7 +312,8 @@ int RunGenerate(const std::vector<std::string>& args) {
       ->delimiter(',')
       ->allow_extra_args(false);
   app.add_flag("--ignore-eos", s.ignore_eos,
-               "Generate --max-new-tokens tokens even past an end-of-generation token.");
+               "Generate --max-new-tokens tokens even past an end-of-generation token.")
+      ->disable_flag_override();
   Status status;
   if (int rc = ParseCommandLine(app, args, "generate", &status); rc >= 0) {
     return rc == kExitOk ? rc : Fail(status);

@@ -167,7 +167,7 @@ std::vector<CatalogEntry> HttpCatalogEntries() {
        {"CTXPAR-HTTP-011"}},
       {"CTXPAR-HTTP-012",
        "A request the HTTP layer refuses",
-       "{method} {path}: {reason}.",
+       "The server refuses a {method} request to {path}: {reason}.",
        StatusCode::kInvalidArgument,
        "Before a route reads a request, the HTTP layer checks that it names a route, with a "
        "method the route takes, and that the request is well formed HTTP within the server's "
@@ -178,8 +178,8 @@ std::vector<CatalogEntry> HttpCatalogEntries() {
        "client speaking another protocol (HTTP/2 without upgrade).",
        {"Check the route and method in docs/server.md.",
         "Split very large batches over several requests."},
-       "curl localhost:30000/v1/completion -d '{\"prompt\": \"Hi\"}'",
-       "curl localhost:30000/v1/completions -d '{\"prompt\": \"Hi\"}'",
+       "ctxpar serve & curl localhost:30000/v1/completion -d '{\"prompt\": \"Hi\"}'",
+       "ctxpar serve & curl localhost:30000/v1/completions -d '{\"prompt\": \"Hi\"}'",
        {"CTXPAR-HTTP-001"}},
       {"CTXPAR-HTTP-011",
        "The server cannot listen on its address",

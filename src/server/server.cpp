@@ -238,8 +238,10 @@ void Server::Impl::Generate(Route route, const httplib::Request& req, httplib::R
   }
   auto last_write = std::make_shared<server::Clock::time_point>(server::Clock::now());
   res.set_header("Cache-Control", "no-cache");
+  // Exactly this type: an event stream is UTF-8 by definition, and cpp-httplib gzips (so buffers)
+  // any other text/ type for a client that accepts gzip.
   res.set_chunked_content_provider(
-      "text/event-stream; charset=utf-8",
+      "text/event-stream",
       [request, job, builder, last_write, tracked](size_t, httplib::DataSink& sink) {
         std::string frames;
         for (server::ChoiceUpdate& u : job->queue.Pop(kPollInterval)) {

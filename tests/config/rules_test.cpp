@@ -368,16 +368,14 @@ TEST(PlatformChecks, FiA2aRuntimeProbe) {
 TEST(FlagValues, IntegersAndChoices) {
   const FieldSpec& tp = *FindField("tp_size");
   EXPECT_EQ(ParseFieldText(tp, "--tp-size", "four").status().message(),
-            "Invalid value 'four' for --tp-size / --tensor-parallel-size: not an integer; valid "
-            "values: integers from 1 "
+            "Invalid value 'four' for --tp-size: not an integer; valid values: integers from 1 "
             "to 2147483647.");
   EXPECT_EQ(ParseFieldText(tp, "--tp-size", "four").status().error_id(), "CTXPAR-FLAG-002");
   EXPECT_EQ(ParseFieldText(tp, "--tp-size", "").status().error_id(), "CTXPAR-FLAG-002");
   EXPECT_EQ(ParseFieldText(tp, "--tp-size", "1.5").status().error_id(), "CTXPAR-FLAG-002");
   EXPECT_EQ(ParseFieldText(tp, "--tp-size", "-").status().error_id(), "CTXPAR-FLAG-002");
   EXPECT_EQ(ParseFieldText(tp, "--tp-size", "0").status().message(),
-            "Invalid value '0' for --tp-size / --tensor-parallel-size: out of range; valid values: "
-            "integers from 1 to "
+            "Invalid value '0' for --tp-size: out of range; valid values: integers from 1 to "
             "2147483647.");
   EXPECT_EQ(ParseFieldText(tp, "--tp-size", "99999999999999999999").status().error_id(),
             "CTXPAR-FLAG-003");

@@ -77,7 +77,7 @@ def test_http_layer_refusals_say_what_and_why(server):
     wrong_method = requests.get(server.url + "/v1/completions")
     err = check_error(wrong_method, 405, None, "CTXPAR-HTTP-012")
     assert wrong_method.headers["Allow"] == "POST"
-    assert "GET /v1/completions" in err["message"]
+    assert "a GET request to /v1/completions" in err["message"]
     huge = requests.post(server.url + "/v1/completions", data=b"a" * (65 << 20),
                          headers={"Content-Type": "application/json"})
     check_error(huge, 413, None, "CTXPAR-HTTP-012")
