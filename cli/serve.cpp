@@ -106,7 +106,9 @@ Status RunRank(Communicator& world, Launch& launch, const ServerOptions& options
       while (!run_ended.load()) {
         const int signal = sigtimedwait(&signals, nullptr, &tick);
         if (signal <= 0) continue;
-        Log("ctxpar serve: signal " + std::to_string(signal) +
+        // Under mpirun the launcher forwards SIGINT / SIGTERM as SIGUSR1 / SIGUSR2.
+        const int received = signal == SIGUSR1 ? SIGINT : signal == SIGUSR2 ? SIGTERM : signal;
+        Log(std::string("ctxpar serve: ") + (received == SIGINT ? "SIGINT" : "SIGTERM") +
             ": no new request; ending the requests in flight");
         srv->BeginShutdown();
         e->Stop();

@@ -237,6 +237,30 @@ TEST(Launch, TwoSigintsEndAJobThatCannotStop) {
   for (const std::string& f : segments) EXPECT_FALSE(std::filesystem::exists(f)) << f;
 }
 
+// The launcher killed outright (SIGKILL, which it cannot forward): mpirun and the ranks end
+// with it instead of running the job to its end under init.
+TEST(Launch, AKilledLauncherTakesTheJobWithIt) {
+  if (Skip()) GTEST_SKIP() << "needs MPI and CTXPAR_MODEL";
+  Generate g(kLongRun);
+  ASSERT_TRUE(g.WaitForOutput(8)) << g.err();
+  const std::vector<pid_t> ranks = g.Ranks();
+  ASSERT_EQ(ranks.size(), 3u);
+  g.Signal(SIGKILL);
+  EXPECT_EQ(g.Wait(), 128 + SIGKILL);
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(10);
+  auto alive = [&] {
+    return std::count_if(ranks.begin(), ranks.end(), [](pid_t r) {
+      // A zombie waits for init to reap it: it runs no more.
+      const std::string stat = ReadFile("/proc/" + std::to_string(r) + "/stat");
+      return !stat.empty() && stat.find(") Z ") == std::string::npos;
+    });
+  };
+  while (alive() > 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(alive(), 0) << "ranks still running 10 s after the launcher was killed";
+}
+
 // One process (tp 1): the same stop, and a second SIGINT exits at once.
 TEST(Launch, OneProcessStopsOnSigint) {
   if (std::getenv("CTXPAR_MODEL") == nullptr) GTEST_SKIP() << "needs CTXPAR_MODEL";
