@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "command.h"
+#include "error_report.h"
 #include "launch_flags.h"
 
 namespace ctxpar::cli {
@@ -33,15 +34,10 @@ int RunBench(const std::vector<std::string>& args) {
 }
 }  // namespace
 
-int ParseBenchOptions(CLI::App& app, const std::vector<std::string>& args) {
-  UseArgparseRepeats(app);
-  std::vector<std::string> argv(args.rbegin(), args.rend());  // CLI11 takes them reversed
-  try {
-    app.parse(argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? kExitOk : kExitInvalid;
-  }
-  return -1;
+int ParseBenchOptions(CLI::App& app, const std::vector<std::string>& args, std::string_view kind) {
+  Status status;
+  const int rc = ParseCommandLine(app, args, "bench " + std::string(kind), &status);
+  return rc > 0 ? ReportError(status) : rc;
 }
 
 bool RegisterBench(const Command& bench) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "command.h"
@@ -13,9 +14,9 @@ class App;
 namespace ctxpar::cli {
 bool RegisterBench(const Command& bench);
 
-// Parses a benchmark's options (CLI11 prints help and its own messages): -1 to go on, else the
-// exit code (kExitOk after --help, kExitInvalid on a bad option).
-int ParseBenchOptions(CLI::App& app, const std::vector<std::string>& args);
+// Parses the options of `ctxpar bench KIND` as every command's (ParseCommandLine: a bad option
+// is reported with its catalog ID): -1 to go on, else the exit code (kExitOk after --help).
+int ParseBenchOptions(CLI::App& app, const std::vector<std::string>& args, std::string_view kind);
 }  // namespace ctxpar::cli
 
 #define CTXPAR_REGISTER_BENCH(name, summary, fn)                    \

@@ -176,7 +176,7 @@ int RunAttentionBench(const std::vector<std::string>& args) {
   app.add_option("--ceiling-mib", ceiling_mib, "buffer read by the bandwidth ceiling")
       ->check(CLI::Range(64, 16384));
   app.add_flag("--json", json, "print JSON instead of a table");
-  if (const int rc = ParseBenchOptions(app, args); rc >= 0) return rc;
+  if (const int rc = ParseBenchOptions(app, args, "attention"); rc >= 0) return rc;
   auto fail = [](const Status& s) { return ReportError(s, "ctxpar bench attention: "); };
   // Up to 16M tokens: 64 GiB of bf16 GQA cache, more than this benchmark is meant to allocate.
   Expected<std::vector<int>> ctx_list = ParseCountList("--contexts", contexts, 1, 1 << 24);

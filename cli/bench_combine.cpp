@@ -1,5 +1,5 @@
-// `ctxpar bench combine`: the DCP combine per layer (docs/dcp.md, Combine) for each backend, at decode
-// shapes: time per call and the bytes each rank sends. Under mpiexec the ranks are the MPI
+// `ctxpar bench combine`: the DCP combine per layer (docs/dcp.md, Combine) for each backend, at
+// decode shapes: time per call and the bytes each rank sends. Under mpiexec the ranks are the MPI
 // processes (N = the world size); otherwise N in --ranks, one thread per rank in this process.
 // Only the combine is timed (the partial attention before it is the same for every backend).
 #include <CLI/CLI.hpp>
@@ -150,7 +150,7 @@ int RunCombineBench(const std::vector<std::string>& args) {
   app.add_option("--rounds", rounds, "rounds per shape; each backend reports its median round")
       ->check(CLI::Range(1, 1000));
   app.add_flag("--json", json, "print JSON instead of a table");
-  if (const int rc = ParseBenchOptions(app, args); rc >= 0) return rc;
+  if (const int rc = ParseBenchOptions(app, args, "combine"); rc >= 0) return rc;
   if (Status s = CheckSeconds("--seconds", seconds, 0.01, 600.0); !s.ok()) {
     std::fprintf(stderr, "ctxpar bench combine: %s\nrun: ctxpar explain %s\n", s.message().c_str(),
                  s.error_id().c_str());

@@ -373,7 +373,7 @@ int RunDeepseekBench(const std::vector<std::string>& args) {
   app.add_option("--rounds", o.rounds, "rounds: the median round's time is reported")
       ->check(CLI::Range(1, 1000));
   app.add_flag("--json", json, "print JSON instead of a table");
-  if (const int rc = ParseBenchOptions(app, args); rc >= 0) return rc;
+  if (const int rc = ParseBenchOptions(app, args, "deepseek"); rc >= 0) return rc;
   auto fail = [](const Status& s) { return ReportError(s, "ctxpar bench deepseek: "); };
   if (Status s = CheckThreads("--threads", o.threads, /*zero_means_default=*/false); !s.ok()) {
     return fail(s);

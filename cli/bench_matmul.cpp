@@ -123,7 +123,7 @@ int RunMatMulBench(const std::vector<std::string>& args) {
                  "least weight bytes streamed per timed run (0: one copy, which caches may hold)")
       ->check(CLI::Range(0, 4096));
   app.add_flag("--json", json, "print JSON instead of a table");
-  if (const int rc = ParseBenchOptions(app, args); rc >= 0) return rc;
+  if (const int rc = ParseBenchOptions(app, args, "matmul"); rc >= 0) return rc;
   auto fail = [](const Status& s) { return ReportError(s, "ctxpar bench matmul: "); };
   Expected<std::vector<int>> threads_list =
       ParseCountList("--threads", thread_list, 1, std::numeric_limits<int>::max());

@@ -51,7 +51,7 @@ int RunSamplingBench(const std::vector<std::string>& args) {
   app.add_option("--vocab", vocab, "Vocabulary size (SmolLM2: 49152).");
   app.add_option("--reps", reps, "Runs per measurement; the best is kept.");
   app.add_option("--calls", calls, "Calls per run.");
-  if (int rc = ParseBenchOptions(app, args); rc >= 0) return rc;
+  if (int rc = ParseBenchOptions(app, args, "sampling"); rc >= 0) return rc;
   if (vocab < 2 || reps < 1 || calls < 1) {
     std::fprintf(stderr, "ctxpar bench sampling: --vocab >= 2, --reps and --calls >= 1\n");
     return kExitInvalid;

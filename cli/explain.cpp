@@ -7,6 +7,7 @@
 
 #include "command.h"
 #include "ctxpar/error_catalog.h"
+#include "error_report.h"
 #include "launch_flags.h"
 
 namespace ctxpar::cli {
@@ -134,7 +135,7 @@ int RunExplain(const std::vector<std::string>& args) {
   std::string message;
   bool json = false;
   bool list = false;
-  app.add_option("id", id, "A catalog ID such as CTXPAR-DCP-003.");
+  app.add_option("catalog-id", id, "A catalog ID such as CTXPAR-DCP-003.");
   app.add_option("--message,-m", message,
                  "A pasted error message, values filled in; - reads it from stdin (at most "
                  "1 MiB).");
@@ -144,8 +145,7 @@ int RunExplain(const std::vector<std::string>& args) {
   app.add_flag("--markdown", markdown, "Print the whole catalog as Markdown (docs/errors.md).");
   Status status;
   if (int rc = ParseCommandLine(app, args, "explain", &status); rc >= 0) {
-    if (rc != kExitOk) std::fprintf(stderr, "%s\n", status.message().c_str());
-    return rc;
+    return rc == kExitOk ? rc : ReportError(status);
   }
   const int modes = !id.empty() + (app.count("--message") > 0) + list + markdown;
   if (modes != 1) {

@@ -120,9 +120,11 @@ Expected<std::vector<std::string>> ReadPromptLines(const std::string& path) {
   return lines;
 }
 
-Expected<std::vector<int32_t>> Encode(const Tokenizer* tok, const std::string& text, bool chat) {
+Expected<std::vector<int32_t>> Encode(const ModelSource& model, const std::string& text,
+                                      bool chat) {
+  const Tokenizer* tok = model.tokenizer();
   if (tok == nullptr) {
-    return InvalidArgument("this model has no tokenizer: give the prompt as --input-ids");
+    return CatalogError("CTXPAR-ENGINE-013", {{"model", model.desc().architecture}});
   }
   if (!chat) return tok->Encode(text);
   CTXPAR_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::FromJinja(tok->chat_template()));
@@ -131,7 +133,7 @@ Expected<std::vector<int32_t>> Encode(const Tokenizer* tok, const std::string& t
 }
 
 Expected<std::vector<std::vector<int32_t>>> Prompts(const GenerateOptions& o,
-                                                    const Tokenizer* tok) {
+                                                    const ModelSource& model) {
   std::vector<std::vector<int32_t>> out;
   if (!o.input_ids.empty()) {
     CTXPAR_ASSIGN_OR_RETURN(std::vector<int32_t> ids, ParseIds(o.input_ids));
@@ -139,13 +141,13 @@ Expected<std::vector<std::vector<int32_t>>> Prompts(const GenerateOptions& o,
   } else if (!o.prompts_file.empty()) {
     CTXPAR_ASSIGN_OR_RETURN(std::vector<std::string> lines, ReadPromptLines(o.prompts_file));
     for (const std::string& line : lines) {
-      CTXPAR_ASSIGN_OR_RETURN(std::vector<int32_t> ids, Encode(tok, line, o.chat));
+      CTXPAR_ASSIGN_OR_RETURN(std::vector<int32_t> ids, Encode(model, line, o.chat));
       out.push_back(std::move(ids));
     }
   } else {
     std::string text;
     for (const std::string& w : o.prompt) text += (text.empty() ? "" : " ") + w;
-    CTXPAR_ASSIGN_OR_RETURN(std::vector<int32_t> ids, Encode(tok, text, o.chat));
+    CTXPAR_ASSIGN_OR_RETURN(std::vector<int32_t> ids, Encode(model, text, o.chat));
     out.push_back(std::move(ids));
   }
   for (std::size_t i = 0; i < out.size(); ++i) {
@@ -188,8 +190,7 @@ class Printer {
 
 Status RunRank(Communicator& world, const Launch& launch, const GenerateOptions& o) {
   const bool leader = world.rank() == 0;
-  CTXPAR_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> prompts,
-                          Prompts(o, launch.source->tokenizer()));
+  CTXPAR_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> prompts, Prompts(o, *launch.source));
   CTXPAR_ASSIGN_OR_RETURN(
       std::unique_ptr<Engine> engine,
       Engine::Create(launch.config, *launch.source, world, [](std::string_view line) {

@@ -73,8 +73,8 @@ Status RunRank(Communicator& world, Launch& launch, const ServerOptions& options
   std::unique_ptr<Server> server;
   Status bound;
   if (leader) {
-    Log(ServerArgsLine(launch, options));
     Expected<std::unique_ptr<Server>> created = Server::Create(options);
+    if (created.ok()) Log(ServerArgsLine(launch, options));
     bound = created.ok() ? (*created)->Start(ServerThreads(launch.config)) : created.status();
     if (bound.ok()) server = std::move(*created);
   }
@@ -134,7 +134,8 @@ int RunServe(const std::vector<std::string>& args) {
   app.add_option("--host", o.host, "Address to listen on (default 127.0.0.1).");
   app.add_option("--port", o.port, "Port to listen on (default 30000; 0: any free port).");
   app.add_option("--api-key", o.api_key,
-                 "Require 'Authorization: Bearer KEY' (not on /health and /v1/models).");
+                 "Require 'Authorization: Bearer KEY' (not on /health, /v1/models and "
+                 "/metrics).");
   app.add_option("--served-model-name", o.served_model_name,
                  "The model name of the API (default: the model path).");
   app.add_flag("--enable-metrics", o.enable_metrics, "Serve Prometheus metrics on /metrics.");

@@ -169,6 +169,19 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "ctxpar generate --prompts-file /nonexistent",
        "ctxpar generate --prompts-file prompts.txt",
        {"CTXPAR-ENGINE-011"}},
+      {"CTXPAR-ENGINE-013",
+       "A text prompt for a model without a tokenizer",
+       "{model} has no tokenizer, so a text prompt cannot be encoded: give the prompt as token "
+       "ids (--input-ids 1,2,3).",
+       kConfig,
+       "A checkpoint without tokenizer files (such as a test model) takes and returns token ids "
+       "only; text, --chat and --prompts-file need the model's tokenizer.",
+       "`ctxpar generate` with a text prompt, --chat or --prompts-file on such a model.",
+       {"Give the prompt as --input-ids and read the output with --print-ids.",
+        "Or add the model's tokenizer files to the checkpoint."},
+       "ctxpar generate --model-path ./deepseek_v3_tiny 'Hello'",
+       "ctxpar generate --model-path ./deepseek_v3_tiny --input-ids 5,6,7 --print-ids",
+       {"CTXPAR-ENGINE-009"}},
       {"CTXPAR-KV-001",
        "A KV page that is not a whole number of interleave blocks",
        "--page-size {page_size} must be a multiple of --dcp-kv-cache-interleave-size "
@@ -286,8 +299,8 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "--tp-size that neither divides nor is a multiple of num_key_value_heads.",
        {"Choose --tp-size among the divisors or multiples of the KV head count (SmolLM2-135M: 3 "
         "KV heads, so 1, 3, 9, ...)."},
-       "ctxpar generate --tp-size 2 'Hello'",
-       "ctxpar generate --tp-size 3 'Hello'",
+       "ctxpar generate --model-path model-with-8-heads-and-3-kv-heads.gguf --tp-size 4 'Hello'",
+       "ctxpar generate --model-path model-with-8-heads-and-3-kv-heads.gguf --tp-size 1 'Hello'",
        {"CTXPAR-MODEL-002", "CTXPAR-MODEL-004"}},
       {"CTXPAR-MODEL-004",
        "A DCP group wider than a replicated KV head",

@@ -114,9 +114,10 @@ Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource&
   const double pool_gib = double(o.num_pages) * double(page_bytes) / double(kMiB * 1024);
   const double ram_gib = PhysicalMemoryGib();
   if (o.num_pages > std::numeric_limits<int32_t>::max() || (ram_gib > 0 && pool_gib > ram_gib)) {
-    const int64_t fit_pages =
-        std::min<int64_t>(std::numeric_limits<int32_t>::max(),
-                          ram_gib > 0 ? int64_t(ram_gib * 1024 * kMiB) / page_bytes : INT64_MAX);
+    // A budget of at most this many MiB passes both checks.
+    const int64_t max_mib =
+        std::min<int64_t>(int64_t{std::numeric_limits<int32_t>::max()} * page_bytes / kMiB,
+                          ram_gib > 0 ? int64_t(ram_gib * 1024) : INT64_MAX);
     return CatalogError(
         "CTXPAR-KV-004",
         {{"pages", std::to_string(o.num_pages)},
@@ -124,7 +125,7 @@ Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource&
          {"limit", o.num_pages > std::numeric_limits<int32_t>::max()
                        ? std::string("the 2^31 pages a block table addresses")
                        : fmt::format("this machine's {:.1f} GiB of memory", ram_gib)},
-         {"max_mib", std::to_string(fit_pages * page_bytes / kMiB)}});
+         {"max_mib", std::to_string(max_mib)}});
   }
   // A running request holds at least one page, so more slots than pages could never run.
   o.max_slots = static_cast<int>(std::min<int64_t>(config.max_running_requests, o.num_pages));

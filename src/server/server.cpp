@@ -154,11 +154,11 @@ std::optional<ApiError> Server::Impl::GenerateOneToken() {
   return std::nullopt;
 }
 
-// /health, /v1/models and /metrics stay open (probes, clients listing models, Prometheus); the
+// /health, /v1/models[/ID] and /metrics stay open (probes, clients listing models, Prometheus); the
 // scheme is case-insensitive (RFC 7235).
 bool Server::Impl::Authorized(const httplib::Request& req) const {
   if (options.api_key.empty() || req.path == "/health" || req.path == "/v1/models" ||
-      req.path == "/metrics") {
+      req.path.starts_with("/v1/models/") || req.path == "/metrics") {
     return true;
   }
   const std::string header = req.get_header_value("Authorization");
@@ -360,13 +360,21 @@ void Server::Impl::Routes() {
                 Generate(route, req, res);
               });
   }
-  if (options.enable_metrics) {
-    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      if (auto e = Unavailable()) return ReplyError(res, *e);
-      res.set_content(metrics.Render(model.backend->Snapshot(), context.served_model_name),
-                      "text/plain; version=0.0.4");
-    });
-  }
+  http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!options.enable_metrics) {
+      ApiError e = server::ToApiError(
+          CatalogError("CTXPAR-HTTP-012",
+                       {{"method", req.method},
+                        {"path", req.path},
+                        {"reason", "metrics are off: start the server with --enable-metrics"}}));
+      e.http_status = 404;
+      e.type = "not_found_error";
+      return ReplyError(res, e);
+    }
+    if (auto e = Unavailable()) return ReplyError(res, *e);
+    res.set_content(metrics.Render(model.backend->Snapshot(), context.served_model_name),
+                    "text/plain; version=0.0.4");
+  });
   // A handler that throws answers 500 with the error object (httplib would put the exception's
   // text in a header).
   http.set_exception_handler(
@@ -390,8 +398,8 @@ void Server::Impl::Routes() {
     }
     const std::string path = req.path.size() > 200 ? req.path.substr(0, 197) + "..." : req.path;
     ApiError e = server::ToApiError(
-        CatalogError("CTXPAR-HTTP-012", {{"method", req.method.empty() ? "?" : req.method},
-                                         {"path", path.empty() ? "?" : path},
+        CatalogError("CTXPAR-HTTP-012", {{"method", req.method.empty() ? "malformed" : req.method},
+                                         {"path", path.empty() ? "an unread path" : path},
                                          {"reason", reason}}));
     e.http_status = res.status;
     e.type = res.status == 404 ? "not_found_error" : "invalid_request_error";

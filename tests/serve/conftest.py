@@ -23,7 +23,7 @@ def free_port():
 
 
 class Server:
-    def __init__(self, *flags, env=None, ready_timeout=180, model=None):
+    def __init__(self, *flags, env=None, ready_timeout=180, model=None, metrics=True):
         binary = os.environ.get("CTXPAR_BIN")
         model = model or os.environ.get("CTXPAR_MODEL")
         if not binary or not model:
@@ -33,7 +33,8 @@ class Server:
         self.log_path = f"/tmp/ctxpar-serve-test-{self.port}.log"
         self.log = open(self.log_path, "w+")
         cmd = [binary, "serve", "--model-path", model, "--port", str(self.port),
-               "--served-model-name", MODEL_NAME, "--enable-metrics", *flags]
+               "--served-model-name", MODEL_NAME, *(["--enable-metrics"] if metrics else []),
+               *flags]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True, env={**os.environ, **(env or {})})
         deadline = time.time() + ready_timeout
@@ -83,8 +84,8 @@ class Server:
         return values
 
 
-def start(request, *flags, env=None, model=None):
-    server = Server(*flags, env=env, model=model)
+def start(request, *flags, env=None, model=None, metrics=True):
+    server = Server(*flags, env=env, model=model, metrics=metrics)
 
     def finish():
         code = server.stop()

@@ -113,7 +113,8 @@ def test_api_key(keyed):
 
 @pytest.fixture(scope="module")
 def small_queue(request):
-    return start(request, "--max-running-requests", "1", "--max-queued-requests", "1")
+    return start(request, "--max-running-requests", "1", "--max-queued-requests", "1",
+                 metrics=False)
 
 
 def test_full_queue_is_503(small_queue):
@@ -136,3 +137,9 @@ def test_port_in_use_fails_at_once(server):
     assert r.returncode == 2, r.stderr
     assert "CTXPAR-HTTP-011" in r.stderr
     assert requests.get(server.url + "/health").status_code == 200
+
+
+def test_metrics_off_is_404_saying_how_to_turn_them_on(small_queue):
+    err = check_error(requests.get(small_queue.url + "/metrics"), 404, None, "CTXPAR-HTTP-012",
+                      "not_found_error")
+    assert "--enable-metrics" in err["message"]
