@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 
@@ -330,8 +331,8 @@ MaybeError ReadMessages(const json& v, const ModelContext& model, ApiRequest* r)
     }
     messages.push_back(std::move(message));
   }
-  Expected<std::vector<int32_t>> ids =
-      model.chat_template->Encode(*model.tokenizer, messages, true);
+  Expected<std::vector<int32_t>> ids = model.chat_template->Encode(
+      *model.tokenizer, messages, r->add_generation_prompt, r->continue_final_message);
   if (!ids.ok()) return ToApiError(ids.status(), "messages");
   r->prompts.push_back({std::move(*ids), ""});
   return std::nullopt;
@@ -369,6 +370,10 @@ MaybeError ReadLogprobs(const json& body, Route route, ApiRequest* r) {
     CTXPAR_RETURN_IF_API_ERROR(Read(Field(body, "top_logprobs"), "top_logprobs", &r->top_logprobs));
     if (r->top_logprobs < 0 || r->top_logprobs > kMaxLogprobs) {
       return RangeError(route, "top_logprobs", range, std::to_string(r->top_logprobs));
+    }
+    if (r->top_logprobs > 0 && !r->logprobs) {  // OpenAI's rule
+      return RangeError(route, "top_logprobs", "given only with \"logprobs\": true",
+                        std::to_string(r->top_logprobs));
     }
   } else if (route == Route::kCompletions) {
     if (const json& v = Field(body, "logprobs"); !v.is_null()) {
@@ -456,6 +461,18 @@ ApiExpected<ApiRequest> ParseApiRequest(Route route, std::string_view body,
     CTXPAR_RETURN_IF_API_ERROR(ReadSampling(b, "", route, &r));
     if (route == Route::kChat) {
       if (Field(b, "messages").is_null()) return Missing(RoutePath(route), "messages");
+      CTXPAR_RETURN_IF_API_ERROR(Read(Field(b, "add_generation_prompt"), "add_generation_prompt",
+                                      &r.add_generation_prompt));
+      CTXPAR_RETURN_IF_API_ERROR(Read(Field(b, "continue_final_message"), "continue_final_message",
+                                      &r.continue_final_message));
+      if (r.add_generation_prompt && r.continue_final_message) {
+        // Hugging Face's apply_chat_template refuses the pair too: a new turn cannot also
+        // continue the last one.
+        return RangeError(route, "continue_final_message",
+                          "false when add_generation_prompt is true (send "
+                          "\"add_generation_prompt\": false to continue the last message)",
+                          "true");
+      }
       CTXPAR_RETURN_IF_API_ERROR(ReadMessages(Field(b, "messages"), model, &r));
     } else {
       if (Field(b, "prompt").is_null()) return Missing(RoutePath(route), "prompt");
@@ -475,7 +492,9 @@ GenerateRequest MakeGenerateRequest(const ApiRequest& request, int index,
   if (request.route == Route::kChat && !request.max_tokens_given) {
     const int64_t room = std::min<int64_t>(model.context_length, model.max_total_num_tokens) -
                          static_cast<int64_t>(g.prompt.size());
-    g.sampling.max_new_tokens = static_cast<int>(std::max<int64_t>(room, 0));
+    // At least one token: a prompt that fills the room is refused (CTXPAR-ENGINE-005 / 006),
+    // as SGLang refuses a prompt as long as the context, rather than prefilled for nothing.
+    g.sampling.max_new_tokens = static_cast<int>(std::max<int64_t>(room, 1));
   }
   return g;
 }
@@ -502,11 +521,22 @@ ApiError SubmitError(const Status& status, const ApiRequest& request) {
   } else if (id == "CTXPAR-ENGINE-009") {
     param = "stop";
   } else if (id == "CTXPAR-ENGINE-005" || id == "CTXPAR-ENGINE-006") {
+    // The prompt's field when the prompt alone does not fit, else the token budget's.
+    int64_t prompt = 0, limit = 0;
+    if (std::optional<CatalogMatch> m = MatchCatalogMessage(status.message())) {
+      for (const auto& [name, value] : m->values) {
+        if (name == "prompt") prompt = std::strtoll(value.c_str(), nullptr, 10);
+        if (name == "context" || name == "capacity")
+          limit = std::strtoll(value.c_str(), nullptr, 10);
+      }
+    }
+    const std::string_view prompt_field = request.route == Route::kChat       ? "messages"
+                                          : request.route == Route::kGenerate ? "input_ids"
+                                                                              : "prompt";
     param =
-        request.max_tokens_given
+        request.max_tokens_given && prompt < limit
             ? (request.route == Route::kGenerate ? "sampling_params.max_new_tokens" : "max_tokens")
-        : request.route == Route::kChat ? "messages"
-                                        : "prompt";
+            : std::string(prompt_field);
   } else if (id == "CTXPAR-ENGINE-010" || status.code() == StatusCode::kInvalidArgument) {
     param = request.route == Route::kChat       ? "messages"
             : request.route == Route::kGenerate ? "input_ids"

@@ -12,7 +12,9 @@
 //             skip_special_tokens, no_stop_trim; refused: constrained decoding (regex, ebnf,
 //             json_schema, structural_tag) and min_new_tokens / min_tokens above 0
 //   chat      messages (role system / developer / user / assistant, content a string or text
-//             parts), logprobs (bool), top_logprobs (0..20)
+//             parts), logprobs (bool), top_logprobs (0..20, with logprobs only),
+//             add_generation_prompt (default true), continue_final_message (default false; not
+//             both true)
 //   completion prompt (text, list of texts, token ids, list of token-id lists), echo,
 //             logprobs (0..20 alternatives)
 //   generate  text or input_ids (one or a list; not both), sampling_params {max_new_tokens, ...
@@ -82,6 +84,8 @@ struct ApiRequest {
   bool prompt_logprobs = false;
   int logprob_start_len = 0;  // /generate: the first prompt position whose log-prob is returned
   bool return_text_in_logprobs = false;  // /generate: each log-prob triple ends with its text
+  bool add_generation_prompt = true;     // chat: open an assistant turn after the messages
+  bool continue_final_message = false;   // chat: leave the last message open to continue it
   bool max_tokens_given = false;
   std::vector<PromptInput> prompts;  // choice i runs prompts[i / n]
   SamplingParams sampling;

@@ -62,7 +62,8 @@ Expected<ChatTemplate> ChatTemplate::FromJinja(std::string_view source) {
 }
 
 std::vector<TextSegment> ChatTemplate::Render(std::span<const ChatMessage> messages,
-                                              bool add_generation_prompt) const {
+                                              bool add_generation_prompt,
+                                              bool continue_final_message) const {
   std::vector<TextSegment> out;
   const auto markup = [&](std::string_view text) {
     if (!out.empty() && out.back().parse_special) {
@@ -81,11 +82,12 @@ std::vector<TextSegment> ChatTemplate::Render(std::span<const ChatMessage> messa
     markup(kEnd);
     markup("\n");
   }
-  for (const ChatMessage& m : messages) {
+  for (std::size_t i = 0; i < messages.size(); ++i) {
     markup(kStart);
-    user_text(m.role);
+    user_text(messages[i].role);
     markup("\n");
-    user_text(m.content);
+    user_text(messages[i].content);
+    if (continue_final_message && i + 1 == messages.size()) break;
     markup(kEnd);
     markup("\n");
   }
@@ -96,17 +98,20 @@ std::vector<TextSegment> ChatTemplate::Render(std::span<const ChatMessage> messa
   return out;
 }
 
-std::string ChatTemplate::Apply(std::span<const ChatMessage> messages,
-                                bool add_generation_prompt) const {
+std::string ChatTemplate::Apply(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                                bool continue_final_message) const {
   std::string out;
-  for (const TextSegment& s : Render(messages, add_generation_prompt)) out += s.text;
+  for (const TextSegment& s : Render(messages, add_generation_prompt, continue_final_message)) {
+    out += s.text;
+  }
   return out;
 }
 
 std::vector<int32_t> ChatTemplate::Encode(const Tokenizer& tokenizer,
                                           std::span<const ChatMessage> messages,
-                                          bool add_generation_prompt) const {
-  return tokenizer.Encode(Render(messages, add_generation_prompt));
+                                          bool add_generation_prompt,
+                                          bool continue_final_message) const {
+  return tokenizer.Encode(Render(messages, add_generation_prompt, continue_final_message));
 }
 
 }  // namespace ctxpar

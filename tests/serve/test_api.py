@@ -212,3 +212,39 @@ def test_stream_is_an_uncompressed_event_stream(server):
     assert r.headers["Content-Type"] == "text/event-stream"
     assert "Content-Encoding" not in r.headers
     assert r.content.decode("utf-8").endswith("data: [DONE]\n\n")
+
+
+def test_chat_can_continue_the_final_message(server):
+    """add_generation_prompt and continue_final_message as Hugging Face's apply_chat_template
+    (and vLLM / SGLang) take them: the last assistant message is left open to be continued."""
+    messages = [{"role": "user", "content": "What is 2+2?"},
+                {"role": "assistant", "content": "The answer is"}]
+
+    def prompt_tokens(**extra):
+        r = requests.post(server.url + "/v1/chat/completions",
+                          json={"messages": messages, "max_tokens": 1, "temperature": 0, **extra})
+        assert r.status_code == 200, r.text
+        return r.json()["usage"]["prompt_tokens"]
+
+    default = prompt_tokens()
+    closed = prompt_tokens(add_generation_prompt=False)
+    open_ = prompt_tokens(add_generation_prompt=False, continue_final_message=True)
+    assert default - closed == count_tokens(server, "<|im_start|>assistant\n")
+    assert closed - open_ == count_tokens(server, "<|im_end|>\n")
+    both = requests.post(server.url + "/v1/chat/completions",
+                         json={"messages": messages, "continue_final_message": True})
+    assert both.status_code == 400 and both.json()["error"]["param"] == "continue_final_message"
+
+
+def test_chat_top_logprobs_need_logprobs(server):
+    r = requests.post(server.url + "/v1/chat/completions",
+                      json={"messages": [{"role": "user", "content": "Hi"}], "top_logprobs": 2})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "top_logprobs"
+
+
+def test_a_prompt_longer_than_the_context_is_the_prompts_fault(server):
+    r = requests.post(server.url + "/v1/completions",
+                      json={"prompt": "x " * 9000, "max_tokens": 16})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "prompt"
+    assert "CTXPAR-ENGINE-005" in r.json()["error"]["message"]

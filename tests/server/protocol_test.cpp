@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ctxpar/chat_template.h"
+#include "ctxpar/error_catalog.h"
 #include "ctxpar/gguf.h"
 #include "ctxpar/tokenizer.h"
 #include "server/api_error.h"
@@ -230,10 +231,17 @@ TEST_F(ProtocolTest, BadRequestsAreOpenAiErrorsNamingTheField) {
 
 TEST_F(ProtocolTest, EngineRefusalsMapToStatusAndField) {
   const ApiRequest r = Parse(Route::kCompletions, {{"prompt", "a"}, {"max_tokens", 500}});
-  const Status too_long(StatusCode::kInvalidArgument, "The request needs 501 tokens",
-                        "CTXPAR-ENGINE-005");
-  ExpectError(SubmitError(too_long, r), 400, "invalid_request_error", "max_tokens",
+  auto too_long = [](int prompt, int max_new) {
+    return CatalogError("CTXPAR-ENGINE-005", {{"needed", std::to_string(prompt + max_new)},
+                                              {"prompt", std::to_string(prompt)},
+                                              {"max_new", std::to_string(max_new)},
+                                              {"context", "100"}});
+  };
+  ExpectError(SubmitError(too_long(1, 500), r), 400, "invalid_request_error", "max_tokens",
               "CTXPAR-ENGINE-005");
+  // A prompt that alone fills the context is the prompt's fault, whatever max_tokens says.
+  EXPECT_EQ(SubmitError(too_long(150, 500), r).param, "prompt");
+  EXPECT_EQ(SubmitError(too_long(100, 1), r).param, "prompt");
   const Status full(StatusCode::kUnavailable, "The request queue is full", "CTXPAR-ENGINE-007");
   ExpectError(SubmitError(full, r), 503, "unavailable_error", "", "CTXPAR-ENGINE-007");
   const Status stop_id(StatusCode::kInvalidArgument, "stop_token_ids must be token ids",

@@ -208,6 +208,16 @@ TEST_F(SmolLm2Tokenizer, ChatTemplateMatchesJinja) {
     EXPECT_EQ(chat->Encode(tok(), messages, c["add_generation_prompt"].get<bool>()),
               c["ids"].get<std::vector<int32_t>>())
         << "chat " << c["name"];
+    // continue_final_message, by Hugging Face's rule: the rendering without a generation
+    // prompt, cut right after the last message's content.
+    if (messages.empty() || messages.back().content.empty()) continue;
+    const std::string closed = chat->Apply(messages, false);
+    const std::string& last = messages.back().content;
+    const std::string want = closed.substr(0, closed.rfind(last) + last.size());
+    EXPECT_EQ(chat->Apply(messages, false, true), want) << "chat " << c["name"];
+    EXPECT_EQ(chat->Encode(tok(), messages, false, true),
+              tok().Encode(want, {.parse_special = true}))
+        << "chat " << c["name"];
   }
 }
 
