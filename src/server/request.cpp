@@ -399,6 +399,30 @@ MaybeError ReadLogprobs(const json& body, Route route, ApiRequest* r) {
   return std::nullopt;
 }
 
+// /generate's sampling_params as a list: one object per prompt of the batch (SGLang's
+// GenerateReqInput), each over the request's defaults, with the same n.
+MaybeError ReadPromptSampling(const json& params, ApiRequest* r) {
+  if (params.size() != r->prompts.size()) {
+    return RangeError(Route::kGenerate, "sampling_params",
+                      fmt::format("a list of {} objects, one per prompt", r->prompts.size()),
+                      fmt::format("a list of {}", params.size()));
+  }
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const std::string at = fmt::format("sampling_params[{}]", i);
+    if (!params[i].is_object()) return TypeError(at, "an object", params[i]);
+    ApiRequest one;
+    one.sampling = r->sampling;
+    CTXPAR_RETURN_IF_API_ERROR(ReadSampling(params[i], at + ".", Route::kGenerate, &one));
+    if (i == 0) {
+      r->n = one.n;
+    } else if (one.n != r->n) {
+      return Unsupported(at + ".n", "every prompt of a batch takes the same n");
+    }
+    r->prompt_sampling.push_back(std::move(one.sampling));
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string_view RoutePath(Route route) {
@@ -440,11 +464,13 @@ ApiExpected<ApiRequest> ParseApiRequest(Route route, std::string_view body,
   if (route == Route::kGenerate) {
     r.sampling.max_new_tokens = 128;
     const json& params = Field(b, "sampling_params");
-    if (!params.is_null() && !params.is_object()) {
-      return TypeError("sampling_params", "an object (one for every prompt of a batch)", params);
+    if (!params.is_null() && !params.is_object() && !params.is_array()) {
+      return TypeError("sampling_params", "an object, or a list of one per prompt", params);
     }
-    CTXPAR_RETURN_IF_API_ERROR(
-        ReadSampling(params.is_null() ? json::object() : params, "sampling_params.", route, &r));
+    if (!params.is_array()) {
+      CTXPAR_RETURN_IF_API_ERROR(
+          ReadSampling(params.is_null() ? json::object() : params, "sampling_params.", route, &r));
+    }
     const bool has_text = !Field(b, "text").is_null();
     if (has_text && !Field(b, "input_ids").is_null()) {
       return RangeError(route, "input_ids", "given without text: send one of text and input_ids",
@@ -456,6 +482,7 @@ ApiExpected<ApiRequest> ParseApiRequest(Route route, std::string_view body,
                                     &r.return_text_in_logprobs));
     CTXPAR_RETURN_IF_API_ERROR(
         ReadPrompts(input, has_text ? "text" : "input_ids", model, false, &r));
+    if (params.is_array()) CTXPAR_RETURN_IF_API_ERROR(ReadPromptSampling(params, &r));
   } else {
     r.sampling.max_new_tokens = 16;
     CTXPAR_RETURN_IF_API_ERROR(ReadSampling(b, "", route, &r));
@@ -486,7 +513,8 @@ GenerateRequest MakeGenerateRequest(const ApiRequest& request, int index,
                                     const ModelContext& model) {
   GenerateRequest g;
   g.prompt = request.prompts[index / request.n].ids;
-  g.sampling = request.sampling;
+  g.sampling = request.prompt_sampling.empty() ? request.sampling
+                                               : request.prompt_sampling[index / request.n];
   g.return_prompt_logprobs = request.prompt_logprobs;
   if (g.sampling.seed) *g.sampling.seed += static_cast<uint64_t>(index % request.n);
   if (request.route == Route::kChat && !request.max_tokens_given) {

@@ -18,8 +18,9 @@
 //   completion prompt (text, list of texts, token ids, list of token-id lists), echo,
 //             logprobs (0..20 alternatives)
 //   generate  text or input_ids (one or a list; not both), sampling_params {max_new_tokens, ...
-//             as above}, return_logprob, top_logprobs_num, logprob_start_len (>= 0: prompt
-//             log-probs too), return_text_in_logprobs
+//             as above} (or a list of one per prompt, with the same n), return_logprob,
+//             top_logprobs_num, logprob_start_len (>= 0: prompt log-probs too),
+//             return_text_in_logprobs
 // Sampling ranges are the engine's (ValidateSamplingParams, at Submit); this layer checks types
 // and the fields only it knows.
 //
@@ -84,8 +85,10 @@ struct ApiRequest {
   bool prompt_logprobs = false;
   int logprob_start_len = 0;  // /generate: the first prompt position whose log-prob is returned
   bool return_text_in_logprobs = false;  // /generate: each log-prob triple ends with its text
-  bool add_generation_prompt = true;     // chat: open an assistant turn after the messages
-  bool continue_final_message = false;   // chat: leave the last message open to continue it
+  // /generate with a list of sampling_params: prompt i's (else `sampling` for every prompt).
+  std::vector<SamplingParams> prompt_sampling;
+  bool add_generation_prompt = true;    // chat: open an assistant turn after the messages
+  bool continue_final_message = false;  // chat: leave the last message open to continue it
   bool max_tokens_given = false;
   std::vector<PromptInput> prompts;  // choice i runs prompts[i / n]
   SamplingParams sampling;

@@ -248,3 +248,20 @@ def test_a_prompt_longer_than_the_context_is_the_prompts_fault(server):
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == "prompt"
     assert "CTXPAR-ENGINE-005" in r.json()["error"]["message"]
+
+
+def test_generate_batch_takes_one_sampling_params_per_prompt(server):
+    """SGLang's GenerateReqInput: a list of sampling_params, one per prompt; each prompt runs as
+    it runs alone with its own."""
+    prompts = ["The capital of France is", "Once upon a time", "def add(a, b):"]
+    params = [{"max_new_tokens": n, "temperature": 0} for n in (2, 4, 6)]
+    batch = requests.post(server.url + "/generate",
+                          json={"text": prompts, "sampling_params": params}).json()
+    assert [len(item["output_ids"]) for item in batch] == [2, 4, 6]
+    for text, p, item in zip(prompts, params, batch):
+        alone = requests.post(server.url + "/generate",
+                              json={"text": text, "sampling_params": p}).json()
+        assert item["output_ids"] == alone["output_ids"]
+    wrong = requests.post(server.url + "/generate",
+                          json={"text": prompts, "sampling_params": params[:2]})
+    assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "sampling_params"
