@@ -4,36 +4,19 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <limits>
 #include <optional>
 
 #include "ctxpar/error_catalog.h"
 #include "ctxpar/tokenizer.h"
+#include "server/json_read.h"
 
 namespace ctxpar::server {
 namespace {
 
 using json = nlohmann::json;
-using MaybeError = std::optional<ApiError>;
 
 constexpr int kMaxChoices = 128;
 constexpr int kMaxLogprobs = 20;
-
-#define CTXPAR_RETURN_IF_API_ERROR(expr) \
-  if (MaybeError api_error_ = (expr)) return *api_error_
-
-// A value as the error message quotes it: JSON, cut to a readable length.
-std::string Quote(const json& value) {
-  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
-  return text.size() > 80 ? text.substr(0, 77) + "..." : text;
-}
-
-ApiError TypeError(std::string_view param, std::string_view expected, const json& value) {
-  return ToApiError(CatalogError("CTXPAR-HTTP-002", {{"field", std::string(param)},
-                                                     {"expected", std::string(expected)},
-                                                     {"value", Quote(value)}}),
-                    std::string(param));
-}
 
 ApiError RangeError(Route route, std::string_view param, std::string_view rule,
                     const std::string& value) {
@@ -42,92 +25,6 @@ ApiError RangeError(Route route, std::string_view param, std::string_view rule,
                                                      {"route", std::string(RoutePath(route))},
                                                      {"value", value}}),
                     std::string(param));
-}
-
-ApiError Missing(std::string_view path, std::string_view param) {
-  return ToApiError(CatalogError("CTXPAR-HTTP-003",
-                                 {{"route", std::string(path)}, {"field", std::string(param)}}),
-                    std::string(param));
-}
-
-ApiError Unsupported(std::string_view param, std::string detail) {
-  return ToApiError(CatalogError("CTXPAR-HTTP-007",
-                                 {{"field", std::string(param)}, {"detail", std::move(detail)}}),
-                    std::string(param));
-}
-
-// obj[key], or null when absent.
-const json& Field(const json& obj, std::string_view key) {
-  static const json kNull;
-  auto it = obj.find(key);
-  return it == obj.end() ? kNull : *it;
-}
-
-MaybeError Read(const json& v, std::string_view param, bool* out) {
-  if (v.is_null()) return std::nullopt;
-  if (!v.is_boolean()) return TypeError(param, "a boolean", v);
-  *out = v.get<bool>();
-  return std::nullopt;
-}
-
-MaybeError Read(const json& v, std::string_view param, float* out) {
-  if (v.is_null()) return std::nullopt;
-  if (!v.is_number()) return TypeError(param, "a number", v);
-  *out = v.get<float>();
-  return std::nullopt;
-}
-
-MaybeError Read(const json& v, std::string_view param, int64_t* out) {
-  if (v.is_null()) return std::nullopt;
-  if (!v.is_number_integer()) return TypeError(param, "an integer", v);
-  *out = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX} ? INT64_MAX
-                                                                           : v.get<int64_t>();
-  return std::nullopt;
-}
-
-MaybeError Read(const json& v, std::string_view param, int* out) {
-  int64_t wide = *out;
-  CTXPAR_RETURN_IF_API_ERROR(Read(v, param, &wide));
-  if (wide < std::numeric_limits<int>::min() || wide > std::numeric_limits<int>::max()) {
-    return TypeError(param, "a 32-bit integer", v);
-  }
-  *out = static_cast<int>(wide);
-  return std::nullopt;
-}
-
-// A string or a list of strings.
-MaybeError ReadStrings(const json& v, std::string_view param, std::vector<std::string>* out) {
-  if (v.is_null()) return std::nullopt;
-  if (v.is_string()) {
-    out->assign(1, v.get<std::string>());
-    return std::nullopt;
-  }
-  if (!v.is_array()) return TypeError(param, "a string or a list of strings", v);
-  out->clear();
-  for (const json& s : v) {
-    if (!s.is_string()) return TypeError(param, "a string or a list of strings", v);
-    out->push_back(s.get<std::string>());
-  }
-  return std::nullopt;
-}
-
-bool IsIdList(const json& v) {
-  return v.is_array() &&
-         std::all_of(v.begin(), v.end(), [](const json& t) { return t.is_number_integer(); });
-}
-
-MaybeError ReadIds(const json& v, std::string_view param, std::vector<int32_t>* out) {
-  if (!IsIdList(v)) return TypeError(param, "a list of token ids", v);
-  out->clear();
-  for (const json& t : v) {
-    const int64_t id = t.get<int64_t>();
-    // Out-of-vocabulary ids are the engine's to refuse (CTXPAR-ENGINE-010); only the type here.
-    if (t.is_number_unsigned() && t.get<uint64_t>() > uint64_t{INT32_MAX}) {
-      return TypeError(param, "a list of token ids", v);
-    }
-    out->push_back(static_cast<int32_t>(std::clamp<int64_t>(id, INT32_MIN, INT32_MAX)));
-  }
-  return std::nullopt;
 }
 
 // The sampling fields every route shares, from `obj` (the body, or /generate's
@@ -239,12 +136,6 @@ MaybeError ReadStream(const json& body, ApiRequest* r) {
   return Read(Field(options, "include_usage"), "stream_options.include_usage", &r->include_usage);
 }
 
-MaybeError NeedTokenizer(const ModelContext& model, std::string_view param) {
-  if (model.tokenizer != nullptr) return std::nullopt;
-  return Unsupported(param, "text prompts need the model's tokenizer, and " +
-                                PyRepr(model.served_model_name) + " has none: send token ids");
-}
-
 // Text as a completion prompt: special tokens written in it are tokens (the client renders the
 // whole prompt, as with Hugging Face's tokenizer call).
 std::vector<int32_t> EncodePrompt(const Tokenizer& tokenizer, std::string_view text) {
@@ -336,30 +227,6 @@ MaybeError ReadMessages(const json& v, const ModelContext& model, ApiRequest* r)
   if (!ids.ok()) return ToApiError(ids.status(), "messages");
   r->prompts.push_back({std::move(*ids), ""});
   return std::nullopt;
-}
-
-ApiExpected<json> ParseObject(std::string_view path, std::string_view body) {
-  std::string detail = "expected one JSON object";
-  try {
-    json parsed = json::parse(body);
-    if (parsed.is_object()) return parsed;
-  } catch (const json::exception& e) {
-    // A syntax error, or a number out of the double range (out_of_range.406): nlohmann's
-    // exceptions stop here, the caller gets an ApiError.
-    detail = e.what();
-  }
-  return ToApiError(
-      CatalogError("CTXPAR-HTTP-001", {{"route", std::string(path)}, {"detail", detail}}));
-}
-
-// The body of /tokenize or /detokenize, which need `field` and the model's tokenizer.
-ApiExpected<json> TokenizerBody(std::string_view path, std::string_view body,
-                                std::string_view field, const ModelContext& model) {
-  ApiExpected<json> parsed = ParseObject(path, body);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
-  if (Field(std::get<json>(parsed), field).is_null()) return Missing(path, field);
-  CTXPAR_RETURN_IF_API_ERROR(NeedTokenizer(model, field));
-  return parsed;
 }
 
 // The logprob fields of each route.
@@ -571,68 +438,6 @@ ApiError SubmitError(const Status& status, const ApiRequest& request) {
                                                 : "prompt";
   }
   return ToApiError(status, std::move(param));
-}
-
-ApiExpected<json> Tokenize(std::string_view body, const ModelContext& model) {
-  ApiExpected<json> parsed = TokenizerBody("/tokenize", body, "prompt", model);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
-  const json& b = std::get<json>(parsed);
-  const json& prompt = Field(b, "prompt");
-  bool add_special = true;
-  CTXPAR_RETURN_IF_API_ERROR(
-      Read(Field(b, "add_special_tokens"), "add_special_tokens", &add_special));
-  EncodeOptions options;
-  options.add_special = add_special;
-  options.parse_special = true;
-  auto encode = [&](const json& text) {
-    return model.tokenizer->Encode(text.get<std::string>(), options);
-  };
-  json result = {{"max_model_len", model.context_length}};
-  if (prompt.is_string()) {
-    std::vector<int32_t> ids = encode(prompt);
-    result["count"] = ids.size();
-    result["tokens"] = std::move(ids);
-    return result;
-  }
-  std::vector<std::string> texts;
-  CTXPAR_RETURN_IF_API_ERROR(ReadStrings(prompt, "prompt", &texts));
-  json all = json::array();
-  json counts = json::array();
-  for (const json& text : prompt) {
-    std::vector<int32_t> ids = encode(text);
-    counts.push_back(ids.size());
-    all.push_back(std::move(ids));
-  }
-  result["tokens"] = std::move(all);
-  result["count"] = std::move(counts);
-  return result;
-}
-
-ApiExpected<json> Detokenize(std::string_view body, const ModelContext& model) {
-  ApiExpected<json> parsed = TokenizerBody("/detokenize", body, "tokens", model);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
-  const json& b = std::get<json>(parsed);
-  const json& tokens = Field(b, "tokens");
-  std::vector<int32_t> ids;
-  CTXPAR_RETURN_IF_API_ERROR(ReadIds(tokens, "tokens", &ids));
-  const int vocab = model.tokenizer->vocab_size();
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= vocab) {
-      const std::string field = fmt::format("tokens[{}]", i);
-      return ToApiError(
-          CatalogError("CTXPAR-HTTP-004", {{"field", field},
-                                           {"rule", fmt::format("a token id in [0, {})", vocab)},
-                                           {"route", "/detokenize"},
-                                           {"value", std::to_string(ids[i])}}),
-          field);
-    }
-  }
-  bool skip_special = false;
-  CTXPAR_RETURN_IF_API_ERROR(
-      Read(Field(b, "skip_special_tokens"), "skip_special_tokens", &skip_special));
-  Expected<std::string> text = model.tokenizer->Decode(ids, !skip_special);
-  if (!text.ok()) return ToApiError(text.status(), "tokens");
-  return json{{"text", *text}, {"prompt", *text}};
 }
 
 }  // namespace ctxpar::server

@@ -1,0 +1,129 @@
+#include "server/json_read.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "ctxpar/error_catalog.h"
+
+namespace ctxpar::server {
+
+using json = nlohmann::json;
+
+std::string Quote(const json& value) {
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  return text.size() > 80 ? text.substr(0, 77) + "..." : text;
+}
+
+ApiError TypeError(std::string_view param, std::string_view expected, const json& value) {
+  return ToApiError(CatalogError("CTXPAR-HTTP-002", {{"field", std::string(param)},
+                                                     {"expected", std::string(expected)},
+                                                     {"value", Quote(value)}}),
+                    std::string(param));
+}
+
+ApiError Missing(std::string_view path, std::string_view param) {
+  return ToApiError(CatalogError("CTXPAR-HTTP-003",
+                                 {{"route", std::string(path)}, {"field", std::string(param)}}),
+                    std::string(param));
+}
+
+ApiError Unsupported(std::string_view param, std::string detail) {
+  return ToApiError(CatalogError("CTXPAR-HTTP-007",
+                                 {{"field", std::string(param)}, {"detail", std::move(detail)}}),
+                    std::string(param));
+}
+
+const json& Field(const json& obj, std::string_view key) {
+  static const json kNull;
+  auto it = obj.find(key);
+  return it == obj.end() ? kNull : *it;
+}
+
+MaybeError Read(const json& v, std::string_view param, bool* out) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_boolean()) return TypeError(param, "a boolean", v);
+  *out = v.get<bool>();
+  return std::nullopt;
+}
+
+MaybeError Read(const json& v, std::string_view param, float* out) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_number()) return TypeError(param, "a number", v);
+  *out = v.get<float>();
+  return std::nullopt;
+}
+
+MaybeError Read(const json& v, std::string_view param, int64_t* out) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_number_integer()) return TypeError(param, "an integer", v);
+  *out = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX} ? INT64_MAX
+                                                                           : v.get<int64_t>();
+  return std::nullopt;
+}
+
+MaybeError Read(const json& v, std::string_view param, int* out) {
+  int64_t wide = *out;
+  CTXPAR_RETURN_IF_API_ERROR(Read(v, param, &wide));
+  if (wide < std::numeric_limits<int>::min() || wide > std::numeric_limits<int>::max()) {
+    return TypeError(param, "a 32-bit integer", v);
+  }
+  *out = static_cast<int>(wide);
+  return std::nullopt;
+}
+
+MaybeError ReadStrings(const json& v, std::string_view param, std::vector<std::string>* out) {
+  if (v.is_null()) return std::nullopt;
+  if (v.is_string()) {
+    out->assign(1, v.get<std::string>());
+    return std::nullopt;
+  }
+  if (!v.is_array()) return TypeError(param, "a string or a list of strings", v);
+  out->clear();
+  for (const json& s : v) {
+    if (!s.is_string()) return TypeError(param, "a string or a list of strings", v);
+    out->push_back(s.get<std::string>());
+  }
+  return std::nullopt;
+}
+
+bool IsIdList(const json& v) {
+  return v.is_array() &&
+         std::all_of(v.begin(), v.end(), [](const json& t) { return t.is_number_integer(); });
+}
+
+MaybeError ReadIds(const json& v, std::string_view param, std::vector<int32_t>* out) {
+  if (!IsIdList(v)) return TypeError(param, "a list of token ids", v);
+  out->clear();
+  for (const json& t : v) {
+    const int64_t id = t.get<int64_t>();
+    // Out-of-vocabulary ids are the engine's to refuse (CTXPAR-ENGINE-010); only the type here.
+    if (t.is_number_unsigned() && t.get<uint64_t>() > uint64_t{INT32_MAX}) {
+      return TypeError(param, "a list of token ids", v);
+    }
+    out->push_back(static_cast<int32_t>(std::clamp<int64_t>(id, INT32_MIN, INT32_MAX)));
+  }
+  return std::nullopt;
+}
+
+MaybeError NeedTokenizer(const ModelContext& model, std::string_view param) {
+  if (model.tokenizer != nullptr) return std::nullopt;
+  return Unsupported(param, "text prompts need the model's tokenizer, and " +
+                                PyRepr(model.served_model_name) + " has none: send token ids");
+}
+
+ApiExpected<json> ParseObject(std::string_view path, std::string_view body) {
+  std::string detail = "expected one JSON object";
+  try {
+    json parsed = json::parse(body);
+    if (parsed.is_object()) return parsed;
+  } catch (const json::exception& e) {
+    // A syntax error, or a number out of the double range (out_of_range.406): nlohmann's
+    // exceptions stop here, the caller gets an ApiError.
+    detail = e.what();
+  }
+  return ToApiError(
+      CatalogError("CTXPAR-HTTP-001", {{"route", std::string(path)}, {"detail", detail}}));
+}
+
+}  // namespace ctxpar::server
