@@ -132,6 +132,15 @@ Expected<std::vector<int32_t>> Encode(const ModelSource& model, const std::strin
   return tmpl.Encode(*tok, messages, true);
 }
 
+// A prompt's error with the prompts file's line named (its message stays the catalog's text).
+Status AtLine(const GenerateOptions& o, std::size_t i, Status status) {
+  if (status.ok() || o.prompts_file.empty()) return status;
+  return Status(status.code(),
+                "prompt " + std::to_string(i) + " (line " + std::to_string(i + 1) + " of " +
+                    o.prompts_file + "): " + status.message(),
+                status.error_id());
+}
+
 Expected<std::vector<std::vector<int32_t>>> Prompts(const GenerateOptions& o,
                                                     const ModelSource& model) {
   std::vector<std::vector<int32_t>> out;
@@ -151,7 +160,9 @@ Expected<std::vector<std::vector<int32_t>>> Prompts(const GenerateOptions& o,
     out.push_back(std::move(ids));
   }
   for (std::size_t i = 0; i < out.size(); ++i) {
-    if (out[i].empty()) return CatalogError("CTXPAR-ENGINE-011", {{"index", std::to_string(i)}});
+    if (out[i].empty()) {
+      return AtLine(o, i, CatalogError("CTXPAR-ENGINE-011", {{"index", std::to_string(i)}}));
+    }
   }
   return out;
 }
@@ -199,14 +210,7 @@ Status RunRank(Communicator& world, const Launch& launch, const GenerateOptions&
   // Every prompt is checked before any runs, so that a bad one stops the command before the
   // others print anything.
   for (std::size_t i = 0; i < prompts.size(); ++i) {
-    Status v = engine->Validate({prompts[i], o.sampling, false});
-    if (!v.ok() && !o.prompts_file.empty()) {
-      v = Status(v.code(),
-                 "prompt " + std::to_string(i) + " (line " + std::to_string(i + 1) + " of " +
-                     o.prompts_file + "): " + v.message(),
-                 v.error_id());
-    }
-    CTXPAR_RETURN_IF_ERROR(v);
+    CTXPAR_RETURN_IF_ERROR(AtLine(o, i, engine->Validate({prompts[i], o.sampling, false})));
   }
   // Prefill ends when every request has its first token; decode is what comes after (with one
   // prompt: the first token, then the rest).

@@ -134,7 +134,7 @@ int RunServe(const std::vector<std::string>& args) {
   app.add_option("--host", o.host, "Address to listen on (default 127.0.0.1).");
   app.add_option("--port", o.port, "Port to listen on (default 30000; 0: any free port).");
   app.add_option("--api-key", o.api_key,
-                 "Require 'Authorization: Bearer KEY' (not on /health, /v1/models and "
+                 "Require 'Authorization: Bearer KEY' (not on /health*, /v1/models and "
                  "/metrics).");
   app.add_option("--served-model-name", o.served_model_name,
                  "The model name of the API (default: the model path).");

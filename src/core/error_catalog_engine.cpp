@@ -237,9 +237,11 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        kConfig,
        "The CPU engine reserves the whole pool at start and touches its pages as requests fill "
        "them, so a pool larger than the machine's memory starts and then fails (or is killed) "
-       "when it fills. A block table also addresses pages with 32-bit integers.",
-       "--kv-cache-mib larger than the machine's physical memory, or so large that the pool "
-       "would have 2^31 pages or more.",
+       "when it fills. The ranks of one machine share its memory: each may take the machine's "
+       "memory divided by the ranks there (tp_size when ctxpar starts mpirun itself). A block "
+       "table also addresses pages with 32-bit integers.",
+       "--kv-cache-mib larger than the machine's physical memory over its ranks, or so large "
+       "that the pool would have 2^31 pages or more.",
        {"Lower --kv-cache-mib (1024 by default).",
         "Or keep --kv-cache-mib and cap the pool with --max-total-tokens."},
        "ctxpar generate --kv-cache-mib 2147483647 'Hello'",

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <limits>
 #include <map>
@@ -112,7 +113,11 @@ Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource&
   // Pages are touched as requests fill them, so an oversized pool would start and fail later,
   // when the machine runs out of memory; a block table addresses pages with int32.
   const double pool_gib = double(o.num_pages) * double(page_bytes) / double(kMiB * 1024);
-  const double ram_gib = PhysicalMemoryGib();
+  // The ranks of one machine share its memory: under MPI the launcher says how many there are;
+  // before one (check, or the launcher itself) every rank of the TP group will run here.
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int local_ranks = std::max(1, local != nullptr ? std::atoi(local) : config.tp_size);
+  const double ram_gib = PhysicalMemoryGib() / local_ranks;
   if (o.num_pages > std::numeric_limits<int32_t>::max() || (ram_gib > 0 && pool_gib > ram_gib)) {
     // A budget of at most this many MiB passes both checks.
     const int64_t max_mib =
@@ -124,7 +129,7 @@ Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource&
          {"gib", fmt::format("{:.1f}", pool_gib)},
          {"limit", o.num_pages > std::numeric_limits<int32_t>::max()
                        ? std::string("the 2^31 pages a block table addresses")
-                       : fmt::format("this machine's {:.1f} GiB of memory", ram_gib)},
+                       : fmt::format("this machine's {:.1f} GiB of memory per rank", ram_gib)},
          {"max_mib", std::to_string(max_mib)}});
   }
   // A running request holds at least one page, so more slots than pages could never run.
@@ -362,6 +367,8 @@ Status Engine::Impl::Lead(RunUntil until) {
       return engine::BroadcastPlan(*world, &bye);
     }
     CTXPAR_ASSIGN_OR_RETURN(engine::StepPlan step, scheduler->Plan());
+    // The step's view (admitted, queued, pages) holds while it runs, which may take seconds.
+    Publish();
     engine::WirePlan wire{false, step.ops, step.batch};
     CTXPAR_RETURN_IF_ERROR(engine::BroadcastPlan(*world, &wire));
     CTXPAR_RETURN_IF_ERROR(Execute(wire));

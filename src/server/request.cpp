@@ -425,9 +425,11 @@ ApiError SubmitError(const Status& status, const ApiRequest& request) {
           limit = std::strtoll(value.c_str(), nullptr, 10);
       }
     }
-    const std::string_view prompt_field = request.route == Route::kChat       ? "messages"
-                                          : request.route == Route::kGenerate ? "input_ids"
-                                                                              : "prompt";
+    const bool text = !request.prompts.empty() && !request.prompts[0].text.empty();
+    const std::string_view prompt_field = request.route == Route::kChat ? "messages"
+                                          : request.route == Route::kGenerate
+                                              ? (text ? "text" : "input_ids")
+                                              : "prompt";
     param =
         request.max_tokens_given && prompt < limit
             ? (request.route == Route::kGenerate ? "sampling_params.max_new_tokens" : "max_tokens")

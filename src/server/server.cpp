@@ -142,7 +142,11 @@ std::optional<ApiError> Server::Impl::GenerateOneToken() {
   Expected<uint64_t> id = model.backend->Submit(probe, [done](const RequestUpdate& u) {
     if (u.finish != FinishReason::kNone) done->set_value(u.finish);
   });
-  if (!id.ok()) return server::ToApiError(id.status());
+  // A full queue means the engine is busy, hence alive (SGLang's probe counts recent output).
+  if (!id.ok()) {
+    if (id.status().error_id() == "CTXPAR-ENGINE-007") return std::nullopt;
+    return server::ToApiError(id.status());
+  }
   if (finished.wait_for(kDeadline) != std::future_status::ready) {
     model.backend->Cancel(*id);
     return server::ToApiError(
@@ -154,10 +158,10 @@ std::optional<ApiError> Server::Impl::GenerateOneToken() {
   return std::nullopt;
 }
 
-// /health, /v1/models[/ID] and /metrics stay open (probes, clients listing models, Prometheus); the
-// scheme is case-insensitive (RFC 7235).
+// /health*, /v1/models[/ID] and /metrics stay open (probes, clients listing models, Prometheus);
+// the scheme is case-insensitive (RFC 7235).
 bool Server::Impl::Authorized(const httplib::Request& req) const {
-  if (options.api_key.empty() || req.path == "/health" || req.path == "/v1/models" ||
+  if (options.api_key.empty() || req.path.starts_with("/health") || req.path == "/v1/models" ||
       req.path.starts_with("/v1/models/") || req.path == "/metrics") {
     return true;
   }

@@ -151,6 +151,14 @@ TEST(Generate, ABadPromptStopsTheRunBeforeAnyOutput) {
       << r.err;
   EXPECT_NE(r.err.find("CTXPAR-ENGINE-005"), std::string::npos) << r.err;
   std::remove(path.c_str());
+  // A blank line is no prompt either, and its line is named too.
+  const std::string blank = WriteFile("prompts_blank", "Hello\n\nWorld\n");
+  const Result b = RunGenerate("--max-new-tokens 3 --prompts-file " + blank);
+  EXPECT_EQ(b.code, 2);
+  EXPECT_EQ(b.out, "");
+  EXPECT_NE(b.err.find("prompt 1 (line 2 of " + blank + "): "), std::string::npos) << b.err;
+  EXPECT_NE(b.err.find("CTXPAR-ENGINE-011"), std::string::npos) << b.err;
+  std::remove(blank.c_str());
 }
 
 // --max-queued-requests bounds the queue, not the prompts of a file: they go in as it drains,

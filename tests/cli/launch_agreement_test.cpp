@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -135,6 +136,21 @@ TEST(LaunchAgreement, DcpMultipliesTheTokensOfTheSameKvBudget) {
             (64LL << 20) / (bytes_per_token / 2 * 16) * 16);
   EXPECT_EQ(Capacity("--kv-cache-mib 64 --kv-cache-dtype bfloat16 --tp-size 9 --dcp-size 3"),
             2 * Capacity("--kv-cache-mib 64 --tp-size 9 --dcp-size 3"));
+}
+
+// The ranks of one machine share its memory: a KV budget of half the machine fits one rank, not
+// the three of a tp 3 job here.
+TEST(LaunchAgreement, KvBudgetsAreCheckedAgainstTheMemoryOfTheRanks) {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  while (meminfo >> key >> kib && key != "MemTotal:") meminfo.ignore(1 << 10, '\n');
+  ASSERT_EQ(key, "MemTotal:");
+  const std::string half = " --kv-cache-mib " + std::to_string(kib / 1024 / 2);
+  EXPECT_EQ(Check(half).exit_status, 0) << Check(half).err;
+  const RunResult three = Check("--tp-size 3 --dcp-size 3" + half);
+  EXPECT_NE(three.exit_status, 0);
+  EXPECT_NE(three.err.find("CTXPAR-KV-004"), std::string::npos) << three.err;
 }
 
 // A running request holds at least one page, so max_running_requests is capped at the pool's

@@ -96,6 +96,7 @@ def test_api_key(keyed):
     assert requests.get(keyed.url + "/health").status_code == 200
     assert requests.get(keyed.url + "/v1/models").status_code == 200
     assert requests.get(keyed.url + "/metrics").status_code == 200  # Prometheus scrapes, as SGLang
+    assert requests.get(keyed.url + "/health_generate").status_code == 200  # every /health*
     lower = post(keyed, "/tokenize", {"prompt": "a"}, headers={"Authorization": "bearer s3cret"})
     assert lower.status_code == 200  # the scheme is case-insensitive (RFC 7235)
     r = post(keyed, "/v1/completions", {"prompt": "a", "max_tokens": 1})
