@@ -394,7 +394,7 @@ GenerateRequest MakeGenerateRequest(const ApiRequest& request, int index,
   return g;
 }
 
-ApiError SubmitError(const Status& status, const ApiRequest& request) {
+ApiError SubmitError(const Status& status, const ApiRequest& request, int index) {
   const std::string& id = status.error_id();
   std::string param;
   if (id == "CTXPAR-SAMPLING-001") {
@@ -405,7 +405,10 @@ ApiError SubmitError(const Status& status, const ApiRequest& request) {
     }
     const bool chat = request.route == Route::kChat;
     if (request.route == Route::kGenerate) {
-      param = "sampling_params." + param;
+      param = (request.prompt_sampling.empty()
+                   ? std::string("sampling_params")
+                   : fmt::format("sampling_params[{}]", index / request.n)) +
+              "." + param;
     } else if (param == "max_new_tokens") {
       param = "max_tokens";
     } else if (param == "top_logprobs_num") {

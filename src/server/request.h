@@ -103,10 +103,11 @@ ApiExpected<ApiRequest> ParseApiRequest(Route route, std::string_view body,
 GenerateRequest MakeGenerateRequest(const ApiRequest& request, int index,
                                     const ModelContext& model);
 
-// A Status from the engine's Submit as an ApiError whose param names the request field: the
-// sampling field of CTXPAR-SAMPLING-001 in the route's spelling, stop_token_ids, stop, or the
-// prompt / messages for the length and vocabulary checks.
-ApiError SubmitError(const Status& status, const ApiRequest& request);
+// A Status from the engine's Submit of choice `index` as an ApiError whose param names the
+// request field: the sampling field of CTXPAR-SAMPLING-001 in the route's spelling (with the
+// prompt's element of a sampling_params list), stop_token_ids, stop, or the prompt / messages for
+// the length and vocabulary checks.
+ApiError SubmitError(const Status& status, const ApiRequest& request, int index = 0);
 
 // /tokenize {"prompt": text or list of texts, "add_special_tokens": bool} ->
 // {"tokens": [...] (a list of lists for a list), "count", "max_model_len"}; /detokenize

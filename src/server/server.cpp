@@ -227,7 +227,7 @@ void Server::Impl::Generate(Route route, const httplib::Request& req, httplib::R
                                             });
     if (!id.ok()) {
       for (uint64_t submitted : *ids) backend->Cancel(submitted);
-      return ReplyError(res, server::SubmitError(id.status(), *request));
+      return ReplyError(res, server::SubmitError(id.status(), *request, i));
     }
     ids->push_back(*id);
   }

@@ -265,3 +265,8 @@ def test_generate_batch_takes_one_sampling_params_per_prompt(server):
     wrong = requests.post(server.url + "/generate",
                           json={"text": prompts, "sampling_params": params[:2]})
     assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "sampling_params"
+    bad = requests.post(server.url + "/generate",
+                        json={"text": prompts,
+                              "sampling_params": [params[0], {"temperature": -1}, params[2]]})
+    assert bad.status_code == 400, bad.text
+    assert bad.json()["error"]["param"] == "sampling_params[1].temperature"
