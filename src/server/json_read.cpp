@@ -22,6 +22,15 @@ ApiError TypeError(std::string_view param, std::string_view expected, const json
                     std::string(param));
 }
 
+ApiError RangeError(std::string_view path, std::string_view param, std::string_view rule,
+                    const std::string& value) {
+  return ToApiError(CatalogError("CTXPAR-HTTP-004", {{"field", std::string(param)},
+                                                     {"rule", std::string(rule)},
+                                                     {"route", std::string(path)},
+                                                     {"value", value}}),
+                    std::string(param));
+}
+
 ApiError Missing(std::string_view path, std::string_view param) {
   return ToApiError(CatalogError("CTXPAR-HTTP-003",
                                  {{"route", std::string(path)}, {"field", std::string(param)}}),

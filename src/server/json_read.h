@@ -28,6 +28,9 @@ using MaybeError = std::optional<ApiError>;
 std::string Quote(const nlohmann::json& value);
 // CTXPAR-HTTP-002: `param` is not of the type `expected` describes.
 ApiError TypeError(std::string_view param, std::string_view expected, const nlohmann::json& value);
+// CTXPAR-HTTP-004: `param` of route `path` breaks `rule`.
+ApiError RangeError(std::string_view path, std::string_view param, std::string_view rule,
+                    const std::string& value);
 // CTXPAR-HTTP-003: route `path` needs `param`.
 ApiError Missing(std::string_view path, std::string_view param);
 // CTXPAR-HTTP-007: `param` asks for what the server does not implement.

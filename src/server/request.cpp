@@ -20,11 +20,7 @@ constexpr int kMaxLogprobs = 20;
 
 ApiError RangeError(Route route, std::string_view param, std::string_view rule,
                     const std::string& value) {
-  return ToApiError(CatalogError("CTXPAR-HTTP-004", {{"field", std::string(param)},
-                                                     {"rule", std::string(rule)},
-                                                     {"route", std::string(RoutePath(route))},
-                                                     {"value", value}}),
-                    std::string(param));
+  return server::RangeError(RoutePath(route), param, rule, value);
 }
 
 // The sampling fields every route shares, from `obj` (the body, or /generate's

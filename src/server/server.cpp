@@ -18,6 +18,7 @@
 #include "ctxpar/chat_template.h"
 #include "ctxpar/error_catalog.h"
 #include "ctxpar/tokenizer.h"
+#include "server/json_read.h"
 #include "server/metrics.h"
 #include "server/request.h"
 #include "server/response.h"
@@ -67,6 +68,18 @@ std::string HttpReason(int status) {
     default:
       return fmt::format("{}: refused by the HTTP layer", status);
   }
+}
+
+// CTXPAR-HTTP-012 with `status`: a request refused before any route read it.
+ApiError HttpRefusal(const httplib::Request& req, int status, const std::string& reason) {
+  const std::string path = req.path.size() > 200 ? req.path.substr(0, 197) + "..." : req.path;
+  ApiError e = server::ToApiError(
+      CatalogError("CTXPAR-HTTP-012", {{"method", req.method.empty() ? "malformed" : req.method},
+                                       {"path", path.empty() ? "an unread path" : path},
+                                       {"reason", reason}}));
+  e.http_status = status;
+  e.type = status == 404 ? "not_found_error" : "invalid_request_error";
+  return e;
 }
 
 int64_t UnixSeconds() {
@@ -204,16 +217,12 @@ void Server::Impl::Generate(Route route, const httplib::Request& req, httplib::R
   if (const std::optional<int> bound = model.config.max_queued_requests;
       bound && choices > *bound) {
     // All of them would never fit the queue at once: not worth a retry (503).
-    return ReplyError(
-        res, server::ToApiError(
-                 CatalogError("CTXPAR-HTTP-004",
-                              {{"field", "n"},
-                               {"rule", fmt::format("at most --max-queued-requests = {} choices "
-                                                    "(n times the prompts) in one request",
-                                                    *bound)},
-                               {"route", std::string(server::RoutePath(route))},
-                               {"value", std::to_string(choices)}}),
-                 "n"));
+    return ReplyError(res, server::RangeError(server::RoutePath(route), "n",
+                                              fmt::format("at most --max-queued-requests = {} "
+                                                          "choices (n times the prompts) in one "
+                                                          "request",
+                                                          *bound),
+                                              std::to_string(choices)));
   }
   auto job = std::make_shared<Job>();
   job->timers.assign(choices, server::RequestTimer(&metrics, server::Clock::now()));
@@ -366,14 +375,8 @@ void Server::Impl::Routes() {
   }
   http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
     if (!options.enable_metrics) {
-      ApiError e = server::ToApiError(
-          CatalogError("CTXPAR-HTTP-012",
-                       {{"method", req.method},
-                        {"path", req.path},
-                        {"reason", "metrics are off: start the server with --enable-metrics"}}));
-      e.http_status = 404;
-      e.type = "not_found_error";
-      return ReplyError(res, e);
+      return ReplyError(
+          res, HttpRefusal(req, 404, "metrics are off: start the server with --enable-metrics"));
     }
     if (auto e = Unavailable()) return ReplyError(res, *e);
     res.set_content(metrics.Render(model.backend->Snapshot(), context.served_model_name),
@@ -400,14 +403,7 @@ void Server::Impl::Routes() {
     } else {
       reason = HttpReason(res.status);
     }
-    const std::string path = req.path.size() > 200 ? req.path.substr(0, 197) + "..." : req.path;
-    ApiError e = server::ToApiError(
-        CatalogError("CTXPAR-HTTP-012", {{"method", req.method.empty() ? "malformed" : req.method},
-                                         {"path", path.empty() ? "an unread path" : path},
-                                         {"reason", reason}}));
-    e.http_status = res.status;
-    e.type = res.status == 404 ? "not_found_error" : "invalid_request_error";
-    ReplyError(res, e);
+    ReplyError(res, HttpRefusal(req, res.status, reason));
   });
 }
 

@@ -68,13 +68,8 @@ ApiExpected<json> Detokenize(std::string_view body, const ModelContext& model) {
   const int vocab = model.tokenizer->vocab_size();
   for (std::size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= vocab) {
-      const std::string field = fmt::format("tokens[{}]", i);
-      return ToApiError(
-          CatalogError("CTXPAR-HTTP-004", {{"field", field},
-                                           {"rule", fmt::format("a token id in [0, {})", vocab)},
-                                           {"route", "/detokenize"},
-                                           {"value", std::to_string(ids[i])}}),
-          field);
+      return RangeError("/detokenize", fmt::format("tokens[{}]", i),
+                        fmt::format("a token id in [0, {})", vocab), std::to_string(ids[i]));
     }
   }
   bool skip_special = false;
