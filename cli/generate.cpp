@@ -213,12 +213,14 @@ Status RunRank(Communicator& world, const Launch& launch, const GenerateOptions&
     CTXPAR_RETURN_IF_ERROR(AtLine(o, i, engine->Validate({prompts[i], o.sampling, false})));
   }
   // Prefill ends when every request has its first token; decode is what comes after (with one
-  // prompt: the first token, then the rest).
+  // prompt: the first token, then the rest). With a queue bound below the prompts, later prompts
+  // prefill while earlier ones decode, so the summary also gives every generated token over the
+  // whole run.
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   Clock::time_point all_first = t0;
   std::size_t started = 0;
-  int64_t decoded = 0, prompt_tokens = 0;
+  int64_t decoded = 0, generated = 0, prompt_tokens = 0;
   Printer printer(!o.prompts_file.empty(), o.print_ids);
   Status failure;
   // Prompts go in as the queue takes them (--max-queued-requests): what a full queue refuses is
@@ -227,6 +229,7 @@ Status RunRank(Communicator& world, const Launch& launch, const GenerateOptions&
   std::function<void()> submit_more;
   auto on_update = [&](std::size_t i, const RequestUpdate& u) {
     const auto n = static_cast<int64_t>(u.tokens.size());
+    generated += n;
     if (started == prompts.size()) decoded += n;
     if (n > 0 && u.completion_tokens == n && ++started == prompts.size()) {
       all_first = Clock::now();
@@ -267,17 +270,19 @@ Status RunRank(Communicator& world, const Launch& launch, const GenerateOptions&
   const auto t1 = Clock::now();
   const double prefill_s = std::chrono::duration<double>(all_first - t0).count();
   const double decode_s = std::chrono::duration<double>(t1 - all_first).count();
+  const double total_s = std::chrono::duration<double>(t1 - t0).count();
   const EngineConfig& c = launch.config;
-  std::fprintf(stderr,
-               "ctxpar generate: tp %d dcp %d %s%s, %d thread(s)/rank, %zu request(s): prefill "
-               "%lld tokens in %.3f s (%.1f tokens/s), decode %lld tokens in %.3f s (%.1f "
-               "tokens/s)\n",
-               c.tp_size, c.dcp_size, std::string(CombineBackendName(c.dcp_comm_backend)).c_str(),
-               c.dcp_replicate_q_proj ? " replicated-q" : "", c.threads, prompts.size(),
-               static_cast<long long>(prompt_tokens), prefill_s,
-               prefill_s > 0 ? double(prompt_tokens) / prefill_s : 0.0,
-               static_cast<long long>(decoded), decode_s,
-               decoded > 0 && decode_s > 0 ? double(decoded) / decode_s : 0.0);
+  std::fprintf(
+      stderr,
+      "ctxpar generate: tp %d dcp %d %s%s, %d thread(s)/rank, %zu request(s): prefill "
+      "%lld tokens in %.3f s (%.1f tokens/s), decode %lld tokens in %.3f s (%.1f "
+      "tokens/s); %lld generated in %.3f s (%.1f tokens/s)\n",
+      c.tp_size, c.dcp_size, std::string(CombineBackendName(c.dcp_comm_backend)).c_str(),
+      c.dcp_replicate_q_proj ? " replicated-q" : "", c.threads, prompts.size(),
+      static_cast<long long>(prompt_tokens), prefill_s,
+      prefill_s > 0 ? double(prompt_tokens) / prefill_s : 0.0, static_cast<long long>(decoded),
+      decode_s, decoded > 0 && decode_s > 0 ? double(decoded) / decode_s : 0.0,
+      static_cast<long long>(generated), total_s, total_s > 0 ? double(generated) / total_s : 0.0);
   return Status::Ok();
 }
 
