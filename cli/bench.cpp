@@ -20,9 +20,9 @@ std::vector<Command>& BenchRegistry() {
 
 int RunBench(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::fprintf(args.empty() ? stderr : stdout, "usage: ctxpar bench KIND [options]\n\n");
-    for (const Command& b : BenchRegistry())
-      std::fprintf(stdout, "  %-10s %s\n", b.name, b.summary);
+    std::FILE* out = args.empty() ? stderr : stdout;  // an error's usage goes with the error
+    std::fprintf(out, "usage: ctxpar bench KIND [options]\n\n");
+    for (const Command& b : BenchRegistry()) std::fprintf(out, "  %-10s %s\n", b.name, b.summary);
     return args.empty() ? kExitInvalid : kExitOk;
   }
   for (const Command& b : BenchRegistry()) {

@@ -18,6 +18,7 @@
 #include "bench.h"
 #include "ctxpar/combine.h"
 #include "ctxpar/communicator.h"
+#include "ctxpar/error_catalog.h"
 #include "error_report.h"
 #include "mpi_launch.h"
 #include "option_checks.h"
@@ -121,6 +122,19 @@ Status MeasureShape(Communicator& comm, const Shape& shape, int batch, DataType 
   return Status::Ok();
 }
 
+// A group of n ranks measures the shapes whose heads it divides: none is an error, not an empty
+// table.
+Status CheckGroupSize(const char* flag, int n) {
+  for (const Shape& shape : kShapes) {
+    if (shape.group_heads % n == 0) return Status::Ok();
+  }
+  return CatalogError("CTXPAR-FLAG-008",
+                      {{"value", std::to_string(n)},
+                       {"flag", flag},
+                       {"reason", "it divides the heads of no shape (128 and 32)"},
+                       {"valid", "2, 4, 8, 16, 32 or 64"}});
+}
+
 Status MeasureAll(Communicator& comm, const std::vector<int>& batches, DataType wire,
                   double seconds, int rounds, std::vector<Result>& out) {
   for (const Shape& shape : kShapes) {
@@ -152,9 +166,7 @@ int RunCombineBench(const std::vector<std::string>& args) {
   app.add_flag("--json", json, "print JSON instead of a table");
   if (const int rc = ParseBenchOptions(app, args, "combine"); rc >= 0) return rc;
   if (Status s = CheckSeconds("--seconds", seconds, 0.01, 600.0); !s.ok()) {
-    std::fprintf(stderr, "ctxpar bench combine: %s\nrun: ctxpar explain %s\n", s.message().c_str(),
-                 s.error_id().c_str());
-    return kExitInvalid;
+    return ReportError(s, "ctxpar bench combine: ");
   }
   const DataType wire = wire_name == "bf16" ? DataType::kBF16 : DataType::kF32;
   std::vector<Result> results;
@@ -168,6 +180,9 @@ int RunCombineBench(const std::vector<std::string>& args) {
     }
     mode = "mpi";
     print = (*world)->rank() == 0;
+    if (Status s = CheckGroupSize("the MPI world size", (*world)->size()); !s.ok()) {
+      return print ? ReportError(s, "ctxpar bench combine: ") : kExitInvalid;
+    }
     const Status st = MeasureAll(**world, batches, wire, seconds, rounds, results);
     if (!st.ok()) {
       std::fprintf(stderr, "ctxpar bench combine: %s\n", st.ToString().c_str());
@@ -175,6 +190,11 @@ int RunCombineBench(const std::vector<std::string>& args) {
     }
   } else {
     mode = "threads";
+    for (int n : ranks) {
+      if (Status s = CheckGroupSize("--ranks", n); !s.ok()) {
+        return ReportError(s, "ctxpar bench combine: ");
+      }
+    }
     for (int n : ranks) {
       const Status st = RunInProcess(n, [&](Communicator& comm) {
         return MeasureAll(comm, batches, wire, seconds, rounds, results);

@@ -20,6 +20,7 @@
 #include "bench.h"
 #include "ctxpar/communicator.h"
 #include "ctxpar/engine.h"
+#include "ctxpar/error_catalog.h"
 #include "ctxpar/model.h"
 #include "ctxpar/thread_pool.h"
 #include "error_report.h"
@@ -380,6 +381,13 @@ int RunDeepseekBench(const std::vector<std::string>& args) {
   }
   auto source = OpenModelSource(o.model_path);
   if (!source.ok()) return fail(source.status());
+  if (const std::string& arch = (*source)->desc().architecture; !arch.starts_with("Deepseek")) {
+    return fail(CatalogError("CTXPAR-FLAG-008",
+                             {{"value", PyRepr(o.model_path)},
+                              {"flag", "--model-path"},
+                              {"reason", "its model is a " + arch + ", not a DeepSeek one"},
+                              {"valid", "a DeepSeek-V3 or V4 HF checkpoint directory"}}));
+  }
   std::vector<Row> rows;
   std::string mode = "threads";
   bool print = true;

@@ -48,14 +48,12 @@ int RunSamplingBench(const std::vector<std::string>& args) {
   int vocab = 49152;
   int reps = 5;
   int calls = 200;
-  app.add_option("--vocab", vocab, "Vocabulary size (SmolLM2: 49152).");
-  app.add_option("--reps", reps, "Runs per measurement; the best is kept.");
-  app.add_option("--calls", calls, "Calls per run.");
+  app.add_option("--vocab", vocab, "Vocabulary size (SmolLM2: 49152).")
+      ->check(CLI::Range(2, 1 << 24));
+  app.add_option("--reps", reps, "Runs per measurement; the best is kept.")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--calls", calls, "Calls per run.")->check(CLI::Range(1, 1000000));
   if (int rc = ParseBenchOptions(app, args, "sampling"); rc >= 0) return rc;
-  if (vocab < 2 || reps < 1 || calls < 1) {
-    std::fprintf(stderr, "ctxpar bench sampling: --vocab >= 2, --reps and --calls >= 1\n");
-    return kExitInvalid;
-  }
   // Logits with a long flat tail and a few likely tokens, as a language model's.
   std::mt19937_64 rng(1);
   std::normal_distribution<float> normal(0.0f, 2.0f);

@@ -110,13 +110,15 @@ int RunCheck(const std::vector<std::string>& args) {
   bool json_flag = false;
   app.add_flag("--json", json_flag, "Print one JSON object: valid, fields, error.")
       ->disable_flag_override();
-  // Known before parsing, so that a parse error is reported in the requested form.
-  const bool json = std::find(args.begin(), args.end(), "--json") != args.end();
+  // Known before parsing, so that a parse error is reported in the requested form (CLI11 also
+  // takes --json=true, which only the parse sees).
+  bool json = std::find(args.begin(), args.end(), "--json") != args.end();
 
   Status status;
   if (int rc = ParseCommandLine(app, args, "check", &status); rc >= 0) {
     return rc == kExitOk ? rc : Report(json, status, nullptr, nullptr);
   }
+  json = json || json_flag;
   Expected<LaunchConfig> raw = ToLaunchConfig(flags);
   if (!raw.ok()) return Report(json, raw.status(), nullptr, nullptr);
   Expected<Platform> platform = PlatformForLaunch(*raw);

@@ -41,6 +41,8 @@ struct GenerateOptions {
   std::vector<std::string> prompt;  // the positional words, joined by spaces
   std::string prompts_file;
   std::string input_ids;
+  bool has_input_ids = false;               // --input-ids given, even empty
+  std::vector<std::string> stop_token_ids;  // each a comma-separated list
   bool print_ids = false;
   bool chat = false;
   SamplingParams sampling;
@@ -78,7 +80,7 @@ Expected<uint64_t> ParseSeed(const std::string& text) {
   return v;
 }
 
-Expected<std::vector<int32_t>> ParseIds(const std::string& text) {
+Expected<std::vector<int32_t>> ParseIds(const std::string& text, const char* flag) {
   std::vector<int32_t> ids;
   std::size_t at = 0;
   while (at <= text.size()) {
@@ -91,7 +93,7 @@ Expected<std::vector<int32_t>> ParseIds(const std::string& text) {
     if (!integer || errno != 0 || v < 0 || v > INT32_MAX) {
       return CatalogError(integer ? "CTXPAR-FLAG-003" : "CTXPAR-FLAG-002",
                           {{"value", PyRepr(item)},
-                           {"flag", "--input-ids"},
+                           {"flag", flag},
                            {"valid", "comma-separated token ids from 0 to 2147483647"}});
     }
     ids.push_back(static_cast<int32_t>(v));
@@ -135,17 +137,22 @@ Expected<std::vector<int32_t>> Encode(const ModelSource& model, const std::strin
 // A prompt's error with the prompts file's line named (its message stays the catalog's text).
 Status AtLine(const GenerateOptions& o, std::size_t i, Status status) {
   if (status.ok() || o.prompts_file.empty()) return status;
+  const std::string prompt = "prompt " + std::to_string(i);
+  const std::string line = "(line " + std::to_string(i + 1) + " of " + o.prompts_file + ")";
+  // A message that names the prompt already (ENGINE-011) gets the line after that name.
+  const std::string& message = status.message();
   return Status(status.code(),
-                "prompt " + std::to_string(i) + " (line " + std::to_string(i + 1) + " of " +
-                    o.prompts_file + "): " + status.message(),
+                message.starts_with(prompt + " ")
+                    ? prompt + " " + line + message.substr(prompt.size())
+                    : prompt + " " + line + ": " + message,
                 status.error_id());
 }
 
 Expected<std::vector<std::vector<int32_t>>> Prompts(const GenerateOptions& o,
                                                     const ModelSource& model) {
   std::vector<std::vector<int32_t>> out;
-  if (!o.input_ids.empty()) {
-    CTXPAR_ASSIGN_OR_RETURN(std::vector<int32_t> ids, ParseIds(o.input_ids));
+  if (o.has_input_ids) {
+    CTXPAR_ASSIGN_OR_RETURN(std::vector<int32_t> ids, ParseIds(o.input_ids, "--input-ids"));
     out.push_back(std::move(ids));
   } else if (!o.prompts_file.empty()) {
     CTXPAR_ASSIGN_OR_RETURN(std::vector<std::string> lines, ReadPromptLines(o.prompts_file));
@@ -221,7 +228,8 @@ Status RunRank(Communicator& world, const Launch& launch, const GenerateOptions&
   Clock::time_point all_first = t0;
   std::size_t started = 0;
   int64_t decoded = 0, generated = 0, prompt_tokens = 0;
-  Printer printer(!o.prompts_file.empty(), o.print_ids);
+  // A model without a tokenizer has no text to print: its ids, as --print-ids prints them.
+  Printer printer(!o.prompts_file.empty(), o.print_ids || launch.source->tokenizer() == nullptr);
   Status failure;
   // Prompts go in as the queue takes them (--max-queued-requests): what a full queue refuses is
   // submitted again at the next update.
@@ -297,7 +305,8 @@ int RunGenerate(const std::vector<std::string>& args) {
   app.add_option("--prompts-file", o.prompts_file,
                  "Submit every line of FILE as a prompt at once; output lines begin with the "
                  "prompt's index and a tab.");
-  app.add_option("--input-ids", o.input_ids, "The prompt as comma-separated token ids.");
+  CLI::Option* input_ids =
+      app.add_option("--input-ids", o.input_ids, "The prompt as comma-separated token ids.");
   app.add_flag("--print-ids", o.print_ids, "Print the generated token ids, space-separated.")
       ->disable_flag_override();
   app.add_flag("--chat", o.chat, "Wrap the prompt in the model's chat template.")
@@ -317,9 +326,8 @@ int RunGenerate(const std::vector<std::string>& args) {
   // One value per occurrence, so that a prompt after them stays the prompt.
   app.add_option("--stop", s.stop, "Stop at this text (repeatable); it is not printed.")
       ->allow_extra_args(false);
-  app.add_option("--stop-token-ids", s.stop_token_ids,
+  app.add_option("--stop-token-ids", o.stop_token_ids,
                  "Stop at these token ids (comma-separated, repeatable).")
-      ->delimiter(',')
       ->allow_extra_args(false);
   app.add_flag("--ignore-eos", s.ignore_eos,
                "Generate --max-new-tokens tokens even past an end-of-generation token.")
@@ -328,7 +336,8 @@ int RunGenerate(const std::vector<std::string>& args) {
   if (int rc = ParseCommandLine(app, args, "generate", &status); rc >= 0) {
     return rc == kExitOk ? rc : Fail(status);
   }
-  const int sources = !o.prompt.empty() + !o.prompts_file.empty() + !o.input_ids.empty();
+  o.has_input_ids = input_ids->count() > 0;
+  const int sources = !o.prompt.empty() + !o.prompts_file.empty() + o.has_input_ids;
   if (sources != 1) {
     return Fail(CatalogError(
         "CTXPAR-FLAG-005",
@@ -336,12 +345,17 @@ int RunGenerate(const std::vector<std::string>& args) {
          {"detail", sources == 0 ? "a prompt, --prompts-file or --input-ids is required"
                                  : "give only one of a prompt, --prompts-file and --input-ids"}}));
   }
-  if (o.chat && !o.input_ids.empty()) {
+  if (o.chat && o.has_input_ids) {
     return Fail(
         CatalogError("CTXPAR-FLAG-005", {{"command", "generate"},
                                          {"detail",
                                           "--chat wraps a text prompt in the chat template; "
                                           "--input-ids are token ids already: give one of them"}}));
+  }
+  for (const std::string& list : o.stop_token_ids) {
+    Expected<std::vector<int32_t>> ids = ParseIds(list, "--stop-token-ids");
+    if (!ids.ok()) return Fail(ids.status());
+    s.stop_token_ids.insert(s.stop_token_ids.end(), ids->begin(), ids->end());
   }
   if (s.max_new_tokens < 1) {
     return Fail(

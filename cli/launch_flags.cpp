@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
+#include <regex>
 
 #include "ctxpar/error_catalog.h"
 
@@ -93,6 +95,55 @@ void UseArgparseRepeats(CLI::App& app) {
   }
 }
 
+namespace {
+
+// CLI11's errors for a value of the wrong kind or out of its Range, as the catalog's errors for
+// the same mistakes in the launch flags (FLAG-002, -010, -003); null for any other error.
+std::optional<Status> ValueError(const CLI::App& app, const CLI::ParseError& e) {
+  static const std::regex convert("Could not convert: (\\S+) = (.*)");
+  static const std::regex range("(\\S+): Value (.*) not in range (\\S+) to (\\S+)");
+  static const std::regex integer("\\s*[-+]?[0-9]+\\s*");
+  static const std::regex number("\\s*[-+]?([0-9]+\\.?[0-9]*|\\.[0-9]+)([eE][-+]?[0-9]+)?\\s*");
+  const std::string what = e.what();
+  std::smatch m;
+  const bool in_range = std::regex_match(what, m, range);
+  if (!in_range && !std::regex_match(what, m, convert)) return std::nullopt;
+  const std::string flag = m[1].str(), value = m[2].str();
+  const CLI::Option* opt = app.get_option_no_throw(flag);
+  if (opt == nullptr) return std::nullopt;
+  const std::string type = opt->get_type_name();
+  const bool whole = type.starts_with("INT") || type.starts_with("UINT");
+  if (std::regex_match(value, whole ? integer : number)) {
+    std::string valid = "[" + m[3].str() + ", " + m[4].str() + "]";
+    if (!in_range) {
+      valid = !whole                     ? "finite numbers"
+              : type.starts_with("UINT") ? "integers in [0, 2^64)"
+                                         : "integers in 32 bits";
+    }
+    return CatalogError("CTXPAR-FLAG-003",
+                        {{"value", PyRepr(value)}, {"flag", flag}, {"valid", valid}});
+  }
+  return CatalogError(
+      whole ? "CTXPAR-FLAG-002" : "CTXPAR-FLAG-010",
+      {{"value", PyRepr(value)}, {"flag", flag}, {"valid", whole ? "integers" : "numbers"}});
+}
+
+// CLI11 reads "-hello" as -h with more short flags and prints the help: so a prompt that
+// starts with "-h" would print the help and exit 0 instead of being refused as any other
+// argument that starts with '-' (FLAG-009). The first such argument that is no option's value.
+std::optional<std::string> HelpLookalike(const CLI::App& app,
+                                         const std::vector<std::string>& args) {
+  for (std::size_t i = 0; i < args.size() && args[i] != "--"; ++i) {
+    const std::string& a = args[i];
+    if (!a.starts_with("-h") || a.size() == 2) continue;
+    const CLI::Option* prev = i == 0 ? nullptr : app.get_option_no_throw(args[i - 1]);
+    if (prev == nullptr || prev->get_items_expected_max() == 0) return a;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 int ParseCommandLine(CLI::App& app, const std::vector<std::string>& args, std::string_view command,
                      Status* error) {
   UseArgparseRepeats(app);
@@ -111,6 +162,16 @@ int ParseCommandLine(CLI::App& app, const std::vector<std::string>& args, std::s
     return CatalogError("CTXPAR-FLAG-004",
                         {{"argument", PyRepr(arg)}, {"command", std::string(command)}});
   };
+  if (const std::optional<std::string> arg = HelpLookalike(app, args)) {
+    const auto options = app.get_options([](const CLI::Option* o) { return o->get_positional(); });
+    *error = options.empty()
+                 ? CatalogError("CTXPAR-FLAG-004",
+                                {{"argument", PyRepr(*arg)}, {"command", std::string(command)}})
+                 : CatalogError("CTXPAR-FLAG-009", {{"argument", PyRepr(*arg)},
+                                                    {"command", std::string(command)},
+                                                    {"positional", options[0]->get_name()}});
+    return 2;
+  }
   try {
     app.parse(reversed);
   } catch (const CLI::Success&) {
@@ -120,6 +181,10 @@ int ParseCommandLine(CLI::App& app, const std::vector<std::string>& args, std::s
     *error = unknown();
     return 2;
   } catch (const CLI::ParseError& e) {
+    if (std::optional<Status> value = ValueError(app, e)) {
+      *error = *std::move(value);
+      return 2;
+    }
     *error = app.remaining().empty()
                  ? CatalogError("CTXPAR-FLAG-005",
                                 {{"command", std::string(command)}, {"detail", e.what()}})

@@ -15,7 +15,8 @@ std::vector<Command>& Registry() {
 }
 
 int Usage(std::FILE* out) {
-  std::fprintf(out, "ctxpar: context-parallel LLM inference\n\nusage: ctxpar COMMAND [options]\n\n");
+  std::fprintf(out,
+               "ctxpar: context-parallel LLM inference\n\nusage: ctxpar COMMAND [options]\n\n");
   std::vector<Command> sorted = Commands();
   std::sort(sorted.begin(), sorted.end(),
             [](const Command& a, const Command& b) { return std::string(a.name) < b.name; });

@@ -24,8 +24,10 @@ std::vector<CatalogEntry> DeepseekCatalogEntries() {
        "n_routed_experts.",
        {"Choose --ep-size among the divisors of n_routed_experts (config.json).",
         "With --moe-a2a-backend deepep the EP size is the TP size: choose --tp-size so."},
-       "ctxpar generate --model-path deepseek_v3_tiny --tp-size 4 --ep-size 3 --input-ids 1,2",
-       "ctxpar generate --model-path deepseek_v3_tiny --tp-size 4 --ep-size 4 --input-ids 1,2",
+       "ctxpar generate --model-path moe_6_experts --tp-size 4 --ep-size 4 --input-ids 1,2  "
+       "# n_routed_experts: 6",
+       "ctxpar generate --model-path moe_6_experts --tp-size 4 --ep-size 2 --input-ids 1,2  "
+       "# n_routed_experts: 6",
        {"CTXPAR-DSV3-002", "CTXPAR-MODEL-005"}},
       {"CTXPAR-DSV3-002",
        "The expert-parallel size does not divide the tensor-parallel size",

@@ -310,8 +310,8 @@ std::vector<CatalogEntry> RuntimeCatalogEntries() {
        {"Lower --threads: more threads than hardware threads never helps.",
         "With several ranks per node, give each about cores / ranks threads (the default).",
         "Raise the limits the reason names (ulimit -u, ulimit -v) if the count is right."},
-       "ctxpar generate --threads 512 'Hello'",
-       "ctxpar generate --threads 8 'Hello'",
+       "ctxpar generate --threads 2 'Hello'  # as a user under ulimit -u 1",
+       "ctxpar generate --threads 2 'Hello'  # with ulimit -u raised",
        {"CTXPAR-FLAG-007"}},
   };
 }

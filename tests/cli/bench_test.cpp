@@ -61,5 +61,35 @@ TEST(CliBench, RepeatedOptionKeepsTheLastValue) {
                 "Invalid value '1e9' for --contexts");
 }
 
+// CLI11's own checks (a Range, a number) report the catalog's entries, as the launch flags do.
+TEST(CliBench, RangeAndNumberErrorsNameTheirCatalogEntries) {
+  ExpectRefused({"bench", "attention", "--reps", "0"}, "CTXPAR-FLAG-003",
+                "Invalid value '0' for --reps: out of range; valid values: [1, 100].");
+  ExpectRefused({"bench", "sampling", "--vocab", "1"}, "CTXPAR-FLAG-003",
+                "Invalid value '1' for --vocab: out of range");
+  ExpectRefused({"bench", "matmul", "--reps", "two"}, "CTXPAR-FLAG-002",
+                "Invalid value 'two' for --reps: not an integer");
+}
+
+// Values the benchmark cannot measure anything with are refused, not run into an empty table
+// or a crash.
+TEST(CliBench, RefusesWhatItCannotMeasure) {
+  ExpectRefused({"bench", "combine", "--ranks", "3"}, "CTXPAR-FLAG-008",
+                "Invalid value 3 for --ranks: it divides the heads of no shape (128 and 32)");
+  const char* model = std::getenv("CTXPAR_MODEL");
+  if (model == nullptr) GTEST_SKIP() << "CTXPAR_MODEL is not set";
+  ExpectRefused({"bench", "deepseek", "--model-path", model, "--ranks", "3"}, "CTXPAR-FLAG-008",
+                "its model is a LlamaForCausalLM, not a DeepSeek one");
+}
+
+// An error's usage goes to stderr with the error, none of it to stdout.
+TEST(CliBench, NoKindIsAnErrorOnStderr) {
+  testing::RunResult r = RunCtxpar({"bench"});
+  EXPECT_EQ(r.exit_status, 2);
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_NE(r.err.find("usage: ctxpar bench KIND"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("attention"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace ctxpar

@@ -107,6 +107,15 @@ TEST(CliCheck, InvalidConfigurationJson) {
   EXPECT_EQ(j["fields"]["dcp_size"], json::parse(R"({"raw": 4, "value": 4, "source": "user"})"));
 }
 
+// --json=true is --json (CLI11 takes it): the output is JSON, not the table.
+TEST(CliCheck, JsonEqualsTrueIsJson) {
+  testing::RunResult r = RunCtxpar({"check", "--json=true"});
+  EXPECT_EQ(r.exit_status, 0) << r.err;
+  const json j = json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_EQ(j["valid"], true);
+}
+
 TEST(CliCheck, DefaultsAreValid) {
   testing::RunResult r = RunCtxpar({"check"});
   EXPECT_EQ(r.exit_status, 0) << r.err;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -65,6 +66,12 @@ TEST(DeepseekCli, GenerateReproducesTheReferenceContinuation) {
   const RunResult one = RunCtxpar(Generate(kReference, {}));
   ASSERT_EQ(one.exit_status, 0) << one.err;
   EXPECT_EQ(one.out, Prompt2().greedy + "\n");
+  // Without a tokenizer there is no text: the ids are printed without --print-ids too.
+  std::vector<std::string> no_flag = Generate(kReference, {});
+  no_flag.erase(std::find(no_flag.begin(), no_flag.end(), "--print-ids"));
+  const RunResult plain = RunCtxpar(no_flag);
+  ASSERT_EQ(plain.exit_status, 0) << plain.err;
+  EXPECT_EQ(plain.out, Prompt2().greedy + "\n");
   if (std::string(CTXPAR_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI";
   const std::vector<std::vector<std::string>> layouts = {
       {"--tp-size", "4", "--dcp-size", "4", "--dcp-comm-backend", "a2a", "--dcp-replicate-q-proj"},

@@ -156,7 +156,9 @@ TEST(Generate, ABadPromptStopsTheRunBeforeAnyOutput) {
   const Result b = RunGenerate("--max-new-tokens 3 --prompts-file " + blank);
   EXPECT_EQ(b.code, 2);
   EXPECT_EQ(b.out, "");
-  EXPECT_NE(b.err.find("prompt 1 (line 2 of " + blank + "): "), std::string::npos) << b.err;
+  EXPECT_NE(b.err.find("prompt 1 (line 2 of " + blank + ") encodes to no token"),
+            std::string::npos)
+      << b.err;
   EXPECT_NE(b.err.find("CTXPAR-ENGINE-011"), std::string::npos) << b.err;
   std::remove(blank.c_str());
 }
@@ -328,6 +330,32 @@ TEST(Generate, SaysWhatIsWrongWithTheCommandLine) {
   EXPECT_EQ(stops.code, 0) << stops.err;
   const Result chat_ids = RunGenerate("--chat --input-ids 1,2");
   EXPECT_NE(chat_ids.err.find("--chat wraps a text prompt"), std::string::npos) << chat_ids.err;
+  // A value of the wrong kind for generate's own options names the launch flags' entries.
+  const Result word = RunGenerate(std::string("--max-new-tokens abc ") + kPrompt);
+  EXPECT_EQ(word.err,
+            "Invalid value 'abc' for --max-new-tokens: not an integer; valid values: "
+            "integers.\nrun: ctxpar explain CTXPAR-FLAG-002\n");
+  const Result warm = RunGenerate(std::string("--temperature warm ") + kPrompt);
+  EXPECT_NE(warm.err.find("Invalid value 'warm' for --temperature: not a number"),
+            std::string::npos)
+      << warm.err;
+  EXPECT_NE(warm.err.find("CTXPAR-FLAG-010"), std::string::npos) << warm.err;
+  const Result huge = RunGenerate(std::string("--max-new-tokens 99999999999 ") + kPrompt);
+  EXPECT_NE(huge.err.find("out of range"), std::string::npos) << huge.err;
+  EXPECT_NE(huge.err.find("CTXPAR-FLAG-003"), std::string::npos) << huge.err;
+  // CLI11 reads "-hello" as -h and more short flags: it printed the help and exited 0.
+  const Result hello = RunGenerate("-hello");
+  EXPECT_EQ(hello.code, 2);
+  EXPECT_TRUE(hello.out.empty()) << hello.out;
+  EXPECT_NE(hello.err.find("Unknown option '-hello'"), std::string::npos) << hello.err;
+  EXPECT_NE(hello.err.find("CTXPAR-FLAG-009"), std::string::npos) << hello.err;
+  // Token id lists are read whole: an empty item is not a token (it used to be dropped or 0).
+  const Result empty_item = RunGenerate(std::string("--stop-token-ids 1,,2 ") + kPrompt);
+  EXPECT_NE(empty_item.err.find("Invalid value '' for --stop-token-ids: not an integer"),
+            std::string::npos)
+      << empty_item.err;
+  const Result no_ids = RunGenerate("--input-ids ''");
+  EXPECT_NE(no_ids.err.find("Invalid value '' for --input-ids"), std::string::npos) << no_ids.err;
   for (const char* bad : {"18446744073709551616", "1e23"}) {
     const Result r = RunGenerate(std::string("--seed ") + bad + " " + kPrompt);
     EXPECT_EQ(r.code, 2) << bad;
