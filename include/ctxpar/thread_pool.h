@@ -51,7 +51,6 @@ class ThreadPool {
   std::condition_variable done_cv_;
   const std::function<void(std::int64_t, std::int64_t)>* fn_ = nullptr;
   std::int64_t n_ = 0;
-  std::int64_t chunk_ = 1;
   std::atomic<std::int64_t> next_{0};
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<int> pending_{0};
