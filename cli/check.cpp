@@ -17,14 +17,6 @@
 namespace ctxpar::cli {
 namespace {
 
-nlohmann::ordered_json ToJson(const FieldValue& v) {
-  if (const auto* i = std::get_if<int64_t>(&v)) return *i;
-  if (const auto* b = std::get_if<bool>(&v)) return *b;
-  if (const auto* s = std::get_if<std::string>(&v)) return *s;
-  if (const auto* d = std::get_if<double>(&v)) return *d;
-  return nullptr;
-}
-
 int ExitStatus(const Status& status) {
   if (status.ok()) return kExitOk;
   return status.code() == StatusCode::kInternal ? kExitInternal : kExitInvalid;
@@ -46,7 +38,9 @@ int Report(bool json, const Status& status, const ResolvedConfig* config, const 
     if (config != nullptr) {
       for (const FieldResolution& f : config->NonDefaultFields()) {
         out["fields"][std::string(f.field->name)] = {
-            {"raw", ToJson(f.raw)}, {"value", ToJson(f.value)}, {"source", f.source}};
+            {"raw", FieldValueJson<nlohmann::ordered_json>(f.raw)},
+            {"value", FieldValueJson<nlohmann::ordered_json>(f.value)},
+            {"source", f.source}};
       }
     }
     if (launch != nullptr) {

@@ -50,6 +50,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -66,6 +67,20 @@ using FieldValue = std::variant<std::monostate, int64_t, bool, std::string, doub
 std::string FieldValueRepr(const FieldValue& value);
 // Python's str() of a value: None, 4, True, a2a, 0.5, 1.0.
 std::string FieldValueStr(const FieldValue& value);
+// The value as JSON (null when unset), for any nlohmann::basic_json type: so that the config
+// layer does not depend on the JSON library its callers use.
+template <class Json>
+Json FieldValueJson(const FieldValue& value) {
+  return std::visit(
+      [](const auto& v) -> Json {
+        if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::monostate>) {
+          return nullptr;
+        } else {
+          return v;
+        }
+      },
+      value);
+}
 
 enum class FieldType { kInt, kBool, kString, kFloat };
 

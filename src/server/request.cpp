@@ -28,10 +28,12 @@ ApiError RangeError(Route route, std::string_view param, std::string_view rule,
 MaybeError ReadSampling(const json& obj, std::string_view prefix, Route route, ApiRequest* r) {
   SamplingParams& s = r->sampling;
   auto p = [&](std::string_view key) { return std::string(prefix) + std::string(key); };
+  // OpenAI's max_completion_tokens replaces the deprecated max_tokens: with both, it wins, as in
+  // SGLang and vLLM (max_completion_tokens or max_tokens).
   for (std::string_view key :
        route == Route::kGenerate
            ? std::vector<std::string_view>{"max_new_tokens"}
-           : std::vector<std::string_view>{"max_completion_tokens", "max_tokens"}) {
+           : std::vector<std::string_view>{"max_tokens", "max_completion_tokens"}) {
     if (!Field(obj, key).is_null()) {
       CTXPAR_RETURN_IF_API_ERROR(Read(Field(obj, key), p(key), &s.max_new_tokens));
       r->max_tokens_given = true;

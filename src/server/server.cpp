@@ -82,17 +82,34 @@ ApiError HttpRefusal(const httplib::Request& req, int status, const std::string&
   return e;
 }
 
+// Registers a POST route that reads its body itself. httplib's own reading form-parses a body
+// sent as application/x-www-form-urlencoded (curl -d's default type) and refuses one over 8 KiB
+// with 413; SGLang reads JSON whatever the Content-Type. The payload limit still holds (413).
+void PostBody(
+    httplib::Server& http, const std::string& path,
+    std::function<void(const httplib::Request&, httplib::Response&, std::string body)> handler) {
+  http.Post(
+      path, [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res,
+                                           const httplib::ContentReader& reader) {
+        if (req.is_multipart_form_data()) {
+          return ReplyError(
+              res, HttpRefusal(req, 415, "the body is multipart/form-data; send a JSON object"));
+        }
+        std::string body;
+        const bool read = reader([&body](const char* data, std::size_t size) {
+          body.append(data, size);
+          return true;
+        });
+        if (!read)
+          return;  // httplib answers with the status it set (413), through the error handler
+        handler(req, res, std::move(body));
+      });
+}
+
 int64_t UnixSeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-json FieldJson(const FieldValue& v) {
-  if (const auto* i = std::get_if<int64_t>(&v)) return *i;
-  if (const auto* b = std::get_if<bool>(&v)) return *b;
-  if (const auto* s = std::get_if<std::string>(&v)) return *s;
-  return nullptr;
 }
 
 // One generation request's state shared by its HTTP thread and the engine's callbacks.
@@ -128,7 +145,7 @@ struct Server::Impl {
   void Routes();
   bool Authorized(const httplib::Request& req) const;
   std::optional<ApiError> Unavailable() const;
-  void Generate(Route route, const httplib::Request& req, httplib::Response& res);
+  void Generate(Route route, const std::string& body, httplib::Response& res);
   std::shared_ptr<void> Track();
   json ServerInfo() const;
   json TokenizerInfo() const;
@@ -206,10 +223,10 @@ std::shared_ptr<void> Server::Impl::Track() {
   });
 }
 
-void Server::Impl::Generate(Route route, const httplib::Request& req, httplib::Response& res) {
+void Server::Impl::Generate(Route route, const std::string& body, httplib::Response& res) {
   std::shared_ptr<void> tracked = Track();
   if (auto e = Unavailable()) return ReplyError(res, *e);
-  auto parsed = server::ParseApiRequest(route, req.body, context);
+  auto parsed = server::ParseApiRequest(route, body, context);
   if (auto* e = std::get_if<ApiError>(&parsed)) return ReplyError(res, *e);
   auto request =
       std::make_shared<server::ApiRequest>(std::move(std::get<server::ApiRequest>(parsed)));
@@ -280,7 +297,7 @@ json Server::Impl::ServerInfo() const {
   json info = json::object();
   json sources = json::object();
   for (const FieldResolution& f : model.resolved.fields()) {
-    info[std::string(f.field->name)] = FieldJson(f.value);
+    info[std::string(f.field->name)] = FieldValueJson<json>(f.value);
     sources[std::string(f.field->name)] = f.source;
   }
   const std::string name =
@@ -358,20 +375,20 @@ void Server::Impl::Routes() {
     Reply(res, 200, TokenizerInfo());
   });
   for (auto [path, tokenize] : {std::pair{"/tokenize", true}, std::pair{"/detokenize", false}}) {
-    http.Post(path,
-              [this, tokenize = tokenize](const httplib::Request& req, httplib::Response& res) {
-                if (auto e = Unavailable()) return ReplyError(res, *e);
-                auto out = tokenize ? server::Tokenize(req.body, context)
-                                    : server::Detokenize(req.body, context);
-                if (auto* e = std::get_if<ApiError>(&out)) return ReplyError(res, *e);
-                Reply(res, 200, std::get<json>(out));
-              });
+    PostBody(http, path,
+             [this, tokenize = tokenize](const httplib::Request&, httplib::Response& res,
+                                         const std::string& body) {
+               if (auto e = Unavailable()) return ReplyError(res, *e);
+               auto out =
+                   tokenize ? server::Tokenize(body, context) : server::Detokenize(body, context);
+               if (auto* e = std::get_if<ApiError>(&out)) return ReplyError(res, *e);
+               Reply(res, 200, std::get<json>(out));
+             });
   }
   for (Route route : {Route::kChat, Route::kCompletions, Route::kGenerate}) {
-    http.Post(std::string(server::RoutePath(route)),
-              [this, route](const httplib::Request& req, httplib::Response& res) {
-                Generate(route, req, res);
-              });
+    PostBody(http, std::string(server::RoutePath(route)),
+             [this, route](const httplib::Request&, httplib::Response& res,
+                           const std::string& body) { Generate(route, body, res); });
   }
   http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
     if (!options.enable_metrics) {

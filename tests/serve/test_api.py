@@ -44,6 +44,8 @@ def test_health_models_and_server_info(server):
     assert info["tp_size"] == 1
     assert info["sources"]["max_running_requests"] == "user"
     assert info["sources"]["dcp_size"] == "default"
+    # Every resolved field, floats too (they were null).
+    assert info["schedule_conservativeness"] == 1.0
 
 
 def test_chat_stream_role_first_one_id_and_usage(server):
@@ -270,3 +272,12 @@ def test_generate_batch_takes_one_sampling_params_per_prompt(server):
                               "sampling_params": [params[0], {"temperature": -1}, params[2]]})
     assert bad.status_code == 400, bad.text
     assert bad.json()["error"]["param"] == "sampling_params[1].temperature"
+
+
+def test_max_completion_tokens_wins_over_max_tokens(server):
+    # OpenAI deprecates max_tokens for max_completion_tokens; SGLang and vLLM take the new one.
+    r = requests.post(server.url + "/v1/chat/completions", json={
+        "model": MODEL_NAME, "messages": [{"role": "user", "content": "Hi"}],
+        "max_completion_tokens": 2, "max_tokens": 5, "ignore_eos": True, "temperature": 0})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 2

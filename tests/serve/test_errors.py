@@ -2,6 +2,7 @@
 413), the API key (401; /health, /v1/models and /metrics stay open), a full queue (503)."""
 
 import concurrent.futures
+import json
 import os
 import subprocess
 
@@ -81,6 +82,16 @@ def test_http_layer_refusals_say_what_and_why(server):
     huge = requests.post(server.url + "/v1/completions", data=b"a" * (65 << 20),
                          headers={"Content-Type": "application/json"})
     check_error(huge, 413, None, "CTXPAR-HTTP-012")
+    # curl -d sends JSON as application/x-www-form-urlencoded; httplib's own reading refused
+    # such a body over 8 KiB with a 413 that blamed 64 MiB. The body is JSON whatever its type.
+    long_text = json.dumps({"prompt": "a " * 6000})
+    form = requests.post(server.url + "/tokenize", data=long_text,
+                         headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert form.status_code == 200, form.text
+    assert form.json()["count"] > 5000
+    multipart = requests.post(server.url + "/v1/completions", files={"prompt": "a"})
+    err = check_error(multipart, 415, None, "CTXPAR-HTTP-012")
+    assert "multipart/form-data" in err["message"]
     check_error(post(server, "/detokenize", {"tokens": [1, 49152]}), 400, "tokens[1]",
                 "CTXPAR-HTTP-004")
     check_error(post(server, "/generate", {"text": "a", "input_ids": [1]}), 400, "input_ids",
