@@ -42,12 +42,12 @@ struct ServerOptions {
   std::string api_key;            // empty: no authentication
   std::string served_model_name;  // empty: the model path
   bool enable_metrics = false;
-  int http_threads = 0;  // 0: derived from the engine's limits (see ServerThreads)
 };
 
-// The HTTP threads for a configuration: one per request that can be running or queued at once
-// (each open stream holds one), plus a few for short routes; 64 queued when the queue is
-// unbounded.
+// The most HTTP threads for a configuration: one per request that can be running or queued at
+// once (each open stream holds one), plus a few for short routes; kMaxHttpThreads when the queue
+// is unbounded. Threads start as connections need them, so a high cap costs nothing unused.
+inline constexpr int kMaxHttpThreads = 4096;
 int ServerThreads(const EngineConfig& config);
 
 // What the server needs of the engine. EngineBackend adapts an Engine; tests pass a fake.

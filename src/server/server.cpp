@@ -22,6 +22,7 @@
 #include "server/metrics.h"
 #include "server/request.h"
 #include "server/response.h"
+#include "server/task_queue.h"
 #include "server/update_queue.h"
 
 namespace ctxpar {
@@ -121,8 +122,9 @@ struct Job {
 }  // namespace
 
 int ServerThreads(const EngineConfig& config) {
-  const int queued = config.max_queued_requests.value_or(64);
-  return std::clamp(config.max_running_requests + queued + 8, 16, 1024);
+  if (!config.max_queued_requests) return kMaxHttpThreads;
+  return std::clamp(config.max_running_requests + *config.max_queued_requests + 8, 16,
+                    kMaxHttpThreads);
 }
 
 struct Server::Impl {
@@ -448,7 +450,7 @@ Server::~Server() {
 
 Status Server::Start(int threads) {
   Impl& s = *impl_;
-  s.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  s.http.new_task_queue = [threads] { return new server::GrowingTaskQueue(threads); };
   s.http.set_payload_max_length(kMaxBodyBytes);
   s.Routes();
   // httplib's default options set SO_REUSEPORT, which lets a second server bind a port in use

@@ -4,7 +4,9 @@
 import concurrent.futures
 import json
 import os
+import socket
 import subprocess
+import time
 
 import openai
 import pytest
@@ -155,3 +157,37 @@ def test_metrics_off_is_404_saying_how_to_turn_them_on(small_queue):
     err = check_error(requests.get(small_queue.url + "/metrics"), 404, None, "CTXPAR-HTTP-012",
                       "not_found_error")
     assert "--enable-metrics" in err["message"]
+
+
+@pytest.fixture(scope="module")
+def narrow(request):
+    return start(request, "--max-running-requests", "2", "--enable-metrics")
+
+
+def test_probes_answer_while_many_requests_are_open(narrow):
+    # Each open stream holds an HTTP thread. With a fixed pool (running + 64 + 8 threads) the
+    # 75th open request and every probe after it waited for a thread: /health timed out on a
+    # server that was busy, not dead. Threads now start as connections need them.
+    body = json.dumps({"model": MODEL_NAME, "prompt": "Once upon a time", "max_tokens": 300,
+                       "ignore_eos": True, "stream": True}).encode()
+    head = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    socks = []
+    try:
+        for _ in range(150):
+            s = socket.create_connection(("127.0.0.1", narrow.port))
+            s.sendall(head + body)
+            socks.append(s)
+        queued = 0.0
+        for _ in range(100):  # until the requests beyond the old pool are in the engine's queue
+            assert requests.get(narrow.url + "/health", timeout=10).status_code == 200
+            metrics = requests.get(narrow.url + "/metrics", timeout=10).text
+            queued = next(float(line.split()[-1]) for line in metrics.splitlines()
+                          if line.startswith("sglang:num_queue_reqs"))
+            if queued > 75:
+                break
+            time.sleep(0.1)
+        assert queued > 75
+    finally:
+        for s in socks:
+            s.close()
