@@ -18,6 +18,14 @@ Status BadValue(std::string_view flag, std::string_view value, std::string reaso
                                           {"valid", std::move(valid)}});
 }
 
+// A number outside its range is FLAG-003, as for the launch flags: with FLAG-008's reason "out
+// of range" the two texts were the same, and `ctxpar explain --message` named FLAG-003.
+Status OutOfRange(std::string_view flag, std::string_view value, std::string valid) {
+  return CatalogError(
+      "CTXPAR-FLAG-003",
+      {{"value", PyRepr(value)}, {"flag", std::string(flag)}, {"valid", std::move(valid)}});
+}
+
 std::string Trimmed(double x) {
   std::string s = std::to_string(x);
   s.erase(s.find_last_not_of('0') + 1);
@@ -65,10 +73,10 @@ Expected<std::vector<int>> ParseCountList(std::string_view flag, std::string_vie
     std::int64_t value = 0;
     for (char c : digits) {
       value = value * 10 + (c - '0');
-      if (value * scale > max) return BadValue(flag, item, "out of range", valid);
+      if (value * scale > max) return OutOfRange(flag, item, valid);
     }
     value *= scale;
-    if (value < min) return BadValue(flag, item, "out of range", valid);
+    if (value < min) return OutOfRange(flag, item, valid);
     out.push_back(static_cast<int>(value));
     if (end == text.size()) return out;
     pos = end + 1;
@@ -77,9 +85,9 @@ Expected<std::vector<int>> ParseCountList(std::string_view flag, std::string_vie
 
 Status CheckSeconds(std::string_view flag, double value, double min, double max) {
   if (std::isfinite(value) && value >= min && value <= max) return Status::Ok();
-  return BadValue(flag, Trimmed(value),
-                  std::isfinite(value) ? "out of range" : "not a finite number",
-                  "numbers from " + Trimmed(min) + " to " + Trimmed(max));
+  const std::string valid = "numbers from " + Trimmed(min) + " to " + Trimmed(max);
+  if (std::isfinite(value)) return OutOfRange(flag, Trimmed(value), valid);
+  return BadValue(flag, Trimmed(value), "not a finite number", valid);
 }
 
 }  // namespace ctxpar::cli

@@ -72,7 +72,8 @@ inline constexpr std::size_t kMaxCatalogMessageBytes = std::size_t{1} << 20;
 // yields nullopt.
 struct CatalogMatch {
   const CatalogEntry* entry;
-  std::vector<std::pair<std::string, std::string>> values;  // placeholder -> text it matched
+  // Each placeholder once, in the template's order -> the text its first use matched.
+  std::vector<std::pair<std::string, std::string>> values;
 };
 std::optional<CatalogMatch> MatchCatalogMessage(std::string_view message);
 

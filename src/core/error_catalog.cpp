@@ -682,6 +682,10 @@ std::optional<CatalogMatch> MatchCatalogMessage(std::string_view message) {
     }
     CatalogMatch match{&Table()[i], {}};
     for (size_t g = 0; g < t.names.size(); ++g) {
+      // A placeholder used several times ({command} in FLAG-009) is one value, its first.
+      const bool seen = std::any_of(match.values.begin(), match.values.end(),
+                                    [&](const auto& v) { return v.first == t.names[g]; });
+      if (seen) continue;
       const auto [begin, end] = (*spans)[g];
       match.values.emplace_back(t.names[g], text.substr(begin, end - begin));
     }

@@ -154,6 +154,16 @@ TEST(CatalogTest, MatchesTheThreeSeedMessagesAsSglangPrintsThem) {
   ASSERT_EQ(m->values.size(), 2u);
   EXPECT_EQ(m->values[0].second, "('none', 'deepep', 'megamoe', 'mori')");
   EXPECT_EQ(m->values[1].second, "'flashinfer'");
+  // A placeholder used three times ({command} in FLAG-009) is one value.
+  m = MatchCatalogMessage(
+      "Unknown option '-hx' for ctxpar explain; run: ctxpar explain --help to list the accepted "
+      "flags. To pass a catalog-id that starts with '-', put it after --: ctxpar explain [flags] "
+      "-- '-hx'");
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->entry->id, "CTXPAR-FLAG-009");
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"argument", "'-hx'"}, {"command", "explain"}, {"positional", "catalog-id"}};
+  EXPECT_EQ(m->values, want);
 }
 
 TEST(CatalogTest, MatchesWrappedAndPrefixedPastes) {
@@ -241,11 +251,10 @@ TEST(CatalogTest, PlaceholdersTakeTheShortestText) {
       MatchCatalogMessage("h declared tp_size=x holds y, but tp_size holds int holds z.");
   ASSERT_TRUE(m.has_value());
   EXPECT_EQ(m->entry->id, "CTXPAR-CONFIG-002");
-  EXPECT_EQ(m->values, (std::vector<std::pair<std::string, std::string>>{{"source", "h"},
-                                                                         {"field", "tp_size"},
-                                                                         {"value", "x holds y"},
-                                                                         {"field", "tp_size"},
-                                                                         {"type", "int holds z"}}));
+  EXPECT_EQ(
+      m->values,
+      (std::vector<std::pair<std::string, std::string>>{
+          {"source", "h"}, {"field", "tp_size"}, {"value", "x holds y"}, {"type", "int holds z"}}));
 }
 
 TEST(PythonFormat, ReprAndTuple) {
