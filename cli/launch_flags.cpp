@@ -150,9 +150,7 @@ int ParseCommandLine(CLI::App& app, const std::vector<std::string>& args, std::s
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   // An unknown argument is the error to report even when CLI11 stops at a later one (a required
   // positional it then lacks: `generate -x` would otherwise say "prompt is required").
-  const auto unknown = [&]() -> Status {
-    const std::vector<std::string> rest = app.remaining();
-    const std::string arg = rest.empty() ? "" : rest[0];
+  const auto unknown = [&](const std::string& arg) -> Status {
     const auto options = app.get_options([](const CLI::Option* o) { return o->get_positional(); });
     if (arg.starts_with("-") && !options.empty()) {
       return CatalogError("CTXPAR-FLAG-009", {{"argument", PyRepr(arg)},
@@ -162,14 +160,12 @@ int ParseCommandLine(CLI::App& app, const std::vector<std::string>& args, std::s
     return CatalogError("CTXPAR-FLAG-004",
                         {{"argument", PyRepr(arg)}, {"command", std::string(command)}});
   };
+  const auto first_unread = [&app] {
+    const std::vector<std::string> rest = app.remaining();
+    return rest.empty() ? std::string() : rest[0];
+  };
   if (const std::optional<std::string> arg = HelpLookalike(app, args)) {
-    const auto options = app.get_options([](const CLI::Option* o) { return o->get_positional(); });
-    *error = options.empty()
-                 ? CatalogError("CTXPAR-FLAG-004",
-                                {{"argument", PyRepr(*arg)}, {"command", std::string(command)}})
-                 : CatalogError("CTXPAR-FLAG-009", {{"argument", PyRepr(*arg)},
-                                                    {"command", std::string(command)},
-                                                    {"positional", options[0]->get_name()}});
+    *error = unknown(*arg);
     return 2;
   }
   try {
@@ -178,7 +174,7 @@ int ParseCommandLine(CLI::App& app, const std::vector<std::string>& args, std::s
     std::fputs(app.help().c_str(), stdout);
     return 0;
   } catch (const CLI::ExtrasError&) {
-    *error = unknown();
+    *error = unknown(first_unread());
     return 2;
   } catch (const CLI::ParseError& e) {
     if (std::optional<Status> value = ValueError(app, e)) {
@@ -188,7 +184,7 @@ int ParseCommandLine(CLI::App& app, const std::vector<std::string>& args, std::s
     *error = app.remaining().empty()
                  ? CatalogError("CTXPAR-FLAG-005",
                                 {{"command", std::string(command)}, {"detail", e.what()}})
-                 : unknown();
+                 : unknown(first_unread());
     return 2;
   }
   return -1;

@@ -1,5 +1,7 @@
+// GrowingTaskQueue (task_queue.h): a job queue whose threads start when no idle one is left.
 #include "server/task_queue.h"
 
+#include <system_error>
 #include <utility>
 
 namespace ctxpar::server {
@@ -13,8 +15,12 @@ void GrowingTaskQueue::enqueue(std::function<void()> job) {
     // A queued job already claims an idle thread: one more job than idle threads starts one.
     if (static_cast<int>(jobs_.size()) > idle_ &&
         static_cast<int>(threads_.size()) < max_threads_) {
-      threads_.emplace_back([this] { Work(); });
-      return;
+      try {
+        threads_.emplace_back([this] { Work(); });
+        return;
+      } catch (const std::system_error&) {
+        // The system refused a thread: the job waits for one of those already running.
+      }
     }
   }
   cv_.notify_one();
