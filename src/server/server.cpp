@@ -101,8 +101,9 @@ void PostBody(
           body.append(data, size);
           return true;
         });
-        if (!read)
-          return;  // httplib answers with the status it set (413), through the error handler
+        // On a failed read httplib answers with the status it set (413), through the error
+        // handler.
+        if (!read) return;
         handler(req, res, std::move(body));
       });
 }
