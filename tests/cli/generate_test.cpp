@@ -140,27 +140,24 @@ TEST(Generate, PromptsFileLinesAreThePromptsWritten) {
 // Every prompt is checked before any runs: a prompt that cannot fit the context stops the command
 // with its line named, and the prompts before it print nothing.
 TEST(Generate, ABadPromptStopsTheRunBeforeAnyOutput) {
+  // The prompts file `name` holding `text` is refused with nothing printed, its error `id` naming
+  // the line (`message` follows the file's path).
+  auto expect_refused = [](const std::string& name, const std::string& text,
+                           const std::string& message, const std::string& id) {
+    const std::string path = WriteFile(name, text);
+    const Result r = RunGenerate("--max-new-tokens 3 --prompts-file " + path);
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_NE(r.err.find("prompt 1 (line 2 of " + path + message), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(id), std::string::npos) << r.err;
+    std::remove(path.c_str());
+  };
   std::string words;
   for (int i = 0; i < 9000; ++i) words += "word ";
-  const std::string path = WriteFile("prompts_mixed", "Hello\n" + words + "\nWorld\n");
-  const Result r = RunGenerate("--max-new-tokens 3 --prompts-file " + path);
-  EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_EQ(r.out, "");
-  EXPECT_NE(r.err.find("prompt 1 (line 2 of " + path + "): The request needs 9004 tokens"),
-            std::string::npos)
-      << r.err;
-  EXPECT_NE(r.err.find("CTXPAR-ENGINE-005"), std::string::npos) << r.err;
-  std::remove(path.c_str());
+  expect_refused("prompts_mixed", "Hello\n" + words + "\nWorld\n",
+                 "): The request needs 9004 tokens", "CTXPAR-ENGINE-005");
   // A blank line is no prompt either, and its line is named too.
-  const std::string blank = WriteFile("prompts_blank", "Hello\n\nWorld\n");
-  const Result b = RunGenerate("--max-new-tokens 3 --prompts-file " + blank);
-  EXPECT_EQ(b.code, 2);
-  EXPECT_EQ(b.out, "");
-  EXPECT_NE(b.err.find("prompt 1 (line 2 of " + blank + ") encodes to no token"),
-            std::string::npos)
-      << b.err;
-  EXPECT_NE(b.err.find("CTXPAR-ENGINE-011"), std::string::npos) << b.err;
-  std::remove(blank.c_str());
+  expect_refused("prompts_blank", "Hello\n\nWorld\n", ") encodes to no token", "CTXPAR-ENGINE-011");
 }
 
 // --max-queued-requests bounds the queue, not the prompts of a file: they go in as it drains,
