@@ -86,21 +86,30 @@ void TileScoresFma(const float* q, int dqk_arg, const KElem* kt, const TilePrefe
     for (int sp = 0; sp < kSplit; ++sp) {
       const KElem* line = kt + static_cast<int64_t>(w + sp) * kTileKeys * e;
       if (pf != nullptr) pf->Line(static_cast<int64_t>(w + sp) * 64);
-      for (int v = 0; v < kVecs; ++v) {
-        if constexpr (e == 1) {
-          const V kv = T::Load(line + v * T::kLanes);
-          for (int i = 0; i < HB; ++i) {
-            acc[i][v][sp] = T::Fma(T::Set1(q[i * dqk + w + sp]), kv, acc[i][v][sp]);
-          }
-        } else {
+      // The line's vectors first, then one broadcast of q per head for all of them: with the
+      // broadcasts of every head live at once, AVX2's 16 registers spilled the accumulators, and
+      // the store-to-load forwarding in their chains halved the bf16 rate.
+      if constexpr (e == 1) {
+        V kv[kVecs];
+        for (int v = 0; v < kVecs; ++v) kv[v] = T::Load(line + v * T::kLanes);
+        for (int i = 0; i < HB; ++i) {
+          const V qb = T::Set1(q[i * dqk + w + sp]);
+          for (int v = 0; v < kVecs; ++v) acc[i][v][sp] = T::Fma(qb, kv[v], acc[i][v][sp]);
+        }
+      } else {
+        V lo[kVecs];
+        V hi[kVecs];
+        for (int v = 0; v < kVecs; ++v) {
           const auto words = T::LoadWords(line + v * T::kLanes * e);
-          const V lo = T::Lo(words);
-          const V hi = T::Hi(words);
-          for (int i = 0; i < HB; ++i) {
-            const float* qi = q + i * dqk + (w + sp) * e;
-            acc[i][v][sp] = T::Fma(T::Set1(qi[0]), lo, acc[i][v][sp]);
-            acc[i][v][sp] = T::Fma(T::Set1(qi[1]), hi, acc[i][v][sp]);
-          }
+          lo[v] = T::Lo(words);
+          hi[v] = T::Hi(words);
+        }
+        for (int i = 0; i < HB; ++i) {
+          const float* qi = q + i * dqk + (w + sp) * e;
+          const V q0 = T::Set1(qi[0]);
+          for (int v = 0; v < kVecs; ++v) acc[i][v][sp] = T::Fma(q0, lo[v], acc[i][v][sp]);
+          const V q1 = T::Set1(qi[1]);
+          for (int v = 0; v < kVecs; ++v) acc[i][v][sp] = T::Fma(q1, hi[v], acc[i][v][sp]);
         }
       }
     }
@@ -145,20 +154,27 @@ void TilePvFmaChunk(const float* p, const VRows<KElem>& v, int dv, int d0, const
       const int64_t at = (static_cast<int64_t>(w) * dv + d0) * 4;
       for (int b = 0; b < DB * T::kLanes * 4; b += 64) pf->Line(at + b);
     }
-    for (int b = 0; b < DB; ++b) {
-      if constexpr (e == 1) {
-        const V vv = T::Load(row + b * T::kLanes);
-        for (int i = 0; i < HB; ++i) {
-          acc[i][b] = T::Fma(T::Set1(p[i * kTileKeys + j]), vv, acc[i][b]);
-        }
-      } else {
+    // As in TileScoresFma: the row's vectors first, then one broadcast per head and key.
+    if constexpr (e == 1) {
+      V vv[DB];
+      for (int b = 0; b < DB; ++b) vv[b] = T::Load(row + b * T::kLanes);
+      for (int i = 0; i < HB; ++i) {
+        const V pb = T::Set1(p[i * kTileKeys + j]);
+        for (int b = 0; b < DB; ++b) acc[i][b] = T::Fma(pb, vv[b], acc[i][b]);
+      }
+    } else {
+      V lo[DB];
+      V hi[DB];
+      for (int b = 0; b < DB; ++b) {
         const auto words = T::LoadWords(row + b * T::kLanes * e);
-        const V lo = T::Lo(words);
-        const V hi = T::Hi(words);
-        for (int i = 0; i < HB; ++i) {
-          acc[i][b] = T::Fma(T::Set1(p[i * kTileKeys + j]), lo, acc[i][b]);
-          acc[i][b] = T::Fma(T::Set1(p[i * kTileKeys + j + 1]), hi, acc[i][b]);
-        }
+        lo[b] = T::Lo(words);
+        hi[b] = T::Hi(words);
+      }
+      for (int i = 0; i < HB; ++i) {
+        const V p0 = T::Set1(p[i * kTileKeys + j]);
+        for (int b = 0; b < DB; ++b) acc[i][b] = T::Fma(p0, lo[b], acc[i][b]);
+        const V p1 = T::Set1(p[i * kTileKeys + j + 1]);
+        for (int b = 0; b < DB; ++b) acc[i][b] = T::Fma(p1, hi[b], acc[i][b]);
       }
     }
   }
