@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -122,6 +123,33 @@ TEST(SwiGlu, MatchesFloat64) {
     const double ref = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * u[i];
     EXPECT_NEAR(out[i], ref, 1e-6 * (1.0 + std::fabs(ref)));
   }
+}
+
+// SwiGlu's vector path computes expf as glibc does on an FMA CPU; the scalar formula with
+// std::exp is the reference, bit for bit, over every 61st float (both signs, every exponent,
+// NaN, infinities and the |x| >= 88 lanes that fall back to the scalar path) at every offset of
+// an 8-lane group.
+TEST(SwiGlu, EqualsTheScalarExpBitForBit) {
+  constexpr int kChunk = 4099;  // odd, so a special value lands in every lane of a group
+  std::vector<float> g(kChunk), u(kChunk), out(kChunk);
+  for (int i = 0; i < kChunk; ++i) u[i] = 1.0f + float(i % 7) / 8.0f;
+  std::int64_t mismatches = 0;
+  std::uint64_t bits = 0;
+  while (bits <= 0xffffffffu) {
+    int n = 0;
+    for (; n < kChunk && bits <= 0xffffffffu; ++n, bits += 61) {
+      const auto b = static_cast<std::uint32_t>(bits);
+      std::memcpy(&g[n], &b, sizeof b);
+    }
+    SwiGlu(g.data(), u.data(), n, out.data());
+    for (int i = 0; i < n; ++i) {
+      const float ref = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+      if (std::memcmp(&ref, &out[i], sizeof ref) != 0 && ++mismatches <= 5) {
+        ADD_FAILURE() << "gate " << g[i] << ": " << out[i] << " against " << ref;
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
 }
 
 }  // namespace
