@@ -204,6 +204,12 @@ def main():
     a = p.parse_args()
     if (a.concurrency is None) == (a.rate is None):
         p.error("give exactly one of --concurrency and --rate")
+    if a.concurrency is not None and a.concurrency < 1:
+        p.error("--concurrency must be at least 1")
+    if a.rate is not None and not a.rate > 0:
+        p.error("--rate must be a positive number of arrivals per second")
+    if a.requests < 1 or a.prompt_words < 1 or a.max_tokens < 1:
+        p.error("--requests, --prompt-words and --max-tokens must be at least 1")
     prompts = make_prompts(a.requests, a.prompt_words, a.seed)
     summary = asyncio.run(run_load(a.url, a.model, prompts, a.max_tokens, a.concurrency,
                                    a.rate, a.seed))

@@ -107,7 +107,8 @@ def run_ctxpar(args, levels):
     p = Process(cmd, url, os.path.join(args.out, "ctxpar-serve.log"))
     try:
         results = measure(url, None, args, levels, "ctxpar")
-        results.append(poisson(url, args, "ctxpar"))
+        if args.poisson_requests > 0:
+            results.append(poisson(url, args, "ctxpar"))
     finally:
         p.stop()
     return results
@@ -115,7 +116,7 @@ def run_ctxpar(args, levels):
 
 def run_llama(args, levels):
     results = []
-    for c in levels + ["poisson"]:
+    for c in levels + (["poisson"] if args.poisson_requests > 0 else []):
         slots = args.poisson_slots if c == "poisson" else c
         port = free_port()
         url = f"http://127.0.0.1:{port}"
@@ -200,7 +201,7 @@ def main():
     p.add_argument("--requests", type=int, default=0,
                    help="requests per level (default: max(4, concurrency))")
     p.add_argument("--rate", type=float, default=0.25, help="Poisson arrivals per second")
-    p.add_argument("--poisson-requests", type=int, default=16)
+    p.add_argument("--poisson-requests", type=int, default=16, help="0: no Poisson run")
     p.add_argument("--poisson-slots", type=int, default=16)
     p.add_argument("--prompt-words", type=int, default=513, help="513: 520-token prompts")
     p.add_argument("--max-tokens", type=int, default=64)
@@ -215,9 +216,18 @@ def main():
     if not args.model:
         args.model = subprocess.check_output(["bash", os.path.join(ROOT, "scripts/fetch-model.sh")],
                                              text=True).strip()
+    try:
+        levels = [int(x) for x in args.levels.split(",")]
+    except ValueError:
+        p.error(f"--levels takes concurrencies separated by commas, not {args.levels!r}")
+    if any(c < 1 for c in levels):
+        p.error("every level of --levels must be at least 1")
+    if args.poisson_requests < 0 or (args.poisson_requests > 0 and not args.rate > 0):
+        p.error("--rate must be positive (--poisson-requests 0 skips the Poisson run)")
+    if args.requests < 0 or args.prompt_words < 1 or args.max_tokens < 1:
+        p.error("--requests must be >= 0, --prompt-words and --max-tokens >= 1")
     args.requests_per_level = (lambda c: args.requests or max(4, c))
     os.makedirs(args.out, exist_ok=True)
-    levels = [int(x) for x in args.levels.split(",")]
     results = run_ctxpar(args, levels)
     if not args.skip_llama:
         if args.llama_bin is None:
