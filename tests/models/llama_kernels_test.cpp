@@ -2,9 +2,11 @@
 // quantization (ggml's rule), RMSNorm, RoPE and SwiGLU (the matmul: linear_test.cpp).
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -126,28 +128,59 @@ TEST(SwiGlu, MatchesFloat64) {
 }
 
 // SwiGlu's vector path computes expf as glibc does on an FMA CPU; the scalar formula with
-// std::exp is the reference, bit for bit, over every 61st float (both signs, every exponent,
-// NaN, infinities and the |x| >= 88 lanes that fall back to the scalar path) at every offset of
-// an 8-lane group.
+// std::exp is the reference, bit for bit: first on values at the edges of glibc's fast range and
+// beyond it (lanes that fall back to the scalar path), then over every 61st float (both signs,
+// every exponent, NaNs) at every offset of an 8-lane group.
+int CountSwiGluMismatches(const std::vector<float>& g) {
+  const int n = static_cast<int>(g.size());
+  std::vector<float> u(n), out(n);
+  for (int i = 0; i < n; ++i) u[i] = 1.0f + float(i % 7) / 8.0f;
+  SwiGlu(g.data(), u.data(), n, out.data());
+  int mismatches = 0;
+  for (int i = 0; i < n; ++i) {
+    const float ref = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    if (std::memcmp(&ref, &out[i], sizeof ref) != 0 && ++mismatches <= 5) {
+      ADD_FAILURE() << "gate " << g[i] << ": " << out[i] << " against " << ref;
+    }
+  }
+  return mismatches;
+}
+
 TEST(SwiGlu, EqualsTheScalarExpBitForBit) {
-  constexpr int kChunk = 4099;  // odd, so a special value lands in every lane of a group
-  std::vector<float> g(kChunk), u(kChunk), out(kChunk);
-  for (int i = 0; i < kChunk; ++i) u[i] = 1.0f + float(i % 7) / 8.0f;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> edges = {0.0f,
+                              -0.0f,
+                              inf,
+                              -inf,
+                              88.0f,
+                              -88.0f,
+                              87.9999f,
+                              -87.9999f,
+                              88.7229f,
+                              -88.7229f,
+                              103.97f,
+                              -103.97f,
+                              1e-45f,
+                              -1e-45f,
+                              1e-38f,
+                              -1e-38f,
+                              0.5f,
+                              -0.5f,
+                              std::numeric_limits<float>::quiet_NaN()};
+  for (const float x : std::vector<float>(edges)) {
+    for (const float y : {std::nextafter(x, inf), std::nextafter(x, -inf)}) edges.push_back(y);
+  }
+  EXPECT_EQ(CountSwiGluMismatches(edges), 0);
+
+  constexpr int kChunk = 4099;  // odd, so each value class lands in every lane of a group
   std::int64_t mismatches = 0;
-  std::uint64_t bits = 0;
-  while (bits <= 0xffffffffu) {
-    int n = 0;
-    for (; n < kChunk && bits <= 0xffffffffu; ++n, bits += 61) {
+  for (std::uint64_t bits = 0; bits <= 0xffffffffu;) {
+    std::vector<float> g;
+    for (; g.size() < kChunk && bits <= 0xffffffffu; bits += 61) {
       const auto b = static_cast<std::uint32_t>(bits);
-      std::memcpy(&g[n], &b, sizeof b);
+      g.push_back(std::bit_cast<float>(b));
     }
-    SwiGlu(g.data(), u.data(), n, out.data());
-    for (int i = 0; i < n; ++i) {
-      const float ref = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-      if (std::memcmp(&ref, &out[i], sizeof ref) != 0 && ++mismatches <= 5) {
-        ADD_FAILURE() << "gate " << g[i] << ": " << out[i] << " against " << ref;
-      }
-    }
+    mismatches += CountSwiGluMismatches(g);
   }
   EXPECT_EQ(mismatches, 0);
 }
