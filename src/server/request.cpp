@@ -126,11 +126,16 @@ MaybeError ReadModel(const json& body, const ModelContext& model, ApiRequest* r)
   return std::nullopt;
 }
 
-MaybeError ReadStream(const json& body, ApiRequest* r) {
+MaybeError ReadStream(const json& body, Route route, ApiRequest* r) {
   CTXPAR_RETURN_IF_API_ERROR(Read(Field(body, "stream"), "stream", &r->stream));
   const json& options = Field(body, "stream_options");
   if (options.is_null()) return std::nullopt;
   if (!options.is_object()) return TypeError("stream_options", "an object", options);
+  // As vLLM and SGLang do: options of a stream on a request that does not stream would be
+  // silently void (no usage chunk without chunks).
+  if (!r->stream) {
+    return RangeError(route, "stream_options", "absent unless stream is true", options.dump());
+  }
   return Read(Field(options, "include_usage"), "stream_options.include_usage", &r->include_usage);
 }
 
@@ -323,7 +328,7 @@ ApiExpected<ApiRequest> ParseApiRequest(Route route, std::string_view body,
   ApiRequest r;
   r.route = route;
   CTXPAR_RETURN_IF_API_ERROR(ReadModel(b, model, &r));
-  CTXPAR_RETURN_IF_API_ERROR(ReadStream(b, &r));
+  CTXPAR_RETURN_IF_API_ERROR(ReadStream(b, route, &r));
   CTXPAR_RETURN_IF_API_ERROR(RefuseUnsupported(b));
   CTXPAR_RETURN_IF_API_ERROR(ReadLogprobs(b, route, &r));
   if (route == Route::kGenerate) {

@@ -216,6 +216,12 @@ TEST_F(ProtocolTest, BadRequestsAreOpenAiErrorsNamingTheField) {
               "invalid_request_error", "logprobs", "CTXPAR-HTTP-004");
   ExpectError(Refuse(Route::kChat, R"({"messages": [{"role": "tool", "content": "x"}]})"), 400,
               "invalid_request_error", "messages[0].role", "CTXPAR-HTTP-004");
+  ExpectError(
+      Refuse(Route::kCompletions, R"({"prompt": "a", "stream_options": {"include_usage": true}})"),
+      400, "invalid_request_error", "stream_options", "CTXPAR-HTTP-004");
+  ExpectError(Refuse(Route::kChat, R"({"messages": [{"role": "user", "content": "x"}],
+                                       "stream": false, "stream_options": {}})"),
+              400, "invalid_request_error", "stream_options", "CTXPAR-HTTP-004");
   ExpectError(Refuse(Route::kGenerate, R"({"text": "a", "sampling_params": {"top_k": 1.5}})"), 400,
               "invalid_request_error", "sampling_params.top_k", "CTXPAR-HTTP-002");
   const ApiError model = Refuse(Route::kCompletions, R"({"model": "gpt-4", "prompt": "a"})");
