@@ -4,6 +4,7 @@
 #include <charconv>
 #include <climits>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "config/fields_internal.h"
@@ -235,6 +236,30 @@ Status CheckDomain(const FieldSpec& field, std::string_view flag, const FieldVal
   return Status::Ok();
 }
 
+// The text of a number as Python's int() and float() read it: surrounding whitespace and one
+// leading '+' dropped, underscores between two digits (PEP 515: 1_000) removed. nullopt when an
+// underscore stands anywhere else, which Python refuses too.
+std::optional<std::string> PythonNumberText(std::string_view t) {
+  constexpr std::string_view kSpace = " \t\n\r\v\f";
+  const size_t first = t.find_first_not_of(kSpace);
+  t = first == std::string_view::npos ? std::string_view() : t.substr(first);
+  t = t.substr(0, t.find_last_not_of(kSpace) + 1);
+  if (!t.empty() && t.front() == '+') {
+    t.remove_prefix(1);
+    if (!t.empty() && (t.front() == '+' || t.front() == '-')) return std::nullopt;
+  }
+  auto digit = [&](size_t i) { return i < t.size() && t[i] >= '0' && t[i] <= '9'; };
+  std::string out;
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i] != '_') {
+      out += t[i];
+    } else if (i == 0 || !digit(i - 1) || !digit(i + 1)) {
+      return std::nullopt;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string FieldValueRepr(const FieldValue& value) {
@@ -279,14 +304,12 @@ Expected<FieldValue> ParseFieldText(const FieldSpec& field, std::string_view fla
           {{"value", PyRepr(text)}, {"flag", std::string(flag)}, {"valid", ValidValues(field)}});
     }
     case FieldType::kFloat: {
-      // Python's float() accepts surrounding blanks; inf and nan are refused as out of range.
-      std::string_view t = text;
-      while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
-      while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
-      if (!t.empty() && t.front() == '+') t.remove_prefix(1);
+      // inf and nan read as Python reads them, then are refused as out of range.
+      const std::optional<std::string> t = PythonNumberText(text);
       double v = 0.0;
-      auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-      if (t.empty() || ec != std::errc() || end != t.data() + t.size()) {
+      const char* last = t ? t->data() + t->size() : nullptr;
+      auto [end, ec] = t ? std::from_chars(t->data(), last, v) : std::from_chars_result{};
+      if (!t || t->empty() || ec != std::errc() || end != last) {
         return CatalogError(
             "CTXPAR-FLAG-010",
             {{"value", PyRepr(text)}, {"flag", std::string(flag)}, {"valid", ValidValues(field)}});
@@ -296,16 +319,12 @@ Expected<FieldValue> ParseFieldText(const FieldSpec& field, std::string_view fla
       return value;
     }
     case FieldType::kInt: {
-      // Python's int() accepts surrounding blanks and a leading '+'; so do we, and nothing else.
-      std::string_view t = text;
-      while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
-      while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
-      if (!t.empty() && t.front() == '+') t.remove_prefix(1);
-      bool digits = !t.empty();
+      // Decimal digits after an optional '-', and nothing else.
+      const std::string t = PythonNumberText(text).value_or("");
+      bool digits = !t.empty() && t != "-";
       for (size_t i = (!t.empty() && t.front() == '-') ? 1 : 0; i < t.size(); ++i) {
         digits = digits && t[i] >= '0' && t[i] <= '9';
       }
-      if (t == "-") digits = false;
       if (!digits) {
         return CatalogError(
             "CTXPAR-FLAG-002",

@@ -380,6 +380,20 @@ TEST(FlagValues, IntegersAndChoices) {
   EXPECT_EQ(ParseFieldText(tp, "--tp-size", "99999999999999999999").status().error_id(),
             "CTXPAR-FLAG-003");
   EXPECT_EQ(*ParseFieldText(tp, "--tp-size", " +4 "), FieldValue(int64_t{4}));
+  // Python's int() as the reference: whitespace around, underscores between digits (PEP 515).
+  EXPECT_EQ(*ParseFieldText(tp, "--tp-size", "\t1_024\n"), FieldValue(int64_t{1024}));
+  EXPECT_EQ(*ParseFieldText(tp, "--tp-size", "0_0_7"), FieldValue(int64_t{7}));
+  for (const char* bad : {"1__0", "_1", "1_", "+-4", "++4", "+_4", "1 0", "0x10"}) {
+    EXPECT_EQ(ParseFieldText(tp, "--tp-size", bad).status().error_id(), "CTXPAR-FLAG-002") << bad;
+  }
+  const FieldSpec& sc = *FindField("schedule_conservativeness");
+  EXPECT_EQ(*ParseFieldText(sc, "--schedule-conservativeness", " 1_0.2_5 "), FieldValue(10.25));
+  EXPECT_EQ(*ParseFieldText(sc, "--schedule-conservativeness", "+1e0_0"), FieldValue(1.0));
+  for (const char* bad : {"1._5", "1_.5", "+-1.0", "1e", ""}) {
+    EXPECT_EQ(ParseFieldText(sc, "--schedule-conservativeness", bad).status().error_id(),
+              "CTXPAR-FLAG-010")
+        << bad;
+  }
   const FieldSpec& dcp = *FindField("dcp_size");
   // Negative DCP sizes pass the flag layer: CTXPAR-DCP-001 owns that rule and its text.
   EXPECT_EQ(*ParseFieldText(dcp, "--dcp-size", "-2"), FieldValue(int64_t{-2}));
