@@ -97,6 +97,11 @@ void PostBody(
               res, HttpRefusal(req, 415, "the body is multipart/form-data; send a JSON object"));
         }
         std::string body;
+        // A request with neither Content-Length nor Transfer-Encoding has no body (RFC 9112,
+        // 6.3); httplib would wait for one until its read timeout (5 s).
+        if (!req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) {
+          return handler(req, res, std::move(body));
+        }
         const bool read = reader([&body](const char* data, std::size_t size) {
           body.append(data, size);
           return true;

@@ -94,6 +94,16 @@ def test_http_layer_refusals_say_what_and_why(server):
     multipart = requests.post(server.url + "/v1/completions", files={"prompt": "a"})
     err = check_error(multipart, 415, None, "CTXPAR-HTTP-012")
     assert "multipart/form-data" in err["message"]
+    # No Content-Length and no Transfer-Encoding: an empty body (RFC 9112, 6.3), refused as not
+    # JSON at once; httplib used to wait for a body until its 5 s read timeout.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=3) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+    head, _, payload = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), reply
+    assert json.loads(payload)["error"]["code"] == "CTXPAR-HTTP-001"
     check_error(post(server, "/detokenize", {"tokens": [1, 49152]}), 400, "tokens[1]",
                 "CTXPAR-HTTP-004")
     check_error(post(server, "/generate", {"text": "a", "input_ids": [1]}), 400, "input_ids",
