@@ -305,11 +305,10 @@ Expected<FieldValue> ParseFieldText(const FieldSpec& field, std::string_view fla
     }
     case FieldType::kFloat: {
       // inf and nan read as Python reads them, then are refused as out of range.
-      const std::optional<std::string> t = PythonNumberText(text);
+      const std::string t = PythonNumberText(text).value_or("");
       double v = 0.0;
-      const char* last = t ? t->data() + t->size() : nullptr;
-      auto [end, ec] = t ? std::from_chars(t->data(), last, v) : std::from_chars_result{};
-      if (!t || t->empty() || ec != std::errc() || end != last) {
+      auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+      if (t.empty() || ec != std::errc() || end != t.data() + t.size()) {
         return CatalogError(
             "CTXPAR-FLAG-010",
             {{"value", PyRepr(text)}, {"flag", std::string(flag)}, {"valid", ValidValues(field)}});

@@ -6,7 +6,7 @@
 
 #include "ctxpar/cpu_features.h"
 
-#if defined(__x86_64__)
+#if defined(CTXPAR_X86_KERNELS)
 #include <immintrin.h>
 #endif
 
@@ -17,7 +17,7 @@ void SwiGluScalar(const float* gate, const float* up, int n, float* out) {
   for (int i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
-#if defined(__x86_64__)
+#if defined(CTXPAR_X86_KERNELS)
 // SwiGluScalar's arithmetic with four exponentials at a time, computed the way glibc's expf does
 // on a CPU with FMA (the variant its loader picks there): x / ln 2 = k / 32 + r, 2^(k / 32) from a
 // table of 32 doubles, 2^r by a cubic in double, every fma where glibc's build has one, then
@@ -124,9 +124,9 @@ void RopeNormal(float* x, int num_heads, int head_dim, int rope_dims, float base
 }
 
 void SwiGlu(const float* gate, const float* up, int n, float* out) {
-#if defined(__x86_64__)
-  static const bool fma = DetectCpuFeatures().avx2 && DetectCpuFeatures().fma;
-  if (fma) return SwiGluAvx2(gate, up, n, out);
+#if defined(CTXPAR_X86_KERNELS)
+  static const bool avx2 = BestCpuIsa(DetectCpuFeatures()) >= CpuIsa::kAvx2;
+  if (avx2) return SwiGluAvx2(gate, up, n, out);
 #endif
   SwiGluScalar(gate, up, n, out);
 }
