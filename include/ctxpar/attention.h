@@ -35,7 +35,9 @@
 //   relative error of at most 2^-9, so O and lse agree with an exact computation to about 1e-2
 //   relative (typically 1e-3); fp32 KV: about 1e-5 on every path.
 // - Work is split over rows, KV heads and chunks of keys (split-KV); the chunks of one row are
-//   merged with merge.h, so a single long sequence uses every thread.
+//   merged with merge.h, so a single long sequence uses every thread. With kTiles16, up to four
+//   consecutive rows of one sequence whose row_kv_len do not decrease (a causal prefill) share
+//   each chunk's task and read each tile once for all of them.
 // - Batch invariance: with split_kv_keys > 0, a row's chunks are the local rows [c * split_kv_keys,
 //   (c + 1) * split_kv_keys) below its row_kv_len, each computed by one task and merged in chunk
 //   order; its O and lse are then a fixed function of its q, its keys and split_kv_keys, bitwise

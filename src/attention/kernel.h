@@ -3,7 +3,9 @@
 // One call handles one task: one query row, kv_heads consecutive KV heads with their G query
 // heads each, and the keys [key_begin, key_end) of that row's sequence. It writes the task's
 // O [kv_heads * G, head_dim_v] and natural lse [kv_heads * G] (O = 0, lse = -inf for an empty
-// range). Each ISA's kernels live in their own
+// range). A kTiles16 task may take several rows of one sequence that share key_begin (causal
+// prefill): each tile is then read once for all of them, and each row's O and lse are the bits
+// it gets alone. Each ISA's kernels live in their own
 // translation unit, compiled with that ISA's flags; the caller picks one with SelectKernel after
 // checking the CPU (cpu_features.h), so no wider instruction runs on a CPU that lacks it.
 #pragma once
@@ -23,6 +25,19 @@ namespace ctxpar::attention_internal {
 // fewer rows in flight between one KV head's slices and the next's.
 inline constexpr int kKeyBlock = 16;
 static_assert(kKeyBlock % 16 == 0, "the softmax and bf16 packing take whole 16-lane vectors");
+
+// Rows per kTiles16 task: the consecutive prefill rows that share their tiles. Four rows of
+// SmolLM2's three query heads per KV head fill two register tiles of six heads.
+inline constexpr int kMaxTaskRows = 4;
+
+// One row of a several-row task: its Q [kv_heads * G, head_dim_qk], where its O and lse go, and
+// the end of its keys (> key_begin).
+struct KernelRow {
+  const float* q = nullptr;
+  float* o = nullptr;
+  float* lse = nullptr;
+  int key_end = 0;
+};
 
 struct KernelArgs {
   const float* q = nullptr;  // [kv_heads * group, head_dim_qk]
@@ -52,7 +67,11 @@ struct KernelArgs {
   bool tiles = false;
   int64_t k_page_stride = 0;
   int64_t v_page_stride = 0;
-  float* scratch = nullptr;  // KernelScratchFloats(kv_heads, group, head_dim_qk, head_dim_v)
+  // kTiles16 only: num_rows (2 to kMaxTaskRows) rows in non-decreasing key_end, instead of q, o,
+  // lse and key_end; key_end must then be the last row's.
+  const KernelRow* rows = nullptr;
+  int num_rows = 1;
+  float* scratch = nullptr;  // KernelScratchFloats(kv_heads, group, head_dim_qk, head_dim_v, rows)
   // No other row of the call reads this row's keys (a decode row), so they are not in cache
   // whatever their size: the kTiles16 kernels prefetch them. Changes speed only, never a bit.
   bool kv_cold = false;
@@ -60,13 +79,20 @@ struct KernelArgs {
 
 using KernelFn = void (*)(const KernelArgs& args);
 
-inline size_t KernelScratchFloats(int kv_heads, int group, int head_dim_qk, int head_dim_v) {
-  // Scaled Q, one block of scores of one KV head, running max and sum; for kTiles16 also the
-  // weights as bf16 pairs and two V word-rows (the edges of a partial tile). Whole cache lines.
-  const size_t heads = static_cast<size_t>(kv_heads) * group;
-  const size_t n = heads * head_dim_qk + static_cast<size_t>(group) * kKeyBlock + 2 * heads +
-                   static_cast<size_t>(group) * kKeyBlock / 2 + 2 * static_cast<size_t>(head_dim_v);
-  return (n + 15) / 16 * 16 + 16;
+// Floats rounded up to whole 64-byte lines.
+inline size_t ScratchLines(size_t floats) { return (floats + 15) / 16 * 16; }
+
+// Per row: scaled Q, one block of scores of one KV head, running max and sum; for kTiles16 also
+// the weights as bf16 pairs; then two V word-rows (the edges of a partial tile), and for several
+// rows their O. Each part starts on a line (kernel_tiles.h's TilesState).
+inline size_t KernelScratchFloats(int kv_heads, int group, int head_dim_qk, int head_dim_v,
+                                  int rows = 1) {
+  const size_t heads = static_cast<size_t>(kv_heads) * group * rows;
+  const size_t pairs = static_cast<size_t>(group) * rows;
+  return ScratchLines(heads * head_dim_qk) + ScratchLines(pairs * kKeyBlock) +
+         2 * ScratchLines(heads) + ScratchLines(pairs * kKeyBlock / 2) +
+         ScratchLines(2 * static_cast<size_t>(head_dim_v)) +
+         (rows > 1 ? ScratchLines(heads * head_dim_v) : 0);
 }
 
 void AttendScalarF32(const KernelArgs& args);

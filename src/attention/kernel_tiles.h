@@ -274,18 +274,88 @@ class TileWalk {
   int first_, last_, per_page_, kv_heads_;
 };
 
+// A task's state in its scratch (KernelScratchFloats with its rows). A pair is one row's query
+// head; pairs go in the order [KV head][row][head of the group], so that the pairs of one KV head
+// are consecutive for the register tiles of GroupScores and GroupPv.
+template <class T, class KElem>
+struct TilesState {
+  TilesState(const KernelArgs& a, int rows) {
+    const int64_t pairs = static_cast<int64_t>(a.kv_heads) * a.group * rows;
+    const int64_t kvh_pairs = static_cast<int64_t>(a.group) * rows;
+    float* at = a.scratch;
+    auto take = [&at](int64_t floats) {
+      float* p = at;
+      at += ScratchLines(static_cast<size_t>(floats));
+      return p;
+    };
+    q = reinterpret_cast<typename T::QElem*>(take(pairs * a.head_dim_qk));
+    s = take(kvh_pairs * kTileKeys);
+    m = take(pairs);
+    l = take(pairs);
+    packed = reinterpret_cast<uint32_t*>(take(kvh_pairs * kTileKeys / 2));
+    vpart = reinterpret_cast<KElem*>(take(2 * static_cast<int64_t>(a.head_dim_v)));
+    // One row accumulates in its own O ([heads, dv] is the pair order then).
+    o = rows > 1 ? take(pairs * a.head_dim_v) : a.o;
+  }
+  typename T::QElem* q;  // [pairs, head_dim_qk]
+  float* s;              // [pairs of a KV head, kTileKeys]
+  float* m;              // [pairs]
+  float* l;              // [pairs]
+  uint32_t* packed;      // [pairs of a KV head, kTileKeys / 2]: the weights as bf16 pairs
+  KElem* vpart;          // two V word-rows: the edges of a partial tile
+  float* o;              // [pairs, head_dim_v]
+};
+
+// The word-rows of V tile vt that keys [lo, hi) read (see VRows), with the edge rows copied to
+// vpart where a word holds a key outside them.
+template <class KElem>
+VRows<KElem> TileVRows(const KElem* vt, int lo, int hi, int dv, KElem* vpart) {
+  constexpr int e = sizeof(float) / sizeof(KElem);
+  VRows<KElem> v;
+  v.lo = lo / e;
+  v.hi = (hi + e - 1) / e;
+  const int64_t row_elems = static_cast<int64_t>(dv) * e;
+  for (int w = v.lo; w < v.hi; ++w) v.row[w] = vt + w * row_elems;
+  if constexpr (e > 1) {
+    for (int w : {v.lo, v.hi - 1}) {
+      const bool whole = w * e >= lo && w * e + e <= hi;
+      if (whole || v.row[w] != vt + w * row_elems) continue;  // whole, or copied already
+      KElem* copy = vpart + (w == v.lo ? 0 : row_elems);
+      for (int64_t i = 0; i < row_elems; ++i) {
+        const int key = w * e + static_cast<int>(i % e);
+        copy[i] = key >= lo && key < hi ? v.row[w][i] : KElem{};
+      }
+      v.row[w] = copy;
+    }
+  }
+  return v;
+}
+
 template <class T, class KElem, int kD>
 void AttendTilesD(const KernelArgs& a) {
-  TaskScratch<T> t;
-  if (!BeginTask<T>(a, &t)) return;
+  const KernelRow single{a.q, a.o, a.lse, a.key_end};
+  const int nr = a.rows != nullptr ? a.num_rows : 1;
+  const KernelRow* rows = a.rows != nullptr ? a.rows : &single;
   const int group = a.group;
   const int dqk = a.head_dim_qk;
   const int dv = a.head_dim_v;
-  const auto* q = t.q;
-  float* s = t.s;
-  auto* pairs = reinterpret_cast<uint32_t*>(t.rest);
-  auto* vpart = reinterpret_cast<KElem*>(pairs + group * (kTileKeys / 2));
-  constexpr int e = sizeof(float) / sizeof(KElem);
+  const int kvh_pairs = nr * group;
+  const int64_t pairs = static_cast<int64_t>(a.kv_heads) * kvh_pairs;
+  TilesState<T, KElem> st(a, nr);
+  for (int64_t i = 0; i < pairs * dv; i += T::kLanes) T::Store(st.o + i, T::Zero());
+  // Q scaled by scale * log2(e) once: the softmax runs in base 2 (exp2 is cheaper than exp).
+  for (int kvh = 0; kvh < a.kv_heads; ++kvh) {
+    for (int r = 0; r < nr; ++r) {
+      for (int g = 0; g < group; ++g) {
+        const int64_t pair = (static_cast<int64_t>(kvh) * nr + r) * group + g;
+        T::PrepareQ(rows[r].q + static_cast<int64_t>(kvh * group + g) * dqk, a.scale * kLog2e,
+                    st.q + pair * dqk, dqk);
+        st.m[pair] = -__builtin_inff();
+        st.l[pair] = 0.0f;
+      }
+    }
+  }
+  const int key_end = rows[nr - 1].key_end;
   const int blocks_per_page = a.page_size / kTileKeys;
   const int64_t k_tile = static_cast<int64_t>(kTileKeys) * dqk;
   const int64_t v_tile = static_cast<int64_t>(kTileKeys) * dv;
@@ -304,13 +374,14 @@ void AttendTilesD(const KernelArgs& a) {
            tile_index(t) * v_tile;
   };
   auto bytes = [](const KElem* p) { return reinterpret_cast<const char*>(p); };
-  const TileWalk walk(a.key_begin, a.key_end, blocks_per_page, a.kv_heads);
-  const bool prefetch = a.kv_cold || static_cast<int64_t>(a.key_end - a.key_begin) * a.kv_heads *
+  const bool prefetch = a.kv_cold || static_cast<int64_t>(key_end - a.key_begin) * a.kv_heads *
                                              (dqk + dv) * static_cast<int64_t>(sizeof(KElem)) >=
                                          kPrefetchMinBytes;
-  Tile next = walk.Next(walk.First());
+  const TileWalk walk(a.key_begin, key_end, blocks_per_page, a.kv_heads);
+  Tile first_tile = a.key_begin < key_end ? walk.First() : Tile{};
+  Tile next = walk.Next(first_tile);
   Tile after = walk.Next(next);
-  for (Tile cur = walk.First(); cur.page_index >= 0;
+  for (Tile cur = first_tile; cur.page_index >= 0;
        cur = next, next = after, after = walk.Next(after)) {
     const TilePrefetch k_pf{prefetch ? bytes(k_of(next)) : nullptr, bytes(k_of(after)),
                             k_tile * static_cast<int64_t>(sizeof(KElem))};
@@ -320,48 +391,65 @@ void AttendTilesD(const KernelArgs& a) {
     v_pf.Burst();
     const KElem* kt = k_of(cur);
     const KElem* vt = v_of(cur);
-    VRows<KElem> vrows;
-    const int blk = cur.block;
-    const int kvh = cur.kvh;
-    const int key0 = blk * kTileKeys;
+    const int key0 = cur.block * kTileKeys;
     const int lo = std::max(a.key_begin - key0, 0);
-    const int hi = std::min(a.key_end - key0, kTileKeys);
-    const int h0 = kvh * group;
-    float* o = a.o + static_cast<int64_t>(h0) * dv;
-    GroupScores<T, KElem, T::kTileHeads, kD>(q + static_cast<int64_t>(h0) * dqk, group, dqk, kt,
-                                             &k_pf, s);
-    vrows.lo = lo / e;
-    vrows.hi = (hi + e - 1) / e;
-    const int64_t row_elems = static_cast<int64_t>(dv) * e;
-    for (int w = vrows.lo; w < vrows.hi; ++w) vrows.row[w] = vt + w * row_elems;
-    if (lo > 0 || hi < kTileKeys) {
-      // Keys outside the task get score -inf; see VRows for their V.
-      for (int g = 0; g < group; ++g) {
+    // Rows [first, nr) have keys in this tile; rows [full, nr) have all of its keys from lo on.
+    int first = 0;
+    while (rows[first].key_end <= key0) ++first;
+    int full = first;
+    while (full < nr && rows[full].key_end < key0 + kTileKeys) ++full;
+    const int64_t p0 = static_cast<int64_t>(cur.kvh) * kvh_pairs;
+    const int act = first * group;
+    float* s = st.s;
+    GroupScores<T, KElem, T::kTileHeads, kD>(st.q + (p0 + act) * dqk, kvh_pairs - act, dqk, kt,
+                                             &k_pf, s + act * kTileKeys);
+    // Keys outside a row's range get score -inf; see VRows for their V.
+    for (int r = first; r < nr; ++r) {
+      const int hi = std::min(rows[r].key_end - key0, kTileKeys);
+      if (lo == 0 && hi == kTileKeys) continue;
+      for (int i = r * group; i < (r + 1) * group; ++i) {
         for (int j = 0; j < kTileKeys; ++j) {
-          if (j < lo || j >= hi) s[g * kTileKeys + j] = -__builtin_inff();
-        }
-      }
-      if constexpr (e > 1) {
-        for (int w : {vrows.lo, vrows.hi - 1}) {
-          const bool whole = w * e >= lo && w * e + e <= hi;
-          if (whole || vrows.row[w] != vt + w * row_elems) continue;  // whole, or copied already
-          KElem* copy = vpart + (w == vrows.lo ? 0 : row_elems);
-          for (int64_t i = 0; i < row_elems; ++i) {
-            const int key = w * e + static_cast<int>(i % e);
-            copy[i] = key >= lo && key < hi ? vrows.row[w][i] : KElem{};
-          }
-          vrows.row[w] = copy;
+          if (j < lo || j >= hi) s[i * kTileKeys + j] = -__builtin_inff();
         }
       }
     }
-    for (int g = 0; g < group; ++g) {
-      float* sg = s + g * kTileKeys;
-      SoftmaxBlock<T>(sg, t.m[h0 + g], t.l[h0 + g], o + static_cast<int64_t>(g) * dv, dv);
-      if constexpr (T::kDpTiles) T::PackPairs(sg, pairs + g * (kTileKeys / 2));
+    for (int i = act; i < kvh_pairs; ++i) {
+      float* si = s + i * kTileKeys;
+      SoftmaxBlock<T>(si, st.m[p0 + i], st.l[p0 + i], st.o + (p0 + i) * dv, dv);
+      if constexpr (T::kDpTiles) T::PackPairs(si, st.packed + i * (kTileKeys / 2));
     }
-    GroupPv<T, KElem, T::kTileHeads, kD>(s, pairs, group, vrows, dv, &v_pf, o);
+    // P V: the rows that see the whole tile together, then each of the others alone. Only the
+    // first call prefetches.
+    const TilePrefetch* v_next = &v_pf;
+    auto pv = [&](int r0, int r1, int hi) {
+      const VRows<KElem> vrows = TileVRows<KElem>(vt, lo, hi, dv, st.vpart);
+      GroupPv<T, KElem, T::kTileHeads, kD>(
+          s + r0 * group * kTileKeys, st.packed + r0 * group * (kTileKeys / 2), (r1 - r0) * group,
+          vrows, dv, v_next, st.o + (p0 + r0 * group) * dv);
+      v_next = nullptr;
+    };
+    if (full < nr) pv(full, nr, kTileKeys);
+    for (int r = first; r < full; ++r) pv(r, r + 1, rows[r].key_end - key0);
   }
-  EndTask<T>(a, t);
+  // O /= l and lse = (m + log2 l) * ln 2; a row that saw no key keeps O = 0 and gets lse = -inf.
+  for (int r = 0; r < nr; ++r) {
+    for (int kvh = 0; kvh < a.kv_heads; ++kvh) {
+      for (int g = 0; g < group; ++g) {
+        const int64_t pair = (static_cast<int64_t>(kvh) * nr + r) * group + g;
+        const int h = kvh * group + g;
+        float* out = rows[r].o + static_cast<int64_t>(h) * dv;
+        if (st.l[pair] == 0.0f) {
+          for (int d = 0; d < dv; d += T::kLanes) T::Store(out + d, T::Zero());
+          rows[r].lse[h] = -__builtin_inff();
+          continue;
+        }
+        const typename T::V f = T::Set1(1.0f / st.l[pair]);
+        const float* acc = st.o + pair * dv;
+        for (int d = 0; d < dv; d += T::kLanes) T::Store(out + d, T::Mul(T::Load(acc + d), f));
+        rows[r].lse[h] = (st.m[pair] + __builtin_log2f(st.l[pair])) * kLn2;
+      }
+    }
+  }
 }
 
 template <class T, class KElem>

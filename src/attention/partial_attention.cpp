@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "attention/kernel.h"
@@ -134,12 +135,16 @@ Status Validate(const PartialAttentionParams& p) {
 
 // One unit of work: keys [begin, end) of one row, every KV head. Its O and lse go to the
 // output directly when the row has one split, else to partial buffers that the merge combines.
+// With kTiles16 a task may instead take rows (2 to kMaxTaskRows) of one causal prefill chunk:
+// keys from begin to each row's own end, the rows listed in task_rows[rows_at, rows_at + rows).
 struct Task {
   int row;
   int begin;
   int end;
   float* o;    // [num_q_heads, head_dim_v]
   float* lse;  // [num_q_heads]
+  int rows = 1;
+  int rows_at = 0;
 };
 
 // A row whose keys were split, and where its partials live.
@@ -258,32 +263,66 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
   auto seq_of = [&](int row) { return p.row_seq != nullptr ? p.row_seq[row] : row; };
   std::unordered_map<int, int> rows_of_seq;
   for (int i = 0; i < p.num_rows; ++i) ++rows_of_seq[seq_of(i)];
-  std::vector<Task> tasks;
   std::vector<SplitRow> split_rows;
+  std::vector<int> split_of(p.num_rows, -1);  // the row's index in split_rows, if it has splits
   float* next_partial = partials.data();
   for (int i = 0; i < p.num_rows; ++i) {
-    const int len = p.row_kv_len[i];
-    const int splits = splits_of(len);
-    const int64_t head0 = static_cast<int64_t>(i) * heads;
-    if (splits == 1) {
-      tasks.push_back({i, 0, len, p.o + head0 * dv, p.lse + head0});
-      continue;
-    }
-    const SplitRow r{i, splits, next_partial,
-                     next_partial + static_cast<int64_t>(splits) * heads * dv};
+    const int splits = splits_of(p.row_kv_len[i]);
+    if (splits == 1) continue;
+    split_of[i] = static_cast<int>(split_rows.size());
+    split_rows.push_back(
+        {i, splits, next_partial, next_partial + static_cast<int64_t>(splits) * heads * dv});
     next_partial += static_cast<int64_t>(splits) * heads * (dv + 1);
-    split_rows.push_back(r);
-    for (int s = 0; s < splits; ++s) {
-      const int begin = static_cast<int>(s * chunk);
-      const int end = static_cast<int>(std::min<int64_t>(len, begin + chunk));
-      tasks.push_back({i, begin, end, r.o + static_cast<int64_t>(s) * heads * dv,
-                       r.lse + static_cast<int64_t>(s) * heads});
+  }
+  // Where split s of row i goes: the output itself when the row has one split.
+  auto out_of = [&](int i, int s) -> std::pair<float*, float*> {
+    if (split_of[i] < 0) {
+      const int64_t head0 = static_cast<int64_t>(i) * heads;
+      return {p.o + head0 * dv, p.lse + head0};
     }
+    const SplitRow& r = split_rows[split_of[i]];
+    return {r.o + static_cast<int64_t>(s) * heads * dv, r.lse + static_cast<int64_t>(s) * heads};
+  };
+  auto split_end = [&](int i, int s) {
+    return static_cast<int>(std::min<int64_t>(p.row_kv_len[i], s * chunk + chunk));
+  };
+  // Consecutive rows of one sequence whose lengths do not decrease (a causal prefill chunk)
+  // share each split's first key: with kTiles16 up to kMaxTaskRows of them make one task.
+  const bool multi = kv.format == KvPageFormat::kTiles16;
+  std::vector<Task> tasks;
+  std::vector<attention_internal::KernelRow> task_rows;
+  for (int i = 0; i < p.num_rows;) {
+    int last = i + 1;
+    if (multi && p.row_kv_len[i] > 0) {
+      while (last < p.num_rows && last - i < attention_internal::kMaxTaskRows &&
+             seq_of(last) == seq_of(i) && p.row_kv_len[last] >= p.row_kv_len[last - 1]) {
+        ++last;
+      }
+    }
+    for (int s = 0; s < splits_of(p.row_kv_len[last - 1]); ++s) {
+      // The rows with a split s: a suffix, as the lengths do not decrease.
+      int from = i;
+      while (splits_of(p.row_kv_len[from]) <= s) ++from;
+      const auto [o, lse] = out_of(last - 1, s);
+      Task t{last - 1, static_cast<int>(s * chunk), split_end(last - 1, s), o, lse};
+      if (last - from > 1) {
+        t.row = from;
+        t.rows = last - from;
+        t.rows_at = static_cast<int>(task_rows.size());
+        for (int r = from; r < last; ++r) {
+          const auto [ro, rlse] = out_of(r, s);
+          task_rows.push_back(
+              {p.q + static_cast<int64_t>(r) * heads * dqk, ro, rlse, split_end(r, s)});
+        }
+      }
+      tasks.push_back(t);
+    }
+    i = last;
   }
   threads = std::min<int>(threads, static_cast<int>(tasks.size()));
 
-  const size_t scratch_floats =
-      attention_internal::KernelScratchFloats(kv.num_kv_heads, group, dqk, dv);
+  const size_t scratch_floats = attention_internal::KernelScratchFloats(
+      kv.num_kv_heads, group, dqk, dv, multi ? attention_internal::kMaxTaskRows : 1);
   std::atomic<bool> out_of_memory{false};
   KernelArgs base;
   base.kv_heads = kv.num_kv_heads;
@@ -318,6 +357,10 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
     a.pages = kv.block_table + static_cast<int64_t>(seq) * kv.max_pages_per_seq;
     a.key_begin = t.begin;
     a.key_end = t.end;
+    if (t.rows > 1) {
+      a.rows = task_rows.data() + t.rows_at;
+      a.num_rows = t.rows;
+    }
     a.scratch = scratch;
     kernel(a);
   });
