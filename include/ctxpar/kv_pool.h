@@ -52,9 +52,9 @@ struct KvPoolOptions {
   int dcp_size = 1;
   int dcp_rank = 0;
   int interleave_size = 1;
-  int64_t num_pages = 0;        // physical pages on this rank, each in every layer
-  int max_slots = 0;            // requests that can hold KV at once
-  int max_pages_per_slot = 0;   // virtual pages per request: at most this * P * N tokens
+  int64_t num_pages = 0;       // physical pages on this rank, each in every layer
+  int max_slots = 0;           // requests that can hold KV at once
+  int max_pages_per_slot = 0;  // virtual pages per request: at most this * P * N tokens
 };
 
 class KvPool {
@@ -108,6 +108,8 @@ class KvPool {
   std::vector<int32_t> pages_used_;  // virtual pages allocated per slot
   std::vector<bool> in_use_;
   std::vector<int32_t> free_;  // a min-heap of free page ids
+  // KvElementOffset of (page 0, slot 0, head 0, d) for K and V: the part that depends on d.
+  std::vector<int64_t> k_d_offset_, v_d_offset_;
 };
 
 }  // namespace ctxpar

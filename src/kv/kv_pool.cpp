@@ -26,8 +26,8 @@ Status CheckOptions(const KvPoolOptions& o) {
   CTXPAR_RETURN_IF_ERROR(Positive("max_slots", o.max_slots));
   CTXPAR_RETURN_IF_ERROR(Positive("max_pages_per_slot", o.max_pages_per_slot));
   if (o.num_pages > std::numeric_limits<int32_t>::max()) {
-    return InvalidArgument(
-        fmt::format("KvPool: num_pages must fit a block-table entry (< 2^31), got {}", o.num_pages));
+    return InvalidArgument(fmt::format(
+        "KvPool: num_pages must fit a block-table entry (< 2^31), got {}", o.num_pages));
   }
   if (o.dcp_rank < 0 || o.dcp_rank >= o.dcp_size) {
     return InvalidArgument(fmt::format(
@@ -106,6 +106,11 @@ KvPool::KvPool(const KvPoolOptions& o, KvLayout layout, std::vector<HostBuffer> 
   // Ascending ids form a min-heap: the lowest free page is handed out first, on every rank.
   free_.reserve(o.num_pages);
   for (int64_t p = 0; p < o.num_pages; ++p) free_.push_back(static_cast<int32_t>(p));
+  const PagedKv kv = View(0);
+  for (int d = 0; d < o.head_dim_k; ++d)
+    k_d_offset_.push_back(KvElementOffset(kv, false, 0, 0, 0, d));
+  for (int d = 0; d < o.head_dim_v; ++d)
+    v_d_offset_.push_back(KvElementOffset(kv, true, 0, 0, 0, d));
 }
 
 Expected<int32_t> KvPool::AcquireSlot() {
@@ -170,20 +175,23 @@ Status KvPool::Reserve(int32_t slot, int64_t length) {
   return Status::Ok();
 }
 
-// Element by element, as a kTiles16 row is not contiguous: KvElementOffset stays the one
-// statement of the layout, and the stores are small beside the projections that made K and V.
+// Element by element, as a kTiles16 row is not contiguous. KvElementOffset stays the one
+// statement of the layout: in every format it is the offset of (page, slot, head, d = 0) plus that
+// of d alone (page_format_test checks it), so one call per head and the d part, from a table,
+// place a row.
 void KvPool::Store(const PagedKv& kv, void* base, bool value, int64_t page, int slot,
                    const float* src) {
   const int dim = value ? options_.head_dim_v : options_.head_dim_k;
+  const std::vector<int64_t>& d_at = value ? v_d_offset_ : k_d_offset_;
   for (int h = 0; h < options_.num_kv_heads; ++h) {
-    for (int d = 0; d < dim; ++d) {
-      const int64_t at = KvElementOffset(kv, value, page, slot, h, d);
-      const float x = src[h * dim + d];
-      if (options_.dtype == DataType::kF32) {
-        static_cast<float*>(base)[at] = x;
-      } else {
-        static_cast<uint16_t*>(base)[at] = FloatToBf16(x);
-      }
+    const int64_t at = KvElementOffset(kv, value, page, slot, h, 0);
+    const float* x = src + static_cast<size_t>(h) * dim;
+    if (options_.dtype == DataType::kF32) {
+      float* out = static_cast<float*>(base) + at;
+      for (int d = 0; d < dim; ++d) out[d_at[d]] = x[d];
+    } else {
+      uint16_t* out = static_cast<uint16_t*>(base) + at;
+      for (int d = 0; d < dim; ++d) out[d_at[d]] = FloatToBf16(x[d]);
     }
   }
 }

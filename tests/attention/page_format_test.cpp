@@ -97,6 +97,28 @@ TEST(KvElementOffset, IsABijectionOntoThePoolForKAndV) {
   });
 }
 
+// KvPool::Store places a row with one offset per head plus a per-d table: that needs the offset
+// to be the sum of a part without d and a part with d alone, in every format and dtype.
+TEST(KvElementOffset, IsThePartOfTheHeadPlusThePartOfD) {
+  ForEachPool({KvPageFormat::kRows, KvPageFormat::kTiles16}, [](const PagedKv& kv) {
+    for (bool value : {false, true}) {
+      for (int page = 0; page < kPages; ++page) {
+        for (int slot = 0; slot < kv.page_size; ++slot) {
+          for (int head = 0; head < kv.num_kv_heads; ++head) {
+            const int64_t base = KvElementOffset(kv, value, page, slot, head, 0);
+            for (int d = 0; d < Dim(kv, value); ++d) {
+              ASSERT_EQ(KvElementOffset(kv, value, page, slot, head, d),
+                        base + KvElementOffset(kv, value, 0, 0, 0, d))
+                  << Describe(kv, value) << " page " << page << " slot " << slot << " head " << head
+                  << " d " << d;
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
 TEST(KvElementOffset, RowsAreRowMajor) {
   ForEachPool({KvPageFormat::kRows}, [](const PagedKv& kv) {
     for (bool value : {false, true}) {
