@@ -1,7 +1,10 @@
 // `ctxpar bench attention`: CPU partial decode attention (one sequence, batch 1) against two
 // ceilings measured in the same run with the same thread count: a STREAM-like read of a buffer
 // far larger than the caches (GB/s) and a register-blocked FMA loop (GFLOP/s; for bf16 KV on a
-// CPU with avx512_bf16, a vdpbf16ps loop, the instruction the kernel uses for q.k).
+// CPU with avx512_bf16, a vdpbf16ps loop, the instruction the kernel uses for q.k). With
+// --prefill N the query rows are instead the last N tokens of the context, each seeing the keys
+// up to itself (a causal prefill chunk, split-KV as the engine runs it): that work reads its keys
+// from the caches and is bounded by the FMA peak.
 #include <immintrin.h>
 
 #include <CLI/CLI.hpp>
@@ -55,12 +58,12 @@ struct Result {
 };
 
 // One sequence of `context` tokens in pages of 64 slots, pages shuffled over the pool, in the
-// given page format (MLA: always kRows).
+// given page format (MLA: always kRows); one decode row, or the last `prefill` tokens as rows.
 // Threads are started per call rather than taken from a pool, so that every thread works for the
 // whole call and the process CPU time per thread is each thread's (a pool's idle worker would
 // inflate the CPU-time rates); the start costs about 30 us, under 1 % of a call at 32k.
-Result RunOne(const Kind& kind, KvPageFormat format, int context, int threads, int reps,
-              Rate read_ceiling, Rate fp32_peak, Rate dpbf16_peak, CpuIsa isa) {
+Result RunOne(const Kind& kind, KvPageFormat format, int context, int prefill, int threads,
+              int reps, Rate read_ceiling, Rate fp32_peak, Rate dpbf16_peak, CpuIsa isa) {
   constexpr int kPage = 64;
   const int pages = (context + kPage - 1) / kPage;
   const size_t elem = kind.dtype == DataType::kF32 ? 4 : 2;
@@ -94,20 +97,31 @@ Result RunOne(const Kind& kind, KvPageFormat format, int context, int threads, i
   std::vector<int32_t> table(pages);
   std::iota(table.begin(), table.end(), 0);
   std::shuffle(table.begin(), table.end(), std::mt19937(7));
-  std::vector<float> q(static_cast<size_t>(kind.num_q_heads) * kind.head_dim_qk);
+  const int rows = prefill > 0 ? std::min(prefill, context) : 1;
+  std::vector<int32_t> row_len(rows), row_seq(rows, 0);
+  double keys = 0;
+  for (int i = 0; i < rows; ++i) {
+    row_len[i] = context - rows + 1 + i;
+    keys += row_len[i];
+  }
+  std::vector<float> q(static_cast<size_t>(rows) * kind.num_q_heads * kind.head_dim_qk);
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (float& x : q) x = u(rng);
-  std::vector<float> o(static_cast<size_t>(kind.num_q_heads) * kind.head_dim_v);
-  std::vector<float> lse(kind.num_q_heads);
-  const int32_t row_len = context;
+  std::vector<float> o(static_cast<size_t>(rows) * kind.num_q_heads * kind.head_dim_v);
+  std::vector<float> lse(static_cast<size_t>(rows) * kind.num_q_heads);
   PartialAttentionParams p;
   p.q = q.data();
   p.o = o.data();
   p.lse = lse.data();
-  p.num_rows = 1;
+  p.num_rows = rows;
   p.num_q_heads = kind.num_q_heads;
-  p.row_kv_len = &row_len;
+  p.row_seq = row_seq.data();
+  p.num_seqs = 1;
+  p.row_kv_len = row_len.data();
+  // The engine's split-KV chunk (models/batch_attention.h), which prefill rows need to be
+  // batch-invariant; a decode row keeps the automatic split that spreads it over the threads.
+  if (prefill > 0) p.split_kv_keys = 256;
   p.scale = 1.0f / std::sqrt(static_cast<float>(kind.head_dim_qk));
   p.kv.k = k.data();
   p.kv.v = kind.mla ? nullptr : v.data();
@@ -136,8 +150,7 @@ Result RunOne(const Kind& kind, KvPageFormat format, int context, int threads, i
   }
   const double gb = static_cast<double>(context) * kind.num_kv_heads *
                     (kind.head_dim_qk + (kind.mla ? 0 : kind.head_dim_v)) * elem / 1e9;
-  const double gflop =
-      2.0 * context * kind.num_q_heads * (kind.head_dim_qk + kind.head_dim_v) / 1e9;
+  const double gflop = 2.0 * keys * kind.num_q_heads * (kind.head_dim_qk + kind.head_dim_v) / 1e9;
   const bool dpbf16 = kind.dtype == DataType::kBF16 && isa == CpuIsa::kAvx512Bf16;
   return {kind.name,
           kind.dtype == DataType::kF32 ? "fp32" : "bf16",
@@ -161,6 +174,7 @@ int RunAttentionBench(const std::vector<std::string>& args) {
   int ceiling_mib = 1024;
   bool json = false;
   std::string format_name = "tiles16";
+  int prefill = 0;
   app.add_option("--contexts", contexts, "context lengths in tokens (k = 1024)");
   app.add_option("--format", format_name,
                  "GQA page format: tiles16 (the KV cache's) or rows (MLA is always rows)")
@@ -171,6 +185,10 @@ int RunAttentionBench(const std::vector<std::string>& args) {
                  "gqa-bf16 gqa-fp32 (32 q heads, 8 KV heads, D 128) mla-fp32 "
                  "mla-bf16 (128 heads, 576/512)")
       ->check(CLI::IsMember({"gqa-bf16", "gqa-fp32", "mla-fp32", "mla-bf16"}));
+  app.add_option("--prefill", prefill,
+                 "query rows: 0 one decode row; N the last N tokens of each context, causally "
+                 "(a prefill chunk; compare with the FMA peak)")
+      ->check(CLI::Range(0, 1 << 16));
   app.add_option("--reps", reps, "timed runs per point (best is reported)")
       ->check(CLI::Range(1, 100));
   app.add_option("--ceiling-mib", ceiling_mib, "buffer read by the bandwidth ceiling")
@@ -206,6 +224,7 @@ int RunAttentionBench(const std::vector<std::string>& args) {
   };
   nlohmann::json out = {{"isa", std::string(CpuIsaName(*isa))},
                         {"gqa_page_format", format_name},
+                        {"prefill_rows", prefill},
                         {"hardware_threads", std::thread::hardware_concurrency()},
                         {"load_average_1min", LoadAverage()},
                         {"ceilings", nlohmann::json::array()},
@@ -213,8 +232,10 @@ int RunAttentionBench(const std::vector<std::string>& args) {
   if (!json) {
     std::printf(
         "ctxpar bench attention  isa=%s  load average %.2f  (best of %d runs; GQA: 32 q heads, "
-        "8 KV heads, D 128, %s pages; MLA: 128 heads, 576/512, rows; batch 1)\n",
-        std::string(CpuIsaName(*isa)).c_str(), LoadAverage(), reps, format_name.c_str());
+        "8 KV heads, D 128, %s pages; MLA: 128 heads, 576/512, rows; %s)\n",
+        std::string(CpuIsaName(*isa)).c_str(), LoadAverage(), reps, format_name.c_str(),
+        prefill > 0 ? ("causal prefill of the last " + std::to_string(prefill) + " tokens").c_str()
+                    : "batch 1");
   }
   for (int threads : *threads_list) {
     const Rate read = MeasureReadCeiling(threads, static_cast<size_t>(ceiling_mib) << 20, 5, *isa);
@@ -242,7 +263,7 @@ int RunAttentionBench(const std::vector<std::string>& args) {
       const std::string name = kind.name + (kind.dtype == DataType::kF32 ? "-fp32" : "-bf16");
       if (std::find(kinds.begin(), kinds.end(), name) == kinds.end()) continue;
       for (int ctx : *ctx_list) {
-        const Result r = RunOne(kind, format, ctx, threads, reps, read, fma, dp, *isa);
+        const Result r = RunOne(kind, format, ctx, prefill, threads, reps, read, fma, dp, *isa);
         out["results"].push_back({{"kind", r.kind},
                                   {"kv_dtype", r.dtype},
                                   {"page_format", r.format},

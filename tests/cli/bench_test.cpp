@@ -78,6 +78,8 @@ TEST(CliBench, RepeatedOptionKeepsTheLastValue) {
 TEST(CliBench, RangeAndNumberErrorsNameTheirCatalogEntries) {
   ExpectRefused({"bench", "attention", "--reps", "0"}, "CTXPAR-FLAG-003",
                 "Invalid value '0' for --reps: out of range; valid values: [1, 100].");
+  ExpectRefused({"bench", "attention", "--prefill", "-1"}, "CTXPAR-FLAG-003",
+                "Invalid value '-1' for --prefill: out of range; valid values: [0, 65536].");
   ExpectRefused({"bench", "sampling", "--vocab", "1"}, "CTXPAR-FLAG-003",
                 "Invalid value '1' for --vocab: out of range");
   ExpectRefused({"bench", "matmul", "--reps", "two"}, "CTXPAR-FLAG-002",
