@@ -27,7 +27,8 @@ inline constexpr int kKeyBlock = 16;
 static_assert(kKeyBlock % 16 == 0, "the softmax and bf16 packing take whole 16-lane vectors");
 
 // Rows per kTiles16 task: the consecutive prefill rows that share their tiles. Four rows of
-// SmolLM2's three query heads per KV head fill two register tiles of six heads.
+// SmolLM2's three query heads per KV head are 12 (row, head) pairs: three full register tiles of
+// AVX2's four heads (docs/perf-attention.md has the measurements).
 inline constexpr int kMaxTaskRows = 4;
 
 // One row of a several-row task: its Q [kv_heads * G, head_dim_qk], where its O and lse go, and
