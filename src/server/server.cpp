@@ -113,6 +113,18 @@ void PostBody(
       });
 }
 
+// 405 with Allow when the path is a route of another method, else 404.
+void RefuseRoute(const httplib::Request& req, httplib::Response& res) {
+  const std::string_view allow = server::AllowedMethods(req.path);
+  if (allow.empty()) {
+    res.status = 404;
+    return ReplyError(res, HttpRefusal(req, 404, "not a route of ctxpar serve"));
+  }
+  res.status = 405;
+  res.set_header("Allow", std::string(allow));
+  ReplyError(res, HttpRefusal(req, 405, fmt::format("the route takes {} only", allow)));
+}
+
 int64_t UnixSeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -337,9 +349,19 @@ json Server::Impl::TokenizerInfo() const {
 
 void Server::Impl::Routes() {
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (Authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
-    ReplyError(res, server::ToApiError(CatalogError("CTXPAR-HTTP-006", {})));
-    return httplib::Server::HandlerResponse::Handled;
+    if (!Authorized(req)) {
+      ReplyError(res, server::ToApiError(CatalogError("CTXPAR-HTTP-006", {})));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // A request with neither Content-Length nor Transfer-Encoding has no body (RFC 9112, 6.3);
+    // to a route that does not take its method httplib would still wait for one until its read
+    // timeout (5 s) before it answered.
+    if (req.method != "GET" && req.method != "HEAD" && !req.has_header("Content-Length") &&
+        !req.has_header("Transfer-Encoding") && server::AllowedMethods(req.path) != req.method) {
+      RefuseRoute(req, res);
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
   });
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (auto e = Unavailable()) return ReplyError(res, *e);
@@ -415,20 +437,8 @@ void Server::Impl::Routes() {
       });
   http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    std::string reason;
-    if (res.status == 404) {
-      const std::string_view allow = server::AllowedMethods(req.path);
-      if (!allow.empty()) {
-        res.status = 405;
-        res.set_header("Allow", std::string(allow));
-        reason = fmt::format("the route takes {} only", allow);
-      } else {
-        reason = "not a route of ctxpar serve";
-      }
-    } else {
-      reason = HttpReason(res.status);
-    }
-    ReplyError(res, HttpRefusal(req, res.status, reason));
+    if (res.status == 404) return RefuseRoute(req, res);
+    ReplyError(res, HttpRefusal(req, res.status, HttpReason(res.status)));
   });
 }
 

@@ -104,6 +104,18 @@ def test_http_layer_refusals_say_what_and_why(server):
     head, _, payload = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400"), reply
     assert json.loads(payload)["error"]["code"] == "CTXPAR-HTTP-001"
+    # The same to a route of another method, or to no route: 405 or 404 at once, not after
+    # httplib's 5 s wait for a body.
+    for path, status, allow in (("/v1/models", 405, b"Allow: GET"), ("/nowhere", 404, None)):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=3) as s:
+            s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % path.encode())
+            reply = b""
+            while chunk := s.recv(65536):
+                reply += chunk
+        head, _, payload = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 %d" % status), reply
+        assert allow is None or allow in head, reply
+        assert json.loads(payload)["error"]["code"] == "CTXPAR-HTTP-012"
     check_error(post(server, "/detokenize", {"tokens": [1, 49152]}), 400, "tokens[1]",
                 "CTXPAR-HTTP-004")
     check_error(post(server, "/generate", {"text": "a", "input_ids": [1]}), 400, "input_ids",
