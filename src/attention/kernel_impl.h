@@ -299,14 +299,23 @@ void SoftmaxBlock(float* sg, float& mh, float& lh, float* o_row, int dv) {
   lh += T::ReduceAdd(vsum);
 }
 
-// O /= l and lse = (m + log2 l) * ln 2 for every head of the task.
+// One head's end, from its running max m and sum l (l > 0) in base 2: o = acc / l (acc may be o
+// itself) and the natural lse = (m + log2 l) * ln 2.
+template <class T>
+void FinishHead(const float* acc, float m, float l, int dv, float* o, float* lse) {
+  const typename T::V f = T::Set1(1.0f / l);
+  for (int d = 0; d < dv; d += T::kLanes) T::Store(o + d, T::Mul(T::Load(acc + d), f));
+  *lse = (m + __builtin_log2f(l)) * kLn2;
+}
+
+// FinishHead for every head of the task.
 template <class T>
 void EndTask(const KernelArgs& a, const TaskScratch<T>& t) {
   const int dv = a.head_dim_v;
   for (int h = 0; h < a.kv_heads * a.group; ++h) {
     // l >= 1 here: the key that set the max contributes exp2(0).
-    ScaleRow<T>(a.o + static_cast<int64_t>(h) * dv, dv, 1.0f / t.l[h]);
-    a.lse[h] = (t.m[h] + __builtin_log2f(t.l[h])) * kLn2;
+    float* o = a.o + static_cast<int64_t>(h) * dv;
+    FinishHead<T>(o, t.m[h], t.l[h], dv, o, a.lse + h);
   }
 }
 

@@ -431,7 +431,7 @@ void AttendTilesD(const KernelArgs& a) {
     if (full < nr) pv(full, nr, kTileKeys);
     for (int r = first; r < full; ++r) pv(r, r + 1, rows[r].key_end - key0);
   }
-  // O /= l and lse = (m + log2 l) * ln 2; a row that saw no key keeps O = 0 and gets lse = -inf.
+  // FinishHead for every pair; a row that saw no key gets O = 0 and lse = -inf.
   for (int r = 0; r < nr; ++r) {
     for (int kvh = 0; kvh < a.kv_heads; ++kvh) {
       for (int g = 0; g < group; ++g) {
@@ -443,10 +443,7 @@ void AttendTilesD(const KernelArgs& a) {
           rows[r].lse[h] = -__builtin_inff();
           continue;
         }
-        const typename T::V f = T::Set1(1.0f / st.l[pair]);
-        const float* acc = st.o + pair * dv;
-        for (int d = 0; d < dv; d += T::kLanes) T::Store(out + d, T::Mul(T::Load(acc + d), f));
-        rows[r].lse[h] = (st.m[pair] + __builtin_log2f(st.l[pair])) * kLn2;
+        FinishHead<T>(st.o + pair * dv, st.m[pair], st.l[pair], dv, out, rows[r].lse + h);
       }
     }
   }
