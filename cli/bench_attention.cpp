@@ -170,6 +170,8 @@ int RunAttentionBench(const std::vector<std::string>& args) {
   std::string contexts = "4k,16k,32k,64k,128k,256k";
   std::string thread_list = "1,2";
   std::vector<std::string> kinds = {"gqa-bf16", "gqa-fp32", "mla-fp32", "mla-bf16"};
+  const std::vector<std::string> known = {"gqa-bf16", "gqa-fp32",     "mla-fp32",
+                                          "mla-bf16", "smollm2-fp32", "smollm2-bf16"};
   int reps = 3;
   int ceiling_mib = 1024;
   bool json = false;
@@ -183,8 +185,9 @@ int RunAttentionBench(const std::vector<std::string>& args) {
                  "thread counts, each at most the machine's hardware threads (default 1,2)");
   app.add_option("--kinds", kinds,
                  "gqa-bf16 gqa-fp32 (32 q heads, 8 KV heads, D 128) mla-fp32 "
-                 "mla-bf16 (128 heads, 576/512)")
-      ->check(CLI::IsMember({"gqa-bf16", "gqa-fp32", "mla-fp32", "mla-bf16"}));
+                 "mla-bf16 (128 heads, 576/512) smollm2-fp32 smollm2-bf16 (9 q heads, 3 KV "
+                 "heads, D 64: the served model's)")
+      ->check(CLI::IsMember(known));
   app.add_option("--prefill", prefill,
                  "query rows: 0 one decode row; N the last N tokens of each context, causally "
                  "(a prefill chunk; compare with the FMA peak)")
@@ -221,6 +224,8 @@ int RunAttentionBench(const std::vector<std::string>& args) {
       {"gqa", DataType::kF32, 32, 8, 128, 128, false},
       {"mla", DataType::kF32, 128, 1, 576, 512, true},
       {"mla", DataType::kBF16, 128, 1, 576, 512, true},
+      {"smollm2", DataType::kF32, 9, 3, 64, 64, false},
+      {"smollm2", DataType::kBF16, 9, 3, 64, 64, false},
   };
   nlohmann::json out = {{"isa", std::string(CpuIsaName(*isa))},
                         {"gqa_page_format", format_name},

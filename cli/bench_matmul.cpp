@@ -30,28 +30,18 @@ struct Shape {
   int rows, cols;
   WeightType type;
   int per_token;  // calls per decode token: 30 layers, or the lm_head once
-  int segments;   // column segments, as the model cuts its row-parallel products (0: none)
 };
 
 // SmolLM2-135M: 30 layers of dim 576, 9 q heads and 3 KV heads of 64, ffn 1536; Q4_1 layers and
-// the Q8_0 embedding as lm_head (vocab 49152). o_proj and ffn_down run in 9 segments, one per
-// query head (the model's default numerics, whatever tp).
+// the Q8_0 embedding as lm_head (vocab 49152). Each runs whole, as the model does at any tp.
 const Shape kShapes[] = {
-    {"q 576x576", 576, 576, WeightType::kQ4_1, 30, 0},
-    {"o 576x576 /9", 576, 576, WeightType::kQ4_1, 30, 9},
-    {"k/v 192x576", 192, 576, WeightType::kQ4_1, 60, 0},
-    {"gate/up 1536x576", 1536, 576, WeightType::kQ4_1, 60, 0},
-    {"down 576x1536 /9", 576, 1536, WeightType::kQ4_1, 30, 9},
-    {"lm_head 49152x576", 49152, 576, WeightType::kQ8_0, 1, 0},
+    {"q 576x576", 576, 576, WeightType::kQ4_1, 30},
+    {"o 576x576", 576, 576, WeightType::kQ4_1, 30},
+    {"k/v 192x576", 192, 576, WeightType::kQ4_1, 60},
+    {"gate/up 1536x576", 1536, 576, WeightType::kQ4_1, 60},
+    {"down 576x1536", 576, 1536, WeightType::kQ4_1, 30},
+    {"lm_head 49152x576", 49152, 576, WeightType::kQ8_0, 1},
 };
-
-// Segment ends in blocks: s * blocks / segments, as the model's shard cuts them.
-std::vector<int> SegmentEnds(const Shape& s) {
-  std::vector<int> ends;
-  const int blocks = s.cols / model::kBlock;
-  for (int i = 1; i <= s.segments; ++i) ends.push_back(i * blocks / s.segments);
-  return ends;
-}
 
 // Random blocks with fp16 scales of the model's size: the kernels' time does not depend on them.
 std::vector<std::uint8_t> RandomWeights(std::size_t bytes, WeightType type, std::mt19937& rng) {
@@ -86,14 +76,13 @@ Point TimeShape(const Shape& s, int n, model::ActFormat act, ThreadPool& pool, i
   model::Acts acts;
   model::PrepareActs(act, s.type, x.data(), n, s.cols, s.cols, &acts);
   std::vector<float> y(std::size_t(n) * s.rows);
-  const std::vector<int> ends = SegmentEnds(s);
   Timing best;
   for (int r = 0; r <= reps; ++r) {  // run 0 warms up
     const Clock::time_point start = Clock::now();
     const double cpu0 = CpuSeconds(CLOCK_PROCESS_CPUTIME_ID);
     for (int c = 0; c < copies; ++c) {
       const model::QuantMatrix w{s.type, weights.data() + bytes * c, s.rows, s.cols, row_bytes};
-      model::MatMul(w, acts, 0, y.data(), s.rows, &pool, {ends, 0});
+      model::MatMul(w, acts, 0, y.data(), s.rows, &pool);
     }
     const double cpu = (CpuSeconds(CLOCK_PROCESS_CPUTIME_ID) - cpu0) / pool.size();
     if (r > 0) best.KeepBest({Seconds(start, Clock::now()) / copies, cpu / copies});

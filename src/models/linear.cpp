@@ -114,7 +114,7 @@ void Tiles(const Kernels& k, const QuantMatrix& w, const Acts& x, int col_begin,
   const int* ends = segments.ends.empty() ? &whole : segments.ends.data();
   const int num_segs = segments.ends.empty() ? 1 : static_cast<int>(segments.ends.size());
   auto f32 = [&] {
-    thread_local LineVector<float> scratch;
+    thread_local LineVector<float> scratch, carry;
     scratch.resize(std::max(scratch.size(), std::size_t(kRowTile) * nb * kBlock));
     F32Tile t;
     t.type = w.type;
@@ -128,6 +128,10 @@ void Tiles(const Kernels& k, const QuantMatrix& w, const Acts& x, int col_begin,
     t.wide_stride = std::size_t(nb) * kBlock;
     t.wide = x.n > k.f32.direct_max_tokens;
     const int chunk = TokenChunk(w.cols);
+    if (t.wide) {
+      carry.resize(std::max(carry.size(), std::size_t(chunk) * kRowTile * kBlock / 2));
+      t.carry = carry.data();
+    }
     auto run = [&](std::int64_t tile, int c0) {
       const int r0 = static_cast<int>(tile * kRowTile);
       t.w = w.data + std::size_t(r0) * w.row_stride;

@@ -22,7 +22,8 @@
 // Both paths make every output by linear.h's canonical sequence, so the choice between them,
 // the register tile and the output's place in it change no bit.
 
-enum class Src { kQ41, kQ80, kWide };
+// kPiece: the widened tile, for a piece of a segment whose lanes carry over (F32Tile::carry).
+enum class Src { kQ41, kQ80, kWide, kPiece };
 
 // Decode streams the weights once: each block requests the same block this many rows ahead.
 inline constexpr int kPrefetchRows = 8;
@@ -32,7 +33,7 @@ inline constexpr int kPrefetchRows = 8;
 // three tokens' did not fit), while a run of short segments (o_proj's 2 blocks) is one call.
 inline constexpr int kWideRunBlocks = 24;
 
-inline int FirstBlock(const F32Tile& j) { return j.seg_base == 0 ? 0 : j.seg_ends[-1]; }
+inline int FirstBlock(const F32Tile& j) { return j.block0; }
 
 inline void Emit(const F32Tile& j, int r, int t, int s, float v) {
   float* out = j.y + std::size_t(t) * j.ldy + r;
@@ -110,13 +111,18 @@ void Panel(const F32Tile& j, int r0, int t0) {
 // The same outputs from the tile widened to fp32 in j.scratch (row r at r * blocks * 32). The
 // chains of an output run one after another, so the registers hold R x T chains rather than
 // R x T whole accumulators: AVX2's 16 registers fit 4 x 3 chains and their operands.
-template <class Isa, int R, int T>
+template <class Isa, int R, int T, bool kPiece>
 void WidePanel(const F32Tile& j, int r0, int t0) {
   using V = typename Isa::V;
   constexpr int kLanes = kBlock / Isa::kParts;
   const std::size_t stride = j.wide_stride;
   const float* ws = j.scratch + std::size_t(r0) * stride;
   const float* xs = j.x + std::size_t(t0) * j.ldx;
+  constexpr int kChainLanes = sizeof(V) / sizeof(float);
+  // Output (r, t)'s chain c in the carry of a piece.
+  auto carried = [&](int r, int t, int c) {
+    return j.carry + (std::size_t(t0 + t) * Isa::kWideRows + r0 + r) * kBlock / 2 + c * kChainLanes;
+  };
   int b0 = FirstBlock(j);
   for (int s = 0; s < j.num_segs; ++s) {
     const int b1 = j.seg_ends[s];
@@ -124,7 +130,9 @@ void WidePanel(const F32Tile& j, int r0, int t0) {
     for (int c = 0; c < Isa::kChains; ++c) {
       V a[R][T];
       for (int r = 0; r < R; ++r) {
-        for (int t = 0; t < T; ++t) a[r][t] = Isa::ZeroV();
+        for (int t = 0; t < T; ++t) {
+          a[r][t] = kPiece && j.carry_in ? Isa::Load(carried(r, t, c)) : Isa::ZeroV();
+        }
       }
       for (int b = b0; b < b1; ++b) {
         for (int p = c; p < Isa::kParts; p += Isa::kChains) {
@@ -138,10 +146,16 @@ void WidePanel(const F32Tile& j, int r0, int t0) {
         }
       }
       for (int r = 0; r < R; ++r) {
-        for (int t = 0; t < T; ++t) Isa::SetChain(acc[r][t], c, a[r][t]);
+        for (int t = 0; t < T; ++t) {
+          if (kPiece && j.carry_out) {
+            Isa::Store(carried(r, t, c), a[r][t]);
+          } else {
+            Isa::SetChain(acc[r][t], c, a[r][t]);
+          }
+        }
       }
     }
-    EmitPanel<Isa, R, T>(j, acc, r0, t0, s);
+    if (!(kPiece && j.carry_out)) EmitPanel<Isa, R, T>(j, acc, r0, t0, s);
     b0 = b1;
   }
 }
@@ -149,7 +163,7 @@ void WidePanel(const F32Tile& j, int r0, int t0) {
 // Output rows per panel of T tokens.
 template <class Isa, Src S, int T>
 constexpr int PanelRows() {
-  if constexpr (S == Src::kWide) {
+  if constexpr (S == Src::kWide || S == Src::kPiece) {
     return Isa::kWideRows;
   } else {
     return Isa::kDirectRows[T - 1];
@@ -160,8 +174,8 @@ constexpr int PanelRows() {
 template <class Isa, Src S, int R, int T>
 void RowsFrom(const F32Tile& j, int r0, int t0) {
   for (; r0 + R <= j.rows; r0 += R) {
-    if constexpr (S == Src::kWide) {
-      WidePanel<Isa, R, T>(j, r0, t0);
+    if constexpr (S == Src::kWide || S == Src::kPiece) {
+      WidePanel<Isa, R, T, S == Src::kPiece>(j, r0, t0);
     } else {
       Panel<Isa, S, R, T>(j, r0, t0);
     }
@@ -227,7 +241,22 @@ void F32TileImpl(const F32Tile& j) {
       part.seg_ends = j.seg_ends + s0;
       part.num_segs = s1 - s0;
       part.seg_base = s0;
-      Groups<Isa, Src::kWide, Isa::kWideTokens>(part);
+      part.block0 = first;
+      if (j.seg_ends[s0] - first <= kWideRunBlocks) {
+        Groups<Isa, Src::kWide, Isa::kWideTokens>(part);
+        continue;
+      }
+      // One segment longer than a run (ffn_down's 1536 columns): in pieces of at most a run,
+      // its outputs' lanes carried from piece to piece.
+      const int pieces = (j.seg_ends[s0] - first + kWideRunBlocks - 1) / kWideRunBlocks;
+      for (int p = 0; p < pieces; ++p) {
+        const int end = p + 1 == pieces ? j.seg_ends[s0] : first + (p + 1) * kWideRunBlocks;
+        part.block0 = first + p * kWideRunBlocks;
+        part.seg_ends = &end;
+        part.carry_in = p > 0;
+        part.carry_out = p + 1 < pieces;
+        Groups<Isa, Src::kPiece, Isa::kWideTokens>(part);
+      }
     }
   }
 }

@@ -31,6 +31,14 @@ struct F32Tile {
   // The index of segment 0 here among the matrix's segments (a tile split by segment): it
   // starts at block seg_ends[-1] when > 0, and its outputs add to y's or go to its own stride.
   int seg_base = 0;
+  // The block where segment 0 here starts (its start in the matrix, or within it for a piece).
+  int block0 = 0;
+  // A piece of one segment longer than the widened path's runs: the lanes of its outputs come
+  // from `carry` (carry_in) and go back to it (carry_out) instead of starting at 0 and being
+  // reduced. carry: [tokens of the chunk][rows of the band][16 lanes].
+  float* carry = nullptr;
+  bool carry_in = false;
+  bool carry_out = false;
   std::size_t seg_stride = 0;   // 0: the ordered sum of the segments; else segment s at y + s * it
   float* scratch = nullptr;     // kRowTile * blocks per row * 32 floats (the widened tile)
   std::size_t wide_stride = 0;  // floats between the widened rows: blocks per row * 32

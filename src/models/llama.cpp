@@ -61,19 +61,12 @@ void ForRows(ThreadPool* pool, int n, const F& f) {
   });
 }
 
-// A row-parallel product: its input columns cut into segments, of which the rank owns a run.
-struct RowParallel {
-  model::QuantMatrix w;     // the whole matrix
-  std::vector<int> bounds;  // segment s is input columns [bounds[s], bounds[s + 1])
-  int first = 0;            // the rank's first segment
-  int count = 0;            // and how many it owns
-};
-
 struct Layer {
   const float* attn_norm = nullptr;
   const float* ffn_norm = nullptr;
-  model::QuantMatrix wq, wk, wv, gate, up;
-  RowParallel wo, down;
+  // The rank's rows: wq, wk, wv by head, gate and up by shard_.ffn_bounds, wo and down (all of
+  // their columns) by shard_.dim_bounds.
+  model::QuantMatrix wq, wk, wv, gate, up, wo, down;
 };
 
 class LlamaModel final : public Model {
@@ -95,8 +88,13 @@ class LlamaModel final : public Model {
 
  private:
   Status Attention(const Layer& layer, int l, const Batch& batch, KvPool& kv);
-  // x += the segment-ordered sum of w's product with the rank's activations (qa_).
-  Status ReduceRowParallel(const RowParallel& rp, int n);
+  // out [n, bounds.back()]: columns [bounds[r], bounds[r + 1]) from rank r's `mine` [n, its
+  // width] (collective over world_).
+  Status GatherColumns(const float* mine, int n, const std::vector<int>& bounds,
+                       std::vector<float>& out);
+  // x += in w^T for in [n, w.cols], the rank computing its rows of w (dim_bounds): every output
+  // is one dot product over all of w's columns whatever tp, so that tp changes no bit.
+  Status AddProjection(const model::QuantMatrix& w, const float* in, int n);
   Status Logits(const Batch& batch, std::vector<float>& logits);
   // xn_ = RmsNorm(x_) with `weight`, over n rows.
   void Norm(const float* weight, int n);
@@ -116,10 +114,11 @@ class LlamaModel final : public Model {
   int vocab_shard_ = 0;  // rows of lm_head per rank (the last rank's may be fewer)
   const float* out_norm_ = nullptr;
 
-  std::vector<float> x_, xn_, q_, k_, v_, o_, gate_, up_, act_, partial_, gathered_, rows_;
+  std::vector<float> x_, xn_, q_, k_, v_, o_, gate_, up_, act_, rows_;
+  std::vector<float> full_, y_, y_full_, send_, gathered_;
   std::vector<float> shard_logits_, all_logits_;
-  std::vector<int> segment_ends_;
-  std::vector<int> positions_;  // of the batch's rows
+  std::vector<int> head_bounds_;  // tp + 1 columns of the attention output: rank r's heads
+  std::vector<int> positions_;    // of the batch's rows
   model::Acts qa_;
 };
 
@@ -128,12 +127,11 @@ Status LlamaModel::Init(const EngineConfig& config) {
   const LlamaHparams& hp = hp_;
   const int hd = hp.head_dim;
   const LlamaShard& s = shard_;
-  std::vector<int> head_bounds;
-  const int seg_heads = hp.num_heads / s.segments;
-  for (int i = 0; i <= s.segments; ++i) head_bounds.push_back(i * seg_heads * hd);
-  const int first_seg = s.tp_rank * s.own_segments;
-  const int ffn_first = s.ffn_bounds[first_seg];
-  const int ffn_count = s.ffn_bounds[first_seg + s.own_segments] - ffn_first;
+  for (int r = 0; r <= tp_size_; ++r) head_bounds_.push_back(r * s.heads * hd);
+  const int ffn_first = s.ffn_bounds[s.tp_rank];
+  const int ffn_count = s.ffn_bounds[s.tp_rank + 1] - ffn_first;
+  const int dim_first = s.dim_bounds[s.tp_rank];
+  const int dim_count = s.dim_bounds[s.tp_rank + 1] - dim_first;
   for (int l = 0; l < hp.num_layers; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
     Layer layer;
@@ -151,8 +149,8 @@ Status LlamaModel::Init(const EngineConfig& config) {
     layer.wv = wv.RowRange(s.kv_first * hd, s.kv_heads * hd);
     layer.gate = gate.RowRange(ffn_first, ffn_count);
     layer.up = up.RowRange(ffn_first, ffn_count);
-    layer.wo = {wo, head_bounds, first_seg, s.own_segments};
-    layer.down = {down, s.ffn_bounds, first_seg, s.own_segments};
+    layer.wo = wo.RowRange(dim_first, dim_count);
+    layer.down = down.RowRange(dim_first, dim_count);
     layers_.push_back(std::move(layer));
   }
   CTXPAR_ASSIGN_OR_RETURN(embd_, Matrix(f, "token_embd.weight", hp.dim, hp.vocab_size));
@@ -184,33 +182,40 @@ void LlamaModel::Norm(const float* weight, int n) {
   });
 }
 
-Status LlamaModel::ReduceRowParallel(const RowParallel& rp, int n) {
-  const int dim = hp_.dim;
-  const std::size_t seg_elems = std::size_t(n) * dim;
-  const int col0 = rp.bounds[rp.first];
-  const model::QuantMatrix w = rp.w.ColRange(col0, rp.bounds[rp.first + rp.count] - col0);
-  segment_ends_.clear();
-  for (int i = 1; i <= rp.count; ++i) {
-    segment_ends_.push_back((rp.bounds[rp.first + i] - col0) / model::kBlock);
+Status LlamaModel::GatherColumns(const float* mine, int n, const std::vector<int>& bounds,
+                                 std::vector<float>& out) {
+  const int total = bounds.back();
+  int width = 0;
+  for (int r = 0; r < tp_size_; ++r) width = std::max(width, bounds[r + 1] - bounds[r]);
+  const int own = bounds[shard_.tp_rank + 1] - bounds[shard_.tp_rank];
+  // Uneven shards travel padded to the widest.
+  send_.assign(std::size_t(n) * width, 0.0f);
+  for (int t = 0; t < n; ++t) {
+    std::copy_n(mine + std::size_t(t) * own, own, send_.begin() + std::size_t(t) * width);
   }
-  if (tp_size_ == 1) {
-    // The kernel sums the segments in order in one pass: the bits of the sum below.
-    partial_.resize(seg_elems);
-    model::MatMul(w, qa_, 0, partial_.data(), dim, pool_, {segment_ends_, 0});
-    for (std::size_t i = 0; i < seg_elems; ++i) x_[i] += partial_[i];
-    return Status::Ok();
-  }
-  partial_.resize(seg_elems * rp.count);
-  model::MatMul(w, qa_, 0, partial_.data(), dim, pool_, {segment_ends_, seg_elems});
-  const int segments = static_cast<int>(rp.bounds.size()) - 1;
-  gathered_.resize(seg_elems * segments);
+  gathered_.resize(send_.size() * tp_size_);
   CTXPAR_RETURN_IF_ERROR(
-      world_->AllGather(partial_.data(), gathered_.data(), partial_.size(), DataType::kF32));
-  for (std::size_t i = 0; i < seg_elems; ++i) {
-    float sum = gathered_[i];
-    for (int s = 1; s < segments; ++s) sum += gathered_[s * seg_elems + i];
-    x_[i] += sum;
+      world_->AllGather(send_.data(), gathered_.data(), send_.size(), DataType::kF32));
+  out.resize(std::size_t(n) * total);
+  for (int r = 0; r < tp_size_; ++r) {
+    for (int t = 0; t < n; ++t) {
+      std::copy_n(gathered_.begin() + (std::size_t(r) * n + t) * width, bounds[r + 1] - bounds[r],
+                  out.begin() + std::size_t(t) * total + bounds[r]);
+    }
   }
+  return Status::Ok();
+}
+
+Status LlamaModel::AddProjection(const model::QuantMatrix& w, const float* in, int n) {
+  model::PrepareActs(act_format_, w.type, in, n, w.cols, w.cols, &qa_);
+  y_.resize(std::size_t(n) * w.rows);
+  model::MatMul(w, qa_, 0, y_.data(), w.rows, pool_);
+  const float* y = y_.data();
+  if (tp_size_ > 1) {
+    CTXPAR_RETURN_IF_ERROR(GatherColumns(y_.data(), n, shard_.dim_bounds, y_full_));
+    y = y_full_.data();
+  }
+  for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += y[i];
   return Status::Ok();
 }
 
@@ -243,8 +248,9 @@ Status LlamaModel::Attention(const Layer& layer, int l, const Batch& batch, KvPo
   }
   o_.resize(std::size_t(n) * s.heads * hd);
   CTXPAR_RETURN_IF_ERROR(attend_->Run(batch, kv, l, q_.data(), o_.data()));
-  model::PrepareActs(act_format_, layer.wo.w.type, o_.data(), n, s.heads * hd, s.heads * hd, &qa_);
-  return ReduceRowParallel(layer.wo, n);
+  if (tp_size_ == 1) return AddProjection(layer.wo, o_.data(), n);
+  CTXPAR_RETURN_IF_ERROR(GatherColumns(o_.data(), n, head_bounds_, full_));
+  return AddProjection(layer.wo, full_.data(), n);
 }
 
 Status LlamaModel::Logits(const Batch& batch, std::vector<float>& logits) {
@@ -304,8 +310,12 @@ Status LlamaModel::Forward(const Batch& batch, KvPool& kv, std::vector<float>& l
       model::SwiGlu(gate_.data() + first, up_.data() + first, (end - begin) * ffn_shard,
                     act_.data() + first);
     });
-    model::PrepareActs(act_format_, layer.down.w.type, act_.data(), n, ffn_shard, ffn_shard, &qa_);
-    CTXPAR_RETURN_IF_ERROR(ReduceRowParallel(layer.down, n));
+    const float* act = act_.data();
+    if (tp_size_ > 1) {
+      CTXPAR_RETURN_IF_ERROR(GatherColumns(act, n, shard_.ffn_bounds, full_));
+      act = full_.data();
+    }
+    CTXPAR_RETURN_IF_ERROR(AddProjection(layer.down, act, n));
     CTXPAR_RETURN_IF_ERROR(
         CheckFinite(x_.data(), x_.size(), fmt::format("the output of layer {}", l), file_->path()));
   }

@@ -10,14 +10,13 @@
 // - A rank attends for the widened head set of its DCP group (h * dcp heads) over its shard of
 //   the KV pool; DcpAttention merges the partial states. With replicated Q the rank projects Q
 //   for the whole group.
-// - Row-parallel products (o_proj, ffn_down) are cut into S = H fixed column segments (o_proj:
-//   H / S heads each; ffn_down: S runs of whole 32-blocks, floor(s * B / S)), the same for every
-//   tp; a rank owns S / tp consecutive segments. The sum over segments is taken in segment
-//   order whichever rank computed each, so a (tp, dcp = 1) run equals the tp = 1 run bit for
-//   bit. With int8 activations S = tp instead: that forward is not invariant anyway (an int8
-//   rounding flips on a 1-ulp change), and one dot product over the whole row at tp = 1 is
-//   llama.cpp's order. gate/up rows follow the ffn_down segments; lm_head is vocab-sharded
-//   (uneven shards padded) and all-gathered.
+// - o_proj and ffn_down run as all-gather + output-row shards: the ranks all-gather the
+//   attention output (their heads) and the SwiGLU activations (their gate / up rows, ffn_bounds:
+//   whole 32-blocks, floor(r * B / tp)), each computes its rows (dim_bounds) over all the input
+//   columns, and the rows are all-gathered into the residual. Every output is then one dot
+//   product over the whole row in the kernel's fixed order, so a (tp, dcp = 1) run equals the
+//   tp = 1 run bit for bit, with either activation format. lm_head is vocab-sharded (uneven
+//   shards padded) and all-gathered.
 // - Numerics: Q4_1 / Q8_0 weights times fp32 activations (or int8 ones with
 //   quantize_activations), RMSNorm and RoPE in ggml's normal mode as llama.cpp runs the llama
 //   architecture, fp32 KV.
@@ -57,7 +56,7 @@ struct LlamaHparams {
 // Reads `<arch>.*` metadata, naming the key of anything missing or out of range.
 Expected<LlamaHparams> ReadLlamaHparams(const GgufFile& file);
 
-// Which heads, KV heads and segments one rank owns.
+// Which heads, KV heads and rows one rank owns.
 struct LlamaShard {
   int tp_rank = 0;
   int dcp_rank = 0;
@@ -67,9 +66,8 @@ struct LlamaShard {
   int q_first = 0;   // first of them
   int kv_heads = 0;  // KV heads of the DCP group (the rank's pool stores its shard of them)
   int kv_first = 0;
-  int segments = 0;  // S: num_heads, or tp_size with int8 activations
-  int own_segments = 0;
-  std::vector<int> ffn_bounds;  // S + 1 feature offsets of the ffn segments
+  std::vector<int> ffn_bounds;  // tp + 1 MLP features: rank r's gate / up rows, whole 32-blocks
+  std::vector<int> dim_bounds;  // tp + 1 hidden features: rank r's o_proj / ffn_down rows
 };
 LlamaShard MakeLlamaShard(const LlamaHparams& hp, const EngineConfig& config, int tp_rank);
 

@@ -172,11 +172,10 @@ LlamaShard MakeLlamaShard(const LlamaHparams& hp, const EngineConfig& config, in
   const int per_kv = hp.num_heads / hp.num_kv_heads;
   s.kv_first = s.group * group_heads / per_kv;
   s.kv_heads = std::max(1, group_heads / per_kv);
-  s.segments = config.llama_cpp_numerics ? tp : hp.num_heads;
-  s.own_segments = s.segments / tp;
   const int blocks = hp.ffn_dim / model::kBlock;
-  for (int i = 0; i <= s.segments; ++i) {
-    s.ffn_bounds.push_back(static_cast<int>(int64_t{i} * blocks / s.segments) * model::kBlock);
+  for (int i = 0; i <= tp; ++i) {
+    s.ffn_bounds.push_back(static_cast<int>(int64_t{i} * blocks / tp) * model::kBlock);
+    s.dim_bounds.push_back(static_cast<int>(int64_t{i} * hp.dim / tp));
   }
   return s;
 }

@@ -234,6 +234,42 @@ TEST_F(MatMulIsas, RowsAreBatchInvariant) {
   }
 }
 
+// Rows of 1536 columns (ffn_down's) are longer than the widened path's runs, so it cuts them
+// into pieces whose lanes carry over: each row among n others has the bits it gets alone, where
+// the direct path takes the whole row at once.
+TEST_F(MatMulIsas, LongRowsCarryTheirLanesAcrossPieces) {
+  const int rows = 21, cols = 1536, max_n = 100;
+  auto two = ThreadPool::Create(2);
+  ASSERT_TRUE(two.ok());
+  for (const std::string& isa : Isas()) {
+    Force(isa);
+    for (WeightType type : {WeightType::kQ4_1, WeightType::kQ8_0}) {
+      std::mt19937 rng(5 + int(type));
+      RandomMatrix w = MakeMatrix(type, rows, cols, rng);
+      const std::vector<float> x = Normal(std::size_t(max_n) * cols, rng);
+      std::vector<float> alone(std::size_t(max_n) * rows);
+      for (int t = 0; t < max_n; ++t) {
+        Acts a;
+        PrepareActs(ActFormat::kF32, type, x.data() + std::size_t(t) * cols, 1, cols, cols, &a);
+        MatMul(w.m, a, 0, alone.data() + std::size_t(t) * rows, rows, nullptr);
+      }
+      for (int n : {9, 17, 50, max_n}) {
+        Acts a;
+        PrepareActs(ActFormat::kF32, type, x.data(), n, cols, cols, &a);
+        for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), two->get()}) {
+          std::vector<float> y(std::size_t(n) * rows);
+          MatMul(w.m, a, 0, y.data(), rows, pool);
+          for (std::size_t i = 0; i < y.size(); ++i) {
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(y[i]), std::bit_cast<std::uint32_t>(alone[i]))
+                << isa << " type " << int(type) << " n " << n << " row " << i / rows << " col "
+                << i % rows;
+          }
+        }
+      }
+    }
+  }
+}
+
 // The fp32 sequence is one for all ISAs: each gives the scalar path's bits, decode and prefill.
 TEST_F(MatMulIsas, F32BitsEqualAcrossIsas) {
   const int rows = 21, cols = 1536;
