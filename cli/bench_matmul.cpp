@@ -82,7 +82,7 @@ Point TimeShape(const Shape& s, int n, model::ActFormat act, ThreadPool& pool, i
     const double cpu0 = CpuSeconds(CLOCK_PROCESS_CPUTIME_ID);
     for (int c = 0; c < copies; ++c) {
       const model::QuantMatrix w{s.type, weights.data() + bytes * c, s.rows, s.cols, row_bytes};
-      model::MatMul(w, acts, 0, y.data(), s.rows, &pool);
+      model::MatMul(w, acts, y.data(), s.rows, &pool);
     }
     const double cpu = (CpuSeconds(CLOCK_PROCESS_CPUTIME_ID) - cpu0) / pool.size();
     if (r > 0) best.KeepBest({Seconds(start, Clock::now()) / copies, cpu / copies});

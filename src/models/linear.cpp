@@ -1,5 +1,5 @@
 // MatMul's driver: activation preparation, the choice of ISA, row tiles over the pool, and the
-// segments of the int8 path. The kernels are in linear_{scalar,avx2,avx512}.cpp.
+// int8 path. The kernels are in linear_{scalar,avx2,avx512}.cpp.
 #include "models/linear.h"
 
 #include <algorithm>
@@ -18,13 +18,6 @@ QuantMatrix QuantMatrix::RowRange(int begin, int count) const {
   QuantMatrix m = *this;
   m.data = data + std::size_t(begin) * row_stride;
   m.rows = count;
-  return m;
-}
-
-QuantMatrix QuantMatrix::ColRange(int begin, int count) const {
-  QuantMatrix m = *this;
-  m.data = data + std::size_t(begin / kBlock) * BlockBytes(type);
-  m.cols = count;
   return m;
 }
 
@@ -106,13 +99,9 @@ Kernels Select() {
 }
 
 // Row tiles [tile_begin, tile_end) of one MatMul.
-void Tiles(const Kernels& k, const QuantMatrix& w, const Acts& x, int col_begin, float* y, int ldy,
-           const Segments& segments, std::int64_t tile_begin, std::int64_t tile_end) {
+void Tiles(const Kernels& k, const QuantMatrix& w, const Acts& x, float* y, int ldy,
+           std::int64_t tile_begin, std::int64_t tile_end) {
   const int nb = w.cols / kBlock;
-  const int b0 = col_begin / kBlock;
-  const int whole = nb;
-  const int* ends = segments.ends.empty() ? &whole : segments.ends.data();
-  const int num_segs = segments.ends.empty() ? 1 : static_cast<int>(segments.ends.size());
   auto f32 = [&] {
     thread_local LineVector<float> scratch, carry;
     scratch.resize(std::max(scratch.size(), std::size_t(kRowTile) * nb * kBlock));
@@ -121,9 +110,7 @@ void Tiles(const Kernels& k, const QuantMatrix& w, const Acts& x, int col_begin,
     t.row_stride = w.row_stride;
     t.ldx = std::size_t(x.blocks_per_row) * kBlock;
     t.ldy = std::size_t(ldy);
-    t.seg_ends = ends;
-    t.num_segs = num_segs;
-    t.seg_stride = segments.stride;
+    t.block1 = nb;
     t.scratch = scratch.data();
     t.wide_stride = std::size_t(nb) * kBlock;
     t.wide = x.n > k.f32.direct_max_tokens;
@@ -136,7 +123,7 @@ void Tiles(const Kernels& k, const QuantMatrix& w, const Acts& x, int col_begin,
       const int r0 = static_cast<int>(tile * kRowTile);
       t.w = w.data + std::size_t(r0) * w.row_stride;
       t.rows = std::min(kRowTile, w.rows - r0);
-      t.x = x.F32Row(c0) + col_begin;
+      t.x = x.F32Row(c0);
       t.n = std::min(chunk, x.n - c0);
       t.y = y + std::size_t(c0) * std::size_t(ldy) + r0;
       k.f32.tile(t);
@@ -168,26 +155,13 @@ void Tiles(const Kernels& k, const QuantMatrix& w, const Acts& x, int col_begin,
   };
   auto q8 = [&] {
     const linear_internal::DotQ8Fn dot = w.type == WeightType::kQ4_1 ? k.q8.q41 : k.q8.q80;
-    const std::size_t bytes = BlockBytes(w.type);
     for (std::int64_t tile = tile_begin; tile < tile_end; ++tile) {
       const int r0 = static_cast<int>(tile * kRowTile);
       const int r1 = std::min(w.rows, r0 + kRowTile);
       for (int t = 0; t < x.n; ++t) {
-        const ActBlock* xa = x.Row(t) + b0;
+        const ActBlock* xa = x.Row(t);
         float* yt = y + std::size_t(t) * ldy;
-        for (int r = r0; r < r1; ++r) {
-          const std::uint8_t* row = w.data + std::size_t(r) * w.row_stride;
-          int begin = 0;
-          for (int s = 0; s < num_segs; ++s) {
-            const float v = dot(row + begin * bytes, xa + begin, ends[s] - begin);
-            if (segments.stride != 0) {
-              yt[r + s * segments.stride] = v;
-            } else {
-              yt[r] = s == 0 ? v : yt[r] + v;
-            }
-            begin = ends[s];
-          }
-        }
+        for (int r = r0; r < r1; ++r) yt[r] = dot(w.data + std::size_t(r) * w.row_stride, xa, nb);
       }
     }
   };
@@ -204,12 +178,9 @@ std::int64_t RowTiles(const QuantMatrix& w) { return (w.rows + kRowTile - 1) / k
 
 const char* MatMulIsa() { return Select().isa; }
 
-void MatMul(const QuantMatrix& w, const Acts& x, int col_begin, float* y, int ldy, ThreadPool* pool,
-            const Segments& segments) {
+void MatMul(const QuantMatrix& w, const Acts& x, float* y, int ldy, ThreadPool* pool) {
   const Kernels k = Select();
-  auto body = [&](std::int64_t begin, std::int64_t end) {
-    Tiles(k, w, x, col_begin, y, ldy, segments, begin, end);
-  };
+  auto body = [&](std::int64_t begin, std::int64_t end) { Tiles(k, w, x, y, ldy, begin, end); };
   if (pool != nullptr) {
     pool->ParallelFor(RowTiles(w), body);
   } else {
@@ -225,7 +196,7 @@ void MatMulMany(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool
     for (std::size_t i = 0; i < outs.size(); ++i) {
       const std::int64_t lo = std::max(begin, first[i]), hi = std::min(end, first[i + 1]);
       if (lo < hi) {
-        Tiles(k, outs[i].w, x, 0, outs[i].y, outs[i].ldy, {}, lo - first[i], hi - first[i]);
+        Tiles(k, outs[i].w, x, outs[i].y, outs[i].ldy, lo - first[i], hi - first[i]);
       }
     }
   };

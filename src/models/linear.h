@@ -12,8 +12,7 @@
 //
 // Contract
 // - A weight matrix W is [rows, cols] row-major in ggml blocks of 32 along cols: row r, block b
-//   starts at data + r * row_stride + b * BlockBytes(type). A view of a column range (a
-//   row-sharded projection) keeps row_stride and offsets data by whole blocks.
+//   starts at data + r * row_stride + b * BlockBytes(type).
 // - Activations x [n, cols] fp32 are used as they are, or quantized per row into cols / 32
 //   ActBlocks (Q8_1 for Q4_1 weights: d, s = d * sum(q); Q8_0 for Q8_0 weights) with d and s
 //   rounded to fp16 as ggml stores them, so the dot products match ggml's up to summation order.
@@ -30,11 +29,6 @@
 //   r[0] + r[1]. CTXPAR_CPU_ISA (cpu_features.h) forces a lower ISA for tests.
 // - The int8 sequence (ActFormat::kQ8) is fixed per ISA: one dot product per output, the same
 //   function for every n.
-// - Segments (tensor parallelism): with segment ends e_0 < e_1 < ... (blocks of the column
-//   range), each segment's sum runs the sequence above from zero over its blocks only, and y is
-//   ((seg_0 + seg_1) + seg_2) + ..., all in one pass over the weights. So a rank that computes
-//   segments [a, b) alone (Segments::stride, or a view of their columns) and a sum of every
-//   rank's segments in segment order give exactly the bits of one rank with all the segments.
 // - Thread safety: the kernels are pure functions of their inputs and write only their output
 //   range; the pool (thread_pool.h) is driven by one thread at a time.
 #pragma once
@@ -65,10 +59,8 @@ struct QuantMatrix {
   int cols = 0;                // a multiple of 32
   std::size_t row_stride = 0;  // bytes between rows
 
-  // Rows [begin, begin + count): an output-sharded (column-parallel) projection.
+  // Rows [begin, begin + count): a rank's shard of a projection.
   QuantMatrix RowRange(int begin, int count) const;
-  // Columns [begin, begin + count), both multiples of 32: an input-sharded (row-parallel) one.
-  QuantMatrix ColRange(int begin, int count) const;
 };
 
 struct ActBlock {
@@ -118,22 +110,10 @@ struct Acts {
 void PrepareActs(ActFormat format, WeightType type, const float* x, int n, int cols, int ldx,
                  Acts* out);
 
-// The column segments of a row-parallel product (see the contract).
-struct Segments {
-  // ends[s]: the block (relative to the column range) where segment s ends; increasing, the
-  // last = w.cols / 32. Empty: one segment, the whole range.
-  std::span<const int> ends;
-  // 0: y gets the ordered sum of the segments. Else segment s alone goes to y + s * stride (for
-  // a rank that sends its segments to be summed with the other ranks').
-  std::size_t stride = 0;
-};
+// y = x W^T, x prepared with w.cols columns. pool may be null (single thread).
+void MatMul(const QuantMatrix& w, const Acts& x, float* y, int ldy, ThreadPool* pool);
 
-// y = x W^T over the column range [col_begin, col_begin + w.cols) of the prepared acts (so one
-// preparation serves a row-sharded view). pool may be null (single thread).
-void MatMul(const QuantMatrix& w, const Acts& x, int col_begin, float* y, int ldy, ThreadPool* pool,
-            const Segments& segments = {});
-
-// One product of a fused MatMul: y = x W^T over all of w's columns, no segments.
+// One product of a fused MatMul: y = x W^T over all of w's columns.
 struct MatMulOut {
   QuantMatrix w;
   float* y;

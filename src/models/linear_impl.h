@@ -22,90 +22,60 @@
 // Both paths make every output by linear.h's canonical sequence, so the choice between them,
 // the register tile and the output's place in it change no bit.
 
-// kPiece: the widened tile, for a piece of a segment whose lanes carry over (F32Tile::carry).
+// kPiece: the widened tile, for a piece of a row whose lanes carry over (F32Tile::carry).
 enum class Src { kQ41, kQ80, kWide, kPiece };
 
 // Decode streams the weights once: each block requests the same block this many rows ahead.
 inline constexpr int kPrefetchRows = 8;
 
-// The widened path runs whole segments at a time, as many as fit in this many blocks (or one):
-// 4 rows and 3 tokens of 24 blocks are 21 KB, in L1 (ffn_down's whole rows, 4 x 6 KB, and
-// three tokens' did not fit), while a run of short segments (o_proj's 2 blocks) is one call.
+// The widened path runs a row in pieces of at most this many blocks: 4 rows and 3 tokens of 24
+// blocks are 21 KB, in L1 (ffn_down's whole rows, 4 x 6 KB, and three tokens' did not fit).
 inline constexpr int kWideRunBlocks = 24;
 
-inline int FirstBlock(const F32Tile& j) { return j.block0; }
+inline void Emit(const F32Tile& j, int r, int t, float v) { j.y[std::size_t(t) * j.ldy + r] = v; }
 
-inline void Emit(const F32Tile& j, int r, int t, int s, float v) {
-  float* out = j.y + std::size_t(t) * j.ldy + r;
-  s += j.seg_base;
-  if (j.seg_stride != 0) {
-    out[s * j.seg_stride] = v;
-  } else {
-    *out = s == 0 ? v : *out + v;
-  }
-}
-
-// Rows [r, r + 4) of token t, consecutive in y: Emit's operations on four outputs at once.
-inline void Emit4(const F32Tile& j, int r, int t, int s, const float (&v)[4]) {
-  float* out = j.y + std::size_t(t) * j.ldy + r;
-  s += j.seg_base;
-  if (j.seg_stride != 0) {
-    out += s * j.seg_stride;
-    for (int i = 0; i < 4; ++i) out[i] = v[i];
-  } else if (s == 0) {
-    for (int i = 0; i < 4; ++i) out[i] = v[i];
-  } else {
-    for (int i = 0; i < 4; ++i) out[i] += v[i];
-  }
-}
-
-// A panel's outputs for segment s. A short segment (o_proj's are one head, 2 blocks) costs as
-// much in reductions as in FMAs, so four rows of a token reduce together where the ISA can.
+// A panel's outputs; four rows of a token reduce together where the ISA can.
 template <class Isa, int R, int T>
-void EmitPanel(const F32Tile& j, const typename Isa::Acc (&acc)[R][T], int r0, int t0, int s) {
+void EmitPanel(const F32Tile& j, const typename Isa::Acc (&acc)[R][T], int r0, int t0) {
   for (int t = 0; t < T; ++t) {
     int r = 0;
     if constexpr (requires(const typename Isa::Acc& a, float* out) {
                     Isa::Reduce4(a, a, a, a, out);
                   }) {
       for (; r + 4 <= R; r += 4) {
-        float v[4];
-        Isa::Reduce4(acc[r][t], acc[r + 1][t], acc[r + 2][t], acc[r + 3][t], v);
-        Emit4(j, r0 + r, t0 + t, s, v);
+        Isa::Reduce4(acc[r][t], acc[r + 1][t], acc[r + 2][t], acc[r + 3][t],
+                     j.y + std::size_t(t0 + t) * j.ldy + r0 + r);
       }
     }
-    for (; r < R; ++r) Emit(j, r0 + r, t0 + t, s, Isa::Reduce(acc[r][t]));
+    for (; r < R; ++r) Emit(j, r0 + r, t0 + t, Isa::Reduce(acc[r][t]));
   }
 }
 
-// Rows [r0, r0 + R) times tokens [t0, t0 + T), every segment, each weight block dequantized in
-// registers once for the T tokens.
+// Rows [r0, r0 + R) times tokens [t0, t0 + T), each weight block dequantized in registers once
+// for the T tokens.
 template <class Isa, Src S, int R, int T>
 void Panel(const F32Tile& j, int r0, int t0) {
   constexpr int kLanes = kBlock / Isa::kParts;
   constexpr std::size_t kBytes = BlockBytes(S == Src::kQ41 ? WeightType::kQ4_1 : WeightType::kQ8_0);
   const float* xs[T];
   for (int t = 0; t < T; ++t) xs[t] = j.x + std::size_t(t0 + t) * j.ldx;
-  int b = FirstBlock(j);
-  for (int s = 0; s < j.num_segs; ++s) {
-    typename Isa::Acc acc[R][T];
+  typename Isa::Acc acc[R][T];
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) acc[r][t] = Isa::Zero();
+  }
+  for (int b = j.block0; b < j.block1; ++b) {
     for (int r = 0; r < R; ++r) {
-      for (int t = 0; t < T; ++t) acc[r][t] = Isa::Zero();
-    }
-    for (; b < j.seg_ends[s]; ++b) {
-      for (int r = 0; r < R; ++r) {
-        const std::uint8_t* blk = j.w + std::size_t(r0 + r) * j.row_stride + b * kBytes;
-        Isa::Prefetch(blk + kPrefetchRows * j.row_stride);
-        const typename Isa::Block w = S == Src::kQ41 ? Isa::DequantQ41(blk) : Isa::DequantQ80(blk);
-        for (int t = 0; t < T; ++t) {
-          for (int p = 0; p < Isa::kParts; ++p) {
-            Isa::Fma(acc[r][t], p, w.v[p], Isa::Load(xs[t] + b * kBlock + p * kLanes));
-          }
+      const std::uint8_t* blk = j.w + std::size_t(r0 + r) * j.row_stride + b * kBytes;
+      Isa::Prefetch(blk + kPrefetchRows * j.row_stride);
+      const typename Isa::Block w = S == Src::kQ41 ? Isa::DequantQ41(blk) : Isa::DequantQ80(blk);
+      for (int t = 0; t < T; ++t) {
+        for (int p = 0; p < Isa::kParts; ++p) {
+          Isa::Fma(acc[r][t], p, w.v[p], Isa::Load(xs[t] + b * kBlock + p * kLanes));
         }
       }
     }
-    EmitPanel<Isa, R, T>(j, acc, r0, t0, s);
   }
+  EmitPanel<Isa, R, T>(j, acc, r0, t0);
 }
 
 // The same outputs from the tile widened to fp32 in j.scratch (row r at r * blocks * 32). The
@@ -123,41 +93,36 @@ void WidePanel(const F32Tile& j, int r0, int t0) {
   auto carried = [&](int r, int t, int c) {
     return j.carry + (std::size_t(t0 + t) * Isa::kWideRows + r0 + r) * kBlock / 2 + c * kChainLanes;
   };
-  int b0 = FirstBlock(j);
-  for (int s = 0; s < j.num_segs; ++s) {
-    const int b1 = j.seg_ends[s];
-    typename Isa::Acc acc[R][T];
-    for (int c = 0; c < Isa::kChains; ++c) {
-      V a[R][T];
-      for (int r = 0; r < R; ++r) {
-        for (int t = 0; t < T; ++t) {
-          a[r][t] = kPiece && j.carry_in ? Isa::Load(carried(r, t, c)) : Isa::ZeroV();
-        }
+  typename Isa::Acc acc[R][T];
+  for (int c = 0; c < Isa::kChains; ++c) {
+    V a[R][T];
+    for (int r = 0; r < R; ++r) {
+      for (int t = 0; t < T; ++t) {
+        a[r][t] = kPiece && j.carry_in ? Isa::Load(carried(r, t, c)) : Isa::ZeroV();
       }
-      for (int b = b0; b < b1; ++b) {
-        for (int p = c; p < Isa::kParts; p += Isa::kChains) {
-          const std::size_t off = std::size_t(b) * kBlock + p * kLanes;
-          V x[T];
-          for (int t = 0; t < T; ++t) x[t] = Isa::Load(xs + t * j.ldx + off);
-          for (int r = 0; r < R; ++r) {
-            const V w = Isa::Load(ws + r * stride + off);
-            for (int t = 0; t < T; ++t) Isa::FmaV(a[r][t], w, x[t]);
-          }
-        }
-      }
-      for (int r = 0; r < R; ++r) {
-        for (int t = 0; t < T; ++t) {
-          if (kPiece && j.carry_out) {
-            Isa::Store(carried(r, t, c), a[r][t]);
-          } else {
-            Isa::SetChain(acc[r][t], c, a[r][t]);
-          }
+    }
+    for (int b = j.block0; b < j.block1; ++b) {
+      for (int p = c; p < Isa::kParts; p += Isa::kChains) {
+        const std::size_t off = std::size_t(b) * kBlock + p * kLanes;
+        V x[T];
+        for (int t = 0; t < T; ++t) x[t] = Isa::Load(xs + t * j.ldx + off);
+        for (int r = 0; r < R; ++r) {
+          const V w = Isa::Load(ws + r * stride + off);
+          for (int t = 0; t < T; ++t) Isa::FmaV(a[r][t], w, x[t]);
         }
       }
     }
-    if (!(kPiece && j.carry_out)) EmitPanel<Isa, R, T>(j, acc, r0, t0, s);
-    b0 = b1;
+    for (int r = 0; r < R; ++r) {
+      for (int t = 0; t < T; ++t) {
+        if (kPiece && j.carry_out) {
+          Isa::Store(carried(r, t, c), a[r][t]);
+        } else {
+          Isa::SetChain(acc[r][t], c, a[r][t]);
+        }
+      }
+    }
   }
+  if (!(kPiece && j.carry_out)) EmitPanel<Isa, R, T>(j, acc, r0, t0);
 }
 
 // Output rows per panel of T tokens.
@@ -215,9 +180,9 @@ void F32TileImpl(const F32Tile& j) {
     return;
   }
   // Each block is dequantized once into the tile. Bands of kWideRows rows then pass over the
-  // chunk's token groups one run of segments at a time (kWideRunBlocks), so that the band's
-  // slice and the group's stay in L1.
-  const int nb = j.seg_ends[j.num_segs - 1];
+  // chunk's token groups a piece of at most kWideRunBlocks at a time, so that the band's slice
+  // and the group's stay in L1; a longer row's outputs carry their lanes from piece to piece.
+  const int nb = j.block1;
   constexpr int kLanes = kBlock / Isa::kParts;
   if (!j.widened) {
     for (int r = 0; r < j.rows; ++r) {
@@ -230,33 +195,22 @@ void F32TileImpl(const F32Tile& j) {
       }
     }
   }
+  const int pieces = (nb + kWideRunBlocks - 1) / kWideRunBlocks;
   for (int r0 = 0; r0 < j.rows; r0 += Isa::kWideRows) {
-    for (int s0 = 0, s1 = 0; s0 < j.num_segs; s0 = s1) {
-      const int first = s0 == 0 ? 0 : j.seg_ends[s0 - 1];
-      for (s1 = s0 + 1; s1 < j.num_segs && j.seg_ends[s1] - first <= kWideRunBlocks;) ++s1;
-      F32Tile part = j;
-      part.rows = std::min(Isa::kWideRows, j.rows - r0);
-      part.y = j.y + r0;
-      part.scratch = j.scratch + r0 * j.wide_stride;
-      part.seg_ends = j.seg_ends + s0;
-      part.num_segs = s1 - s0;
-      part.seg_base = s0;
-      part.block0 = first;
-      if (j.seg_ends[s0] - first <= kWideRunBlocks) {
-        Groups<Isa, Src::kWide, Isa::kWideTokens>(part);
-        continue;
-      }
-      // One segment longer than a run (ffn_down's 1536 columns): in pieces of at most a run,
-      // its outputs' lanes carried from piece to piece.
-      const int pieces = (j.seg_ends[s0] - first + kWideRunBlocks - 1) / kWideRunBlocks;
-      for (int p = 0; p < pieces; ++p) {
-        const int end = p + 1 == pieces ? j.seg_ends[s0] : first + (p + 1) * kWideRunBlocks;
-        part.block0 = first + p * kWideRunBlocks;
-        part.seg_ends = &end;
-        part.carry_in = p > 0;
-        part.carry_out = p + 1 < pieces;
-        Groups<Isa, Src::kPiece, Isa::kWideTokens>(part);
-      }
+    F32Tile band = j;
+    band.rows = std::min(Isa::kWideRows, j.rows - r0);
+    band.y = j.y + r0;
+    band.scratch = j.scratch + r0 * j.wide_stride;
+    if (pieces == 1) {
+      Groups<Isa, Src::kWide, Isa::kWideTokens>(band);
+      continue;
+    }
+    for (int p = 0; p < pieces; ++p) {
+      band.block0 = p * kWideRunBlocks;
+      band.block1 = std::min(nb, (p + 1) * kWideRunBlocks);
+      band.carry_in = p > 0;
+      band.carry_out = p + 1 < pieces;
+      Groups<Isa, Src::kPiece, Isa::kWideTokens>(band);
     }
   }
 }

@@ -15,7 +15,7 @@ namespace ctxpar::model::linear_internal {
 inline constexpr int kRowTile = 16;
 
 // One row tile of a MatMul with fp32 activations: rows [0, rows) of the tile times tokens
-// [0, n), over the blocks of the column range, segment by segment (linear.h's contract).
+// [0, n), over the blocks of the rows (linear.h's contract).
 struct F32Tile {
   WeightType type = WeightType::kQ4_1;
   const std::uint8_t* w = nullptr;  // block 0 of the tile's row 0
@@ -26,20 +26,15 @@ struct F32Tile {
   int n = 0;
   float* y = nullptr;  // y[t * ldy + r] for the tile's row r
   std::size_t ldy = 0;
-  const int* seg_ends = nullptr;  // num_segs increasing block indices, the last = blocks per row
-  int num_segs = 0;
-  // The index of segment 0 here among the matrix's segments (a tile split by segment): it
-  // starts at block seg_ends[-1] when > 0, and its outputs add to y's or go to its own stride.
-  int seg_base = 0;
-  // The block where segment 0 here starts (its start in the matrix, or within it for a piece).
+  // Blocks [block0, block1) of the rows: all of them, or a piece of the widened path.
   int block0 = 0;
-  // A piece of one segment longer than the widened path's runs: the lanes of its outputs come
-  // from `carry` (carry_in) and go back to it (carry_out) instead of starting at 0 and being
+  int block1 = 0;
+  // A piece of a row longer than the widened path's runs: the lanes of its outputs come from
+  // `carry` (carry_in) and go back to it (carry_out) instead of starting at 0 and being
   // reduced. carry: [tokens of the chunk][rows of the band][16 lanes].
   float* carry = nullptr;
   bool carry_in = false;
   bool carry_out = false;
-  std::size_t seg_stride = 0;   // 0: the ordered sum of the segments; else segment s at y + s * it
   float* scratch = nullptr;     // kRowTile * blocks per row * 32 floats (the widened tile)
   std::size_t wide_stride = 0;  // floats between the widened rows: blocks per row * 32
   bool wide = false;            // widen the tile to fp32 (n above the kernel's direct_max_tokens)

@@ -209,7 +209,7 @@ Status LlamaModel::GatherColumns(const float* mine, int n, const std::vector<int
 Status LlamaModel::AddProjection(const model::QuantMatrix& w, const float* in, int n) {
   model::PrepareActs(act_format_, w.type, in, n, w.cols, w.cols, &qa_);
   y_.resize(std::size_t(n) * w.rows);
-  model::MatMul(w, qa_, 0, y_.data(), w.rows, pool_);
+  model::MatMul(w, qa_, y_.data(), w.rows, pool_);
   const float* y = y_.data();
   if (tp_size_ > 1) {
     CTXPAR_RETURN_IF_ERROR(GatherColumns(y_.data(), n, shard_.dim_bounds, y_full_));
@@ -262,10 +262,10 @@ Status LlamaModel::Logits(const Batch& batch, std::vector<float>& logits) {
   model::RmsNorm(rows_.data(), out_norm_, n, dim, hp_.rms_eps, rows_.data());
   model::PrepareActs(act_format_, lm_head_.type, rows_.data(), n, dim, dim, &qa_);
   if (tp_size_ == 1) {
-    model::MatMul(lm_head_, qa_, 0, logits.data(), vocab, pool_);
+    model::MatMul(lm_head_, qa_, logits.data(), vocab, pool_);
   } else {
     shard_logits_.assign(std::size_t(n) * vocab_shard_, 0.0f);
-    model::MatMul(lm_head_, qa_, 0, shard_logits_.data(), vocab_shard_, pool_);
+    model::MatMul(lm_head_, qa_, shard_logits_.data(), vocab_shard_, pool_);
     CTXPAR_RETURN_IF_ERROR(model::GatherVocabShards(*world_, shard_logits_.data(), n, vocab_shard_,
                                                     vocab, all_logits_, logits.data()));
   }

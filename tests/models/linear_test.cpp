@@ -1,7 +1,7 @@
 // MatMul (src/models/linear.h) on every ISA this CPU runs (CTXPAR_CPU_ISA forces the lower
 // ones): against float64 references, batch invariance (a row's bits alone equal its bits among
-// n = 1..40 rows, on 1, 2 and 3 threads), the fp32 sequence equal on every ISA, and segments
-// equal to separate per-segment products summed in order.
+// n = 1..40 rows, on 1, 2 and 3 threads; rows long enough to go in pieces), the fp32 sequence
+// equal on every ISA, and fused products equal to separate ones.
 #include "models/linear.h"
 
 #include <gtest/gtest.h>
@@ -80,11 +80,11 @@ class MatMulIsas : public ::testing::Test {
 
 // float64 y = x W^T over the int8 activations as ggml defines the product (Q4_1's offset term
 // uses the stored s = fp16(d * sum q)).
-std::vector<double> ReferenceQ8(const QuantMatrix& w, const Acts& x, int col_begin) {
+std::vector<double> ReferenceQ8(const QuantMatrix& w, const Acts& x) {
   std::vector<double> y(std::size_t(x.n) * w.rows);
   for (int r = 0; r < w.rows; ++r) {
     for (int t = 0; t < x.n; ++t) {
-      const ActBlock* xa = x.Row(t) + col_begin / 32;
+      const ActBlock* xa = x.Row(t);
       double acc = 0.0;
       for (int b = 0; b < w.cols / 32; ++b) {
         const std::uint8_t* blk = w.data + std::size_t(r) * w.row_stride + b * BlockBytes(w.type);
@@ -154,7 +154,7 @@ TEST_F(MatMulIsas, F32MatchesFloat64) {
       Acts a;
       PrepareActs(ActFormat::kF32, type, x.data(), n, cols, cols, &a);
       std::vector<float> y(std::size_t(n) * rows);
-      MatMul(w.m, a, 0, y.data(), rows, nullptr);
+      MatMul(w.m, a, y.data(), rows, nullptr);
       for (std::size_t i = 0; i < y.size(); ++i) {
         ASSERT_NEAR(y[i], ref[i], 1e-5 * (1.0 + std::fabs(ref[i]))) << isa << " i " << i;
       }
@@ -175,8 +175,8 @@ TEST_F(MatMulIsas, Q8MatchesFloat64) {
       auto pool = ThreadPool::Create(3);
       ASSERT_TRUE(pool.ok());
       std::vector<float> y(std::size_t(n) * rows);
-      MatMul(w.m, q, 0, y.data(), rows, pool->get());
-      const std::vector<double> ref = ReferenceQ8(w.m, q, 0);
+      MatMul(w.m, q, y.data(), rows, pool->get());
+      const std::vector<double> ref = ReferenceQ8(w.m, q);
       double norm = 0.0;
       for (double v : ref) norm = std::max(norm, std::fabs(v));
       for (std::size_t i = 0; i < y.size(); ++i) {
@@ -213,14 +213,14 @@ TEST_F(MatMulIsas, RowsAreBatchInvariant) {
         for (int t = 0; t < max_n; ++t) {
           Acts a;
           PrepareActs(format, type, x.data() + std::size_t(t) * cols, 1, cols, cols, &a);
-          MatMul(w.m, a, 0, alone.data() + std::size_t(t) * rows, rows, nullptr);
+          MatMul(w.m, a, alone.data() + std::size_t(t) * rows, rows, nullptr);
         }
         for (int n : ns) {
           Acts a;
           PrepareActs(format, type, x.data(), n, cols, cols, &a);
           for (ThreadPool* pool : {one->get(), two->get(), three->get()}) {
             std::vector<float> y(std::size_t(n) * rows);
-            MatMul(w.m, a, 0, y.data(), rows, pool);
+            MatMul(w.m, a, y.data(), rows, pool);
             for (std::size_t i = 0; i < y.size(); ++i) {
               ASSERT_EQ(std::bit_cast<std::uint32_t>(y[i]), std::bit_cast<std::uint32_t>(alone[i]))
                   << isa << (format == ActFormat::kF32 ? " f32" : " q8") << " type " << int(type)
@@ -251,14 +251,14 @@ TEST_F(MatMulIsas, LongRowsCarryTheirLanesAcrossPieces) {
       for (int t = 0; t < max_n; ++t) {
         Acts a;
         PrepareActs(ActFormat::kF32, type, x.data() + std::size_t(t) * cols, 1, cols, cols, &a);
-        MatMul(w.m, a, 0, alone.data() + std::size_t(t) * rows, rows, nullptr);
+        MatMul(w.m, a, alone.data() + std::size_t(t) * rows, rows, nullptr);
       }
       for (int n : {9, 17, 50, max_n}) {
         Acts a;
         PrepareActs(ActFormat::kF32, type, x.data(), n, cols, cols, &a);
         for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), two->get()}) {
           std::vector<float> y(std::size_t(n) * rows);
-          MatMul(w.m, a, 0, y.data(), rows, pool);
+          MatMul(w.m, a, y.data(), rows, pool);
           for (std::size_t i = 0; i < y.size(); ++i) {
             ASSERT_EQ(std::bit_cast<std::uint32_t>(y[i]), std::bit_cast<std::uint32_t>(alone[i]))
                 << isa << " type " << int(type) << " n " << n << " row " << i / rows << " col "
@@ -282,67 +282,14 @@ TEST_F(MatMulIsas, F32BitsEqualAcrossIsas) {
       PrepareActs(ActFormat::kF32, type, x.data(), n, cols, cols, &a);
       std::vector<float> scalar(std::size_t(n) * rows);
       Force("scalar");
-      MatMul(w.m, a, 0, scalar.data(), rows, nullptr);
+      MatMul(w.m, a, scalar.data(), rows, nullptr);
       for (const std::string& isa : Isas()) {
         Force(isa);
         std::vector<float> y(scalar.size());
-        MatMul(w.m, a, 0, y.data(), rows, nullptr);
+        MatMul(w.m, a, y.data(), rows, nullptr);
         for (std::size_t i = 0; i < y.size(); ++i) {
           ASSERT_EQ(std::bit_cast<std::uint32_t>(y[i]), std::bit_cast<std::uint32_t>(scalar[i]))
               << isa << " type " << int(type) << " n " << n << " i " << i;
-        }
-      }
-    }
-  }
-}
-
-// Uneven segments (blocks [0, 5), [5, 6), [6, 13), [13, 18) of 576 columns) in one call equal
-// separate calls over each segment's columns summed in order; with a stride, each segment
-// alone; and a "rank" holding segments 1 and 2 as a column view gives their bits too.
-TEST_F(MatMulIsas, SegmentsEqualSeparateProductsSummedInOrder) {
-  const int rows = 19, cols = 576;
-  const std::vector<int> ends = {5, 6, 13, 18};
-  for (const std::string& isa : Isas()) {
-    Force(isa);
-    for (ActFormat format : {ActFormat::kF32, ActFormat::kQ8}) {
-      for (WeightType type : {WeightType::kQ4_1, WeightType::kQ8_0}) {
-        for (int n : {1, 2, 5, 17, 50}) {
-          std::mt19937 rng(31 + n);
-          RandomMatrix w = MakeMatrix(type, rows, cols, rng);
-          const std::vector<float> x = Normal(std::size_t(n) * cols, rng);
-          Acts a;
-          PrepareActs(format, type, x.data(), n, cols, cols, &a);
-          const std::size_t size = std::size_t(n) * rows;
-          std::vector<float> each(ends.size() * size), sum(size);
-          for (std::size_t s = 0; s < ends.size(); ++s) {
-            const int begin = s == 0 ? 0 : ends[s - 1] * 32;
-            MatMul(w.m.ColRange(begin, ends[s] * 32 - begin), a, begin, each.data() + s * size,
-                   rows, nullptr);
-          }
-          for (std::size_t i = 0; i < size; ++i) {
-            sum[i] = each[i];
-            for (std::size_t s = 1; s < ends.size(); ++s) sum[i] += each[s * size + i];
-          }
-          const std::string what = isa + (format == ActFormat::kF32 ? " f32" : " q8") + " type " +
-                                   std::to_string(int(type)) + " n " + std::to_string(n);
-          auto pool = ThreadPool::Create(2);
-          ASSERT_TRUE(pool.ok());
-          std::vector<float> y(size);
-          MatMul(w.m, a, 0, y.data(), rows, pool->get(), {ends});
-          for (std::size_t i = 0; i < size; ++i) {
-            ASSERT_EQ(std::bit_cast<std::uint32_t>(y[i]), std::bit_cast<std::uint32_t>(sum[i]))
-                << what << " i " << i;
-          }
-          std::vector<float> split(each.size());
-          MatMul(w.m, a, 0, split.data(), rows, pool->get(), {ends, size});
-          EXPECT_EQ(split, each) << what;
-          const std::vector<int> rank_ends = {1, 8};  // segments 1 and 2, relative to block 5
-          std::vector<float> rank(2 * size);
-          MatMul(w.m.ColRange(5 * 32, 8 * 32), a, 5 * 32, rank.data(), rows, nullptr,
-                 {rank_ends, size});
-          EXPECT_EQ(std::vector<float>(rank.begin(), rank.end()),
-                    std::vector<float>(each.begin() + size, each.begin() + 3 * size))
-              << what;
         }
       }
     }
@@ -367,7 +314,7 @@ TEST_F(MatMulIsas, ManyProductsGiveEachMatMulsBits) {
         std::vector<std::vector<float>> alone(3), fused(3);
         for (int i = 0; i < 3; ++i) {
           alone[i].resize(std::size_t(n) * rows[i]);
-          MatMul(w[i].m, a, 0, alone[i].data(), rows[i], nullptr);
+          MatMul(w[i].m, a, alone[i].data(), rows[i], nullptr);
         }
         for (int threads : {1, 2, 3}) {
           auto pool = ThreadPool::Create(threads);
