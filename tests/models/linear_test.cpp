@@ -190,6 +190,19 @@ TEST_F(MatMulIsas, Q8MatchesFloat64) {
   }
 }
 
+// y [count, w.rows] of x [count, w.cols], each row of x in a call of its own (n = 1: the direct
+// path, the whole row at once): what a row must give among others.
+std::vector<float> AloneRows(const QuantMatrix& w, ActFormat format, const std::vector<float>& x,
+                             int count) {
+  std::vector<float> y(std::size_t(count) * w.rows);
+  for (int t = 0; t < count; ++t) {
+    Acts a;
+    PrepareActs(format, w.type, x.data() + std::size_t(t) * w.cols, 1, w.cols, w.cols, &a);
+    MatMul(w, a, y.data() + std::size_t(t) * w.rows, w.rows, nullptr);
+  }
+  return y;
+}
+
 // Row t of an n-row call, for every n in 1..40, 100, 1000 and 1, 2, 3 threads, has the bits of
 // row t computed alone; on every ISA and both activation formats. 37 rows: a partial row tile;
 // 100 rows: MatMul's token chunks (45 rows of 576 columns) and a partial last chunk; 1000 rows:
@@ -209,12 +222,7 @@ TEST_F(MatMulIsas, RowsAreBatchInvariant) {
         std::mt19937 rng(7 + int(type));
         RandomMatrix w = MakeMatrix(type, rows, cols, rng);
         const std::vector<float> x = Normal(std::size_t(max_n) * cols, rng);
-        std::vector<float> alone(std::size_t(max_n) * rows);
-        for (int t = 0; t < max_n; ++t) {
-          Acts a;
-          PrepareActs(format, type, x.data() + std::size_t(t) * cols, 1, cols, cols, &a);
-          MatMul(w.m, a, alone.data() + std::size_t(t) * rows, rows, nullptr);
-        }
+        const std::vector<float> alone = AloneRows(w.m, format, x, max_n);
         for (int n : ns) {
           Acts a;
           PrepareActs(format, type, x.data(), n, cols, cols, &a);
@@ -247,12 +255,7 @@ TEST_F(MatMulIsas, LongRowsCarryTheirLanesAcrossPieces) {
       std::mt19937 rng(5 + int(type));
       RandomMatrix w = MakeMatrix(type, rows, cols, rng);
       const std::vector<float> x = Normal(std::size_t(max_n) * cols, rng);
-      std::vector<float> alone(std::size_t(max_n) * rows);
-      for (int t = 0; t < max_n; ++t) {
-        Acts a;
-        PrepareActs(ActFormat::kF32, type, x.data() + std::size_t(t) * cols, 1, cols, cols, &a);
-        MatMul(w.m, a, alone.data() + std::size_t(t) * rows, rows, nullptr);
-      }
+      const std::vector<float> alone = AloneRows(w.m, ActFormat::kF32, x, max_n);
       for (int n : {9, 17, 50, max_n}) {
         Acts a;
         PrepareActs(ActFormat::kF32, type, x.data(), n, cols, cols, &a);
