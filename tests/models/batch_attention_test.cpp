@@ -3,7 +3,9 @@
 // KV slot, sharded over DCP ranks, against a float64 softmax attention per sequence. Llama's
 // layouts: 9 query heads, 3 KV heads, tp 3 (dcp 1, 3; replicated Q) and tp 9 (each KV head
 // replicated over 3 ranks, or sharded over a DCP group of 3), with fp32 and bf16 pools (the
-// reference then attends over the K/V rounded to bf16, as the pool stores them).
+// reference then attends over the K/V rounded to bf16, as the pool stores them). Within 2e-5,
+// except a bf16 pool on the avx512_bf16 path, which also rounds Q and the softmax weights to
+// bf16 (attention.h): within 1e-2 there.
 #include "models/batch_attention.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "ctxpar/communicator.h"
+#include "ctxpar/cpu_features.h"
 #include "ctxpar/dtype.h"
 
 namespace ctxpar::model {
@@ -60,6 +63,9 @@ TEST(BatchAttention, SequencesOfABatchSeeTheirOwnShardedSlotsCausally) {
   };
   const std::vector<std::vector<Step>> steps = {
       {{0, 0, 37}, {1, 0, 9}}, {{0, 37, 1}, {1, 9, 11}, {2, 0, 5}}, {{2, 5, 1}, {1, 20, 1}}};
+  const Expected<CpuIsa> selected = SelectCpuIsa();
+  ASSERT_TRUE(selected.ok()) << selected.status().ToString();
+  const CpuIsa isa = *selected;
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<Seq> seqs(3);
@@ -84,6 +90,7 @@ TEST(BatchAttention, SequencesOfABatchSeeTheirOwnShardedSlotsCausally) {
         Case{3, 3, true, CombineBackend::kA2a, DataType::kBF16},
         Case{9, 3, false, CombineBackend::kAgRs, DataType::kBF16}}) {
     const std::vector<Seq>& ref = c.dtype == DataType::kBF16 ? rounded : seqs;
+    const double tol = c.dtype == DataType::kBF16 && isa == CpuIsa::kAvx512Bf16 ? 1e-2 : 2e-5;
     const int h = kHeads / c.tp;
     // out[rank][step] = o [rows, h, dim]
     std::vector<std::vector<std::vector<float>>> out(c.tp);
@@ -154,7 +161,7 @@ TEST(BatchAttention, SequencesOfABatchSeeTheirOwnShardedSlotsCausally) {
             const std::vector<float>& o = out[head / h][k];
             for (int d = 0; d < kDim; d += 3) {
               ASSERT_NEAR(o[(std::size_t(row) * h + head % h) * kDim + d],
-                          Reference(ref[s.seq], s.pos0 + t, head, d), 2e-5)
+                          Reference(ref[s.seq], s.pos0 + t, head, d), tol)
                   << "tp " << c.tp << " dcp " << c.dcp << " " << DataTypeName(c.dtype) << " step "
                   << k << " seq " << s.seq << " pos " << s.pos0 + t << " head " << head;
             }
