@@ -16,6 +16,10 @@
 // context; abort: cancelled, the engine stopped, or a fault). The callback must not block or call
 // Run; it may call Submit and Cancel.
 //
+// Prefix cache: on unless config.disable_radix_cache; a prompt's longest cached prefix (whole
+// pages of page_size * dcp_size tokens, at most all but its last token) is not computed again. By
+// batch invariance the logits are those the request would have computed itself.
+//
 // Nothing is lost: a request retracted for lack of KV pages returns to the queue and resumes by
 // prefilling its prompt and the tokens it had generated; by batch invariance (batch.h) its
 // output is the one it would have had without the retraction.
@@ -66,6 +70,8 @@ struct RequestUpdate {
   std::optional<int32_t> matched_token;  // kStop on a stop_token_ids entry or an end token
   int prompt_tokens = 0;                 // the request's totals so far (OpenAI usage)
   int completion_tokens = 0;
+  // Prompt tokens whose KV came from the prefix cache at the request's first admission.
+  int cached_tokens = 0;
 };
 
 using UpdateCallback = std::function<void(const RequestUpdate& update)>;
@@ -75,10 +81,13 @@ struct EngineSnapshot {
   int running = 0;                   // requests holding KV
   int queued = 0;                    // waiting for admission (new or retracted)
   int64_t max_total_num_tokens = 0;  // the pool's token capacity
-  int64_t used_tokens = 0;           // tokens whose pages are in use (page-rounded)
+  // Tokens whose pages are in use (page-rounded), cached pages no running request uses excluded.
+  int64_t used_tokens = 0;
   double token_usage = 0.0;          // used / max
   uint64_t retractions = 0;          // requests retracted so far
   uint64_t prompt_tokens_total = 0;  // prompt tokens prefilled (re-prefills not counted)
+  uint64_t cached_tokens_total = 0;  // of those, the ones the prefix cache held
+  int64_t cache_tokens = 0;          // tokens of the pages the prefix cache owns (page-rounded)
   uint64_t generation_tokens_total = 0;
   uint64_t requests_finished = 0;
   int max_running_requests = 0;
@@ -125,6 +134,10 @@ class Engine {
   void Cancel(uint64_t id);
   // Rank 0. Makes Run return after ending every request with kAbort.
   void Stop();
+  // Rank 0, while another thread runs Run(kStopped): empties the prefix cache (SGLang's
+  // /flush_cache) and returns once the engine has. Refused with CTXPAR-ENGINE-014 while any
+  // request runs or waits, CTXPAR-ENGINE-008 once the engine has stopped. Ok with the cache off.
+  Status FlushCache();
 
   // Every rank. Runs steps until `until` (rank 0 decides; the others follow its plans). After
   // kIdle, requests submitted later run in the next Run call. A failure of a collective or the

@@ -31,6 +31,9 @@ enum class MoeA2aBackend {
   kMegamoe,
 };
 
+// --schedule-policy: fcfs admits queued requests by arrival, lpm by longest cached prefix.
+enum class SchedulePolicy { kFcfs, kLpm };
+
 // The --cp-strategy and --moe-a2a-backend spellings ("none" for CpStrategy::kNone).
 std::string_view CpStrategyName(CpStrategy strategy);
 std::string_view MoeA2aBackendName(MoeA2aBackend backend);
@@ -64,9 +67,11 @@ struct EngineConfig {
   std::optional<int> max_queued_requests;  // unset: no limit
   int chunked_prefill_size = 0;            // prefill tokens per step; -1: whole prompts
   double schedule_conservativeness = 1.0;  // admission's new_token_ratio starts at 0.7 x this
-  int threads = 0;                         // compute threads per rank
-  uint64_t random_seed = 0;                // seed of requests that give none
-  bool llama_cpp_numerics = false;         // int8 activations in the matmuls (GGUF models)
+  bool disable_radix_cache = false;        // the prefix cache is on unless this is set
+  SchedulePolicy schedule_policy = SchedulePolicy::kFcfs;
+  int threads = 0;                  // compute threads per rank
+  uint64_t random_seed = 0;         // seed of requests that give none
+  bool llama_cpp_numerics = false;  // int8 activations in the matmuls (GGUF models)
 };
 
 // Converts a resolved configuration; fails only on a value outside its enum (a bug).

@@ -11,8 +11,15 @@
 // holds capacity_tokens() = num_pages * P * N tokens.
 //
 // Agreement without communication: the allocator is deterministic (the lowest free page first),
-// and every rank of the group runs the same AcquireSlot / Reserve / ReleaseSlot calls in the same
-// order (the engine broadcasts its plan), so slots and page ids agree on every rank.
+// and every rank of the group runs the same AcquireSlot / Reserve / AttachPage / HoldPage /
+// DropPage / ReleaseSlot calls in the same order (the engine broadcasts its plan), so slots and
+// page ids agree on every rank.
+//
+// Sharing (the prefix cache). A page counts its holders: the slots whose block table lists it and
+// the prefix cache (HoldPage). Reserve hands out free pages with one reference; AttachPage makes
+// a page in use the next virtual page of a slot as well; ReleaseSlot and DropPage each remove one
+// reference, and a page is free again when none is left. A shared page is only read: a slot that
+// attaches cached pages writes from the first position after them.
 //
 // Writes. Write(layer, slot, pos0, n, k, v) stores the K/V of positions [pos0, pos0 + n); every
 // rank passes the K/V of all n tokens (every rank can compute them) and stores only the positions
@@ -67,8 +74,15 @@ class KvPool {
 
   // A free slot holding no page; OutOfRange when all max_slots are in use.
   Expected<int32_t> AcquireSlot();
-  // Returns the slot and all its pages.
+  // Returns the slot and its reference to each of its pages.
   Status ReleaseSlot(int32_t slot);
+  // Appends `page`, which must be in use, as the next virtual page of `slot` (one more reference).
+  // InvalidArgument for a page not in use; OutOfRange beyond max_pages_per_slot.
+  Status AttachPage(int32_t slot, int32_t page);
+  // One more / one less reference to a page in use (the prefix cache's); InvalidArgument for a page
+  // not in use. The last reference dropped frees the page.
+  Status HoldPage(int32_t page);
+  Status DropPage(int32_t page);
   // Makes `slot` able to hold positions [0, length): allocates the virtual pages it lacks. All or
   // nothing: OutOfRange (nothing allocated) when the free pages do not suffice or length needs
   // more than max_pages_per_slot pages. A smaller length than the slot holds keeps its pages.
@@ -82,6 +96,12 @@ class KvPool {
   int64_t num_pages() const { return options_.num_pages; }
   int64_t free_pages() const { return static_cast<int64_t>(free_.size()); }
   int32_t slot_pages(int32_t slot) const { return pages_used_[slot]; }
+  // The page id of virtual page v < slot_pages(slot) of `slot`.
+  int32_t SlotPage(int32_t slot, int32_t v) const {
+    return block_table_[static_cast<size_t>(slot) * options_.max_pages_per_slot + v];
+  }
+  // Holders of `page` (0: free).
+  int32_t page_refs(int32_t page) const { return refs_[page]; }
   int32_t free_slots() const;
   // Tokens the whole pool holds (SGLang's max_total_num_tokens before any cap).
   int64_t capacity_tokens() const {
@@ -99,6 +119,7 @@ class KvPool {
  private:
   KvPool(const KvPoolOptions& options, KvLayout layout, std::vector<HostBuffer> k,
          std::vector<HostBuffer> v);
+  void Unref(int32_t page);
   void Store(const PagedKv& kv, void* base, bool value, int64_t page, int slot, const float* src);
 
   KvPoolOptions options_;
@@ -108,6 +129,7 @@ class KvPool {
   std::vector<int32_t> pages_used_;  // virtual pages allocated per slot
   std::vector<bool> in_use_;
   std::vector<int32_t> free_;  // a min-heap of free page ids
+  std::vector<int32_t> refs_;  // holders of each page
   // KvElementOffset of (page 0, slot 0, head 0, d) for K and V: the part that depends on d.
   std::vector<int64_t> k_d_offset_, v_d_offset_;
 };

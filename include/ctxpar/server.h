@@ -6,6 +6,8 @@
 //   POST /tokenize, POST /detokenize, GET /tokenizer_info
 //   GET  /v1/models, GET /health (503 until Attach), GET /get_server_info
 //   GET  /metrics                                     with enable_metrics (Prometheus text)
+//   POST /flush_cache (GET too)                       empties the prefix cache: 200 and SGLang's
+//                                                     text, 400 and why while requests run
 // Errors are OpenAI's error object {"error": {"message", "type", "param", "code"}}; the message
 // carries the catalog ID of errors that have one. With an api_key every route but /health and
 // /v1/models wants "Authorization: Bearer <key>" (401 otherwise).
@@ -59,6 +61,8 @@ class Backend {
   virtual Expected<uint64_t> Submit(GenerateRequest request, UpdateCallback on_update) = 0;
   virtual void Cancel(uint64_t id) = 0;
   virtual EngineSnapshot Snapshot() const = 0;
+  // Empties the prefix cache (Engine::FlushCache); blocks until done or refused.
+  virtual Status FlushCache() = 0;
 };
 
 class EngineBackend final : public Backend {
@@ -69,6 +73,7 @@ class EngineBackend final : public Backend {
   }
   void Cancel(uint64_t id) override { engine_->Cancel(id); }
   EngineSnapshot Snapshot() const override { return engine_->Snapshot(); }
+  Status FlushCache() override { return engine_->FlushCache(); }
 
  private:
   Engine* engine_;

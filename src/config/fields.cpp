@@ -134,6 +134,12 @@ const std::vector<FieldSpec>& Table() {
                            100.0,
                            "How much of each running request's remaining tokens admission "
                            "reserves (new_token_ratio starts at min(0.7 x this, 1))."));
+    f.push_back(BoolField("disable_radix_cache", "--disable-radix-cache",
+                          "Turn the prefix cache off: every prompt is computed from its first "
+                          "token."));
+    f.push_back(StrField("schedule_policy", std::string("fcfs"), "--schedule-policy",
+                         {"fcfs", "lpm"},
+                         "Admission order: fcfs (arrival) or lpm (longest cached prefix first)."));
     f.push_back(IntField("max_queued_requests", {}, "--max-queued-requests", 1,
                          "Requests waiting for admission before new ones are refused (unset: no "
                          "limit)."));

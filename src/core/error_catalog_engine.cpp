@@ -182,6 +182,20 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "ctxpar generate --model-path ./deepseek_v3_tiny 'Hello'",
        "ctxpar generate --model-path ./deepseek_v3_tiny --input-ids 5,6,7 --print-ids",
        {"CTXPAR-ENGINE-009"}},
+      {"CTXPAR-ENGINE-014",
+       "A prefix cache flush while requests run",
+       "Cache not flushed because there are pending requests. #queue-req: {queued}, "
+       "#running-req: {running}",
+       kRuntime,
+       "POST /flush_cache empties the prefix cache (the radix tree and the KV pages it owns). "
+       "Running requests hold pages of the cache, so, as SGLang does, the flush is refused "
+       "(HTTP 400) unless no request runs or waits.",
+       "POST /flush_cache while requests are being served.",
+       {"Retry once the requests have finished (GET /metrics: sglang:num_running_reqs and "
+        "sglang:num_queue_reqs at 0)."},
+       "curl -X POST localhost:30000/flush_cache   # during a benchmark",
+       "curl -X POST localhost:30000/flush_cache   # after it",
+       {"CTXPAR-HTTP-010"}},
       {"CTXPAR-KV-001",
        "A KV page that is not a whole number of interleave blocks",
        "--page-size {page_size} must be a multiple of --dcp-kv-cache-interleave-size "

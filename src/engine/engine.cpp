@@ -155,6 +155,10 @@ struct Engine::Impl {
   std::vector<uint64_t> cancels;
   bool stop = false;
   bool stopped = false;
+  // A POST /flush_cache waiting for the engine thread's answer (flush_result).
+  bool flush_asked = false;
+  std::optional<Status> flush_result;
+  std::condition_variable flushed;
   uint64_t next_id = 1;
   EngineSnapshot stats;
 
@@ -189,9 +193,11 @@ Expected<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config,
   CTXPAR_ASSIGN_OR_RETURN(KvPool pool, KvPool::Create(kv));
   impl->kv.emplace(std::move(pool));
   impl->config.max_running_requests = kv.max_slots;
-  impl->scheduler.emplace(engine::SchedulerOptions{kv.max_slots, config.chunked_prefill_size,
-                                                   config.schedule_conservativeness},
-                          &*impl->kv);
+  impl->scheduler.emplace(
+      engine::SchedulerOptions{kv.max_slots, config.chunked_prefill_size,
+                               config.schedule_conservativeness, !config.disable_radix_cache,
+                               config.schedule_policy},
+      &*impl->kv);
   impl->eos = source.desc().eos_token_ids;
   EngineSnapshot& s = impl->stats;
   s.max_total_num_tokens = impl->kv->capacity_tokens();
@@ -207,9 +213,10 @@ Expected<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config,
                     s.max_total_num_tokens, gb * k_share, gb * (1 - k_share)));
     log(
         fmt::format("max_total_num_tokens={}, chunked_prefill_size={}, max_running_requests={}, "
-                    "context_len={}, page_size={}, dcp_size={}, threads={}",
+                    "context_len={}, page_size={}, dcp_size={}, threads={}, radix_cache={}",
                     s.max_total_num_tokens, config.chunked_prefill_size, kv.max_slots,
-                    s.context_length, config.page_size, config.dcp_size, config.threads));
+                    s.context_length, config.page_size, config.dcp_size, config.threads,
+                    config.disable_radix_cache ? "off" : "on"));
   }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -291,6 +298,25 @@ void Engine::Cancel(uint64_t id) {
   impl_->wake.notify_all();
 }
 
+Status Engine::FlushCache() {
+  Impl& m = *impl_;
+  if (!m.leader()) return FailedPrecondition("Engine::FlushCache: only rank 0 takes requests");
+  std::unique_lock<std::mutex> lock(m.mu);
+  if (m.stop || m.stopped) return CatalogError("CTXPAR-ENGINE-008", {});
+  const int busy = m.stats.running + m.stats.queued + static_cast<int>(m.inbox.size());
+  if (busy > 0) {
+    return CatalogError("CTXPAR-ENGINE-014",
+                        {{"queued", std::to_string(m.stats.queued + int(m.inbox.size()))},
+                         {"running", std::to_string(m.stats.running)}});
+  }
+  m.flush_asked = true;
+  m.flush_result.reset();
+  m.wake.notify_all();
+  m.flushed.wait(lock, [&] { return m.flush_result.has_value() || m.stopped; });
+  if (!m.flush_result) return CatalogError("CTXPAR-ENGINE-008", {});
+  return *std::exchange(m.flush_result, std::nullopt);
+}
+
 void Engine::Stop() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->stop = true;
@@ -312,6 +338,7 @@ Status Engine::Run(RunUntil until) {
   std::lock_guard<std::mutex> lock(m.mu);
   // After kIdle the engine takes requests for a next Run; after a stop or a fault it does not.
   m.stopped = m.stop || !status.ok();
+  m.flushed.notify_all();
   return status;
 }
 
@@ -335,8 +362,20 @@ Status Engine::Impl::Follow() {
 // Takes the new requests and cancellations; waits while there is nothing to do.
 void Engine::Impl::Absorb(bool* stop_now) {
   std::unique_lock<std::mutex> lock(mu);
-  wake.wait(lock, [&] { return stop || !inbox.empty() || !cancels.empty() || !requests.empty(); });
+  wake.wait(lock, [&] {
+    return stop || flush_asked || !inbox.empty() || !cancels.empty() || !requests.empty();
+  });
   *stop_now = stop;
+  if (flush_asked) {
+    flush_asked = false;
+    const int running = scheduler->running(), queued = scheduler->queued();
+    flush_result = inbox.empty() && scheduler->FlushCache()
+                       ? Status::Ok()
+                       : CatalogError("CTXPAR-ENGINE-014",
+                                      {{"queued", std::to_string(queued + int(inbox.size()))},
+                                       {"running", std::to_string(running)}});
+    flushed.notify_all();
+  }
   while (!inbox.empty()) {
     std::unique_ptr<Request> r = std::move(inbox.front());
     inbox.pop_front();
@@ -372,7 +411,7 @@ Status Engine::Impl::Lead(RunUntil until) {
     engine::WirePlan wire{false, step.ops, step.batch};
     CTXPAR_RETURN_IF_ERROR(engine::BroadcastPlan(*world, &wire));
     CTXPAR_RETURN_IF_ERROR(Execute(wire));
-    scheduler->Commit(step);
+    CTXPAR_RETURN_IF_ERROR(scheduler->Commit(step));
     CTXPAR_RETURN_IF_ERROR(Sample(step));
     Publish();
   }
@@ -381,7 +420,7 @@ Status Engine::Impl::Lead(RunUntil until) {
 Status Engine::Impl::Sample(const engine::StepPlan& plan) {
   const int vocab = source->desc().vocab_size;
   int64_t row = 0;
-  uint64_t prompt_tokens = 0, generated = 0;
+  uint64_t prompt_tokens = 0, cached_tokens = 0, generated = 0;
   for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
     const BatchSeq& b = plan.batch.seqs[i];
     Request& r = *requests.at(plan.seqs[i]->id);
@@ -403,6 +442,7 @@ Status Engine::Impl::Sample(const engine::StepPlan& plan) {
       if (!r.prompt_counted) {
         r.prompt_counted = true;
         prompt_tokens += r.seq.prompt_len;
+        cached_tokens += r.seq.cached_tokens;
       }
       if (r.seq.output_len() >= r.seq.max_new_tokens) {
         Finish(r, FinishReason::kLength, "");
@@ -446,6 +486,7 @@ Status Engine::Impl::Sample(const engine::StepPlan& plan) {
   }
   std::lock_guard<std::mutex> lock(mu);
   stats.prompt_tokens_total += prompt_tokens;
+  stats.cached_tokens_total += cached_tokens;
   stats.generation_tokens_total += generated;
   return Status::Ok();
 }
@@ -457,6 +498,7 @@ void Engine::Impl::Deliver(Request& r) {
     r.prompt_logprobs_sent = true;
   }
   u.prompt_tokens = r.seq.prompt_len;
+  u.cached_tokens = r.seq.cached_tokens;
   u.completion_tokens = r.seq.output_len();
   if (r.callback) r.callback(u);
   const uint64_t id = u.id;
@@ -498,7 +540,10 @@ void Engine::Impl::Publish() {
   stats.running = scheduler->running();
   stats.queued = scheduler->queued();
   const int64_t page_tokens = int64_t{config.page_size} * config.dcp_size;
-  stats.used_tokens = (kv->num_pages() - kv->free_pages()) * page_tokens;
+  // As SGLang counts them: pages the cache could evict are not in use.
+  stats.used_tokens =
+      (kv->num_pages() - kv->free_pages() - scheduler->evictable_pages()) * page_tokens;
+  stats.cache_tokens = scheduler->cached_pages() * page_tokens;
   stats.token_usage = double(stats.used_tokens) / double(stats.max_total_num_tokens);
   stats.retractions = scheduler->retractions();
 }

@@ -24,6 +24,12 @@ Status ApplyPoolOp(KvPool& pool, const PoolOp& op) {
     }
     case PoolOp::kReserve:
       return pool.Reserve(op.slot, op.length);
+    case PoolOp::kAttach:
+      return pool.AttachPage(op.slot, static_cast<int32_t>(op.length));
+    case PoolOp::kHold:
+      return pool.HoldPage(static_cast<int32_t>(op.length));
+    case PoolOp::kDrop:
+      return pool.DropPage(static_cast<int32_t>(op.length));
   }
   return Internal("unknown pool operation");
 }
@@ -34,7 +40,12 @@ Scheduler::Scheduler(const SchedulerOptions& options, KvPool* pool)
       init_ratio_(std::min(0.7 * options.schedule_conservativeness, 1.0)),
       min_ratio_(0.14 * init_ratio_),
       ratio_decay_((init_ratio_ - min_ratio_) / 600),
-      ratio_(init_ratio_) {}
+      ratio_(init_ratio_) {
+  if (options.radix_cache) {
+    cache_ =
+        std::make_unique<RadixCache>(int64_t{pool->options().page_size} * pool->options().dcp_size);
+  }
+}
 
 void Scheduler::Enqueue(SeqState* seq) {
   auto at = std::upper_bound(waiting_.begin(), waiting_.end(), seq,
@@ -50,20 +61,92 @@ Status Scheduler::Remove(SeqState* seq) {
     running_.erase(it);
   }
   if (seq->slot < 0) return Status::Ok();
-  const PoolOp op{PoolOp::kRelease, seq->slot, 0};
+  return Drop(seq, pending_ops_);
+}
+
+bool Scheduler::FlushCache() {
+  if (!running_.empty() || !waiting_.empty()) return false;
+  if (!cache_) return true;
+  std::vector<int32_t> dropped;
+  cache_->Reset(&dropped);
+  for (int32_t page : dropped) {
+    // Nothing runs, so every cached page is the cache's alone: a failed drop is the scheduler's
+    // own bug, caught by the accounting tests.
+    (void)Record(pending_ops_, {PoolOp::kDrop, -1, page});
+  }
+  return true;
+}
+
+std::vector<PoolOp> Scheduler::TakePendingOps() { return std::exchange(pending_ops_, {}); }
+
+Status Scheduler::Record(std::vector<PoolOp>& ops, PoolOp op) {
   CTXPAR_RETURN_IF_ERROR(ApplyPoolOp(*pool_, op));
-  pending_ops_.push_back(op);
+  ops.push_back(op);
+  return Status::Ok();
+}
+
+int64_t Scheduler::Available() const { return pool_->free_pages() + evictable_pages(); }
+
+Status Scheduler::EnsureFree(std::vector<PoolOp>& ops, int64_t pages) {
+  if (!cache_ || pool_->free_pages() >= pages) return Status::Ok();
+  std::vector<int32_t> dropped;
+  cache_->Evict(pages - pool_->free_pages(), &dropped);
+  for (int32_t page : dropped) CTXPAR_RETURN_IF_ERROR(Record(ops, {PoolOp::kDrop, -1, page}));
+  return Status::Ok();
+}
+
+Status Scheduler::CachePages(SeqState* seq, std::vector<PoolOp>& ops) {
+  const int64_t full = seq->kv_len / cache_->page_tokens();
+  if (full <= seq->cached_pages) return Status::Ok();
+  std::vector<int32_t> pages(full);
+  for (int64_t v = 0; v < full; ++v) pages[v] = pool_->SlotPage(seq->slot, static_cast<int32_t>(v));
+  std::vector<int32_t> taken;
+  RadixCache::Node* node = cache_->Insert(seq->tokens, pages, &taken);
+  for (int32_t page : taken) CTXPAR_RETURN_IF_ERROR(Record(ops, {PoolOp::kHold, -1, page}));
+  cache_->Lock(node);
+  cache_->Unlock(seq->cache_node);
+  seq->cache_node = node;
+  seq->cached_pages = full;
+  return Status::Ok();
+}
+
+Status Scheduler::Drop(SeqState* seq, std::vector<PoolOp>& ops) {
+  if (cache_) {
+    CTXPAR_RETURN_IF_ERROR(CachePages(seq, ops));
+    cache_->Unlock(seq->cache_node);
+    seq->cache_node = nullptr;
+    seq->cached_pages = 0;
+  }
+  CTXPAR_RETURN_IF_ERROR(Record(ops, {PoolOp::kRelease, seq->slot, 0}));
   seq->slot = -1;
   seq->kv_len = 0;
   return Status::Ok();
 }
 
-std::vector<PoolOp> Scheduler::TakePendingOps() { return std::exchange(pending_ops_, {}); }
+std::vector<int32_t> Scheduler::LockPrefix(SeqState* seq) {
+  if (!cache_ || seq->want_prompt_logits) return {};
+  const auto max_pages = (static_cast<int64_t>(seq->tokens.size()) - 1) / cache_->page_tokens();
+  RadixCache::Match m = cache_->MatchPrefix(seq->tokens, max_pages);
+  cache_->Lock(m.node);
+  seq->cache_node = m.node;
+  return std::move(m.pages);
+}
 
-Status Scheduler::Record(StepPlan& plan, PoolOp op) {
-  CTXPAR_RETURN_IF_ERROR(ApplyPoolOp(*pool_, op));
-  plan.ops.push_back(op);
-  return Status::Ok();
+std::vector<SeqState*> Scheduler::AdmissionOrder() const {
+  std::vector<SeqState*> order(waiting_.begin(), waiting_.end());
+  constexpr std::size_t kLpmQueueLimit = 128;
+  if (options_.policy != SchedulePolicy::kLpm || !cache_ || order.size() > kLpmQueueLimit) {
+    return order;
+  }
+  std::vector<std::pair<int64_t, SeqState*>> keyed;
+  for (SeqState* s : order) {
+    const int64_t max_pages = (static_cast<int64_t>(s->tokens.size()) - 1) / cache_->page_tokens();
+    keyed.emplace_back(s->want_prompt_logits ? 0 : cache_->PeekMatch(s->tokens, max_pages), s);
+  }
+  std::stable_sort(keyed.begin(), keyed.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (std::size_t i = 0; i < keyed.size(); ++i) order[i] = keyed[i].second;
+  return order;
 }
 
 int64_t Scheduler::ReservedPages() const {
@@ -81,9 +164,7 @@ void Scheduler::Retract(SeqState* seq, StepPlan& plan) {
   running_.erase(std::find(running_.begin(), running_.end(), seq));
   // A failed release would mean the slot was not in use: the scheduler's own bug, caught by the
   // pool accounting tests.
-  (void)Record(plan, {PoolOp::kRelease, seq->slot, 0});
-  seq->slot = -1;
-  seq->kv_len = 0;
+  (void)Drop(seq, plan.ops);
   Enqueue(seq);
   plan.retracted.push_back(seq);
   ++retractions_;
@@ -104,8 +185,9 @@ bool RetractBefore(const SeqState& a, const SeqState& b) {
 }
 
 SeqState* Scheduler::Victim() const {
-  return *std::min_element(running_.begin(), running_.end(),
-                           [](const SeqState* a, const SeqState* b) { return RetractBefore(*a, *b); });
+  return *std::min_element(
+      running_.begin(), running_.end(),
+      [](const SeqState* a, const SeqState* b) { return RetractBefore(*a, *b); });
 }
 
 Status Scheduler::Decode(StepPlan& plan) {
@@ -115,12 +197,17 @@ Status Scheduler::Decode(StepPlan& plan) {
     for (const SeqState* s : running_) {
       if (decoding(s)) need += pool_->PagesFor(s->kv_len + 1) - pool_->slot_pages(s->slot);
     }
-    if (need <= pool_->free_pages()) break;
+    if (need <= Available()) break;
     Retract(Victim(), plan);
   }
+  int64_t need = 0;
+  for (const SeqState* s : running_) {
+    if (decoding(s)) need += pool_->PagesFor(s->kv_len + 1) - pool_->slot_pages(s->slot);
+  }
+  CTXPAR_RETURN_IF_ERROR(EnsureFree(plan.ops, need));
   for (SeqState* s : running_) {
     if (!decoding(s)) continue;
-    CTXPAR_RETURN_IF_ERROR(Record(plan, {PoolOp::kReserve, s->slot, s->kv_len + 1}));
+    CTXPAR_RETURN_IF_ERROR(Record(plan.ops, {PoolOp::kReserve, s->slot, s->kv_len + 1}));
     plan.batch.Add(s->slot, s->kv_len, s->tokens.data() + s->kv_len, 1);
     plan.seqs.push_back(s);
   }
@@ -132,7 +219,9 @@ Status Scheduler::Prefill(StepPlan& plan) {
                                                      : options_.chunked_prefill_size;
   auto add_chunk = [&](SeqState* s) -> Status {
     const int64_t chunk = std::min(s->pending(), budget);
-    CTXPAR_RETURN_IF_ERROR(Record(plan, {PoolOp::kReserve, s->slot, s->kv_len + chunk}));
+    CTXPAR_RETURN_IF_ERROR(
+        EnsureFree(plan.ops, pool_->PagesFor(s->kv_len + chunk) - pool_->slot_pages(s->slot)));
+    CTXPAR_RETURN_IF_ERROR(Record(plan.ops, {PoolOp::kReserve, s->slot, s->kv_len + chunk}));
     const bool ends = s->kv_len + chunk == static_cast<int64_t>(s->tokens.size());
     plan.batch.Add(s->slot, s->kv_len, s->tokens.data() + s->kv_len, static_cast<int32_t>(chunk),
                    ends || s->want_prompt_logits, s->want_prompt_logits);
@@ -144,24 +233,42 @@ Status Scheduler::Prefill(StepPlan& plan) {
     if (budget <= 0) break;
     if (s->pending() <= 1 && s->kv_len > 0) continue;  // decoding
     const int64_t chunk = std::min(s->pending(), budget);
-    if (pool_->PagesFor(s->kv_len + chunk) - pool_->slot_pages(s->slot) > pool_->free_pages()) {
+    if (pool_->PagesFor(s->kv_len + chunk) - pool_->slot_pages(s->slot) > Available()) {
       continue;  // waits for pages; decode retractions free them
     }
     CTXPAR_RETURN_IF_ERROR(add_chunk(s));
   }
-  while (!waiting_.empty() && budget > 0 && running() < options_.max_running_requests &&
-         pool_->free_slots() > 0) {
-    SeqState* s = waiting_.front();
+  for (SeqState* s : AdmissionOrder()) {
+    if (budget <= 0 || running() >= options_.max_running_requests || pool_->free_slots() == 0) {
+      break;
+    }
+    const std::vector<int32_t> prefix = LockPrefix(s);
+    const auto cached = static_cast<int64_t>(prefix.size());
+    const int64_t cached_tokens = cached * (cache_ ? cache_->page_tokens() : 0);
     const int64_t remaining = std::max(0, s->max_new_tokens - s->output_len());
     const auto estimate = static_cast<int64_t>(
         std::ceil(double(std::min<int64_t>(remaining, kClipMaxNewTokens)) * ratio_));
-    const int64_t cost = pool_->PagesFor(static_cast<int64_t>(s->tokens.size()) + estimate);
-    if (!running_.empty() && cost > pool_->free_pages() - ReservedPages()) break;
-    const int64_t chunk = std::min(s->pending(), budget);
-    if (pool_->PagesFor(chunk) > pool_->free_pages()) break;
-    waiting_.pop_front();
+    const int64_t cost =
+        pool_->PagesFor(static_cast<int64_t>(s->tokens.size()) + estimate) - cached;
+    const int64_t chunk = std::min(static_cast<int64_t>(s->tokens.size()) - cached_tokens, budget);
+    if ((!running_.empty() && cost > Available() - ReservedPages()) ||
+        pool_->PagesFor(cached_tokens + chunk) - cached > Available()) {
+      if (cache_) cache_->Unlock(s->cache_node);
+      s->cache_node = nullptr;
+      break;
+    }
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s));
     CTXPAR_ASSIGN_OR_RETURN(s->slot, pool_->AcquireSlot());
     plan.ops.push_back({PoolOp::kAcquire, s->slot, 0});
+    for (int32_t page : prefix) {
+      CTXPAR_RETURN_IF_ERROR(Record(plan.ops, {PoolOp::kAttach, s->slot, page}));
+    }
+    s->kv_len = cached_tokens;
+    s->cached_pages = cached;
+    if (!s->admitted_once) {
+      s->admitted_once = true;
+      s->cached_tokens = static_cast<int32_t>(cached_tokens);
+    }
     running_.push_back(s);
     CTXPAR_RETURN_IF_ERROR(add_chunk(s));
   }
@@ -183,12 +290,14 @@ Expected<StepPlan> Scheduler::Plan() {
   return plan;
 }
 
-void Scheduler::Commit(const StepPlan& plan) {
+Status Scheduler::Commit(const StepPlan& plan) {
   for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
     SeqState* s = plan.seqs[i];
     s->kv_len += plan.batch.seqs[i].num_tokens;
     if (s->kv_len >= s->prompt_len) s->want_prompt_logits = false;
+    if (cache_) CTXPAR_RETURN_IF_ERROR(CachePages(s, pending_ops_));
   }
+  return Status::Ok();
 }
 
 }  // namespace ctxpar::engine

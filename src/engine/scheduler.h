@@ -24,19 +24,35 @@
 //  4. new_token_ratio decays by (init - min) / 600 per step, from init = min(0.7 *
 //     schedule_conservativeness, 1) to min = 0.14 * init.
 //
+// The prefix cache (radix_cache.h; on unless --disable-radix-cache). Admission looks up the
+// longest cached prefix of the sequence in whole pages, leaving at least its last token to compute
+// (its logits row is the one sampled), locks it, attaches its pages to the new slot and prefills
+// from there. After every step each running sequence's completed pages are cached (a prefill
+// shares its prefix with those admitted after it while it still runs); a finished or retracted
+// sequence caches its pages before its slot is released, so a retracted one re-prefills from
+// whatever the cache still holds when it is admitted again. Pages of unlocked cache nodes count as
+// available wherever free pages are counted (decode, prefill, admission), and the least recently
+// used are evicted when the free pages fall short. With the lpm policy the queue is taken in
+// order of cached prefix length (longest first; ties by arrival) when it holds at most 128
+// sequences, in arrival order beyond (SGLang's rule).
+//
 // The plan lists the pool operations in the order the leader made them (release, acquire,
-// reserve), so that every rank replays them on its own pool and the page ids agree.
+// attach, reserve, hold, drop), so that every rank replays them on its own pool and the page ids
+// and reference counts agree.
 //
 // Thread safety: used by the engine's run thread only.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <vector>
 
 #include "ctxpar/batch.h"
+#include "ctxpar/engine_config.h"
 #include "ctxpar/kv_pool.h"
 #include "ctxpar/status.h"
+#include "engine/radix_cache.h"
 
 namespace ctxpar::engine {
 
@@ -46,18 +62,32 @@ struct SeqState {
   std::vector<int32_t> tokens;  // prompt, then output
   int32_t prompt_len = 0;
   int32_t max_new_tokens = 0;
-  int32_t slot = -1;     // -1: holds no KV
-  int64_t kv_len = 0;    // tokens whose K/V the pool holds
+  int32_t slot = -1;                // -1: holds no KV
+  int64_t kv_len = 0;               // tokens whose K/V the pool holds
   bool want_prompt_logits = false;  // every prompt row's logits (until the prompt is done once)
+  RadixCache::Node* cache_node = nullptr;  // the locked end of its cached prefix
+  int64_t cached_pages = 0;                // leading pages of its slot known to the cache
+  int32_t cached_tokens = 0;               // prompt tokens the cache held at its first admission
+  bool admitted_once = false;
   int32_t output_len() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
   int64_t pending() const { return static_cast<int64_t>(tokens.size()) - kv_len; }
 };
 
 struct PoolOp {
-  enum Kind : int32_t { kRelease = 0, kAcquire = 1, kReserve = 2 };
+  // kAttach: `length` is the page that becomes the slot's next virtual page; kHold / kDrop: the
+  // prefix cache takes / lets go a reference to page `length` (slot unused).
+  enum Kind : int32_t {
+    kRelease = 0,
+    kAcquire = 1,
+    kReserve = 2,
+    kAttach = 3,
+    kHold = 4,
+    kDrop = 5
+  };
+  static constexpr int32_t kLastKind = kDrop;
   Kind kind;
   int32_t slot;
-  int64_t length;  // kReserve
+  int64_t length;  // kReserve: tokens; kAttach, kHold, kDrop: a page id
 };
 
 struct StepPlan {
@@ -78,6 +108,8 @@ struct SchedulerOptions {
   int max_running_requests = 1;
   int chunked_prefill_size = -1;
   double schedule_conservativeness = 1.0;
+  bool radix_cache = false;
+  SchedulePolicy policy = SchedulePolicy::kFcfs;
 };
 
 class Scheduler {
@@ -92,15 +124,23 @@ class Scheduler {
   // nothing can run.
   Expected<StepPlan> Plan();
   // After the step: the sequences of the batch took their tokens.
-  void Commit(const StepPlan& plan);
-  // Release operations of Remove calls not yet in a plan, moved out (the engine sends them with
-  // the next plan, or alone when it stops).
+  // Fails only when the pool refuses the cache's operations (a bug).
+  Status Commit(const StepPlan& plan);
+  // Pool operations of Remove and Commit calls not yet in a plan, moved out (the engine sends
+  // them with the next plan, or alone when it stops).
   std::vector<PoolOp> TakePendingOps();
+  // Empties the prefix cache (its drops join the pending operations); false, nothing done, while
+  // any sequence runs or waits.
+  bool FlushCache();
 
   int running() const { return static_cast<int>(running_.size()); }
   int queued() const { return static_cast<int>(waiting_.size()); }
   double new_token_ratio() const { return ratio_; }
   uint64_t retractions() const { return retractions_; }
+  // Pages the prefix cache owns, and those of them no running sequence uses.
+  int64_t cached_pages() const { return cache_ ? cache_->cached_pages() : 0; }
+  int64_t evictable_pages() const { return cache_ ? cache_->evictable_pages() : 0; }
+  const RadixCache* cache() const { return cache_.get(); }
 
  private:
   Status Decode(StepPlan& plan);
@@ -109,13 +149,25 @@ class Scheduler {
   int64_t ReservedPages() const;
   void Retract(SeqState* seq, StepPlan& plan);
   SeqState* Victim() const;
-  Status Record(StepPlan& plan, PoolOp op);
+  Status Record(std::vector<PoolOp>& ops, PoolOp op);
+  // Free pages plus those the cache can evict.
+  int64_t Available() const;
+  // Evicts cached pages until `pages` are free.
+  Status EnsureFree(std::vector<PoolOp>& ops, int64_t pages);
+  // Caches the sequence's complete pages and moves its lock to their end.
+  Status CachePages(SeqState* seq, std::vector<PoolOp>& ops);
+  // Caches the pages, unlocks them and releases the slot (a finish or a retraction).
+  Status Drop(SeqState* seq, std::vector<PoolOp>& ops);
+  // Locks the longest cached prefix of a queued sequence; returns its pages.
+  std::vector<int32_t> LockPrefix(SeqState* seq);
+  std::vector<SeqState*> AdmissionOrder() const;
 
   SchedulerOptions options_;
   KvPool* pool_;
   std::deque<SeqState*> waiting_;   // by arrival (id)
   std::vector<SeqState*> running_;  // by admission
   std::vector<PoolOp> pending_ops_;
+  std::unique_ptr<RadixCache> cache_;
   double init_ratio_, min_ratio_, ratio_decay_, ratio_;
   uint64_t retractions_ = 0;
 

@@ -102,7 +102,8 @@ KvPool::KvPool(const KvPoolOptions& o, KvLayout layout, std::vector<HostBuffer> 
       v_(std::move(v)),
       block_table_(static_cast<size_t>(o.max_slots) * o.max_pages_per_slot, 0),
       pages_used_(o.max_slots, 0),
-      in_use_(o.max_slots, false) {
+      in_use_(o.max_slots, false),
+      refs_(o.num_pages, 0) {
   // Ascending ids form a min-heap: the lowest free page is handed out first, on every rank.
   free_.reserve(o.num_pages);
   for (int64_t p = 0; p < o.num_pages; ++p) free_.push_back(static_cast<int32_t>(p));
@@ -130,13 +131,49 @@ Status KvPool::ReleaseSlot(int32_t slot) {
     return InvalidArgument(fmt::format("KvPool::ReleaseSlot: slot {} is not in use", slot));
   }
   int32_t* table = block_table_.data() + static_cast<size_t>(slot) * options_.max_pages_per_slot;
-  for (int32_t v = 0; v < pages_used_[slot]; ++v) {
-    free_.push_back(table[v]);
-    std::push_heap(free_.begin(), free_.end(), std::greater<>());
-  }
+  for (int32_t v = 0; v < pages_used_[slot]; ++v) Unref(table[v]);
   std::fill_n(table, options_.max_pages_per_slot, 0);
   pages_used_[slot] = 0;
   in_use_[slot] = false;
+  return Status::Ok();
+}
+
+void KvPool::Unref(int32_t page) {
+  if (--refs_[page] > 0) return;
+  free_.push_back(page);
+  std::push_heap(free_.begin(), free_.end(), std::greater<>());
+}
+
+Status KvPool::AttachPage(int32_t slot, int32_t page) {
+  if (slot < 0 || slot >= options_.max_slots || !in_use_[slot]) {
+    return InvalidArgument(fmt::format("KvPool::AttachPage: slot {} is not in use", slot));
+  }
+  if (page < 0 || page >= options_.num_pages || refs_[page] == 0) {
+    return InvalidArgument(fmt::format("KvPool::AttachPage: page {} is not in use", page));
+  }
+  if (pages_used_[slot] >= options_.max_pages_per_slot) {
+    return OutOfRange(fmt::format("KvPool::AttachPage: slot {} holds max_pages_per_slot={} pages",
+                                  slot, options_.max_pages_per_slot));
+  }
+  block_table_[static_cast<size_t>(slot) * options_.max_pages_per_slot + pages_used_[slot]++] =
+      page;
+  ++refs_[page];
+  return Status::Ok();
+}
+
+Status KvPool::HoldPage(int32_t page) {
+  if (page < 0 || page >= options_.num_pages || refs_[page] == 0) {
+    return InvalidArgument(fmt::format("KvPool::HoldPage: page {} is not in use", page));
+  }
+  ++refs_[page];
+  return Status::Ok();
+}
+
+Status KvPool::DropPage(int32_t page) {
+  if (page < 0 || page >= options_.num_pages || refs_[page] == 0) {
+    return InvalidArgument(fmt::format("KvPool::DropPage: page {} is not in use", page));
+  }
+  Unref(page);
   return Status::Ok();
 }
 
@@ -170,6 +207,7 @@ Status KvPool::Reserve(int32_t slot, int64_t length) {
   for (; pages_used_[slot] < needed; ++pages_used_[slot]) {
     std::pop_heap(free_.begin(), free_.end(), std::greater<>());
     table[pages_used_[slot]] = free_.back();
+    refs_[free_.back()] = 1;
     free_.pop_back();
   }
   return Status::Ok();

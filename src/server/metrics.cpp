@@ -101,6 +101,15 @@ std::string ServerMetrics::Render(const EngineSnapshot& e, std::string_view mode
          static_cast<double>(e.prompt_tokens_total), &out);
   Sample("sglang:generation_tokens_total", "Number of generation tokens processed.", "counter",
          labels, static_cast<double>(e.generation_tokens_total), &out);
+  Sample("sglang:cached_tokens_total", "Number of cached prompt tokens.", "counter", labels,
+         static_cast<double>(e.cached_tokens_total), &out);
+  Sample("sglang:cache_hit_rate", "The prefix cache hit rate.", "gauge", labels,
+         e.prompt_tokens_total > 0 ? static_cast<double>(e.cached_tokens_total) /
+                                         static_cast<double>(e.prompt_tokens_total)
+                                   : 0.0,
+         &out);
+  Sample("ctxpar:radix_cache_tokens", "Tokens whose KV pages the prefix cache owns.", "gauge",
+         labels, static_cast<double>(e.cache_tokens), &out);
   Sample("sglang:num_requests_total", "Number of requests finished.", "counter", labels,
          static_cast<double>(e.requests_finished), &out);
   std::lock_guard lock(mu_);

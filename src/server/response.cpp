@@ -74,6 +74,7 @@ void ResponseBuilder::Record(int index, const RequestUpdate& u) {
   }
   c.prompt_tokens = u.prompt_tokens;
   c.completion_tokens = u.completion_tokens;
+  c.cached_tokens = u.cached_tokens;
 }
 
 void ResponseBuilder::Apply(int index, const RequestUpdate& update) { Record(index, update); }
@@ -102,13 +103,18 @@ json ResponseBuilder::MatchedStop(const ChoiceOutput& c) const {
 json ResponseBuilder::Usage() const {
   int prompt = 0;
   int completion = 0;
+  int cached = 0;
   for (size_t i = 0; i < choices_.size(); ++i) {
-    if (i % request_.n == 0) prompt += choices_[i].prompt_tokens;
+    if (i % request_.n == 0) {
+      prompt += choices_[i].prompt_tokens;
+      cached += choices_[i].cached_tokens;
+    }
     completion += choices_[i].completion_tokens;
   }
   return {{"prompt_tokens", prompt},
           {"completion_tokens", completion},
-          {"total_tokens", prompt + completion}};
+          {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
 json ResponseBuilder::ChunkBase() const {
@@ -191,7 +197,7 @@ json ResponseBuilder::GenerateObject(int index) const {
                {"finish_reason", finish},
                {"prompt_tokens", c.prompt_tokens},
                {"completion_tokens", c.completion_tokens},
-               {"cached_tokens", 0}};
+               {"cached_tokens", c.cached_tokens}};
   if (request_.logprobs) {
     auto triple = [&](float logprob, int32_t token) {
       return json::array(

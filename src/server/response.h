@@ -40,6 +40,7 @@ struct ChoiceOutput {
   std::optional<int32_t> matched_token;
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  int cached_tokens = 0;
 };
 
 // "chatcmpl-...", "cmpl-..." or a bare id for /generate: 32 random hex digits after the prefix.

@@ -330,6 +330,7 @@ json Server::Impl::ServerInfo() const {
   info["api_key_set"] = !options.api_key.empty();
   const EngineSnapshot s = model.backend->Snapshot();
   info["max_total_num_tokens"] = s.max_total_num_tokens;
+  info["radix_cache_tokens"] = s.cache_tokens;
   info["max_running_requests"] = s.max_running_requests;
   info["chunked_prefill_size"] = s.chunked_prefill_size;
   info["context_length"] = s.context_length;
@@ -420,6 +421,22 @@ void Server::Impl::Routes() {
              [this, route](const httplib::Request&, httplib::Response& res,
                            const std::string& body) { Generate(route, body, res); });
   }
+  // SGLang's answers, as plain text: 200 when flushed, 400 with the reason while requests run.
+  auto flush = [this](httplib::Response& res) {
+    if (auto e = Unavailable()) return ReplyError(res, *e);
+    const Status flushed = model.backend->FlushCache();
+    res.status = flushed.ok() ? 200 : 400;
+    res.set_content(flushed.ok() ? "Cache flushed.\nPlease check backend logs for more details. "
+                                   "(When there are running or waiting requests, the operation "
+                                   "will not be performed.)\n"
+                                 : flushed.message() + "\n",
+                    "text/plain; charset=utf-8");
+  };
+  http.Get("/flush_cache",
+           [flush](const httplib::Request&, httplib::Response& res) { flush(res); });
+  PostBody(
+      http, "/flush_cache",
+      [flush](const httplib::Request&, httplib::Response& res, const std::string&) { flush(res); });
   http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
     if (!options.enable_metrics) {
       return ReplyError(

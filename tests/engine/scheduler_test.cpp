@@ -49,7 +49,7 @@ void Step(Scheduler& s, KvPool& pool, const SchedulerOptions& o, Sim& sim, int* 
   if (o.chunked_prefill_size > 0) ASSERT_LE(prefill, o.chunked_prefill_size);
   *prefill_max = std::max<int>(*prefill_max, static_cast<int>(prefill));
   ASSERT_LE(s.running(), o.max_running_requests);
-  s.Commit(*plan);
+  ASSERT_TRUE(s.Commit(*plan).ok());
   for (SeqState* q : plan->seqs) {
     if (q->kv_len != static_cast<int64_t>(q->tokens.size())) continue;
     q->tokens.push_back(7);
@@ -122,6 +122,99 @@ TEST(Scheduler, DecodeOutOfPagesRetractsAndTheRequestsStillFinish) {
   EXPECT_EQ(pool.free_pages(), 12);
 }
 
+// Every page is free or held once by the cache and once by each slot that lists it, and a
+// follower's pool that replayed the same operations agrees page for page.
+void CheckSharedPool(const Scheduler& s, const KvPool& pool, const KvPool& follower,
+                     const std::vector<std::unique_ptr<SeqState>>& seqs) {
+  std::vector<int32_t> holders(pool.num_pages(), 0);
+  for (int32_t page : s.cache()->AllPages()) ++holders[page];
+  for (const auto& q : seqs) {
+    if (q->slot < 0) continue;
+    ASSERT_EQ(pool.slot_pages(q->slot), follower.slot_pages(q->slot));
+    for (int32_t v = 0; v < pool.slot_pages(q->slot); ++v) {
+      ++holders[pool.SlotPage(q->slot, v)];
+      ASSERT_EQ(pool.SlotPage(q->slot, v), follower.SlotPage(q->slot, v));
+    }
+  }
+  for (int32_t p = 0; p < pool.num_pages(); ++p) {
+    ASSERT_EQ(pool.page_refs(p), holders[p]) << "page " << p;
+    ASSERT_EQ(follower.page_refs(p), holders[p]) << "page " << p;
+  }
+  ASSERT_EQ(pool.free_pages(), follower.free_pages());
+}
+
+// With the prefix cache: requests sharing prefixes (both policies) run to completion through a
+// pool small enough to retract them; a hit starts at a page boundary inside the prompt, retracted
+// requests come back with whatever prefix is still cached, and a flush frees every page.
+TEST(Scheduler, PrefixCacheSharesPagesAndAFollowerReplaysTheSameOperations) {
+  std::mt19937 rng(3);
+  int64_t hits = 0, retractions = 0;
+  for (int trial = 0; trial < 16; ++trial) {
+    const SchedulerOptions o{
+        .max_running_requests = 1 + static_cast<int>(rng() % 8),
+        .chunked_prefill_size = rng() % 3 == 0 ? -1 : 8 + static_cast<int>(rng() % 40),
+        .schedule_conservativeness = 0.05 + 0.3 * (rng() % 4),
+        .radix_cache = true,
+        .policy = rng() % 2 == 0 ? SchedulePolicy::kFcfs : SchedulePolicy::kLpm};
+    const int64_t pages = 10 + rng() % 20;
+    KvPool pool = MakePool(pages, o.max_running_requests, 4);
+    KvPool follower = MakePool(pages, o.max_running_requests, 4);
+    Scheduler s(o, &pool);
+    std::vector<std::vector<int32_t>> stems(3);
+    for (auto& stem : stems) {
+      for (int i = 0; i < 24; ++i) stem.push_back(static_cast<int32_t>(rng() % 4));
+    }
+    Sim sim;
+    for (int i = 0; i < 30; ++i) {
+      auto q = std::make_unique<SeqState>();
+      q->id = i + 1;
+      q->tokens = stems[rng() % 3];
+      q->tokens.resize(1 + rng() % q->tokens.size());
+      for (int k = static_cast<int>(rng() % 6); k > 0; --k) q->tokens.push_back(9);
+      q->prompt_len = static_cast<int32_t>(q->tokens.size());
+      q->max_new_tokens = 1 + static_cast<int>(rng() % 16);
+      if (pool.PagesFor(q->prompt_len + q->max_new_tokens) > pages) continue;
+      s.Enqueue(q.get());
+      sim.seqs.push_back(std::move(q));
+    }
+    while (sim.finished < static_cast<int>(sim.seqs.size())) {
+      Expected<StepPlan> plan = s.Plan();
+      ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+      ASSERT_FALSE(plan->batch.seqs.empty());
+      for (const PoolOp& op : plan->ops) ASSERT_TRUE(ApplyPoolOp(follower, op).ok());
+      for (std::size_t i = 0; i < plan->seqs.size(); ++i) {
+        const SeqState* q = plan->seqs[i];
+        const BatchSeq& b = plan->batch.seqs[i];
+        ASSERT_EQ(b.pos0, q->kv_len);
+        ASSERT_LT(b.pos0, static_cast<int64_t>(q->tokens.size())) << "nothing left to sample";
+        ASSERT_GE(pool.slot_pages(q->slot), pool.PagesFor(b.pos0 + b.num_tokens));
+      }
+      ASSERT_NO_FATAL_FAILURE(CheckSharedPool(s, pool, follower, sim.seqs));
+      ASSERT_TRUE(s.Commit(*plan).ok());
+      for (SeqState* q : plan->seqs) {
+        if (q->kv_len != static_cast<int64_t>(q->tokens.size())) continue;
+        q->tokens.push_back(7);
+        if (q->output_len() == q->max_new_tokens) {
+          ASSERT_TRUE(s.Remove(q).ok());
+          ++sim.finished;
+        }
+      }
+      for (const PoolOp& op : s.TakePendingOps()) ASSERT_TRUE(ApplyPoolOp(follower, op).ok());
+      ASSERT_NO_FATAL_FAILURE(CheckSharedPool(s, pool, follower, sim.seqs));
+    }
+    for (const auto& q : sim.seqs) hits += q->cached_tokens > 0;
+    retractions += static_cast<int64_t>(s.retractions());
+    EXPECT_EQ(s.evictable_pages(), s.cached_pages());
+    EXPECT_EQ(pool.free_pages() + s.cached_pages(), pages);
+    ASSERT_TRUE(s.FlushCache());
+    for (const PoolOp& op : s.TakePendingOps()) ASSERT_TRUE(ApplyPoolOp(follower, op).ok());
+    EXPECT_EQ(pool.free_pages(), pages);
+    EXPECT_EQ(follower.free_pages(), pages);
+  }
+  EXPECT_GT(hits, 50) << "the stems were meant to share prefixes";
+  EXPECT_GT(retractions, 0) << "the pools were meant to force retractions";
+}
+
 // SGLang's victim: the fewest output tokens; among equals the longest prompt; then the newest.
 TEST(Scheduler, RetractsTheFewestOutputTokensThenTheLongestPrompt) {
   auto seq = [](uint64_t id, int prompt, int output) {
@@ -129,7 +222,7 @@ TEST(Scheduler, RetractsTheFewestOutputTokensThenTheLongestPrompt) {
     q.tokens.assign(prompt + output, 1);
     return q;
   };
-  EXPECT_TRUE(RetractBefore(seq(1, 5, 2), seq(2, 9, 3)));   // fewer outputs
+  EXPECT_TRUE(RetractBefore(seq(1, 5, 2), seq(2, 9, 3)));  // fewer outputs
   EXPECT_FALSE(RetractBefore(seq(1, 9, 3), seq(2, 5, 2)));
   EXPECT_TRUE(RetractBefore(seq(1, 9, 2), seq(2, 5, 2)));   // longer prompt
   EXPECT_TRUE(RetractBefore(seq(2, 5, 2), seq(1, 5, 2)));   // newer

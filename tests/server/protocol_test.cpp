@@ -330,8 +330,10 @@ TEST_F(ProtocolTest, ChatStreamHasRoleFirstOneIdUsageAndDone) {
   EXPECT_EQ(chunks[3]["choices"][0]["matched_stop"], kImEnd);
   EXPECT_TRUE(chunks[3]["usage"].is_null());
   EXPECT_EQ(chunks[4]["choices"], json::array());
-  EXPECT_EQ(chunks[4]["usage"],
-            json({{"prompt_tokens", 2}, {"completion_tokens", 3}, {"total_tokens", 5}}));
+  EXPECT_EQ(chunks[4]["usage"], json({{"prompt_tokens", 2},
+                                      {"completion_tokens", 3},
+                                      {"total_tokens", 5},
+                                      {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
 }
 
 TEST_F(ProtocolTest, CompletionWithEchoReturnsPromptLogprobs) {
