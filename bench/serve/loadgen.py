@@ -12,6 +12,10 @@ a finish_reason on the last choice chunk, the usage chunk when asked, then "data
 
     python bench/serve/loadgen.py --url http://127.0.0.1:30000 --concurrency 4 --requests 8
     python bench/serve/loadgen.py --url ... --rate 0.5 --requests 16 --json out.json
+
+It also makes the prefix-cache traces that run.py --workload prefix sends: SGLang bench_serving's
+generated-shared-prefix (groups of prompts sharing a long system prompt) and multi-turn
+conversations (each turn resends the history with the answers).
 """
 
 import argparse
@@ -40,6 +44,85 @@ def make_prompts(count, words, seed):
         body = " ".join(rng.choice(WORDS) for _ in range(words))
         prompts.append(f"Document {i}: {body}\nSummary:")
     return prompts
+
+
+def words(rng, n):
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def make_shared_prefix(groups, prompts_per_group, system_words, question_words, seed):
+    """SGLang bench_serving's generated-shared-prefix shape: `groups` system prompts of
+    `system_words` words, each followed by `prompts_per_group` questions of `question_words`
+    words. Returns (group, index in group, prompt), groups interleaved as bench_serving sends
+    them shuffled: request k of every group before request k + 1 of any."""
+    rng = random.Random(seed)
+    systems = [f"System {g}: {words(rng, system_words)}\n" for g in range(groups)]
+    out = []
+    for k in range(prompts_per_group):
+        for g in range(groups):
+            out.append((g, k, f"{systems[g]}Question {k}: {words(rng, question_words)}\nAnswer:"))
+    return out
+
+
+async def run_shared_prefix(url, model, trace, max_tokens, concurrency):
+    """The trace at a fixed concurrency; returns the summary with per-request records."""
+    timeout = aiohttp.ClientTimeout(total=3600)
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
+    records, errors = [], []
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        queue = list(trace)
+
+        async def worker():
+            while queue:
+                group, index, prompt = queue.pop(0)
+                try:
+                    r = await one_request(session, url, model, prompt, max_tokens)
+                    r.update(group=group, index=index)
+                    records.append(r)
+                except Exception as e:
+                    errors.append(f"{type(e).__name__}: {e}")
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - start
+    out = summarize(records, errors, wall, concurrency, None)
+    out["records"] = [{k: r[k] for k in ("group", "index", "ttft", "e2e", "tokens",
+                                         "prompt_tokens", "cached_tokens")} for r in records]
+    return out
+
+
+async def run_multi_turn(url, model, users, turns, system_words, question_words, max_tokens,
+                         seed):
+    """`users` conversations at once, each `turns` turns in sequence; every turn resends the
+    whole history (system prompt, earlier questions and answers) with a new question."""
+    rng = random.Random(seed)
+    timeout = aiohttp.ClientTimeout(total=3600)
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
+    records, errors = [], []
+    plans = [(f"Conversation {u}: {words(rng, system_words)}\n",
+              [words(rng, question_words) for _ in range(turns)]) for u in range(users)]
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+
+        async def user(u):
+            history, questions = plans[u]
+            for t, q in enumerate(questions):
+                prompt = f"{history}User: {q}\nAssistant:"
+                try:
+                    r = await one_request(session, url, model, prompt, max_tokens)
+                except Exception as e:
+                    errors.append(f"{type(e).__name__}: {e}")
+                    return
+                r.update(user=u, turn=t)
+                records.append(r)
+                history = f"{prompt}{r['text']}\n"
+
+        start = time.perf_counter()
+        await asyncio.gather(*(user(u) for u in range(users)))
+        wall = time.perf_counter() - start
+    out = summarize(records, errors, wall, users, None)
+    out["records"] = [{k: r[k] for k in ("user", "turn", "ttft", "e2e", "tokens",
+                                         "prompt_tokens", "cached_tokens")} for r in records]
+    return out
 
 
 def percentile(values, q):
@@ -73,6 +156,7 @@ async def one_request(session, url, model, prompt, max_tokens):
     itl = []
     chunks_with_text = 0
     ids = set()
+    text = []
     finish = None
     usage = None
     done = False
@@ -102,6 +186,7 @@ async def one_request(session, url, model, prompt, max_tokens):
                     for choice in chunk.get("choices", []):
                         now = time.perf_counter()
                         if choice.get("text"):
+                            text.append(choice["text"])
                             chunks_with_text += 1
                             if first is None:
                                 first = now
@@ -125,8 +210,10 @@ async def one_request(session, url, model, prompt, max_tokens):
     ttft = first - t0
     e2e = end - t0
     tpot = (e2e - ttft) / (tokens - 1) if tokens > 1 else None
+    details = usage.get("prompt_tokens_details") or {}
     return {"ttft": ttft, "itl": itl, "tpot": tpot, "e2e": e2e, "tokens": tokens,
-            "prompt_tokens": usage.get("prompt_tokens"), "finish": finish}
+            "prompt_tokens": usage.get("prompt_tokens"), "finish": finish,
+            "cached_tokens": details.get("cached_tokens"), "text": "".join(text)}
 
 
 async def run_load(url, model, prompts, max_tokens, concurrency=None, rate=None, seed=0):

@@ -10,7 +10,18 @@ llama-server gets as many --parallel slots as the concurrency (restarted per lev
 batching on, -t = the cores); ctxpar serve runs once with --max-running-requests 64.
 
     python bench/serve/run.py --ctxpar build/default/cli/ctxpar --out /tmp/serve-bench
+
+With --workload prefix it measures the prefix cache instead, on one trace for three servers:
+ctxpar serve (cache on), ctxpar serve --disable-radix-cache and llama-server (its prompt cache
+on, --cache-reuse): SGLang bench_serving's generated-shared-prefix trace at --prefix-concurrency
+and --users multi-turn conversations of --turns turns, then (with --small-kv-mib) the
+shared-prefix trace through a small pool with and without the cache, counting retractions. It
+writes prefix.json, prefix.md and prefix.png (TTFT p50 per turn, and first against later
+requests of a group).
+
+    python bench/serve/run.py --workload prefix --small-kv-mib 160 --out /tmp/prefix-bench
 """
+
 
 import argparse
 import asyncio
@@ -145,6 +156,162 @@ def poisson(url, args, tag):
     return s
 
 
+def prefix_servers(args):
+    """(tag, command builder, log name) of the three servers of --workload prefix."""
+    def ctxpar(extra):
+        def cmd(port):
+            return [args.ctxpar, "serve", "--model-path", args.model, "--port", str(port),
+                    "--enable-metrics", "--max-running-requests", str(args.prefix_concurrency),
+                    *args.ctxpar_flags.split(), *extra]
+        return cmd
+
+    def llama(port):
+        slots = max(args.prefix_concurrency, args.users)
+        return [os.path.join(args.llama_bin, "llama-server"), "-m", args.model, "--host",
+                "127.0.0.1", "--port", str(port), "--parallel", str(slots), "-c",
+                str(slots * args.slot_context), "-t", str(args.threads), "--cont-batching",
+                "--cache-reuse", str(args.cache_reuse)]
+
+    servers = [("ctxpar", ctxpar([]), "ctxpar-prefix"),
+               ("ctxpar --disable-radix-cache", ctxpar(["--disable-radix-cache"]),
+                "ctxpar-nocache")]
+    if not args.skip_llama:
+        servers.append(("llama.cpp", llama, "llama-server-prefix"))
+    return servers
+
+
+def metric(url, name):
+    try:
+        for line in requests.get(url + "/metrics", timeout=10).text.splitlines():
+            if line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+    except requests.RequestException:
+        pass
+    return None
+
+
+def p50(values):
+    return loadgen.percentile([v for v in values if v is not None], 0.5)
+
+
+def prefix_summary(tag, shared, turns):
+    first = [r["ttft"] for r in shared["records"] if r["index"] == 0]
+    later = [r["ttft"] for r in shared["records"] if r["index"] > 0]
+    per_turn = {}
+    for r in turns["records"]:
+        per_turn.setdefault(r["turn"], []).append(r["ttft"])
+    cached = [r["cached_tokens"] or 0 for r in shared["records"] + turns["records"]]
+    prompt = [r["prompt_tokens"] or 0 for r in shared["records"] + turns["records"]]
+    return {"server": tag, "shared_output_throughput": shared["output_throughput"],
+            "shared_ttft_first_p50": p50(first), "shared_ttft_later_p50": p50(later),
+            "shared_failed": shared["failed"], "turns_failed": turns["failed"],
+            "turn_ttft_p50": {t: p50(v) for t, v in sorted(per_turn.items())},
+            "later_turns_ttft_p50": p50([r["ttft"] for r in turns["records"] if r["turn"] > 0]),
+            "cached_share": sum(cached) / max(1, sum(prompt))}
+
+
+def run_prefix(args):
+    trace = loadgen.make_shared_prefix(args.groups, args.prompts_per_group, args.system_words,
+                                       args.question_words, args.seed)
+    summaries, raw = [], {}
+    for tag, cmd, log in prefix_servers(args):
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        p = Process(cmd(port), url, os.path.join(args.out, f"{log}.log"),
+                    env={"OMP_WAIT_POLICY": args.llama_omp_wait} if "llama" in tag else None)
+        try:
+            warm = loadgen.make_prompts(1, 16, args.seed + 7)
+            asyncio.run(loadgen.run_load(url, None, warm, 4, concurrency=1))
+            shared = asyncio.run(loadgen.run_shared_prefix(url, None, trace, args.max_tokens,
+                                                           args.prefix_concurrency))
+            turns = asyncio.run(loadgen.run_multi_turn(
+                url, None, args.users, args.turns, args.system_words, args.question_words,
+                args.max_tokens, args.seed + 1))
+            s = prefix_summary(tag, shared, turns)
+            if tag.startswith("ctxpar"):
+                s["retractions"] = metric(url, "sglang:num_retracted_reqs")
+            summaries.append(s)
+            raw[tag] = {"shared": shared, "turns": turns}
+            print(f"{tag}: shared prefix {s['shared_output_throughput']:.1f} tok/s, TTFT p50 "
+                  f"first {fmt(s['shared_ttft_first_p50'])} s later "
+                  f"{fmt(s['shared_ttft_later_p50'])} s; turns TTFT p50 "
+                  f"{[fmt(v) for v in s['turn_ttft_p50'].values()]}", flush=True)
+        finally:
+            p.stop()
+    small = []
+    if args.small_kv_mib > 0:
+        for tag, extra in (("ctxpar", []), ("ctxpar --disable-radix-cache",
+                                            ["--disable-radix-cache"])):
+            port = free_port()
+            url = f"http://127.0.0.1:{port}"
+            cmd = [args.ctxpar, "serve", "--model-path", args.model, "--port", str(port),
+                   "--enable-metrics", "--max-running-requests", str(args.prefix_concurrency),
+                   "--kv-cache-mib", str(args.small_kv_mib), *args.ctxpar_flags.split(), *extra]
+            p = Process(cmd, url, os.path.join(args.out, f"small-kv-{len(small)}.log"))
+            try:
+                shared = asyncio.run(loadgen.run_shared_prefix(url, None, trace, args.max_tokens,
+                                                               args.prefix_concurrency))
+                small.append({"server": tag, "kv_cache_mib": args.small_kv_mib,
+                              "max_total_num_tokens": metric(url, "sglang:max_total_num_tokens"),
+                              "retractions": metric(url, "sglang:num_retracted_reqs"),
+                              "output_throughput": shared["output_throughput"],
+                              "ttft_p50": shared["ttft_s"]["p50"], "failed": shared["failed"]})
+                print(f"{tag} at --kv-cache-mib {args.small_kv_mib}: {small[-1]}", flush=True)
+            finally:
+                p.stop()
+    return summaries, raw, small
+
+
+def prefix_table(summaries, small):
+    rows = ["| server | shared-prefix output tok/s | TTFT p50 first / later of a group (s) | "
+            "multi-turn TTFT p50 per turn (s) | later turns p50 (s) | cached share of prompt "
+            "tokens | retractions |", "|---|---|---|---|---|---|---|"]
+    for s in summaries:
+        turns = " / ".join(fmt(v) for v in s["turn_ttft_p50"].values())
+        rows.append(f"| {s['server']} | {fmt(s['shared_output_throughput'], 1)} | "
+                    f"{fmt(s['shared_ttft_first_p50'])} / {fmt(s['shared_ttft_later_p50'])} | "
+                    f"{turns} | {fmt(s['later_turns_ttft_p50'])} | "
+                    f"{fmt(s['cached_share'])} | {fmt(s.get('retractions'), 0)} |")
+    if small:
+        rows += ["", "| server (small pool) | --kv-cache-mib | max_total_num_tokens | "
+                 "retractions | output tok/s | TTFT p50 (s) |", "|---|---|---|---|---|---|"]
+        for s in small:
+            rows.append(f"| {s['server']} | {s['kv_cache_mib']} | "
+                        f"{fmt(s['max_total_num_tokens'], 0)} | {fmt(s['retractions'], 0)} | "
+                        f"{fmt(s['output_throughput'], 1)} | {fmt(s['ttft_p50'])} |")
+    return "\n".join(rows) + "\n"
+
+
+def prefix_plot(summaries, path, title):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    for s, marker in zip(summaries, "os^"):
+        turns = list(s["turn_ttft_p50"])
+        a.plot([t + 1 for t in turns], [s["turn_ttft_p50"][t] for t in turns], marker=marker,
+               label=s["server"])
+    a.set_xlabel("turn")
+    a.set_ylabel("TTFT p50 (s)")
+    a.set_title("multi-turn conversations", fontsize=9)
+    width = 0.8 / max(1, len(summaries))
+    for i, s in enumerate(summaries):
+        b.bar([x + i * width for x in (0, 1)],
+              [s["shared_ttft_first_p50"] or 0, s["shared_ttft_later_p50"] or 0], width,
+              label=s["server"])
+    b.set_xticks([width * (len(summaries) - 1) / 2 + x for x in (0, 1)],
+                 ["first of a group", "later of a group"])
+    b.set_ylabel("TTFT p50 (s)")
+    b.set_title("shared system prompt", fontsize=9)
+    for ax in (a, b):
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def fmt(v, digits=2):
     return "-" if v is None else f"{v:.{digits}f}"
 
@@ -212,6 +379,17 @@ def main():
                    help="OMP_WAIT_POLICY of llama-server: its OpenMP threads spin at barriers "
                    "when ACTIVE, which on a shared 2-core machine costs it 5-10x")
     p.add_argument("--skip-llama", action="store_true")
+    p.add_argument("--workload", choices=["serve", "prefix"], default="serve")
+    p.add_argument("--groups", type=int, default=4, help="prefix: system prompts")
+    p.add_argument("--prompts-per-group", type=int, default=8)
+    p.add_argument("--system-words", type=int, default=512)
+    p.add_argument("--question-words", type=int, default=32)
+    p.add_argument("--prefix-concurrency", type=int, default=16)
+    p.add_argument("--users", type=int, default=4, help="prefix: multi-turn conversations")
+    p.add_argument("--turns", type=int, default=4)
+    p.add_argument("--cache-reuse", type=int, default=256, help="llama-server's --cache-reuse")
+    p.add_argument("--small-kv-mib", type=int, default=0,
+                   help="prefix: also run the shared-prefix trace at this --kv-cache-mib")
     args = p.parse_args()
     if not args.model:
         args.model = subprocess.check_output(["bash", os.path.join(ROOT, "scripts/fetch-model.sh")],
@@ -228,6 +406,8 @@ def main():
         p.error("--requests must be >= 0, --prompt-words and --max-tokens >= 1")
     args.requests_per_level = (lambda c: args.requests or max(4, c))
     os.makedirs(args.out, exist_ok=True)
+    if args.workload == "prefix":
+        return main_prefix(args)
     results = run_ctxpar(args, levels)
     if not args.skip_llama:
         if args.llama_bin is None:
@@ -247,6 +427,35 @@ def main():
     plot(results, os.path.join(args.out, "serve.png"),
          f"{meta['model']}, {args.max_tokens} new tokens, {cpu}")
     print(md)
+
+
+def main_prefix(args):
+    if not args.skip_llama and args.llama_bin is None:
+        args.llama_bin = subprocess.check_output(
+            ["bash", os.path.join(ROOT, "bench/llama_cpp/build.sh")], text=True).split()[-1]
+    load_before = os.getloadavg()
+    summaries, raw, small = run_prefix(args)
+    cpu = f"{cpu_name()}, {os.cpu_count()} cores"
+    meta = {"cpu": cpu, "load_average_before": load_before, "load_average_after": os.getloadavg(),
+            "model": os.path.basename(args.model), "max_tokens": args.max_tokens,
+            "groups": args.groups, "prompts_per_group": args.prompts_per_group,
+            "system_words": args.system_words, "question_words": args.question_words,
+            "prefix_concurrency": args.prefix_concurrency, "users": args.users,
+            "turns": args.turns, "ctxpar_flags": args.ctxpar_flags,
+            "command": " ".join(sys.argv)}
+    with open(os.path.join(args.out, "prefix.json"), "w") as f:
+        json.dump({"meta": meta, "summaries": summaries, "small_pool": small, "raw": raw}, f,
+                  indent=2)
+    md = prefix_table(summaries, small)
+    head = (f"{cpu}; {meta['model']}; load average {load_before[0]:.1f} before, "
+            f"{meta['load_average_after'][0]:.1f} after; shared prefix: {args.groups} groups x "
+            f"{args.prompts_per_group} prompts, {args.system_words}-word system prompts, "
+            f"{args.question_words}-word questions, concurrency {args.prefix_concurrency}; "
+            f"multi-turn: {args.users} users x {args.turns} turns; {args.max_tokens} new tokens\n\n")
+    with open(os.path.join(args.out, "prefix.md"), "w") as f:
+        f.write(head + md)
+    prefix_plot(summaries, os.path.join(args.out, "prefix.png"), f"{meta['model']}, {cpu}")
+    print(head + md)
 
 
 if __name__ == "__main__":

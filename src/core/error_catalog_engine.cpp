@@ -193,8 +193,10 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "POST /flush_cache while requests are being served.",
        {"Retry once the requests have finished (GET /metrics: sglang:num_running_reqs and "
         "sglang:num_queue_reqs at 0)."},
-       "curl -X POST localhost:30000/flush_cache   # during a benchmark",
-       "curl -X POST localhost:30000/flush_cache   # after it",
+       "ctxpar serve & curl localhost:30000/generate -d '{\"text\": \"Hi\"}' & curl -X POST "
+       "localhost:30000/flush_cache",
+       "ctxpar serve & curl localhost:30000/generate -d '{\"text\": \"Hi\"}'; curl -X POST "
+       "localhost:30000/flush_cache",
        {"CTXPAR-HTTP-010"}},
       {"CTXPAR-KV-001",
        "A KV page that is not a whole number of interleave blocks",

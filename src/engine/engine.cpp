@@ -354,8 +354,10 @@ Status Engine::Impl::Follow() {
   for (;;) {
     engine::WirePlan plan;
     CTXPAR_RETURN_IF_ERROR(engine::BroadcastPlan(*world, &plan));
-    if (plan.stop) return Status::Ok();
+    // The last plan of a Run carries the releases (and cache drops) of the requests that ended
+    // it: a next Run starts from the same pool on every rank.
     CTXPAR_RETURN_IF_ERROR(Execute(plan));
+    if (plan.stop) return Status::Ok();
   }
 }
 
