@@ -174,6 +174,7 @@ struct Engine::Impl {
   void AbortAll(const std::string& why);
   Status Sample(const engine::StepPlan& plan);
   void Publish();
+  void PublishLocked();  // mu held
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -376,6 +377,7 @@ void Engine::Impl::Absorb(bool* stop_now) {
                        : CatalogError("CTXPAR-ENGINE-014",
                                       {{"queued", std::to_string(queued + int(inbox.size()))},
                                        {"running", std::to_string(running)}});
+    PublishLocked();  // /metrics shows the empty cache once the flush has answered
     flushed.notify_all();
   }
   while (!inbox.empty()) {
@@ -539,6 +541,10 @@ void Engine::Impl::AbortAll(const std::string& why) {
 
 void Engine::Impl::Publish() {
   std::lock_guard<std::mutex> lock(mu);
+  PublishLocked();
+}
+
+void Engine::Impl::PublishLocked() {
   stats.running = scheduler->running();
   stats.queued = scheduler->queued();
   const int64_t page_tokens = int64_t{config.page_size} * config.dcp_size;

@@ -106,7 +106,8 @@ TEST_P(KvPoolTest, OwnerStoresEveryPositionAtItsLocalRowInEveryLayer) {
     for (int r = 1; r < c.n; ++r) {
       EXPECT_EQ(pools[r].slot_pages(s), pools[0].slot_pages(s));
       for (int v = 0; v < pools[0].slot_pages(s); ++v) {
-        EXPECT_EQ(pools[r].View(0).block_table[s * 16 + v], pools[0].View(0).block_table[s * 16 + v]);
+        EXPECT_EQ(pools[r].View(0).block_table[s * 16 + v],
+                  pools[0].View(0).block_table[s * 16 + v]);
       }
     }
     for (int64_t p = 0; p < lengths[s]; ++p) {
@@ -116,7 +117,8 @@ TEST_P(KvPoolTest, OwnerStoresEveryPositionAtItsLocalRowInEveryLayer) {
         const PagedKv kv = pools[owner].View(l);
         for (int h = 0; h < heads; ++h) {
           for (int d = 0; d < dim; d += 5) {
-            ASSERT_EQ(Read(kv, false, s, row, h, d), KVal(p, h, d, l)) << "slot " << s << " p " << p;
+            ASSERT_EQ(Read(kv, false, s, row, h, d), KVal(p, h, d, l))
+                << "slot " << s << " p " << p;
             ASSERT_EQ(Read(kv, true, s, row, h, d), 0.5f - KVal(p, h, d, l));
           }
         }
@@ -127,13 +129,14 @@ TEST_P(KvPoolTest, OwnerStoresEveryPositionAtItsLocalRowInEveryLayer) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, KvPoolTest,
-    ::testing::Values(
-        Case{1, 1, 4, KvPageFormat::kRows}, Case{2, 1, 4, KvPageFormat::kRows},
-        Case{3, 1, 2, KvPageFormat::kRows}, Case{4, 4, 8, KvPageFormat::kRows},
-        Case{8, 1, 1, KvPageFormat::kRows}, Case{2, 16, 16, KvPageFormat::kRows},
-        Case{3, 4, 4, KvPageFormat::kRows}, Case{1, 1, 16, KvPageFormat::kTiles16},
-        Case{1, 1, 32, KvPageFormat::kTiles16}, Case{3, 1, 16, KvPageFormat::kTiles16},
-        Case{4, 4, 16, KvPageFormat::kTiles16}, Case{3, 4, 32, KvPageFormat::kTiles16}),
+    ::testing::Values(Case{1, 1, 4, KvPageFormat::kRows}, Case{2, 1, 4, KvPageFormat::kRows},
+                      Case{3, 1, 2, KvPageFormat::kRows}, Case{4, 4, 8, KvPageFormat::kRows},
+                      Case{8, 1, 1, KvPageFormat::kRows}, Case{2, 16, 16, KvPageFormat::kRows},
+                      Case{3, 4, 4, KvPageFormat::kRows}, Case{1, 1, 16, KvPageFormat::kTiles16},
+                      Case{1, 1, 32, KvPageFormat::kTiles16},
+                      Case{3, 1, 16, KvPageFormat::kTiles16},
+                      Case{4, 4, 16, KvPageFormat::kTiles16},
+                      Case{3, 4, 32, KvPageFormat::kTiles16}),
     [](const ::testing::TestParamInfo<Case>& info) { return Name(info.param); });
 
 class KvPoolFormatTest : public ::testing::TestWithParam<KvPageFormat> {
@@ -243,7 +246,8 @@ TEST_P(KvPoolFormatTest, RejectsBadOptionsNamingTheField) {
                         Page()));
   o.interleave_size = 1;
   o.num_pages = 0;
-  EXPECT_EQ(KvPool::Create(o).status().message(), "KvPool: num_pages must be >= 1, got num_pages=0");
+  EXPECT_EQ(KvPool::Create(o).status().message(),
+            "KvPool: num_pages must be >= 1, got num_pages=0");
   o.num_pages = 1;
   o.num_layers = 0;
   EXPECT_EQ(KvPool::Create(o).status().message(),
@@ -356,6 +360,46 @@ TEST(KvPool, AccountingMatchesAReferenceAllocator) {
     EXPECT_EQ(pool.free_pages(), num_pages);
     EXPECT_EQ(pool.free_slots(), slots);
   }
+}
+
+// Shared pages (the prefix cache): a page attached to a second slot and held by the cache stays
+// in use until its last holder lets it go, and then is the lowest free page again; a page that is
+// not in use can be neither attached, held nor dropped (no page is freed twice).
+TEST(KvPool, SharedPagesLiveUntilTheirLastHolderAndAreNeverFreedTwice) {
+  auto made = KvPool::Create({.num_layers = 1,
+                              .num_kv_heads = 1,
+                              .head_dim_k = 16,
+                              .head_dim_v = 16,
+                              .page_size = 4,
+                              .dcp_size = 2,
+                              .num_pages = 4,
+                              .max_slots = 2,
+                              .max_pages_per_slot = 2});
+  ASSERT_TRUE(made.ok());
+  KvPool& pool = *made;
+  const int32_t a = *pool.AcquireSlot(), b = *pool.AcquireSlot();
+  ASSERT_TRUE(pool.Reserve(a, 16).ok());  // pages 0 and 1
+  ASSERT_TRUE(pool.HoldPage(0).ok());     // the cache takes page 0
+  ASSERT_TRUE(pool.AttachPage(b, 0).ok());
+  EXPECT_EQ(pool.page_refs(0), 3);
+  EXPECT_EQ(pool.slot_pages(b), 1);
+  EXPECT_EQ(pool.SlotPage(b, 0), 0);
+  ASSERT_TRUE(pool.Reserve(b, 9).ok());  // its own second page: 2
+  EXPECT_EQ(pool.SlotPage(b, 1), 2);
+  EXPECT_FALSE(pool.AttachPage(b, 1).ok()) << "beyond max_pages_per_slot";
+  ASSERT_TRUE(pool.ReleaseSlot(a).ok());
+  EXPECT_EQ(pool.free_pages(), 2);  // page 1 only was a's alone
+  EXPECT_EQ(pool.page_refs(0), 2);
+  ASSERT_TRUE(pool.ReleaseSlot(b).ok());
+  EXPECT_EQ(pool.page_refs(0), 1);
+  ASSERT_TRUE(pool.DropPage(0).ok());
+  EXPECT_EQ(pool.free_pages(), 4);
+  EXPECT_FALSE(pool.DropPage(0).ok());
+  EXPECT_FALSE(pool.HoldPage(3).ok());
+  const int32_t c = *pool.AcquireSlot();
+  EXPECT_FALSE(pool.AttachPage(c, 0).ok());
+  ASSERT_TRUE(pool.Reserve(c, 1).ok());
+  EXPECT_EQ(pool.SlotPage(c, 0), 0);
 }
 
 }  // namespace
