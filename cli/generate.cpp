@@ -283,11 +283,12 @@ Status RunRank(Communicator& world, const Launch& launch, const GenerateOptions&
   std::fprintf(
       stderr,
       "ctxpar generate: tp %d dcp %d %s%s, %d thread(s)/rank, %zu request(s): prefill "
-      "%lld tokens in %.3f s (%.1f tokens/s), decode %lld tokens in %.3f s (%.1f "
-      "tokens/s); %lld generated in %.3f s (%.1f tokens/s)\n",
+      "%lld tokens (%llu from the prefix cache) in %.3f s (%.1f tokens/s), decode %lld tokens in "
+      "%.3f s (%.1f tokens/s); %lld generated in %.3f s (%.1f tokens/s)\n",
       c.tp_size, c.dcp_size, std::string(CombineBackendName(c.dcp_comm_backend)).c_str(),
       c.dcp_replicate_q_proj ? " replicated-q" : "", c.threads, prompts.size(),
-      static_cast<long long>(prompt_tokens), prefill_s,
+      static_cast<long long>(prompt_tokens),
+      static_cast<unsigned long long>(engine->Snapshot().cached_tokens_total), prefill_s,
       prefill_s > 0 ? double(prompt_tokens) / prefill_s : 0.0, static_cast<long long>(decoded),
       decode_s, decoded > 0 && decode_s > 0 ? double(decoded) / decode_s : 0.0,
       static_cast<long long>(generated), total_s, total_s > 0 ? double(generated) / total_s : 0.0);
