@@ -215,6 +215,55 @@ TEST(Scheduler, PrefixCacheSharesPagesAndAFollowerReplaysTheSameOperations) {
   EXPECT_GT(retractions, 0) << "the pools were meant to force retractions";
 }
 
+// fcfs admits by arrival; lpm admits the queued request with the longest cached prefix first, and
+// its prefill starts after the cached pages.
+TEST(Scheduler, LpmAdmitsTheLongestCachedPrefixFirst) {
+  for (SchedulePolicy policy : {SchedulePolicy::kFcfs, SchedulePolicy::kLpm}) {
+    const SchedulerOptions o{.max_running_requests = 1,
+                             .chunked_prefill_size = -1,
+                             .radix_cache = true,
+                             .policy = policy};
+    KvPool pool = MakePool(32, 1, 4);
+    Scheduler s(o, &pool);
+    auto seq = [](uint64_t id, std::vector<int32_t> tokens) {
+      auto q = std::make_unique<SeqState>();
+      q->id = id;
+      q->tokens = std::move(tokens);
+      q->prompt_len = static_cast<int32_t>(q->tokens.size());
+      q->max_new_tokens = 1;
+      return q;
+    };
+    std::vector<int32_t> stem(32);
+    for (int i = 0; i < 32; ++i) stem[i] = 100 + i;
+    auto first = seq(1, stem);
+    s.Enqueue(first.get());
+    Expected<StepPlan> plan = s.Plan();
+    ASSERT_TRUE(plan.ok());
+    ASSERT_TRUE(s.Commit(*plan).ok());
+    first->tokens.push_back(7);
+    ASSERT_TRUE(s.Remove(first.get()).ok());  // caches its 8 pages
+    EXPECT_EQ(s.cached_pages(), 8);
+    auto other = seq(2, std::vector<int32_t>(20, 5));
+    std::vector<int32_t> longer = stem;
+    longer.insert(longer.end(), {1, 2, 3, 4, 5});
+    auto sharing = seq(3, longer);
+    s.Enqueue(other.get());
+    s.Enqueue(sharing.get());
+    plan = s.Plan();
+    ASSERT_TRUE(plan.ok());
+    ASSERT_EQ(plan->seqs.size(), 1u);
+    if (policy == SchedulePolicy::kFcfs) {
+      EXPECT_EQ(plan->seqs[0], other.get());
+      EXPECT_EQ(plan->batch.seqs[0].pos0, 0);
+    } else {
+      EXPECT_EQ(plan->seqs[0], sharing.get());
+      EXPECT_EQ(plan->batch.seqs[0].pos0, 32);
+      EXPECT_EQ(plan->batch.seqs[0].num_tokens, 5);
+      EXPECT_EQ(sharing->cached_tokens, 32);
+    }
+  }
+}
+
 // SGLang's victim: the fewest output tokens; among equals the longest prompt; then the newest.
 TEST(Scheduler, RetractsTheFewestOutputTokensThenTheLongestPrompt) {
   auto seq = [](uint64_t id, int prompt, int output) {
