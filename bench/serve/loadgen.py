@@ -53,8 +53,8 @@ def words(rng, n):
 def make_shared_prefix(groups, prompts_per_group, system_words, question_words, seed):
     """SGLang bench_serving's generated-shared-prefix shape: `groups` system prompts of
     `system_words` words, each followed by `prompts_per_group` questions of `question_words`
-    words. Returns (group, index in group, prompt), groups interleaved as bench_serving sends
-    them shuffled: request k of every group before request k + 1 of any."""
+    words. Returns (group, index in group, prompt), request k of every group before request
+    k + 1 of any."""
     rng = random.Random(seed)
     systems = [f"System {g}: {words(rng, system_words)}\n" for g in range(groups)]
     out = []
@@ -65,25 +65,33 @@ def make_shared_prefix(groups, prompts_per_group, system_words, question_words, 
 
 
 async def run_shared_prefix(url, model, trace, max_tokens, concurrency):
-    """The trace at a fixed concurrency; returns the summary with per-request records."""
+    """The trace in two phases: the first request of every group (its system prompt is new), then
+    the others at a fixed concurrency, whose system prompt a prefix cache now holds. Returns the
+    summary over both phases with per-request records."""
     timeout = aiohttp.ClientTimeout(total=3600)
     connector = aiohttp.TCPConnector(limit=0, force_close=True)
     records, errors = [], []
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-        queue = list(trace)
 
-        async def worker():
-            while queue:
-                group, index, prompt = queue.pop(0)
-                try:
-                    r = await one_request(session, url, model, prompt, max_tokens)
-                    r.update(group=group, index=index)
-                    records.append(r)
-                except Exception as e:
-                    errors.append(f"{type(e).__name__}: {e}")
+        async def phase(requests, workers):
+            queue = list(requests)
+
+            async def worker():
+                while queue:
+                    group, index, prompt = queue.pop(0)
+                    try:
+                        r = await one_request(session, url, model, prompt, max_tokens)
+                        r.update(group=group, index=index)
+                        records.append(r)
+                    except Exception as e:
+                        errors.append(f"{type(e).__name__}: {e}")
+
+            await asyncio.gather(*(worker() for _ in range(workers)))
 
         start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        firsts = [t for t in trace if t[1] == 0]
+        await phase(firsts, min(concurrency, len(firsts)))
+        await phase([t for t in trace if t[1] > 0], concurrency)
         wall = time.perf_counter() - start
     out = summarize(records, errors, wall, concurrency, None)
     out["records"] = [{k: r[k] for k in ("group", "index", "ttft", "e2e", "tokens",

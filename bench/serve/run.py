@@ -13,8 +13,9 @@ batching on, -t = the cores); ctxpar serve runs once with --max-running-requests
 
 With --workload prefix it measures the prefix cache instead, on one trace for three servers:
 ctxpar serve (cache on), ctxpar serve --disable-radix-cache and llama-server (its prompt cache
-on, --cache-reuse): SGLang bench_serving's generated-shared-prefix trace at --prefix-concurrency
-and --users multi-turn conversations of --turns turns, then (with --small-kv-mib) the
+on, --cache-reuse): SGLang bench_serving's generated-shared-prefix trace (the first request of
+each group, then the others at --prefix-concurrency) and --users multi-turn conversations of
+--turns turns, then (with --small-kv-mib) the
 shared-prefix trace through a small pool with and without the cache, counting retractions. It
 writes prefix.json, prefix.md and prefix.png (TTFT p50 per turn, and first against later
 requests of a group).
