@@ -132,6 +132,8 @@ class KvPool {
   // Pages group g must add so that `slot` (-1: a new slot, holding nothing) can run positions
   // [pos0, length) after Slide(slot, pos0): what Reserve(slot, length) would then allocate.
   int64_t PagesNeeded(int g, int32_t slot, int64_t pos0, int64_t length) const;
+  // Pages of group g that Slide(slot, pos0) would give back (0 in a full-attention group).
+  int64_t PagesFreed(int g, int32_t slot, int64_t pos0) const;
   // The most pages group g holds for a sequence that grows to `length` tokens in forwards of at
   // most `chunk` new tokens each: PagesFor(length) in a full group; in a window group of W, at
   // most the pages that W - 1 + chunk consecutive positions can span.

@@ -90,14 +90,18 @@ int64_t Scheduler::ReservedPages(int g) const {
 
 bool Scheduler::Fits(int32_t slot, int64_t pos0, int64_t length) const {
   for (int g = 0; g < pool_->num_groups(); ++g) {
-    if (pool_->PagesNeeded(g, slot, pos0, length) > pool_->free_pages(g)) return false;
+    if (NetPages(g, slot, pos0, length) > pool_->free_pages(g)) return false;
   }
   return true;
 }
 
-Status Scheduler::Hold(StepPlan& plan, const SeqState& s, int64_t length) {
-  if (windows_) CTXPAR_RETURN_IF_ERROR(Record(plan, {PoolOp::kSlide, s.slot, s.kv_len}));
-  return Record(plan, {PoolOp::kReserve, s.slot, length});
+int64_t Scheduler::NetPages(int g, int32_t slot, int64_t pos0, int64_t length) const {
+  return pool_->PagesNeeded(g, slot, pos0, length) - pool_->PagesFreed(g, slot, pos0);
+}
+
+Status Scheduler::Slide(StepPlan& plan, const SeqState& s) {
+  if (!windows_) return Status::Ok();
+  return Record(plan, {PoolOp::kSlide, s.slot, s.kv_len});
 }
 
 void Scheduler::Retract(SeqState* seq, StepPlan& plan) {
@@ -139,16 +143,21 @@ Status Scheduler::Decode(StepPlan& plan) {
     for (int g = 0; g < pool_->num_groups(); ++g) {
       int64_t need = 0;
       for (const SeqState* s : running_) {
-        if (decoding(s)) need += pool_->PagesNeeded(g, s->slot, s->kv_len, s->kv_len + 1);
+        if (decoding(s)) need += NetPages(g, s->slot, s->kv_len, s->kv_len + 1);
       }
       fits = fits && need <= pool_->free_pages(g);
     }
     if (fits) break;
     Retract(Victim(), plan);
   }
+  // Every window slides before any page is reserved, so the pages one sequence gives back are
+  // there for the others.
+  for (SeqState* s : running_) {
+    if (decoding(s)) CTXPAR_RETURN_IF_ERROR(Slide(plan, *s));
+  }
   for (SeqState* s : running_) {
     if (!decoding(s)) continue;
-    CTXPAR_RETURN_IF_ERROR(Hold(plan, *s, s->kv_len + 1));
+    CTXPAR_RETURN_IF_ERROR(Record(plan, {PoolOp::kReserve, s->slot, s->kv_len + 1}));
     plan.batch.Add(s->slot, s->kv_len, s->tokens.data() + s->kv_len, 1);
     plan.seqs.push_back(s);
   }
@@ -160,7 +169,8 @@ Status Scheduler::Prefill(StepPlan& plan) {
                                                      : options_.chunked_prefill_size;
   auto add_chunk = [&](SeqState* s) -> Status {
     const int64_t chunk = std::min(s->pending(), budget);
-    CTXPAR_RETURN_IF_ERROR(Hold(plan, *s, s->kv_len + chunk));
+    CTXPAR_RETURN_IF_ERROR(Slide(plan, *s));
+    CTXPAR_RETURN_IF_ERROR(Record(plan, {PoolOp::kReserve, s->slot, s->kv_len + chunk}));
     const bool ends = s->kv_len + chunk == static_cast<int64_t>(s->tokens.size());
     plan.batch.Add(s->slot, s->kv_len, s->tokens.data() + s->kv_len, static_cast<int32_t>(chunk),
                    ends || s->want_prompt_logits, s->want_prompt_logits);

@@ -117,8 +117,11 @@ class Scheduler {
   int64_t MaxChunk(const SeqState& s) const;
   // Whether every group has the pages `slot` (-1: a new one) lacks for positions [pos0, length).
   bool Fits(int32_t slot, int64_t pos0, int64_t length) const;
-  // Records the operations that make s's slot hold its next forward, up to `length`.
-  Status Hold(StepPlan& plan, const SeqState& s, int64_t length);
+  // Pages of group g that sliding `slot` to pos0 and reserving up to `length` take (net of those
+  // the slide gives back; may be negative).
+  int64_t NetPages(int g, int32_t slot, int64_t pos0, int64_t length) const;
+  // Records the kSlide of s's slot to its next position (pools with a window group only).
+  Status Slide(StepPlan& plan, const SeqState& s);
   void Retract(SeqState* seq, StepPlan& plan);
   SeqState* Victim() const;
   Status Record(StepPlan& plan, PoolOp op);

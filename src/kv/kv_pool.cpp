@@ -250,6 +250,15 @@ int64_t KvPool::PagesNeeded(int g, int32_t slot, int64_t pos0, int64_t length) c
   return std::max<int64_t>(0, PagesFor(length, g) - from);
 }
 
+int64_t KvPool::PagesFreed(int g, int32_t slot, int64_t pos0) const {
+  const Group& group = groups_[g];
+  if (group.spec.window == 0 || slot < 0) return 0;
+  const int64_t per_page = int64_t{options_.page_size} * group.layout.dcp_size();
+  const int64_t keep =
+      std::min<int64_t>(FirstKept(pos0, group.spec.window, per_page), group.used[slot]);
+  return std::max<int64_t>(0, keep - group.first[slot]);
+}
+
 int64_t KvPool::PeakPages(int g, int64_t length, int64_t chunk) const {
   const int64_t all = PagesFor(length, g);
   const int window = groups_[g].spec.window;
