@@ -31,7 +31,8 @@ struct Shape {
   int group_heads;  // h * N: the widened head set
   int head_dim_v;
 };
-constexpr Shape kShapes[] = {{"dsv3", 128, 512}, {"gqa", 32, 128}};
+// Gemma 3 270M at tp 4: 4 query heads over a DCP group of 4, one per rank, D 256.
+constexpr Shape kShapes[] = {{"dsv3", 128, 512}, {"gqa", 32, 128}, {"gemma3", 4, 256}};
 
 struct Result {
   std::string mode, shape, backend, wire;

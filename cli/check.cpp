@@ -2,7 +2,7 @@
 // Without --model-path it applies SGLang's rules to the flags alone (a dry run for any machine,
 // --platform included); with --model-path it runs what generate and serve run before they start
 // (PrepareLaunch: the model's own rules, the engine's, the KV pool) and shows
-// max_total_num_tokens.
+// max_total_num_tokens (and swa_max_total_num_tokens for a model with sliding-window layers).
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>

@@ -64,7 +64,10 @@ namespace ctxpar {
 struct KvGroupSpec {
   std::vector<int> layers;  // model layer indices in [0, num_layers); each layer in one group
   int window = 0;           // 0: every position (full attention); W >= 1: a sliding window of W
-  bool dcp_sharded = true;  // false: every DCP rank stores every position of the group
+  // false: every DCP rank stores every position of the group. Its attention still runs through
+  // DcpAttention (each rank's partial is the whole window's; the merge of equal states is that
+  // state): correct, but no cheaper. docs/dcp.md measures why the models shard their windows.
+  bool dcp_sharded = true;
 };
 
 struct KvPoolOptions {

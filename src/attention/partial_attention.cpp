@@ -294,12 +294,12 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
     const int64_t s = c - first_chunk[i];
     return {r.o + s * heads * dv, r.lse + s * heads};
   };
+  // c * chunk <= a row's end for every chunk c it has (and chunk is INT64_MAX only for c = 0).
   auto split_begin = [&](int i, int64_t c) {
-    return static_cast<int>(std::max<int64_t>(start_of(i), std::min(c, INT64_MAX / chunk) * chunk));
+    return static_cast<int>(std::max<int64_t>(start_of(i), c * chunk));
   };
   auto split_end = [&](int i, int64_t c) {
-    return static_cast<int>(std::min<int64_t>(
-        p.row_kv_len[i], c + 1 > INT64_MAX / chunk ? INT64_MAX : (c + 1) * chunk));
+    return static_cast<int>(std::min<int64_t>(p.row_kv_len[i], c * chunk + chunk));
   };
   auto has_chunk = [&](int i, int64_t c) {
     return c >= first_chunk[i] && c < first_chunk[i] + splits[i];
@@ -315,7 +315,7 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
     if (multi && p.row_kv_len[i] > start_of(i)) {
       while (last < p.num_rows && last - i < attention_internal::kMaxTaskRows &&
              seq_of(last) == seq_of(i) && p.row_kv_len[last] >= p.row_kv_len[last - 1] &&
-             start_of(last) >= start_of(last - 1)) {
+             start_of(last) >= start_of(last - 1) && p.row_kv_len[last] > start_of(last)) {
         ++last;
       }
     }

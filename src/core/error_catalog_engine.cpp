@@ -279,8 +279,10 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "(or -1: whole prompts).",
        {"Lower --chunked-prefill-size.", "Raise --swa-full-tokens-ratio or --kv-cache-mib.",
         "Use DCP (--dcp-size): the sliding-window pool is sharded too."},
-       "ctxpar generate --kv-cache-mib 2 --chunked-prefill-size -1 --prompts-file long.txt",
-       "ctxpar generate --kv-cache-mib 2 --chunked-prefill-size 256 --prompts-file long.txt",
+       "ctxpar generate --model-path gemma-3-270m-q4_k_m.gguf --kv-cache-mib 4 "
+       "--swa-full-tokens-ratio 0.1 'Hello'",
+       "ctxpar generate --model-path gemma-3-270m-q4_k_m.gguf --kv-cache-mib 64 "
+       "--swa-full-tokens-ratio 0.1 'Hello'",
        {"CTXPAR-ENGINE-006", "CTXPAR-KV-002"}},
       {"CTXPAR-MODEL-001",
        "--model-arch that contradicts the model",

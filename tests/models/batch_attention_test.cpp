@@ -6,7 +6,9 @@
 // reference then attends over the K/V rounded to bf16, as the pool stores them). Within 2e-5,
 // except a bf16 pool on the avx512_bf16 path, which also rounds Q and the softmax weights to
 // bf16 (attention.h): within 1e-2 there. With a window group, the layer's rows see only the
-// window (t - W, t] of their position, the pool giving pages back as the windows slide.
+// window (t - W, t] of their position, the pool giving pages back as the windows slide; a window
+// group that DCP does not shard holds every position on every rank, each rank's partial state is
+// then the whole window's, and the merge of equal states is that state.
 #include "models/batch_attention.h"
 
 #include <gtest/gtest.h>
@@ -55,7 +57,8 @@ struct Case {
   bool replicate;
   CombineBackend backend;
   DataType dtype = DataType::kF32;
-  int window = 0;  // > 0: the layer is in a window group of this many positions
+  int window = 0;              // > 0: the layer is in a window group of this many positions
+  bool window_sharded = true;  // false: every rank stores the whole window group
 };
 
 TEST(BatchAttention, SequencesOfABatchSeeTheirOwnShardedSlotsCausally) {
@@ -96,7 +99,8 @@ TEST(BatchAttention, SequencesOfABatchSeeTheirOwnShardedSlotsCausally) {
         Case{3, 1, false, CombineBackend::kAgRs, DataType::kF32, 5},
         Case{3, 3, false, CombineBackend::kAgRs, DataType::kF32, 7},
         Case{9, 3, true, CombineBackend::kA2a, DataType::kBF16, 2},
-        Case{3, 3, true, CombineBackend::kShmA2a, DataType::kF32, 20}}) {
+        Case{3, 3, true, CombineBackend::kShmA2a, DataType::kF32, 20},
+        Case{3, 3, false, CombineBackend::kAgRs, DataType::kF32, 9, false}}) {
     const std::vector<Seq>& ref = c.dtype == DataType::kBF16 ? rounded : seqs;
     const double tol = c.dtype == DataType::kBF16 && isa == CpuIsa::kAvx512Bf16 ? 1e-2 : 2e-5;
     const int h = kHeads / c.tp;
@@ -111,7 +115,7 @@ TEST(BatchAttention, SequencesOfABatchSeeTheirOwnShardedSlotsCausally) {
       // With a window, layer 1 is the window group beside the full layer 0, and is the one run.
       const int layer = c.window > 0 ? 1 : 0;
       std::vector<KvGroupSpec> groups;
-      if (c.window > 0) groups = {{{0}, 0, true}, {{1}, c.window, true}};
+      if (c.window > 0) groups = {{{0}, 0, true}, {{1}, c.window, c.window_sharded}};
       CTXPAR_ASSIGN_OR_RETURN(KvPool pool, KvPool::Create({.num_layers = layer + 1,
                                                            .num_kv_heads = kv_heads,
                                                            .head_dim_k = kDim,
