@@ -132,7 +132,7 @@ Status CheckGroupSize(const char* flag, int n) {
   return CatalogError("CTXPAR-FLAG-008",
                       {{"value", std::to_string(n)},
                        {"flag", flag},
-                       {"reason", "it divides the heads of no shape (128 and 32)"},
+                       {"reason", "it divides the heads of no shape (128, 32 and 4)"},
                        {"valid", "2, 4, 8, 16, 32 or 64"}});
 }
 

@@ -66,7 +66,8 @@ class Model {
   virtual ~Model() = default;
   virtual const ModelDesc& desc() const = 0;
   // Collective over the TP group: every rank calls it with the same batch, after the engine made
-  // every sequence's slot hold positions [0, pos0 + num_tokens) (KvPool::Reserve). Appends the
+  // every sequence's slot hold positions [0, pos0 + num_tokens) (KvPool::Reserve; in a window
+  // group of W, those from pos0 - W + 1 on: KvPool::Slide). Appends the
   // new tokens' K/V to `kv` and writes `logits` [batch.TotalLogitRows(), vocab_size] (fp32,
   // resized; the same on every rank). Token ids outside [0, vocab_size) are InvalidArgument.
   // Logits that are not finite are an error naming the layer where it can.
