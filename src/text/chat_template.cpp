@@ -219,6 +219,7 @@ Expected<std::vector<TextSegment>> ChatTemplate::Render(std::span<const ChatMess
 Expected<std::vector<TextSegment>> ChatTemplate::RenderGemma(std::span<const ChatMessage> messages,
                                                              bool add_generation_prompt,
                                                              bool continue_final_message) const {
+  if (messages.empty()) return Refused("the conversation has no message");
   Segments out;
   size_t first = 0;
   std::string_view system;

@@ -21,6 +21,94 @@ constexpr std::string_view kEndOfGenerationTexts[] = {
     "<|eom_id|>", "<EOT>",      "<|end_of_text|>", "<end_of_utterance>",
 };
 
+// The texts whose tokens llama.cpp makes CONTROL whatever their type (llama_vocab::load finds
+// end-of-turn and fill-in-the-middle tokens by their text; the list of llama-cpp-python
+// 0.3.36's llama.cpp). Gemma 3's "</s>" is one: typed as user text it is text, not a token.
+// Space-separated.
+constexpr std::string_view kControlByText =
+    "</s> <EOT> <MID> <PAD> <PRE> <REPO> <SUF> <end_of_turn> <end_of_utterance> <eos> "
+    "<fim-middle> <fim-pad> <fim-prefix> <fim-repo> <fim-suffix> <fim_middle> <fim_pad> "
+    "<fim_prefix> <fim_suffix> <reponame> <turn|> <|calls|> <|call|> <|code_middle|> "
+    "<|code_prefix|> <|code_suffix|> <|end_of_text|> <|endoftext|> <|end|> <|eom_id|> "
+    "<|eot_id|> <|file_sep|> <|fim_middle|> <|fim_pad|> <|fim_prefix|> <|fim_repo|> "
+    "<|fim_suffix|> <|flush|> <|im_end|> <|middle|> <|prefix|> <|repo_name|> <|return|> "
+    "<|suffix|> <|tool_response> [EOS] [EOT] [PAD] [e~[ _<EOT> "
+    "<\uFF5Cend\u2581of\u2581sentence\uFF5C> <\uFF5Cfim\u2581begin\uFF5C> "
+    "<\uFF5Cfim\u2581end\uFF5C> <\uFF5Cfim\u2581hole\uFF5C> \u2581<MID> \u2581<PRE> "
+    "\u2581<SUF>";
+// And those it makes USER_DEFINED (gpt-oss's markers, always rendered).
+constexpr std::string_view kUserDefinedByText[] = {"<|channel|>", "<|message|>", "<|start|>",
+                                                   "<|constrain|>"};
+
+// llama.cpp's corrections of token types by text, applied to `types`.
+void CorrectTypesByText(const tokenizer_internal::Vocab& vocab, std::vector<TokenType>* types) {
+  for (size_t begin = 0; begin < kControlByText.size();) {
+    const size_t end = std::min(kControlByText.find(' ', begin), kControlByText.size());
+    const int32_t id = vocab.Find(kControlByText.substr(begin, end - begin));
+    if (id >= 0 && (*types)[id] != TokenType::kUnknown) (*types)[id] = TokenType::kControl;
+    begin = end + 1;
+  }
+  for (std::string_view text : kUserDefinedByText) {
+    const int32_t id = vocab.Find(text);
+    if (id >= 0) (*types)[id] = TokenType::kUserDefined;
+  }
+  // gpt-oss and solar-open end turns with <|return|> / <|call|> or <|calls|> / <|flush|>, so
+  // their <|end|> is markup; Gemma 4's "</s>" is text beside <|tool_response>.
+  const auto has = [&](std::string_view t) { return vocab.Find(t) >= 0; };
+  const int32_t end = vocab.Find("<|end|>");
+  if (end >= 0 && has("<|call|>") && has("<|return|>")) (*types)[end] = TokenType::kUserDefined;
+  if (end >= 0 && has("<|calls|>") && has("<|flush|>")) (*types)[end] = TokenType::kUserDefined;
+  const int32_t s = vocab.Find("</s>");
+  if (s >= 0 && has("<|tool_response>")) (*types)[s] = TokenType::kNormal;
+}
+
+// The special tokens' texts in a trie, to learn which of them occur in a text at all: the
+// partition then visits only those (Gemma has 6414 special tokens; a text holds a few).
+class SpecialTrie {
+ public:
+  void Insert(std::string_view text, int32_t rank) {
+    int32_t node = 0;
+    for (char c : text) {
+      auto& children = nodes_[node].children;
+      const auto b = static_cast<uint8_t>(c);
+      auto it = std::lower_bound(children.begin(), children.end(), std::pair{b, int32_t{0}});
+      if (it == children.end() || it->first != b) {
+        it = children.insert(it, {b, static_cast<int32_t>(nodes_.size())});
+        nodes_.emplace_back();
+      }
+      node = it->second;
+    }
+    nodes_[node].rank = rank;
+  }
+
+  // The ranks of the texts that occur in `text`, ascending, without repeats.
+  std::vector<int32_t> Find(std::string_view text) const {
+    std::vector<int32_t> ranks;
+    for (size_t begin = 0; begin < text.size(); ++begin) {
+      int32_t node = 0;
+      for (size_t i = begin; i < text.size(); ++i) {
+        const auto& children = nodes_[node].children;
+        const auto b = static_cast<uint8_t>(text[i]);
+        const auto it =
+            std::lower_bound(children.begin(), children.end(), std::pair{b, int32_t{0}});
+        if (it == children.end() || it->first != b) break;
+        node = it->second;
+        if (nodes_[node].rank >= 0) ranks.push_back(nodes_[node].rank);
+      }
+    }
+    std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    return ranks;
+  }
+
+ private:
+  struct Node {
+    std::vector<std::pair<uint8_t, int32_t>> children;  // by byte
+    int32_t rank = -1;
+  };
+  std::vector<Node> nodes_{1};
+};
+
 }  // namespace
 
 struct Tokenizer::Impl {
@@ -29,6 +117,7 @@ struct Tokenizer::Impl {
   std::vector<std::string> pieces;  // the bytes each normal/user-defined/byte token stands for
   std::unique_ptr<ti::TextModel> model;
   std::vector<int32_t> specials;  // CONTROL, UNKNOWN, USER_DEFINED ids, longest text first
+  SpecialTrie special_trie;       // their texts; a text's rank is its index in `specials`
   std::vector<bool> end_of_generation;
   int32_t bos_id = -1;
   int32_t eos_id = -1;
@@ -94,6 +183,7 @@ Expected<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
     }
   }
   vocab.tokens = std::move(spec.tokens);
+  CorrectTypesByText(vocab, &vocab.types);
   CTXPAR_ASSIGN_OR_RETURN(ti::TextModelParts parts, spec.model == "gpt2"
                                                         ? ti::MakeBpeModel(spec, vocab)
                                                         : ti::MakeSpmModel(spec, vocab));
@@ -127,6 +217,9 @@ Expected<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
   std::stable_sort(impl->specials.begin(), impl->specials.end(), [&](int32_t a, int32_t b) {
     return vocab.tokens[a].size() > vocab.tokens[b].size();
   });
+  for (size_t rank = 0; rank < impl->specials.size(); ++rank) {
+    impl->special_trie.Insert(vocab.tokens[impl->specials[rank]], static_cast<int32_t>(rank));
+  }
   impl->end_of_generation.assign(n, false);
   if (spec.eos_id >= 0) impl->end_of_generation[spec.eos_id] = true;
   for (std::string_view text : kEndOfGenerationTexts) {
@@ -198,7 +291,8 @@ std::vector<int32_t> Tokenizer::Impl::Encode(
   };
   std::vector<Fragment> fragments{{-1, 0, text.size()}};
   std::vector<Fragment> next;
-  for (int32_t sid : specials) {
+  for (int32_t rank : special_trie.Find(text)) {
+    const int32_t sid = specials[rank];
     const bool user_defined = vocab.types[sid] == TokenType::kUserDefined;
     if (!user_defined && special_ranges.empty()) continue;
     const std::string& st = vocab.tokens[sid];

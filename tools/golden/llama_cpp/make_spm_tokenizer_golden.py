@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Writes tests/data/tokenizer/gemma3_spm.json: llama.cpp's token ids and pieces for a seeded
-corpus of 2,000+ strings, and digests over the whole vocabulary, for gemma-3-270m-q4_k_m.gguf
-(SentencePiece, tokenizer.ggml.model = "llama").
+corpus of 2,000+ strings, digests over the whole vocabulary, and Gemma's chat templates rendered
+by jinja2 with llama.cpp's ids, for gemma-3-270m-q4_k_m.gguf (SentencePiece,
+tokenizer.ggml.model = "llama"; the file carries no chat template, so the templates come from
+tests/data/tokenizer: Google's Gemma 3 template and llama.cpp's copy of Gemma 2's).
 
 llama.cpp is the reference: tokenize_corpus.cpp (beside this file) is built here against the
 libllama of the build that bench/llama_cpp/build.sh makes, and runs llama_tokenize,
@@ -9,8 +11,12 @@ llama_token_to_piece and llama_detokenize on each string, with parse_special fal
 text) and true (a template's text, or llama-server's completion prompt).
 
     bash bench/llama_cpp/build.sh    # llama.cpp from llama-cpp-python 0.3.36's sources
-    python3 tools/golden/llama_cpp/make_spm_tokenizer_golden.py \\
+    ~/.cache/ctxpar/venv/bin/python tools/golden/llama_cpp/make_spm_tokenizer_golden.py \\
         ~/.cache/ctxpar/models/gemma-3-270m-q4_k_m.gguf > tests/data/tokenizer/gemma3_spm.json
+
+jinja2 renders the templates as Hugging Face's apply_chat_template does (trim_blocks,
+lstrip_blocks, raise_exception); llama.cpp tokenizes the rendering with parse_special, after the
+leading "<bos>" text, which llama-server strips when the tokenizer adds BOS itself.
 
 Options (environment): LLAMA_CPP_SRC (the vendored llama.cpp source tree) and LLAMA_CPP_BUILD
 (its build tree), by default build.sh's places under ~/.cache/ctxpar/llama.cpp.
@@ -24,19 +30,22 @@ import subprocess
 import sys
 import tempfile
 
+import jinja2
+
 VERSION = "0.3.36"
 CACHE = pathlib.Path(os.environ.get("XDG_CACHE_HOME", pathlib.Path.home() / ".cache")) / "ctxpar"
 SRC = pathlib.Path(os.environ.get(
     "LLAMA_CPP_SRC", CACHE / f"llama.cpp/llama-cpp-python-{VERSION}/vendor/llama.cpp"))
 BUILD = pathlib.Path(os.environ.get("LLAMA_CPP_BUILD", CACHE / f"llama.cpp/build-{VERSION}"))
 HERE = pathlib.Path(__file__).resolve().parent
+DATA = HERE.parent.parent.parent / "tests" / "data" / "tokenizer"
 SEED = 20261203
 RANDOM_COUNT = 1950
 
 SPECIALS = ["<start_of_turn>", "<end_of_turn>", "<bos>", "<eos>", "<pad>", "<unk>", "<mask>",
             "<unused0>", "<unused17>", "<unused6241>", "[multimodal]", "<start_of_image>",
             "<end_of_image>", "<table>", "</td>", "<h1>", "<b>", "</blockquote>", "<0x41>",
-            "<0x0A>", "<0xff>"]
+            "<0x0A>", "<0xff>", "</s>", "<s>", "<|im_end|>", "<|endoftext|>"]
 PARTIAL_SPECIALS = ["<start_of_turn", "start_of_turn>", "<end_of_turn", "<bo", "bos>", "<eos",
                     "<start_of_turn><", "<<bos>>", "<unused>", "<unused99999>", "< bos>",
                     "<BOS>", "<end_of_turn >", "[multimodal", "<table", "</td"]
@@ -156,8 +165,76 @@ def random_cases(count: int, seed: int):
     rng = random.Random(seed)
     out = []
     for _ in range(count):
-        n = rng.choice([1, 1, 2, 3, 4, 6, 8, 10])
+        n = rng.choice([1, 1, 2, 2, 3, 4, 5, 8])
         out.append(b"".join(random_atom(rng) for _ in range(n)))
+    return out
+
+
+def gemma_templates():
+    gemma3 = (DATA / "gemma3_chat_template.jinja").read_text()
+    return {
+        "gemma3": gemma3,
+        # The variant of some Gemma 3 conversions (gemma-3-1b-it QAT): one newline after the
+        # system text.
+        "gemma3_one_newline": gemma3.replace("+ '\\n\\n'", "+ '\\n'"),
+        "gemma2": (DATA / "gemma2_chat_template.jinja").read_text(),
+    }
+
+
+def m(role, content):
+    return {"role": role, "content": content}
+
+
+# (name, messages, add_generation_prompt, continue_final_message)
+CHATS = [
+    ("user_only", [m("user", "What is the capital of France?")], True, False),
+    ("system_user", [m("system", "You are terse."), m("user", "Hi!")], True, False),
+    ("multi_turn", [m("user", "Count to three."), m("assistant", "1, 2, 3."),
+                    m("user", "Now backwards,\nplease.")], True, False),
+    ("no_generation_prompt", [m("user", "Hello"), m("assistant", "Hi there!")], False, False),
+    ("trimmed", [m("user", "  padded \n\n"), m("assistant", "\u3000ideographic\u00a0\t"),
+                 m("user", "\x1c\x1dseparators\x85\u2028\u200b")], True, False),
+    ("system_untrimmed", [m("system", "  Be brief.  \n"), m("user", " Why? ")], True, False),
+    ("system_only", [m("system", "Nobody listens.")], True, False),
+    ("system_then_assistant", [m("system", "S"), m("assistant", "A")], True, False),
+    ("assistant_first", [m("assistant", "I start.")], True, False),
+    ("two_users", [m("user", "a"), m("user", "b")], True, False),
+    ("system_second", [m("user", "a"), m("system", "late system")], True, False),
+    ("unicode", [m("user", "Traduis « bonjour » en 中文 🙂 and <b>bold</b>")], True, False),
+    ("empty_content", [m("user", "")], True, False),
+    ("empty", [], True, False),
+    ("continue", [m("user", "Write a haiku."), m("assistant", "Autumn moonlight  ")], False, True),
+    ("continue_first", [m("system", "Sys"), m("user", "Complete: The sky is")], False, True),
+]
+
+
+def render_chats():
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    env.globals["raise_exception"] = raise_exception
+    out = []
+    for template_name, source in gemma_templates().items():
+        template = env.from_string(source)
+        for name, messages, add_gen, cont in CHATS:
+            case = {"template": template_name, "name": name, "messages": messages,
+                    "add_generation_prompt": add_gen, "continue_final_message": cont}
+            try:
+                rendered = template.render(messages=messages, add_generation_prompt=add_gen,
+                                           bos_token="<bos>", eos_token="<eos>")
+            except jinja2.exceptions.TemplateError as e:
+                case["error"] = str(e)
+                out.append(case)
+                continue
+            if cont:
+                # Hugging Face's rule: cut right after the last message's stripped content.
+                last = messages[-1]["content"].strip()
+                rendered = rendered[:rendered.rindex(last) + len(last)]
+            assert rendered.startswith("<bos>")
+            case["rendered"] = rendered[len("<bos>"):]
+            out.append(case)
     return out
 
 
@@ -195,9 +272,22 @@ def main() -> None:
         records = b"".join(struct.pack("<BI", special, len(t)) + t
                            for t in texts for special in (0, 1))
         lines = run_tool(exe, model, "corpus", records)
+        chats = render_chats()
+        rendered = [c["rendered"].encode() for c in chats if "rendered" in c]
+        chat_lines = run_tool(exe, model, "corpus",
+                              b"".join(struct.pack("<BI", 1, len(t)) + t for t in rendered))
         vocab_lines = run_tool(exe, model, "vocab")
     assert len(lines) == 2 * len(texts)
 
+    chat_ids = iter(ids_of(line.split(";")[0]) for line in chat_lines)
+    for c in chats:
+        if "rendered" in c:
+            c["ids"] = next(chat_ids)
+
+    split = [line.split(";") for line in vocab_lines]
+    # Every text starts with BOS (tokenizer.ggml.add_bos_token), rendered with special true.
+    bos = int(lines[0].split(";")[0].split()[0])
+    bos_text = bytes.fromhex(split[bos][1])
     cases = []
     for k, text in enumerate(texts):
         user, special = (line.split(";") for line in lines[2 * k:2 * k + 2])
@@ -210,9 +300,18 @@ def main() -> None:
         if user[0] != special[0]:
             case["s"] = ids_of(special[0])
         # Pieces (llama_token_to_piece, special false / true) of the user's ids ("p", "ps") and
-        # of the parsed ids ("q", "qs"), each left out when it equals the text's bytes.
-        for key, hexed in (("p", user[1]), ("ps", user[2]), ("q", special[1]), ("qs", special[2])):
-            if bytes.fromhex(hexed) != text:
+        # of the parsed ids ("q", "qs"), hex, each left out when it is its default: p the text,
+        # ps BOS's text and p, q and qs those of the user's ids when the ids are the same, else
+        # the text and BOS's text and the text.
+        p = bytes.fromhex(user[1])
+        defaults = {"p": text, "ps": bos_text + p}
+        if user[0] == special[0]:
+            defaults.update(q=p, qs=bos_text + p)
+        else:
+            defaults.update(q=text, qs=bos_text + text)
+        for key, hexed in (("p", user[1]), ("ps", user[2]), ("q", special[1]),
+                           ("qs", special[2])):
+            if bytes.fromhex(hexed) != defaults[key]:
                 case[key] = hexed
         for fields in (user, special):
             assert fields[3] == fields[1], f"llama_detokenize differs from the pieces for {text!r}"
@@ -229,16 +328,17 @@ def main() -> None:
     def ids_blob(ids) -> bytes:
         return struct.pack(f"<I{len(ids)}i", len(ids), *ids)
 
-    split = [line.split(";") for line in vocab_lines]
     not_itself = [i for i, f in enumerate(split) if ids_of(f[2]) != [i]]
     out = {
         "generator": "tools/golden/llama_cpp/make_spm_tokenizer_golden.py",
         "model": pathlib.Path(model).name,
         "reference": f"llama.cpp vendored by llama-cpp-python {VERSION} (libllama, tokenize_corpus.cpp)",
         "seed": SEED,
-        "calls": "i: llama_tokenize(add_special=true, parse_special=false); s: the same with "
-                 "parse_special=true, when it differs; p/ps: token_to_piece(special=false/true) "
-                 "of i concatenated, q/qs: of s, hex, when not the text; u: Python's "
+        "calls": "t: the text (x: its hex when not UTF-8); i: llama_tokenize(add_special=true, "
+                 "parse_special=false); s: the same with parse_special=true, when it differs; "
+                 "p/ps: token_to_piece(special=false/true) of i concatenated, q/qs: of s, hex, "
+                 "when not their defaults (p: the text; ps: BOS's piece + p; q/qs: p/ps when s "
+                 "is absent, else the text / BOS's piece + the text); u: Python's "
                  "decode(errors='replace') of p when p is not valid UTF-8",
         "vocab": {
             "size": len(split),
@@ -250,6 +350,11 @@ def main() -> None:
             "text_not_itself": len(not_itself),
             "text_not_itself_first": not_itself[:64],
         },
+        "jinja2": jinja2.__version__,
+        "chat_call": "jinja2 render (trim_blocks, lstrip_blocks) of the template with "
+                     "bos_token '<bos>'; rendered: after that '<bos>'; ids: "
+                     "llama_tokenize(rendered, add_special=true, parse_special=true)",
+        "chat": chats,
         "cases": cases,
     }
     sys.stdout.write("{\n")
