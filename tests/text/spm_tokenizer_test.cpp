@@ -320,6 +320,45 @@ TEST_F(GemmaTokenizer, UserTextCannotForgeAGemmaTurn) {
   EXPECT_EQ(*tok().Decode(ids, true), "<bos>" + *chat->Apply(messages, true));
 }
 
+// A small SentencePiece vocabulary with add_space_prefix (as Llama 2's), on cases worked by hand
+// from llama.cpp's llm_tokenizer_spm_session and llama_detokenize.
+TokenizerSpec TinySpm() {
+  TokenizerSpec spec;
+  spec.model = "llama";
+  // Ids 0-9; "\u2581ab" forms from "\u2581" and "ab" only: merges join two symbols at a time.
+  spec.tokens = {"<unk>", "<s>", "</s>", "\u2581ab", "\u2581", "a", "b", "<0xC3>", "<0xA9>", "ab"};
+  spec.token_types = {2, 3, 3, 1, 1, 1, 1, 6, 6, 1};
+  spec.scores = {0, 0, 0, -1, -2, -3, -3, 0, 0, -2.5};
+  spec.bos_id = 1;
+  spec.eos_id = 2;
+  spec.unk_id = 0;
+  spec.add_bos = true;
+  spec.add_space_prefix = true;
+  return spec;
+}
+
+TEST(TinySpm, SpacePrefixByteFallbackAndUnknownBytes) {
+  auto t = Tokenizer::Create(TinySpm());
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  // " ab": "a" and "b" merge, then the prefix space and "ab".
+  EXPECT_EQ(t->Encode("ab"), (std::vector<int32_t>{1, 3}));
+  // Typed as text "</s>" is characters without tokens or byte tokens (unknown each), and the
+  // "ab" after them has no space before it.
+  EXPECT_EQ(t->Encode("</s>ab", {.add_special = false}), (std::vector<int32_t>{4, 0, 0, 0, 0, 9}));
+  // After a special token (parsed) the next piece gets the space again.
+  EXPECT_EQ(t->Encode("ab</s>ab", {.parse_special = true}), (std::vector<int32_t>{1, 3, 2, 3}));
+  // "é" (C3 A9) has no token: its bytes; "x" has neither a token nor a byte token: unknown.
+  EXPECT_EQ(t->Encode("\xC3\xA9x", {.add_special = false}), (std::vector<int32_t>{4, 7, 8, 0}));
+  // Decoding drops the space the encoder put first, and only that one.
+  EXPECT_EQ(*t->Decode(std::vector<int32_t>{3, 3}), "ab ab");
+  EXPECT_EQ(*t->TokenToPiece(3), " ab");
+  EXPECT_EQ(*t->Decode(std::vector<int32_t>{1, 3}), " ab");  // BOS is first, as llama.cpp keeps it
+  auto bad = TinySpm();
+  bad.scores.pop_back();
+  EXPECT_EQ(Tokenizer::Create(bad).status().message(),
+            "tokenizer.ggml.scores has 9 entries: it must have one per token (10)");
+}
+
 TEST(GemmaChatTemplate, RefusesAnAbsentTemplateAndUnreadableGemmaOnes) {
   auto absent = ChatTemplate::FromJinja("");
   ASSERT_FALSE(absent.ok());
