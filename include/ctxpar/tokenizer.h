@@ -7,7 +7,9 @@
 // Encoding runs in two stages:
 //   1. Special tokens (token type CONTROL, UNKNOWN or USER_DEFINED) are cut out of the text
 //      first, longest first. CONTROL and UNKNOWN ones only when EncodeOptions::parse_special is
-//      set; USER_DEFINED ones always (as llama.cpp and HF tokenizers do).
+//      set; USER_DEFINED ones always (as llama.cpp and HF tokenizers do). Token types are those
+//      of the file as llama.cpp corrects them by text: end-of-turn and fill-in-the-middle
+//      markers ("</s>", "<eos>", "<|im_end|>", "<fim_prefix>", ...) are CONTROL.
 //   2. Each piece of text between them is encoded by the kind's model:
 //      gpt2: split into words by the pre-tokenizer that tokenizer.ggml.pre names. Supported:
 //        "smollm" (and its aliases "starcoder", "refact", "command-r", "codeshell", "exaone",
@@ -98,9 +100,9 @@ struct TextSegment {
 
 class Tokenizer {
  public:
-  // Validates the spec: model "gpt2" or "llama", ids in range, unique token texts; for gpt2 a
-  // supported pre-tokenizer and every merge "a b" with a, b and ab in the vocabulary; for llama
-  // one score per token and BYTE tokens that read <0xHH>.
+  // Validates the spec: model "gpt2" or "llama", ids in range, unique token texts, BYTE tokens
+  // that read <0xHH>; for gpt2 a supported pre-tokenizer and every merge "a b" with a, b and ab
+  // in the vocabulary; for llama one score per token (or none).
   static Expected<Tokenizer> Create(TokenizerSpec spec);
   // Reads the tokenizer.* keys of a GGUF file and calls Create; keys a file leaves out take
   // llama.cpp's defaults for its model (llama: BOS 1, EOS 2, unknown 0, add_bos and
