@@ -229,6 +229,24 @@ TEST_F(ProtocolTest, BadRequestsAreOpenAiErrorsNamingTheField) {
   EXPECT_EQ(model.code, "model_not_found");
   ExpectError(Refuse(Route::kCompletions, R"({"prompt": "a", "logit_bias": {"5": 1}})"), 400,
               "invalid_request_error", "logit_bias", "CTXPAR-HTTP-007");
+  // Gemma's template (tests/data/tokenizer/gemma2_chat_template.jinja's rules) refuses turns
+  // that do not alternate and a system message: a 400 naming the messages.
+  const ChatTemplate gemma =
+      ChatTemplate::FromJinja(
+          "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not "
+          "supported') }}{% endif %}{% for message in messages %}{{ '<start_of_turn>' + "
+          "message['role'] + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor "
+          "%}{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}")
+          .value();
+  model_.chat_template = &gemma;
+  const ApiError alternate = Refuse(
+      Route::kChat,
+      R"({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]})");
+  ExpectError(alternate, 400, "invalid_request_error", "messages", "CTXPAR-CHAT-003");
+  EXPECT_NE(alternate.status.message().find("messages[1].role is 'user'"), std::string::npos)
+      << alternate.status.message();
+  ExpectError(Refuse(Route::kChat, R"({"messages": [{"role": "system", "content": "s"}]})"), 400,
+              "invalid_request_error", "messages", "CTXPAR-CHAT-003");
   model_.chat_template = nullptr;
   model_.chat_template_error = "not ChatML";
   ExpectError(Refuse(Route::kChat, R"({"messages": [{"role": "user", "content": "x"}]})"), 400,
