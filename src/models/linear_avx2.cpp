@@ -65,6 +65,69 @@ struct Avx2Isa {
     }
     return w;
   }
+  // Part p is elements 8p..8p+7: nibbles of bytes (8p..8p+7) mod 16, bit 4 from qh's bit 8p + i.
+  static Block DequantQ50(const std::uint8_t* blk) {
+    const __m256 d = HalfAt(blk);
+    std::uint32_t qh;
+    std::memcpy(&qh, blk + 2, 4);
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    Block w;
+    for (int p = 0; p < kParts; ++p) {
+      const __m256i a = _mm256_cvtepu8_epi32(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 6 + 8 * (p & 1))));
+      const __m256i nib =
+          p < 2 ? _mm256_and_si256(a, _mm256_set1_epi32(0xF)) : _mm256_srli_epi32(a, 4);
+      const __m256i bit = _mm256_and_si256(
+          _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(qh >> (8 * p))), lanes),
+          _mm256_set1_epi32(1));
+      const __m256i q =
+          _mm256_sub_epi32(_mm256_or_si256(nib, _mm256_slli_epi32(bit, 4)), _mm256_set1_epi32(16));
+      w.v[p] = _mm256_mul_ps(_mm256_cvtepi32_ps(q), d);
+    }
+    return w;
+  }
+  template <bool kHigh>
+  static Block DequantK45(const std::uint8_t* qs, int shift, const std::uint8_t* qh, int bit,
+                          float d, float m) {
+    const __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(m);
+    const __m128i count = _mm_cvtsi32_si128(shift);
+    Block w;
+    for (int h = 0; h < 2; ++h) {
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16 * h));
+      __m128i q = _mm_and_si128(_mm_srl_epi16(bytes, count), _mm_set1_epi8(0xF));
+      if constexpr (kHigh) {
+        const __m128i hb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + 16 * h));
+        const __m128i sel = _mm_set1_epi8(static_cast<char>(1 << bit));
+        const __m128i set = _mm_cmpeq_epi8(_mm_and_si128(hb, sel), sel);
+        q = _mm_or_si128(q, _mm_and_si128(set, _mm_set1_epi8(16)));
+      }
+      for (int k = 0; k < 2; ++k) {
+        const __m256 f =
+            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(k == 0 ? q : _mm_srli_si128(q, 8)));
+        w.v[2 * h + k] = _mm256_sub_ps(_mm256_mul_ps(f, vd), vm);
+      }
+    }
+    return w;
+  }
+  static Block DequantQ6K(const std::uint8_t* ql, int shift_l, const std::uint8_t* qh, int shift_h,
+                          float d0, float d1) {
+    const __m128i cl = _mm_cvtsi32_si128(shift_l), ch = _mm_cvtsi32_si128(shift_h);
+    Block w;
+    for (int h = 0; h < 2; ++h) {
+      const __m128i l = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ql + 16 * h));
+      const __m128i hb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + 16 * h));
+      const __m128i lo = _mm_and_si128(_mm_srl_epi16(l, cl), _mm_set1_epi8(0xF));
+      const __m128i hi = _mm_and_si128(_mm_srl_epi16(hb, ch), _mm_set1_epi8(3));
+      const __m128i q = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+      const __m256 d = _mm256_set1_ps(h == 0 ? d0 : d1);
+      for (int k = 0; k < 2; ++k) {
+        const __m256 f =
+            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(k == 0 ? q : _mm_srli_si128(q, 8)));
+        w.v[2 * h + k] = _mm256_mul_ps(f, d);
+      }
+    }
+    return w;
+  }
   static V ZeroV() { return _mm256_setzero_ps(); }
   static void FmaV(V& a, V w, V x) { a = _mm256_fmadd_ps(w, x, a); }
   static void Fma(Acc& a, int p, V w, V x) { FmaV(a.v[p & 1], w, x); }
