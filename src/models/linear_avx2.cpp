@@ -86,6 +86,8 @@ struct Avx2Isa {
     }
     return w;
   }
+  // One fused rounding is DequantizeRow's two: d (fp16) times sc (6 bits) times q (5 bits) has
+  // at most 22 significant bits, so the product is exact.
   template <bool kHigh>
   static Block DequantK45(const std::uint8_t* qs, int shift, const std::uint8_t* qh, int bit,
                           float d, float m) {
@@ -104,7 +106,7 @@ struct Avx2Isa {
       for (int k = 0; k < 2; ++k) {
         const __m256 f =
             _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(k == 0 ? q : _mm_srli_si128(q, 8)));
-        w.v[2 * h + k] = _mm256_sub_ps(_mm256_mul_ps(f, vd), vm);
+        w.v[2 * h + k] = _mm256_fmsub_ps(f, vd, vm);
       }
     }
     return w;
