@@ -65,24 +65,28 @@ struct Avx2Isa {
     }
     return w;
   }
-  // Part p is elements 8p..8p+7: nibbles of bytes (8p..8p+7) mod 16, bit 4 from qh's bit 8p + i.
+  // The block's 32 values q - 16 as int8 in element order, then widened 8 at a time.
   static Block DequantQ50(const std::uint8_t* blk) {
     const __m256 d = HalfAt(blk);
     std::uint32_t qh;
     std::memcpy(&qh, blk + 2, 4);
-    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 6));
+    const __m256i nib = _mm256_and_si256(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(qs), _mm_srli_epi16(qs, 4), 1),
+        _mm256_set1_epi8(0xF));
+    // Byte j all ones where bit j of qh is set: byte j / 8 of qh in byte j, then its bit j % 8.
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(static_cast<int>(qh)),
+        _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    // nibble | 0xF0 is nibble - 16 as int8, where bit 4 is clear.
+    const __m256i q = _mm256_or_si256(nib, _mm256_andnot_si256(set, _mm256_set1_epi8(-16)));
+    const __m128i halves[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
     Block w;
     for (int p = 0; p < kParts; ++p) {
-      const __m256i a = _mm256_cvtepu8_epi32(
-          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 6 + 8 * (p & 1))));
-      const __m256i nib =
-          p < 2 ? _mm256_and_si256(a, _mm256_set1_epi32(0xF)) : _mm256_srli_epi32(a, 4);
-      const __m256i bit = _mm256_and_si256(
-          _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(qh >> (8 * p))), lanes),
-          _mm256_set1_epi32(1));
-      const __m256i q =
-          _mm256_sub_epi32(_mm256_or_si256(nib, _mm256_slli_epi32(bit, 4)), _mm256_set1_epi32(16));
-      w.v[p] = _mm256_mul_ps(_mm256_cvtepi32_ps(q), d);
+      const __m128i b = (p & 1) ? _mm_srli_si128(halves[p >> 1], 8) : halves[p >> 1];
+      w.v[p] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), d);
     }
     return w;
   }

@@ -54,24 +54,20 @@ struct Avx512Isa {
     }
     return w;
   }
-  // Elements j (part 0) and 16 + j (part 1) of the block: a nibble of byte j, bit 4 from qh.
+  // The block's 32 values q - 16 as int8 in element order (nibbles of bytes 0-15 low, then high;
+  // 16 subtracted where qh's bit is clear), then widened 16 at a time.
   static Block DequantQ50(const std::uint8_t* blk) {
     const __m512 d = HalfAt(blk);
     std::uint32_t qh;
     std::memcpy(&qh, blk + 2, 4);
-    const __m512i a =
-        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 6)));
-    const __m512i nib[kParts] = {_mm512_and_si512(a, _mm512_set1_epi32(0xF)),
-                                 _mm512_srli_epi32(a, 4)};
-    Block w;
-    for (int p = 0; p < kParts; ++p) {
-      // q - 16 is the nibble where bit 4 is set, the nibble - 16 where it is not.
-      const __mmask16 high = static_cast<__mmask16>(qh >> (16 * p));
-      const __m512i q = _mm512_mask_sub_epi32(nib[p], static_cast<__mmask16>(~high), nib[p],
-                                              _mm512_set1_epi32(16));
-      w.v[p] = _mm512_mul_ps(_mm512_cvtepi32_ps(q), d);
-    }
-    return w;
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 6));
+    const __m256i nib = _mm256_and_si256(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(qs), _mm_srli_epi16(qs, 4), 1),
+        _mm256_set1_epi8(0xF));
+    const __m256i q = _mm256_mask_sub_epi8(nib, _cvtu32_mask32(~qh), nib, _mm256_set1_epi8(16));
+    return {{_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), d),
+             _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))),
+                           d)}};
   }
   // One fused rounding is DequantizeRow's two: d (fp16) times sc (6 bits) times q (5 bits) has
   // at most 22 significant bits, so the product is exact.
