@@ -16,6 +16,7 @@
 
 #include "bench.h"
 #include "bench_ceilings.h"
+#include "ctxpar/error_catalog.h"
 #include "ctxpar/quant.h"
 #include "ctxpar/thread_pool.h"
 #include "error_report.h"
@@ -171,7 +172,15 @@ int RunMatMulBench(const std::vector<std::string>& args) {
   const std::span<const Shape> shapes =
       gemma ? std::span<const Shape>(kGemma3) : std::span<const Shape>(kSmolLm2);
   for (const Shape& s : shapes) {
-    if (Status st = model::CheckActFormat(act, s.type); !st.ok()) return fail(st);
+    if (!model::CheckActFormat(act, s.type).ok()) {
+      return fail(CatalogError(
+          "CTXPAR-FLAG-008",
+          {{"value", act_name},
+           {"flag", "--act"},
+           {"reason", "int8 activations take Q4_1 and Q8_0 weights; " + model_name + " has " +
+                          std::string(GgmlTypeName(model::GgmlTypeOf(s.type)))},
+           {"valid", "f32 (q8 with --model smollm2)"}}));
+    }
   }
   nlohmann::json out = {{"isa", model::MatMulIsa()},
                         {"model", model_name},
