@@ -27,6 +27,6 @@ inline constexpr int kExitInvalid = 2;
 
 }  // namespace ctxpar::cli
 
-#define CTXPAR_REGISTER_COMMAND(name, summary, fn)            \
-  [[maybe_unused]] static const bool ctxpar_registered_##fn = \
+#define CTXPAR_REGISTER_COMMAND(name, summary, fn)                                         \
+  [[maybe_unused]] static const bool ctxpar_registered_##fn =                              \
       ::ctxpar::cli::RegisterCommand({name, summary, &fn})
