@@ -1,10 +1,12 @@
 #include "rank_watch.h"
 
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -23,27 +25,53 @@ int32_t HostHash() {
   return static_cast<int32_t>(std::hash<std::string>{}(name)&0x7fffffff);
 }
 
-// How a dead process ended, from its zombie's /proc/PID/stat (field 52, exit_code).
-std::string HowItEnded(int pid) {
+// Linux 6.15's PIDFD_GET_INFO (linux/pidfd.h; Debian 12's headers predate it): the exit status
+// of a reaped process, to any holder of its pidfd. Version 0 of the struct, 64 bytes.
+struct PidfdInfo {
+  uint64_t mask;
+  uint64_t cgroupid;
+  uint32_t ids[11];
+  int32_t exit_code;
+};
+constexpr uint64_t kPidfdInfoExit = 1u << 3;
+constexpr unsigned long kPidfdGetInfo = _IOWR(0xFF, 11, PidfdInfo);
+
+std::string Describe(int status) {
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    const char* abbrev = sigabbrev_np(sig);
+    return "was killed by signal " + std::to_string(sig) +
+           (abbrev != nullptr ? std::string(" (SIG") + abbrev + ")" : "");
+  }
+  return "exited with status " + std::to_string(WEXITSTATUS(status));
+}
+
+// The exit status of a zombie, from /proc/PID/stat (field 52, exit_code).
+std::optional<int> ZombieStatus(int pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string line;
   std::getline(stat, line);
   const std::size_t close = line.rfind(')');
-  if (close != std::string::npos) {
-    std::istringstream rest(line.substr(close + 1));
-    std::vector<std::string> fields;
-    for (std::string f; rest >> f;) fields.push_back(f);
-    // Fields from the 3rd (state) on; exit_code is the 52nd.
-    if (fields.size() >= 50 && fields[0] == "Z") {
-      const int code = std::stoi(fields[49]);
-      if (WIFSIGNALED(code)) {
-        const int sig = WTERMSIG(code);
-        const char* abbrev = sigabbrev_np(sig);
-        return "was killed by signal " + std::to_string(sig) +
-               (abbrev != nullptr ? std::string(" (SIG") + abbrev + ")" : "");
-      }
-      return "exited with status " + std::to_string(WEXITSTATUS(code));
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream rest(line.substr(close + 1));
+  std::vector<std::string> fields;
+  for (std::string f; rest >> f;) fields.push_back(f);
+  // Fields from the 3rd (state) on; exit_code is the 52nd.
+  if (fields.size() < 50 || fields[0] != "Z") return std::nullopt;
+  return std::stoi(fields[49]);
+}
+
+// How a dead rank ended: read from its zombie, or once mpirun has collected it, from its pidfd;
+// mpirun and this thread race for it, so both are tried for a moment.
+std::string HowItEnded(int pid, int pidfd) {
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    if (std::optional<int> status = ZombieStatus(pid)) return Describe(*status);
+    PidfdInfo info{};
+    info.mask = kPidfdInfoExit;
+    if (ioctl(pidfd, kPidfdGetInfo, &info) == 0 && (info.mask & kPidfdInfoExit) != 0) {
+      return Describe(info.exit_code);
     }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return "exited (its status went to mpirun first)";
 }
@@ -86,7 +114,7 @@ std::optional<Status> RankWatch::Wait(std::chrono::milliseconds timeout) {
     const Peer& p = peers_[i];
     return CatalogError("CTXPAR-RUN-003", {{"rank", std::to_string(p.rank)},
                                            {"pid", std::to_string(p.pid)},
-                                           {"how", HowItEnded(p.pid)}});
+                                           {"how", HowItEnded(p.pid, p.fd)}});
   }
   return std::nullopt;
 }

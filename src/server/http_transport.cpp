@@ -228,7 +228,10 @@ class Session : public std::enable_shared_from_this<Session>, public HttpRespond
       return Refuse(413, fmt::format("the body exceeds {} MiB", t_.options.max_body_bytes >> 20));
     }
     if (ec == http::error::bad_content_length) {
-      return Refuse(400, "the Content-Length is invalid, or two disagree (RFC 9112, 6.3)");
+      return Refuse(
+          400,
+          "the Content-Length is invalid, two disagree, or it comes with Transfer-Encoding (RFC "
+          "9112, 6.3)");
     }
     if (ec == http::error::bad_transfer_encoding) {
       return Refuse(400,
