@@ -5,7 +5,8 @@
 // Every rank calls Create (collective: the ranks exchange their pids and hosts); rank 0 gets
 // pidfds of the ranks on its host. Wait sleeps up to a timeout and returns the first death as
 // CTXPAR-RUN-003 with the rank's signal or exit status, read from /proc while the dead rank is a
-// zombie (its parent, mpirun, collects it moments later: then the status is said to be unknown).
+// zombie, or once its parent (mpirun) has collected it, from its pidfd (Linux 6.15's
+// PIDFD_GET_INFO; on older kernels the status is then said to be unknown).
 //
 // Thread safety: Wait from one thread.
 #pragma once
