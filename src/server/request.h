@@ -124,7 +124,8 @@ ApiError SubmitError(const Status& status, const ApiRequest& request, int index 
 
 // /tokenize {"prompt": text or list of texts, "add_special_tokens": bool} ->
 // {"tokens": [...] (a list of lists for a list), "count", "max_model_len"}; /detokenize
-// {"tokens": [ids]} -> {"text", "prompt"} (SGLang's and vLLM's names).
+// {"tokens": [ids], at most 2^20} -> {"text", "prompt"} (SGLang's and vLLM's names). /tokenize
+// takes at most 128 texts, each within max_prompt_bytes.
 ApiExpected<nlohmann::json> Tokenize(std::string_view body, const ModelContext& model);
 ApiExpected<nlohmann::json> Detokenize(std::string_view body, const ModelContext& model);
 

@@ -75,6 +75,12 @@ ApiExpected<json> Detokenize(std::string_view body, const ModelContext& model) {
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
   const json& b = std::get<json>(parsed);
   const json& tokens = Field(b, "tokens");
+  // Far beyond any context, and bounded so that the text of any body is.
+  constexpr std::size_t kMaxIds = std::size_t{1} << 20;
+  if (tokens.is_array() && tokens.size() > kMaxIds) {
+    return RangeError("/detokenize", "tokens", fmt::format("at most {} ids", kMaxIds),
+                      fmt::format("a list of {}", tokens.size()));
+  }
   std::vector<int32_t> ids;
   CTXPAR_RETURN_IF_API_ERROR(ReadIds(tokens, "tokens", &ids));
   const int vocab = model.tokenizer->vocab_size();

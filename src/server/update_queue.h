@@ -27,9 +27,12 @@ struct ChoiceUpdate {
 
 class UpdateQueue {
  public:
+  // After Fail the updates are dropped: the engine's aborts that follow a failure must not end
+  // the response as if the request had been cancelled.
   void Push(int choice, const RequestUpdate& update) {
     {
       std::lock_guard lock(mu_);
+      if (failure_) return;
       updates_.push_back({choice, update});
     }
     cv_.notify_one();
