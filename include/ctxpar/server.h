@@ -95,11 +95,13 @@ struct ServingModel {
 
 class Server {
  public:
-  // Refuses options out of range (port, threads) with CTXPAR-HTTP-009.
+  // Refuses options out of range (port, host, http_timeout, max_connections_per_client) with
+  // CTXPAR-HTTP-009.
   static Expected<std::unique_ptr<Server>> Create(ServerOptions options);
   ~Server();
 
-  // Binds host:port (a failure names them) and serves on `threads` HTTP threads.
+  // Binds host:port (a failure names them) and serves, handling at most `threads` requests at
+  // once (ServerThreads).
   Status Start(int threads);
   // The port bound by Start (the chosen one when options.port was 0).
   int port() const;
