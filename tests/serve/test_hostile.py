@@ -107,7 +107,9 @@ class Guard:
         assert rss <= self.rss + self.growth, (self.rss, rss)
 
 
-def check_error(r, status, code, param=None, seconds=2.0):
+# Time limits are loose for a busy machine, yet far below what the old server took (a 5 s read
+# timeout before an oversized Content-Length was refused, 23 s to tokenize a 60 MB prompt).
+def check_error(r, status, code, param=None, seconds=2.5):
     assert r.status_code == status, r.text
     assert r.elapsed.total_seconds() < seconds, r.elapsed
     err = r.json()["error"]
@@ -190,7 +192,7 @@ def test_trickling_headers_hold_no_thread_and_end_at_the_deadline(server):
         s.sendall(b"POST /v1/completions HTTP/1.1\r\n")
     for _ in range(3):
         health = requests.get(server.url + "/health", timeout=2)
-        assert health.status_code == 200 and health.elapsed.total_seconds() < 1
+        assert health.status_code == 200 and health.elapsed.total_seconds() < 1.5
         for s in socks:
             try:
                 s.sendall(b"X")
@@ -213,7 +215,7 @@ def test_connections_beyond_the_per_client_limit_are_429(server):
     time.sleep(0.2)
     first, reply = raw(server, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
     assert reply.startswith(b"HTTP/1.1 429"), reply
-    assert b"CTXPAR-HTTP-012" in reply and first < 1
+    assert b"CTXPAR-HTTP-012" in reply and first < 2
     for s in idle:
         s.close()
     time.sleep(0.3)
@@ -229,7 +231,7 @@ def test_a_60_mb_prompt_is_refused_before_it_is_tokenized(server):
                                ("/v1/chat/completions",
                                 {"messages": [{"role": "user", "content": prompt[:6_000_000]}]},
                                 "messages")):
-        check_error(post(server, route, body), 400, "CTXPAR-HTTP-004", param, seconds=5)
+        check_error(post(server, route, body), 400, "CTXPAR-HTTP-004", param, seconds=8)
     guard.check()
 
 
@@ -247,7 +249,7 @@ def test_pipelined_requests_are_answered_in_order(server):
     counts = [json.loads(b)["count"] for b in reply.split(b"\r\n\r\n")[1:3]
               for b in [b[:b.index(b"}") + 1]]]
     assert counts == [1, 2]
-    assert first < 1
+    assert first < 2
     guard.check()
 
 
@@ -277,7 +279,7 @@ def test_framing_is_refused_at_once(server):
         assert reply.startswith(b"HTTP/1.1 %d" % status), reply
         assert says in reply and b"CTXPAR-HTTP-012" in reply, reply
         assert b"Connection: close" in reply
-        assert first < 1
+        assert first < 2
     guard.check()
 
 
