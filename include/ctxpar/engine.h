@@ -133,6 +133,14 @@ class Engine {
   // model ends every request with kAbort and is returned; the engine then takes no request.
   Status Run(RunUntil until);
 
+  // Rank 0. Not OK (CTXPAR-ENGINE-014, naming the step's requests) while the step in flight has
+  // run longer than config.watchdog_timeout seconds: SGLang's watchdog, read by the server for
+  // /health and to end itself.
+  Status Health() const;
+  // Rank 0, before Run. `handler` is called on Run's thread when a collective or the model fails,
+  // before the requests are aborted (the server then ends their responses with the error).
+  void OnFault(std::function<void(const Status&)> handler);
+
   EngineSnapshot Snapshot() const;
   const ModelDesc& model_desc() const;
   const EngineConfig& config() const;

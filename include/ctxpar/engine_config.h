@@ -65,6 +65,7 @@ struct EngineConfig {
   std::optional<int> max_queued_requests;  // unset: no limit
   int chunked_prefill_size = 0;            // prefill tokens per step; -1: whole prompts
   double schedule_conservativeness = 1.0;  // admission's new_token_ratio starts at 0.7 x this
+  double watchdog_timeout = 300.0;         // seconds a step may run (Engine::Health)
   int threads = 0;                         // compute threads per rank
   uint64_t random_seed = 0;                // seed of requests that give none
   bool llama_cpp_numerics = false;         // int8 activations in the matmuls (GGUF models)

@@ -94,6 +94,7 @@ Expected<EngineConfig> MakeEngineConfig(const ResolvedConfig& c, const Platform&
   if (auto q = c.max_queued_requests()) e.max_queued_requests = static_cast<int>(*q);
   e.chunked_prefill_size = c.chunked_prefill_size();
   e.schedule_conservativeness = c.schedule_conservativeness();
+  e.watchdog_timeout = c.watchdog_timeout();
   e.threads = c.threads();
   e.random_seed = static_cast<uint64_t>(c.random_seed());
   e.llama_cpp_numerics = c.llama_cpp_numerics();

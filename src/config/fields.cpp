@@ -137,6 +137,9 @@ const std::vector<FieldSpec>& Table() {
                            100.0,
                            "How much of each running request's remaining tokens admission "
                            "reserves (new_token_ratio starts at min(0.7 x this, 1))."));
+    f.push_back(FloatField("watchdog_timeout", 300.0, "--watchdog-timeout", 0.1, 1e6,
+                           "Seconds an engine step may run: a longer one ends the server, with a "
+                           "message naming what was running (SGLang's watchdog)."));
     f.push_back(IntField("max_queued_requests", {}, "--max-queued-requests", 1,
                          "Requests waiting for admission before new ones are refused (unset: no "
                          "limit)."));

@@ -182,6 +182,26 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "ctxpar generate --model-path ./deepseek_v3_tiny 'Hello'",
        "ctxpar generate --model-path ./deepseek_v3_tiny --input-ids 5,6,7 --print-ids",
        {"CTXPAR-ENGINE-009"}},
+      {"CTXPAR-ENGINE-014",
+       "An engine step ran past the watchdog",
+       "An engine step has run {seconds} s, past --watchdog-timeout {limit} s: {running}; the "
+       "server stops.",
+       StatusCode::kUnavailable,
+       "SGLang's watchdog: one step of the engine (a prefill chunk, a decode of the running "
+       "requests) takes milliseconds to seconds, so a step that runs past --watchdog-timeout is "
+       "stuck, usually waiting in a collective for a rank that does not answer. While it is, "
+       "GET /health answers 503 with this error; then the server ends every open request (a "
+       "stream with a final event carrying this error and [DONE], any other with 503) and exits, "
+       "so that a supervisor restarts it rather than leave clients waiting forever.",
+       "A rank stopped (kill -STOP, a debugger), swapping or starved of CPU; a watchdog shorter "
+       "than the slowest legitimate step (a long prefill chunk on a slow machine).",
+       {"Look at the ranks' processes: a stopped one shows state T in ps.",
+        "If the step is legitimately slow, raise --watchdog-timeout or lower "
+        "--chunked-prefill-size."},
+       "ctxpar serve --tp-size 3 --dcp-size 3 --watchdog-timeout 2  # rank 1 stopped with kill "
+       "-STOP",
+       "ctxpar serve --tp-size 3 --dcp-size 3  # every rank running; the default watchdog, 300 s",
+       {"CTXPAR-RUN-003", "CTXPAR-COMM-001"}},
       {"CTXPAR-KV-001",
        "A KV page that is not a whole number of interleave blocks",
        "--page-size {page_size} must be a multiple of --dcp-kv-cache-interleave-size "

@@ -354,6 +354,21 @@ std::vector<CatalogEntry> RuntimeCatalogEntries() {
        "ctxpar generate --tp-size 2 'Hello'  # no mpirun on PATH",
        "ctxpar generate --tp-size 2 'Hello'  # after apt-get install -y openmpi-bin",
        {"CTXPAR-RUN-001"}},
+      {"CTXPAR-RUN-003",
+       "A rank of the server died",
+       "Rank {rank} (pid {pid}) {how}; the server stops.",
+       kSystem,
+       "`ctxpar serve` over several ranks needs every one of them for each step. Rank 0 watches "
+       "the other ranks of its machine; when one dies it logs this line, ends every open request "
+       "(a stream with a final event carrying this error and [DONE], any other with 503) and "
+       "exits, on which mpirun ends the job.",
+       "The rank was killed (kill -9, the kernel's out-of-memory killer) or crashed.",
+       {"Read the rank's signal: SIGKILL without a kill of your own is often the out-of-memory "
+        "killer (see dmesg); lower --kv-cache-mib.",
+        "Restart the server; a crash with SIGSEGV or SIGABRT is a bug to report with the log."},
+       "ctxpar serve --tp-size 3 --dcp-size 3  # then kill -9 of rank 2",
+       "ctxpar serve --tp-size 3 --dcp-size 3  # restarted by its supervisor",
+       {"CTXPAR-ENGINE-014", "CTXPAR-COMM-001"}},
       {"CTXPAR-SYS-001",
        "A thread could not be started",
        "Could start only {started} of the {count} threads asked for: {reason}; ask for fewer "

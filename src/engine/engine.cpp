@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -185,6 +186,11 @@ struct Engine::Impl {
   EngineSnapshot stats;
 
   std::map<uint64_t, std::unique_ptr<Request>> requests;  // the leader's live requests
+  // The step in flight on the leader, for Health: when it began (nullopt between steps) and what
+  // it runs; under mu.
+  std::optional<std::chrono::steady_clock::time_point> step_began;
+  std::string step_what;
+  std::function<void(const Status&)> on_fault;
 
   bool leader() const { return world->rank() == 0; }
   Status Lead(RunUntil until);
@@ -196,6 +202,8 @@ struct Engine::Impl {
   void AbortAll(const std::string& why);
   Status Sample(const engine::StepPlan& plan);
   void Publish();
+  void BeginStep(const engine::StepPlan& step);
+  void EndStep();
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -353,9 +361,27 @@ EngineSnapshot Engine::Snapshot() const {
 const ModelDesc& Engine::model_desc() const { return impl_->source->desc(); }
 const EngineConfig& Engine::config() const { return impl_->config; }
 
+void Engine::OnFault(std::function<void(const Status&)> handler) {
+  impl_->on_fault = std::move(handler);
+}
+
+Status Engine::Health() const {
+  const Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  if (!m.step_began) return Status::Ok();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - *m.step_began).count();
+  if (seconds <= m.config.watchdog_timeout) return Status::Ok();
+  return CatalogError("CTXPAR-ENGINE-014",
+                      {{"seconds", fmt::format("{:.1f}", seconds)},
+                       {"limit", fmt::format("{:g}", m.config.watchdog_timeout)},
+                       {"running", m.step_what}});
+}
+
 Status Engine::Run(RunUntil until) {
   Impl& m = *impl_;
   Status status = m.leader() ? m.Lead(until) : m.Follow();
+  if (!status.ok() && m.leader() && m.on_fault) m.on_fault(status);
   if (!status.ok() && m.leader()) m.AbortAll(status.message());
   std::lock_guard<std::mutex> lock(m.mu);
   // After kIdle the engine takes requests for a next Run; after a stop or a fault it does not.
@@ -417,11 +443,13 @@ Status Engine::Impl::Lead(RunUntil until) {
     CTXPAR_ASSIGN_OR_RETURN(engine::StepPlan step, scheduler->Plan());
     // The step's view (admitted, queued, pages) holds while it runs, which may take seconds.
     Publish();
+    BeginStep(step);
     engine::WirePlan wire{false, step.ops, step.batch};
     CTXPAR_RETURN_IF_ERROR(engine::BroadcastPlan(*world, &wire));
     CTXPAR_RETURN_IF_ERROR(Execute(wire));
     scheduler->Commit(step);
     CTXPAR_RETURN_IF_ERROR(Sample(step));
+    EndStep();
     Publish();
   }
 }
@@ -539,6 +567,28 @@ void Engine::Impl::AbortAll(const std::string& why) {
     r->update.finish_detail = why;
     if (r->callback) r->callback(r->update);
   }
+}
+
+// What the watchdog's message names: the step's requests and tokens.
+void Engine::Impl::BeginStep(const engine::StepPlan& step) {
+  constexpr std::size_t kNamed = 8;
+  std::string ids;
+  for (std::size_t i = 0; i < step.seqs.size() && i < kNamed; ++i) {
+    ids += (i == 0 ? "" : ", ") + std::to_string(step.seqs[i]->id);
+  }
+  if (step.seqs.size() > kNamed) ids += ", ...";
+  std::string what = step.seqs.empty()
+                         ? std::string("a step of KV pool operations only")
+                         : fmt::format("a step of {} request(s) (ids {}) over {} token(s)",
+                                       step.seqs.size(), ids, step.batch.tokens.size());
+  std::lock_guard<std::mutex> lock(mu);
+  step_began = std::chrono::steady_clock::now();
+  step_what = std::move(what);
+}
+
+void Engine::Impl::EndStep() {
+  std::lock_guard<std::mutex> lock(mu);
+  step_began.reset();
 }
 
 void Engine::Impl::Publish() {
