@@ -1,4 +1,4 @@
-#include "models/llama_ops.h"
+#include "models/layers/elementwise.h"
 
 #include <cmath>
 #include <cstdint>
@@ -99,26 +99,31 @@ void RmsNorm(const float* x, const float* weight, int n, int dim, float eps, flo
   }
 }
 
-void RopeNormal(float* x, int num_heads, int head_dim, int rope_dims, float base, int pos) {
+void Rope(RopeStyle style, float* x, int num_heads, int head_dim, int rope_dims, float base,
+          int pos) {
   // ggml builds the angles by repeated multiplication in float; doing the same keeps the rotated
   // Q/K within an ulp of llama.cpp's.
   const float theta_scale = std::pow(base, -2.0f / float(rope_dims));
   float cos_sin[2 * 256];
   float theta = float(pos);
-  for (int i = 0; i < rope_dims / 2; ++i) {
+  const int half = rope_dims / 2;
+  for (int i = 0; i < half; ++i) {
     cos_sin[2 * i] = std::cos(theta);
     cos_sin[2 * i + 1] = std::sin(theta);
     theta *= theta_scale;
   }
+  // Pair i is (v[i * step], v[i * step + other]).
+  const int step = style == RopeStyle::kNormal ? 2 : 1;
+  const int other = style == RopeStyle::kNormal ? 1 : half;
   for (int h = 0; h < num_heads; ++h) {
     float* v = x + static_cast<long>(h) * head_dim;
-    for (int i = 0; i < rope_dims / 2; ++i) {
+    for (int i = 0; i < half; ++i) {
       const float c = cos_sin[2 * i];
       const float s = cos_sin[2 * i + 1];
-      const float x0 = v[2 * i];
-      const float x1 = v[2 * i + 1];
-      v[2 * i] = x0 * c - x1 * s;
-      v[2 * i + 1] = x0 * s + x1 * c;
+      const float x0 = v[i * step];
+      const float x1 = v[i * step + other];
+      v[i * step] = x0 * c - x1 * s;
+      v[i * step + other] = x0 * s + x1 * c;
     }
   }
 }
@@ -129,6 +134,15 @@ void SwiGlu(const float* gate, const float* up, int n, float* out) {
   if (avx2) return SwiGluAvx2(gate, up, n, out);
 #endif
   SwiGluScalar(gate, up, n, out);
+}
+
+void GeGlu(const float* gate, const float* up, int n, float* out) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int i = 0; i < n; ++i) {
+    const float x = gate[i];
+    const float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
+    out[i] = 0.5f * x * (1.0f + std::tanh(inner)) * up[i];
+  }
 }
 
 }  // namespace ctxpar::model
