@@ -179,6 +179,7 @@ class ConfigGetters {
   int64_t random_seed() const { return Int64("random_seed"); }
   bool llama_cpp_numerics() const { return Bool("llama_cpp_numerics"); }
   double schedule_conservativeness() const { return Float("schedule_conservativeness"); }
+  double swa_full_tokens_ratio() const { return Float("swa_full_tokens_ratio"); }
   std::string model_path() const { return Str("model_path"); }  // "" when unset
   std::string model_arch() const { return Str("model_arch"); }  // "" when unset
   std::string platform() const { return Str("platform"); }      // a Platform::Spec()

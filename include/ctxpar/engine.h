@@ -89,9 +89,11 @@ struct EngineSnapshot {
 // The KV pool a rank gets for `config` and the model: pages of config.page_size tokens, as many
 // as config.kv_cache_mib MiB hold (capped by max_total_tokens), kTiles16 where the page allows
 // it, and max_slots = min(max_running_requests, num_pages) (a running request holds a page).
+// With the model's window groups (KvSpec::groups), the budget is shared as SGLang's hybrid pools
+// share it: window_pages hold config.swa_full_tokens_ratio tokens per token of num_pages.
 // CTXPAR-KV-002 when the budget holds no page, CTXPAR-KV-005 when max_total_tokens is below one
 // page, CTXPAR-KV-004 when the pool would exceed the machine's memory or 2^31 pages.
-// max_total_num_tokens is the result's num_pages * page_size * dcp_size.
+// max_total_num_tokens is the result's num_pages * page_size * dcp_size (KvPool::GroupTokens).
 Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource& source,
                                   int dcp_rank);
 

@@ -60,6 +60,7 @@ struct EngineConfig {
   DataType kv_cache_dtype = DataType::kF32;  // kF32 (auto) or kBF16
   int64_t kv_cache_mib = 0;                  // KV memory budget per rank
   std::optional<int64_t> max_total_tokens;   // cap on the pool's tokens
+  double swa_full_tokens_ratio = 0.8;        // window-group tokens per full-group token
   int max_running_requests = 0;
   std::optional<int> max_queued_requests;  // unset: no limit
   int chunked_prefill_size = 0;            // prefill tokens per step; -1: whole prompts

@@ -37,11 +37,20 @@ class Tokenizer;
 struct ModelDesc {
   std::string architecture;  // HF architecture string: "LlamaForCausalLM", "DeepseekV3ForCausalLM"
   int vocab_size = 0;
-  int context_length = 0;  // positions the model can attend over
+  int context_length = 0;              // positions the model can attend over
   std::vector<int32_t> eos_token_ids;  // generation ends on these unless ignore_eos
 };
 
 // The KV one rank stores per token and layer for a configuration (kv_pool.h's options).
+//
+// Layer groups: a model whose layers do not all keep every position declares its groups, each
+// with its layers, its retention (window 0: every position; W: the token at position t sees
+// t - W < p <= t) and whether DCP shards it; groups[0] must be a full-attention group (its
+// tokens are max_total_num_tokens). The engine gives each group its own pages out of the same
+// --kv-cache-mib, and BatchAttention (src/models) applies a layer's window from its group: the
+// model only says which group each layer is in. Every group has the head shape above. A model
+// that declares no group gets one full-attention group of every layer, sharded by DCP.
+// Gemma 3 270M: groups = {{{5, 11, 17}, 0, true}, {{0, 1, 2, 3, 4, 6, ...}, 512, true}}.
 struct KvSpec {
   int num_layers = 0;
   int num_kv_heads = 0;  // per rank, after TP and DCP
@@ -49,6 +58,7 @@ struct KvSpec {
   int head_dim_v = 0;
   bool v_in_k = false;
   DataType dtype = DataType::kF32;
+  std::vector<KvGroupSpec> groups = {};  // empty: one full-attention group of every layer
 };
 
 class Model {

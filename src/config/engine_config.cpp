@@ -89,6 +89,7 @@ Expected<EngineConfig> MakeEngineConfig(const ResolvedConfig& c, const Platform&
   }
   e.kv_cache_mib = c.kv_cache_mib();
   e.max_total_tokens = c.max_total_tokens();
+  e.swa_full_tokens_ratio = c.swa_full_tokens_ratio();
   e.max_running_requests = static_cast<int>(c.max_running_requests().value_or(0));
   if (auto q = c.max_queued_requests()) e.max_queued_requests = static_cast<int>(*q);
   e.chunked_prefill_size = c.chunked_prefill_size();

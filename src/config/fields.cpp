@@ -128,6 +128,9 @@ const std::vector<FieldSpec>& Table() {
     f.push_back(
         IntField("max_total_tokens", {}, "--max-total-tokens", 1,
                  "Cap on the tokens the KV pool holds (unset: what --kv-cache-mib holds)."));
+    f.push_back(FloatField("swa_full_tokens_ratio", 0.8, "--swa-full-tokens-ratio", 0.01, 1.0,
+                           "Tokens of the sliding-window layers' KV pool per token of the "
+                           "full-attention layers' pool (models with window layers only)."));
     f.push_back(IntField("max_running_requests", {}, "--max-running-requests", 1,
                          "Requests that hold KV at once (unset: 256)."));
     f.push_back(FloatField("schedule_conservativeness", 1.0, "--schedule-conservativeness", 0.01,

@@ -264,6 +264,24 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "ctxpar generate --max-total-tokens 3 'Hello'",
        "ctxpar generate --max-total-tokens 4096 'Hello'",
        {"CTXPAR-KV-002", "CTXPAR-KV-004"}},
+      {"CTXPAR-KV-006",
+       "A request whose window does not fit the sliding-window pool",
+       "The request needs {needed} tokens of the sliding-window KV pool at once (a window of "
+       "{window} positions and a prefill chunk of {chunk} tokens, in whole pages), more than it "
+       "holds ({capacity} tokens: swa_layer_tokens).",
+       kConfig,
+       "A model with sliding-window layers keeps their K/V in a pool of its own, sized at "
+       "--swa-full-tokens-ratio times the full-attention pool (SGLang's hybrid pools). A window "
+       "layer's row sees the window before it, so a forward of a chunk holds the window and the "
+       "chunk at once; a request whose window and chunk exceed the pool could never run, so it "
+       "is refused at once.",
+       "A small --kv-cache-mib or --swa-full-tokens-ratio with a large --chunked-prefill-size "
+       "(or -1: whole prompts).",
+       {"Lower --chunked-prefill-size.", "Raise --swa-full-tokens-ratio or --kv-cache-mib.",
+        "Use DCP (--dcp-size): the sliding-window pool is sharded too."},
+       "ctxpar generate --kv-cache-mib 2 --chunked-prefill-size -1 --prompts-file long.txt",
+       "ctxpar generate --kv-cache-mib 2 --chunked-prefill-size 256 --prompts-file long.txt",
+       {"CTXPAR-ENGINE-006", "CTXPAR-KV-002"}},
       {"CTXPAR-MODEL-001",
        "--model-arch that contradicts the model",
        "--model-arch {given} does not match the model, whose architecture is {architecture}.",

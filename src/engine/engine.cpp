@@ -80,6 +80,7 @@ Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource&
   o.head_dim_v = spec.head_dim_v;
   o.v_in_k = spec.v_in_k;
   o.dtype = spec.dtype;
+  o.groups = spec.groups;
   o.page_size = config.page_size;
   o.format =
       !spec.v_in_k && config.page_size % 16 == 0 ? KvPageFormat::kTiles16 : KvPageFormat::kRows;
@@ -88,9 +89,28 @@ Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource&
   o.interleave_size = config.dcp_kv_cache_interleave_size;
   const int64_t page_tokens = int64_t{config.page_size} * config.dcp_size;
   o.max_pages_per_slot = static_cast<int>((desc.context_length + page_tokens - 1) / page_tokens);
-  o.num_pages = 1;
-  const int64_t page_bytes = KvPool::PageBytes(o);
-  o.num_pages = config.kv_cache_mib * kMiB / page_bytes;
+  // SGLang's hybrid pools: the window groups hold swa_full_tokens_ratio tokens per token of the
+  // full ones, and the two share the budget. Bytes per full page: the full groups' pages, and
+  // the window pages that come with one.
+  int64_t full_bytes = 0, window_bytes = 0, window_page_tokens = page_tokens;
+  const std::vector<KvGroupSpec> groups = KvPool::GroupsOf(o);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const int64_t bytes = KvPool::PageBytes(o, static_cast<int>(g));
+    if (groups[g].window == 0) {
+      full_bytes += bytes;
+    } else {
+      window_bytes += bytes;
+      if (!groups[g].dcp_sharded) window_page_tokens = config.page_size;
+    }
+  }
+  const double window_per_full =
+      window_bytes == 0
+          ? 0.0
+          : config.swa_full_tokens_ratio * double(page_tokens) / double(window_page_tokens);
+  const double page_bytes = double(full_bytes) + window_per_full * double(window_bytes);
+  o.num_pages = window_bytes == 0
+                    ? config.kv_cache_mib * kMiB / full_bytes
+                    : static_cast<int64_t>(double(config.kv_cache_mib * kMiB) / page_bytes);
   if (config.max_total_tokens) {
     if (*config.max_total_tokens < page_tokens) {
       return CatalogError("CTXPAR-KV-005", {{"tokens", std::to_string(*config.max_total_tokens)},
@@ -100,19 +120,23 @@ Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource&
     }
     o.num_pages = std::min(o.num_pages, *config.max_total_tokens / page_tokens);
   }
-  if (o.num_pages < 1) {
+  o.window_pages =
+      window_bytes == 0 ? 0 : static_cast<int64_t>(double(o.num_pages) * window_per_full);
+  if (o.num_pages < 1 || (window_bytes > 0 && o.window_pages < 1)) {
     return CatalogError("CTXPAR-KV-002",
                         {{"mib", std::to_string(config.kv_cache_mib)},
                          {"pages", std::to_string(std::max<int64_t>(0, o.num_pages))},
                          {"page_size", std::to_string(config.page_size)},
                          {"model", desc.architecture},
-                         {"page_mib", fmt::format("{:.3f}", double(page_bytes) / kMiB)},
+                         {"page_mib", fmt::format("{:.3f}", page_bytes / kMiB)},
                          {"layers", std::to_string(spec.num_layers)},
                          {"min_pages", "1"}});
   }
   // Pages are touched as requests fill them, so an oversized pool would start and fail later,
   // when the machine runs out of memory; a block table addresses pages with int32.
-  const double pool_gib = double(o.num_pages) * double(page_bytes) / double(kMiB * 1024);
+  const double pool_gib =
+      (double(o.num_pages) * double(full_bytes) + double(o.window_pages) * double(window_bytes)) /
+      double(kMiB * 1024);
   // The ranks of one machine share its memory: under MPI the launcher says how many there are;
   // before one (check, or the launcher itself) every rank of the TP group will run here.
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
@@ -121,7 +145,7 @@ Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource&
   if (o.num_pages > std::numeric_limits<int32_t>::max() || (ram_gib > 0 && pool_gib > ram_gib)) {
     // A budget of at most this many MiB passes both checks.
     const int64_t max_mib =
-        std::min<int64_t>(int64_t{std::numeric_limits<int32_t>::max()} * page_bytes / kMiB,
+        std::min<int64_t>(int64_t(std::numeric_limits<int32_t>::max() * page_bytes / kMiB),
                           ram_gib > 0 ? int64_t(ram_gib * 1024) : INT64_MAX);
     return CatalogError(
         "CTXPAR-KV-004",
@@ -133,7 +157,9 @@ Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource&
          {"max_mib", std::to_string(max_mib)}});
   }
   // A running request holds at least one page, so more slots than pages could never run.
-  o.max_slots = static_cast<int>(std::min<int64_t>(config.max_running_requests, o.num_pages));
+  o.max_slots = static_cast<int>(
+      std::min<int64_t>(config.max_running_requests,
+                        window_bytes == 0 ? o.num_pages : std::min(o.num_pages, o.window_pages)));
   return o;
 }
 
@@ -199,12 +225,19 @@ Expected<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config,
   s.chunked_prefill_size = config.chunked_prefill_size;
   s.context_length = source.desc().context_length;
   if (log && world.rank() == 0) {
-    const int64_t page_bytes = KvPool::PageBytes(kv);
+    const KvPool& pool = *impl->kv;
+    // SGLang's hybrid pools log both groups' tokens, then each pool its allocation.
+    if (const int w = KvPool::FirstWindowGroup(kv); w >= 0) {
+      log(fmt::format("Use sliding window memory pool. full_layer_tokens={}, swa_layer_tokens={}",
+                      pool.capacity_tokens(0), pool.capacity_tokens(w)));
+    }
     const double k_share =
         double(kv.head_dim_k) / (kv.head_dim_k + (kv.v_in_k ? 0 : kv.head_dim_v));
-    const double gb = double(page_bytes) * kv.num_pages / 1e9;
-    log(fmt::format("KV Cache is allocated. #tokens: {}, K size: {:.2f} GB, V size: {:.2f} GB",
-                    s.max_total_num_tokens, gb * k_share, gb * (1 - k_share)));
+    for (int g = 0; g < pool.num_groups(); ++g) {
+      const double gb = double(KvPool::PageBytes(kv, g)) * pool.num_pages(g) / 1e9;
+      log(fmt::format("KV Cache is allocated. #tokens: {}, K size: {:.2f} GB, V size: {:.2f} GB",
+                      pool.capacity_tokens(g), gb * k_share, gb * (1 - k_share)));
+    }
     log(
         fmt::format("max_total_num_tokens={}, chunked_prefill_size={}, max_running_requests={}, "
                     "context_len={}, page_size={}, dcp_size={}, threads={}",
@@ -244,6 +277,21 @@ Status Engine::Validate(const GenerateRequest& request) const {
     std::vector<CatalogArg> args(counts);
     args.push_back({"capacity", std::to_string(m.kv->capacity_tokens())});
     return CatalogError("CTXPAR-ENGINE-006", args);
+  }
+  const int64_t chunk = m.config.chunked_prefill_size < 0
+                            ? needed
+                            : std::min<int64_t>(needed, m.config.chunked_prefill_size);
+  for (int g = 1; g < m.kv->num_groups(); ++g) {
+    const int window = m.kv->group(g).window;
+    const int64_t pages = m.kv->PeakPages(g, needed, chunk);
+    if (window > 0 && pages > m.kv->num_pages(g)) {
+      return CatalogError(
+          "CTXPAR-KV-006",
+          {{"needed", std::to_string(pages * m.kv->capacity_tokens(g) / m.kv->num_pages(g))},
+           {"window", std::to_string(window)},
+           {"chunk", std::to_string(chunk)},
+           {"capacity", std::to_string(m.kv->capacity_tokens(g))}});
+    }
   }
   return Status::Ok();
 }

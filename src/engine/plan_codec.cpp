@@ -31,14 +31,18 @@ Expected<WirePlan> DecodePlan(const std::vector<int64_t>& w) {
     *v = w[at++];
     return true;
   };
-  auto bad = [&] { return Internal(fmt::format("a step plan of {} words is malformed", w.size())); };
+  auto bad = [&] {
+    return Internal(fmt::format("a step plan of {} words is malformed", w.size()));
+  };
   WirePlan plan;
   int64_t kind = 0, n = 0;
   if (!next(&kind) || !next(&n) || n < 0) return bad();
   plan.stop = kind == 1;
   for (int64_t i = 0; i < n; ++i) {
     int64_t k = 0, slot = 0, length = 0;
-    if (!next(&k) || !next(&slot) || !next(&length) || k < 0 || k > 2) return bad();
+    if (!next(&k) || !next(&slot) || !next(&length) || k < PoolOp::kRelease || k > PoolOp::kSlide) {
+      return bad();
+    }
     plan.ops.push_back({static_cast<PoolOp::Kind>(k), static_cast<int32_t>(slot), length});
   }
   if (!next(&n) || n < 0) return bad();
@@ -65,8 +69,8 @@ Status BroadcastPlan(Communicator& comm, WirePlan* plan) {
   if (comm.rank() != 0) comm.AllowUnboundedWait();
   CTXPAR_RETURN_IF_ERROR(comm.Broadcast(&size, sizeof(size), DataType::kU8, 0));
   words.resize(size);
-  CTXPAR_RETURN_IF_ERROR(comm.Broadcast(words.data(), words.size() * sizeof(int64_t),
-                                        DataType::kU8, 0));
+  CTXPAR_RETURN_IF_ERROR(
+      comm.Broadcast(words.data(), words.size() * sizeof(int64_t), DataType::kU8, 0));
   if (comm.rank() == 0) return Status::Ok();
   CTXPAR_ASSIGN_OR_RETURN(*plan, DecodePlan(words));
   return Status::Ok();

@@ -24,6 +24,8 @@ Status ApplyPoolOp(KvPool& pool, const PoolOp& op) {
     }
     case PoolOp::kReserve:
       return pool.Reserve(op.slot, op.length);
+    case PoolOp::kSlide:
+      return pool.Slide(op.slot, op.length);
   }
   return Internal("unknown pool operation");
 }
@@ -34,7 +36,9 @@ Scheduler::Scheduler(const SchedulerOptions& options, KvPool* pool)
       init_ratio_(std::min(0.7 * options.schedule_conservativeness, 1.0)),
       min_ratio_(0.14 * init_ratio_),
       ratio_decay_((init_ratio_ - min_ratio_) / 600),
-      ratio_(init_ratio_) {}
+      ratio_(init_ratio_) {
+  for (int g = 0; g < pool->num_groups(); ++g) windows_ = windows_ || pool->group(g).window > 0;
+}
 
 void Scheduler::Enqueue(SeqState* seq) {
   auto at = std::upper_bound(waiting_.begin(), waiting_.end(), seq,
@@ -66,15 +70,34 @@ Status Scheduler::Record(StepPlan& plan, PoolOp op) {
   return Status::Ok();
 }
 
-int64_t Scheduler::ReservedPages() const {
+int64_t Scheduler::MaxChunk(const SeqState& s) const {
+  const auto all = static_cast<int64_t>(s.tokens.size());
+  return options_.chunked_prefill_size < 0 ? all
+                                           : std::min<int64_t>(all, options_.chunked_prefill_size);
+}
+
+int64_t Scheduler::ReservedPages(int g) const {
   int64_t pages = 0;
   for (const SeqState* s : running_) {
     const int64_t remaining = std::max(0, s->max_new_tokens - s->output_len());
     const auto extra = static_cast<int64_t>(std::ceil(double(remaining) * ratio_));
     const int64_t want = static_cast<int64_t>(s->tokens.size()) + extra;
-    pages += std::max<int64_t>(0, pool_->PagesFor(want) - pool_->slot_pages(s->slot));
+    pages += std::max<int64_t>(
+        0, pool_->PeakPages(g, want, MaxChunk(*s)) - pool_->slot_pages(s->slot, g));
   }
   return pages;
+}
+
+bool Scheduler::Fits(int32_t slot, int64_t pos0, int64_t length) const {
+  for (int g = 0; g < pool_->num_groups(); ++g) {
+    if (pool_->PagesNeeded(g, slot, pos0, length) > pool_->free_pages(g)) return false;
+  }
+  return true;
+}
+
+Status Scheduler::Hold(StepPlan& plan, const SeqState& s, int64_t length) {
+  if (windows_) CTXPAR_RETURN_IF_ERROR(Record(plan, {PoolOp::kSlide, s.slot, s.kv_len}));
+  return Record(plan, {PoolOp::kReserve, s.slot, length});
 }
 
 void Scheduler::Retract(SeqState* seq, StepPlan& plan) {
@@ -104,23 +127,28 @@ bool RetractBefore(const SeqState& a, const SeqState& b) {
 }
 
 SeqState* Scheduler::Victim() const {
-  return *std::min_element(running_.begin(), running_.end(),
-                           [](const SeqState* a, const SeqState* b) { return RetractBefore(*a, *b); });
+  return *std::min_element(
+      running_.begin(), running_.end(),
+      [](const SeqState* a, const SeqState* b) { return RetractBefore(*a, *b); });
 }
 
 Status Scheduler::Decode(StepPlan& plan) {
   auto decoding = [](const SeqState* s) { return s->pending() == 1 && s->kv_len > 0; };
   for (;;) {
-    int64_t need = 0;
-    for (const SeqState* s : running_) {
-      if (decoding(s)) need += pool_->PagesFor(s->kv_len + 1) - pool_->slot_pages(s->slot);
+    bool fits = true;
+    for (int g = 0; g < pool_->num_groups(); ++g) {
+      int64_t need = 0;
+      for (const SeqState* s : running_) {
+        if (decoding(s)) need += pool_->PagesNeeded(g, s->slot, s->kv_len, s->kv_len + 1);
+      }
+      fits = fits && need <= pool_->free_pages(g);
     }
-    if (need <= pool_->free_pages()) break;
+    if (fits) break;
     Retract(Victim(), plan);
   }
   for (SeqState* s : running_) {
     if (!decoding(s)) continue;
-    CTXPAR_RETURN_IF_ERROR(Record(plan, {PoolOp::kReserve, s->slot, s->kv_len + 1}));
+    CTXPAR_RETURN_IF_ERROR(Hold(plan, *s, s->kv_len + 1));
     plan.batch.Add(s->slot, s->kv_len, s->tokens.data() + s->kv_len, 1);
     plan.seqs.push_back(s);
   }
@@ -132,7 +160,7 @@ Status Scheduler::Prefill(StepPlan& plan) {
                                                      : options_.chunked_prefill_size;
   auto add_chunk = [&](SeqState* s) -> Status {
     const int64_t chunk = std::min(s->pending(), budget);
-    CTXPAR_RETURN_IF_ERROR(Record(plan, {PoolOp::kReserve, s->slot, s->kv_len + chunk}));
+    CTXPAR_RETURN_IF_ERROR(Hold(plan, *s, s->kv_len + chunk));
     const bool ends = s->kv_len + chunk == static_cast<int64_t>(s->tokens.size());
     plan.batch.Add(s->slot, s->kv_len, s->tokens.data() + s->kv_len, static_cast<int32_t>(chunk),
                    ends || s->want_prompt_logits, s->want_prompt_logits);
@@ -144,7 +172,7 @@ Status Scheduler::Prefill(StepPlan& plan) {
     if (budget <= 0) break;
     if (s->pending() <= 1 && s->kv_len > 0) continue;  // decoding
     const int64_t chunk = std::min(s->pending(), budget);
-    if (pool_->PagesFor(s->kv_len + chunk) - pool_->slot_pages(s->slot) > pool_->free_pages()) {
+    if (!Fits(s->slot, s->kv_len, s->kv_len + chunk)) {
       continue;  // waits for pages; decode retractions free them
     }
     CTXPAR_RETURN_IF_ERROR(add_chunk(s));
@@ -155,10 +183,15 @@ Status Scheduler::Prefill(StepPlan& plan) {
     const int64_t remaining = std::max(0, s->max_new_tokens - s->output_len());
     const auto estimate = static_cast<int64_t>(
         std::ceil(double(std::min<int64_t>(remaining, kClipMaxNewTokens)) * ratio_));
-    const int64_t cost = pool_->PagesFor(static_cast<int64_t>(s->tokens.size()) + estimate);
-    if (!running_.empty() && cost > pool_->free_pages() - ReservedPages()) break;
+    const int64_t want = static_cast<int64_t>(s->tokens.size()) + estimate;
+    bool admit = true;
+    for (int g = 0; g < pool_->num_groups() && !running_.empty(); ++g) {
+      const int64_t cost = pool_->PeakPages(g, want, MaxChunk(*s));
+      admit = admit && cost <= pool_->free_pages(g) - ReservedPages(g);
+    }
+    if (!admit) break;
     const int64_t chunk = std::min(s->pending(), budget);
-    if (pool_->PagesFor(chunk) > pool_->free_pages()) break;
+    if (!Fits(-1, 0, chunk)) break;
     waiting_.pop_front();
     CTXPAR_ASSIGN_OR_RETURN(s->slot, pool_->AcquireSlot());
     plan.ops.push_back({PoolOp::kAcquire, s->slot, 0});

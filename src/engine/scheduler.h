@@ -16,7 +16,10 @@
 //     chunked_prefill_size (-1: no limit), running sequences within max_running_requests, and
 //     the admission rule holds: the pages left after every running sequence reserves
 //     ceil(remaining new tokens * new_token_ratio) tokens must hold the new one's prompt (all of
-//     it, page-rounded) plus min(max_new_tokens, 4096) * new_token_ratio. The oldest queued
+//     it, page-rounded) plus min(max_new_tokens, 4096) * new_token_ratio. With window groups
+//     (kv_pool.h) this holds in every group, a window group counting at most the pages a window
+//     and one chunk span (KvPool::PeakPages); decode and prefill chunks likewise need their pages
+//     in every group. The oldest queued
 //     sequence is admitted whenever nothing runs (it always fits: the engine refuses requests
 //     larger than the pool).
 //  3. When nothing could run (prefills that each hold part of the pool and wait for more), the
@@ -46,18 +49,20 @@ struct SeqState {
   std::vector<int32_t> tokens;  // prompt, then output
   int32_t prompt_len = 0;
   int32_t max_new_tokens = 0;
-  int32_t slot = -1;     // -1: holds no KV
-  int64_t kv_len = 0;    // tokens whose K/V the pool holds
+  int32_t slot = -1;                // -1: holds no KV
+  int64_t kv_len = 0;               // tokens whose K/V the pool holds
   bool want_prompt_logits = false;  // every prompt row's logits (until the prompt is done once)
   int32_t output_len() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
   int64_t pending() const { return static_cast<int64_t>(tokens.size()) - kv_len; }
 };
 
+// kSlide (KvPool::Slide) gives back the pages of a slot that its window groups no longer show,
+// before the kReserve of its next chunk; plans carry it only for pools with a window group.
 struct PoolOp {
-  enum Kind : int32_t { kRelease = 0, kAcquire = 1, kReserve = 2 };
+  enum Kind : int32_t { kRelease = 0, kAcquire = 1, kReserve = 2, kSlide = 3 };
   Kind kind;
   int32_t slot;
-  int64_t length;  // kReserve
+  int64_t length;  // kReserve: the length to hold; kSlide: the next chunk's first position
 };
 
 struct StepPlan {
@@ -105,8 +110,15 @@ class Scheduler {
  private:
   Status Decode(StepPlan& plan);
   Status Prefill(StepPlan& plan);
-  // Tokens the running sequences may still need, times the ratio (the admission reserve).
-  int64_t ReservedPages() const;
+  // Pages of group g the running sequences may still need, their remaining tokens times the
+  // ratio (the admission reserve).
+  int64_t ReservedPages(int g) const;
+  // The most new tokens one forward gives the sequence.
+  int64_t MaxChunk(const SeqState& s) const;
+  // Whether every group has the pages `slot` (-1: a new one) lacks for positions [pos0, length).
+  bool Fits(int32_t slot, int64_t pos0, int64_t length) const;
+  // Records the operations that make s's slot hold its next forward, up to `length`.
+  Status Hold(StepPlan& plan, const SeqState& s, int64_t length);
   void Retract(SeqState* seq, StepPlan& plan);
   SeqState* Victim() const;
   Status Record(StepPlan& plan, PoolOp op);
@@ -118,6 +130,7 @@ class Scheduler {
   std::vector<PoolOp> pending_ops_;
   double init_ratio_, min_ratio_, ratio_decay_, ratio_;
   uint64_t retractions_ = 0;
+  bool windows_ = false;  // the pool has a window group: plans carry kSlide
 
   static constexpr int32_t kClipMaxNewTokens = 4096;
   static constexpr int32_t kRetractDecodeSteps = 20;
