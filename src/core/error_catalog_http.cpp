@@ -91,7 +91,7 @@ std::vector<CatalogEntry> HttpCatalogEntries() {
        "'{\"model\": \"gpt-4\", \"prompt\": \"Hi\"}'",
        "ctxpar serve --served-model-name smol & curl localhost:30000/v1/completions -d "
        "'{\"model\": \"smol\", \"prompt\": \"Hi\"}'",
-       {"CTXPAR-HTTP-003"}},
+       {"CTXPAR-HTTP-003", "CTXPAR-CHAT-001"}},
       {"CTXPAR-HTTP-006",
        "A request without the server's API key",
        "The request has no valid API key: send the header 'Authorization: Bearer KEY' with the "
@@ -130,17 +130,18 @@ std::vector<CatalogEntry> HttpCatalogEntries() {
        "{route} needs the model's chat template, which ctxpar cannot use: {detail}",
        kRequest,
        "Chat completions render the messages with the model's own template "
-       "(tokenizer.chat_template in the GGUF). ctxpar renders ChatML templates itself, without "
-       "a Jinja interpreter; a model without a template, with another family of template or "
-       "without a tokenizer cannot take chat messages.",
+       "(tokenizer.chat_template in the GGUF). ctxpar renders ChatML and Gemma templates "
+       "itself, without a Jinja interpreter; a model without a template, with another family of "
+       "template or without a tokenizer cannot take chat messages.",
        "POST /v1/chat/completions to a server whose model has no usable template.",
        {"Render the conversation in the client and send it to /v1/completions as a prompt.",
-        "Serve a model whose GGUF carries a ChatML template (SmolLM2, Qwen)."},
+        "Serve a model whose GGUF carries a ChatML or Gemma template (SmolLM2, Qwen, "
+        "gemma-3-270m-it)."},
        "ctxpar serve --model-path base.gguf & curl localhost:30000/v1/chat/completions -d "
        "'{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'",
        "ctxpar serve --model-path base.gguf & curl localhost:30000/v1/completions -d "
        "'{\"prompt\": \"User: Hi\\nAssistant:\"}'",
-       {"CTXPAR-HTTP-003"}},
+       {"CTXPAR-HTTP-003", "CTXPAR-CHAT-001"}},
       {"CTXPAR-HTTP-009",
        "A server option outside its range",
        "{option} must be {rule}, but got {value}.",
