@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "ctxpar/error_catalog.h"
 #include "ctxpar/gguf_hparams.h"
 #include "ctxpar/tokenizer.h"
 #include "models/gemma3.h"
@@ -38,10 +39,25 @@ class Gemma3Source final : public ModelSource {
     info_.num_attention_heads = hp_.num_heads;
     info_.num_key_value_heads = hp_.num_kv_heads;
     info_.hook_name = std::string(kHookName);
-    info_.hook = [hp = hp_](Resolution& r, const ResolveContext&) {
+    // int8 activations exist for Q4_1 and Q8_0 weights only (linear.h): refused at check time
+    // rather than when the first K-quant tensor loads.
+    bool int8_weights = true;
+    for (const GgufTensor& t : file_->tensors()) {
+      if (t.shape.size() == 2 && t.type != GgmlType::kQ4_1 && t.type != GgmlType::kQ8_0) {
+        int8_weights = false;
+      }
+    }
+    info_.hook = [hp = hp_, int8_weights](Resolution& r, const ResolveContext&) {
       ResolvingView cfg = r.view();
       CTXPAR_RETURN_IF_ERROR(model::CheckHeadLayout(Gemma3HeadLayout(hp), kArchitecture,
                                                     cfg.tp_size(), cfg.dcp_size()));
+      if (cfg.llama_cpp_numerics() && !int8_weights) {
+        return CatalogError(
+            "CTXPAR-MODEL-005",
+            {{"flag", "--llama-cpp-numerics"},
+             {"feature", "files whose weights are all Q4_1 or Q8_0 (int8 activations)"},
+             {"architecture", "this Gemma3ForCausalLM file (K-quant and Q5_0 weights)"}});
+      }
       return model::CheckDenseFlags(cfg, kArchitecture);
     };
   }
@@ -53,12 +69,21 @@ class Gemma3Source final : public ModelSource {
 
   KvSpec KvSpecFor(const EngineConfig& c) const override {
     const model::HeadShard shard = model::MakeHeadShard(Gemma3HeadLayout(hp_), c, 0);
-    return {.num_layers = hp_.num_layers,
-            .num_kv_heads = shard.kv_heads,
-            .head_dim_k = hp_.head_dim,
-            .head_dim_v = hp_.head_dim,
-            .v_in_k = false,
-            .dtype = c.kv_cache_dtype};
+    KvSpec spec{.num_layers = hp_.num_layers,
+                .num_kv_heads = shard.kv_heads,
+                .head_dim_k = hp_.head_dim,
+                .head_dim_v = hp_.head_dim,
+                .v_in_k = false,
+                .dtype = c.kv_cache_dtype};
+    // The global layers keep every position, the window layers their last W; the pool applies
+    // each layer's window in BatchAttention. DCP shards both groups.
+    KvGroupSpec global{.layers = {}, .window = 0, .dcp_sharded = true};
+    KvGroupSpec window{.layers = {}, .window = hp_.window, .dcp_sharded = true};
+    for (int l = 0; l < hp_.num_layers; ++l) {
+      (hp_.IsWindowLayer(l) ? window : global).layers.push_back(l);
+    }
+    if (!window.layers.empty()) spec.groups = {std::move(global), std::move(window)};
+    return spec;
   }
 
   Expected<std::unique_ptr<Model>> CreateModel(const EngineConfig& config, Communicator& world,
