@@ -49,8 +49,6 @@ struct Gemma3Hparams {
   int window_pattern = 6;
 
   bool IsWindowLayer(int l) const { return window > 0 && (l + 1) % window_pattern != 0; }
-  // Positions a layer's query sees before its own (0: all of them).
-  int LayerWindow(int l) const { return IsWindowLayer(l) ? window : 0; }
 };
 
 Expected<Gemma3Hparams> ReadGemma3Hparams(const GgufFile& file);
