@@ -65,68 +65,66 @@ struct Avx2Isa {
     }
     return w;
   }
-  // Part p is elements 8p..8p+7: nibbles of bytes (8p..8p+7) mod 16, bit 4 from qh's bit 8p + i.
+  // The block's 32 values q - 16 as int8 in element order, then widened 8 at a time.
   static Block DequantQ50(const std::uint8_t* blk) {
     const __m256 d = HalfAt(blk);
     std::uint32_t qh;
     std::memcpy(&qh, blk + 2, 4);
-    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 6));
+    const __m256i nib = _mm256_and_si256(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(qs), _mm_srli_epi16(qs, 4), 1),
+        _mm256_set1_epi8(0xF));
+    // Byte j all ones where bit j of qh is set: byte j / 8 of qh in byte j, then its bit j % 8.
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(static_cast<int>(qh)),
+        _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    // nibble | 0xF0 is nibble - 16 as int8, where bit 4 is clear.
+    const __m256i q = _mm256_or_si256(nib, _mm256_andnot_si256(set, _mm256_set1_epi8(-16)));
+    const __m128i halves[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
     Block w;
     for (int p = 0; p < kParts; ++p) {
-      const __m256i a = _mm256_cvtepu8_epi32(
-          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 6 + 8 * (p & 1))));
-      const __m256i nib =
-          p < 2 ? _mm256_and_si256(a, _mm256_set1_epi32(0xF)) : _mm256_srli_epi32(a, 4);
-      const __m256i bit = _mm256_and_si256(
-          _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(qh >> (8 * p))), lanes),
-          _mm256_set1_epi32(1));
-      const __m256i q =
-          _mm256_sub_epi32(_mm256_or_si256(nib, _mm256_slli_epi32(bit, 4)), _mm256_set1_epi32(16));
-      w.v[p] = _mm256_mul_ps(_mm256_cvtepi32_ps(q), d);
+      const __m128i b = (p & 1) ? _mm_srli_si128(halves[p >> 1], 8) : halves[p >> 1];
+      w.v[p] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), d);
     }
     return w;
   }
   // One fused rounding is DequantizeRow's two: d (fp16) times sc (6 bits) times q (5 bits) has
   // at most 22 significant bits, so the product is exact.
-  template <bool kHigh>
-  static Block DequantK45(const std::uint8_t* qs, int shift, const std::uint8_t* qh, int bit,
-                          float d, float m) {
+  template <int kShift, int kBit>
+  static Block DequantK45(const std::uint8_t* qs, const std::uint8_t* qh, float d, float m) {
+    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
+    __m256i q = _mm256_and_si256(_mm256_srli_epi16(bytes, kShift), _mm256_set1_epi8(0xF));
+    if constexpr (kBit >= 0) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+      const __m256i sel = _mm256_set1_epi8(1 << kBit);
+      const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(h, sel), sel);
+      q = _mm256_or_si256(q, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+    }
     const __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(m);
-    const __m128i count = _mm_cvtsi32_si128(shift);
+    const __m128i halves[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
     Block w;
-    for (int h = 0; h < 2; ++h) {
-      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16 * h));
-      __m128i q = _mm_and_si128(_mm_srl_epi16(bytes, count), _mm_set1_epi8(0xF));
-      if constexpr (kHigh) {
-        const __m128i hb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + 16 * h));
-        const __m128i sel = _mm_set1_epi8(static_cast<char>(1 << bit));
-        const __m128i set = _mm_cmpeq_epi8(_mm_and_si128(hb, sel), sel);
-        q = _mm_or_si128(q, _mm_and_si128(set, _mm_set1_epi8(16)));
-      }
-      for (int k = 0; k < 2; ++k) {
-        const __m256 f =
-            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(k == 0 ? q : _mm_srli_si128(q, 8)));
-        w.v[2 * h + k] = _mm256_fmsub_ps(f, vd, vm);
-      }
+    for (int p = 0; p < kParts; ++p) {
+      const __m128i b = (p & 1) ? _mm_srli_si128(halves[p >> 1], 8) : halves[p >> 1];
+      w.v[p] = _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), vd, vm);
     }
     return w;
   }
-  static Block DequantQ6K(const std::uint8_t* ql, int shift_l, const std::uint8_t* qh, int shift_h,
-                          float d0, float d1) {
-    const __m128i cl = _mm_cvtsi32_si128(shift_l), ch = _mm_cvtsi32_si128(shift_h);
+  template <int kShiftL, int kShiftH>
+  static Block DequantQ6K(const std::uint8_t* ql, const std::uint8_t* qh, float d0, float d1) {
+    const __m256i l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+    const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(l, kShiftL), _mm256_set1_epi8(0xF));
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(h, kShiftH), _mm256_set1_epi8(3));
+    const __m256i q =
+        _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
+    const __m256 vd[2] = {_mm256_set1_ps(d0), _mm256_set1_ps(d1)};
+    const __m128i halves[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
     Block w;
-    for (int h = 0; h < 2; ++h) {
-      const __m128i l = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ql + 16 * h));
-      const __m128i hb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + 16 * h));
-      const __m128i lo = _mm_and_si128(_mm_srl_epi16(l, cl), _mm_set1_epi8(0xF));
-      const __m128i hi = _mm_and_si128(_mm_srl_epi16(hb, ch), _mm_set1_epi8(3));
-      const __m128i q = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
-      const __m256 d = _mm256_set1_ps(h == 0 ? d0 : d1);
-      for (int k = 0; k < 2; ++k) {
-        const __m256 f =
-            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(k == 0 ? q : _mm_srli_si128(q, 8)));
-        w.v[2 * h + k] = _mm256_mul_ps(f, d);
-      }
+    for (int p = 0; p < kParts; ++p) {
+      const __m128i b = (p & 1) ? _mm_srli_si128(halves[p >> 1], 8) : halves[p >> 1];
+      w.v[p] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), vd[p >> 1]);
     }
     return w;
   }

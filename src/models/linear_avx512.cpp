@@ -54,60 +54,51 @@ struct Avx512Isa {
     }
     return w;
   }
-  // Elements j (part 0) and 16 + j (part 1) of the block: a nibble of byte j, bit 4 from qh.
+  // The block's 32 values q - 16 as int8 in element order (nibbles of bytes 0-15 low, then high;
+  // 16 subtracted where qh's bit is clear), then widened 16 at a time.
   static Block DequantQ50(const std::uint8_t* blk) {
     const __m512 d = HalfAt(blk);
     std::uint32_t qh;
     std::memcpy(&qh, blk + 2, 4);
-    const __m512i a =
-        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 6)));
-    const __m512i nib[kParts] = {_mm512_and_si512(a, _mm512_set1_epi32(0xF)),
-                                 _mm512_srli_epi32(a, 4)};
-    Block w;
-    for (int p = 0; p < kParts; ++p) {
-      // q - 16 is the nibble where bit 4 is set, the nibble - 16 where it is not.
-      const __mmask16 high = static_cast<__mmask16>(qh >> (16 * p));
-      const __m512i q = _mm512_mask_sub_epi32(nib[p], static_cast<__mmask16>(~high), nib[p],
-                                              _mm512_set1_epi32(16));
-      w.v[p] = _mm512_mul_ps(_mm512_cvtepi32_ps(q), d);
-    }
-    return w;
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 6));
+    const __m256i nib = _mm256_and_si256(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(qs), _mm_srli_epi16(qs, 4), 1),
+        _mm256_set1_epi8(0xF));
+    const __m256i q = _mm256_mask_sub_epi8(nib, _cvtu32_mask32(~qh), nib, _mm256_set1_epi8(16));
+    return {{_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), d),
+             _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))),
+                           d)}};
   }
   // One fused rounding is DequantizeRow's two: d (fp16) times sc (6 bits) times q (5 bits) has
   // at most 22 significant bits, so the product is exact.
-  template <bool kHigh>
-  static Block DequantK45(const std::uint8_t* qs, int shift, const std::uint8_t* qh, int bit,
-                          float d, float m) {
+  template <int kShift, int kBit>
+  static Block DequantK45(const std::uint8_t* qs, const std::uint8_t* qh, float d, float m) {
+    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
+    __m256i q = _mm256_and_si256(_mm256_srli_epi16(bytes, kShift), _mm256_set1_epi8(0xF));
+    if constexpr (kBit >= 0) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+      const __mmask32 set = _mm256_test_epi8_mask(h, _mm256_set1_epi8(1 << kBit));
+      q = _mm256_mask_add_epi8(q, set, q, _mm256_set1_epi8(16));
+    }
     const __m512 vd = _mm512_set1_ps(d), vm = _mm512_set1_ps(m);
-    const __m128i count = _mm_cvtsi32_si128(shift);
-    Block w;
-    for (int p = 0; p < kParts; ++p) {
-      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16 * p));
-      __m128i q = _mm_and_si128(_mm_srl_epi16(bytes, count), _mm_set1_epi8(0xF));
-      if constexpr (kHigh) {
-        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + 16 * p));
-        const __mmask16 set = _mm_test_epi8_mask(h, _mm_set1_epi8(static_cast<char>(1 << bit)));
-        q = _mm_mask_add_epi8(q, set, q, _mm_set1_epi8(16));
-      }
-      const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q));
-      w.v[p] = _mm512_fmsub_ps(f, vd, vm);
-    }
-    return w;
+    return {
+        {_mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q))), vd,
+                         vm),
+         _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1))),
+                         vd, vm)}};
   }
-  static Block DequantQ6K(const std::uint8_t* ql, int shift_l, const std::uint8_t* qh, int shift_h,
-                          float d0, float d1) {
-    const __m128i cl = _mm_cvtsi32_si128(shift_l), ch = _mm_cvtsi32_si128(shift_h);
-    Block w;
-    for (int p = 0; p < kParts; ++p) {
-      const __m128i l = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ql + 16 * p));
-      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + 16 * p));
-      const __m128i lo = _mm_and_si128(_mm_srl_epi16(l, cl), _mm_set1_epi8(0xF));
-      const __m128i hi = _mm_and_si128(_mm_srl_epi16(h, ch), _mm_set1_epi8(3));
-      const __m128i q = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
-      const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
-      w.v[p] = _mm512_mul_ps(f, _mm512_set1_ps(p == 0 ? d0 : d1));
-    }
-    return w;
+  template <int kShiftL, int kShiftH>
+  static Block DequantQ6K(const std::uint8_t* ql, const std::uint8_t* qh, float d0, float d1) {
+    const __m256i l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+    const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(l, kShiftL), _mm256_set1_epi8(0xF));
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(h, kShiftH), _mm256_set1_epi8(3));
+    const __m256i q =
+        _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
+    return {{_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))),
+                           _mm512_set1_ps(d0)),
+             _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))),
+                           _mm512_set1_ps(d1))}};
   }
   static V ZeroV() { return Zero(); }
   static void FmaV(V& a, V w, V x) { a = _mm512_fmadd_ps(w, x, a); }

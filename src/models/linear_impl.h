@@ -6,10 +6,10 @@
 //   kParts          vectors per 32-weight block (scalar 2 of 16 floats, AVX2 4, AVX-512 2)
 //   V, Acc, Block   one part; one output's 16-lane accumulator; a block's dequantized parts
 //   Zero, Load, Store, DequantQ41, DequantQ80, DequantQ50 (a block's 32 weights)
-//   DequantK45<kHigh>(qs, shift, qh, bit, d, m)  a Q4_K / Q5_K group: q[l] = (qs[l] >> shift) & 15,
-//                      plus 16 where bit `bit` of qh[l] is set (kHigh), weight float(q) * d - m
-//   DequantQ6K(ql, shift_l, qh, shift_h, d0, d1)  a Q6_K group: q[l] = ((ql[l] >> shift_l) & 15)
-//                      | ((qh[l] >> shift_h) & 3) << 4, weight float(q - 32) * (l < 16 ? d0 : d1)
+//   DequantK45<kShift, kBit>(qs, qh, d, m)  a Q4_K / Q5_K group: q[l] = (qs[l] >> kShift) & 15,
+//                      plus 16 where bit kBit of qh[l] is set (kBit >= 0), weight float(q) * d - m
+//   DequantQ6K<kShiftL, kShiftH>(ql, qh, d0, d1)  a Q6_K group: q[l] = ((ql[l] >> kShiftL) & 15)
+//                      | ((qh[l] >> kShiftH) & 3) << 4, weight float(q - 32) * (l < 16 ? d0 : d1)
 //   Fma(acc, p, w, x)  lanes of part p: acc[l] = fma(w[l], x[l], acc[l]), element order as in
 //                      linear.h (part p holds elements [p * 32 / kParts, (p + 1) * 32 / kParts))
 //   kChains            registers of an Acc; chain c holds the lanes of parts c, c + kChains, ...
@@ -49,37 +49,45 @@ constexpr int GroupsPerBlock() {
 }
 
 // A K-quant block's per-group factors, rounded as ctxpar/quant.h's DequantizeRow (gguf-py) rounds
-// them: Q4_K / Q5_K d[g] = d * sc_g and m[g] = dmin * m_g; Q6_K d[i] = d * sc_i for its 16
-// sub-blocks of 16. Empty work for the 32-element types.
+// them: Q4_K / Q5_K f[g] = d * sc_g and f[8 + g] = dmin * m_g for its 8 groups; Q6_K f[i] =
+// d * sc_i for its 16 sub-blocks of 16. Nothing for the 32-element types.
 struct BlockScales {
-  float d[16];
-  float m[8];
+  float f[16];
 };
 
 template <Src S>
 void ScalesOf(const std::uint8_t* blk, BlockScales* s) {
   if constexpr (S == Src::kQ4K || S == Src::kQ5K) {
+    // The 12 bytes to 8 scales then 8 mins in one pass (UnpackScaleMinK4 for every group, as
+    // ggml's dot products unpack them); the loops vectorize.
+    constexpr std::uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+    std::uint32_t u[4];
+    std::memcpy(u, blk + 4, 12);
+    u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
+    const std::uint32_t mins = u[1] & kLow6;
+    u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
+    u[2] = mins;
+    u[0] &= kLow6;
+    std::uint8_t v[16];
+    std::memcpy(v, u, 16);
     const float d = Fp16ToFp32(HalfBitsOf(blk));
     const float dmin = Fp16ToFp32(HalfBitsOf(blk + 2));
-    for (int g = 0; g < 8; ++g) {
-      std::uint8_t sc, m;
-      UnpackScaleMinK4(g, blk + 4, &sc, &m);
-      s->d[g] = d * float(sc);
-      s->m[g] = dmin * float(m);
-    }
+    for (int i = 0; i < 8; ++i) s->f[i] = d * float(v[i]);
+    for (int i = 0; i < 8; ++i) s->f[8 + i] = dmin * float(v[8 + i]);
   } else if constexpr (S == Src::kQ6K) {
     const float d = Fp16ToFp32(HalfBitsOf(blk + offsetof(BlockQ6K, d)));
     const auto* sc = reinterpret_cast<const std::int8_t*>(blk + offsetof(BlockQ6K, scales));
-    for (int i = 0; i < 16; ++i) s->d[i] = d * float(sc[i]);
+    for (int i = 0; i < 16; ++i) s->f[i] = d * float(sc[i]);
   } else {
     (void)blk;
     (void)s;
   }
 }
 
-// Group g of the block at blk, its scales from ScalesOf.
-template <class Isa, Src S>
-typename Isa::Block DequantGroup(const std::uint8_t* blk, int g, const BlockScales& s) {
+// Group G of the block at blk, its scales from ScalesOf. G is a constant so that the bit
+// positions are immediates: a shift by a register count costs two micro-ops on x86.
+template <class Isa, Src S, int G>
+typename Isa::Block DequantGroup(const std::uint8_t* blk, const BlockScales& s) {
   if constexpr (S == Src::kQ41) {
     return Isa::DequantQ41(blk);
   } else if constexpr (S == Src::kQ80) {
@@ -87,18 +95,26 @@ typename Isa::Block DequantGroup(const std::uint8_t* blk, int g, const BlockScal
   } else if constexpr (S == Src::kQ50) {
     return Isa::DequantQ50(blk);
   } else if constexpr (S == Src::kQ4K) {
-    return Isa::template DequantK45<false>(blk + offsetof(BlockQ4K, qs) + 32 * (g >> 1),
-                                           4 * (g & 1), nullptr, 0, s.d[g], s.m[g]);
+    return Isa::template DequantK45<4 * (G & 1), -1>(blk + offsetof(BlockQ4K, qs) + 32 * (G >> 1),
+                                                     nullptr, s.f[G], s.f[8 + G]);
   } else if constexpr (S == Src::kQ5K) {
-    return Isa::template DequantK45<true>(blk + offsetof(BlockQ5K, qs) + 32 * (g >> 1), 4 * (g & 1),
-                                          blk + offsetof(BlockQ5K, qh), g, s.d[g], s.m[g]);
+    return Isa::template DequantK45<4 * (G & 1), G>(blk + offsetof(BlockQ5K, qs) + 32 * (G >> 1),
+                                                    blk + offsetof(BlockQ5K, qh), s.f[G],
+                                                    s.f[8 + G]);
   } else {
     // Q6_K: each half of 128 holds groups 4h..4h+3 (ggml's dequantize_row_q6_K).
-    const int h = g >> 2, k = g & 3;
-    return Isa::DequantQ6K(blk + 64 * h + 32 * (k & 1), 4 * (k >> 1),
-                           blk + offsetof(BlockQ6K, qh) + 32 * h, 2 * k, s.d[8 * h + 2 * k],
-                           s.d[8 * h + 2 * k + 1]);
+    constexpr int h = G >> 2, k = G & 3;
+    return Isa::template DequantQ6K<4 * (k >> 1), 2 * k>(
+        blk + 64 * h + 32 * (k & 1), blk + offsetof(BlockQ6K, qh) + 32 * h, s.f[8 * h + 2 * k],
+        s.f[8 * h + 2 * k + 1]);
   }
+}
+
+// f.template operator()<G>() for G = 0 .. kCount - 1, in order.
+template <int kCount, class F>
+void ForGroups(const F& f) {
+  [&]<int... G>(std::integer_sequence<int, G...>) { (f.template operator()<G>(), ...); }
+  (std::make_integer_sequence<int, kCount>{});
 }
 
 // Decode streams the weights once: each block requests the same block this many rows ahead.
@@ -147,11 +163,11 @@ void Panel(const F32Tile& j, int r0, int t0) {
       blks[r] = j.w + std::size_t(r0 + r) * j.row_stride + b * kBytes;
       ScalesOf<S>(blks[r], &scales[r]);
     }
-    for (int g = 0; g < kGroups; ++g) {
-      const int col = (b * kGroups + g) * kBlock;
+    ForGroups<kGroups>([&]<int G>() {
+      const int col = (b * kGroups + G) * kBlock;
       for (int r = 0; r < R; ++r) {
-        Isa::Prefetch(blks[r] + g * (kBytes / kGroups) + kPrefetchRows * j.row_stride);
-        const typename Isa::Block w = DequantGroup<Isa, S>(blks[r], g, scales[r]);
+        Isa::Prefetch(blks[r] + G * (kBytes / kGroups) + kPrefetchRows * j.row_stride);
+        const typename Isa::Block w = DequantGroup<Isa, S, G>(blks[r], scales[r]);
         for (int t = 0; t < T; ++t) {
           const float* xg = xs[t] + col;
           for (int p = 0; p < Isa::kParts; ++p) {
@@ -159,7 +175,7 @@ void Panel(const F32Tile& j, int r0, int t0) {
           }
         }
       }
-    }
+    });
   }
   EmitPanel<Isa, R, T>(j, acc, r0, t0);
 }
@@ -173,11 +189,11 @@ void WidenRow(const std::uint8_t* row, int nb, float* out) {
     const std::uint8_t* blk = row + b * BlockBytes(TypeOf<S>());
     BlockScales scales;
     ScalesOf<S>(blk, &scales);
-    for (int g = 0; g < kGroups; ++g) {
-      const typename Isa::Block w = DequantGroup<Isa, S>(blk, g, scales);
-      float* o = out + (b * kGroups + g) * kBlock;
+    ForGroups<kGroups>([&]<int G>() {
+      const typename Isa::Block w = DequantGroup<Isa, S, G>(blk, scales);
+      float* o = out + (b * kGroups + G) * kBlock;
       for (int p = 0; p < Isa::kParts; ++p) Isa::Store(o + p * kLanes, w.v[p]);
-    }
+    });
   }
 }
 

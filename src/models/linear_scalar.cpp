@@ -76,22 +76,21 @@ struct ScalarIsa {
     }
     return w;
   }
-  template <bool kHigh>
-  static Block DequantK45(const std::uint8_t* qs, int shift, const std::uint8_t* qh, int bit,
-                          float d, float m) {
+  template <int kShift, int kBit>
+  static Block DequantK45(const std::uint8_t* qs, const std::uint8_t* qh, float d, float m) {
     Block w;
     for (int l = 0; l < kBlock; ++l) {
-      int q = (qs[l] >> shift) & 0xF;
-      if constexpr (kHigh) q |= ((qh[l] >> bit) & 1) << 4;
+      int q = (qs[l] >> kShift) & 0xF;
+      if constexpr (kBit >= 0) q |= ((qh[l] >> kBit) & 1) << 4;
       w.v[l / 16].l[l % 16] = float(q) * d - m;
     }
     return w;
   }
-  static Block DequantQ6K(const std::uint8_t* ql, int shift_l, const std::uint8_t* qh, int shift_h,
-                          float d0, float d1) {
+  template <int kShiftL, int kShiftH>
+  static Block DequantQ6K(const std::uint8_t* ql, const std::uint8_t* qh, float d0, float d1) {
     Block w;
     for (int l = 0; l < kBlock; ++l) {
-      const int q = ((ql[l] >> shift_l) & 0xF) | ((qh[l] >> shift_h) & 3) << 4;
+      const int q = ((ql[l] >> kShiftL) & 0xF) | ((qh[l] >> kShiftH) & 3) << 4;
       w.v[l / 16].l[l % 16] = float(q - 32) * (l < 16 ? d0 : d1);
     }
     return w;

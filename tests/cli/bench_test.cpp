@@ -97,6 +97,16 @@ TEST(CliBench, RefusesWhatItCannotMeasure) {
                 "its model is a LlamaForCausalLM, not a DeepSeek one");
 }
 
+// The int8 path takes Q4_1 and Q8_0 only: bench matmul refuses it for Gemma 3's types, and a model
+// it has no shapes for, before measuring.
+TEST(CliBench, MatMulRefusesWhatTheKernelsDoNotTake) {
+  ExpectRefused({"bench", "matmul", "--model", "gemma3", "--act", "q8"}, "CTXPAR-FLAG-008",
+                "Invalid value q8 for --act: int8 activations take Q4_1 and Q8_0 weights; gemma3 "
+                "has Q5_0");
+  ExpectRefused({"bench", "matmul", "--model", "llama"}, "CTXPAR-FLAG-005",
+                "--model: llama not in {smollm2,gemma3}");
+}
+
 // An error's usage goes to stderr with the error, none of it to stdout.
 TEST(CliBench, NoKindIsAnErrorOnStderr) {
   testing::RunResult r = RunCtxpar({"bench"});
