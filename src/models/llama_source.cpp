@@ -7,10 +7,8 @@
 #include <string>
 #include <utility>
 
-#include "ctxpar/error_catalog.h"
 #include "ctxpar/gguf_hparams.h"
 #include "ctxpar/tokenizer.h"
-#include "models/linear.h"
 #include "models/llama.h"
 #include "models/registry.h"
 
