@@ -1,6 +1,7 @@
 // `ctxpar generate` and `check` on Gemma 3 270M, as a user runs them: the greedy ids of the
 // golden's short prompt are HF transformers' (tests/data/gemma3/golden.json), from token ids and
-// from text (the SentencePiece tokenizer adds BOS), at tp 1 and over four MPI ranks with DCP;
+// from text (the SentencePiece tokenizer adds BOS), at tp 1 and over four MPI ranks with DCP, and
+// those of the 700-token prompt over four DCP ranks in prefill chunks;
 // check shows both KV groups; --chat is refused for this file, which carries no chat template.
 // Skips when the model file is absent (scripts/fetch-model.sh gemma3).
 #include <gtest/gtest.h>
@@ -84,6 +85,25 @@ TEST_F(Gemma3Cli, GreedyIdsAreHfsFromIdsAndFromText) {
                                     "a2a", "--threads", "1", "--input-ids", ids_});
   ASSERT_EQ(ranks.exit_status, 0) << ranks.err;
   EXPECT_EQ(Trim(ranks.out), want_);
+}
+
+// The 700-token prompt, past the 512-token window, in prefill chunks of 128 over four ranks
+// whose DCP group shards both KV groups.
+TEST_F(Gemma3Cli, PromptPastTheWindowOverDcpRanksInChunks) {
+  if (std::string(CTXPAR_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI";
+  std::ifstream in(std::string(CTXPAR_TEST_DATA_DIR) + "/gemma3/golden.json");
+  const nlohmann::json long_prompt = nlohmann::json::parse(in).at("prompts").at(1);
+  std::string ids, want;
+  for (int32_t id : long_prompt.at("prompt_ids").get<std::vector<int32_t>>()) {
+    ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  }
+  const auto greedy = long_prompt.at("greedy").get<std::vector<int32_t>>();
+  for (int i = 0; i < kNewTokens; ++i) want += (i ? " " : "") + std::to_string(greedy[i]);
+  const RunResult r =
+      Generate({"--tp-size", "4", "--dcp-size", "4", "--dcp-comm-backend", "shm_a2a", "--threads",
+                "1", "--chunked-prefill-size", "128", "--input-ids", ids});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_EQ(Trim(r.out), want);
 }
 
 TEST_F(Gemma3Cli, CheckShowsBothKvGroupsAndChatIsRefused) {
