@@ -221,5 +221,32 @@ TEST(SwiGlu, EqualsTheScalarExpBitForBit) {
   EXPECT_EQ(mismatches, 0);
 }
 
+// GeGlu's vector path against its scalar formula with std::exp, bit for bit, over every 61st
+// float (the cube overflows, the exponential under- and overflows, NaNs).
+TEST(GeGlu, EqualsTheScalarExpBitForBit) {
+  constexpr int kChunk = 4099;
+  std::int64_t mismatches = 0;
+  for (std::uint64_t bits = 0; bits <= 0xffffffffu;) {
+    std::vector<float> g;
+    for (; g.size() < kChunk && bits <= 0xffffffffu; bits += 61) {
+      g.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(bits)));
+    }
+    const int n = static_cast<int>(g.size());
+    std::vector<float> u(n), out(n);
+    for (int i = 0; i < n; ++i) u[i] = 1.0f + float(i % 7) / 8.0f;
+    GeGlu(g.data(), u.data(), n, out.data());
+    for (int i = 0; i < n; ++i) {
+      const float x = g[i];
+      const volatile float cube = 0.044715f * x * x * x;
+      const float arg = -2.0f * (0.7978845608028654f * (x + cube));
+      const float ref = x / (1.0f + std::exp(arg)) * u[i];
+      if (std::memcmp(&ref, &out[i], sizeof ref) != 0 && ++mismatches <= 5) {
+        ADD_FAILURE() << "gate " << x << ": " << out[i] << " against " << ref;
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
 }  // namespace
 }  // namespace ctxpar::model

@@ -26,7 +26,8 @@ void Rope(RopeStyle style, float* x, int num_heads, int head_dim, int rope_dims,
 void SwiGlu(const float* gate, const float* up, int n, float* out);
 
 // out[i] = gelu(gate[i]) * up[i] for i < n, GELU in its tanh approximation
-// (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), HF's gelu_pytorch_tanh, as Gemma uses).
+// (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), HF's gelu_pytorch_tanh, as Gemma uses),
+// computed as x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3))) with std::exp's bits on every path.
 void GeGlu(const float* gate, const float* up, int n, float* out);
 
 }  // namespace ctxpar::model
