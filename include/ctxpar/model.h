@@ -3,10 +3,11 @@
 // A ModelSource is a checkpoint opened for reading (memory-mapped, nothing loaded yet): what the
 // launch configuration needs to know (its architecture, its head counts, and its own rules as a
 // hook of the resolution pipeline), its tokenizer when it has one, the KV each rank will store
-// for a configuration, and the factory of the Model. OpenModelSource picks the loader by what the
-// path holds: a GGUF file (the Llama family) or a directory with a HF config.json (the
-// DeepSeek-V3 family). `ctxpar check --model-path`, `generate` and `serve` all go through it, so
-// they accept and refuse the same configurations.
+// for a configuration, and the factory of the Model. OpenModelSource picks the source from the
+// architecture registry (src/models/registry.h) by what the path holds: a GGUF file by its
+// general.architecture (llama, gemma3), a directory by its HF config.json's architectures
+// (DeepSeek-V3). `ctxpar check --model-path`, `generate` and `serve` all go through it, so they
+// accept and refuse the same configurations.
 //
 // A Model holds one rank's share of the weights (tensor parallel over the TP group, with the DCP
 // groups inside it) and runs one forward over a Batch (batch.h) against the KV pool (kv_pool.h).
@@ -92,7 +93,8 @@ class ModelSource {
                                                        ThreadPool* pool) const = 0;
 };
 
-// Opens a GGUF file or a HF checkpoint directory; errors name the path and what is wrong.
+// Opens a GGUF file or a HF checkpoint directory; errors name the path and what is wrong (an
+// architecture outside the registry: CTXPAR-MODEL-010 for GGUF, CTXPAR-HF-002 for HF).
 Expected<std::unique_ptr<ModelSource>> OpenModelSource(const std::string& path);
 
 }  // namespace ctxpar

@@ -388,7 +388,7 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        {"CTXPAR-MODEL-002"}},
       {"CTXPAR-MODEL-008",
        "A model path that holds no model ctxpar reads",
-       "{path} is {holds}: ctxpar reads a GGUF file (the Llama family) or a HF checkpoint "
+       "{path} is {holds}: ctxpar reads a GGUF file (Llama, Gemma 3) or a HF checkpoint "
        "directory with config.json and *.safetensors (DeepSeek-V3 family).",
        kConfig,
        "The loader is chosen by what the path holds; this path holds neither kind.",
@@ -397,7 +397,23 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "ctxpar generate --model-path ~/.cache/ctxpar/models 'Hello'",
        "ctxpar generate --model-path ~/.cache/ctxpar/models/SmolLM2-135M-Instruct.Q4_1.gguf "
        "'Hello'",
-       {"CTXPAR-GGUF-001"}},
+       {"CTXPAR-GGUF-001", "CTXPAR-MODEL-010"}},
+      {"CTXPAR-MODEL-010",
+       "A GGUF file of an architecture ctxpar does not run",
+       "{path}: general.architecture is '{architecture}'; ctxpar runs GGUF models of the "
+       "architectures {known}.",
+       kConfig,
+       "A GGUF file names its network in general.architecture, and ctxpar picks the model code "
+       "by that name from its architecture registry. A file of another architecture has tensors "
+       "and hyperparameters that no registered model reads.",
+       "--model-path naming a GGUF file of an architecture outside the list (qwen2, phi3, "
+       "mistral3, ...).",
+       {"Use a GGUF file of one of the listed architectures (SmolLM2 is llama, Gemma 3 is "
+        "gemma3).",
+        "`ctxpar check --model-path FILE` tells at once whether a file is one ctxpar runs."},
+       "ctxpar generate --model-path qwen2.5-0.5b-instruct-q4_k_m.gguf 'Hello'",
+       "ctxpar generate --model-path gemma-3-270m-q4_k_m.gguf 'Hello'",
+       {"CTXPAR-MODEL-008", "CTXPAR-GGUF-004"}},
   };
 }
 
