@@ -170,8 +170,9 @@ int RunAttentionBench(const std::vector<std::string>& args) {
   std::string contexts = "4k,16k,32k,64k,128k,256k";
   std::string thread_list = "1,2";
   std::vector<std::string> kinds = {"gqa-bf16", "gqa-fp32", "mla-fp32", "mla-bf16"};
-  const std::vector<std::string> known = {"gqa-bf16", "gqa-fp32",     "mla-fp32",
-                                          "mla-bf16", "smollm2-fp32", "smollm2-bf16"};
+  const std::vector<std::string> known = {
+      "gqa-bf16",     "gqa-fp32",    "mla-fp32",    "mla-bf16",      "smollm2-fp32",
+      "smollm2-bf16", "gemma3-fp32", "gemma3-bf16", "gemma3h1-fp32", "gemma3h1-bf16"};
   int reps = 3;
   int ceiling_mib = 1024;
   bool json = false;
@@ -186,7 +187,9 @@ int RunAttentionBench(const std::vector<std::string>& args) {
   app.add_option("--kinds", kinds,
                  "gqa-bf16 gqa-fp32 (32 q heads, 8 KV heads, D 128) mla-fp32 "
                  "mla-bf16 (128 heads, 576/512) smollm2-fp32 smollm2-bf16 (9 q heads, 3 KV "
-                 "heads, D 64: the served model's)")
+                 "heads, D 64: the served model's) gemma3-fp32 gemma3-bf16 (Gemma 3 270M: 4 q "
+                 "heads, 1 KV head, D 256) gemma3h1-fp32 gemma3h1-bf16 (one of its q heads: a "
+                 "rank's at tp 4)")
       ->check(CLI::IsMember(known));
   app.add_option("--prefill", prefill,
                  "query rows: 0 one decode row; N the last N tokens of each context, causally "
@@ -226,6 +229,10 @@ int RunAttentionBench(const std::vector<std::string>& args) {
       {"mla", DataType::kBF16, 128, 1, 576, 512, true},
       {"smollm2", DataType::kF32, 9, 3, 64, 64, false},
       {"smollm2", DataType::kBF16, 9, 3, 64, 64, false},
+      {"gemma3", DataType::kF32, 4, 1, 256, 256, false},
+      {"gemma3", DataType::kBF16, 4, 1, 256, 256, false},
+      {"gemma3h1", DataType::kF32, 1, 1, 256, 256, false},
+      {"gemma3h1", DataType::kBF16, 1, 1, 256, 256, false},
   };
   nlohmann::json out = {{"isa", std::string(CpuIsaName(*isa))},
                         {"gqa_page_format", format_name},

@@ -31,7 +31,8 @@ struct Shape {
   int group_heads;  // h * N: the widened head set
   int head_dim_v;
 };
-constexpr Shape kShapes[] = {{"dsv3", 128, 512}, {"gqa", 32, 128}};
+// Gemma 3 270M at tp 4: 4 query heads over a DCP group of 4, one per rank, D 256.
+constexpr Shape kShapes[] = {{"dsv3", 128, 512}, {"gqa", 32, 128}, {"gemma3", 4, 256}};
 
 struct Result {
   std::string mode, shape, backend, wire;
@@ -131,7 +132,7 @@ Status CheckGroupSize(const char* flag, int n) {
   return CatalogError("CTXPAR-FLAG-008",
                       {{"value", std::to_string(n)},
                        {"flag", flag},
-                       {"reason", "it divides the heads of no shape (128 and 32)"},
+                       {"reason", "it divides the heads of no shape (128, 32 and 4)"},
                        {"valid", "2, 4, 8, 16, 32 or 64"}});
 }
 

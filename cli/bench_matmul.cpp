@@ -1,7 +1,8 @@
-// `ctxpar bench matmul`: MatMul (src/models/linear.h) over SmolLM2-135M's matrix shapes for n
-// activation rows (n = 1 is batch-1 decode, 16 is 16 sequences decoding together), beside the
-// read ceiling and FMA peak of the same run (bench_ceilings.h). Each shape is timed over enough
-// copies of its weights to pass the caches, as a decode step streams every layer's weights.
+// `ctxpar bench matmul`: MatMul (src/models/linear.h) over a model's matrix shapes and weight
+// types (SmolLM2-135M's Q4_1 file, or Gemma 3 270M's Q4_K_M one) for n activation rows (n = 1 is
+// batch-1 decode, 16 is 16 sequences decoding together), beside the read ceiling and FMA peak of
+// the same run (bench_ceilings.h). Each shape is timed over enough copies of its weights to pass
+// the caches, as a decode step streams every layer's weights.
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <cstdio>
@@ -9,11 +10,13 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "bench.h"
 #include "bench_ceilings.h"
+#include "ctxpar/error_catalog.h"
 #include "ctxpar/quant.h"
 #include "ctxpar/thread_pool.h"
 #include "error_report.h"
@@ -34,7 +37,7 @@ struct Shape {
 
 // SmolLM2-135M: 30 layers of dim 576, 9 q heads and 3 KV heads of 64, ffn 1536; Q4_1 layers and
 // the Q8_0 embedding as lm_head (vocab 49152). Each runs whole, as the model does at any tp.
-const Shape kShapes[] = {
+const Shape kSmolLm2[] = {
     {"q 576x576", 576, 576, WeightType::kQ4_1, 30},
     {"o 576x576", 576, 576, WeightType::kQ4_1, 30},
     {"k/v 192x576", 192, 576, WeightType::kQ4_1, 60},
@@ -43,16 +46,45 @@ const Shape kShapes[] = {
     {"lm_head 49152x576", 49152, 576, WeightType::kQ8_0, 1},
 };
 
+// Gemma 3 270M, Q4_K_M: 18 layers of dim 640, 4 q heads and 1 KV head of 256, ffn 2048; half the
+// layers hold v in Q5_0 and ffn_down in Q4_K, the other half v in Q8_0 and ffn_down in Q6_K; the
+// Q8_0 embedding is the tied lm_head (vocab 262144).
+const Shape kGemma3[] = {
+    {"q 1024x640 Q5_0", 1024, 640, WeightType::kQ5_0, 18},
+    {"k 256x640 Q5_0", 256, 640, WeightType::kQ5_0, 18},
+    {"v 256x640 Q5_0", 256, 640, WeightType::kQ5_0, 9},
+    {"v 256x640 Q8_0", 256, 640, WeightType::kQ8_0, 9},
+    {"o 640x1024 Q4_K", 640, 1024, WeightType::kQ4_K, 18},
+    {"gate/up 2048x640 Q5_0", 2048, 640, WeightType::kQ5_0, 36},
+    {"down 640x2048 Q4_K", 640, 2048, WeightType::kQ4_K, 9},
+    {"down 640x2048 Q6_K", 640, 2048, WeightType::kQ6_K, 9},
+    {"lm_head 262144x640 Q8_0", 262144, 640, WeightType::kQ8_0, 1},
+};
+
 // Random blocks with fp16 scales of the model's size: the kernels' time does not depend on them.
 std::vector<std::uint8_t> RandomWeights(std::size_t bytes, WeightType type, std::mt19937& rng) {
   std::vector<std::uint8_t> w(bytes);
   std::uniform_int_distribution<int> byte(0, 255);
   for (auto& b : w) b = static_cast<std::uint8_t>(byte(rng));
-  const std::uint16_t d = Fp32ToFp16(0.01f), m = Fp32ToFp16(-0.08f);
+  const std::uint16_t d = Fp32ToFp16(0.01f), m = Fp32ToFp16(-0.08f), dk = Fp32ToFp16(0.001f);
   const std::size_t block = model::BlockBytes(type);
   for (std::size_t i = 0; i + block <= bytes; i += block) {
-    std::memcpy(&w[i], &d, 2);
-    if (type == WeightType::kQ4_1) std::memcpy(&w[i + 2], &m, 2);
+    switch (type) {
+      case WeightType::kQ4_1:
+        std::memcpy(&w[i], &d, 2);
+        std::memcpy(&w[i + 2], &m, 2);
+        break;
+      case WeightType::kQ4_K:
+      case WeightType::kQ5_K:
+        std::memcpy(&w[i], &dk, 2);
+        std::memcpy(&w[i + 2], &dk, 2);
+        break;
+      case WeightType::kQ6_K:
+        std::memcpy(&w[i + offsetof(BlockQ6K, d)], &dk, 2);
+        break;
+      default:
+        std::memcpy(&w[i], &d, 2);
+    }
   }
   return w;
 }
@@ -66,7 +98,8 @@ struct Point {
 
 Point TimeShape(const Shape& s, int n, model::ActFormat act, ThreadPool& pool, int reps,
                 std::size_t min_bytes, std::mt19937& rng) {
-  const std::size_t row_bytes = std::size_t(s.cols) / model::kBlock * model::BlockBytes(s.type);
+  const std::size_t row_bytes =
+      std::size_t(s.cols) / model::BlockSize(s.type) * model::BlockBytes(s.type);
   const std::size_t bytes = row_bytes * s.rows;
   const int copies = static_cast<int>(std::max<std::size_t>(1, (min_bytes + bytes - 1) / bytes));
   const std::vector<std::uint8_t> weights = RandomWeights(bytes * copies, s.type, rng);
@@ -92,7 +125,8 @@ Point TimeShape(const Shape& s, int n, model::ActFormat act, ThreadPool& pool, i
 }
 
 int RunMatMulBench(const std::vector<std::string>& args) {
-  CLI::App app{"ctxpar bench matmul: MatMul on SmolLM2's shapes vs measured ceilings"};
+  CLI::App app{"ctxpar bench matmul: MatMul on a model's shapes vs measured ceilings"};
+  std::string model_name = "smollm2";
   std::string thread_list = "1,2";
   std::string row_list = "1,4,16,64";
   std::string act_name = "f32";
@@ -100,6 +134,10 @@ int RunMatMulBench(const std::vector<std::string>& args) {
   int ceiling_mib = 1024;
   int weights_mib = 64;
   bool json = false;
+  app.add_option("--model", model_name,
+                 "shapes and weight types: smollm2 (SmolLM2-135M Q4_1) or gemma3 (Gemma 3 270M "
+                 "Q4_K_M)")
+      ->check(CLI::IsMember({"smollm2", "gemma3"}));
   app.add_option("--threads", thread_list, "thread counts");
   app.add_option("--rows", row_list, "activation rows per call (sequences decoding together)");
   app.add_option("--act", act_name, "activations: f32 (the default numerics) or q8")
@@ -130,13 +168,29 @@ int RunMatMulBench(const std::vector<std::string>& args) {
     return kExitInvalid;
   }
   const model::ActFormat act = act_name == "q8" ? model::ActFormat::kQ8 : model::ActFormat::kF32;
+  const bool gemma = model_name == "gemma3";
+  const std::span<const Shape> shapes =
+      gemma ? std::span<const Shape>(kGemma3) : std::span<const Shape>(kSmolLm2);
+  for (const Shape& s : shapes) {
+    if (!model::CheckActFormat(act, s.type).ok()) {
+      return fail(CatalogError(
+          "CTXPAR-FLAG-008",
+          {{"value", act_name},
+           {"flag", "--act"},
+           {"reason", "int8 activations take Q4_1 and Q8_0 weights; " + model_name + " has " +
+                          std::string(GgmlTypeName(model::GgmlTypeOf(s.type)))},
+           {"valid", "f32 (q8 with --model smollm2)"}}));
+    }
+  }
   nlohmann::json out = {{"isa", model::MatMulIsa()},
+                        {"model", model_name},
                         {"activations", act_name},
                         {"load_average_1min", LoadAverage()},
                         {"results", nlohmann::json::array()}};
   if (!json) {
-    std::printf("ctxpar bench matmul  isa=%s  activations %s  load average %.2f  (best of %d)\n",
-                model::MatMulIsa(), act_name.c_str(), LoadAverage(), reps);
+    std::printf(
+        "ctxpar bench matmul  %s  isa=%s  activations %s  load average %.2f  (best of %d)\n",
+        model_name.c_str(), model::MatMulIsa(), act_name.c_str(), LoadAverage(), reps);
   }
   std::mt19937 rng(1);
   for (int threads : *threads_list) {
@@ -147,13 +201,13 @@ int RunMatMulBench(const std::vector<std::string>& args) {
     if (!json) {
       std::printf(
           "\nthreads %d: read ceiling %.1f GB/s (%.1f by CPU time), FMA peak %.1f GFLOP/s "
-          "(%.1f)\n%-17s %3s %9s %7s %5s %7s %5s %6s | %8s %5s %7s %5s %6s\n",
+          "(%.1f)\n%-23s %3s %9s %7s %5s %7s %5s %6s | %8s %5s %7s %5s %6s\n",
           threads, read.wall, read.cpu, fma.wall, fma.cpu, "shape", "n", "us/call", "w GB/s",
           "%read", "GFLOP/s", "%peak", "x n=1", "cpu:GB/s", "%read", "GFLOP/s", "%peak", "x n=1");
     }
     // The matmul seconds of one decode step of n sequences, by wall and CPU time.
     std::vector<Rate> step(rows_list->size());
-    for (const Shape& s : kShapes) {
+    for (const Shape& s : shapes) {
       Rate first;  // seconds per row at the first n
       for (std::size_t i = 0; i < rows_list->size(); ++i) {
         const int n = (*rows_list)[i];
@@ -180,7 +234,7 @@ int RunMatMulBench(const std::vector<std::string>& args) {
                                     {"rows_per_s_vs_first", gain.cpu}}}});
         if (!json) {
           std::printf(
-              "%-17s %3d %9.1f %7.2f %4.0f%% %7.1f %4.0f%% %5.2fx | %8.2f %4.0f%% %7.1f "
+              "%-23s %3d %9.1f %7.2f %4.0f%% %7.1f %4.0f%% %5.2fx | %8.2f %4.0f%% %7.1f "
               "%4.0f%% %5.2fx\n",
               s.name, n, p.time.wall * 1e6, p.gbps.wall, 100 * p.gbps.wall / read.wall,
               p.gflops.wall, 100 * p.gflops.wall / fma.wall, gain.wall, p.gbps.cpu,
@@ -197,9 +251,10 @@ int RunMatMulBench(const std::vector<std::string>& args) {
                                      {"cpu_time", {{"matmul_tokens_per_s", rate.cpu}}}});
       if (!json) {
         std::printf(
-            "decode step, every matmul of a SmolLM2 token, n %d: %.0f tokens/s (%.2fx) | "
+            "decode step, every matmul of a %s token, n %d: %.0f tokens/s (%.2fx) | "
             "cpu: %.0f (%.2fx)\n",
-            (*rows_list)[i], rate.wall, rate.wall / first.wall, rate.cpu, rate.cpu / first.cpu);
+            gemma ? "Gemma 3" : "SmolLM2", (*rows_list)[i], rate.wall, rate.wall / first.wall,
+            rate.cpu, rate.cpu / first.cpu);
       }
     }
   }
@@ -209,7 +264,8 @@ int RunMatMulBench(const std::vector<std::string>& args) {
 
 }  // namespace
 
-CTXPAR_REGISTER_BENCH("matmul", "MatMul on SmolLM2's shapes for n rows vs read and FMA ceilings",
+CTXPAR_REGISTER_BENCH("matmul",
+                      "MatMul on SmolLM2's or Gemma 3's shapes for n rows vs read and FMA ceilings",
                       RunMatMulBench);
 
 }  // namespace ctxpar::cli

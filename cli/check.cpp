@@ -2,7 +2,7 @@
 // Without --model-path it applies SGLang's rules to the flags alone (a dry run for any machine,
 // --platform included); with --model-path it runs what generate and serve run before they start
 // (PrepareLaunch: the model's own rules, the engine's, the KV pool) and shows
-// max_total_num_tokens.
+// max_total_num_tokens (and swa_max_total_num_tokens for a model with sliding-window layers).
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -47,6 +47,9 @@ int Report(bool json, const Status& status, const ResolvedConfig* config, const 
       out["model"] = {{"path", launch->source->path()},
                       {"architecture", launch->source->desc().architecture}};
       out["max_total_num_tokens"] = launch->max_total_num_tokens;
+      if (launch->swa_max_total_num_tokens > 0) {
+        out["swa_max_total_num_tokens"] = launch->swa_max_total_num_tokens;
+      }
       out["max_running_requests"] = launch->config.max_running_requests;
     }
     if (!status.ok()) out["error"] = {{"id", status.error_id()}, {"message", status.message()}};
@@ -74,6 +77,14 @@ int Report(bool json, const Status& status, const ResolvedConfig* config, const 
         launch->config.max_running_requests < config->max_running_requests().value_or(0)
             ? " (one per page of the pool at most)"
             : "");
+    if (launch->swa_max_total_num_tokens > 0) {
+      const KvGroupSpec& window = launch->kv.groups[KvPool::FirstWindowGroup(launch->kv)];
+      std::printf(
+          "swa_max_total_num_tokens: %lld (sliding-window KV pool of %zu layers with a window of "
+          "%d: %lld pages of %d tokens per rank)\n",
+          static_cast<long long>(launch->swa_max_total_num_tokens), window.layers.size(),
+          window.window, static_cast<long long>(launch->kv.window_pages), launch->kv.page_size);
+    }
   }
   const auto fields = config->NonDefaultFields();
   size_t width[3] = {5, 3, 5};

@@ -128,7 +128,9 @@ Expected<std::vector<int32_t>> Encode(const ModelSource& model, const std::strin
   if (tok == nullptr) {
     return CatalogError("CTXPAR-ENGINE-013", {{"model", model.desc().architecture}});
   }
-  if (!chat) return tok->Encode(text);
+  // A raw prompt is the operator's whole text: control tokens written in it are tokens, as
+  // llama-cli and /v1/completions read them. A chat message's are text (ChatTemplate).
+  if (!chat) return tok->Encode(text, {.parse_special = true});
   CTXPAR_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::FromJinja(tok->chat_template()));
   const std::vector<ChatMessage> messages = {{"user", text}};
   return tmpl.Encode(*tok, messages, true);
@@ -302,7 +304,9 @@ int RunGenerate(const std::vector<std::string>& args) {
   GenerateOptions o;
   SamplingParams& s = o.sampling;
   s.temperature = 0.0f;
-  app.add_option("prompt", o.prompt, "The prompt (raw text, or the user message with --chat).");
+  app.add_option("prompt", o.prompt,
+                 "The prompt: raw text, in which control tokens such as <|im_start|> are read "
+                 "as tokens, or with --chat the user message, which is all text.");
   app.add_option("--prompts-file", o.prompts_file,
                  "Submit every line of FILE as a prompt at once; output lines begin with the "
                  "prompt's index and a tab.");

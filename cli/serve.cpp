@@ -15,10 +15,12 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,8 +31,10 @@
 #include "ctxpar/error_catalog.h"
 #include "ctxpar/launch.h"
 #include "ctxpar/server.h"
+#include "error_report.h"
 #include "launch_flags.h"
 #include "mpi_launch.h"
+#include "rank_watch.h"
 
 namespace ctxpar::cli {
 namespace {
@@ -65,6 +69,21 @@ std::string ServerArgsLine(const Launch& launch, const ServerOptions& o) {
   return line;
 }
 
+// Rank 0, when the engine can serve no more (a rank died, the watchdog fired): ends every open
+// request with the error, answers 503 (/health too) for a moment so that probes see why, and
+// exits; under mpirun the job then ends.
+[[noreturn]] void EndOnFault(Server& server, const Status& fault) {
+  constexpr auto kFlush = std::chrono::seconds(2);
+  const auto began = std::chrono::steady_clock::now();
+  Log("ctxpar serve: " + fault.message() + " (" + fault.error_id() + ")");
+  server.Fail(fault);
+  const bool flushed = server.WaitResponses(kFlush);
+  Log(flushed ? "ctxpar serve: every open request was ended with that error; exiting"
+              : "ctxpar serve: some responses could not be written in time; exiting");
+  std::this_thread::sleep_until(began + kFlush);
+  std::_Exit(ExitStatusFor(fault));
+}
+
 // Rank 0: binds, tells the other ranks whether it could (they would otherwise wait in the
 // engine's collectives), then loads, serves and stops on a signal.
 Status RunRank(Communicator& world, Launch& launch, const ServerOptions& options,
@@ -86,6 +105,8 @@ Status RunRank(Communicator& world, Launch& launch, const ServerOptions& options
   Expected<std::unique_ptr<Engine>> engine =
       Engine::Create(launch.config, *launch.source, world, leader ? Log : nullptr);
   if (!engine.ok()) return engine.status();
+  Expected<std::unique_ptr<RankWatch>> watch = RankWatch::Create(world);
+  if (!watch.ok()) return watch.status();
   std::thread waiter;
   std::atomic<bool> run_ended{false};
   std::unique_ptr<EngineBackend> backend;
@@ -101,10 +122,16 @@ Status RunRank(Communicator& world, Launch& launch, const ServerOptions& options
         (ipv6 ? "[" + options.host + "]" : options.host) + ":" + std::to_string(server->port()));
     Engine* e = engine->get();
     Server* srv = server.get();
-    waiter = std::thread([e, srv, &signals, &run_ended] {
-      const timespec tick{0, 100'000'000};
+    e->OnFault([srv](const Status& fault) { srv->Fail(fault); });
+    waiter = std::thread([e, srv, &signals, &run_ended, ranks = watch->get()] {
+      const timespec now{0, 0};
       while (!run_ended.load()) {
-        const int signal = sigtimedwait(&signals, nullptr, &tick);
+        std::optional<Status> fault = ranks->Wait(std::chrono::milliseconds(100));
+        if (!fault) {
+          if (Status health = e->Health(); !health.ok()) fault = health;
+        }
+        if (fault) EndOnFault(*srv, *fault);
+        const int signal = sigtimedwait(&signals, nullptr, &now);
         if (signal <= 0) continue;
         // Under mpirun the launcher forwards SIGINT / SIGTERM as SIGUSR1 / SIGUSR2.
         const int received = signal == SIGUSR1 ? SIGINT : signal == SIGUSR2 ? SIGTERM : signal;
@@ -139,6 +166,11 @@ int RunServe(const std::vector<std::string>& args) {
   app.add_option("--served-model-name", o.served_model_name,
                  "The model name of the API (default: the model path).");
   app.add_flag("--enable-metrics", o.enable_metrics, "Serve Prometheus metrics on /metrics.");
+  app.add_option("--http-timeout", o.http_timeout,
+                 "Seconds within which a request's headers must arrive, and the longest pause in "
+                 "its body or in a client's reading (default 10).");
+  app.add_option("--max-connections-per-client", o.max_connections_per_client,
+                 "Open connections one client address may hold (default 256; 429 beyond).");
   Status status;
   if (int rc = ParseCommandLine(app, args, "serve", &status); rc >= 0) {
     return rc == kExitOk ? rc : Fail(status);

@@ -5,6 +5,8 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/install-python.sh >/dev/null
 export CTXPAR_MODEL="${CTXPAR_MODEL:-$(bash scripts/fetch-model.sh)}"
+# Gemma 3's tests skip with a message when it cannot be fetched.
+export CTXPAR_GEMMA3_MODEL="${CTXPAR_GEMMA3_MODEL:-$(bash scripts/fetch-model.sh gemma3 || true)}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 cmake --preset default
 cmake --build --preset default

@@ -7,7 +7,10 @@
 #
 #   bash bench/model/bench_generate.sh            # env: CTXPAR_MODEL, CTXPAR_BIN, LLAMA_CPP_BIN
 #                                                 #      (a directory), REPEATS (3), NEW_TOKENS (128),
-#                                                 #      RANKS3 (1; 0 skips the tp 3 dcp 3 rows)
+#                                                 #      RANKS3 (1; 0 skips the tp 3 dcp 3 rows),
+#                                                 #      NUMERICS (1; 0 skips --llama-cpp-numerics)
+#   CTXPAR_MODEL=$(bash scripts/fetch-model.sh gemma3) RANKS3=0 NUMERICS=0 \
+#       bash bench/model/bench_generate.sh         # Gemma 3 (4 heads; int8 activations refused)
 #
 # On a machine shared with other jobs, `chrt -f 10 env RANKS3=0 bash bench/model/bench_generate.sh`
 # gives both engines their cores for the run; the three-rank rows must stay out of it, since
@@ -20,6 +23,7 @@ llama_bin="${LLAMA_CPP_BIN:-$(bash bench/llama_cpp/build.sh | tail -1)}"
 repeats="${REPEATS:-3}"
 new_tokens="${NEW_TOKENS:-128}"
 ranks3="${RANKS3:-1}"
+numerics="${NUMERICS:-1}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 # About 550 tokens of text (llama-bench times random tokens of the requested counts instead).
 prompt=$(python3 -c '
@@ -53,8 +57,10 @@ for cores in 0 0,1; do
   ncores=$(tr ',' '\n' <<<"$cores" | wc -l)
   read -r p d n < <(best_of "$cores" --threads "$ncores")
   echo "| ctxpar (fp32 activations) | $ncores | 1 | $n | $p | $d |"
-  read -r p d n < <(best_of "$cores" --threads "$ncores" --llama-cpp-numerics)
-  echo "| ctxpar --llama-cpp-numerics | $ncores | 1 | $n | $p | $d |"
+  if [ "$numerics" != 0 ]; then
+    read -r p d n < <(best_of "$cores" --threads "$ncores" --llama-cpp-numerics)
+    echo "| ctxpar --llama-cpp-numerics | $ncores | 1 | $n | $p | $d |"
+  fi
   if [ "$ranks3" != 0 ]; then
     read -r p d n < <(best_of "$cores" --threads 1 --tp-size 3 --dcp-size 3 \
                       --dcp-comm-backend a2a --dcp-replicate-q-proj)

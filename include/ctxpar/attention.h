@@ -2,9 +2,11 @@
 //
 // Contract
 // - Query rows: row i belongs to sequence row_seq[i] (or sequence i when row_seq is null) and
-//   sees the first row_kv_len[i] local rows of that sequence's shard. Decode has one row per
-//   sequence with the whole shard visible; causal prefill has one row per token, each seeing the
-//   shard rows whose global position is <= the token's position (kv_layout.h computes that).
+//   sees the local rows [row_kv_start[i], row_kv_len[i]) of that sequence's shard (row_kv_start
+//   null: [0, row_kv_len[i])). Decode has one row per sequence with the whole shard visible;
+//   causal prefill has one row per token, each seeing the shard rows whose global position is <=
+//   the token's position; a sliding window of W also hides those <= t - W (kv_layout.h computes
+//   both). Only the block-table entries of pages that hold a visible row are read.
 // - Shapes (row-major, fp32 unless stated):
 //     q   [num_rows, num_q_heads, head_dim_qk]
 //     o   [num_rows, num_q_heads, head_dim_v]          written
@@ -36,14 +38,17 @@
 //   relative (typically 1e-3); fp32 KV: about 1e-5 on every path.
 // - Work is split over rows, KV heads and chunks of keys (split-KV); the chunks of one row are
 //   merged with merge.h, so a single long sequence uses every thread. With kTiles16, up to four
-//   consecutive rows of one sequence whose row_kv_len do not decrease (a causal prefill) share
-//   each chunk's task and read each tile once for all of them.
-// - Batch invariance: with split_kv_keys > 0, a row's chunks are the local rows [c * split_kv_keys,
-//   (c + 1) * split_kv_keys) below its row_kv_len, each computed by one task and merged in chunk
-//   order; its O and lse are then a fixed function of its q, its keys and split_kv_keys, bitwise
-//   the same whatever the other rows, their number, the threads, or whether the row is a decode
-//   row or a causal-prefill token with the same row_kv_len. split_kv_keys = 0 sizes the chunks
-//   from the call's total keys and threads (one long row uses every thread): not invariant.
+//   consecutive rows of one sequence whose row_kv_start and row_kv_len do not decrease (a causal
+//   prefill) share each chunk's task where they start at the same key, and read each tile once
+//   for all of them.
+// - Batch invariance: with split_kv_keys > 0, a row's chunks are its visible rows in [c *
+//   split_kv_keys, (c + 1) * split_kv_keys), for the c that meet [row_kv_start, row_kv_len): the
+//   chunk boundaries are absolute, not relative to the row's start. Each chunk is computed by one
+//   task and merged in chunk order; the row's O and lse are then a fixed function of its q, its
+//   keys, its range and split_kv_keys, bitwise the same whatever the other rows, their number,
+//   the threads, or whether the row is a decode row or a causal-prefill token with the same
+//   range. split_kv_keys = 0 sizes the chunks from the call's total keys and threads (one long
+//   row uses every thread): not invariant.
 // - Thread safety: a call reads its inputs and writes only o and lse; concurrent calls on
 //   disjoint outputs are safe unless they share a pool. num_threads <= 0 means all hardware
 //   threads. The SIMD path is the one SelectCpuIsa() picks (CTXPAR_CPU_ISA can force a lower
@@ -92,6 +97,8 @@ struct PartialAttentionParams {
   int num_q_heads = 0;
   const int32_t* row_seq = nullptr;     // [num_rows] or null (row i is sequence i)
   const int32_t* row_kv_len = nullptr;  // [num_rows], each in [0, max_pages_per_seq * page_size]
+  // [num_rows], each in [0, row_kv_len[i]], or null (every row starts at local row 0).
+  const int32_t* row_kv_start = nullptr;
   float scale = 1.0f;
   PagedKv kv;
   int num_threads = 0;

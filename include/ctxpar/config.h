@@ -181,6 +181,8 @@ class ConfigGetters {
   double schedule_conservativeness() const { return Float("schedule_conservativeness"); }
   bool disable_radix_cache() const { return Bool("disable_radix_cache"); }
   std::string schedule_policy() const { return Str("schedule_policy"); }
+  double swa_full_tokens_ratio() const { return Float("swa_full_tokens_ratio"); }
+  double watchdog_timeout() const { return Float("watchdog_timeout"); }
   std::string model_path() const { return Str("model_path"); }  // "" when unset
   std::string model_arch() const { return Str("model_arch"); }  // "" when unset
   std::string platform() const { return Str("platform"); }      // a Platform::Spec()

@@ -1,8 +1,11 @@
 // Split-KV partial decode attention on a CUDA device (sm_90a) over a paged bf16 KV cache.
 //
 // Contract: the same semantics and layouts as PartialAttentionCpu (attention.h), with every
-// pointer of PartialAttentionParams (q, o, lse, row_seq, row_kv_len, kv.k, kv.v,
-// kv.block_table) a DEVICE pointer, kv.dtype == DataType::kBF16 and num_threads ignored.
+// pointer of PartialAttentionParams (q, o, lse, row_seq, row_kv_len, row_kv_start, kv.k, kv.v,
+// kv.block_table) a DEVICE pointer, kv.dtype == DataType::kBF16 and num_threads ignored. A row
+// sees its keys [row_kv_start, row_kv_len) (row_kv_start null: from 0; a sliding window): the
+// splits stay the absolute chunks [s * keys_per_split, (s + 1) * keys_per_split), and those before
+// the row's start are empty (O = 0, lse = -inf, weight 0 in the merge).
 //   q   [num_rows, num_q_heads, head_dim_qk]  fp32
 //   o   [num_rows, num_q_heads, head_dim_v]   fp32, written
 //   lse [num_rows, num_q_heads]               fp32, written, NATURAL log of sum_j exp(s_j)

@@ -22,6 +22,9 @@
 //   // causal prefill: one row per token at global position t, seeing positions <= t
 //   row_seq[i] = seq;    row_kv_len[i] = cache.VisibleRows(t_i);
 //   CTXPAR_RETURN_IF_ERROR((*attn)->Forward(q, cache.View(), row_seq, row_kv_len, rows, o));
+//   // a sliding window: row i sees local rows [row_kv_start[i], row_kv_len[i]) (KvLayout::
+//   // WindowLocalRows); a rank may see none of them (its partial is then O = 0, lse = -inf)
+//   (*attn)->Forward(q, kv, row_seq, row_kv_len, rows, o, nullptr, row_kv_start);
 // o is [rows, h, head_dim_v] fp32; lse (optional) [rows, h], natural log.
 // With dcp_size == 1 Forward is plain attention over the whole cache with no communication.
 //
@@ -67,7 +70,8 @@ class DcpAttention {
                                                         Communicator* dcp_comm);
 
   Status Forward(const float* q, const PagedKv& kv, const int32_t* row_seq,
-                 const int32_t* row_kv_len, int rows, float* o, float* lse = nullptr);
+                 const int32_t* row_kv_len, int rows, float* o, float* lse = nullptr,
+                 const int32_t* row_kv_start = nullptr);
 
   int heads_per_rank() const { return h_; }
   int group_heads() const { return h_ * options_.dcp_size; }

@@ -98,9 +98,11 @@ struct EngineSnapshot {
 // The KV pool a rank gets for `config` and the model: pages of config.page_size tokens, as many
 // as config.kv_cache_mib MiB hold (capped by max_total_tokens), kTiles16 where the page allows
 // it, and max_slots = min(max_running_requests, num_pages) (a running request holds a page).
+// With the model's window groups (KvSpec::groups), the budget is shared as SGLang's hybrid pools
+// share it: window_pages hold config.swa_full_tokens_ratio tokens per token of num_pages.
 // CTXPAR-KV-002 when the budget holds no page, CTXPAR-KV-005 when max_total_tokens is below one
 // page, CTXPAR-KV-004 when the pool would exceed the machine's memory or 2^31 pages.
-// max_total_num_tokens is the result's num_pages * page_size * dcp_size.
+// max_total_num_tokens is the result's num_pages * page_size * dcp_size (KvPool::GroupTokens).
 Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource& source,
                                   int dcp_rank);
 
@@ -135,7 +137,7 @@ class Engine {
   // Rank 0. Makes Run return after ending every request with kAbort.
   void Stop();
   // Rank 0, while another thread runs Run(kStopped): empties the prefix cache (SGLang's
-  // /flush_cache) and returns once the engine has. Refused with CTXPAR-ENGINE-014 while any
+  // /flush_cache) and returns once the engine has. Refused with CTXPAR-ENGINE-015 while any
   // request runs or waits, CTXPAR-ENGINE-008 once the engine has stopped. Ok with the cache off.
   Status FlushCache();
 
@@ -143,6 +145,14 @@ class Engine {
   // kIdle, requests submitted later run in the next Run call. A failure of a collective or the
   // model ends every request with kAbort and is returned; the engine then takes no request.
   Status Run(RunUntil until);
+
+  // Rank 0. Not OK (CTXPAR-ENGINE-014, naming the step's requests) while the step in flight has
+  // run longer than config.watchdog_timeout seconds: SGLang's watchdog, read by the server for
+  // /health and to end itself.
+  Status Health() const;
+  // Rank 0, before Run. `handler` is called on Run's thread when a collective or the model fails,
+  // before the requests are aborted (the server then ends their responses with the error).
+  void OnFault(std::function<void(const Status&)> handler);
 
   EngineSnapshot Snapshot() const;
   const ModelDesc& model_desc() const;

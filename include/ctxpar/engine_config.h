@@ -63,12 +63,14 @@ struct EngineConfig {
   DataType kv_cache_dtype = DataType::kF32;  // kF32 (auto) or kBF16
   int64_t kv_cache_mib = 0;                  // KV memory budget per rank
   std::optional<int64_t> max_total_tokens;   // cap on the pool's tokens
+  double swa_full_tokens_ratio = 0.8;        // window-group tokens per full-group token
   int max_running_requests = 0;
   std::optional<int> max_queued_requests;  // unset: no limit
   int chunked_prefill_size = 0;            // prefill tokens per step; -1: whole prompts
   double schedule_conservativeness = 1.0;  // admission's new_token_ratio starts at 0.7 x this
   bool disable_radix_cache = false;        // the prefix cache is on unless this is set
   SchedulePolicy schedule_policy = SchedulePolicy::kFcfs;
+  double watchdog_timeout = 300.0;  // seconds a step may run (Engine::Health)
   int threads = 0;                  // compute threads per rank
   uint64_t random_seed = 0;         // seed of requests that give none
   bool llama_cpp_numerics = false;  // int8 activations in the matmuls (GGUF models)

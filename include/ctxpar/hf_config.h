@@ -73,5 +73,8 @@ Expected<DeepseekV3Config> ParseDeepseekV3Config(std::string_view json_text,
                                                  const std::string& origin);
 // Reads DIR/config.json; NotFound when it does not exist.
 Expected<DeepseekV3Config> ReadDeepseekV3Config(const std::string& dir);
+// The architecture DIR/config.json names (its one `architectures` entry): CTXPAR-HF-001 when it
+// cannot be read, CTXPAR-HF-002 when it is not one ctxpar runs from a HF checkpoint.
+Expected<std::string> ReadHfArchitecture(const std::string& dir);
 
 }  // namespace ctxpar

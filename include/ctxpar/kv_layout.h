@@ -3,7 +3,8 @@
 // With N = dcp_size ranks and interleave size I (default 1), the token at global position p
 // (0-based) lives on rank (p / I) % N, in that rank's local row (p / (I*N)) * I + p % I. Ranks
 // store their tokens in position order, so a rank's local rows are dense: the tokens of positions
-// [0, L) occupy local rows [0, LocalLength(rank, L)).
+// [0, L) occupy local rows [0, LocalLength(rank, L)), and those of [a, b) the local rows
+// [LocalLength(rank, a), LocalLength(rank, b)).
 //
 // Thread safety: a value type with pure member functions.
 #pragma once
@@ -13,6 +14,12 @@
 #include "ctxpar/status.h"
 
 namespace ctxpar {
+
+// Local rows [begin, end) of one rank's shard.
+struct LocalRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
 
 class KvLayout {
  public:
@@ -33,6 +40,12 @@ class KvLayout {
   // The local rows of `rank` that a causal query at global position t sees: its tokens at
   // positions <= t. For a decode row of a sequence of length L, t = L - 1.
   int64_t VisibleLocalRows(int rank, int64_t t) const { return LocalLength(rank, t + 1); }
+
+  // The local rows of `rank` that a query at global position t sees through a sliding window of
+  // `window` positions (0: no window, all positions <= t): the positions p with t - window < p
+  // <= t, p >= 0. They are dense local rows, [LocalLength(rank, t - window + 1), VisibleLocalRows
+  // (rank, t)); empty (begin == end) when the rank owns none of them.
+  LocalRange WindowLocalRows(int rank, int64_t t, int64_t window) const;
 
  private:
   KvLayout(int n, int i) : n_(n), i_(i) {}

@@ -28,8 +28,10 @@ struct Launch {
   std::unique_ptr<ModelSource> source;
   ResolvedConfig resolved;  // with the source of every value
   EngineConfig config;
-  KvPoolOptions kv;  // rank 0's pool
-  int64_t max_total_num_tokens = 0;
+  KvPoolOptions kv;                  // rank 0's pool
+  int64_t max_total_num_tokens = 0;  // the full-attention group's tokens
+  // The first sliding-window group's tokens (SGLang's swa_layer_tokens); 0: no window group.
+  int64_t swa_max_total_num_tokens = 0;
 };
 
 // Where the model is read from when --model-path is not given: $CTXPAR_MODEL, else

@@ -3,10 +3,11 @@
 // A ModelSource is a checkpoint opened for reading (memory-mapped, nothing loaded yet): what the
 // launch configuration needs to know (its architecture, its head counts, and its own rules as a
 // hook of the resolution pipeline), its tokenizer when it has one, the KV each rank will store
-// for a configuration, and the factory of the Model. OpenModelSource picks the loader by what the
-// path holds: a GGUF file (the Llama family) or a directory with a HF config.json (the
-// DeepSeek-V3 family). `ctxpar check --model-path`, `generate` and `serve` all go through it, so
-// they accept and refuse the same configurations.
+// for a configuration, and the factory of the Model. OpenModelSource picks the source from the
+// architecture registry (src/models/registry.h) by what the path holds: a GGUF file by its
+// general.architecture (llama, gemma3), a directory by its HF config.json's architectures
+// (DeepSeek-V3). `ctxpar check --model-path`, `generate` and `serve` all go through it, so they
+// accept and refuse the same configurations.
 //
 // A Model holds one rank's share of the weights (tensor parallel over the TP group, with the DCP
 // groups inside it) and runs one forward over a Batch (batch.h) against the KV pool (kv_pool.h).
@@ -37,11 +38,20 @@ class Tokenizer;
 struct ModelDesc {
   std::string architecture;  // HF architecture string: "LlamaForCausalLM", "DeepseekV3ForCausalLM"
   int vocab_size = 0;
-  int context_length = 0;  // positions the model can attend over
+  int context_length = 0;              // positions the model can attend over
   std::vector<int32_t> eos_token_ids;  // generation ends on these unless ignore_eos
 };
 
 // The KV one rank stores per token and layer for a configuration (kv_pool.h's options).
+//
+// Layer groups: a model whose layers do not all keep every position declares its groups, each
+// with its layers, its retention (window 0: every position; W: the token at position t sees
+// t - W < p <= t) and whether DCP shards it; groups[0] must be a full-attention group (its
+// tokens are max_total_num_tokens). The engine gives each group its own pages out of the same
+// --kv-cache-mib, and BatchAttention (src/models) applies a layer's window from its group: the
+// model only says which group each layer is in. Every group has the head shape above. A model
+// that declares no group gets one full-attention group of every layer, sharded by DCP.
+// Gemma 3 270M: groups = {{{5, 11, 17}, 0, true}, {{0, 1, 2, 3, 4, 6, ...}, 512, true}}.
 struct KvSpec {
   int num_layers = 0;
   int num_kv_heads = 0;  // per rank, after TP and DCP
@@ -49,6 +59,7 @@ struct KvSpec {
   int head_dim_v = 0;
   bool v_in_k = false;
   DataType dtype = DataType::kF32;
+  std::vector<KvGroupSpec> groups = {};  // empty: one full-attention group of every layer
 };
 
 class Model {
@@ -56,7 +67,8 @@ class Model {
   virtual ~Model() = default;
   virtual const ModelDesc& desc() const = 0;
   // Collective over the TP group: every rank calls it with the same batch, after the engine made
-  // every sequence's slot hold positions [0, pos0 + num_tokens) (KvPool::Reserve). Appends the
+  // every sequence's slot hold positions [0, pos0 + num_tokens) (KvPool::Reserve; in a window
+  // group of W, those from pos0 - W + 1 on: KvPool::Slide). Appends the
   // new tokens' K/V to `kv` and writes `logits` [batch.TotalLogitRows(), vocab_size] (fp32,
   // resized; the same on every rank). Token ids outside [0, vocab_size) are InvalidArgument.
   // Logits that are not finite are an error naming the layer where it can.
@@ -81,7 +93,8 @@ class ModelSource {
                                                        ThreadPool* pool) const = 0;
 };
 
-// Opens a GGUF file or a HF checkpoint directory; errors name the path and what is wrong.
+// Opens a GGUF file or a HF checkpoint directory; errors name the path and what is wrong (an
+// architecture outside the registry: CTXPAR-MODEL-010 for GGUF, CTXPAR-HF-002 for HF).
 Expected<std::unique_ptr<ModelSource>> OpenModelSource(const std::string& path);
 
 }  // namespace ctxpar

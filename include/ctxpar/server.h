@@ -14,8 +14,10 @@
 //
 // Threads. The HTTP threads only parse, validate, queue (Backend::Submit) and write what the
 // backend's update callbacks hand them through a per-request queue; the backend's own thread
-// (the engine's Run) owns the model. Each open stream holds one HTTP thread, so the pool is sized
-// from the engine's limits. A client that goes away mid-stream has its requests cancelled.
+// (the engine's Run) owns the model. Each request in flight holds one HTTP thread (which ends
+// with it); connections are read by one I/O thread with deadlines (http_transport.h), so slow or
+// idle clients hold no thread. A client that goes away has its requests cancelled, streaming or
+// not.
 //
 // Life cycle: Create, Start (binds and answers /health with 503), Attach once the engine is
 // loaded, BeginShutdown (new requests get 503; streams go on until their requests end, which
@@ -24,6 +26,7 @@
 // Thread safety: every method may be called from any thread; Attach once, before BeginShutdown.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -44,11 +47,15 @@ struct ServerOptions {
   std::string api_key;            // empty: no authentication
   std::string served_model_name;  // empty: the model path
   bool enable_metrics = false;
+  // Seconds within which a request's headers must arrive (and the longest wait for the body's
+  // next bytes, for a keep-alive connection's next request, and for a write to progress).
+  double http_timeout = 10.0;
+  int max_connections_per_client = 256;  // open connections from one client address
 };
 
-// The most HTTP threads for a configuration: one per request that can be running or queued at
-// once (each open stream holds one), plus a few for short routes; kMaxHttpThreads when the queue
-// is unbounded. Threads start as connections need them, so a high cap costs nothing unused.
+// The most requests handled at once for a configuration (each on a thread of its own, which ends
+// with it; 503 beyond): one per request that can be running or queued at once (each open stream
+// holds one), plus a few for short routes; kMaxHttpThreads when the queue is unbounded.
 inline constexpr int kMaxHttpThreads = 4096;
 int ServerThreads(const EngineConfig& config);
 
@@ -63,6 +70,8 @@ class Backend {
   virtual EngineSnapshot Snapshot() const = 0;
   // Empties the prefix cache (Engine::FlushCache); blocks until done or refused.
   virtual Status FlushCache() = 0;
+  // Not OK while the backend cannot serve (a step stalled past the watchdog): /health says 503.
+  virtual Status Health() const { return Status::Ok(); }
 };
 
 class EngineBackend final : public Backend {
@@ -74,6 +83,7 @@ class EngineBackend final : public Backend {
   void Cancel(uint64_t id) override { engine_->Cancel(id); }
   EngineSnapshot Snapshot() const override { return engine_->Snapshot(); }
   Status FlushCache() override { return engine_->FlushCache(); }
+  Status Health() const override { return engine_->Health(); }
 
  private:
   Engine* engine_;
@@ -90,11 +100,13 @@ struct ServingModel {
 
 class Server {
  public:
-  // Refuses options out of range (port, threads) with CTXPAR-HTTP-009.
+  // Refuses options out of range (port, host, http_timeout, max_connections_per_client) with
+  // CTXPAR-HTTP-009.
   static Expected<std::unique_ptr<Server>> Create(ServerOptions options);
   ~Server();
 
-  // Binds host:port (a failure names them) and serves on `threads` HTTP threads.
+  // Binds host:port (a failure names them) and serves, handling at most `threads` requests at
+  // once (ServerThreads).
   Status Start(int threads);
   // The port bound by Start (the chosen one when options.port was 0).
   int port() const;
@@ -103,6 +115,12 @@ class Server {
   Status Attach(ServingModel model);
   // Stops taking requests: new ones get 503 (CTXPAR-HTTP-010).
   void BeginShutdown();
+  // The engine can serve no more (`cause`: a rank died, the watchdog fired). Every open request
+  // ends now: a stream with a final event {"error": {...}} then [DONE], any other with 503 and
+  // the cause's error object; new requests and /health get 503 too.
+  void Fail(const Status& cause);
+  // Waits up to `limit` until every generation request's response is written; true when done.
+  bool WaitResponses(std::chrono::milliseconds limit);
   // After BeginShutdown: waits until every generation request's response is written, then closes
   // the listening socket and joins the HTTP threads.
   void Wait();

@@ -1,27 +1,38 @@
-// Tokenizer: byte-level BPE as GPT-2 style models use it (GGUF tokenizer.ggml.model == "gpt2"),
-// built from the vocabulary a GGUF file carries, and matching llama.cpp token for token.
+// Tokenizer: the tokenizer a GGUF file carries, built from its vocabulary and matching llama.cpp
+// token for token. Two kinds, named by tokenizer.ggml.model:
+//   "gpt2"   byte-level BPE (SmolLM2): a pre-tokenizer splits words, merges join byte tokens;
+//   "llama"  SentencePiece BPE with byte fallback (Gemma 3): scored pieces join characters.
+// Both share everything but the encoding of plain text (docs/tokenizer.md).
 //
-// Encoding runs in three stages:
+// Encoding runs in two stages:
 //   1. Special tokens (token type CONTROL, UNKNOWN or USER_DEFINED) are cut out of the text
 //      first, longest first. CONTROL and UNKNOWN ones only when EncodeOptions::parse_special is
-//      set; USER_DEFINED ones always (as llama.cpp and HF tokenizers do).
-//   2. The rest is split into words by the pre-tokenizer that tokenizer.ggml.pre names.
-//      Supported: "smollm" (and its aliases "starcoder", "refact", "command-r", "codeshell",
-//      "exaone", "minerva": each digit alone, then the GPT-2 regex
-//      's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+) and "gpt2"
-//      (the GPT-2 regex alone). Unicode classes come from a table generated from Python's
-//      unicodedata (tools/golden/llama_cpp/gen_unicode_table.py).
-//   3. Each word's UTF-8 bytes are mapped to tokens of the GPT-2 byte-to-unicode alphabet and
-//      merged pairwise by merge rank (lowest rank first, leftmost first among equal ranks).
-//      A byte whose byte-level token is missing from the vocabulary is dropped, as llama.cpp
-//      drops it (SmolLM2 lacks 21 of them: 0x04, 0x06, 0x13, 0x14, 0x16, 0x1D and bytes that
-//      never occur in UTF-8).
-// Invalid UTF-8 in the text is read as llama.cpp reads it: each byte that does not start a
-// well-formed sequence becomes U+FFFD.
+//      set; USER_DEFINED ones always (as llama.cpp and HF tokenizers do). Token types are those
+//      of the file as llama.cpp corrects them by text: end-of-turn and fill-in-the-middle
+//      markers ("</s>", "<eos>", "<|im_end|>", "<fim_prefix>", ...) are CONTROL.
+//   2. Each piece of text between them is encoded by the kind's model:
+//      gpt2: split into words by the pre-tokenizer that tokenizer.ggml.pre names. Supported:
+//        "smollm" (and its aliases "starcoder", "refact", "command-r", "codeshell", "exaone",
+//        "minerva": each digit alone, then the GPT-2 regex
+//        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+) and "gpt2"
+//        (the GPT-2 regex alone). Unicode classes come from a table generated from Python's
+//        unicodedata (tools/golden/llama_cpp/gen_unicode_table.py). Each word's UTF-8 bytes are
+//        mapped to tokens of the GPT-2 byte-to-unicode alphabet and merged pairwise by merge
+//        rank (lowest rank first, leftmost first among equal ranks). A byte whose byte-level
+//        token is missing from the vocabulary is dropped, as llama.cpp drops it (SmolLM2 lacks
+//        21 of them). Invalid UTF-8 is read as llama.cpp reads it: each byte that does not
+//        start a well-formed sequence becomes U+FFFD.
+//      llama: a space is put in front when add_space_prefix is set and the piece begins the
+//        text or follows a special token; spaces become U+2581; the piece is cut into UTF-8
+//        characters (a lead byte and the bytes its length claims, unchecked), and adjacent
+//        symbols whose concatenation is a token merge, highest score first, leftmost first
+//        among equal scores (llama.cpp's llm_tokenizer_spm). A symbol left that is no token is
+//        written as its bytes' <0xXX> tokens (the unknown token where one is missing).
 //
-// Decoding maps each token back to its bytes. Those bytes need not end on a UTF-8 boundary (one
-// character may span tokens): Decode returns them as they are; Utf8StreamDecoder turns a stream
-// of tokens into text that only ever contains complete UTF-8 sequences.
+// Decoding maps each token back to its bytes (gpt2: the byte-level alphabet; llama: U+2581 is a
+// space, <0xXX> is the byte XX). Those bytes need not end on a UTF-8 boundary (one character
+// may span tokens): Decode returns them as they are; Utf8StreamDecoder turns a stream of tokens
+// into text that only ever contains complete UTF-8 sequences.
 //
 // Token ids are int32_t in [0, vocab_size()). The ids BOS/EOS come from the metadata
 // (tokenizer.ggml.bos_token_id / eos_token_id), -1 when absent.
@@ -56,15 +67,18 @@ enum class TokenType : int32_t {
 
 // Everything the tokenizer needs, as plain values; the GGUF keys are named beside each field.
 struct TokenizerSpec {
-  std::string model = "gpt2";        // tokenizer.ggml.model
-  std::string pre = "smollm";        // tokenizer.ggml.pre
-  std::vector<std::string> tokens;   // tokenizer.ggml.tokens, byte-level alphabet
+  std::string model = "gpt2";        // tokenizer.ggml.model: "gpt2" or "llama"
+  std::string pre = "smollm";        // tokenizer.ggml.pre (gpt2; llama ignores it)
+  std::vector<std::string> tokens;   // tokenizer.ggml.tokens (gpt2: byte-level alphabet)
   std::vector<int32_t> token_types;  // tokenizer.ggml.token_type; empty: all kNormal
-  std::vector<std::string> merges;   // tokenizer.ggml.merges, "left right", rank = index
+  std::vector<std::string> merges;   // tokenizer.ggml.merges, "left right", rank = index (gpt2)
+  std::vector<float> scores;         // tokenizer.ggml.scores (llama); empty: all 0
   int32_t bos_id = -1;               // tokenizer.ggml.bos_token_id
   int32_t eos_id = -1;               // tokenizer.ggml.eos_token_id
+  int32_t unk_id = -1;               // tokenizer.ggml.unknown_token_id (llama)
   bool add_bos = false;              // tokenizer.ggml.add_bos_token
   bool add_eos = false;              // tokenizer.ggml.add_eos_token
+  bool add_space_prefix = false;     // tokenizer.ggml.add_space_prefix (llama)
   std::string chat_template;         // tokenizer.chat_template (Jinja source), may be empty
 };
 
@@ -86,10 +100,13 @@ struct TextSegment {
 
 class Tokenizer {
  public:
-  // Validates the spec: model "gpt2", a supported pre-tokenizer, every merge "a b" with a, b and
-  // ab in the vocabulary, ids in range, unique token texts.
+  // Validates the spec: model "gpt2" or "llama", ids in range, unique token texts, BYTE tokens
+  // that read <0xHH>; for gpt2 a supported pre-tokenizer and every merge "a b" with a, b and ab
+  // in the vocabulary; for llama one score per token (or none).
   static Expected<Tokenizer> Create(TokenizerSpec spec);
-  // Reads the tokenizer.* keys of a GGUF file and calls Create.
+  // Reads the tokenizer.* keys of a GGUF file and calls Create; keys a file leaves out take
+  // llama.cpp's defaults for its model (llama: BOS 1, EOS 2, unknown 0, add_bos and
+  // add_space_prefix true). The one constructor a model source needs, for either kind.
   static Expected<Tokenizer> FromGguf(const GgufFile& file);
 
   Tokenizer(Tokenizer&&) noexcept;
@@ -104,12 +121,17 @@ class Tokenizer {
   std::vector<int32_t> Encode(std::span<const TextSegment> segments, bool add_special = true) const;
 
   // The bytes of the tokens, concatenated. CONTROL/UNKNOWN tokens give their text when
-  // render_special is set and nothing otherwise. An id outside [0, vocab_size()) is an error.
+  // render_special is set and nothing otherwise; UNUSED and UNDEFINED ones nothing. With
+  // add_space_prefix, the first token loses one leading space (llama.cpp's llama_detokenize).
+  // An id outside [0, vocab_size()) is an error.
   Expected<std::string> Decode(std::span<const int32_t> ids, bool render_special = false) const;
-  // The bytes of one token (see Decode); id must be in range.
+  // The bytes of one token (see Decode, but no space is removed: a stream's pieces keep theirs);
+  // id must be in range (llama.cpp's llama_token_to_piece with lstrip 0).
   Expected<std::string> TokenToPiece(int32_t id, bool render_special = false) const;
 
   int32_t vocab_size() const;
+  // tokenizer.ggml.model: "gpt2" or "llama".
+  const std::string& model() const;
   int32_t bos_id() const;
   int32_t eos_id() const;
   TokenType token_type(int32_t id) const;           // id must be in range

@@ -109,6 +109,11 @@ Status Validate(const PartialAttentionParams& p) {
           "row_kv_len" + at, len,
           "must be in [0, kv.max_pages_per_seq * kv.page_size = " + std::to_string(max_len) + "]");
     }
+    const int start = p.row_kv_start != nullptr ? p.row_kv_start[i] : 0;
+    if (start < 0 || start > len) {
+      return Bad("row_kv_start" + at, start,
+                 "must be in [0, row_kv_len" + at + " = " + std::to_string(len) + "]");
+    }
     const int seq = p.row_seq != nullptr ? p.row_seq[i] : i;
     if (seq < 0 || (p.num_seqs > 0 && seq >= p.num_seqs)) {
       return Bad(p.row_seq != nullptr ? "row_seq" + at : "num_seqs", seq,
@@ -118,7 +123,7 @@ Status Validate(const PartialAttentionParams& p) {
     }
     const int32_t* pages = kv.block_table + static_cast<int64_t>(seq) * kv.max_pages_per_seq;
     const int used = (len + kv.page_size - 1) / kv.page_size;
-    for (int j = 0; j < used; ++j) {
+    for (int j = start / kv.page_size; j < used; ++j) {
       if (pages[j] < 0 || (kv.num_pages > 0 && pages[j] >= kv.num_pages)) {
         return Bad(
             "kv.block_table[" + std::to_string(seq) + " * max_pages_per_seq + " +
@@ -234,8 +239,9 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
                 : p.num_threads > 0
                     ? p.num_threads
                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto start_of = [&](int row) { return p.row_kv_start != nullptr ? p.row_kv_start[row] : 0; };
   int64_t total_keys = 0;
-  for (int i = 0; i < p.num_rows; ++i) total_keys += p.row_kv_len[i];
+  for (int i = 0; i < p.num_rows; ++i) total_keys += p.row_kv_len[i] - start_of(i);
   const double fmas = static_cast<double>(total_keys) * heads * (dqk + dv);
   threads = static_cast<int>(std::min<double>(threads, std::max(1.0, fmas / kFmasPerThread)));
 
@@ -249,13 +255,18 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
     // Whole 16-key tiles, so that no chunk of kTiles16 starts inside one.
     if (chunk != INT64_MAX) chunk = (chunk + 15) / 16 * 16;
   }
-  auto splits_of = [&](int len) {
-    return len <= chunk ? 1 : static_cast<int>((len + chunk - 1) / chunk);
-  };
+  // Row i's splits are the absolute chunks [first_chunk[i], first_chunk[i] + splits[i]) that meet
+  // its range; an empty range is one empty split.
+  std::vector<int64_t> first_chunk(p.num_rows);
+  std::vector<int> splits(p.num_rows);
+  for (int i = 0; i < p.num_rows; ++i) {
+    const int64_t start = start_of(i), len = p.row_kv_len[i];
+    first_chunk[i] = start / chunk;
+    splits[i] = len > start ? static_cast<int>((len - 1) / chunk - first_chunk[i] + 1) : 1;
+  }
   int64_t partial_floats = 0;
   for (int i = 0; i < p.num_rows; ++i) {
-    const int splits = splits_of(p.row_kv_len[i]);
-    if (splits > 1) partial_floats += static_cast<int64_t>(splits) * heads * (dv + 1);
+    if (splits[i] > 1) partial_floats += static_cast<int64_t>(splits[i]) * heads * (dv + 1);
   }
   std::vector<float> partials(partial_floats);
   // Rows per sequence in this call: a sequence's only row (decode) reads keys no other row
@@ -267,55 +278,73 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
   std::vector<int> split_of(p.num_rows, -1);  // the row's index in split_rows, if it has splits
   float* next_partial = partials.data();
   for (int i = 0; i < p.num_rows; ++i) {
-    const int splits = splits_of(p.row_kv_len[i]);
-    if (splits == 1) continue;
+    if (splits[i] == 1) continue;
     split_of[i] = static_cast<int>(split_rows.size());
     split_rows.push_back(
-        {i, splits, next_partial, next_partial + static_cast<int64_t>(splits) * heads * dv});
-    next_partial += static_cast<int64_t>(splits) * heads * (dv + 1);
+        {i, splits[i], next_partial, next_partial + static_cast<int64_t>(splits[i]) * heads * dv});
+    next_partial += static_cast<int64_t>(splits[i]) * heads * (dv + 1);
   }
-  // Where split s of row i goes: the output itself when the row has one split.
-  auto out_of = [&](int i, int s) -> std::pair<float*, float*> {
+  // Where the split of row i in absolute chunk c goes: the output itself when the row has one.
+  auto out_of = [&](int i, int64_t c) -> std::pair<float*, float*> {
     if (split_of[i] < 0) {
       const int64_t head0 = static_cast<int64_t>(i) * heads;
       return {p.o + head0 * dv, p.lse + head0};
     }
     const SplitRow& r = split_rows[split_of[i]];
-    return {r.o + static_cast<int64_t>(s) * heads * dv, r.lse + static_cast<int64_t>(s) * heads};
+    const int64_t s = c - first_chunk[i];
+    return {r.o + s * heads * dv, r.lse + s * heads};
   };
-  auto split_end = [&](int i, int s) {
-    return static_cast<int>(std::min<int64_t>(p.row_kv_len[i], s * chunk + chunk));
+  // c * chunk <= a row's end for every chunk c it has (and chunk is INT64_MAX only for c = 0).
+  auto split_begin = [&](int i, int64_t c) {
+    return static_cast<int>(std::max<int64_t>(start_of(i), c * chunk));
   };
-  // Consecutive rows of one sequence whose lengths do not decrease (a causal prefill chunk)
-  // share each split's first key: with kTiles16 up to kMaxTaskRows of them make one task.
+  auto split_end = [&](int i, int64_t c) {
+    return static_cast<int>(std::min<int64_t>(p.row_kv_len[i], c * chunk + chunk));
+  };
+  auto has_chunk = [&](int i, int64_t c) {
+    return c >= first_chunk[i] && c < first_chunk[i] + splits[i];
+  };
+  // Consecutive rows of one sequence whose ranges do not move back (a causal prefill chunk,
+  // windowed or not): with kTiles16 up to kMaxTaskRows of them that start a chunk at the same
+  // key make one task.
   const bool multi = kv.format == KvPageFormat::kTiles16;
   std::vector<Task> tasks;
   std::vector<attention_internal::KernelRow> task_rows;
   for (int i = 0; i < p.num_rows;) {
     int last = i + 1;
-    if (multi && p.row_kv_len[i] > 0) {
+    if (multi && p.row_kv_len[i] > start_of(i)) {
       while (last < p.num_rows && last - i < attention_internal::kMaxTaskRows &&
-             seq_of(last) == seq_of(i) && p.row_kv_len[last] >= p.row_kv_len[last - 1]) {
+             seq_of(last) == seq_of(i) && p.row_kv_len[last] >= p.row_kv_len[last - 1] &&
+             start_of(last) >= start_of(last - 1) && p.row_kv_len[last] > start_of(last)) {
         ++last;
       }
     }
-    for (int s = 0; s < splits_of(p.row_kv_len[last - 1]); ++s) {
-      // The rows with a split s: a suffix, as the lengths do not decrease.
+    const int64_t c_end = first_chunk[last - 1] + splits[last - 1];
+    for (int64_t c = first_chunk[i]; c < c_end; ++c) {
+      // The rows with chunk c form a run, as starts and ends do not decrease; within it, rows of
+      // the same first key share a task.
       int from = i;
-      while (splits_of(p.row_kv_len[from]) <= s) ++from;
-      const auto [o, lse] = out_of(last - 1, s);
-      Task t{last - 1, static_cast<int>(s * chunk), split_end(last - 1, s), o, lse};
-      if (last - from > 1) {
-        t.row = from;
-        t.rows = last - from;
-        t.rows_at = static_cast<int>(task_rows.size());
-        for (int r = from; r < last; ++r) {
-          const auto [ro, rlse] = out_of(r, s);
-          task_rows.push_back(
-              {p.q + static_cast<int64_t>(r) * heads * dqk, ro, rlse, split_end(r, s)});
+      while (from < last && !has_chunk(from, c)) ++from;
+      int to = from;
+      while (to < last && has_chunk(to, c)) ++to;
+      for (int r0 = from; r0 < to;) {
+        int r1 = r0 + 1;
+        while (r1 < to && split_begin(r1, c) == split_begin(r0, c)) ++r1;
+        const auto [o, lse] = out_of(r1 - 1, c);
+        Task t{r1 - 1, split_begin(r1 - 1, c), split_end(r1 - 1, c), o, lse};
+        if (r1 - r0 > 1) {
+          t.row = r0;
+          t.rows = r1 - r0;
+          t.rows_at = static_cast<int>(task_rows.size());
+          for (int r = r0; r < r1; ++r) {
+            const auto [ro, rlse] = out_of(r, c);
+            task_rows.push_back(
+                {p.q + static_cast<int64_t>(r) * heads * dqk, ro, rlse, split_end(r, c)});
+          }
         }
+        tasks.push_back(t);
+        r0 = r1;
       }
-      tasks.push_back(t);
     }
     i = last;
   }

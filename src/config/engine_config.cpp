@@ -89,12 +89,14 @@ Expected<EngineConfig> MakeEngineConfig(const ResolvedConfig& c, const Platform&
   }
   e.kv_cache_mib = c.kv_cache_mib();
   e.max_total_tokens = c.max_total_tokens();
+  e.swa_full_tokens_ratio = c.swa_full_tokens_ratio();
   e.max_running_requests = static_cast<int>(c.max_running_requests().value_or(0));
   if (auto q = c.max_queued_requests()) e.max_queued_requests = static_cast<int>(*q);
   e.chunked_prefill_size = c.chunked_prefill_size();
   e.schedule_conservativeness = c.schedule_conservativeness();
   e.disable_radix_cache = c.disable_radix_cache();
   e.schedule_policy = c.schedule_policy() == "lpm" ? SchedulePolicy::kLpm : SchedulePolicy::kFcfs;
+  e.watchdog_timeout = c.watchdog_timeout();
   e.threads = c.threads();
   e.random_seed = static_cast<uint64_t>(c.random_seed());
   e.llama_cpp_numerics = c.llama_cpp_numerics();

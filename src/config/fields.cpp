@@ -128,6 +128,9 @@ const std::vector<FieldSpec>& Table() {
     f.push_back(
         IntField("max_total_tokens", {}, "--max-total-tokens", 1,
                  "Cap on the tokens the KV pool holds (unset: what --kv-cache-mib holds)."));
+    f.push_back(FloatField("swa_full_tokens_ratio", 0.8, "--swa-full-tokens-ratio", 0.01, 1.0,
+                           "Tokens of the sliding-window layers' KV pool per token of the "
+                           "full-attention layers' pool (models with window layers only)."));
     f.push_back(IntField("max_running_requests", {}, "--max-running-requests", 1,
                          "Requests that hold KV at once (unset: 256)."));
     f.push_back(FloatField("schedule_conservativeness", 1.0, "--schedule-conservativeness", 0.01,
@@ -140,6 +143,9 @@ const std::vector<FieldSpec>& Table() {
     f.push_back(StrField("schedule_policy", std::string("fcfs"), "--schedule-policy",
                          {"fcfs", "lpm"},
                          "Admission order: fcfs (arrival) or lpm (longest cached prefix first)."));
+    f.push_back(FloatField("watchdog_timeout", 300.0, "--watchdog-timeout", 0.1, 1e6,
+                           "Seconds an engine step may run: a longer one ends the server, with a "
+                           "message naming what was running (SGLang's watchdog)."));
     f.push_back(IntField("max_queued_requests", {}, "--max-queued-requests", 1,
                          "Requests waiting for admission before new ones are refused (unset: no "
                          "limit)."));

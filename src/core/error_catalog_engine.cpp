@@ -183,6 +183,26 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "ctxpar generate --model-path ./deepseek_v3_tiny --input-ids 5,6,7 --print-ids",
        {"CTXPAR-ENGINE-009"}},
       {"CTXPAR-ENGINE-014",
+       "An engine step ran past the watchdog",
+       "An engine step has run {seconds} s, past --watchdog-timeout {limit} s: {running}; the "
+       "server stops.",
+       StatusCode::kUnavailable,
+       "SGLang's watchdog: one step of the engine (a prefill chunk, a decode of the running "
+       "requests) takes milliseconds to seconds, so a step that runs past --watchdog-timeout is "
+       "stuck, usually waiting in a collective for a rank that does not answer. While it is, "
+       "GET /health answers 503 with this error; then the server ends every open request (a "
+       "stream with a final event carrying this error and [DONE], any other with 503) and exits, "
+       "so that a supervisor restarts it rather than leave clients waiting forever.",
+       "A rank stopped (kill -STOP, a debugger), swapping or starved of CPU; a watchdog shorter "
+       "than the slowest legitimate step (a long prefill chunk on a slow machine).",
+       {"Look at the ranks' processes: a stopped one shows state T in ps.",
+        "If the step is legitimately slow, raise --watchdog-timeout or lower "
+        "--chunked-prefill-size."},
+       "ctxpar serve --tp-size 3 --dcp-size 3 --watchdog-timeout 2  # rank 1 stopped with kill "
+       "-STOP",
+       "ctxpar serve --tp-size 3 --dcp-size 3  # every rank running; the default watchdog, 300 s",
+       {"CTXPAR-RUN-003", "CTXPAR-COMM-001"}},
+      {"CTXPAR-ENGINE-015",
        "A prefix cache flush while requests run",
        "Cache not flushed because there are pending requests. #queue-req: {queued}, "
        "#running-req: {running}",
@@ -280,6 +300,26 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "ctxpar generate --max-total-tokens 3 'Hello'",
        "ctxpar generate --max-total-tokens 4096 'Hello'",
        {"CTXPAR-KV-002", "CTXPAR-KV-004"}},
+      {"CTXPAR-KV-006",
+       "A request whose window does not fit the sliding-window pool",
+       "The request needs {needed} tokens of the sliding-window KV pool at once (a window of "
+       "{window} positions and a prefill chunk of {chunk} tokens, in whole pages), more than it "
+       "holds ({capacity} tokens: swa_layer_tokens).",
+       kConfig,
+       "A model with sliding-window layers keeps their K/V in a pool of its own, sized at "
+       "--swa-full-tokens-ratio times the full-attention pool (SGLang's hybrid pools). A window "
+       "layer's row sees the window before it, so a forward of a chunk holds the window and the "
+       "chunk at once; a request whose window and chunk exceed the pool could never run, so it "
+       "is refused at once.",
+       "A small --kv-cache-mib or --swa-full-tokens-ratio with a large --chunked-prefill-size "
+       "(or -1: whole prompts).",
+       {"Lower --chunked-prefill-size.", "Raise --swa-full-tokens-ratio or --kv-cache-mib.",
+        "Use DCP (--dcp-size): the sliding-window pool is sharded too."},
+       "ctxpar generate --model-path gemma-3-270m-q4_k_m.gguf --kv-cache-mib 4 "
+       "--swa-full-tokens-ratio 0.1 'Hello'",
+       "ctxpar generate --model-path gemma-3-270m-q4_k_m.gguf --kv-cache-mib 64 "
+       "--swa-full-tokens-ratio 0.1 'Hello'",
+       {"CTXPAR-ENGINE-006", "CTXPAR-KV-002"}},
       {"CTXPAR-MODEL-001",
        "--model-arch that contradicts the model",
        "--model-arch {given} does not match the model, whose architecture is {architecture}.",
@@ -364,7 +404,7 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        {"CTXPAR-MODEL-002"}},
       {"CTXPAR-MODEL-008",
        "A model path that holds no model ctxpar reads",
-       "{path} is {holds}: ctxpar reads a GGUF file (the Llama family) or a HF checkpoint "
+       "{path} is {holds}: ctxpar reads a GGUF file (Llama, Gemma 3) or a HF checkpoint "
        "directory with config.json and *.safetensors (DeepSeek-V3 family).",
        kConfig,
        "The loader is chosen by what the path holds; this path holds neither kind.",
@@ -373,7 +413,23 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "ctxpar generate --model-path ~/.cache/ctxpar/models 'Hello'",
        "ctxpar generate --model-path ~/.cache/ctxpar/models/SmolLM2-135M-Instruct.Q4_1.gguf "
        "'Hello'",
-       {"CTXPAR-GGUF-001"}},
+       {"CTXPAR-GGUF-001", "CTXPAR-MODEL-010"}},
+      {"CTXPAR-MODEL-010",
+       "A GGUF file of an architecture ctxpar does not run",
+       "{path}: general.architecture is '{architecture}'; ctxpar runs GGUF models of the "
+       "architectures {known}.",
+       kConfig,
+       "A GGUF file names its network in general.architecture, and ctxpar picks the model code "
+       "by that name from its architecture registry. A file of another architecture has tensors "
+       "and hyperparameters that no registered model reads.",
+       "--model-path naming a GGUF file of an architecture outside the list (qwen2, phi3, "
+       "mistral3, ...).",
+       {"Use a GGUF file of one of the listed architectures (SmolLM2 is llama, Gemma 3 is "
+        "gemma3).",
+        "`ctxpar check --model-path FILE` tells at once whether a file is one ctxpar runs."},
+       "ctxpar generate --model-path qwen2.5-0.5b-instruct-q4_k_m.gguf 'Hello'",
+       "ctxpar generate --model-path gemma-3-270m-q4_k_m.gguf 'Hello'",
+       {"CTXPAR-MODEL-008", "CTXPAR-GGUF-004"}},
   };
 }
 

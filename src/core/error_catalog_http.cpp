@@ -91,7 +91,7 @@ std::vector<CatalogEntry> HttpCatalogEntries() {
        "'{\"model\": \"gpt-4\", \"prompt\": \"Hi\"}'",
        "ctxpar serve --served-model-name smol & curl localhost:30000/v1/completions -d "
        "'{\"model\": \"smol\", \"prompt\": \"Hi\"}'",
-       {"CTXPAR-HTTP-003"}},
+       {"CTXPAR-HTTP-003", "CTXPAR-CHAT-001"}},
       {"CTXPAR-HTTP-006",
        "A request without the server's API key",
        "The request has no valid API key: send the header 'Authorization: Bearer KEY' with the "
@@ -130,17 +130,18 @@ std::vector<CatalogEntry> HttpCatalogEntries() {
        "{route} needs the model's chat template, which ctxpar cannot use: {detail}",
        kRequest,
        "Chat completions render the messages with the model's own template "
-       "(tokenizer.chat_template in the GGUF). ctxpar renders ChatML templates itself, without "
-       "a Jinja interpreter; a model without a template, with another family of template or "
-       "without a tokenizer cannot take chat messages.",
+       "(tokenizer.chat_template in the GGUF). ctxpar renders ChatML and Gemma templates "
+       "itself, without a Jinja interpreter; a model without a template, with another family of "
+       "template or without a tokenizer cannot take chat messages.",
        "POST /v1/chat/completions to a server whose model has no usable template.",
        {"Render the conversation in the client and send it to /v1/completions as a prompt.",
-        "Serve a model whose GGUF carries a ChatML template (SmolLM2, Qwen)."},
+        "Serve a model whose GGUF carries a ChatML or Gemma template (SmolLM2, Qwen, "
+        "gemma-3-270m-it)."},
        "ctxpar serve --model-path base.gguf & curl localhost:30000/v1/chat/completions -d "
        "'{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'",
        "ctxpar serve --model-path base.gguf & curl localhost:30000/v1/completions -d "
        "'{\"prompt\": \"User: Hi\\nAssistant:\"}'",
-       {"CTXPAR-HTTP-003"}},
+       {"CTXPAR-HTTP-003", "CTXPAR-CHAT-001"}},
       {"CTXPAR-HTTP-009",
        "A server option outside its range",
        "{option} must be {rule}, but got {value}.",
@@ -170,14 +171,22 @@ std::vector<CatalogEntry> HttpCatalogEntries() {
        "The server refuses a {method} request to {path}: {reason}.",
        StatusCode::kInvalidArgument,
        "Before a route reads a request, the HTTP layer checks that it names a route, with a "
-       "method the route takes, and that the request is well formed HTTP within the server's "
-       "limits (a body of at most 64 MiB, headers and URL of a sane size). The HTTP status "
-       "says which check failed: 404, 405 (the Allow header lists the methods), 413, 414 or "
-       "400.",
-       "A typo in the route, GET on a POST route, an oversized body, a malformed request, or a "
-       "client speaking another protocol (HTTP/2 without upgrade).",
+       "method the route takes, and that the request is well formed HTTP/1.1 (RFC 9112) within "
+       "the server's limits. The HTTP status says which check failed: 404, 405 (the Allow "
+       "header lists the methods), 400 (malformed, or an invalid or conflicting "
+       "Content-Length), 408 (the headers did not arrive within --http-timeout, or the body "
+       "paused longer), 413 (a body over 64 MiB, answered as soon as Content-Length says so), "
+       "417 (an Expect other than 100-continue), 429 (the client holds "
+       "--max-connections-per-client connections), 431 (headers over 16 KiB), 501 (a "
+       "Transfer-Encoding other than chunked) or 503 (as many requests in flight as the server "
+       "takes). The connection closes after each of these answers.",
+       "A typo in the route, GET on a POST route, an oversized body, a malformed request, a "
+       "client that sends its request slowly or opens connections without using them, or a "
+       "client speaking another protocol (TLS or HTTP/2 to the plain HTTP port).",
        {"Check the route and method in docs/server.md.",
-        "Split very large batches over several requests."},
+        "Split very large batches over several requests.",
+        "Reuse connections (keep-alive) rather than opening many; raise "
+        "--max-connections-per-client for a proxy that multiplexes many users."},
        "ctxpar serve & curl localhost:30000/v1/completion -d '{\"prompt\": \"Hi\"}'",
        "ctxpar serve & curl localhost:30000/v1/completions -d '{\"prompt\": \"Hi\"}'",
        {"CTXPAR-HTTP-001"}},

@@ -16,6 +16,62 @@ constexpr StatusCode kStopped = StatusCode::kFailedPrecondition;
 
 std::vector<CatalogEntry> RuntimeCatalogEntries() {
   return {
+      {"CTXPAR-CHAT-001",
+       "A conversation for a model that carries no chat template",
+       "The model carries no chat template (its GGUF has no tokenizer.chat_template), so a "
+       "conversation cannot be rendered for it.",
+       kInput,
+       "--chat and /v1/chat/completions render the messages with the template the model file "
+       "carries, never with a guessed one: a wrong turn format gives a model text it was not "
+       "trained on. Base (pretrained) models are usually converted without a template: they "
+       "continue text and have no turn format.",
+       "`ctxpar generate --chat` or a chat request on a model whose GGUF lacks "
+       "tokenizer.chat_template, such as the base gemma-3-270m.",
+       {"Drop --chat: the prompt is then plain text that the model continues.",
+        "Use the instruction-tuned model's GGUF (gemma-3-270m-it), which carries its template.",
+        "Render the turns yourself and send them to /v1/completions, which reads control "
+        "tokens written in the prompt (Gemma: <start_of_turn>user\\n...<end_of_turn>\\n"
+        "<start_of_turn>model\\n)."},
+       "ctxpar generate --model-path gemma-3-270m-q4_k_m.gguf --chat 'Hello'",
+       "ctxpar generate --model-path gemma-3-270m-q4_k_m.gguf 'Hello'",
+       {"CTXPAR-CHAT-002", "CTXPAR-HTTP-008"}},
+      {"CTXPAR-CHAT-002",
+       "A chat template that ctxpar does not render",
+       "The model's chat template (tokenizer.chat_template) is not one ctxpar renders: {detail}. "
+       "ctxpar renders ChatML and Gemma templates.",
+       kUnsupported,
+       "ctxpar renders chat templates itself, without a Jinja interpreter, and recognizes two "
+       "families from the template's text: ChatML (<|im_start|>role ... <|im_end|>, with or "
+       "without a default system message; SmolLM2, Qwen) and Gemma (<start_of_turn>role ... "
+       "<end_of_turn>, with the system message folded into the first turn or refused; Gemma 2 "
+       "and 3). A template of another family, or a variant whose rules it cannot read, is "
+       "refused rather than rendered wrongly.",
+       "`ctxpar generate --chat` or a chat request on a model whose template is Llama 3's, "
+       "Mistral's, or a hand-edited ChatML or Gemma template.",
+       {"Render the turns yourself and send them to /v1/completions as the prompt.",
+        "Drop --chat and give a plain-text prompt.",
+        "Use a model whose GGUF carries a ChatML or Gemma template."},
+       "ctxpar generate --model-path llama-3-8b-instruct.gguf --chat 'Hello'",
+       "ctxpar generate --model-path llama-3-8b-instruct.gguf 'Hello'",
+       {"CTXPAR-CHAT-001", "CTXPAR-HTTP-008"}},
+      {"CTXPAR-CHAT-003",
+       "A conversation that the model's chat template refuses",
+       "The model's chat template refuses this conversation: {detail}.",
+       kInput,
+       "Some templates check the conversation and raise an error instead of rendering it, and "
+       "ctxpar does what they do. Gemma's templates want the turns to alternate user, "
+       "assistant, user, ... after an optional first system message (Gemma 3 folds that one "
+       "into the first user turn; Gemma 2 refuses it).",
+       "A chat request whose messages start with an assistant turn, hold two user turns in a "
+       "row, or put a system message anywhere but first, for a Gemma model.",
+       {"Merge consecutive messages of the same role into one.",
+        "Put the system message first, or fold it into the first user message yourself."},
+       "ctxpar serve --model-path gemma-3-270m-it.gguf & curl localhost:30000/v1/chat/completions "
+       "-d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": "
+       "\"user\", \"content\": \"Hello?\"}]}'",
+       "ctxpar serve --model-path gemma-3-270m-it.gguf & curl localhost:30000/v1/chat/completions "
+       "-d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\\nHello?\"}]}'",
+       {"CTXPAR-CHAT-002"}},
       {"CTXPAR-COMM-001",
        "A collective waited past its deadline for ranks that do not answer",
        "{collective} on rank {rank} waited {seconds} s for {silent} of {size}, which did not "
@@ -239,14 +295,16 @@ std::vector<CatalogEntry> RuntimeCatalogEntries() {
        "The model's tokenizer cannot be used",
        "The model file {file} holds a tokenizer that ctxpar cannot use: {detail}.",
        kInput,
-       "ctxpar builds the model's byte-level BPE tokenizer from the tokenizer.ggml.* metadata "
-       "and checks it: the model type and pre-tokenizer must be supported, every merge must "
-       "join two tokens into a third, and token ids must be in range.",
-       "A model with a SentencePiece tokenizer (tokenizer.ggml.model = 'llama'), a pre-tokenizer "
-       "ctxpar does not implement, or a damaged vocabulary.",
-       {"Use a model with a GPT-2 style byte-level BPE tokenizer (SmolLM2, StarCoder, ...).",
+       "ctxpar builds the model's tokenizer from the tokenizer.ggml.* metadata and checks it: "
+       "the model type must be byte-level BPE ('gpt2') or SentencePiece ('llama'), a BPE "
+       "pre-tokenizer must be supported and every merge must join two tokens into a third, a "
+       "SentencePiece vocabulary needs one score per token, and token ids must be in range.",
+       "A model with another tokenizer (tokenizer.ggml.model = 'bert', 't5', 'rwkv', ...), a "
+       "pre-tokenizer ctxpar does not implement, or a damaged vocabulary.",
+       {"Use a model with a GPT-2 style byte-level BPE tokenizer (SmolLM2, StarCoder, ...) or a "
+        "SentencePiece one (Gemma 3, Llama 2).",
         "Convert the model again with a current llama.cpp if the vocabulary is damaged."},
-       "ctxpar generate --model-path llama2-sentencepiece.gguf 'Hello'",
+       "ctxpar generate --model-path t5-unigram.gguf 'Hello'",
        "ctxpar generate --model-path SmolLM2-135M-Instruct.Q4_1.gguf 'Hello'",
        {"CTXPAR-GGUF-004", "CTXPAR-GGUF-005"}},
       {"CTXPAR-MODEL-009",
@@ -296,6 +354,21 @@ std::vector<CatalogEntry> RuntimeCatalogEntries() {
        "ctxpar generate --tp-size 2 'Hello'  # no mpirun on PATH",
        "ctxpar generate --tp-size 2 'Hello'  # after apt-get install -y openmpi-bin",
        {"CTXPAR-RUN-001"}},
+      {"CTXPAR-RUN-003",
+       "A rank of the server died",
+       "Rank {rank} (pid {pid}) {how}; the server stops.",
+       kSystem,
+       "`ctxpar serve` over several ranks needs every one of them for each step. Rank 0 watches "
+       "the other ranks of its machine; when one dies it logs this line, ends every open request "
+       "(a stream with a final event carrying this error and [DONE], any other with 503) and "
+       "exits, on which mpirun ends the job.",
+       "The rank was killed (kill -9, the kernel's out-of-memory killer) or crashed.",
+       {"Read the rank's signal: SIGKILL without a kill of your own is often the out-of-memory "
+        "killer (see dmesg); lower --kv-cache-mib.",
+        "Restart the server; a crash with SIGSEGV or SIGABRT is a bug to report with the log."},
+       "ctxpar serve --tp-size 3 --dcp-size 3  # then kill -9 of rank 2",
+       "ctxpar serve --tp-size 3 --dcp-size 3  # restarted by its supervisor",
+       {"CTXPAR-ENGINE-014", "CTXPAR-COMM-001"}},
       {"CTXPAR-SYS-001",
        "A thread could not be started",
        "Could start only {started} of the {count} threads asked for: {reason}; ask for fewer "

@@ -179,6 +179,7 @@ Status PartialAttentionCuda(const PartialAttentionParams& params, const CudaAtte
   k.block_table = params.kv.block_table;
   k.row_seq = params.row_seq;
   k.row_kv_len = params.row_kv_len;
+  k.row_kv_start = params.row_kv_start;
   const int64_t states = static_cast<int64_t>(params.num_rows) * params.num_q_heads;
   if (plan.num_splits == 1) {
     k.o = params.o;

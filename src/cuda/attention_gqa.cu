@@ -38,8 +38,10 @@ __global__ void __launch_bounds__(kThreads) GqaAttentionKernel(const AttentionKe
   const int row = blockIdx.z;
   const int seq = p.row_seq != nullptr ? p.row_seq[row] : row;
   const int len = p.row_kv_len[row];
-  const int begin = split * p.keys_per_split;
-  const int end = min(len, begin + p.keys_per_split);
+  // Splits are absolute chunks of keys; a row sees those of its range [row_kv_start, len).
+  const int start = p.row_kv_start != nullptr ? p.row_kv_start[row] : 0;
+  const int begin = max(start, split * p.keys_per_split);
+  const int end = min(len, split * p.keys_per_split + p.keys_per_split);
 
   const int slot = threadIdx.x / kLanes;
   const int lane_in_key = threadIdx.x % kLanes;

@@ -18,6 +18,7 @@ struct AttentionKernelParams {
   const int32_t* block_table = nullptr;
   const int32_t* row_seq = nullptr;
   const int32_t* row_kv_len = nullptr;
+  const int32_t* row_kv_start = nullptr;  // null: every row starts at key 0
   float* o = nullptr;
   float* lse = nullptr;
   int num_rows = 0;

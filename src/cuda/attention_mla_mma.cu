@@ -98,8 +98,10 @@ __global__ void __launch_bounds__(kTiles* kThreadsPerTile, kTiles == 1 ? 2 : 1)
   const int row = blockIdx.z;
   const int seq = p.row_seq != nullptr ? p.row_seq[row] : row;
   const int len = p.row_kv_len[row];
-  const int begin = split * p.keys_per_split;
-  const int end = min(len, begin + p.keys_per_split);
+  // Splits are absolute chunks of keys; a row sees those of its range [row_kv_start, len).
+  const int start = p.row_kv_start != nullptr ? p.row_kv_start[row] : 0;
+  const int begin = max(start, split * p.keys_per_split);
+  const int end = min(len, split * p.keys_per_split + p.keys_per_split);
   const int num_tiles = end > begin ? (end - begin + kTileKeys - 1) / kTileKeys : 0;
   const int tid = threadIdx.x;
   const int tile_h = tid / kThreadsPerTile;  // this warp's head tile

@@ -62,7 +62,8 @@ Expected<std::unique_ptr<DcpAttention>> DcpAttention::Create(const DcpOptions& o
 }
 
 Status DcpAttention::Forward(const float* q, const PagedKv& kv, const int32_t* row_seq,
-                             const int32_t* row_kv_len, int rows, float* o, float* lse) {
+                             const int32_t* row_kv_len, int rows, float* o, float* lse,
+                             const int32_t* row_kv_start) {
   if (rows < 0)
     return InvalidArgument(fmt::format("DcpAttention: rows must be >= 0, got {}", rows));
   if (rows > 0 && (q == nullptr || o == nullptr || row_kv_len == nullptr)) {
@@ -97,6 +98,7 @@ Status DcpAttention::Forward(const float* q, const PagedKv& kv, const int32_t* r
   p.num_q_heads = hn;
   p.row_seq = row_seq;
   p.row_kv_len = row_kv_len;
+  p.row_kv_start = row_kv_start;
   p.scale = options_.scale;
   p.kv = kv;
   p.num_threads = options_.num_threads;

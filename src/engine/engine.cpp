@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -80,6 +81,7 @@ Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource&
   o.head_dim_v = spec.head_dim_v;
   o.v_in_k = spec.v_in_k;
   o.dtype = spec.dtype;
+  o.groups = spec.groups;
   o.page_size = config.page_size;
   o.format =
       !spec.v_in_k && config.page_size % 16 == 0 ? KvPageFormat::kTiles16 : KvPageFormat::kRows;
@@ -88,9 +90,28 @@ Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource&
   o.interleave_size = config.dcp_kv_cache_interleave_size;
   const int64_t page_tokens = int64_t{config.page_size} * config.dcp_size;
   o.max_pages_per_slot = static_cast<int>((desc.context_length + page_tokens - 1) / page_tokens);
-  o.num_pages = 1;
-  const int64_t page_bytes = KvPool::PageBytes(o);
-  o.num_pages = config.kv_cache_mib * kMiB / page_bytes;
+  // SGLang's hybrid pools: the window groups hold swa_full_tokens_ratio tokens per token of the
+  // full ones, and the two share the budget. Bytes per full page: the full groups' pages, and
+  // the window pages that come with one.
+  int64_t full_bytes = 0, window_bytes = 0, window_page_tokens = page_tokens;
+  const std::vector<KvGroupSpec> groups = KvPool::GroupsOf(o);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const int64_t bytes = KvPool::PageBytes(o, static_cast<int>(g));
+    if (groups[g].window == 0) {
+      full_bytes += bytes;
+    } else {
+      window_bytes += bytes;
+      if (!groups[g].dcp_sharded) window_page_tokens = config.page_size;
+    }
+  }
+  const double window_per_full =
+      window_bytes == 0
+          ? 0.0
+          : config.swa_full_tokens_ratio * double(page_tokens) / double(window_page_tokens);
+  const double page_bytes = double(full_bytes) + window_per_full * double(window_bytes);
+  o.num_pages = window_bytes == 0
+                    ? config.kv_cache_mib * kMiB / full_bytes
+                    : static_cast<int64_t>(double(config.kv_cache_mib * kMiB) / page_bytes);
   if (config.max_total_tokens) {
     if (*config.max_total_tokens < page_tokens) {
       return CatalogError("CTXPAR-KV-005", {{"tokens", std::to_string(*config.max_total_tokens)},
@@ -100,19 +121,23 @@ Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource&
     }
     o.num_pages = std::min(o.num_pages, *config.max_total_tokens / page_tokens);
   }
-  if (o.num_pages < 1) {
+  o.window_pages =
+      window_bytes == 0 ? 0 : static_cast<int64_t>(double(o.num_pages) * window_per_full);
+  if (o.num_pages < 1 || (window_bytes > 0 && o.window_pages < 1)) {
     return CatalogError("CTXPAR-KV-002",
                         {{"mib", std::to_string(config.kv_cache_mib)},
                          {"pages", std::to_string(std::max<int64_t>(0, o.num_pages))},
                          {"page_size", std::to_string(config.page_size)},
                          {"model", desc.architecture},
-                         {"page_mib", fmt::format("{:.3f}", double(page_bytes) / kMiB)},
+                         {"page_mib", fmt::format("{:.3f}", page_bytes / kMiB)},
                          {"layers", std::to_string(spec.num_layers)},
                          {"min_pages", "1"}});
   }
   // Pages are touched as requests fill them, so an oversized pool would start and fail later,
   // when the machine runs out of memory; a block table addresses pages with int32.
-  const double pool_gib = double(o.num_pages) * double(page_bytes) / double(kMiB * 1024);
+  const double pool_gib =
+      (double(o.num_pages) * double(full_bytes) + double(o.window_pages) * double(window_bytes)) /
+      double(kMiB * 1024);
   // The ranks of one machine share its memory: under MPI the launcher says how many there are;
   // before one (check, or the launcher itself) every rank of the TP group will run here.
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
@@ -121,7 +146,7 @@ Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource&
   if (o.num_pages > std::numeric_limits<int32_t>::max() || (ram_gib > 0 && pool_gib > ram_gib)) {
     // A budget of at most this many MiB passes both checks.
     const int64_t max_mib =
-        std::min<int64_t>(int64_t{std::numeric_limits<int32_t>::max()} * page_bytes / kMiB,
+        std::min<int64_t>(int64_t(std::numeric_limits<int32_t>::max() * page_bytes / kMiB),
                           ram_gib > 0 ? int64_t(ram_gib * 1024) : INT64_MAX);
     return CatalogError(
         "CTXPAR-KV-004",
@@ -133,7 +158,9 @@ Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource&
          {"max_mib", std::to_string(max_mib)}});
   }
   // A running request holds at least one page, so more slots than pages could never run.
-  o.max_slots = static_cast<int>(std::min<int64_t>(config.max_running_requests, o.num_pages));
+  o.max_slots = static_cast<int>(
+      std::min<int64_t>(config.max_running_requests,
+                        window_bytes == 0 ? o.num_pages : std::min(o.num_pages, o.window_pages)));
   return o;
 }
 
@@ -163,6 +190,11 @@ struct Engine::Impl {
   EngineSnapshot stats;
 
   std::map<uint64_t, std::unique_ptr<Request>> requests;  // the leader's live requests
+  // The step in flight on the leader, for Health: when it began (nullopt between steps) and what
+  // it runs; under mu.
+  std::optional<std::chrono::steady_clock::time_point> step_began;
+  std::string step_what;
+  std::function<void(const Status&)> on_fault;
 
   bool leader() const { return world->rank() == 0; }
   Status Lead(RunUntil until);
@@ -175,6 +207,8 @@ struct Engine::Impl {
   Status Sample(const engine::StepPlan& plan);
   void Publish();
   void PublishLocked();  // mu held
+  void BeginStep(const engine::StepPlan& step);
+  void EndStep();
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -194,11 +228,14 @@ Expected<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config,
   CTXPAR_ASSIGN_OR_RETURN(KvPool pool, KvPool::Create(kv));
   impl->kv.emplace(std::move(pool));
   impl->config.max_running_requests = kv.max_slots;
-  impl->scheduler.emplace(
-      engine::SchedulerOptions{kv.max_slots, config.chunked_prefill_size,
-                               config.schedule_conservativeness, !config.disable_radix_cache,
-                               config.schedule_policy},
-      &*impl->kv);
+  // The prefix cache shares the pages of one full-attention group; a model with a window group
+  // would need the window pages of each cached prefix kept too (docs/engine.md), not built yet.
+  const bool windowed = impl->kv->num_groups() > 1;
+  const bool radix_cache = !config.disable_radix_cache && !windowed;
+  impl->scheduler.emplace(engine::SchedulerOptions{kv.max_slots, config.chunked_prefill_size,
+                                                   config.schedule_conservativeness, radix_cache,
+                                                   config.schedule_policy},
+                          &*impl->kv);
   impl->eos = source.desc().eos_token_ids;
   EngineSnapshot& s = impl->stats;
   s.max_total_num_tokens = impl->kv->capacity_tokens();
@@ -206,18 +243,31 @@ Expected<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config,
   s.chunked_prefill_size = config.chunked_prefill_size;
   s.context_length = source.desc().context_length;
   if (log && world.rank() == 0) {
-    const int64_t page_bytes = KvPool::PageBytes(kv);
+    const KvPool& pool = *impl->kv;
+    // SGLang's hybrid pools log both groups' tokens, then each pool its allocation.
+    if (const int w = KvPool::FirstWindowGroup(kv); w >= 0) {
+      log(fmt::format("Use sliding window memory pool. full_layer_tokens={}, swa_layer_tokens={}",
+                      pool.capacity_tokens(0), pool.capacity_tokens(w)));
+    }
     const double k_share =
         double(kv.head_dim_k) / (kv.head_dim_k + (kv.v_in_k ? 0 : kv.head_dim_v));
-    const double gb = double(page_bytes) * kv.num_pages / 1e9;
-    log(fmt::format("KV Cache is allocated. #tokens: {}, K size: {:.2f} GB, V size: {:.2f} GB",
-                    s.max_total_num_tokens, gb * k_share, gb * (1 - k_share)));
-    log(
-        fmt::format("max_total_num_tokens={}, chunked_prefill_size={}, max_running_requests={}, "
-                    "context_len={}, page_size={}, dcp_size={}, threads={}, radix_cache={}",
-                    s.max_total_num_tokens, config.chunked_prefill_size, kv.max_slots,
-                    s.context_length, config.page_size, config.dcp_size, config.threads,
-                    config.disable_radix_cache ? "off" : "on"));
+    for (int g = 0; g < pool.num_groups(); ++g) {
+      const double gb = double(KvPool::PageBytes(kv, g)) * pool.num_pages(g) / 1e9;
+      log(fmt::format("KV Cache is allocated. #tokens: {}, K size: {:.2f} GB, V size: {:.2f} GB",
+                      pool.capacity_tokens(g), gb * k_share, gb * (1 - k_share)));
+    }
+    log(fmt::format(
+        "max_total_num_tokens={}, chunked_prefill_size={}, max_running_requests={}, "
+        "context_len={}, page_size={}, dcp_size={}, threads={}, radix_cache={}",
+        s.max_total_num_tokens, config.chunked_prefill_size, kv.max_slots, s.context_length,
+        config.page_size, config.dcp_size, config.threads, radix_cache ? "on" : "off"));
+    if (windowed && !config.disable_radix_cache) {
+      log(
+          fmt::format("Prefix cache off: this model has {} KV layer groups (sliding-window "
+                      "layers), and the radix cache shares pages of a single full-attention group "
+                      "only",
+                      impl->kv->num_groups()));
+    }
   }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -252,6 +302,21 @@ Status Engine::Validate(const GenerateRequest& request) const {
     std::vector<CatalogArg> args(counts);
     args.push_back({"capacity", std::to_string(m.kv->capacity_tokens())});
     return CatalogError("CTXPAR-ENGINE-006", args);
+  }
+  const int64_t chunk = m.config.chunked_prefill_size < 0
+                            ? needed
+                            : std::min<int64_t>(needed, m.config.chunked_prefill_size);
+  for (int g = 1; g < m.kv->num_groups(); ++g) {
+    const int window = m.kv->group(g).window;
+    const int64_t pages = m.kv->PeakPages(g, needed, chunk);
+    if (window > 0 && pages > m.kv->num_pages(g)) {
+      return CatalogError(
+          "CTXPAR-KV-006",
+          {{"needed", std::to_string(pages * m.kv->capacity_tokens(g) / m.kv->num_pages(g))},
+           {"window", std::to_string(window)},
+           {"chunk", std::to_string(chunk)},
+           {"capacity", std::to_string(m.kv->capacity_tokens(g))}});
+    }
   }
   return Status::Ok();
 }
@@ -306,7 +371,7 @@ Status Engine::FlushCache() {
   if (m.stop || m.stopped) return CatalogError("CTXPAR-ENGINE-008", {});
   const int busy = m.stats.running + m.stats.queued + static_cast<int>(m.inbox.size());
   if (busy > 0) {
-    return CatalogError("CTXPAR-ENGINE-014",
+    return CatalogError("CTXPAR-ENGINE-015",
                         {{"queued", std::to_string(m.stats.queued + int(m.inbox.size()))},
                          {"running", std::to_string(m.stats.running)}});
   }
@@ -332,9 +397,27 @@ EngineSnapshot Engine::Snapshot() const {
 const ModelDesc& Engine::model_desc() const { return impl_->source->desc(); }
 const EngineConfig& Engine::config() const { return impl_->config; }
 
+void Engine::OnFault(std::function<void(const Status&)> handler) {
+  impl_->on_fault = std::move(handler);
+}
+
+Status Engine::Health() const {
+  const Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  if (!m.step_began) return Status::Ok();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - *m.step_began).count();
+  if (seconds <= m.config.watchdog_timeout) return Status::Ok();
+  return CatalogError("CTXPAR-ENGINE-014",
+                      {{"seconds", fmt::format("{:.1f}", seconds)},
+                       {"limit", fmt::format("{:g}", m.config.watchdog_timeout)},
+                       {"running", m.step_what}});
+}
+
 Status Engine::Run(RunUntil until) {
   Impl& m = *impl_;
   Status status = m.leader() ? m.Lead(until) : m.Follow();
+  if (!status.ok() && m.leader() && m.on_fault) m.on_fault(status);
   if (!status.ok() && m.leader()) m.AbortAll(status.message());
   std::lock_guard<std::mutex> lock(m.mu);
   // After kIdle the engine takes requests for a next Run; after a stop or a fault it does not.
@@ -374,7 +457,7 @@ void Engine::Impl::Absorb(bool* stop_now) {
     const int running = scheduler->running(), queued = scheduler->queued();
     flush_result = inbox.empty() && scheduler->FlushCache()
                        ? Status::Ok()
-                       : CatalogError("CTXPAR-ENGINE-014",
+                       : CatalogError("CTXPAR-ENGINE-015",
                                       {{"queued", std::to_string(queued + int(inbox.size()))},
                                        {"running", std::to_string(running)}});
     PublishLocked();  // /metrics shows the empty cache once the flush has answered
@@ -412,11 +495,13 @@ Status Engine::Impl::Lead(RunUntil until) {
     CTXPAR_ASSIGN_OR_RETURN(engine::StepPlan step, scheduler->Plan());
     // The step's view (admitted, queued, pages) holds while it runs, which may take seconds.
     Publish();
+    BeginStep(step);
     engine::WirePlan wire{false, step.ops, step.batch};
     CTXPAR_RETURN_IF_ERROR(engine::BroadcastPlan(*world, &wire));
     CTXPAR_RETURN_IF_ERROR(Execute(wire));
     CTXPAR_RETURN_IF_ERROR(scheduler->Commit(step));
     CTXPAR_RETURN_IF_ERROR(Sample(step));
+    EndStep();
     Publish();
   }
 }
@@ -537,6 +622,28 @@ void Engine::Impl::AbortAll(const std::string& why) {
     r->update.finish_detail = why;
     if (r->callback) r->callback(r->update);
   }
+}
+
+// What the watchdog's message names: the step's requests and tokens.
+void Engine::Impl::BeginStep(const engine::StepPlan& step) {
+  constexpr std::size_t kNamed = 8;
+  std::string ids;
+  for (std::size_t i = 0; i < step.seqs.size() && i < kNamed; ++i) {
+    ids += (i == 0 ? "" : ", ") + std::to_string(step.seqs[i]->id);
+  }
+  if (step.seqs.size() > kNamed) ids += ", ...";
+  std::string what = step.seqs.empty()
+                         ? std::string("a step of KV pool operations only")
+                         : fmt::format("a step of {} request(s) (ids {}) over {} token(s)",
+                                       step.seqs.size(), ids, step.batch.tokens.size());
+  std::lock_guard<std::mutex> lock(mu);
+  step_began = std::chrono::steady_clock::now();
+  step_what = std::move(what);
+}
+
+void Engine::Impl::EndStep() {
+  std::lock_guard<std::mutex> lock(mu);
+  step_began.reset();
 }
 
 void Engine::Impl::Publish() {

@@ -39,8 +39,10 @@ Expected<Launch> PrepareLaunch(const LaunchConfig& raw) {
   launch.config.model_path = path;
   CTXPAR_ASSIGN_OR_RETURN(launch.kv, KvPoolFor(launch.config, *launch.source, 0));
   launch.config.max_running_requests = launch.kv.max_slots;
-  launch.max_total_num_tokens =
-      launch.kv.num_pages * launch.kv.page_size * int64_t{launch.kv.dcp_size};
+  launch.max_total_num_tokens = KvPool::GroupTokens(launch.kv, 0);
+  if (const int g = KvPool::FirstWindowGroup(launch.kv); g >= 0) {
+    launch.swa_max_total_num_tokens = KvPool::GroupTokens(launch.kv, g);
+  }
   return launch;
 }
 

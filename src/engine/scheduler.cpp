@@ -30,6 +30,8 @@ Status ApplyPoolOp(KvPool& pool, const PoolOp& op) {
       return pool.HoldPage(static_cast<int32_t>(op.length));
     case PoolOp::kDrop:
       return pool.DropPage(static_cast<int32_t>(op.length));
+    case PoolOp::kSlide:
+      return pool.Slide(op.slot, op.length);
   }
   return Internal("unknown pool operation");
 }
@@ -41,7 +43,9 @@ Scheduler::Scheduler(const SchedulerOptions& options, KvPool* pool)
       min_ratio_(0.14 * init_ratio_),
       ratio_decay_((init_ratio_ - min_ratio_) / 600),
       ratio_(init_ratio_) {
-  if (options.radix_cache) {
+  for (int g = 0; g < pool->num_groups(); ++g) windows_ = windows_ || pool->group(g).window > 0;
+  // The cache shares the pages of group 0 only: with more groups it is off (the engine says so).
+  if (options.radix_cache && pool->num_groups() == 1) {
     cache_ =
         std::make_unique<RadixCache>(int64_t{pool->options().page_size} * pool->options().dcp_size);
   }
@@ -85,7 +89,9 @@ Status Scheduler::Record(std::vector<PoolOp>& ops, PoolOp op) {
   return Status::Ok();
 }
 
-int64_t Scheduler::Available() const { return pool_->free_pages() + evictable_pages(); }
+int64_t Scheduler::FreePages(int g) const {
+  return pool_->free_pages(g) + (g == 0 ? evictable_pages() : 0);
+}
 
 Status Scheduler::EnsureFree(std::vector<PoolOp>& ops, int64_t pages) {
   if (!cache_ || pool_->free_pages() >= pages) return Status::Ok();
@@ -149,15 +155,38 @@ std::vector<SeqState*> Scheduler::AdmissionOrder() const {
   return order;
 }
 
-int64_t Scheduler::ReservedPages() const {
+int64_t Scheduler::MaxChunk(const SeqState& s) const {
+  const auto all = static_cast<int64_t>(s.tokens.size());
+  return options_.chunked_prefill_size < 0 ? all
+                                           : std::min<int64_t>(all, options_.chunked_prefill_size);
+}
+
+int64_t Scheduler::ReservedPages(int g) const {
   int64_t pages = 0;
   for (const SeqState* s : running_) {
     const int64_t remaining = std::max(0, s->max_new_tokens - s->output_len());
     const auto extra = static_cast<int64_t>(std::ceil(double(remaining) * ratio_));
     const int64_t want = static_cast<int64_t>(s->tokens.size()) + extra;
-    pages += std::max<int64_t>(0, pool_->PagesFor(want) - pool_->slot_pages(s->slot));
+    pages += std::max<int64_t>(
+        0, pool_->PeakPages(g, want, MaxChunk(*s)) - pool_->slot_pages(s->slot, g));
   }
   return pages;
+}
+
+bool Scheduler::Fits(int32_t slot, int64_t pos0, int64_t length) const {
+  for (int g = 0; g < pool_->num_groups(); ++g) {
+    if (NetPages(g, slot, pos0, length) > FreePages(g)) return false;
+  }
+  return true;
+}
+
+int64_t Scheduler::NetPages(int g, int32_t slot, int64_t pos0, int64_t length) const {
+  return pool_->PagesNeeded(g, slot, pos0, length) - pool_->PagesFreed(g, slot, pos0);
+}
+
+Status Scheduler::Slide(StepPlan& plan, const SeqState& s) {
+  if (!windows_) return Status::Ok();
+  return Record(plan.ops, {PoolOp::kSlide, s.slot, s.kv_len});
 }
 
 void Scheduler::Retract(SeqState* seq, StepPlan& plan) {
@@ -193,16 +222,24 @@ SeqState* Scheduler::Victim() const {
 Status Scheduler::Decode(StepPlan& plan) {
   auto decoding = [](const SeqState* s) { return s->pending() == 1 && s->kv_len > 0; };
   for (;;) {
-    int64_t need = 0;
-    for (const SeqState* s : running_) {
-      if (decoding(s)) need += pool_->PagesFor(s->kv_len + 1) - pool_->slot_pages(s->slot);
+    bool fits = true;
+    for (int g = 0; g < pool_->num_groups(); ++g) {
+      int64_t need = 0;
+      for (const SeqState* s : running_) {
+        if (decoding(s)) need += NetPages(g, s->slot, s->kv_len, s->kv_len + 1);
+      }
+      fits = fits && need <= FreePages(g);
     }
-    if (need <= Available()) break;
+    if (fits) break;
     Retract(Victim(), plan);
   }
+  // Every window slides before any page is reserved, so the pages one sequence gives back are
+  // there for the others.
   int64_t need = 0;
-  for (const SeqState* s : running_) {
-    if (decoding(s)) need += pool_->PagesFor(s->kv_len + 1) - pool_->slot_pages(s->slot);
+  for (SeqState* s : running_) {
+    if (!decoding(s)) continue;
+    CTXPAR_RETURN_IF_ERROR(Slide(plan, *s));
+    need += pool_->PagesFor(s->kv_len + 1) - pool_->slot_pages(s->slot);
   }
   CTXPAR_RETURN_IF_ERROR(EnsureFree(plan.ops, need));
   for (SeqState* s : running_) {
@@ -219,6 +256,7 @@ Status Scheduler::Prefill(StepPlan& plan) {
                                                      : options_.chunked_prefill_size;
   auto add_chunk = [&](SeqState* s) -> Status {
     const int64_t chunk = std::min(s->pending(), budget);
+    CTXPAR_RETURN_IF_ERROR(Slide(plan, *s));
     CTXPAR_RETURN_IF_ERROR(
         EnsureFree(plan.ops, pool_->PagesFor(s->kv_len + chunk) - pool_->slot_pages(s->slot)));
     CTXPAR_RETURN_IF_ERROR(Record(plan.ops, {PoolOp::kReserve, s->slot, s->kv_len + chunk}));
@@ -233,7 +271,7 @@ Status Scheduler::Prefill(StepPlan& plan) {
     if (budget <= 0) break;
     if (s->pending() <= 1 && s->kv_len > 0) continue;  // decoding
     const int64_t chunk = std::min(s->pending(), budget);
-    if (pool_->PagesFor(s->kv_len + chunk) - pool_->slot_pages(s->slot) > Available()) {
+    if (!Fits(s->slot, s->kv_len, s->kv_len + chunk)) {
       continue;  // waits for pages; decode retractions free them
     }
     CTXPAR_RETURN_IF_ERROR(add_chunk(s));
@@ -248,11 +286,17 @@ Status Scheduler::Prefill(StepPlan& plan) {
     const int64_t remaining = std::max(0, s->max_new_tokens - s->output_len());
     const auto estimate = static_cast<int64_t>(
         std::ceil(double(std::min<int64_t>(remaining, kClipMaxNewTokens)) * ratio_));
-    const int64_t cost =
-        pool_->PagesFor(static_cast<int64_t>(s->tokens.size()) + estimate) - cached;
+    const int64_t want = static_cast<int64_t>(s->tokens.size()) + estimate;
     const int64_t chunk = std::min(static_cast<int64_t>(s->tokens.size()) - cached_tokens, budget);
-    if ((!running_.empty() && cost > Available() - ReservedPages()) ||
-        pool_->PagesFor(cached_tokens + chunk) - cached > Available()) {
+    // The cached pages are group 0's and already in use: the new slot attaches them.
+    bool admit = true;
+    for (int g = 0; g < pool_->num_groups(); ++g) {
+      const int64_t attached = g == 0 ? cached : 0;
+      const int64_t cost = pool_->PeakPages(g, want, MaxChunk(*s)) - attached;
+      if (!running_.empty() && cost > FreePages(g) - ReservedPages(g)) admit = false;
+      if (NetPages(g, -1, 0, cached_tokens + chunk) - attached > FreePages(g)) admit = false;
+    }
+    if (!admit) {
       if (cache_) cache_->Unlock(s->cache_node);
       s->cache_node = nullptr;
       break;

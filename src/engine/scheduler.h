@@ -16,7 +16,10 @@
 //     chunked_prefill_size (-1: no limit), running sequences within max_running_requests, and
 //     the admission rule holds: the pages left after every running sequence reserves
 //     ceil(remaining new tokens * new_token_ratio) tokens must hold the new one's prompt (all of
-//     it, page-rounded) plus min(max_new_tokens, 4096) * new_token_ratio. The oldest queued
+//     it, page-rounded) plus min(max_new_tokens, 4096) * new_token_ratio. With window groups
+//     (kv_pool.h) this holds in every group, a window group counting at most the pages a window
+//     and one chunk span (KvPool::PeakPages); decode and prefill chunks likewise need their pages
+//     in every group. The oldest queued
 //     sequence is admitted whenever nothing runs (it always fits: the engine refuses requests
 //     larger than the pool).
 //  3. When nothing could run (prefills that each hold part of the pool and wait for more), the
@@ -73,21 +76,27 @@ struct SeqState {
   int64_t pending() const { return static_cast<int64_t>(tokens.size()) - kv_len; }
 };
 
+// kSlide (KvPool::Slide) gives back the pages of a slot that its window groups no longer show,
+// before the kReserve of its next chunk; plans carry it only for pools with a window group.
 struct PoolOp {
-  // kAttach: `length` is the page that becomes the slot's next virtual page; kHold / kDrop: the
-  // prefix cache takes / lets go a reference to page `length` (slot unused).
+  // kAttach: `length` is the page of group 0 that becomes the slot's next virtual page there;
+  // kHold / kDrop: the prefix cache takes / lets go a reference to page `length` of group 0 (slot
+  // unused).
   enum Kind : int32_t {
     kRelease = 0,
     kAcquire = 1,
     kReserve = 2,
-    kAttach = 3,
-    kHold = 4,
-    kDrop = 5
+    kSlide = 3,
+    kAttach = 4,
+    kHold = 5,
+    kDrop = 6
   };
   static constexpr int32_t kLastKind = kDrop;
   Kind kind;
   int32_t slot;
-  int64_t length;  // kReserve: tokens; kAttach, kHold, kDrop: a page id
+  // kReserve: the length to hold; kSlide: the next chunk's first position; kAttach, kHold, kDrop:
+  // a page id
+  int64_t length;
 };
 
 struct StepPlan {
@@ -145,13 +154,23 @@ class Scheduler {
  private:
   Status Decode(StepPlan& plan);
   Status Prefill(StepPlan& plan);
-  // Tokens the running sequences may still need, times the ratio (the admission reserve).
-  int64_t ReservedPages() const;
+  // Pages of group g the running sequences may still need, their remaining tokens times the
+  // ratio (the admission reserve).
+  int64_t ReservedPages(int g) const;
+  // The most new tokens one forward gives the sequence.
+  int64_t MaxChunk(const SeqState& s) const;
+  // Whether every group has the pages `slot` (-1: a new one) lacks for positions [pos0, length).
+  bool Fits(int32_t slot, int64_t pos0, int64_t length) const;
+  // Pages of group g that sliding `slot` to pos0 and reserving up to `length` take (net of those
+  // the slide gives back; may be negative).
+  int64_t NetPages(int g, int32_t slot, int64_t pos0, int64_t length) const;
+  // Records the kSlide of s's slot to its next position (pools with a window group only).
+  Status Slide(StepPlan& plan, const SeqState& s);
   void Retract(SeqState* seq, StepPlan& plan);
   SeqState* Victim() const;
   Status Record(std::vector<PoolOp>& ops, PoolOp op);
-  // Free pages plus those the cache can evict.
-  int64_t Available() const;
+  // Free pages of group g plus, in group 0, those the cache can evict.
+  int64_t FreePages(int g) const;
   // Evicts cached pages until `pages` are free.
   Status EnsureFree(std::vector<PoolOp>& ops, int64_t pages);
   // Caches the sequence's complete pages and moves its lock to their end.
@@ -170,6 +189,7 @@ class Scheduler {
   std::unique_ptr<RadixCache> cache_;
   double init_ratio_, min_ratio_, ratio_decay_, ratio_;
   uint64_t retractions_ = 0;
+  bool windows_ = false;  // the pool has a window group: plans carry kSlide
 
   static constexpr int32_t kClipMaxNewTokens = 4096;
   static constexpr int32_t kRetractDecodeSteps = 20;

@@ -31,4 +31,10 @@ int64_t KvLayout::LocalLength(int rank, int64_t length, int64_t start) const {
   return std::max<int64_t>(0, prefix(length) - prefix(start));
 }
 
+LocalRange KvLayout::WindowLocalRows(int rank, int64_t t, int64_t window) const {
+  const int64_t end = VisibleLocalRows(rank, t);
+  if (window <= 0) return {0, end};
+  return {std::min(end, LocalLength(rank, t - window + 1)), end};
+}
+
 }  // namespace ctxpar

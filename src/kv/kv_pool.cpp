@@ -63,50 +63,129 @@ Status CheckOptions(const KvPoolOptions& o) {
   return Status::Ok();
 }
 
+Status CheckGroups(const KvPoolOptions& o) {
+  if (o.groups.empty()) return Status::Ok();
+  std::vector<int> seen(o.num_layers, -1);
+  bool window = false;
+  for (size_t g = 0; g < o.groups.size(); ++g) {
+    const KvGroupSpec& spec = o.groups[g];
+    if (spec.window < 0) {
+      return InvalidArgument(
+          fmt::format("KvPool: groups[{}].window must be >= 0 (0: full attention), got window={}",
+                      g, spec.window));
+    }
+    if (spec.layers.empty()) {
+      return InvalidArgument(fmt::format("KvPool: groups[{}] has no layer", g));
+    }
+    window = window || spec.window > 0;
+    for (int layer : spec.layers) {
+      if (layer < 0 || layer >= o.num_layers) {
+        return InvalidArgument(
+            fmt::format("KvPool: groups[{}] names layer {}, outside [0, num_layers={})", g, layer,
+                        o.num_layers));
+      }
+      if (seen[layer] >= 0) {
+        return InvalidArgument(
+            fmt::format("KvPool: layer {} is in groups[{}] and groups[{}]", layer, seen[layer], g));
+      }
+      seen[layer] = static_cast<int>(g);
+    }
+  }
+  for (int layer = 0; layer < o.num_layers; ++layer) {
+    if (seen[layer] < 0) {
+      return InvalidArgument(fmt::format("KvPool: layer {} is in no group", layer));
+    }
+  }
+  if (o.groups[0].window != 0) {
+    return InvalidArgument(fmt::format(
+        "KvPool: groups[0] must be a full-attention group (its tokens are max_total_num_tokens), "
+        "got window={}",
+        o.groups[0].window));
+  }
+  if (window) CTXPAR_RETURN_IF_ERROR(Positive("window_pages", o.window_pages));
+  if (o.window_pages > std::numeric_limits<int32_t>::max()) {
+    return InvalidArgument(fmt::format(
+        "KvPool: window_pages must fit a block-table entry (< 2^31), got {}", o.window_pages));
+  }
+  return Status::Ok();
+}
+
 // Elements of one page of one layer: K, and V unless it lives in K.
 int64_t PageElements(const KvPoolOptions& o, bool value) {
   return int64_t{o.page_size} * o.num_kv_heads * (value ? o.head_dim_v : o.head_dim_k);
 }
 
+void Free(std::vector<int32_t>& heap, int32_t page) {
+  heap.push_back(page);
+  std::push_heap(heap.begin(), heap.end(), std::greater<>());
+}
+
+// The first virtual page a window group keeps for a forward from pos0: the page of position
+// pos0 - W + 1, the first that row pos0 sees.
+int64_t FirstKept(int64_t pos0, int64_t window, int64_t per_page) {
+  return std::max<int64_t>(0, pos0 - window + 1) / per_page;
+}
+
 }  // namespace
 
-int64_t KvPool::PageBytes(const KvPoolOptions& o) {
+std::vector<KvGroupSpec> KvPool::GroupsOf(const KvPoolOptions& o) {
+  if (!o.groups.empty()) return o.groups;
+  KvGroupSpec all;
+  for (int l = 0; l < o.num_layers; ++l) all.layers.push_back(l);
+  return {all};
+}
+
+int64_t KvPool::PageBytes(const KvPoolOptions& o, int group) {
   const int64_t elements = PageElements(o, false) + (o.v_in_k ? 0 : PageElements(o, true));
-  return elements * static_cast<int64_t>(DataTypeSize(o.dtype)) * o.num_layers;
+  const int64_t layers = o.groups.empty() ? o.num_layers : int64_t(o.groups[group].layers.size());
+  return elements * static_cast<int64_t>(DataTypeSize(o.dtype)) * layers;
 }
 
 Expected<KvPool> KvPool::Create(const KvPoolOptions& o) {
   CTXPAR_RETURN_IF_ERROR(CheckOptions(o));
+  CTXPAR_RETURN_IF_ERROR(CheckGroups(o));
   CTXPAR_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::Create(o.dcp_size, o.interleave_size));
+  std::vector<Group> groups;
+  std::vector<int> layer_group(o.num_layers, 0);
+  for (const KvGroupSpec& spec : GroupsOf(o)) {
+    CTXPAR_ASSIGN_OR_RETURN(KvLayout group_layout,
+                            spec.dcp_sharded ? Expected<KvLayout>(layout) : KvLayout::Create(1));
+    Group g{.spec = spec, .layout = group_layout};
+    g.num_pages = spec.window > 0 ? o.window_pages : o.num_pages;
+    g.block_table.assign(static_cast<size_t>(o.max_slots) * o.max_pages_per_slot, 0);
+    g.first.assign(o.max_slots, 0);
+    g.used.assign(o.max_slots, 0);
+    // Ascending ids form a min-heap: the lowest free page is handed out first, on every rank.
+    for (int64_t p = 0; p < g.num_pages; ++p) g.free.push_back(static_cast<int32_t>(p));
+    g.refs.assign(g.num_pages, 0);
+    for (int l : spec.layers) layer_group[l] = static_cast<int>(groups.size());
+    groups.push_back(std::move(g));
+  }
   const size_t element = DataTypeSize(o.dtype);
   std::vector<HostBuffer> k, v;
   for (int l = 0; l < o.num_layers; ++l) {
+    const int64_t pages = groups[layer_group[l]].num_pages;
     CTXPAR_ASSIGN_OR_RETURN(HostBuffer kb,
-                            HostBuffer::Allocate(o.num_pages * PageElements(o, false) * element));
+                            HostBuffer::Allocate(pages * PageElements(o, false) * element));
     k.push_back(std::move(kb));
     HostBuffer vb;
     if (!o.v_in_k) {
-      CTXPAR_ASSIGN_OR_RETURN(vb,
-                              HostBuffer::Allocate(o.num_pages * PageElements(o, true) * element));
+      CTXPAR_ASSIGN_OR_RETURN(vb, HostBuffer::Allocate(pages * PageElements(o, true) * element));
     }
     v.push_back(std::move(vb));
   }
-  return KvPool(o, layout, std::move(k), std::move(v));
+  return KvPool(o, layout, std::move(groups), std::move(layer_group), std::move(k), std::move(v));
 }
 
-KvPool::KvPool(const KvPoolOptions& o, KvLayout layout, std::vector<HostBuffer> k,
-               std::vector<HostBuffer> v)
+KvPool::KvPool(const KvPoolOptions& o, KvLayout layout, std::vector<Group> groups,
+               std::vector<int> layer_group, std::vector<HostBuffer> k, std::vector<HostBuffer> v)
     : options_(o),
       layout_(layout),
+      groups_(std::move(groups)),
+      layer_group_(std::move(layer_group)),
       k_(std::move(k)),
       v_(std::move(v)),
-      block_table_(static_cast<size_t>(o.max_slots) * o.max_pages_per_slot, 0),
-      pages_used_(o.max_slots, 0),
-      in_use_(o.max_slots, false),
-      refs_(o.num_pages, 0) {
-  // Ascending ids form a min-heap: the lowest free page is handed out first, on every rank.
-  free_.reserve(o.num_pages);
-  for (int64_t p = 0; p < o.num_pages; ++p) free_.push_back(static_cast<int32_t>(p));
+      in_use_(o.max_slots, false) {
   const PagedKv kv = View(0);
   for (int d = 0; d < o.head_dim_k; ++d)
     k_d_offset_.push_back(KvElementOffset(kv, false, 0, 0, 0, d));
@@ -114,11 +193,15 @@ KvPool::KvPool(const KvPoolOptions& o, KvLayout layout, std::vector<HostBuffer> 
     v_d_offset_.push_back(KvElementOffset(kv, true, 0, 0, 0, d));
 }
 
+Status KvPool::CheckSlot(const char* what, int32_t slot) const {
+  if (slot >= 0 && slot < options_.max_slots && in_use_[slot]) return Status::Ok();
+  return InvalidArgument(fmt::format("KvPool::{}: slot {} is not in use", what, slot));
+}
+
 Expected<int32_t> KvPool::AcquireSlot() {
   for (int32_t s = 0; s < options_.max_slots; ++s) {
     if (!in_use_[s]) {
       in_use_[s] = true;
-      pages_used_[s] = 0;
       return s;
     }
   }
@@ -127,59 +210,103 @@ Expected<int32_t> KvPool::AcquireSlot() {
 }
 
 Status KvPool::ReleaseSlot(int32_t slot) {
-  if (slot < 0 || slot >= options_.max_slots || !in_use_[slot]) {
-    return InvalidArgument(fmt::format("KvPool::ReleaseSlot: slot {} is not in use", slot));
+  CTXPAR_RETURN_IF_ERROR(CheckSlot("ReleaseSlot", slot));
+  for (Group& g : groups_) {
+    int32_t* table = g.block_table.data() + static_cast<size_t>(slot) * options_.max_pages_per_slot;
+    for (int32_t v = g.first[slot]; v < g.used[slot]; ++v) Unref(g, table[v]);
+    std::fill_n(table, options_.max_pages_per_slot, 0);
+    g.first[slot] = g.used[slot] = 0;
   }
-  int32_t* table = block_table_.data() + static_cast<size_t>(slot) * options_.max_pages_per_slot;
-  for (int32_t v = 0; v < pages_used_[slot]; ++v) Unref(table[v]);
-  std::fill_n(table, options_.max_pages_per_slot, 0);
-  pages_used_[slot] = 0;
   in_use_[slot] = false;
   return Status::Ok();
 }
 
-void KvPool::Unref(int32_t page) {
-  if (--refs_[page] > 0) return;
-  free_.push_back(page);
-  std::push_heap(free_.begin(), free_.end(), std::greater<>());
+void KvPool::Unref(Group& g, int32_t page) {
+  if (--g.refs[page] > 0) return;
+  Free(g.free, page);
 }
 
-Status KvPool::AttachPage(int32_t slot, int32_t page) {
-  if (slot < 0 || slot >= options_.max_slots || !in_use_[slot]) {
-    return InvalidArgument(fmt::format("KvPool::AttachPage: slot {} is not in use", slot));
+Status KvPool::CheckPage(const char* what, int32_t page, int g) const {
+  if (g < 0 || g >= num_groups()) {
+    return InvalidArgument(fmt::format("KvPool::{}: group {} of {}", what, g, num_groups()));
   }
-  if (page < 0 || page >= options_.num_pages || refs_[page] == 0) {
-    return InvalidArgument(fmt::format("KvPool::AttachPage: page {} is not in use", page));
-  }
-  if (pages_used_[slot] >= options_.max_pages_per_slot) {
+  if (page >= 0 && page < groups_[g].num_pages && groups_[g].refs[page] > 0) return Status::Ok();
+  return InvalidArgument(fmt::format("KvPool::{}: page {} is not in use", what, page));
+}
+
+Status KvPool::AttachPage(int32_t slot, int32_t page, int g) {
+  CTXPAR_RETURN_IF_ERROR(CheckSlot("AttachPage", slot));
+  CTXPAR_RETURN_IF_ERROR(CheckPage("AttachPage", page, g));
+  Group& group = groups_[g];
+  if (group.used[slot] >= options_.max_pages_per_slot) {
     return OutOfRange(fmt::format("KvPool::AttachPage: slot {} holds max_pages_per_slot={} pages",
                                   slot, options_.max_pages_per_slot));
   }
-  block_table_[static_cast<size_t>(slot) * options_.max_pages_per_slot + pages_used_[slot]++] =
+  group.block_table[static_cast<size_t>(slot) * options_.max_pages_per_slot + group.used[slot]++] =
       page;
-  ++refs_[page];
+  ++group.refs[page];
   return Status::Ok();
 }
 
-Status KvPool::HoldPage(int32_t page) {
-  if (page < 0 || page >= options_.num_pages || refs_[page] == 0) {
-    return InvalidArgument(fmt::format("KvPool::HoldPage: page {} is not in use", page));
-  }
-  ++refs_[page];
+Status KvPool::HoldPage(int32_t page, int g) {
+  CTXPAR_RETURN_IF_ERROR(CheckPage("HoldPage", page, g));
+  ++groups_[g].refs[page];
   return Status::Ok();
 }
 
-Status KvPool::DropPage(int32_t page) {
-  if (page < 0 || page >= options_.num_pages || refs_[page] == 0) {
-    return InvalidArgument(fmt::format("KvPool::DropPage: page {} is not in use", page));
-  }
-  Unref(page);
+Status KvPool::DropPage(int32_t page, int g) {
+  CTXPAR_RETURN_IF_ERROR(CheckPage("DropPage", page, g));
+  Unref(groups_[g], page);
   return Status::Ok();
 }
 
-int64_t KvPool::PagesFor(int64_t length) const {
-  const int64_t per_page = int64_t{options_.page_size} * options_.dcp_size;
+int64_t KvPool::PagesFor(int64_t length, int g) const {
+  const int64_t per_page = int64_t{options_.page_size} * groups_[g].layout.dcp_size();
   return length <= 0 ? 0 : (length + per_page - 1) / per_page;
+}
+
+int64_t KvPool::GroupTokens(const KvPoolOptions& o, int g) {
+  const KvGroupSpec spec = GroupsOf(o)[g];
+  return (spec.window > 0 ? o.window_pages : o.num_pages) * o.page_size *
+         (spec.dcp_sharded ? o.dcp_size : 1);
+}
+
+int KvPool::FirstWindowGroup(const KvPoolOptions& o) {
+  for (size_t g = 0; g < o.groups.size(); ++g) {
+    if (o.groups[g].window > 0) return static_cast<int>(g);
+  }
+  return -1;
+}
+
+int64_t KvPool::capacity_tokens(int g) const { return GroupTokens(options_, g); }
+
+int64_t KvPool::PagesNeeded(int g, int32_t slot, int64_t pos0, int64_t length) const {
+  const Group& group = groups_[g];
+  int64_t from = slot < 0 ? 0 : group.used[slot];
+  if (group.spec.window > 0) {
+    const int64_t per_page = int64_t{options_.page_size} * group.layout.dcp_size();
+    from = std::max(from, FirstKept(pos0, group.spec.window, per_page));
+  }
+  return std::max<int64_t>(0, PagesFor(length, g) - from);
+}
+
+int64_t KvPool::PagesFreed(int g, int32_t slot, int64_t pos0) const {
+  const Group& group = groups_[g];
+  if (group.spec.window == 0 || slot < 0) return 0;
+  const int64_t per_page = int64_t{options_.page_size} * group.layout.dcp_size();
+  const int64_t keep =
+      std::min<int64_t>(FirstKept(pos0, group.spec.window, per_page), group.used[slot]);
+  return std::max<int64_t>(0, keep - group.first[slot]);
+}
+
+int64_t KvPool::PeakPages(int g, int64_t length, int64_t chunk) const {
+  const int64_t all = PagesFor(length, g);
+  const int window = groups_[g].spec.window;
+  if (window == 0) return all;
+  // Any `span` consecutive positions lie in at most ceil((span - 1) / per_page) + 1 pages.
+  const int64_t per_page = int64_t{options_.page_size} * groups_[g].layout.dcp_size();
+  const int64_t span = window - 1 + std::max<int64_t>(1, chunk);
+  return std::min(all, (span + per_page - 2) / per_page + 1);
 }
 
 int32_t KvPool::free_slots() const {
@@ -187,28 +314,51 @@ int32_t KvPool::free_slots() const {
 }
 
 Status KvPool::Reserve(int32_t slot, int64_t length) {
-  if (slot < 0 || slot >= options_.max_slots || !in_use_[slot]) {
-    return InvalidArgument(fmt::format("KvPool::Reserve: slot {} is not in use", slot));
+  CTXPAR_RETURN_IF_ERROR(CheckSlot("Reserve", slot));
+  for (int g = 0; g < num_groups(); ++g) {
+    const int64_t needed = PagesFor(length, g);
+    if (needed > options_.max_pages_per_slot) {
+      return OutOfRange(fmt::format(
+          "KvPool::Reserve: {} tokens need {} pages of {} tokens, more than max_pages_per_slot={}",
+          length, needed, int64_t{options_.page_size} * groups_[g].layout.dcp_size(),
+          options_.max_pages_per_slot));
+    }
+    const int64_t missing = needed - groups_[g].used[slot];
+    if (missing > free_pages(g)) {
+      return OutOfRange(
+          fmt::format("KvPool::Reserve: slot {} needs {} more pages{}, {} of {} are free", slot,
+                      missing, num_groups() > 1 ? fmt::format(" in group {}", g) : std::string(),
+                      free_pages(g), groups_[g].num_pages));
+    }
   }
-  const int64_t needed = PagesFor(length);
-  if (needed > options_.max_pages_per_slot) {
-    return OutOfRange(fmt::format(
-        "KvPool::Reserve: {} tokens need {} pages of {} tokens, more than max_pages_per_slot={}",
-        length, needed, int64_t{options_.page_size} * options_.dcp_size,
-        options_.max_pages_per_slot));
+  for (Group& g : groups_) {
+    const int64_t needed = PagesFor(length, static_cast<int>(&g - groups_.data()));
+    int32_t* table = g.block_table.data() + static_cast<size_t>(slot) * options_.max_pages_per_slot;
+    for (; g.used[slot] < needed; ++g.used[slot]) {
+      std::pop_heap(g.free.begin(), g.free.end(), std::greater<>());
+      table[g.used[slot]] = g.free.back();
+      g.refs[g.free.back()] = 1;
+      g.free.pop_back();
+    }
   }
-  const int64_t missing = needed - pages_used_[slot];
-  if (missing <= 0) return Status::Ok();
-  if (missing > free_pages()) {
-    return OutOfRange(fmt::format("KvPool::Reserve: slot {} needs {} more pages, {} of {} are free",
-                                  slot, missing, free_pages(), options_.num_pages));
-  }
-  int32_t* table = block_table_.data() + static_cast<size_t>(slot) * options_.max_pages_per_slot;
-  for (; pages_used_[slot] < needed; ++pages_used_[slot]) {
-    std::pop_heap(free_.begin(), free_.end(), std::greater<>());
-    table[pages_used_[slot]] = free_.back();
-    refs_[free_.back()] = 1;
-    free_.pop_back();
+  return Status::Ok();
+}
+
+Status KvPool::Slide(int32_t slot, int64_t pos0) {
+  CTXPAR_RETURN_IF_ERROR(CheckSlot("Slide", slot));
+  if (pos0 < 0) return InvalidArgument(fmt::format("KvPool::Slide: pos0={} must be >= 0", pos0));
+  for (Group& g : groups_) {
+    if (g.spec.window == 0) continue;
+    const int64_t per_page = int64_t{options_.page_size} * g.layout.dcp_size();
+    const auto keep = static_cast<int32_t>(
+        std::min<int64_t>(FirstKept(pos0, g.spec.window, per_page), options_.max_pages_per_slot));
+    int32_t* table = g.block_table.data() + static_cast<size_t>(slot) * options_.max_pages_per_slot;
+    for (int32_t v = g.first[slot]; v < std::min(keep, g.used[slot]); ++v) {
+      Unref(g, table[v]);
+      table[v] = 0;
+    }
+    g.first[slot] = std::max(g.first[slot], keep);
+    g.used[slot] = std::max(g.used[slot], g.first[slot]);
   }
   return Status::Ok();
 }
@@ -241,9 +391,7 @@ Status KvPool::Write(int layer, int32_t slot, int64_t pos0, int32_t n, const flo
     return InvalidArgument(
         fmt::format("KvPool::Write: layer {} is outside [0, {})", layer, o.num_layers));
   }
-  if (slot < 0 || slot >= o.max_slots || !in_use_[slot]) {
-    return InvalidArgument(fmt::format("KvPool::Write: slot {} is not in use", slot));
-  }
+  CTXPAR_RETURN_IF_ERROR(CheckSlot("Write", slot));
   if (n < 0 || pos0 < 0) {
     return InvalidArgument(fmt::format("KvPool::Write: pos0={} and n={} must be >= 0", pos0, n));
   }
@@ -251,19 +399,29 @@ Status KvPool::Write(int layer, int32_t slot, int64_t pos0, int32_t n, const flo
     return InvalidArgument(o.v_in_k ? "KvPool::Write: k is null"
                                     : "KvPool::Write: k and v must both be non-null");
   }
-  if (PagesFor(pos0 + n) > pages_used_[slot]) {
+  const int g = layer_group_[layer];
+  const Group& group = groups_[g];
+  if (PagesFor(pos0 + n, g) > group.used[slot]) {
     return OutOfRange(fmt::format(
         "KvPool::Write: slot {} holds {} pages, positions up to {} need {} (Reserve first)", slot,
-        pages_used_[slot], pos0 + n, PagesFor(pos0 + n)));
+        group.used[slot], pos0 + n, PagesFor(pos0 + n, g)));
   }
+  if (n > 0 && PagesFor(pos0 + 1, g) - 1 < group.first[slot]) {
+    return OutOfRange(fmt::format(
+        "KvPool::Write: slot {} gave back the pages below virtual page {} of layer {}'s window of "
+        "{}, position {} lies in page {}",
+        slot, group.first[slot], layer, group.spec.window, pos0, PagesFor(pos0 + 1, g) - 1));
+  }
+  const int rank = group.spec.dcp_sharded ? o.dcp_rank : 0;
   const PagedKv kv = View(layer);
-  const int32_t* table = block_table_.data() + static_cast<size_t>(slot) * o.max_pages_per_slot;
+  const int32_t* table =
+      group.block_table.data() + static_cast<size_t>(slot) * o.max_pages_per_slot;
   const size_t k_stride = static_cast<size_t>(o.num_kv_heads) * o.head_dim_k;
   const size_t v_stride = static_cast<size_t>(o.num_kv_heads) * o.head_dim_v;
   for (int32_t i = 0; i < n; ++i) {
     const int64_t p = pos0 + i;
-    if (layout_.Owner(p) != o.dcp_rank) continue;
-    const int64_t local = layout_.LocalRow(p);
+    if (group.layout.Owner(p) != rank) continue;
+    const int64_t local = group.layout.LocalRow(p);
     const int64_t page = table[local / o.page_size];
     const int in_page = static_cast<int>(local % o.page_size);
     Store(kv, k_[layer].data(), false, page, in_page, k + i * k_stride);
@@ -272,7 +430,13 @@ Status KvPool::Write(int layer, int32_t slot, int64_t pos0, int32_t n, const flo
   return Status::Ok();
 }
 
+LocalRange KvPool::VisibleRange(int layer, int64_t t) const {
+  const Group& g = groups_[layer_group_[layer]];
+  return g.layout.WindowLocalRows(g.spec.dcp_sharded ? options_.dcp_rank : 0, t, g.spec.window);
+}
+
 PagedKv KvPool::View(int layer) const {
+  const Group& g = groups_[layer_group_[layer]];
   PagedKv kv;
   kv.k = k_[layer].data();
   kv.v = options_.v_in_k ? nullptr : v_[layer].data();
@@ -281,9 +445,9 @@ PagedKv KvPool::View(int layer) const {
   kv.num_kv_heads = options_.num_kv_heads;
   kv.head_dim_qk = options_.head_dim_k;
   kv.head_dim_v = options_.head_dim_v;
-  kv.block_table = block_table_.data();
+  kv.block_table = g.block_table.data();
   kv.max_pages_per_seq = options_.max_pages_per_slot;
-  kv.num_pages = static_cast<int>(options_.num_pages);
+  kv.num_pages = static_cast<int>(g.num_pages);
   kv.format = options_.format;
   return kv;
 }

@@ -288,13 +288,33 @@ Expected<DeepseekV3Config> ParseDeepseekV3Config(std::string_view json_text,
   return c;
 }
 
-Expected<DeepseekV3Config> ReadDeepseekV3Config(const std::string& dir) {
-  const std::string path = dir + "/config.json";
+namespace {
+
+Expected<std::string> ReadConfigText(const std::string& path) {
   std::ifstream in(path);
   if (!in.is_open()) return NotFound(fmt::format("cannot open '{}'", path));
   std::stringstream text;
   text << in.rdbuf();
-  return ParseDeepseekV3Config(text.str(), path);
+  return text.str();
+}
+
+}  // namespace
+
+Expected<DeepseekV3Config> ReadDeepseekV3Config(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  CTXPAR_ASSIGN_OR_RETURN(std::string text, ReadConfigText(path));
+  return ParseDeepseekV3Config(text, path);
+}
+
+Expected<std::string> ReadHfArchitecture(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  CTXPAR_ASSIGN_OR_RETURN(std::string text, ReadConfigText(path));
+  const Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.is_object()) {
+    return CatalogError("CTXPAR-HF-001",
+                        {{"path", path}, {"problem", "the text is not one JSON object"}});
+  }
+  return Architecture(Reader(json, path), path);
 }
 
 }  // namespace ctxpar

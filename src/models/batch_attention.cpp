@@ -25,15 +25,18 @@ Expected<std::unique_ptr<BatchAttention>> BatchAttention::Create(const DcpOption
 Status BatchAttention::Run(const Batch& batch, const KvPool& pool, int layer, const float* q,
                            float* o) {
   row_seq_.clear();
+  row_start_.clear();
   row_len_.clear();
   for (const BatchSeq& s : batch.seqs) {
     for (int32_t t = 0; t < s.num_tokens; ++t) {
+      const LocalRange rows = pool.VisibleRange(layer, s.pos0 + t);
       row_seq_.push_back(s.slot);
-      row_len_.push_back(pool.VisibleRows(s.pos0 + t));
+      row_start_.push_back(static_cast<int32_t>(rows.begin));
+      row_len_.push_back(static_cast<int32_t>(rows.end));
     }
   }
   return attention_->Forward(q, pool.View(layer), row_seq_.data(), row_len_.data(),
-                             static_cast<int>(row_seq_.size()), o);
+                             static_cast<int>(row_seq_.size()), o, nullptr, row_start_.data());
 }
 
 }  // namespace ctxpar::model

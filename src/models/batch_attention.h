@@ -7,6 +7,11 @@
 // head_dim_v]. Row t of sequence s is the token at position s.pos0 + t and sees the positions
 // <= s.pos0 + t of slot s.slot, which must already hold them (KvPool::Write before Run).
 //
+// Windows: the layer's group in the pool (KvSpec::groups, kv_pool.h) sets what a row sees. In a
+// window group of W, the row at position t sees only the positions t - W < p <= t
+// (KvPool::VisibleRange); so a model passes the layer index and nothing else, and the window its
+// pool retains is the window its attention applies.
+//
 // Thread safety: used by the rank's thread only; Run is collective over the DCP group.
 #pragma once
 
@@ -45,7 +50,7 @@ class BatchAttention {
       : attention_(std::move(attention)) {}
 
   std::unique_ptr<DcpAttention> attention_;
-  std::vector<int32_t> row_seq_, row_len_;
+  std::vector<int32_t> row_seq_, row_start_, row_len_;
 };
 
 }  // namespace ctxpar::model

@@ -10,8 +10,8 @@
 #include "models/check_finite.h"
 #include "models/deepseek_mla.h"
 #include "models/deepseek_moe.h"
-#include "models/llama_ops.h"
-#include "models/logits.h"
+#include "models/layers/elementwise.h"
+#include "models/layers/vocab.h"
 #include "models/matmul_f32.h"
 
 namespace ctxpar {
@@ -68,12 +68,10 @@ Status DeepseekModel::Init(const EngineConfig& config) {
   const int64_t d = c_.hidden_size, vocab = c_.vocab_size;
   CTXPAR_ASSIGN_OR_RETURN(embed_, ck.Find("model.embed_tokens.weight"));
   CTXPAR_ASSIGN_OR_RETURN(norm_, model::LoadVector(ck, "model.norm.weight", d));
-  vocab_shard_ = static_cast<int>((vocab + s_.tp_size - 1) / s_.tp_size);
-  const int64_t first = std::min<int64_t>(vocab, int64_t{s_.tp_rank} * vocab_shard_);
+  const model::VocabShard shard = model::MakeVocabShard(c_.vocab_size, s_.tp_size, s_.tp_rank);
+  vocab_shard_ = shard.rows;
   const std::string head = c_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-  CTXPAR_ASSIGN_OR_RETURN(
-      lm_head_,
-      model::LoadRows(ck, head, vocab, d, first, std::min<int64_t>(vocab - first, vocab_shard_)));
+  CTXPAR_ASSIGN_OR_RETURN(lm_head_, model::LoadRows(ck, head, vocab, d, shard.first, shard.count));
   lm_head_.resize(std::size_t(vocab_shard_) * d, 0.0f);
   CTXPAR_ASSIGN_OR_RETURN(attn_, model::MlaAttention::Create(c_, s_, config, *world_, pool_));
   ffn_ = std::make_unique<model::DeepseekFfn>(c_, s_, *world_, pool_);
@@ -100,16 +98,9 @@ Status DeepseekModel::Logits(const Batch& batch, std::vector<float>& logits) {
 }
 
 Status DeepseekModel::Forward(const Batch& batch, KvPool& kv, std::vector<float>& logits) {
+  CTXPAR_RETURN_IF_ERROR(model::CheckTokenIds(batch, c_.vocab_size));
   const int n = static_cast<int>(batch.num_tokens());
   const int d = c_.hidden_size;
-  if (n < 1) return InvalidArgument("Forward: the batch has no token");
-  for (int t = 0; t < n; ++t) {
-    if (batch.tokens[t] < 0 || batch.tokens[t] >= c_.vocab_size) {
-      return InvalidArgument(
-          fmt::format("token id {} at index {} is outside the vocabulary [0, {})", batch.tokens[t],
-                      t, c_.vocab_size));
-    }
-  }
   x_.resize(std::size_t(n) * d);
   for (int t = 0; t < n; ++t) {
     CTXPAR_RETURN_IF_ERROR(

@@ -140,11 +140,5 @@ Expected<std::vector<float>> LoadVector(const SafetensorsCheckpoint& ckpt, const
 void GatherRows(const float* src, int dim, const std::vector<int32_t>& rows,
                 std::vector<float>& out);
 
-// sum := partial summed over the ranks of `comm` in rank order (an all-gather, then the adds),
-// so that the result does not depend on the MPI library's reduction order. n floats; `sum` may
-// alias `partial`.
-Status OrderedAllReduce(Communicator& comm, const float* partial, std::size_t n, float* sum,
-                        std::vector<float>& scratch);
-
 }  // namespace model
 }  // namespace ctxpar

@@ -7,7 +7,8 @@
 
 #include "ctxpar/attention.h"
 #include "ctxpar/thread_pool.h"
-#include "models/llama_ops.h"
+#include "models/layers/elementwise.h"
+#include "models/layers/tp_linear.h"
 #include "models/matmul_f32.h"
 
 namespace ctxpar::model {

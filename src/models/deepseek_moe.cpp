@@ -6,7 +6,8 @@
 #include <cmath>
 #include <numeric>
 
-#include "models/llama_ops.h"
+#include "models/layers/elementwise.h"
+#include "models/layers/tp_linear.h"
 #include "models/matmul_f32.h"
 
 namespace ctxpar::model {

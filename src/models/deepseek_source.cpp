@@ -10,7 +10,7 @@
 
 #include "ctxpar/error_catalog.h"
 #include "models/deepseek.h"
-#include "models/model_sources.h"
+#include "models/registry.h"
 
 namespace ctxpar {
 
@@ -242,7 +242,7 @@ Status CheckDeepseekLayout(const DeepseekV3Config& c, const DeepseekLayoutArgs& 
   return Status::Ok();
 }
 
-Expected<std::unique_ptr<ModelSource>> OpenHfSource(const std::string& dir) {
+Expected<std::unique_ptr<ModelSource>> OpenDeepseekSource(const std::string& dir) {
   CTXPAR_ASSIGN_OR_RETURN(DeepseekV3Config c, ReadDeepseekV3Config(dir));
   CTXPAR_ASSIGN_OR_RETURN(SafetensorsCheckpoint opened, SafetensorsCheckpoint::Open(dir));
   auto ckpt = std::make_shared<const SafetensorsCheckpoint>(std::move(opened));
@@ -300,23 +300,6 @@ void GatherRows(const float* src, int dim, const std::vector<int32_t>& rows,
   for (std::size_t i = 0; i < rows.size(); ++i) {
     std::copy_n(src + std::size_t(rows[i]) * dim, dim, out.data() + i * dim);
   }
-}
-
-Status OrderedAllReduce(Communicator& comm, const float* partial, std::size_t n, float* sum,
-                        std::vector<float>& scratch) {
-  const int ranks = comm.size();
-  if (ranks == 1) {
-    if (sum != partial) std::copy_n(partial, n, sum);
-    return Status::Ok();
-  }
-  scratch.resize(n * ranks);
-  CTXPAR_RETURN_IF_ERROR(comm.AllGather(partial, scratch.data(), n, DataType::kF32));
-  for (std::size_t i = 0; i < n; ++i) {
-    float s = scratch[i];
-    for (int r = 1; r < ranks; ++r) s += scratch[r * n + i];
-    sum[i] = s;
-  }
-  return Status::Ok();
 }
 
 }  // namespace model

@@ -2,9 +2,12 @@
 // int8 path. The kernels are in linear_{scalar,avx2,avx512}.cpp.
 #include "models/linear.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "ctxpar/cpu_features.h"
 #include "models/linear_kernels.h"
@@ -13,6 +16,56 @@ namespace ctxpar::model {
 
 using linear_internal::F32Tile;
 using linear_internal::kRowTile;
+
+Expected<WeightType> WeightTypeFor(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ4_1:
+      return WeightType::kQ4_1;
+    case GgmlType::kQ8_0:
+      return WeightType::kQ8_0;
+    case GgmlType::kQ5_0:
+      return WeightType::kQ5_0;
+    case GgmlType::kQ4_K:
+      return WeightType::kQ4_K;
+    case GgmlType::kQ5_K:
+      return WeightType::kQ5_K;
+    case GgmlType::kQ6_K:
+      return WeightType::kQ6_K;
+    default:
+      return InvalidArgument(fmt::format(
+          "ggml type {} has no matmul kernel; the matmuls take Q4_1, Q8_0, Q5_0, Q4_K, Q5_K and "
+          "Q6_K",
+          GgmlTypeName(type)));
+  }
+}
+
+GgmlType GgmlTypeOf(WeightType type) {
+  switch (type) {
+    case WeightType::kQ4_1:
+      return GgmlType::kQ4_1;
+    case WeightType::kQ8_0:
+      return GgmlType::kQ8_0;
+    case WeightType::kQ5_0:
+      return GgmlType::kQ5_0;
+    case WeightType::kQ4_K:
+      return GgmlType::kQ4_K;
+    case WeightType::kQ5_K:
+      return GgmlType::kQ5_K;
+    case WeightType::kQ6_K:
+      return GgmlType::kQ6_K;
+  }
+  return GgmlType::kF32;
+}
+
+Status CheckActFormat(ActFormat format, WeightType type) {
+  if (format == ActFormat::kQ8 && type != WeightType::kQ4_1 && type != WeightType::kQ8_0) {
+    return Unimplemented(fmt::format(
+        "int8 activations (llama.cpp numerics) take Q4_1 and Q8_0 weights; these are {}: use the "
+        "default fp32 activations",
+        GgmlTypeName(GgmlTypeOf(type))));
+  }
+  return Status::Ok();
+}
 
 QuantMatrix QuantMatrix::RowRange(int begin, int count) const {
   QuantMatrix m = *this;
@@ -154,14 +207,19 @@ void Tiles(const Kernels& k, const QuantMatrix& w, const Acts& x, float* y, int 
     }
   };
   auto q8 = [&] {
-    const linear_internal::DotQ8Fn dot = w.type == WeightType::kQ4_1 ? k.q8.q41 : k.q8.q80;
+    const linear_internal::DotQ8Fn dot = w.type == WeightType::kQ4_1   ? k.q8.q41
+                                         : w.type == WeightType::kQ8_0 ? k.q8.q80
+                                                                       : nullptr;
     for (std::int64_t tile = tile_begin; tile < tile_end; ++tile) {
       const int r0 = static_cast<int>(tile * kRowTile);
       const int r1 = std::min(w.rows, r0 + kRowTile);
       for (int t = 0; t < x.n; ++t) {
         const ActBlock* xa = x.Row(t);
         float* yt = y + std::size_t(t) * ldy;
-        for (int r = r0; r < r1; ++r) yt[r] = dot(w.data + std::size_t(r) * w.row_stride, xa, nb);
+        for (int r = r0; r < r1; ++r) {
+          yt[r] = dot != nullptr ? dot(w.data + std::size_t(r) * w.row_stride, xa, nb)
+                                 : std::numeric_limits<float>::quiet_NaN();
+        }
       }
     }
   };

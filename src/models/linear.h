@@ -1,30 +1,34 @@
-// The matmul kernels of the Llama forward: ggml-quantized weights (Q4_1, Q8_0), read in their
-// blocks as stored in the GGUF file, times fp32 activations or activations quantized per
-// 32-element block to int8 (the way llama.cpp's CPU backend computes).
+// The matmul kernels of the models: ggml-quantized weights (Q4_1, Q8_0, Q5_0 and the K-quants
+// Q4_K, Q5_K, Q6_K), read in their blocks as stored in the GGUF file, times fp32 activations or
+// activations quantized per 32-element block to int8 (the way llama.cpp's CPU backend computes).
 //
 // Why the weights stay in their quantized blocks rather than dequantized bf16/fp32 copies: decode
 // reads every weight once per token, so its speed is bounded by weight bytes over memory
 // bandwidth, and Q4_1 is 0.625 byte per weight against 2 for bf16 and 4 for fp32. Prefill is
 // compute-bound: a MatMul of more than a few rows (8 on AVX2, 3 on AVX-512) widens each 16-row
 // tile to fp32 once per span of about 1 MiB of activations and runs chunks of the span's tokens
-// over it; fewer rows dequantize each block in registers once per group of tokens.
+// over it; fewer rows dequantize each group of 32 weights in registers once per group of tokens.
 // Activations default to fp32 (see ActFormat; docs/perf-model.md has the measurements).
 //
 // Contract
-// - A weight matrix W is [rows, cols] row-major in ggml blocks of 32 along cols: row r, block b
-//   starts at data + r * row_stride + b * BlockBytes(type).
+// - A weight matrix W is [rows, cols] row-major in ggml blocks of BlockSize(type) elements (32,
+//   or 256 for the K-quants) along cols: row r, block b starts at data + r * row_stride +
+//   b * BlockBytes(type). A group is 32 consecutive elements of a row (a K-quant block holds 8).
 // - Activations x [n, cols] fp32 are used as they are, or quantized per row into cols / 32
 //   ActBlocks (Q8_1 for Q4_1 weights: d, s = d * sum(q); Q8_0 for Q8_0 weights) with d and s
 //   rounded to fp16 as ggml stores them, so the dot products match ggml's up to summation order.
+//   The int8 path takes Q4_1 and Q8_0 weights only (CheckActFormat).
 // - y[t * ldy + r] = sum_c W[r, c] * x[t, c] for t < n, r < rows.
 // - Batch invariance: y[t, r] is computed by one fixed sequence of floating-point operations of
 //   W's row r and x's row t alone, whatever n, t, the thread count or the code path (register
 //   tiles of 1 to 5 tokens, widened tiles, token chunks); so a row's bits do not change when it
 //   runs alone, among 63 others or in a prefill chunk.
 // - The fp32 sequence (ActFormat::kF32), the same on every ISA (scalar, AVX2, AVX-512): weights
-//   are dequantized exactly as DequantizeRow does (Q4_1 fma(q, d, m) rounded once; Q8_0 q * d,
-//   exact). 16 lanes start at +0; for each block b in order, lane l does acc[l] = fma(w[l], x[l],
-//   acc[l]) and then acc[l] = fma(w[16 + l], x[16 + l], acc[l]) (elements of block b). The
+//   are dequantized exactly as DequantizeRow does: Q4_1 fma(q, d, m) rounded once; Q8_0 q * d and
+//   Q5_0 (q - 16) * d, exact; the K-quants bitwise as gguf-py (ctxpar/quant.h's DequantizeRow):
+//   Q4_K and Q5_K (d * sc) * q - dmin * m, Q6_K (d * sc) * (q - 32), each operation rounded.
+//   16 lanes start at +0; for each group g in order, lane l does acc[l] = fma(w[l], x[l],
+//   acc[l]) and then acc[l] = fma(w[16 + l], x[16 + l], acc[l]) (elements of group g). The
 //   lanes then reduce as r[l] = acc[l] + acc[l + 8], r[l] += r[l + 4], r[l] += r[l + 2],
 //   r[0] + r[1]. CTXPAR_CPU_ISA (cpu_features.h) forces a lower ISA for tests.
 // - The int8 sequence (ActFormat::kQ8) is fixed per ISA: one dot product per output, the same
@@ -45,18 +49,48 @@
 
 namespace ctxpar::model {
 
-enum class WeightType { kQ4_1, kQ8_0 };
+enum class WeightType { kQ4_1, kQ8_0, kQ5_0, kQ4_K, kQ5_K, kQ6_K };
 
+// Elements of a group: the unit of the fp32 sequence and of the int8 activations.
 inline constexpr int kBlock = 32;
 
-// Bytes of one 32-weight block: Q4_1 = fp16 d, fp16 m, 16 nibble bytes; Q8_0 = fp16 d, 32 int8.
-constexpr std::size_t BlockBytes(WeightType type) { return type == WeightType::kQ4_1 ? 20 : 34; }
+// Elements of one block of `type`: 32, or 256 (8 groups) for the K-quants.
+constexpr int BlockSize(WeightType type) {
+  return type == WeightType::kQ4_K || type == WeightType::kQ5_K || type == WeightType::kQ6_K ? 256
+                                                                                             : 32;
+}
+
+// Bytes of one block, ggml's layouts (ctxpar/quant.h): Q4_1 = fp16 d, fp16 m, 16 nibble bytes;
+// Q8_0 = fp16 d, 32 int8; Q5_0 22, Q4_K 144, Q5_K 176, Q6_K 210.
+constexpr std::size_t BlockBytes(WeightType type) {
+  switch (type) {
+    case WeightType::kQ4_1:
+      return sizeof(BlockQ4_1);
+    case WeightType::kQ8_0:
+      return sizeof(BlockQ8_0);
+    case WeightType::kQ5_0:
+      return sizeof(BlockQ5_0);
+    case WeightType::kQ4_K:
+      return sizeof(BlockQ4K);
+    case WeightType::kQ5_K:
+      return sizeof(BlockQ5K);
+    case WeightType::kQ6_K:
+      return sizeof(BlockQ6K);
+  }
+  return 0;
+}
+
+// The WeightType of a GGUF tensor's type: InvalidArgument naming the type when the kernels do
+// not take it.
+Expected<WeightType> WeightTypeFor(GgmlType type);
+// ggml's type of a WeightType.
+GgmlType GgmlTypeOf(WeightType type);
 
 struct QuantMatrix {
   WeightType type = WeightType::kQ4_1;
   const std::uint8_t* data = nullptr;
   int rows = 0;
-  int cols = 0;                // a multiple of 32
+  int cols = 0;                // a multiple of BlockSize(type)
   std::size_t row_stride = 0;  // bytes between rows
 
   // Rows [begin, begin + count): a rank's shard of a projection.
@@ -106,6 +140,11 @@ struct Acts {
   const float* F32Row(int t) const { return x.data() + std::size_t(t) * blocks_per_row * kBlock; }
 };
 
+// Ok when MatMul takes activations in `format` for weights of `type`; Unimplemented naming the
+// type otherwise (kQ8 takes Q4_1 and Q8_0). MatMul requires it: it writes NaN for a pair this
+// refuses rather than a wrong product.
+Status CheckActFormat(ActFormat format, WeightType type);
+
 // Prepares x [n, cols] (row stride ldx floats) for weights of `type`. cols % 32 == 0.
 void PrepareActs(ActFormat format, WeightType type, const float* x, int n, int cols, int ldx,
                  Acts* out);
@@ -124,10 +163,11 @@ struct MatMulOut {
 // each output's bits are MatMul's, with one wait for the pool's threads instead of one each.
 void MatMulMany(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool);
 
-// Row r of w dequantized to fp32 (the embedding lookup): the weights the fp32 kernels multiply.
+// Row r of w dequantized to fp32 (the embedding lookup): the weights the fp32 kernels multiply
+// (for Q5_0 and the K-quants, ctxpar/quant.h's DequantizeRow, equal to gguf-py's).
 void DequantizeRow(const QuantMatrix& w, int r, float* out);
 
-// The scalar int8 dot product (no SIMD), for tests of the dispatched ones.
+// The scalar int8 dot product (no SIMD), for tests of the dispatched ones (Q4_1, Q8_0).
 float DotScalar(WeightType type, const std::uint8_t* w_row, const ActBlock* x, int num_blocks);
 // The fp32 path MatMul takes now ("avx512", "avx2" or "scalar"; CTXPAR_CPU_ISA lowers it).
 const char* MatMulIsa();

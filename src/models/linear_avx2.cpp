@@ -65,6 +65,69 @@ struct Avx2Isa {
     }
     return w;
   }
+  // The block's 32 values q - 16 as int8 in element order, then widened 8 at a time.
+  static Block DequantQ50(const std::uint8_t* blk) {
+    const __m256 d = HalfAt(blk);
+    std::uint32_t qh;
+    std::memcpy(&qh, blk + 2, 4);
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 6));
+    const __m256i nib = _mm256_and_si256(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(qs), _mm_srli_epi16(qs, 4), 1),
+        _mm256_set1_epi8(0xF));
+    // Byte j all ones where bit j of qh is set: byte j / 8 of qh in byte j, then its bit j % 8.
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(static_cast<int>(qh)),
+        _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    // nibble | 0xF0 is nibble - 16 as int8, where bit 4 is clear.
+    const __m256i q = _mm256_or_si256(nib, _mm256_andnot_si256(set, _mm256_set1_epi8(-16)));
+    const __m128i halves[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
+    Block w;
+    for (int p = 0; p < kParts; ++p) {
+      const __m128i b = (p & 1) ? _mm_srli_si128(halves[p >> 1], 8) : halves[p >> 1];
+      w.v[p] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), d);
+    }
+    return w;
+  }
+  // One fused rounding is DequantizeRow's two: d (fp16) times sc (6 bits) times q (5 bits) has
+  // at most 22 significant bits, so the product is exact.
+  template <int kShift, int kBit>
+  static Block DequantK45(const std::uint8_t* qs, const std::uint8_t* qh, float d, float m) {
+    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
+    __m256i q = _mm256_and_si256(_mm256_srli_epi16(bytes, kShift), _mm256_set1_epi8(0xF));
+    if constexpr (kBit >= 0) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+      const __m256i sel = _mm256_set1_epi8(1 << kBit);
+      const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(h, sel), sel);
+      q = _mm256_or_si256(q, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+    }
+    const __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(m);
+    const __m128i halves[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
+    Block w;
+    for (int p = 0; p < kParts; ++p) {
+      const __m128i b = (p & 1) ? _mm_srli_si128(halves[p >> 1], 8) : halves[p >> 1];
+      w.v[p] = _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), vd, vm);
+    }
+    return w;
+  }
+  template <int kShiftL, int kShiftH>
+  static Block DequantQ6K(const std::uint8_t* ql, const std::uint8_t* qh, float d0, float d1) {
+    const __m256i l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+    const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(l, kShiftL), _mm256_set1_epi8(0xF));
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(h, kShiftH), _mm256_set1_epi8(3));
+    const __m256i q =
+        _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
+    const __m256 vd[2] = {_mm256_set1_ps(d0), _mm256_set1_ps(d1)};
+    const __m128i halves[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
+    Block w;
+    for (int p = 0; p < kParts; ++p) {
+      const __m128i b = (p & 1) ? _mm_srli_si128(halves[p >> 1], 8) : halves[p >> 1];
+      w.v[p] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), vd[p >> 1]);
+    }
+    return w;
+  }
   static V ZeroV() { return _mm256_setzero_ps(); }
   static void FmaV(V& a, V w, V x) { a = _mm256_fmadd_ps(w, x, a); }
   static void Fma(Acc& a, int p, V w, V x) { FmaV(a.v[p & 1], w, x); }

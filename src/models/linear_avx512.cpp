@@ -54,6 +54,52 @@ struct Avx512Isa {
     }
     return w;
   }
+  // The block's 32 values q - 16 as int8 in element order (nibbles of bytes 0-15 low, then high;
+  // 16 subtracted where qh's bit is clear), then widened 16 at a time.
+  static Block DequantQ50(const std::uint8_t* blk) {
+    const __m512 d = HalfAt(blk);
+    std::uint32_t qh;
+    std::memcpy(&qh, blk + 2, 4);
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 6));
+    const __m256i nib = _mm256_and_si256(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(qs), _mm_srli_epi16(qs, 4), 1),
+        _mm256_set1_epi8(0xF));
+    const __m256i q = _mm256_mask_sub_epi8(nib, _cvtu32_mask32(~qh), nib, _mm256_set1_epi8(16));
+    return {{_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), d),
+             _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))),
+                           d)}};
+  }
+  // One fused rounding is DequantizeRow's two: d (fp16) times sc (6 bits) times q (5 bits) has
+  // at most 22 significant bits, so the product is exact.
+  template <int kShift, int kBit>
+  static Block DequantK45(const std::uint8_t* qs, const std::uint8_t* qh, float d, float m) {
+    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
+    __m256i q = _mm256_and_si256(_mm256_srli_epi16(bytes, kShift), _mm256_set1_epi8(0xF));
+    if constexpr (kBit >= 0) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+      const __mmask32 set = _mm256_test_epi8_mask(h, _mm256_set1_epi8(1 << kBit));
+      q = _mm256_mask_add_epi8(q, set, q, _mm256_set1_epi8(16));
+    }
+    const __m512 vd = _mm512_set1_ps(d), vm = _mm512_set1_ps(m);
+    return {
+        {_mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q))), vd,
+                         vm),
+         _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1))),
+                         vd, vm)}};
+  }
+  template <int kShiftL, int kShiftH>
+  static Block DequantQ6K(const std::uint8_t* ql, const std::uint8_t* qh, float d0, float d1) {
+    const __m256i l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+    const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(l, kShiftL), _mm256_set1_epi8(0xF));
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(h, kShiftH), _mm256_set1_epi8(3));
+    const __m256i q =
+        _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
+    return {{_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))),
+                           _mm512_set1_ps(d0)),
+             _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))),
+                           _mm512_set1_ps(d1))}};
+  }
   static V ZeroV() { return Zero(); }
   static void FmaV(V& a, V w, V x) { a = _mm512_fmadd_ps(w, x, a); }
   static void Fma(Acc& a, int, V w, V x) { FmaV(a, w, x); }

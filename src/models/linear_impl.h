@@ -5,7 +5,11 @@
 // The ISA struct provides:
 //   kParts          vectors per 32-weight block (scalar 2 of 16 floats, AVX2 4, AVX-512 2)
 //   V, Acc, Block   one part; one output's 16-lane accumulator; a block's dequantized parts
-//   Zero, Load, Store, DequantQ41, DequantQ80
+//   Zero, Load, Store, DequantQ41, DequantQ80, DequantQ50 (a block's 32 weights)
+//   DequantK45<kShift, kBit>(qs, qh, d, m)  a Q4_K / Q5_K group: q[l] = (qs[l] >> kShift) & 15,
+//                      plus 16 where bit kBit of qh[l] is set (kBit >= 0), weight float(q) * d - m
+//   DequantQ6K<kShiftL, kShiftH>(ql, qh, d0, d1)  a Q6_K group: q[l] = ((ql[l] >> kShiftL) & 15)
+//                      | ((qh[l] >> kShiftH) & 3) << 4, weight float(q - 32) * (l < 16 ? d0 : d1)
 //   Fma(acc, p, w, x)  lanes of part p: acc[l] = fma(w[l], x[l], acc[l]), element order as in
 //                      linear.h (part p holds elements [p * 32 / kParts, (p + 1) * 32 / kParts))
 //   kChains            registers of an Acc; chain c holds the lanes of parts c, c + kChains, ...
@@ -23,7 +27,95 @@
 // the register tile and the output's place in it change no bit.
 
 // kPiece: the widened tile, for a piece of a row whose lanes carry over (F32Tile::carry).
-enum class Src { kQ41, kQ80, kWide, kPiece };
+enum class Src { kQ41, kQ80, kQ50, kQ4K, kQ5K, kQ6K, kWide, kPiece };
+
+inline std::uint16_t HalfBitsOf(const std::uint8_t* p) {
+  std::uint16_t h;
+  std::memcpy(&h, p, 2);
+  return h;
+}
+
+template <Src S>
+constexpr WeightType TypeOf() {
+  constexpr WeightType kTypes[] = {WeightType::kQ4_1, WeightType::kQ8_0, WeightType::kQ5_0,
+                                   WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K};
+  return kTypes[static_cast<int>(S)];
+}
+
+// Groups of 32 weights per block of S.
+template <Src S>
+constexpr int GroupsPerBlock() {
+  return BlockSize(TypeOf<S>()) / kBlock;
+}
+
+// A K-quant block's per-group factors, rounded as ctxpar/quant.h's DequantizeRow (gguf-py) rounds
+// them: Q4_K / Q5_K f[g] = d * sc_g and f[8 + g] = dmin * m_g for its 8 groups; Q6_K f[i] =
+// d * sc_i for its 16 sub-blocks of 16. Nothing for the 32-element types.
+struct BlockScales {
+  float f[16];
+};
+
+template <Src S>
+void ScalesOf(const std::uint8_t* blk, BlockScales* s) {
+  if constexpr (S == Src::kQ4K || S == Src::kQ5K) {
+    // The 12 bytes to 8 scales then 8 mins in one pass (UnpackScaleMinK4 for every group, as
+    // ggml's dot products unpack them); the loops vectorize.
+    constexpr std::uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+    std::uint32_t u[4];
+    std::memcpy(u, blk + 4, 12);
+    u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
+    const std::uint32_t mins = u[1] & kLow6;
+    u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
+    u[2] = mins;
+    u[0] &= kLow6;
+    std::uint8_t v[16];
+    std::memcpy(v, u, 16);
+    const float d = Fp16ToFp32(HalfBitsOf(blk));
+    const float dmin = Fp16ToFp32(HalfBitsOf(blk + 2));
+    for (int i = 0; i < 8; ++i) s->f[i] = d * float(v[i]);
+    for (int i = 0; i < 8; ++i) s->f[8 + i] = dmin * float(v[8 + i]);
+  } else if constexpr (S == Src::kQ6K) {
+    const float d = Fp16ToFp32(HalfBitsOf(blk + offsetof(BlockQ6K, d)));
+    const auto* sc = reinterpret_cast<const std::int8_t*>(blk + offsetof(BlockQ6K, scales));
+    for (int i = 0; i < 16; ++i) s->f[i] = d * float(sc[i]);
+  } else {
+    (void)blk;
+    (void)s;
+  }
+}
+
+// Group G of the block at blk, its scales from ScalesOf. G is a constant so that the bit
+// positions are immediates: a shift by a register count costs two micro-ops on x86.
+template <class Isa, Src S, int G>
+typename Isa::Block DequantGroup(const std::uint8_t* blk, const BlockScales& s) {
+  if constexpr (S == Src::kQ41) {
+    return Isa::DequantQ41(blk);
+  } else if constexpr (S == Src::kQ80) {
+    return Isa::DequantQ80(blk);
+  } else if constexpr (S == Src::kQ50) {
+    return Isa::DequantQ50(blk);
+  } else if constexpr (S == Src::kQ4K) {
+    return Isa::template DequantK45<4 * (G & 1), -1>(blk + offsetof(BlockQ4K, qs) + 32 * (G >> 1),
+                                                     nullptr, s.f[G], s.f[8 + G]);
+  } else if constexpr (S == Src::kQ5K) {
+    return Isa::template DequantK45<4 * (G & 1), G>(blk + offsetof(BlockQ5K, qs) + 32 * (G >> 1),
+                                                    blk + offsetof(BlockQ5K, qh), s.f[G],
+                                                    s.f[8 + G]);
+  } else {
+    // Q6_K: each half of 128 holds groups 4h..4h+3 (ggml's dequantize_row_q6_K).
+    constexpr int h = G >> 2, k = G & 3;
+    return Isa::template DequantQ6K<4 * (k >> 1), 2 * k>(
+        blk + 64 * h + 32 * (k & 1), blk + offsetof(BlockQ6K, qh) + 32 * h, s.f[8 * h + 2 * k],
+        s.f[8 * h + 2 * k + 1]);
+  }
+}
+
+// f.template operator()<G>() for G = 0 .. kCount - 1, in order.
+template <int kCount, class F>
+void ForGroups(const F& f) {
+  [&]<int... G>(std::integer_sequence<int, G...>) { (f.template operator()<G>(), ...); }
+  (std::make_integer_sequence<int, kCount>{});
+}
 
 // Decode streams the weights once: each block requests the same block this many rows ahead.
 inline constexpr int kPrefetchRows = 8;
@@ -51,31 +143,58 @@ void EmitPanel(const F32Tile& j, const typename Isa::Acc (&acc)[R][T], int r0, i
   }
 }
 
-// Rows [r0, r0 + R) times tokens [t0, t0 + T), each weight block dequantized in registers once
-// for the T tokens.
+// Rows [r0, r0 + R) times tokens [t0, t0 + T), each group of weights dequantized in registers
+// once for the T tokens; a K-quant block's scales once per row.
 template <class Isa, Src S, int R, int T>
 void Panel(const F32Tile& j, int r0, int t0) {
   constexpr int kLanes = kBlock / Isa::kParts;
-  constexpr std::size_t kBytes = BlockBytes(S == Src::kQ41 ? WeightType::kQ4_1 : WeightType::kQ8_0);
+  constexpr int kGroups = GroupsPerBlock<S>();
+  constexpr std::size_t kBytes = BlockBytes(TypeOf<S>());
   const float* xs[T];
   for (int t = 0; t < T; ++t) xs[t] = j.x + std::size_t(t0 + t) * j.ldx;
   typename Isa::Acc acc[R][T];
   for (int r = 0; r < R; ++r) {
     for (int t = 0; t < T; ++t) acc[r][t] = Isa::Zero();
   }
-  for (int b = j.block0; b < j.block1; ++b) {
+  for (int b = j.block0 / kGroups; b < j.block1 / kGroups; ++b) {
+    const std::uint8_t* blks[R];
+    BlockScales scales[R];
     for (int r = 0; r < R; ++r) {
-      const std::uint8_t* blk = j.w + std::size_t(r0 + r) * j.row_stride + b * kBytes;
-      Isa::Prefetch(blk + kPrefetchRows * j.row_stride);
-      const typename Isa::Block w = S == Src::kQ41 ? Isa::DequantQ41(blk) : Isa::DequantQ80(blk);
-      for (int t = 0; t < T; ++t) {
-        for (int p = 0; p < Isa::kParts; ++p) {
-          Isa::Fma(acc[r][t], p, w.v[p], Isa::Load(xs[t] + b * kBlock + p * kLanes));
+      blks[r] = j.w + std::size_t(r0 + r) * j.row_stride + b * kBytes;
+      ScalesOf<S>(blks[r], &scales[r]);
+    }
+    ForGroups<kGroups>([&]<int G>() {
+      const int col = (b * kGroups + G) * kBlock;
+      for (int r = 0; r < R; ++r) {
+        Isa::Prefetch(blks[r] + G * (kBytes / kGroups) + kPrefetchRows * j.row_stride);
+        const typename Isa::Block w = DequantGroup<Isa, S, G>(blks[r], scales[r]);
+        for (int t = 0; t < T; ++t) {
+          const float* xg = xs[t] + col;
+          for (int p = 0; p < Isa::kParts; ++p) {
+            Isa::Fma(acc[r][t], p, w.v[p], Isa::Load(xg + p * kLanes));
+          }
         }
       }
-    }
+    });
   }
   EmitPanel<Isa, R, T>(j, acc, r0, t0);
+}
+
+// Row `row` of nb groups widened to fp32 at out.
+template <class Isa, Src S>
+void WidenRow(const std::uint8_t* row, int nb, float* out) {
+  constexpr int kLanes = kBlock / Isa::kParts;
+  constexpr int kGroups = GroupsPerBlock<S>();
+  for (int b = 0; b < nb / kGroups; ++b) {
+    const std::uint8_t* blk = row + b * BlockBytes(TypeOf<S>());
+    BlockScales scales;
+    ScalesOf<S>(blk, &scales);
+    ForGroups<kGroups>([&]<int G>() {
+      const typename Isa::Block w = DequantGroup<Isa, S, G>(blk, scales);
+      float* o = out + (b * kGroups + G) * kBlock;
+      for (int p = 0; p < Isa::kParts; ++p) Isa::Store(o + p * kLanes, w.v[p]);
+    });
+  }
 }
 
 // The same outputs from the tile widened to fp32 in j.scratch (row r at r * blocks * 32). The
@@ -171,28 +290,16 @@ void Groups(const F32Tile& j) {
   }
 }
 
-template <class Isa>
-void F32TileImpl(const F32Tile& j) {
-  if (!j.wide) {
-    constexpr int kGroup = Isa::kDirectGroup;
-    j.type == WeightType::kQ4_1 ? Groups<Isa, Src::kQ41, kGroup>(j)
-                                : Groups<Isa, Src::kQ80, kGroup>(j);
-    return;
-  }
+template <class Isa, Src S>
+void F32TileOf(const F32Tile& j) {
+  if (!j.wide) return Groups<Isa, S, Isa::kDirectGroup>(j);
   // Each block is dequantized once into the tile. Bands of kWideRows rows then pass over the
   // chunk's token groups a piece of at most kWideRunBlocks at a time, so that the band's slice
   // and the group's stay in L1; a longer row's outputs carry their lanes from piece to piece.
   const int nb = j.block1;
-  constexpr int kLanes = kBlock / Isa::kParts;
   if (!j.widened) {
     for (int r = 0; r < j.rows; ++r) {
-      for (int b = 0; b < nb; ++b) {
-        const std::uint8_t* blk = j.w + std::size_t(r) * j.row_stride + b * BlockBytes(j.type);
-        const typename Isa::Block w =
-            j.type == WeightType::kQ4_1 ? Isa::DequantQ41(blk) : Isa::DequantQ80(blk);
-        float* out = j.scratch + r * j.wide_stride + b * kBlock;
-        for (int p = 0; p < Isa::kParts; ++p) Isa::Store(out + p * kLanes, w.v[p]);
-      }
+      WidenRow<Isa, S>(j.w + std::size_t(r) * j.row_stride, nb, j.scratch + r * j.wide_stride);
     }
   }
   const int pieces = (nb + kWideRunBlocks - 1) / kWideRunBlocks;
@@ -212,5 +319,23 @@ void F32TileImpl(const F32Tile& j) {
       band.carry_out = p + 1 < pieces;
       Groups<Isa, Src::kPiece, Isa::kWideTokens>(band);
     }
+  }
+}
+
+template <class Isa>
+void F32TileImpl(const F32Tile& j) {
+  switch (j.type) {
+    case WeightType::kQ4_1:
+      return F32TileOf<Isa, Src::kQ41>(j);
+    case WeightType::kQ8_0:
+      return F32TileOf<Isa, Src::kQ80>(j);
+    case WeightType::kQ5_0:
+      return F32TileOf<Isa, Src::kQ50>(j);
+    case WeightType::kQ4_K:
+      return F32TileOf<Isa, Src::kQ4K>(j);
+    case WeightType::kQ5_K:
+      return F32TileOf<Isa, Src::kQ5K>(j);
+    case WeightType::kQ6_K:
+      return F32TileOf<Isa, Src::kQ6K>(j);
   }
 }

@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <utility>  // linear_impl.h's integer_sequence
 
 #include "models/linear.h"
 

@@ -62,6 +62,39 @@ struct ScalarIsa {
     }
     return w;
   }
+  static Block DequantQ50(const std::uint8_t* blk) {
+    const float d = HalfAt(blk);
+    std::uint32_t qh;
+    std::memcpy(&qh, blk + 2, 4);
+    const std::uint8_t* qs = blk + 6;
+    Block w;
+    for (int j = 0; j < 16; ++j) {
+      const int lo = (qs[j] & 0xF) | int((qh >> j) & 1) << 4;
+      const int hi = (qs[j] >> 4) | int((qh >> (j + 16)) & 1) << 4;
+      w.v[0].l[j] = float(lo - 16) * d;
+      w.v[1].l[j] = float(hi - 16) * d;
+    }
+    return w;
+  }
+  template <int kShift, int kBit>
+  static Block DequantK45(const std::uint8_t* qs, const std::uint8_t* qh, float d, float m) {
+    Block w;
+    for (int l = 0; l < kBlock; ++l) {
+      int q = (qs[l] >> kShift) & 0xF;
+      if constexpr (kBit >= 0) q |= ((qh[l] >> kBit) & 1) << 4;
+      w.v[l / 16].l[l % 16] = float(q) * d - m;
+    }
+    return w;
+  }
+  template <int kShiftL, int kShiftH>
+  static Block DequantQ6K(const std::uint8_t* ql, const std::uint8_t* qh, float d0, float d1) {
+    Block w;
+    for (int l = 0; l < kBlock; ++l) {
+      const int q = ((ql[l] >> kShiftL) & 0xF) | ((qh[l] >> kShiftH) & 3) << 4;
+      w.v[l / 16].l[l % 16] = float(q - 32) * (l < 16 ? d0 : d1);
+    }
+    return w;
+  }
   static V ZeroV() { return Zero(); }
   static void FmaV(V& a, const V& w, const V& x) {
     for (int l = 0; l < 16; ++l) a.l[l] = std::fma(w.l[l], x.l[l], a.l[l]);
@@ -116,6 +149,12 @@ float DotScalar(WeightType type, const std::uint8_t* w, const ActBlock* x, int n
 void DequantizeRow(const QuantMatrix& w, int r, float* out) {
   using linear_internal::ScalarIsa;
   const std::uint8_t* row = w.data + std::size_t(r) * w.row_stride;
+  if (w.type != WeightType::kQ4_1 && w.type != WeightType::kQ8_0) {
+    // gguf-py's dequantization; the kernels' dequantization equals it (linear_test.cpp).
+    const Status s = ctxpar::DequantizeRow(GgmlTypeOf(w.type), row, out, w.cols);
+    (void)s;  // ok for every WeightType and a cols that QuantMatrix requires
+    return;
+  }
   for (int b = 0; b < w.cols / kBlock; ++b) {
     const std::uint8_t* blk = row + b * BlockBytes(w.type);
     const ScalarIsa::Block d =

@@ -1,5 +1,5 @@
-// The GGUF ModelSource of the Llama family: hyperparameters, the sharding plan, the layout rules
-// that the model hook adds to the resolution pipeline, and the factory.
+// The GGUF ModelSource of the Llama family: hyperparameters, the layout rules that the model
+// hook adds to the resolution pipeline (layers/attention_shard.h), and the factory.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -7,12 +7,10 @@
 #include <string>
 #include <utility>
 
-#include "ctxpar/error_catalog.h"
 #include "ctxpar/gguf_hparams.h"
 #include "ctxpar/tokenizer.h"
-#include "models/linear.h"
 #include "models/llama.h"
-#include "models/model_sources.h"
+#include "models/registry.h"
 
 namespace ctxpar {
 
@@ -22,37 +20,6 @@ constexpr std::string_view kHookName = "llama_layout_rules";
 
 Expected<int> ReadPositive(const GgufFile& f, const std::string& key) {
   return ReadIntHparam(f, key, 1, 1 << 30);
-}
-
-std::string Int(int64_t v) { return std::to_string(v); }
-
-// The flags a dense Llama cannot honour, with what they apply to.
-Status CheckDenseFlags(const ResolvingView& cfg, const std::string& arch) {
-  struct Flag {
-    bool given;
-    std::string_view flag;
-    std::string_view feature;
-  };
-  const Flag flags[] = {
-      {cfg.ep_size() != 1, "--ep-size", "mixture-of-experts models (expert parallelism)"},
-      {cfg.moe_a2a_backend() != "none", "--moe-a2a-backend", "mixture-of-experts models"},
-      {cfg.moe_dense_tp_size().has_value(), "--moe-dense-tp-size", "mixture-of-experts models"},
-      {cfg.enable_prefill_cp(), "--enable-prefill-cp",
-       "the DeepSeek models (prefill context parallelism)"},
-      {cfg.attn_cp_size() != 1, "--attn-cp-size",
-       "the DeepSeek models (prefill context parallelism)"},
-      {cfg.cp_strategy().has_value(), "--cp-strategy (or --nsa-prefill-cp-mode)",
-       "the DeepSeek models (prefill context parallelism)"},
-      {cfg.enable_dp_attention(), "--enable-dp-attention", "data-parallel attention"},
-  };
-  for (const Flag& f : flags) {
-    if (f.given) {
-      return CatalogError("CTXPAR-MODEL-005", {{"flag", std::string(f.flag)},
-                                               {"feature", std::string(f.feature)},
-                                               {"architecture", arch}});
-    }
-  }
-  return Status::Ok();
 }
 
 class LlamaSource final : public ModelSource {
@@ -75,8 +42,9 @@ class LlamaSource final : public ModelSource {
     info_.hook_name = std::string(kHookName);
     info_.hook = [hp = hp_, arch = desc_.architecture](Resolution& r, const ResolveContext&) {
       ResolvingView cfg = r.view();
-      CTXPAR_RETURN_IF_ERROR(CheckLlamaLayout(hp, cfg.tp_size(), cfg.dcp_size()));
-      return CheckDenseFlags(cfg, arch);
+      CTXPAR_RETURN_IF_ERROR(
+          model::CheckHeadLayout(LlamaHeadLayout(hp), arch, cfg.tp_size(), cfg.dcp_size()));
+      return model::CheckDenseFlags(cfg, arch);
     };
   }
 
@@ -86,7 +54,7 @@ class LlamaSource final : public ModelSource {
   const Tokenizer* tokenizer() const override { return &tokenizer_; }
 
   KvSpec KvSpecFor(const EngineConfig& c) const override {
-    const LlamaShard shard = MakeLlamaShard(hp_, c, 0);
+    const model::HeadShard shard = model::MakeHeadShard(LlamaHeadLayout(hp_), c, 0);
     return {.num_layers = hp_.num_layers,
             .num_kv_heads = shard.kv_heads,
             .head_dim_k = hp_.head_dim,
@@ -155,71 +123,9 @@ Expected<LlamaHparams> ReadLlamaHparams(const GgufFile& f) {
   return hp;
 }
 
-LlamaShard MakeLlamaShard(const LlamaHparams& hp, const EngineConfig& config, int tp_rank) {
-  const int tp = config.tp_size;
-  const int dcp = config.dcp_size;
-  const bool replicate_q = config.dcp_replicate_q_proj;
-  LlamaShard s;
-  s.tp_rank = tp_rank;
-  s.dcp_rank = tp_rank % dcp;
-  s.group = tp_rank / dcp;
-  s.heads = hp.num_heads / tp;
-  s.q_heads = replicate_q ? s.heads * dcp : s.heads;
-  s.q_first = replicate_q ? s.group * s.heads * dcp : tp_rank * s.heads;
-  // The group's query heads [group*h*dcp, (group+1)*h*dcp) read the KV heads below (GQA: query
-  // head j reads KV head j / (H / Hkv)); with tp > Hkv they all read one.
-  const int group_heads = s.heads * dcp;
-  const int per_kv = hp.num_heads / hp.num_kv_heads;
-  s.kv_first = s.group * group_heads / per_kv;
-  s.kv_heads = std::max(1, group_heads / per_kv);
-  const int blocks = hp.ffn_dim / model::kBlock;
-  for (int i = 0; i <= tp; ++i) {
-    s.ffn_bounds.push_back(static_cast<int>(int64_t{i} * blocks / tp) * model::kBlock);
-    s.dim_bounds.push_back(static_cast<int>(int64_t{i} * hp.dim / tp));
-  }
-  return s;
-}
-
-Status CheckLlamaLayout(const LlamaHparams& hp, int tp, int dcp) {
-  if (hp.num_heads % tp != 0) {
-    return CatalogError("CTXPAR-MODEL-002",
-                        {{"num_heads", Int(hp.num_heads)}, {"tp_size", Int(tp)}});
-  }
-  const int kv = hp.num_kv_heads;
-  if (kv % tp != 0 && tp % kv != 0) {
-    return CatalogError("CTXPAR-MODEL-003", {{"tp_size", Int(tp)}, {"num_kv_heads", Int(kv)}});
-  }
-  if (tp > kv && (tp / kv) % dcp != 0) {
-    return CatalogError("CTXPAR-MODEL-004", {{"dcp_size", Int(dcp)}, {"replicas", Int(tp / kv)}});
-  }
-  auto shape = [&](std::string_view what, int value, std::string_view rule) {
-    return CatalogError("CTXPAR-MODEL-006", {{"what", std::string(what)},
-                                             {"architecture", "LlamaForCausalLM"},
-                                             {"value", Int(value)},
-                                             {"rule", std::string(rule)}});
-  };
-  if (hp.head_dim % model::kBlock != 0) {
-    return shape("the head dimension", hp.head_dim, "it must be a multiple of 32");
-  }
-  if (hp.dim % model::kBlock != 0) {
-    return shape("the hidden size", hp.dim, "it must be a multiple of 32");
-  }
-  if (hp.ffn_dim % model::kBlock != 0 || hp.ffn_dim / model::kBlock < hp.num_heads) {
-    return shape("the MLP width", hp.ffn_dim,
-                 "it must be a multiple of 32 with at least one 32-block per attention head");
-  }
-  return Status::Ok();
-}
-
-Expected<std::unique_ptr<ModelSource>> OpenGgufSource(const std::string& path) {
-  CTXPAR_ASSIGN_OR_RETURN(GgufFile opened, GgufFile::Open(path));
-  auto file = std::make_shared<const GgufFile>(std::move(opened));
+Expected<std::unique_ptr<ModelSource>> OpenLlamaSource(const std::string& path,
+                                                       std::shared_ptr<const GgufFile> file) {
   CTXPAR_ASSIGN_OR_RETURN(LlamaHparams hp, ReadLlamaHparams(*file));
-  if (hp.architecture != "llama") {
-    return Unimplemented(fmt::format(
-        "{}: general.architecture is '{}'; ctxpar runs GGUF models of the llama architecture", path,
-        hp.architecture));
-  }
   CTXPAR_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::FromGguf(*file));
   return std::unique_ptr<ModelSource>(
       new LlamaSource(path, std::move(file), std::move(hp), std::move(tokenizer)));

@@ -1,8 +1,11 @@
 #include "server/json_read.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "ctxpar/error_catalog.h"
 
@@ -10,9 +13,59 @@ namespace ctxpar::server {
 
 using json = nlohmann::json;
 
+namespace {
+
+constexpr std::size_t kQuoteChars = 80;
+
+// Appends the JSON of `value` to `out` until out holds more than kQuoteChars characters: the
+// work and the stack depth are bounded by the quote's length, not by the value's size or depth
+// (a value nested 100,000 deep would overflow a recursive dump's stack).
+void QuoteInto(const json& value, std::string& out) {
+  struct Level {
+    const json* container;
+    json::const_iterator next;
+  };
+  std::vector<Level> stack;
+  const json* v = &value;
+  while (out.size() <= kQuoteChars) {
+    if (v != nullptr) {
+      if (v->is_structured() && !v->empty()) {
+        out += v->is_object() ? '{' : '[';
+        stack.push_back({v, v->begin()});
+      } else if (v->is_string()) {
+        const std::string& text = v->get_ref<const std::string&>();
+        out += json(text.substr(0, kQuoteChars + 1))
+                   .dump(-1, ' ', false, json::error_handler_t::replace);
+      } else {
+        out += v->dump(-1, ' ', false, json::error_handler_t::replace);
+      }
+      v = nullptr;
+      continue;
+    }
+    if (stack.empty()) return;
+    Level& top = stack.back();
+    if (top.next == top.container->end()) {
+      out += top.container->is_object() ? '}' : ']';
+      stack.pop_back();
+      continue;
+    }
+    if (top.next != top.container->begin()) out += ',';
+    if (top.container->is_object()) {
+      out += json(top.next.key().substr(0, kQuoteChars + 1))
+                 .dump(-1, ' ', false, json::error_handler_t::replace) +
+             ':';
+    }
+    v = &*top.next;
+    ++top.next;
+  }
+}
+
+}  // namespace
+
 std::string Quote(const json& value) {
-  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
-  return text.size() > 80 ? text.substr(0, 77) + "..." : text;
+  std::string text;
+  QuoteInto(value, text);
+  return text.size() > kQuoteChars ? text.substr(0, kQuoteChars - 3) + "..." : text;
 }
 
 ApiError TypeError(std::string_view param, std::string_view expected, const json& value) {
@@ -115,6 +168,18 @@ MaybeError ReadIds(const json& v, std::string_view param, std::vector<int32_t>* 
   return std::nullopt;
 }
 
+MaybeError CheckTextBytes(std::string_view path, std::string_view param, std::size_t bytes,
+                          const ModelContext& model) {
+  if (model.max_prompt_bytes <= 0 || static_cast<int64_t>(bytes) <= model.max_prompt_bytes) {
+    return std::nullopt;
+  }
+  return RangeError(path, param,
+                    fmt::format("at most {} bytes of text (no longer text fits the context of {} "
+                                "tokens)",
+                                model.max_prompt_bytes, model.context_length),
+                    fmt::format("{} bytes", bytes));
+}
+
 MaybeError NeedTokenizer(const ModelContext& model, std::string_view param) {
   if (model.tokenizer != nullptr) return std::nullopt;
   return Unsupported(param, "text prompts need the model's tokenizer, and " +
@@ -123,6 +188,13 @@ MaybeError NeedTokenizer(const ModelContext& model, std::string_view param) {
 
 ApiExpected<json> ParseObject(std::string_view path, std::string_view body) {
   std::string detail = "expected one JSON object";
+  // A raw NUL is never valid JSON (a string escapes it), but nlohmann's parser would stop at one
+  // and accept what came before it.
+  if (const std::size_t nul = body.find('\0'); nul != std::string_view::npos) {
+    detail = fmt::format("a NUL byte at offset {}: JSON has none outside escapes", nul);
+    return ToApiError(
+        CatalogError("CTXPAR-HTTP-001", {{"route", std::string(path)}, {"detail", detail}}));
+  }
   try {
     json parsed = json::parse(body);
     if (parsed.is_object()) return parsed;

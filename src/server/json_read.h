@@ -50,6 +50,10 @@ bool IsIdList(const nlohmann::json& v);
 // A list of integers that fit int32; the vocabulary range is the engine's to check.
 MaybeError ReadIds(const nlohmann::json& v, std::string_view param, std::vector<int32_t>* out);
 
+// CTXPAR-HTTP-004 for a text of `bytes` bytes longer than model.max_prompt_bytes (refused before
+// it is tokenized: it cannot fit the context).
+MaybeError CheckTextBytes(std::string_view path, std::string_view param, std::size_t bytes,
+                          const ModelContext& model);
 // CTXPAR-HTTP-007 for text where the model has no tokenizer.
 MaybeError NeedTokenizer(const ModelContext& model, std::string_view param);
 // The body of `path` as one JSON object, else CTXPAR-HTTP-001.

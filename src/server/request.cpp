@@ -15,9 +15,6 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr int kMaxChoices = 128;
-constexpr int kMaxLogprobs = 20;
-
 ApiError RangeError(Route route, std::string_view param, std::string_view rule,
                     const std::string& value) {
   return server::RangeError(RoutePath(route), param, rule, value);
@@ -49,8 +46,16 @@ MaybeError ReadSampling(const json& obj, std::string_view prefix, Route route, A
       Read(Field(obj, "presence_penalty"), p("presence_penalty"), &s.presence_penalty));
   CTXPAR_RETURN_IF_API_ERROR(
       Read(Field(obj, "repetition_penalty"), p("repetition_penalty"), &s.repetition_penalty));
+  if (const json& stop = Field(obj, "stop"); stop.is_array() && stop.size() > kMaxStopStrings) {
+    return RangeError(route, p("stop"), fmt::format("at most {} strings", kMaxStopStrings),
+                      fmt::format("a list of {}", stop.size()));
+  }
   CTXPAR_RETURN_IF_API_ERROR(ReadStrings(Field(obj, "stop"), p("stop"), &s.stop));
   if (const json& ids = Field(obj, "stop_token_ids"); !ids.is_null()) {
+    if (ids.is_array() && ids.size() > kMaxStopTokenIds) {
+      return RangeError(route, p("stop_token_ids"), fmt::format("at most {} ids", kMaxStopTokenIds),
+                        fmt::format("a list of {}", ids.size()));
+    }
     CTXPAR_RETURN_IF_API_ERROR(ReadIds(ids, p("stop_token_ids"), &s.stop_token_ids));
   }
   CTXPAR_RETURN_IF_API_ERROR(Read(Field(obj, "ignore_eos"), p("ignore_eos"), &s.ignore_eos));
@@ -107,7 +112,9 @@ MaybeError RefuseUnsupported(const json& body) {
   if (const json& v = Field(body, "suffix"); !v.is_null() && v != "") {
     return Unsupported("suffix", "insertion (a suffix after the completion) is not implemented");
   }
-  if (const json& v = Field(body, "best_of"); !v.is_null() && v != 1 && v != Field(body, "n")) {
+  // Compared only as numbers: == on two deeply nested arrays would recurse as deep as they go.
+  if (const json& v = Field(body, "best_of");
+      !v.is_null() && !(v.is_number() && (v == 1 || v == Field(body, "n")))) {
     return Unsupported("best_of", "server-side best-of ranking is not implemented");
   }
   return std::nullopt;
@@ -134,7 +141,7 @@ MaybeError ReadStream(const json& body, Route route, ApiRequest* r) {
   // As vLLM and SGLang do: options of a stream on a request that does not stream would be
   // silently void (no usage chunk without chunks).
   if (!r->stream) {
-    return RangeError(route, "stream_options", "absent unless stream is true", options.dump());
+    return RangeError(route, "stream_options", "absent unless stream is true", Quote(options));
   }
   return Read(Field(options, "include_usage"), "stream_options.include_usage", &r->include_usage);
 }
@@ -152,6 +159,8 @@ MaybeError ReadPrompts(const json& v, std::string_view param, const ModelContext
                        bool want_text, ApiRequest* r) {
   auto add_text = [&](const json& t) -> MaybeError {
     CTXPAR_RETURN_IF_API_ERROR(NeedTokenizer(model, param));
+    CTXPAR_RETURN_IF_API_ERROR(
+        CheckTextBytes(RoutePath(r->route), param, t.get_ref<const std::string&>().size(), model));
     r->prompts.push_back({EncodePrompt(*model.tokenizer, t.get<std::string>()), t});
     return std::nullopt;
   };
@@ -170,6 +179,10 @@ MaybeError ReadPrompts(const json& v, std::string_view param, const ModelContext
   if (v.is_string()) return add_text(v);
   if (IsIdList(v) && !v.empty()) return add_ids(v);
   if (!v.is_array() || v.empty()) return TypeError(param, expected, v);
+  if (v.size() > kMaxChoices) {
+    return RangeError(r->route, param, fmt::format("at most {} prompts", kMaxChoices),
+                      fmt::format("a list of {}", v.size()));
+  }
   for (const json& item : v) {
     if (item.is_string()) {
       CTXPAR_RETURN_IF_API_ERROR(add_text(item));
@@ -191,7 +204,14 @@ MaybeError ReadMessages(const json& v, const ModelContext& model, ApiRequest* r)
         "messages");
   }
   if (!v.is_array() || v.empty()) return TypeError("messages", "a non-empty list of messages", v);
+  if (model.context_length > 0 && v.size() > static_cast<std::size_t>(model.context_length)) {
+    return RangeError(
+        Route::kChat, "messages",
+        fmt::format("at most {} messages (the context's tokens)", model.context_length),
+        fmt::format("a list of {}", v.size()));
+  }
   std::vector<ChatMessage> messages;
+  std::size_t text_bytes = 0;
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string at = fmt::format("messages[{}]", i);
     const json& m = v[i];
@@ -220,9 +240,13 @@ MaybeError ReadMessages(const json& v, const ModelContext& model, ApiRequest* r)
         if (!text.is_string()) return TypeError(part_at + ".text", "a string", text);
         message.content += text.get<std::string>();
       }
-    } else if (!content.is_null()) {
+    } else if (!content.is_null() || message.role != "assistant") {
+      // OpenAI's schema: only an assistant message (one that made tool calls) may have none.
       return TypeError(at + ".content", "a string or a list of text parts", content);
     }
+    text_bytes += message.content.size();
+    CTXPAR_RETURN_IF_API_ERROR(
+        CheckTextBytes(RoutePath(Route::kChat), "messages", text_bytes, model));
     messages.push_back(std::move(message));
   }
   Expected<std::vector<int32_t>> ids = model.chat_template->Encode(
@@ -259,8 +283,16 @@ MaybeError ReadLogprobs(const json& body, Route route, ApiRequest* r) {
     CTXPAR_RETURN_IF_API_ERROR(Read(Field(body, "return_logprob"), "return_logprob", &r->logprobs));
     CTXPAR_RETURN_IF_API_ERROR(
         Read(Field(body, "top_logprobs_num"), "top_logprobs_num", &r->top_logprobs));
+    if (r->top_logprobs < 0 || r->top_logprobs > kMaxLogprobs) {
+      return RangeError(route, "top_logprobs_num", range, std::to_string(r->top_logprobs));
+    }
     int start = -1;
     CTXPAR_RETURN_IF_API_ERROR(Read(Field(body, "logprob_start_len"), "logprob_start_len", &start));
+    // Its upper bound (a position of every prompt) is checked once the prompts are read.
+    if (start < -1) {
+      return RangeError(route, "logprob_start_len", "-1 (none) or a prompt position >= 0",
+                        std::to_string(start));
+    }
     r->prompt_logprobs = r->logprobs && start >= 0;
     r->logprob_start_len = std::max(start, 0);
   }
@@ -313,10 +345,11 @@ std::string_view AllowedMethods(std::string_view path) {
     if (path == get) return "GET";
   }
   if (path.starts_with("/v1/models/")) return "GET";
-  for (std::string_view post : {"/v1/chat/completions", "/v1/completions", "/generate", "/tokenize",
-                                "/detokenize", "/flush_cache"}) {
+  for (std::string_view post :
+       {"/v1/chat/completions", "/v1/completions", "/generate", "/tokenize", "/detokenize"}) {
     if (path == post) return "POST";
   }
+  if (path == "/flush_cache") return "GET, POST";  // as SGLang
   return "";
 }
 
@@ -353,6 +386,13 @@ ApiExpected<ApiRequest> ParseApiRequest(Route route, std::string_view body,
     CTXPAR_RETURN_IF_API_ERROR(
         ReadPrompts(input, has_text ? "text" : "input_ids", model, false, &r));
     if (params.is_array()) CTXPAR_RETURN_IF_API_ERROR(ReadPromptSampling(params, &r));
+    for (const PromptInput& prompt : r.prompts) {
+      if (r.logprob_start_len > 0 && r.logprob_start_len >= static_cast<int>(prompt.ids.size())) {
+        return RangeError(route, "logprob_start_len",
+                          fmt::format("below the prompt's {} tokens", prompt.ids.size()),
+                          std::to_string(r.logprob_start_len));
+      }
+    }
   } else {
     r.sampling.max_new_tokens = 16;
     CTXPAR_RETURN_IF_API_ERROR(ReadSampling(b, "", route, &r));
@@ -375,6 +415,11 @@ ApiExpected<ApiRequest> ParseApiRequest(Route route, std::string_view body,
       if (Field(b, "prompt").is_null()) return Missing(RoutePath(route), "prompt");
       CTXPAR_RETURN_IF_API_ERROR(ReadPrompts(Field(b, "prompt"), "prompt", model, r.echo, &r));
     }
+  }
+  if (r.num_choices() > kMaxChoices) {
+    return RangeError(route, "n",
+                      fmt::format("at most {} choices (n times the prompts)", kMaxChoices),
+                      std::to_string(r.num_choices()));
   }
   return r;
 }

@@ -6,23 +6,26 @@
 // do; fields that would change the meaning of a response and are not implemented are refused
 // with CTXPAR-HTTP-007):
 //   all       model (must be the served name: 404 otherwise), stream, stream_options.include_usage,
-//             n (1..128), max_tokens / max_completion_tokens, temperature, top_p, top_k, min_p,
-//             frequency_penalty, presence_penalty, repetition_penalty, seed (sampling_seed on
-//             /generate too), stop (string or list), stop_token_ids, ignore_eos,
-//             skip_special_tokens, no_stop_trim; refused: constrained decoding (regex, ebnf,
-//             json_schema, structural_tag) and min_new_tokens / min_tokens above 0
+//             n (1..128; prompts times n at most 128 too), max_tokens / max_completion_tokens,
+//             temperature, top_p, top_k, min_p, frequency_penalty, presence_penalty,
+//             repetition_penalty, seed (sampling_seed on /generate too), stop (string or list of at
+//             most 64), stop_token_ids (at most 1024), ignore_eos, skip_special_tokens,
+//             no_stop_trim; refused: constrained decoding (regex, ebnf, json_schema,
+//             structural_tag) and min_new_tokens / min_tokens above 0
 //   chat      messages (role system / developer / user / assistant, content a string or text
-//             parts), logprobs (bool), top_logprobs (0..20, with logprobs only),
-//             add_generation_prompt (default true), continue_final_message (default false; not
-//             both true)
+//             parts; null only for an assistant), logprobs (bool), top_logprobs (0..20, with
+//             logprobs only), add_generation_prompt (default true), continue_final_message (default
+//             false; not both true)
 //   completion prompt (text, list of texts, token ids, list of token-id lists), echo,
 //             logprobs (0..20 alternatives)
 //   generate  text or input_ids (one or a list; not both), sampling_params {max_new_tokens, ...
 //             as above} (or a list of one per prompt, with the same n), return_logprob,
-//             top_logprobs_num, logprob_start_len (>= 0: prompt log-probs too),
+//             top_logprobs_num (0..20), logprob_start_len (-1, or a position of every prompt:
+//             prompt log-probs from there),
 //             return_text_in_logprobs
-// Sampling ranges are the engine's (ValidateSamplingParams, at Submit); this layer checks types
-// and the fields only it knows.
+// A text prompt (or the messages' text) longer than ModelContext::max_prompt_bytes is refused
+// before it is tokenized. Sampling ranges are the engine's (ValidateSamplingParams, at Submit);
+// this layer checks types and the fields only it knows.
 //
 // Defaults: temperature 1 (OpenAI; SGLang's too), max_tokens 16 on /v1/completions (OpenAI),
 // 128 on /generate (SGLang), and on chat the rest of the context (SGLang), capped by the KV pool.
@@ -55,7 +58,8 @@ namespace ctxpar::server {
 
 enum class Route { kChat, kCompletions, kGenerate };
 std::string_view RoutePath(Route route);
-// The method a route of the server takes ("GET" or "POST"), "" for a path that is no route.
+// The methods a route of the server takes ("GET", "POST" or "GET, POST", an Allow header), "" for
+// a path that is no route.
 std::string_view AllowedMethods(std::string_view path);
 
 // What the protocol needs to know of the served model.
@@ -66,7 +70,17 @@ struct ModelContext {
   std::string chat_template_error;              // why there is none
   int context_length = 0;
   int64_t max_total_num_tokens = 0;
+  // The most bytes of text a prompt may have: context_length tokens of the longest token's bytes.
+  // A longer text cannot fit the context, so it is refused before it is tokenized (bounded work
+  // for any input). 0: no tokenizer.
+  int64_t max_prompt_bytes = 0;
 };
+
+// The bounds of list and count fields, beyond which a request is refused (CTXPAR-HTTP-004).
+inline constexpr int kMaxChoices = 128;  // n, and the prompts of one request
+inline constexpr int kMaxLogprobs = 20;  // top_logprobs, logprobs, top_logprobs_num
+inline constexpr int kMaxStopStrings = 64;
+inline constexpr int kMaxStopTokenIds = 1024;
 
 struct PromptInput {
   std::vector<int32_t> ids;
@@ -111,7 +125,8 @@ ApiError SubmitError(const Status& status, const ApiRequest& request, int index 
 
 // /tokenize {"prompt": text or list of texts, "add_special_tokens": bool} ->
 // {"tokens": [...] (a list of lists for a list), "count", "max_model_len"}; /detokenize
-// {"tokens": [ids]} -> {"text", "prompt"} (SGLang's and vLLM's names).
+// {"tokens": [ids], at most 2^20} -> {"text", "prompt"} (SGLang's and vLLM's names). /tokenize
+// takes at most 128 texts, each within max_prompt_bytes.
 ApiExpected<nlohmann::json> Tokenize(std::string_view body, const ModelContext& model);
 ApiExpected<nlohmann::json> Detokenize(std::string_view body, const ModelContext& model);
 

@@ -1,10 +1,9 @@
-// The routes of server.h on cpp-httplib.
+// The routes of server.h on the HTTP transport (http_transport.h).
 #include "ctxpar/server.h"
 
 #include <fmt/format.h>
-#include <httplib.h>
-#include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <chrono>
@@ -13,16 +12,16 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <thread>
+#include <set>
 
 #include "ctxpar/chat_template.h"
 #include "ctxpar/error_catalog.h"
 #include "ctxpar/tokenizer.h"
+#include "server/http_transport.h"
 #include "server/json_read.h"
 #include "server/metrics.h"
 #include "server/request.h"
 #include "server/response.h"
-#include "server/task_queue.h"
 #include "server/update_queue.h"
 
 namespace ctxpar {
@@ -42,87 +41,40 @@ constexpr auto kHeartbeat = std::chrono::seconds(2);
 
 // json, or the ordered JSON of response bodies (whose keys keep OpenAI's order).
 template <class Json>
-void Reply(httplib::Response& res, int status, const Json& body) {
-  res.status = status;
-  res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
+void Reply(server::HttpResponder& out, int status, const Json& body,
+           const server::HttpHeaders& headers = {}) {
+  out.Send(status, "application/json", body.dump(-1, ' ', false, Json::error_handler_t::replace),
+           headers);
 }
 
-void ReplyError(httplib::Response& res, const ApiError& error) {
-  Reply(res, error.http_status, server::ErrorBody(error));
-}
-
-// Why the HTTP layer refused a request, by its status (Debian's cpp-httplib has no table).
-std::string HttpReason(int status) {
-  switch (status) {
-    case 400:
-      return "400 Bad Request: the request is not well formed HTTP/1.1";
-    case 408:
-      return "408 Request Timeout: the request did not arrive in time";
-    case 413:
-      return fmt::format("413 Payload Too Large: the body exceeds {} MiB", kMaxBodyBytes >> 20);
-    case 414:
-      return "414 URI Too Long";
-    case 415:
-      return "415 Unsupported Media Type: the body's encoding is not supported";
-    case 431:
-      return "431 Request Header Fields Too Large";
-    default:
-      return fmt::format("{}: refused by the HTTP layer", status);
-  }
+void ReplyError(server::HttpResponder& out, const ApiError& error,
+                const server::HttpHeaders& headers = {}) {
+  Reply(out, error.http_status, server::ErrorBody(error), headers);
 }
 
 // CTXPAR-HTTP-012 with `status`: a request refused before any route read it.
-ApiError HttpRefusal(const httplib::Request& req, int status, const std::string& reason) {
-  const std::string path = req.path.size() > 200 ? req.path.substr(0, 197) + "..." : req.path;
-  ApiError e = server::ToApiError(
-      CatalogError("CTXPAR-HTTP-012", {{"method", req.method.empty() ? "malformed" : req.method},
-                                       {"path", path.empty() ? "an unread path" : path},
-                                       {"reason", reason}}));
+ApiError HttpRefusal(std::string_view method, std::string_view path, int status,
+                     std::string_view reason) {
+  const std::string shown =
+      path.size() > 200 ? std::string(path.substr(0, 197)) + "..." : std::string(path);
+  ApiError e = server::ToApiError(CatalogError(
+      "CTXPAR-HTTP-012", {{"method", method.empty() ? "malformed" : std::string(method)},
+                          {"path", shown.empty() ? "an unread path" : shown},
+                          {"reason", std::string(reason)}}));
   e.http_status = status;
   e.type = status == 404 ? "not_found_error" : "invalid_request_error";
   return e;
 }
 
-// Registers a POST route that reads its body itself. httplib's own reading form-parses a body
-// sent as application/x-www-form-urlencoded (curl -d's default type) and refuses one over 8 KiB
-// with 413; SGLang reads JSON whatever the Content-Type. The payload limit still holds (413).
-void PostBody(
-    httplib::Server& http, const std::string& path,
-    std::function<void(const httplib::Request&, httplib::Response&, std::string body)> handler) {
-  http.Post(
-      path, [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res,
-                                           const httplib::ContentReader& reader) {
-        if (req.is_multipart_form_data()) {
-          return ReplyError(
-              res, HttpRefusal(req, 415, "the body is multipart/form-data; send a JSON object"));
-        }
-        std::string body;
-        // A request with neither Content-Length nor Transfer-Encoding has no body (RFC 9112,
-        // 6.3); httplib would wait for one until its read timeout (5 s).
-        if (!req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) {
-          return handler(req, res, std::move(body));
-        }
-        const bool read = reader([&body](const char* data, std::size_t size) {
-          body.append(data, size);
-          return true;
-        });
-        // On a failed read httplib answers with the status it set (413), through the error
-        // handler.
-        if (!read) return;
-        handler(req, res, std::move(body));
-      });
-}
-
 // 405 with Allow when the path is a route of another method, else 404.
-void RefuseRoute(const httplib::Request& req, httplib::Response& res) {
+void RefuseRoute(const server::HttpRequest& req, server::HttpResponder& out) {
   const std::string_view allow = server::AllowedMethods(req.path);
   if (allow.empty()) {
-    res.status = 404;
-    return ReplyError(res, HttpRefusal(req, 404, "not a route of ctxpar serve"));
+    return ReplyError(out, HttpRefusal(req.method, req.path, 404, "not a route of ctxpar serve"));
   }
-  res.status = 405;
-  res.set_header("Allow", std::string(allow));
-  ReplyError(res, HttpRefusal(req, 405, fmt::format("the route takes {} only", allow)));
+  ReplyError(out,
+             HttpRefusal(req.method, req.path, 405, fmt::format("the route takes {} only", allow)),
+             {{"Allow", std::string(allow)}});
 }
 
 int64_t UnixSeconds() {
@@ -137,6 +89,13 @@ struct Job {
   std::vector<server::RequestTimer> timers;  // one per choice, fed on the engine's thread
 };
 
+// "data: {"error": {...}}" then [DONE]: how a stream ends when the engine fails under it
+// (SGLang's error event).
+std::string StreamError(const ApiError& error) {
+  return "data: " + server::ErrorBody(error).dump(-1, ' ', false, json::error_handler_t::replace) +
+         "\n\n" + std::string(server::kSseDone);
+}
+
 }  // namespace
 
 int ServerThreads(const EngineConfig& config) {
@@ -147,36 +106,58 @@ int ServerThreads(const EngineConfig& config) {
 
 struct Server::Impl {
   ServerOptions options;
-  httplib::Server http;
-  std::thread listener;
-  int port = 0;
+  std::unique_ptr<server::HttpTransport> http;
   std::atomic<bool> ready{false};
   std::atomic<bool> stopping{false};
-  // Generation requests whose response is not written yet; Wait closes the server at 0 (httplib's
-  // stop() would cut the streams short).
+  // Generation requests whose response is not written yet; Wait closes the server at 0.
   std::mutex active_mu;
   std::condition_variable active_cv;
   int active = 0;
+  // The jobs in flight, and why the engine can serve no more (Fail), under jobs_mu.
+  mutable std::mutex jobs_mu;
+  std::set<std::shared_ptr<Job>> jobs;
+  std::optional<Status> failure;
   ServingModel model;
   std::optional<ChatTemplate> chat_template;
   server::ModelContext context;
   server::ServerMetrics metrics;
 
-  void Routes();
-  bool Authorized(const httplib::Request& req) const;
+  void Handle(const server::HttpRequest& req, server::HttpResponder& out);
+  void Dispatch(const server::HttpRequest& req, server::HttpResponder& out);
+  bool KeyGiven(const server::HttpRequest& req) const;
+  bool Authorized(const server::HttpRequest& req) const;
   std::optional<ApiError> Unavailable() const;
-  void Generate(Route route, const std::string& body, httplib::Response& res);
+  std::optional<Status> Failure();
+  void Generate(Route route, const std::string& body, server::HttpResponder& out);
   std::shared_ptr<void> Track();
+  std::shared_ptr<void> Register(const std::shared_ptr<Job>& job);
+  std::string PublicModelName(bool with_key) const;
   json ServerInfo() const;
   json TokenizerInfo() const;
-  json ModelCard() const;
+  json ModelCard(bool with_key) const;
   std::optional<ApiError> GenerateOneToken();
 };
 
-json Server::Impl::ModelCard() const {
-  return {{"id", context.served_model_name}, {"object", "model"},
-          {"created", UnixSeconds()},        {"owned_by", "ctxpar"},
-          {"root", model.config.model_path}, {"max_model_len", model.desc.context_length}};
+// With an API key set, a client without it sees the served name, never the model's file-system
+// path: --served-model-name when given, else the file's name.
+std::string Server::Impl::PublicModelName(bool with_key) const {
+  if (with_key || options.api_key.empty() || !options.served_model_name.empty()) {
+    return context.served_model_name;
+  }
+  const std::string& path = model.config.model_path;
+  const std::size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+json Server::Impl::ModelCard(bool with_key) const {
+  const std::string name = PublicModelName(with_key);
+  const bool path_shown = with_key || options.api_key.empty();
+  return {{"id", name},
+          {"object", "model"},
+          {"created", UnixSeconds()},
+          {"owned_by", "ctxpar"},
+          {"root", path_shown ? model.config.model_path : name},
+          {"max_model_len", model.desc.context_length}};
 }
 
 // SGLang's /health_generate: the engine generates one token, within a deadline.
@@ -208,14 +189,10 @@ std::optional<ApiError> Server::Impl::GenerateOneToken() {
   return std::nullopt;
 }
 
-// /health*, /v1/models[/ID] and /metrics stay open (probes, clients listing models, Prometheus);
-// the scheme is case-insensitive (RFC 7235).
-bool Server::Impl::Authorized(const httplib::Request& req) const {
-  if (options.api_key.empty() || req.path.starts_with("/health") || req.path == "/v1/models" ||
-      req.path.starts_with("/v1/models/") || req.path == "/metrics") {
-    return true;
-  }
-  const std::string header = req.get_header_value("Authorization");
+// The scheme is case-insensitive (RFC 7235).
+bool Server::Impl::KeyGiven(const server::HttpRequest& req) const {
+  if (options.api_key.empty()) return true;
+  const std::string header = req.Header("Authorization");
   constexpr std::string_view kScheme = "bearer ";
   if (header.size() != kScheme.size() + options.api_key.size()) return false;
   for (std::size_t i = 0; i < kScheme.size(); ++i) {
@@ -224,13 +201,30 @@ bool Server::Impl::Authorized(const httplib::Request& req) const {
   return header.compare(kScheme.size(), std::string::npos, options.api_key) == 0;
 }
 
+// /health*, /v1/models[/ID] and /metrics stay open (probes, clients listing models, Prometheus).
+bool Server::Impl::Authorized(const server::HttpRequest& req) const {
+  const std::string& p = req.path;
+  return p.starts_with("/health") || p == "/v1/models" || p.starts_with("/v1/models/") ||
+         p == "/metrics" || KeyGiven(req);
+}
+
+std::optional<Status> Server::Impl::Failure() {
+  std::lock_guard lock(jobs_mu);
+  return failure;
+}
+
 std::optional<ApiError> Server::Impl::Unavailable() const {
+  {
+    std::lock_guard lock(jobs_mu);
+    if (failure) return server::ToApiError(*failure);
+  }
   if (stopping) {
     return server::ToApiError(CatalogError("CTXPAR-HTTP-010", {{"state", "shutting down"}}));
   }
   if (!ready) {
     return server::ToApiError(CatalogError("CTXPAR-HTTP-010", {{"state", "loading the model"}}));
   }
+  if (Status health = model.backend->Health(); !health.ok()) return server::ToApiError(health);
   return std::nullopt;
 }
 
@@ -243,18 +237,29 @@ std::shared_ptr<void> Server::Impl::Track() {
   });
 }
 
-void Server::Impl::Generate(Route route, const std::string& body, httplib::Response& res) {
+// Registers a job for Fail; the job is failed at once when the engine already has.
+std::shared_ptr<void> Server::Impl::Register(const std::shared_ptr<Job>& job) {
+  std::lock_guard lock(jobs_mu);
+  if (failure) job->queue.Fail(*failure);
+  jobs.insert(job);
+  return std::shared_ptr<void>(nullptr, [this, job](void*) {
+    std::lock_guard lock(jobs_mu);
+    jobs.erase(job);
+  });
+}
+
+void Server::Impl::Generate(Route route, const std::string& body, server::HttpResponder& out) {
   std::shared_ptr<void> tracked = Track();
-  if (auto e = Unavailable()) return ReplyError(res, *e);
+  if (auto e = Unavailable()) return ReplyError(out, *e);
   auto parsed = server::ParseApiRequest(route, body, context);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return ReplyError(res, *e);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return ReplyError(out, *e);
   auto request =
       std::make_shared<server::ApiRequest>(std::move(std::get<server::ApiRequest>(parsed)));
   const int choices = request->num_choices();
   if (const std::optional<int> bound = model.config.max_queued_requests;
       bound && choices > *bound) {
     // All of them would never fit the queue at once: not worth a retry (503).
-    return ReplyError(res, server::RangeError(server::RoutePath(route), "n",
+    return ReplyError(out, server::RangeError(server::RoutePath(route), "n",
                                               fmt::format("at most --max-queued-requests = {} "
                                                           "choices (n times the prompts) in one "
                                                           "request",
@@ -263,8 +268,12 @@ void Server::Impl::Generate(Route route, const std::string& body, httplib::Respo
   }
   auto job = std::make_shared<Job>();
   job->timers.assign(choices, server::RequestTimer(&metrics, server::Clock::now()));
-  auto ids = std::make_shared<std::vector<uint64_t>>();
+  std::shared_ptr<void> registered = Register(job);
+  std::vector<uint64_t> ids;
   Backend* backend = model.backend;
+  auto cancel_all = [&] {
+    for (uint64_t id : ids) backend->Cancel(id);
+  };
   for (int i = 0; i < choices; ++i) {
     Expected<uint64_t> id = backend->Submit(server::MakeGenerateRequest(*request, i, context),
                                             [job, i](const RequestUpdate& u) {
@@ -272,45 +281,53 @@ void Server::Impl::Generate(Route route, const std::string& body, httplib::Respo
                                               job->queue.Push(i, u);
                                             });
     if (!id.ok()) {
-      for (uint64_t submitted : *ids) backend->Cancel(submitted);
-      return ReplyError(res, server::SubmitError(id.status(), *request, i));
+      cancel_all();
+      return ReplyError(out, server::SubmitError(id.status(), *request, i));
     }
-    ids->push_back(*id);
+    ids.push_back(*id);
   }
-  auto builder = std::make_shared<server::ResponseBuilder>(
-      *request, context, server::NewResponseId(route), UnixSeconds());
+  server::ResponseBuilder builder(*request, context, server::NewResponseId(route), UnixSeconds());
   if (!request->stream) {
-    while (!builder->finished()) {
-      for (server::ChoiceUpdate& u : job->queue.Pop(kPollInterval))
-        builder->Apply(u.choice, u.update);
+    while (!builder.finished()) {
+      // A client that left frees its requests' pages now, not when they would have ended.
+      if (out.ClientGone()) return cancel_all();
+      if (std::optional<Status> failed = job->queue.failure()) {
+        cancel_all();
+        return ReplyError(out, server::ToApiError(*failed));
+      }
+      for (server::ChoiceUpdate& u : job->queue.Pop(kPollInterval)) {
+        builder.Apply(u.choice, u.update);
+      }
     }
-    return Reply(res, 200, builder->Final());
+    return Reply(out, 200, builder.Final());
   }
-  auto last_write = std::make_shared<server::Clock::time_point>(server::Clock::now());
-  res.set_header("Cache-Control", "no-cache");
-  // Exactly this type: an event stream is UTF-8 by definition, and cpp-httplib gzips (so buffers)
-  // any other text/ type for a client that accepts gzip.
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [request, job, builder, last_write, tracked](size_t, httplib::DataSink& sink) {
-        std::string frames;
-        for (server::ChoiceUpdate& u : job->queue.Pop(kPollInterval)) {
-          frames += builder->StreamUpdate(u.choice, u.update);
-        }
-        const bool done = builder->finished();
-        if (done) frames += builder->StreamEnd();
-        if (frames.empty() && server::Clock::now() - *last_write >= kHeartbeat) frames = ": \n\n";
-        if (!frames.empty()) {
-          if (!sink.write(frames.data(), frames.size())) return false;
-          *last_write = server::Clock::now();
-        }
-        if (done) sink.done();
-        return true;
-      },
-      [backend, ids](bool success) {
-        if (success) return;
-        for (uint64_t id : *ids) backend->Cancel(id);
-      });
+  // Exactly this type: an event stream is UTF-8 by definition.
+  if (!out.StartStream("text/event-stream", {{"Cache-Control", "no-cache"}})) return cancel_all();
+  server::Clock::time_point last_write = server::Clock::now();
+  for (;;) {
+    std::string frames;
+    for (server::ChoiceUpdate& u : job->queue.Pop(kPollInterval)) {
+      frames += builder.StreamUpdate(u.choice, u.update);
+    }
+    bool done = builder.finished();
+    if (done) {
+      frames += builder.StreamEnd();
+    } else if (std::optional<Status> failed = job->queue.failure()) {
+      cancel_all();
+      frames += StreamError(server::ToApiError(*failed));
+      done = true;
+    }
+    // An idle stream writes an SSE comment, so that a client that went away is noticed.
+    if (frames.empty() && server::Clock::now() - last_write >= kHeartbeat) frames = ": \n\n";
+    if (!frames.empty()) {
+      if (!out.Write(frames)) return cancel_all();
+      last_write = server::Clock::now();
+    }
+    if (done) {
+      out.End();
+      return;
+    }
+  }
 }
 
 json Server::Impl::ServerInfo() const {
@@ -325,7 +342,7 @@ json Server::Impl::ServerInfo() const {
   info["model_path"] = model.config.model_path;
   info["served_model_name"] = name;
   info["host"] = options.host;
-  info["port"] = port;
+  info["port"] = http ? http->port() : 0;
   info["enable_metrics"] = options.enable_metrics;
   info["api_key_set"] = !options.api_key.empty();
   const EngineSnapshot s = model.backend->Snapshot();
@@ -348,115 +365,89 @@ json Server::Impl::TokenizerInfo() const {
           {"model_max_length", model.desc.context_length}};
 }
 
-void Server::Impl::Routes() {
-  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!Authorized(req)) {
-      ReplyError(res, server::ToApiError(CatalogError("CTXPAR-HTTP-006", {})));
-      return httplib::Server::HandlerResponse::Handled;
+void Server::Impl::Handle(const server::HttpRequest& req, server::HttpResponder& out) {
+  try {
+    Dispatch(req, out);
+  } catch (const std::exception&) {
+    ReplyError(out, server::ToApiError(Internal("the server failed on this request")));
+  }
+}
+
+void Server::Impl::Dispatch(const server::HttpRequest& req, server::HttpResponder& out) {
+  if (!Authorized(req)) {
+    return ReplyError(out, server::ToApiError(CatalogError("CTXPAR-HTTP-006", {})));
+  }
+  const std::string& path = req.path;
+  const std::string_view allow = server::AllowedMethods(path);
+  const bool get = req.method == "GET" || req.method == "HEAD";
+  const bool allowed = allow == "GET"    ? get
+                       : allow == "POST" ? req.method == "POST"
+                                         : get || req.method == "POST";
+  if (allow.empty() || !allowed) return RefuseRoute(req, out);
+  // SGLang reads JSON whatever the Content-Type; form data is another encoding of fields.
+  if (allow == "POST" && req.Header("Content-Type").starts_with("multipart/form-data")) {
+    return ReplyError(out, HttpRefusal(req.method, path, 415,
+                                       "the body is multipart/form-data; send a JSON object"));
+  }
+  if (path == "/metrics") {
+    if (!options.enable_metrics) {
+      return ReplyError(out,
+                        HttpRefusal(req.method, path, 404,
+                                    "metrics are off: start the server with --enable-metrics"));
     }
-    // A request with neither Content-Length nor Transfer-Encoding has no body (RFC 9112, 6.3);
-    // to a route that does not take its method httplib would still wait for one until its read
-    // timeout (5 s) before it answered.
-    if (req.method != "GET" && req.method != "HEAD" && !req.has_header("Content-Length") &&
-        !req.has_header("Transfer-Encoding") && server::AllowedMethods(req.path) != req.method) {
-      RefuseRoute(req, res);
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (auto e = Unavailable()) return ReplyError(res, *e);
-    res.status = 200;
-  });
-  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    if (auto e = Unavailable()) return ReplyError(res, *e);
-    Reply(res, 200, json{{"object", "list"}, {"data", json::array({ModelCard()})}});
-  });
-  http.Get("/v1/models/(.+)", [this](const httplib::Request& req, httplib::Response& res) {
-    if (auto e = Unavailable()) return ReplyError(res, *e);
-    if (req.matches[1] != context.served_model_name) {
+    if (auto e = Unavailable()) return ReplyError(out, *e);
+    out.Send(200, "text/plain; version=0.0.4",
+             metrics.Render(model.backend->Snapshot(), PublicModelName(KeyGiven(req))));
+    return;
+  }
+  if (auto e = Unavailable()) return ReplyError(out, *e);
+  if (path == "/health") {
+    out.Send(200, "", "");
+  } else if (path == "/health_generate") {
+    if (auto e = GenerateOneToken()) return ReplyError(out, *e);
+    out.Send(200, "", "");
+  } else if (path == "/v1/models") {
+    Reply(out, 200, json{{"object", "list"}, {"data", json::array({ModelCard(KeyGiven(req))})}});
+  } else if (path.starts_with("/v1/models/")) {
+    const std::string id = path.substr(std::string_view("/v1/models/").size());
+    const std::string name = PublicModelName(KeyGiven(req));
+    if (id != name) {
       return ReplyError(
-          res, server::ToApiError(
-                   CatalogError("CTXPAR-HTTP-005", {{"model", PyRepr(req.matches[1].str())},
-                                                    {"served", PyRepr(context.served_model_name)}}),
-                   "model"));
+          out, server::ToApiError(CatalogError("CTXPAR-HTTP-005",
+                                               {{"model", PyRepr(id)}, {"served", PyRepr(name)}}),
+                                  "model"));
     }
-    Reply(res, 200, ModelCard());
-  });
-  http.Get("/get_model_info", [this](const httplib::Request&, httplib::Response& res) {
-    if (auto e = Unavailable()) return ReplyError(res, *e);
-    Reply(res, 200,
+    Reply(out, 200, ModelCard(KeyGiven(req)));
+  } else if (path == "/get_model_info") {
+    Reply(out, 200,
           json{{"model_path", model.config.model_path},
                {"tokenizer_path", model.config.model_path},
                {"is_generation", true},
                {"max_context_length", model.desc.context_length}});
-  });
-  http.Get("/health_generate", [this](const httplib::Request&, httplib::Response& res) {
-    if (auto e = Unavailable()) return ReplyError(res, *e);
-    if (auto e = GenerateOneToken()) return ReplyError(res, *e);
-    res.status = 200;
-  });
-  http.Get("/get_server_info", [this](const httplib::Request&, httplib::Response& res) {
-    if (auto e = Unavailable()) return ReplyError(res, *e);
-    Reply(res, 200, ServerInfo());
-  });
-  http.Get("/tokenizer_info", [this](const httplib::Request&, httplib::Response& res) {
-    if (auto e = Unavailable()) return ReplyError(res, *e);
-    if (model.tokenizer == nullptr) return Reply(res, 404, json::object());
-    Reply(res, 200, TokenizerInfo());
-  });
-  for (auto [path, tokenize] : {std::pair{"/tokenize", true}, std::pair{"/detokenize", false}}) {
-    PostBody(http, path,
-             [this, tokenize = tokenize](const httplib::Request&, httplib::Response& res,
-                                         const std::string& body) {
-               if (auto e = Unavailable()) return ReplyError(res, *e);
-               auto out =
-                   tokenize ? server::Tokenize(body, context) : server::Detokenize(body, context);
-               if (auto* e = std::get_if<ApiError>(&out)) return ReplyError(res, *e);
-               Reply(res, 200, std::get<json>(out));
-             });
-  }
-  for (Route route : {Route::kChat, Route::kCompletions, Route::kGenerate}) {
-    PostBody(http, std::string(server::RoutePath(route)),
-             [this, route](const httplib::Request&, httplib::Response& res,
-                           const std::string& body) { Generate(route, body, res); });
-  }
-  // SGLang's answers, as plain text: 200 when flushed, 400 with the reason while requests run.
-  auto flush = [this](httplib::Response& res) {
-    if (auto e = Unavailable()) return ReplyError(res, *e);
+  } else if (path == "/get_server_info") {
+    Reply(out, 200, ServerInfo());
+  } else if (path == "/tokenizer_info") {
+    if (model.tokenizer == nullptr) return Reply(out, 404, json::object());
+    Reply(out, 200, TokenizerInfo());
+  } else if (path == "/tokenize" || path == "/detokenize") {
+    auto result = path == "/tokenize" ? server::Tokenize(req.body, context)
+                                      : server::Detokenize(req.body, context);
+    if (auto* e = std::get_if<ApiError>(&result)) return ReplyError(out, *e);
+    Reply(out, 200, std::get<json>(result));
+  } else if (path == "/flush_cache") {
+    // SGLang's answers, as plain text: 200 when flushed, 400 with the reason while requests run.
     const Status flushed = model.backend->FlushCache();
-    res.status = flushed.ok() ? 200 : 400;
-    res.set_content(flushed.ok() ? "Cache flushed.\nPlease check backend logs for more details. "
-                                   "(When there are running or waiting requests, the operation "
-                                   "will not be performed.)\n"
-                                 : flushed.message() + "\n",
-                    "text/plain; charset=utf-8");
-  };
-  http.Get("/flush_cache",
-           [flush](const httplib::Request&, httplib::Response& res) { flush(res); });
-  PostBody(
-      http, "/flush_cache",
-      [flush](const httplib::Request&, httplib::Response& res, const std::string&) { flush(res); });
-  http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!options.enable_metrics) {
-      return ReplyError(
-          res, HttpRefusal(req, 404, "metrics are off: start the server with --enable-metrics"));
+    out.Send(flushed.ok() ? 200 : 400, "text/plain; charset=utf-8",
+             flushed.ok() ? "Cache flushed.\nPlease check backend logs for more details. (When "
+                            "there are running or waiting requests, the operation will not be "
+                            "performed.)\n"
+                          : flushed.message() + "\n");
+  } else {
+    for (Route route : {Route::kChat, Route::kCompletions, Route::kGenerate}) {
+      if (path == server::RoutePath(route)) return Generate(route, req.body, out);
     }
-    if (auto e = Unavailable()) return ReplyError(res, *e);
-    res.set_content(metrics.Render(model.backend->Snapshot(), context.served_model_name),
-                    "text/plain; version=0.0.4");
-  });
-  // A handler that throws answers 500 with the error object (httplib would put the exception's
-  // text in a header).
-  http.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-        ReplyError(res, server::ToApiError(Internal("the server failed on this request")));
-      });
-  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    if (res.status == 404) return RefuseRoute(req, res);
-    ReplyError(res, HttpRefusal(req, res.status, HttpReason(res.status)));
-  });
+    RefuseRoute(req, out);
+  }
 }
 
 Expected<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
@@ -468,6 +459,17 @@ Expected<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   if (options.host.empty()) {
     return CatalogError("CTXPAR-HTTP-009",
                         {{"option", "--host"}, {"rule", "an address"}, {"value", "''"}});
+  }
+  if (!(options.http_timeout > 0 && options.http_timeout <= 3600)) {
+    return CatalogError("CTXPAR-HTTP-009", {{"option", "--http-timeout"},
+                                            {"rule", "seconds in (0, 3600]"},
+                                            {"value", fmt::format("{:g}", options.http_timeout)}});
+  }
+  if (options.max_connections_per_client < 1) {
+    return CatalogError("CTXPAR-HTTP-009",
+                        {{"option", "--max-connections-per-client"},
+                         {"rule", "at least 1"},
+                         {"value", std::to_string(options.max_connections_per_client)}});
   }
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
@@ -483,33 +485,26 @@ Server::~Server() {
 
 Status Server::Start(int threads) {
   Impl& s = *impl_;
-  s.http.new_task_queue = [threads] { return new server::GrowingTaskQueue(threads); };
-  s.http.set_payload_max_length(kMaxBodyBytes);
-  s.Routes();
-  // httplib's default options set SO_REUSEPORT, which lets a second server bind a port in use
-  // (and share its connections) instead of failing: SO_REUSEADDR only.
-  int listen_socket = -1;
-  s.http.set_socket_options([&listen_socket](socket_t sock) {
-    const int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    listen_socket = sock;
-  });
-  const std::string& host = s.options.host;
-  s.port = s.options.port == 0 ? s.http.bind_to_any_port(host)
-                               : (s.http.bind_to_port(host, s.options.port) ? s.options.port : -1);
-  // Its compiled-in backlog of 5 overflows when dozens of clients connect at once (a reset now and
-  // then under load): listen again with the system's maximum.
-  if (s.port >= 0) ::listen(listen_socket, SOMAXCONN);
-  if (s.port < 0) {
-    return CatalogError("CTXPAR-HTTP-011", {{"host", host},
-                                            {"port", std::to_string(s.options.port)},
-                                            {"detail", "the address is in use or not local"}});
-  }
-  s.listener = std::thread([&s] { s.http.listen_after_bind(); });
+  server::HttpOptions o;
+  o.host = s.options.host;
+  o.port = s.options.port;
+  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(s.options.http_timeout * 1000));
+  o.max_connections_per_client = s.options.max_connections_per_client;
+  o.max_body_bytes = kMaxBodyBytes;
+  o.max_handlers = threads;
+  CTXPAR_ASSIGN_OR_RETURN(
+      s.http,
+      server::HttpTransport::Listen(
+          o,
+          [&s](const server::HttpRequest& req, server::HttpResponder& out) { s.Handle(req, out); },
+          [](int status, std::string_view method, std::string_view path, std::string_view reason) {
+            return server::ErrorBody(HttpRefusal(method, path, status, reason)).dump();
+          }));
+  s.http->Start();
   return Status::Ok();
 }
 
-int Server::port() const { return impl_->port; }
+int Server::port() const { return impl_->http ? impl_->http->port() : -1; }
 
 Status Server::Attach(ServingModel model) {
   Impl& s = *impl_;
@@ -520,8 +515,15 @@ Status Server::Attach(ServingModel model) {
   s.context.context_length = s.model.desc.context_length;
   s.context.max_total_num_tokens = s.model.backend->Snapshot().max_total_num_tokens;
   Status status;
-  if (s.model.tokenizer != nullptr) {
-    Expected<ChatTemplate> tmpl = ChatTemplate::FromJinja(s.model.tokenizer->chat_template());
+  if (const Tokenizer* tok = s.model.tokenizer) {
+    std::size_t longest = 1;
+    for (int32_t id = 0; id < tok->vocab_size(); ++id) {
+      if (Expected<std::string> piece = tok->TokenToPiece(id, true); piece.ok()) {
+        longest = std::max(longest, piece->size());
+      }
+    }
+    s.context.max_prompt_bytes = static_cast<int64_t>(longest) * s.context.context_length;
+    Expected<ChatTemplate> tmpl = ChatTemplate::FromJinja(tok->chat_template());
     if (tmpl.ok()) {
       s.chat_template.emplace(std::move(*tmpl));
       s.context.chat_template = &*s.chat_template;
@@ -536,14 +538,27 @@ Status Server::Attach(ServingModel model) {
 
 void Server::BeginShutdown() { impl_->stopping = true; }
 
+void Server::Fail(const Status& cause) {
+  Impl& s = *impl_;
+  std::lock_guard lock(s.jobs_mu);
+  if (s.failure) return;
+  s.failure = cause;
+  for (const std::shared_ptr<Job>& job : s.jobs) job->queue.Fail(cause);
+}
+
+bool Server::WaitResponses(std::chrono::milliseconds limit) {
+  Impl& s = *impl_;
+  std::unique_lock lock(s.active_mu);
+  return s.active_cv.wait_for(lock, limit, [&] { return s.active == 0; });
+}
+
 void Server::Wait() {
   Impl& s = *impl_;
   {
     std::unique_lock lock(s.active_mu);
     s.active_cv.wait(lock, [&] { return s.active == 0; });
   }
-  s.http.stop();
-  if (s.listener.joinable()) s.listener.join();
+  if (s.http) s.http->Stop();
 }
 
 }  // namespace ctxpar

@@ -38,6 +38,18 @@ ApiExpected<json> Tokenize(std::string_view body, const ModelContext& model) {
     return model.tokenizer->Encode(text.get<std::string>(), options);
   };
   json result = {{"max_model_len", model.context_length}};
+  if (prompt.is_array() && prompt.size() > kMaxChoices) {
+    return RangeError("/tokenize", "prompt", fmt::format("at most {} texts", kMaxChoices),
+                      fmt::format("a list of {}", prompt.size()));
+  }
+  auto check_bytes = [&](const json& text) -> MaybeError {
+    if (!text.is_string()) return std::nullopt;
+    return CheckTextBytes("/tokenize", "prompt", text.get_ref<const std::string&>().size(), model);
+  };
+  CTXPAR_RETURN_IF_API_ERROR(check_bytes(prompt));
+  if (prompt.is_array()) {
+    for (const json& text : prompt) CTXPAR_RETURN_IF_API_ERROR(check_bytes(text));
+  }
   if (prompt.is_string()) {
     std::vector<int32_t> ids = encode(prompt);
     result["count"] = ids.size();
@@ -63,6 +75,12 @@ ApiExpected<json> Detokenize(std::string_view body, const ModelContext& model) {
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
   const json& b = std::get<json>(parsed);
   const json& tokens = Field(b, "tokens");
+  // Far beyond any context, and bounded so that the text of any body is.
+  constexpr std::size_t kMaxIds = std::size_t{1} << 20;
+  if (tokens.is_array() && tokens.size() > kMaxIds) {
+    return RangeError("/detokenize", "tokens", fmt::format("at most {} ids", kMaxIds),
+                      fmt::format("a list of {}", tokens.size()));
+  }
   std::vector<int32_t> ids;
   CTXPAR_RETURN_IF_API_ERROR(ReadIds(tokens, "tokens", &ids));
   const int vocab = model.tokenizer->vocab_size();

@@ -3,14 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdio>
-#include <queue>
 #include <span>
-#include <unordered_map>
 #include <utility>
 
-#include "text/tokenizer_unicode.h"
+#include "text/tokenizer_model.h"
 
 namespace ctxpar {
 
@@ -24,47 +21,109 @@ constexpr std::string_view kEndOfGenerationTexts[] = {
     "<|eom_id|>", "<EOT>",      "<|end_of_text|>", "<end_of_utterance>",
 };
 
-// Pre-tokenizers that split each digit alone before the GPT-2 regex (llama.cpp groups them).
-constexpr std::string_view kDigitSplitPre[] = {"smollm",    "starcoder", "refact", "command-r",
-                                               "codeshell", "exaone",    "minerva"};
+// The texts whose tokens llama.cpp makes CONTROL whatever their type (llama_vocab::load finds
+// end-of-turn and fill-in-the-middle tokens by their text; the list of llama-cpp-python
+// 0.3.36's llama.cpp). Gemma 3's "</s>" is one: typed as user text it is text, not a token.
+// Space-separated.
+constexpr std::string_view kControlByText =
+    "</s> <EOT> <MID> <PAD> <PRE> <REPO> <SUF> <end_of_turn> <end_of_utterance> <eos> "
+    "<fim-middle> <fim-pad> <fim-prefix> <fim-repo> <fim-suffix> <fim_middle> <fim_pad> "
+    "<fim_prefix> <fim_suffix> <reponame> <turn|> <|calls|> <|call|> <|code_middle|> "
+    "<|code_prefix|> <|code_suffix|> <|end_of_text|> <|endoftext|> <|end|> <|eom_id|> "
+    "<|eot_id|> <|file_sep|> <|fim_middle|> <|fim_pad|> <|fim_prefix|> <|fim_repo|> "
+    "<|fim_suffix|> <|flush|> <|im_end|> <|middle|> <|prefix|> <|repo_name|> <|return|> "
+    "<|suffix|> <|tool_response> [EOS] [EOT] [PAD] [e~[ _<EOT> "
+    "<\uFF5Cend\u2581of\u2581sentence\uFF5C> <\uFF5Cfim\u2581begin\uFF5C> "
+    "<\uFF5Cfim\u2581end\uFF5C> <\uFF5Cfim\u2581hole\uFF5C> \u2581<MID> \u2581<PRE> "
+    "\u2581<SUF>";
+// And those it makes USER_DEFINED (gpt-oss's markers, always rendered).
+constexpr std::string_view kUserDefinedByText[] = {"<|channel|>", "<|message|>", "<|start|>",
+                                                   "<|constrain|>"};
 
-struct Merge {
-  int32_t rank;
-  int32_t result;
-};
-
-uint64_t PairKey(int32_t left, int32_t right) {
-  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+// llama.cpp's corrections of token types by text, applied to `types`.
+void CorrectTypesByText(const tokenizer_internal::Vocab& vocab, std::vector<TokenType>* types) {
+  for (size_t begin = 0; begin < kControlByText.size();) {
+    const size_t end = std::min(kControlByText.find(' ', begin), kControlByText.size());
+    const int32_t id = vocab.Find(kControlByText.substr(begin, end - begin));
+    if (id >= 0 && (*types)[id] != TokenType::kUnknown) (*types)[id] = TokenType::kControl;
+    begin = end + 1;
+  }
+  for (std::string_view text : kUserDefinedByText) {
+    const int32_t id = vocab.Find(text);
+    if (id >= 0) (*types)[id] = TokenType::kUserDefined;
+  }
+  // gpt-oss and solar-open end turns with <|return|> / <|call|> or <|calls|> / <|flush|>, so
+  // their <|end|> is markup; Gemma 4's "</s>" is text beside <|tool_response>.
+  const auto has = [&](std::string_view t) { return vocab.Find(t) >= 0; };
+  const int32_t end = vocab.Find("<|end|>");
+  if (end >= 0 && has("<|call|>") && has("<|return|>")) (*types)[end] = TokenType::kUserDefined;
+  if (end >= 0 && has("<|calls|>") && has("<|flush|>")) (*types)[end] = TokenType::kUserDefined;
+  const int32_t s = vocab.Find("</s>");
+  if (s >= 0 && has("<|tool_response>")) (*types)[s] = TokenType::kNormal;
 }
 
-std::string Utf8Of(uint32_t cp) {
-  std::string s;
-  ti::AppendUtf8(cp, &s);
-  return s;
-}
+// The special tokens' texts in a trie, to learn which of them occur in a text at all: the
+// partition then visits only those (Gemma has 6414 special tokens; a text holds a few).
+class SpecialTrie {
+ public:
+  void Insert(std::string_view text, int32_t rank) {
+    int32_t node = 0;
+    for (char c : text) {
+      auto& children = nodes_[node].children;
+      const auto b = static_cast<uint8_t>(c);
+      auto it = std::lower_bound(children.begin(), children.end(), std::pair{b, int32_t{0}});
+      if (it == children.end() || it->first != b) {
+        it = children.insert(it, {b, static_cast<int32_t>(nodes_.size())});
+        nodes_.emplace_back();
+      }
+      node = it->second;
+    }
+    nodes_[node].rank = rank;
+  }
 
-// A codepoint of the text and its pre-tokenizer class.
-struct Cp {
-  uint32_t cp;
-  ti::CodepointClass cls;
+  // The ranks of the texts that occur in `text`, ascending, without repeats.
+  std::vector<int32_t> Find(std::string_view text) const {
+    std::vector<int32_t> ranks;
+    for (size_t begin = 0; begin < text.size(); ++begin) {
+      int32_t node = 0;
+      for (size_t i = begin; i < text.size(); ++i) {
+        const auto& children = nodes_[node].children;
+        const auto b = static_cast<uint8_t>(text[i]);
+        const auto it =
+            std::lower_bound(children.begin(), children.end(), std::pair{b, int32_t{0}});
+        if (it == children.end() || it->first != b) break;
+        node = it->second;
+        if (nodes_[node].rank >= 0) ranks.push_back(nodes_[node].rank);
+      }
+    }
+    std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    return ranks;
+  }
+
+ private:
+  struct Node {
+    std::vector<std::pair<uint8_t, int32_t>> children;  // by byte
+    int32_t rank = -1;
+  };
+  std::vector<Node> nodes_{1};
 };
 
 }  // namespace
 
 struct Tokenizer::Impl {
-  std::vector<std::string> tokens;
-  std::vector<TokenType> types;
+  std::string model_name;
+  ti::Vocab vocab;
   std::vector<std::string> pieces;  // the bytes each normal/user-defined/byte token stands for
-  std::unordered_map<std::string, int32_t> token_to_id;
-  std::unordered_map<uint64_t, Merge> merges;
-  std::array<int32_t, 256> byte_token{};
+  std::unique_ptr<ti::TextModel> model;
   std::vector<int32_t> specials;  // CONTROL, UNKNOWN, USER_DEFINED ids, longest text first
+  SpecialTrie special_trie;       // their texts; a text's rank is its index in `specials`
   std::vector<bool> end_of_generation;
-  bool split_digits = false;
   int32_t bos_id = -1;
   int32_t eos_id = -1;
   bool add_bos = false;
   bool add_eos = false;
+  bool add_space_prefix = false;
   std::string chat_template;
 
   // Encode with CONTROL and UNKNOWN tokens read only inside `special_ranges` ([begin, end)
@@ -72,10 +131,6 @@ struct Tokenizer::Impl {
   std::vector<int32_t> Encode(std::string_view text,
                               std::span<const std::pair<size_t, size_t>> special_ranges,
                               bool add_special) const;
-  void EncodeText(std::string_view text, std::vector<int32_t>* out) const;
-  void SplitGpt2(const std::vector<Cp>& cps, size_t begin, size_t end,
-                 std::vector<size_t>* word_ends) const;
-  void EncodeWord(std::string_view word, std::vector<int32_t>* out) const;
 };
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -84,21 +139,13 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Expected<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
-  if (spec.model != "gpt2") {
-    return Unimplemented(
-        fmt::format("tokenizer.ggml.model = '{}' is not supported: only byte-level BPE ('gpt2') is",
-                    spec.model));
+  if (spec.model != "gpt2" && spec.model != "llama") {
+    return Unimplemented(fmt::format(
+        "tokenizer.ggml.model = '{}' is not supported: byte-level BPE ('gpt2') and SentencePiece "
+        "('llama') are",
+        spec.model));
   }
   auto impl = std::make_unique<Impl>();
-  const bool digit_split = std::find(std::begin(kDigitSplitPre), std::end(kDigitSplitPre),
-                                     spec.pre) != std::end(kDigitSplitPre);
-  if (!digit_split && spec.pre != "gpt2") {
-    return Unimplemented(fmt::format(
-        "tokenizer.ggml.pre = '{}' is not supported: use 'gpt2', 'smollm' or an alias of "
-        "'smollm' (starcoder, refact, command-r, codeshell, exaone, minerva)",
-        spec.pre));
-  }
-  impl->split_digits = digit_split;
   const auto n = static_cast<int64_t>(spec.tokens.size());
   if (n == 0 || n > INT32_MAX) {
     return InvalidArgument(fmt::format(
@@ -116,81 +163,35 @@ Expected<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
           "tokenizer.ggml.{} = {}: it must be a token id in [0, {}) or absent", name, id, n));
     }
   }
-  impl->types.resize(n, TokenType::kNormal);
+  ti::Vocab& vocab = impl->vocab;
+  vocab.types.resize(n, TokenType::kNormal);
   for (int64_t i = 0; i < static_cast<int64_t>(spec.token_types.size()); ++i) {
     const int32_t t = spec.token_types[i];
     if (t < 0 || t > static_cast<int32_t>(TokenType::kByte)) {
       return InvalidArgument(
           fmt::format("tokenizer.ggml.token_type[{}] = {}: it must be in [0, 6]", i, t));
     }
-    impl->types[i] = static_cast<TokenType>(t);
+    vocab.types[i] = static_cast<TokenType>(t);
   }
-  impl->token_to_id.reserve(n);
+  vocab.token_to_id.reserve(n);
   for (int32_t i = 0; i < n; ++i) {
-    auto [it, inserted] = impl->token_to_id.emplace(spec.tokens[i], i);
+    auto [it, inserted] = vocab.token_to_id.emplace(spec.tokens[i], i);
     if (!inserted) {
       return InvalidArgument(fmt::format(
           "tokenizer.ggml.tokens[{}] = '{}' repeats tokens[{}]: token texts must be unique", i,
           spec.tokens[i], it->second));
     }
   }
-  // A byte without a token (SmolLM2 has none for 21 bytes that its training text never held)
-  // can take part in no merge and is dropped from the output, as llama.cpp drops it.
-  for (int b = 0; b < 256; ++b) {
-    const auto it = impl->token_to_id.find(Utf8Of(ti::ByteToCodepoint(static_cast<uint8_t>(b))));
-    impl->byte_token[b] = it == impl->token_to_id.end() ? -1 : it->second;
-  }
-  impl->merges.reserve(spec.merges.size());
-  for (size_t r = 0; r < spec.merges.size(); ++r) {
-    const std::string& m = spec.merges[r];
-    const size_t space = m.find(' ');
-    if (space == std::string::npos || space == 0 || space + 1 == m.size() ||
-        m.find(' ', space + 1) != std::string::npos) {
-      return InvalidArgument(fmt::format(
-          "tokenizer.ggml.merges[{}] = '{}': a merge must be two tokens separated by one space", r,
-          m));
-    }
-    const std::string left = m.substr(0, space);
-    const std::string right = m.substr(space + 1);
-    const auto l = impl->token_to_id.find(left);
-    const auto rt = impl->token_to_id.find(right);
-    const auto res = impl->token_to_id.find(left + right);
-    for (const auto& [part, it] : {std::pair{&left, l}, std::pair{&right, rt}}) {
-      if (it == impl->token_to_id.end()) {
-        return InvalidArgument(fmt::format(
-            "tokenizer.ggml.merges[{}] = '{}': '{}' is not in tokenizer.ggml.tokens", r, m, *part));
-      }
-    }
-    if (res == impl->token_to_id.end()) {
-      return InvalidArgument(
-          fmt::format("tokenizer.ggml.merges[{}] = '{}': the merged token '{}' is not in "
-                      "tokenizer.ggml.tokens",
-                      r, m, left + right));
-    }
-    // The first occurrence of a pair has the lowest rank and wins, as in llama.cpp.
-    impl->merges.emplace(PairKey(l->second, rt->second),
-                         Merge{static_cast<int32_t>(r), res->second});
-  }
-  impl->pieces.resize(n);
+  vocab.tokens = std::move(spec.tokens);
+  CorrectTypesByText(vocab, &vocab.types);
+  CTXPAR_ASSIGN_OR_RETURN(ti::TextModelParts parts, spec.model == "gpt2"
+                                                        ? ti::MakeBpeModel(spec, vocab)
+                                                        : ti::MakeSpmModel(spec, vocab));
+  impl->model = std::move(parts.model);
+  impl->pieces = std::move(parts.normal_pieces);
   for (int32_t i = 0; i < n; ++i) {
-    const std::string& text = spec.tokens[i];
-    switch (impl->types[i]) {
-      case TokenType::kNormal: {
-        std::string bytes;
-        for (size_t pos = 0; pos < text.size();) {
-          const uint32_t cp = ti::NextCodepoint(text, &pos);
-          const int b = ti::CodepointToByte(cp);
-          if (b < 0) {
-            return InvalidArgument(
-                fmt::format("tokenizer.ggml.tokens[{}] = '{}' holds U+{:04X}, which is outside the "
-                            "byte-level alphabet of normal tokens",
-                            i, text, cp));
-          }
-          bytes.push_back(static_cast<char>(b));
-        }
-        impl->pieces[i] = std::move(bytes);
-        break;
-      }
+    const std::string& text = vocab.tokens[i];
+    switch (vocab.types[i]) {
       case TokenType::kUserDefined:
         impl->pieces[i] = text;
         break;
@@ -207,26 +208,30 @@ Expected<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
       default:
         break;
     }
-    const TokenType t = impl->types[i];
+    const TokenType t = vocab.types[i];
     if ((t == TokenType::kControl || t == TokenType::kUnknown || t == TokenType::kUserDefined) &&
         !text.empty()) {
       impl->specials.push_back(i);
     }
   }
   std::stable_sort(impl->specials.begin(), impl->specials.end(), [&](int32_t a, int32_t b) {
-    return spec.tokens[a].size() > spec.tokens[b].size();
+    return vocab.tokens[a].size() > vocab.tokens[b].size();
   });
+  for (size_t rank = 0; rank < impl->specials.size(); ++rank) {
+    impl->special_trie.Insert(vocab.tokens[impl->specials[rank]], static_cast<int32_t>(rank));
+  }
   impl->end_of_generation.assign(n, false);
   if (spec.eos_id >= 0) impl->end_of_generation[spec.eos_id] = true;
   for (std::string_view text : kEndOfGenerationTexts) {
-    const auto it = impl->token_to_id.find(std::string(text));
-    if (it != impl->token_to_id.end()) impl->end_of_generation[it->second] = true;
+    const int32_t id = vocab.Find(text);
+    if (id >= 0) impl->end_of_generation[id] = true;
   }
-  impl->tokens = std::move(spec.tokens);
+  impl->model_name = std::move(spec.model);
   impl->bos_id = spec.bos_id;
   impl->eos_id = spec.eos_id;
   impl->add_bos = spec.add_bos;
   impl->add_eos = spec.add_eos;
+  impl->add_space_prefix = spec.add_space_prefix;
   impl->chat_template = std::move(spec.chat_template);
   if (impl->add_bos && impl->bos_id < 0) {
     return InvalidArgument(
@@ -286,10 +291,11 @@ std::vector<int32_t> Tokenizer::Impl::Encode(
   };
   std::vector<Fragment> fragments{{-1, 0, text.size()}};
   std::vector<Fragment> next;
-  for (int32_t sid : specials) {
-    const bool user_defined = types[sid] == TokenType::kUserDefined;
+  for (int32_t rank : special_trie.Find(text)) {
+    const int32_t sid = specials[rank];
+    const bool user_defined = vocab.types[sid] == TokenType::kUserDefined;
     if (!user_defined && special_ranges.empty()) continue;
-    const std::string& st = tokens[sid];
+    const std::string& st = vocab.tokens[sid];
     next.clear();
     for (const Fragment& f : fragments) {
       if (f.id >= 0) {
@@ -312,153 +318,17 @@ std::vector<int32_t> Tokenizer::Impl::Encode(
     }
     fragments.swap(next);
   }
+  bool after_special = true;
   for (const Fragment& f : fragments) {
     if (f.id >= 0) {
       out.push_back(f.id);
     } else {
-      EncodeText(text.substr(f.begin, f.end - f.begin), &out);
+      model->Encode(text.substr(f.begin, f.end - f.begin), after_special, &out);
     }
+    after_special = f.id >= 0;
   }
   if (add_special && add_eos) out.push_back(eos_id);
   return out;
-}
-
-void Tokenizer::Impl::EncodeText(std::string_view text, std::vector<int32_t>* out) const {
-  // The text as codepoints; words are built from their UTF-8, so invalid input bytes become
-  // U+FFFD as in llama.cpp.
-  std::vector<Cp> cps;
-  cps.reserve(text.size());
-  for (size_t pos = 0; pos < text.size();) {
-    const uint32_t cp = ti::NextCodepoint(text, &pos);
-    cps.push_back({cp, ti::ClassOf(cp)});
-  }
-  std::vector<size_t> word_ends;  // codepoint index where each word ends
-  size_t begin = 0;
-  while (begin < cps.size()) {
-    size_t end = begin + 1;
-    if (split_digits) {
-      // "\p{N}": each number alone; the runs between them are split by the GPT-2 regex.
-      if (cps[begin].cls != ti::kNumber) {
-        while (end < cps.size() && cps[end].cls != ti::kNumber) ++end;
-      }
-    } else {
-      end = cps.size();
-    }
-    SplitGpt2(cps, begin, end, &word_ends);
-    begin = end;
-  }
-  std::string word;
-  size_t start = 0;
-  for (size_t word_end : word_ends) {
-    word.clear();
-    for (size_t i = start; i < word_end; ++i) ti::AppendUtf8(cps[i].cp, &word);
-    EncodeWord(word, out);
-    start = word_end;
-  }
-}
-
-// The GPT-2 regex 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ on
-// cps[begin, end), matching as llama.cpp's unicode_regex_split_custom_gpt2 does: nothing outside
-// the range is seen, so the lookahead treats the range end as the end of the text.
-void Tokenizer::Impl::SplitGpt2(const std::vector<Cp>& cps, size_t begin, size_t end,
-                                std::vector<size_t>* word_ends) const {
-  constexpr uint32_t kNone = 0xFFFFFFFF;
-  const auto cp_at = [&](size_t i) { return i < end ? cps[i].cp : kNone; };
-  // Past the end there is no class: neither letter, number, whitespace nor other.
-  constexpr int kEnd = -1;
-  const auto cls_at = [&](size_t i) { return i < end ? static_cast<int>(cps[i].cls) : kEnd; };
-  size_t pos = begin;
-  while (pos < end) {
-    const uint32_t cp = cps[pos].cp;
-    if (cp == '\'' && pos + 1 < end) {
-      const uint32_t c1 = cp_at(pos + 1);
-      if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') {
-        pos += 2;
-        word_ends->push_back(pos);
-        continue;
-      }
-      if (pos + 2 < end) {
-        const uint32_t c2 = cp_at(pos + 2);
-        if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) {
-          pos += 3;
-          word_ends->push_back(pos);
-          continue;
-        }
-      }
-    }
-    const int cls = cp == ' ' ? cls_at(pos + 1) : cls_at(pos);
-    if (cls == ti::kLetter || cls == ti::kNumber || cls == ti::kOther) {
-      pos += (cp == ' ');
-      while (cls_at(pos) == cls) ++pos;
-      word_ends->push_back(pos);
-      continue;
-    }
-    size_t spaces = 0;
-    while (cls_at(pos + spaces) == ti::kWhitespace) ++spaces;
-    if (spaces > 1 && pos + spaces < end) {
-      // \s+(?!\S): leave the last whitespace to prefix the word that follows.
-      pos += spaces - 1;
-    } else if (spaces > 0) {
-      pos += spaces;
-    } else {
-      ++pos;
-    }
-    word_ends->push_back(pos);
-  }
-}
-
-void Tokenizer::Impl::EncodeWord(std::string_view word, std::vector<int32_t>* out) const {
-  if (word.size() == 1) {
-    const int32_t id = byte_token[static_cast<uint8_t>(word[0])];
-    if (id >= 0) out->push_back(id);
-    return;
-  }
-  // Symbols form a linked list over the word's bytes; a heap holds the candidate merges of
-  // adjacent symbols by (rank, left position). A popped candidate whose two symbols changed
-  // since it was pushed is stale and skipped.
-  struct Symbol {
-    int32_t id;
-    int32_t prev, next;  // -1 at the ends
-  };
-  struct Candidate {
-    int32_t rank, left, right, left_id, right_id, result;
-    bool operator>(const Candidate& o) const {
-      return rank != o.rank ? rank > o.rank : left > o.left;
-    }
-  };
-  std::vector<Symbol> symbols(word.size());
-  for (size_t i = 0; i < word.size(); ++i) {
-    symbols[i] = {byte_token[static_cast<uint8_t>(word[i])], static_cast<int32_t>(i) - 1,
-                  i + 1 < word.size() ? static_cast<int32_t>(i + 1) : -1};
-  }
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
-  const auto push = [&](int32_t left, int32_t right) {
-    if (left < 0 || right < 0 || symbols[left].id < 0 || symbols[right].id < 0) return;
-    const auto it = merges.find(PairKey(symbols[left].id, symbols[right].id));
-    if (it == merges.end()) return;
-    heap.push(
-        {it->second.rank, left, right, symbols[left].id, symbols[right].id, it->second.result});
-  };
-  for (size_t i = 0; i + 1 < word.size(); ++i) {
-    push(static_cast<int32_t>(i), static_cast<int32_t>(i + 1));
-  }
-  while (!heap.empty()) {
-    const Candidate c = heap.top();
-    heap.pop();
-    Symbol& left = symbols[c.left];
-    if (left.id != c.left_id || left.next != c.right || symbols[c.right].id != c.right_id) {
-      continue;
-    }
-    left.id = c.result;
-    left.next = symbols[c.right].next;
-    if (left.next >= 0) symbols[left.next].prev = c.left;
-    symbols[c.right].id = -1;
-    push(left.prev, c.left);
-    push(c.left, left.next);
-  }
-  for (int32_t i = 0; i >= 0; i = symbols[i].next) {
-    if (symbols[i].id >= 0) out->push_back(symbols[i].id);
-  }
 }
 
 Expected<std::string> Tokenizer::TokenToPiece(int32_t id, bool render_special) const {
@@ -466,33 +336,33 @@ Expected<std::string> Tokenizer::TokenToPiece(int32_t id, bool render_special) c
     return OutOfRange(
         fmt::format("token id {}: it must be in [0, {}) (the vocabulary size)", id, vocab_size()));
   }
-  const TokenType t = impl_->types[id];
+  const TokenType t = impl_->vocab.types[id];
   if (t == TokenType::kControl || t == TokenType::kUnknown) {
-    return render_special ? impl_->tokens[id] : std::string();
+    return render_special ? impl_->vocab.tokens[id] : std::string();
   }
   return impl_->pieces[id];
 }
 
 Expected<std::string> Tokenizer::Decode(std::span<const int32_t> ids, bool render_special) const {
   std::string out;
-  for (int32_t id : ids) {
-    CTXPAR_ASSIGN_OR_RETURN(std::string piece, TokenToPiece(id, render_special));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    CTXPAR_ASSIGN_OR_RETURN(std::string piece, TokenToPiece(ids[i], render_special));
+    // The space the encoder put in front of the text (llama_detokenize's lstrip).
+    if (i == 0 && impl_->add_space_prefix && piece.starts_with(' ')) piece.erase(0, 1);
     out += piece;
   }
   return out;
 }
 
-int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->tokens.size()); }
+int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->vocab.tokens.size()); }
+const std::string& Tokenizer::model() const { return impl_->model_name; }
 int32_t Tokenizer::bos_id() const { return impl_->bos_id; }
 int32_t Tokenizer::eos_id() const { return impl_->eos_id; }
-TokenType Tokenizer::token_type(int32_t id) const { return impl_->types[id]; }
-const std::string& Tokenizer::token_text(int32_t id) const { return impl_->tokens[id]; }
+TokenType Tokenizer::token_type(int32_t id) const { return impl_->vocab.types[id]; }
+const std::string& Tokenizer::token_text(int32_t id) const { return impl_->vocab.tokens[id]; }
 const std::string& Tokenizer::chat_template() const { return impl_->chat_template; }
 
-int32_t Tokenizer::TokenId(std::string_view text) const {
-  const auto it = impl_->token_to_id.find(std::string(text));
-  return it == impl_->token_to_id.end() ? -1 : it->second;
-}
+int32_t Tokenizer::TokenId(std::string_view text) const { return impl_->vocab.Find(text); }
 
 bool Tokenizer::IsEndOfGeneration(int32_t id) const {
   return id >= 0 && id < vocab_size() && impl_->end_of_generation[id];

@@ -1,6 +1,8 @@
 // Tokenizer::FromGguf: the tokenizer.* metadata of a GGUF file as a TokenizerSpec.
 #include <fmt/format.h>
 
+#include <tuple>
+
 #include "ctxpar/error_catalog.h"
 #include "ctxpar/gguf.h"
 #include "ctxpar/gguf_hparams.h"
@@ -36,20 +38,29 @@ Expected<Tokenizer> Tokenizer::FromGguf(const GgufFile& file) {
                             file.GetArrayRef<std::string>("tokenizer.ggml.merges"));
     spec.merges = *merges;
   }
+  if (file.Find("tokenizer.ggml.scores") != nullptr) {
+    CTXPAR_ASSIGN_OR_RETURN(spec.scores, file.GetArray<float>("tokenizer.ggml.scores"));
+  }
+  // llama.cpp's defaults for a SentencePiece file that leaves the keys out (llama_vocab::load).
+  const bool spm = spec.model == "llama";
   const auto get_int = [&](std::string_view k) { return file.GetInteger(k); };
   const auto get_bool = [&](std::string_view k) { return file.GetBool(k); };
-  for (auto [key, dst] : {std::pair{"tokenizer.ggml.bos_token_id", &spec.bos_id},
-                          std::pair{"tokenizer.ggml.eos_token_id", &spec.eos_id}}) {
-    CTXPAR_ASSIGN_OR_RETURN(int64_t id, Optional<int64_t>(file, key, -1, get_int));
+  for (auto [key, dst, fallback] :
+       {std::tuple{"tokenizer.ggml.bos_token_id", &spec.bos_id, spm ? 1 : -1},
+        std::tuple{"tokenizer.ggml.eos_token_id", &spec.eos_id, spm ? 2 : -1},
+        std::tuple{"tokenizer.ggml.unknown_token_id", &spec.unk_id, spm ? 0 : -1}}) {
+    CTXPAR_ASSIGN_OR_RETURN(int64_t id, Optional<int64_t>(file, key, fallback, get_int));
     if (id < -1 || id > INT32_MAX) {
       return HparamError(file, key, id, "it must be a token id");
     }
     *dst = static_cast<int32_t>(id);
   }
   CTXPAR_ASSIGN_OR_RETURN(spec.add_bos,
-                          Optional<bool>(file, "tokenizer.ggml.add_bos_token", false, get_bool));
+                          Optional<bool>(file, "tokenizer.ggml.add_bos_token", spm, get_bool));
   CTXPAR_ASSIGN_OR_RETURN(spec.add_eos,
                           Optional<bool>(file, "tokenizer.ggml.add_eos_token", false, get_bool));
+  CTXPAR_ASSIGN_OR_RETURN(spec.add_space_prefix,
+                          Optional<bool>(file, "tokenizer.ggml.add_space_prefix", spm, get_bool));
   CTXPAR_ASSIGN_OR_RETURN(spec.chat_template, Optional<std::string>(file, "tokenizer.chat_template",
                                                                     "", [&](std::string_view k) {
                                                                       return file.GetString(k);

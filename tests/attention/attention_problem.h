@@ -90,6 +90,11 @@ class Problem {
         key[static_cast<size_t>(block_table_[s * max_pages_ + r / ps]) * ps + r % ps] = true;
       }
     }
+    PoisonAllBut(key);
+  }
+
+  void PoisonAllBut(const std::vector<bool>& key) {
+    const int ps = shape_.page_size;
     for (int page = 0; page < num_pages_; ++page) {
       for (int slot = 0; slot < ps; ++slot) {
         if (key[static_cast<size_t>(page) * ps + slot]) continue;
@@ -106,9 +111,25 @@ class Problem {
   void DecodeRows() {
     for (int s = 0; s < static_cast<int>(seq_lens_.size()); ++s) AddRow(s, seq_lens_[s]);
   }
-  void AddRow(int seq, int kv_len) {
+  // A row of sequence seq that sees its local rows [kv_start, kv_len).
+  void AddRow(int seq, int kv_len, int kv_start = 0) {
     row_seq_.push_back(seq);
     row_kv_len_.push_back(kv_len);
+    row_kv_start_.push_back(kv_start);
+  }
+
+  // Writes NaN into every K and V element that no row sees (outside every row's [start, len) of
+  // its sequence), as a sliding window leaves the keys before it.
+  void PoisonUnseenKeys() {
+    const int ps = shape_.page_size;
+    std::vector<bool> seen(static_cast<size_t>(num_pages_) * ps, false);
+    for (size_t i = 0; i < row_seq_.size(); ++i) {
+      for (int r = row_kv_start_[i]; r < row_kv_len_[i]; ++r) {
+        seen[static_cast<size_t>(block_table_[row_seq_[i] * max_pages_ + r / ps]) * ps + r % ps] =
+            true;
+      }
+    }
+    PoisonAllBut(seen);
   }
 
   PartialAttentionParams Params() {
@@ -125,6 +146,7 @@ class Problem {
     p.num_q_heads = shape_.num_q_heads;
     p.row_seq = row_seq_.data();
     p.row_kv_len = row_kv_len_.data();
+    p.row_kv_start = row_kv_start_.data();
     p.scale = 1.0f / std::sqrt(static_cast<float>(shape_.head_dim_qk));
     p.kv = kv_;
     p.num_seqs = static_cast<int>(seq_lens_.size());
@@ -141,10 +163,10 @@ class Problem {
       for (int h = 0; h < shape_.num_q_heads && failures < 5; ++h) {
         const int kvh = h / group;
         const float* q = q_.data() + (i * shape_.num_q_heads + h) * dqk;
-        const int len = row_kv_len_[i];
+        const int len = row_kv_len_[i], start = row_kv_start_[i];
         std::vector<double> s(len);
         double m = -INFINITY;
-        for (int j = 0; j < len; ++j) {
+        for (int j = start; j < len; ++j) {
           double dot = 0;
           for (int d = 0; d < dqk; ++d)
             dot += static_cast<double>(q[d]) * Read(false, row_seq_[i], j, kvh, d);
@@ -153,16 +175,18 @@ class Problem {
         }
         std::vector<double> o(dv, 0.0);
         double l = 0;
-        for (int j = 0; j < len; ++j) {
+        for (int j = start; j < len; ++j) {
           const double w = std::exp(s[j] - m);
           l += w;
           for (int d = 0; d < dv; ++d) o[d] += w * Read(true, row_seq_[i], j, kvh, d);
         }
-        const double ref_lse = len == 0 ? -INFINITY : m + std::log(l);
+        const bool empty = len == start;
+        const double ref_lse = empty ? -INFINITY : m + std::log(l);
         const float got_lse = lse_[i * shape_.num_q_heads + h];
         const std::string where = what + " row " + std::to_string(i) + " head " +
-                                  std::to_string(h) + " len " + std::to_string(len);
-        if (len == 0) {
+                                  std::to_string(h) + " rows [" + std::to_string(start) + ", " +
+                                  std::to_string(len) + ")";
+        if (empty) {
           if (!(std::isinf(got_lse) && got_lse < 0)) {
             ADD_FAILURE() << where << ": lse " << got_lse << ", want -inf";
             ++failures;
@@ -173,7 +197,7 @@ class Problem {
         }
         const float* got = o_.data() + (i * shape_.num_q_heads + h) * dv;
         for (int d = 0; d < dv; ++d) {
-          const double want = len == 0 ? 0.0 : o[d] / l;
+          const double want = empty ? 0.0 : o[d] / l;
           if (!(std::abs(got[d] - want) <= tol)) {
             ADD_FAILURE() << where << " d " << d << ": O " << got[d] << ", want " << want;
             ++failures;
@@ -232,7 +256,7 @@ class Problem {
   std::vector<uint16_t> kb_, vb_;
   PagedKv kv_;  // the pools above, in shape_.format
   std::vector<float> q_, o_, lse_;
-  std::vector<int32_t> row_seq_, row_kv_len_;
+  std::vector<int32_t> row_seq_, row_kv_len_, row_kv_start_;
 };
 
 }  // namespace ctxpar::testing

@@ -109,6 +109,7 @@ std::vector<float> RowAlone(const PartialAttentionParams& p, int row, int heads,
   one.lse = out.data() + static_cast<size_t>(heads) * dv;
   one.row_seq = p.row_seq + row;
   one.row_kv_len = p.row_kv_len + row;
+  if (p.row_kv_start != nullptr) one.row_kv_start = p.row_kv_start + row;
   one.num_rows = 1;
   one.num_threads = 1;
   EXPECT_TRUE(PartialAttentionCpu(one).ok());
@@ -261,6 +262,80 @@ TEST_P(PartialAttention, Tiles16NaNOutsideTheSequencesStaysOut) {
   }
 }
 
+// Visible ranges [start, end) per row (a sliding window), against float64 with every key no row
+// sees set to NaN: decode rows whose window starts inside a page or a tile (W = 1, 7, 33, 256),
+// an empty range, a single key (N = 1) and a whole sequence, then every token of a sequence
+// prefilled through a window of 13 (rows whose starts move by one, several to a kTiles16 task),
+// on one thread and three, split-KV off and on, with chunks that end inside a tile.
+void CheckWindowRows(const Shape& shape, uint32_t seed, double tol) {
+  Problem prob(shape, {40, 100, 300, 70}, seed);
+  for (int w : {1, 7, 33, 256}) {
+    prob.AddRow(1, 100, std::max(0, 100 - w));
+    prob.AddRow(2, 300, 300 - w);
+  }
+  prob.AddRow(0, 21, 21);
+  prob.AddRow(0, 33, 32);
+  prob.AddRow(0, 40, 0);
+  for (int t = 0; t < 70; ++t) prob.AddRow(3, t + 1, std::max(0, t + 1 - 13));
+  prob.PoisonUnseenKeys();
+  for (int split : {0, 16, 40}) {
+    for (int threads : {1, 3}) {
+      PartialAttentionParams p = prob.Params();
+      p.num_threads = threads;
+      p.split_kv_keys = split;
+      const Status st = PartialAttentionCpu(p);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      prob.Check(p, tol,
+                 "window split " + std::to_string(split) + " threads " + std::to_string(threads));
+    }
+  }
+}
+
+TEST_P(PartialAttention, WindowRowsF32AndBf16) {
+  for (DataType dtype : {DataType::kF32, DataType::kBF16}) {
+    const Shape rows{6, 2, 64, 64, false, dtype, 16};
+    CheckWindowRows(rows, 50, Tol(rows));
+    const Shape tiles{4, 1, 256, 256, false, dtype, 16, kTiles16};  // Gemma 3: one KV head of 256
+    CheckWindowRows(tiles, 51, Tol(tiles));
+    const Shape mla{2, 1, 576, 512, true, dtype, 8};
+    CheckWindowRows(mla, 52, Tol(mla));
+  }
+}
+
+// Bitwise: a window row in a call equals the row alone, whatever the other rows and threads: its
+// chunks are the absolute ones [c * split, (c + 1) * split) that meet its range.
+TEST_P(PartialAttention, WindowRowsAreBatchInvariant) {
+  for (const Shape& shape : {Shape{4, 1, 256, 256, false, DataType::kF32, 16, kTiles16},
+                             Shape{6, 2, 64, 64, false, DataType::kBF16, 16, kTiles16},
+                             Shape{6, 2, 64, 64, false, DataType::kF32, 8}}) {
+    Problem prob(shape, {300, 90}, 60);
+    for (int w : {5, 40, 100}) prob.AddRow(0, 300, 300 - w);
+    for (int t = 0; t < 90; ++t) prob.AddRow(1, t + 1, std::max(0, t + 1 - 37));
+    const int heads = shape.num_q_heads, dqk = shape.head_dim_qk, dv = shape.head_dim_v;
+    for (int split : {16, 40}) {
+      for (int threads : {1, 3}) {
+        PartialAttentionParams p = prob.Params();
+        p.num_threads = threads;
+        p.split_kv_keys = split;
+        ASSERT_TRUE(PartialAttentionCpu(p).ok());
+        for (int row = 0; row < p.num_rows; ++row) {
+          const std::vector<float> alone = RowAlone(p, row, heads, dqk, dv);
+          const std::string what = "split " + std::to_string(split) + " threads " +
+                                   std::to_string(threads) + " row " + std::to_string(row);
+          ASSERT_EQ(std::memcmp(p.o + int64_t{row} * heads * dv, alone.data(),
+                                sizeof(float) * heads * dv),
+                    0)
+              << what;
+          ASSERT_EQ(std::memcmp(p.lse + int64_t{row} * heads, alone.data() + heads * dv,
+                                sizeof(float) * heads),
+                    0)
+              << what;
+        }
+      }
+    }
+  }
+}
+
 // Each bad field is rejected with a Status that names it, its value and the rule.
 struct BadCase {
   const char* name;
@@ -272,6 +347,7 @@ TEST(PartialAttentionParamsTest, BadFieldsAreRejectedByName) {
   static int32_t bad_len[] = {9, 1000};
   static int32_t bad_seq[] = {0, 5};
   static int32_t bad_table[] = {0, -1, 0, 0};
+  static int32_t bad_start[] = {3, 13};
   const BadCase cases[] = {
       {"rows", [](PartialAttentionParams& p) { p.num_rows = -1; },
        "PartialAttentionParams.num_rows = -1: must be >= 0"},
@@ -301,6 +377,8 @@ TEST(PartialAttentionParamsTest, BadFieldsAreRejectedByName) {
       {"len", [](PartialAttentionParams& p) { p.row_kv_len = bad_len; },
        "PartialAttentionParams.row_kv_len[1] = 1000: must be in [0, kv.max_pages_per_seq * "
        "kv.page_size = 16]"},
+      {"start", [](PartialAttentionParams& p) { p.row_kv_start = bad_start; },
+       "PartialAttentionParams.row_kv_start[1] = 13: must be in [0, row_kv_len[1] = 12]"},
       {"seq", [](PartialAttentionParams& p) { p.row_seq = bad_seq; },
        "PartialAttentionParams.row_seq[1] = 5: a sequence must be in [0, num_seqs = 2)"},
       {"page entry", [](PartialAttentionParams& p) { p.kv.block_table = bad_table; },

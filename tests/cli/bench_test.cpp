@@ -90,11 +90,21 @@ TEST(CliBench, RangeAndNumberErrorsNameTheirCatalogEntries) {
 // or a crash.
 TEST(CliBench, RefusesWhatItCannotMeasure) {
   ExpectRefused({"bench", "combine", "--ranks", "3"}, "CTXPAR-FLAG-008",
-                "Invalid value 3 for --ranks: it divides the heads of no shape (128 and 32)");
+                "Invalid value 3 for --ranks: it divides the heads of no shape (128, 32 and 4)");
   const char* model = std::getenv("CTXPAR_MODEL");
   if (model == nullptr) GTEST_SKIP() << "CTXPAR_MODEL is not set";
   ExpectRefused({"bench", "deepseek", "--model-path", model, "--ranks", "3"}, "CTXPAR-FLAG-008",
                 "its model is a LlamaForCausalLM, not a DeepSeek one");
+}
+
+// The int8 path takes Q4_1 and Q8_0 only: bench matmul refuses it for Gemma 3's types, and a model
+// it has no shapes for, before measuring.
+TEST(CliBench, MatMulRefusesWhatTheKernelsDoNotTake) {
+  ExpectRefused({"bench", "matmul", "--model", "gemma3", "--act", "q8"}, "CTXPAR-FLAG-008",
+                "Invalid value q8 for --act: int8 activations take Q4_1 and Q8_0 weights; gemma3 "
+                "has Q5_0");
+  ExpectRefused({"bench", "matmul", "--model", "llama"}, "CTXPAR-FLAG-005",
+                "--model: llama not in {smollm2,gemma3}");
 }
 
 // An error's usage goes to stderr with the error, none of it to stdout.

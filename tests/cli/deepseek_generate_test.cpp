@@ -147,8 +147,8 @@ TEST(DeepseekCli, ModelPathPicksTheLoaderByWhatTheDirectoryHolds) {
   const RunResult empty = generate();
   EXPECT_EQ(empty.exit_status, 2);
   EXPECT_EQ(empty.err, dir.string() +
-                           " is a directory without a config.json: ctxpar reads a GGUF file (the "
-                           "Llama family) or a HF checkpoint directory with config.json and "
+                           " is a directory without a config.json: ctxpar reads a GGUF file "
+                           "(Llama, Gemma 3) or a HF checkpoint directory with config.json and "
                            "*.safetensors (DeepSeek-V3 family).\nrun: ctxpar explain "
                            "CTXPAR-MODEL-008\n");
   std::filesystem::copy_file(kReference + "/config.json", dir / "config.json");

@@ -255,6 +255,26 @@ TEST(Generate, SeededSamplingRepeats) {
   EXPECT_EQ(a.out, b.out);
 }
 
+// A raw prompt's control tokens are tokens (as llama-cli and /v1/completions read them): the
+// conversation --chat renders, typed out, continues with the same ids; a chat message's
+// control-token text stays text, so the same text as the --chat message does not.
+TEST(Generate, ARawPromptReadsControlTokensAChatMessageDoesNot) {
+  const std::string turns =
+      "<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+      "Face<|im_end|>\\n<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n";
+  // The shell's $(...) drops the trailing newline; the one inside the quotes puts it back.
+  const std::string raw_prompt = "\"$(printf '%b' '" + turns + "')\n\"";
+  const std::string args = "--max-new-tokens 6 --print-ids ";
+  const Result chat = RunGenerate(args + "--chat Hi");
+  const Result raw = RunGenerate(args + raw_prompt);
+  const Result typed = RunGenerate(args + "--chat " + raw_prompt);
+  ASSERT_EQ(chat.code, 0) << chat.err;
+  ASSERT_EQ(raw.code, 0) << raw.err;
+  ASSERT_EQ(typed.code, 0) << typed.err;
+  EXPECT_EQ(raw.out, chat.out);
+  EXPECT_NE(typed.out, chat.out);
+}
+
 TEST(Generate, RefusesBadLaunchConfigurationsWithCatalogTexts) {
   const Result heads = RunGenerate(std::string("--tp-size 2 --dcp-size 2 ") + kPrompt);
   EXPECT_EQ(heads.code, 2);

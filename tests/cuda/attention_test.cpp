@@ -44,6 +44,7 @@ struct Problem {
   std::vector<int> seq_lens;
   std::vector<int32_t> row_seq;
   std::vector<int32_t> row_kv_len;
+  std::vector<int32_t> row_kv_start;  // empty: every row starts at key 0
   int max_pages = 1;
   std::vector<int32_t> block_table;
   std::vector<uint16_t> k_bits, v_bits;
@@ -86,19 +87,20 @@ struct Problem {
       for (int h = 0; h < s.num_q_heads; ++h) {
         const int kvh = h / group;
         const float* qr = &q[(static_cast<size_t>(r) * s.num_q_heads + h) * s.head_dim_qk];
+        const int first = Start(r);
         std::vector<double> scores(row_kv_len[r]);
         double mx = -INFINITY;
-        for (int j = 0; j < row_kv_len[r]; ++j) {
+        for (int j = first; j < row_kv_len[r]; ++j) {
           double dot = 0.0;
           const float* kr = &k[Slot(row_seq[r], j, kvh) * s.head_dim_qk];
           for (int d = 0; d < s.head_dim_qk; ++d) dot += static_cast<double>(qr[d]) * kr[d];
           scores[j] = dot * scale;
           mx = std::max(mx, scores[j]);
         }
-        if (row_kv_len[r] == 0) continue;
+        if (row_kv_len[r] == first) continue;
         double sum = 0.0;
         double* out = &o[(static_cast<size_t>(r) * s.num_q_heads + h) * s.head_dim_v];
-        for (int j = 0; j < row_kv_len[r]; ++j) {
+        for (int j = first; j < row_kv_len[r]; ++j) {
           const double w = std::exp(scores[j] - mx);
           sum += w;
           const size_t slot = Slot(row_seq[r], j, kvh);
@@ -111,6 +113,8 @@ struct Problem {
     }
   }
 
+  int Start(int r) const { return row_kv_start.empty() ? 0 : row_kv_start[r]; }
+
   size_t Slot(int seq, int j, int kvh) const {
     const int page = block_table[static_cast<size_t>(seq) * max_pages + j / shape.page_size];
     return (static_cast<size_t>(page) * shape.page_size + j % shape.page_size) *
@@ -121,7 +125,8 @@ struct Problem {
   // Params with host pointers (for the CPU kernel) or with the given device pointers.
   PartialAttentionParams Params(const float* q_ptr, float* o_ptr, float* lse_ptr,
                                 const int32_t* seq_ptr, const int32_t* len_ptr, const void* k_ptr,
-                                const void* v_ptr, const int32_t* table_ptr) const {
+                                const void* v_ptr, const int32_t* table_ptr,
+                                const int32_t* start_ptr = nullptr) const {
     PartialAttentionParams p;
     p.q = q_ptr;
     p.o = o_ptr;
@@ -130,6 +135,7 @@ struct Problem {
     p.num_q_heads = shape.num_q_heads;
     p.row_seq = seq_ptr;
     p.row_kv_len = len_ptr;
+    p.row_kv_start = start_ptr;
     p.scale = scale;
     p.kv.k = k_ptr;
     p.kv.v = shape.mla() ? nullptr : v_ptr;
@@ -154,7 +160,7 @@ void RunCuda(const Problem& pb, int num_splits, CudaMlaPath path, Result& out) {
   const Shape& s = pb.shape;
   DeviceBuffer q(pb.q.size() * 4), seq(pb.row_seq.size() * 4 + 4),
       len(pb.row_kv_len.size() * 4 + 4), k(pb.k_bits.size() * 2), v(pb.v_bits.size() * 2 + 16),
-      table(pb.block_table.size() * 4);
+      table(pb.block_table.size() * 4), start(pb.row_kv_start.size() * 4 + 4);
   DeviceBuffer o(static_cast<size_t>(pb.rows()) * s.num_q_heads * s.head_dim_v * 4);
   DeviceBuffer lse(static_cast<size_t>(pb.rows()) * s.num_q_heads * 4);
   ASSERT_EQ(Upload(q, pb.q), cudaSuccess);
@@ -163,12 +169,14 @@ void RunCuda(const Problem& pb, int num_splits, CudaMlaPath path, Result& out) {
   ASSERT_EQ(Upload(k, pb.k_bits), cudaSuccess);
   if (!s.mla()) ASSERT_EQ(Upload(v, pb.v_bits), cudaSuccess);
   ASSERT_EQ(Upload(table, pb.block_table), cudaSuccess);
+  if (!pb.row_kv_start.empty()) ASSERT_EQ(Upload(start, pb.row_kv_start), cudaSuccess);
   ASSERT_EQ(Poison(o), cudaSuccess);
   ASSERT_EQ(Poison(lse), cudaSuccess);
 
   const PartialAttentionParams params =
       pb.Params(q.get<float>(), o.get<float>(), lse.get<float>(), seq.get<int32_t>(),
-                len.get<int32_t>(), k.get(), v.get(), table.get<int32_t>());
+                len.get<int32_t>(), k.get(), v.get(), table.get<int32_t>(),
+                pb.row_kv_start.empty() ? nullptr : start.get<int32_t>());
   const Expected<int> sms = CudaMultiprocessorCount();
   ASSERT_TRUE(sms.ok()) << sms.status().ToString();
   const Expected<CudaAttentionPlan> plan =
@@ -209,7 +217,8 @@ void ExpectMatchesCpu(const Problem& pb, const Result& got) {
                          std::numeric_limits<float>::quiet_NaN());
   PartialAttentionParams p =
       pb.Params(pb.q.data(), o.data(), lse.data(), pb.row_seq.data(), pb.row_kv_len.data(),
-                pb.k_bits.data(), pb.v_bits.data(), pb.block_table.data());
+                pb.k_bits.data(), pb.v_bits.data(), pb.block_table.data(),
+                pb.row_kv_start.empty() ? nullptr : pb.row_kv_start.data());
   p.num_threads = 2;
   const Status st = PartialAttentionCpu(p);
   ASSERT_TRUE(st.ok()) << st.ToString();
@@ -280,6 +289,29 @@ TEST(CudaAttentionTest, MlaCudaCoreAnyHeadCount) {
       RunCuda(pb, splits, CudaMlaPath::kCudaCore, r);
       ExpectMatches(pb, r, 1e-4, 1e-4);
       ExpectMatchesCpu(pb, r);
+    }
+  }
+}
+
+// Rows that see [start, len) (a sliding window): starts inside a page and inside a split, an empty
+// range, one key, a whole sequence, and windowed prefill rows; forced splits leave whole splits
+// before a row's start empty.
+TEST(CudaAttentionTest, WindowRowsGqaAndMla) {
+  CTXPAR_SKIP_WITHOUT_CUDA_DEVICE();
+  for (const Shape& shape : {Shape{4, 1, 128, 128, 16}, Shape{16, 1, 576, 512, 64}}) {
+    Problem pb(shape, {300, 90}, {0, 0, 0, 0, 1, 1, 1, 1}, {300, 300, 300, 200, 1, 40, 41, 90},
+               70 + shape.num_q_heads);
+    pb.row_kv_start = {0, 299, 45, 200, 0, 27, 28, 77};
+    for (int splits : {1, 0, 4}) {
+      SCOPED_TRACE(splits);
+      for (CudaMlaPath path : {CudaMlaPath::kCudaCore, CudaMlaPath::kTensorCore}) {
+        if (!shape.mla() && path == CudaMlaPath::kTensorCore) continue;
+        Result r;
+        RunCuda(pb, splits, path, r);
+        ExpectMatches(pb, r, shape.mla() && path == CudaMlaPath::kTensorCore ? 1e-2 : 1e-4,
+                      shape.mla() && path == CudaMlaPath::kTensorCore ? 2e-2 : 1e-4);
+        ExpectMatchesCpu(pb, r);
+      }
     }
   }
 }

@@ -116,6 +116,36 @@ std::vector<DcpCase> Cases() {
        .mla = true,
        .kv_dtype = DataType::kBF16,
        .lengths = {5, 30}});
+  // Sliding windows: W = 1 (one key: every rank but its owner sees none), a window shorter than
+  // the group (N = 4, W = 3: a rank owns no row of it), windows that start inside a page, in
+  // decode and prefill rows, GQA and MLA.
+  add({.name = "window1_n4_a2a",
+       .n = 4,
+       .backend = CombineBackend::kA2a,
+       .lengths = {1, 3, 70},
+       .window = 1});
+  add({.name = "window3_n4_agrs_i2", .n = 4, .interleave = 2, .lengths = {2, 37, 70}, .window = 3});
+  add({.name = "window7_prefill_n3_shm",
+       .n = 3,
+       .backend = CombineBackend::kShmA2a,
+       .lengths = {5, 60},
+       .prefill_rows = 30,
+       .window = 7});
+  add({.name = "window40_prefill_n1", .n = 1, .lengths = {70}, .prefill_rows = 70, .window = 40});
+  add({.name = "window_mla_n2_a2a_repq",
+       .n = 2,
+       .backend = CombineBackend::kA2a,
+       .replicate_q = true,
+       .mla = true,
+       .lengths = {3, 41},
+       .prefill_rows = 9,
+       .window = 16});
+  add({.name = "window_bf16kv_n4_agrs",
+       .n = 4,
+       .kv_dtype = DataType::kBF16,
+       .lengths = {9, 66},
+       .prefill_rows = 20,
+       .window = 21});
   return cases;
 }
 

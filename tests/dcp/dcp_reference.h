@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "ctxpar/dtype.h"
 #include "ctxpar/communicator.h"
 #include "ctxpar/dcp_attention.h"
+#include "ctxpar/dtype.h"
 #include "ctxpar/kv_pool.h"
 
 namespace ctxpar::testing {
@@ -35,6 +35,7 @@ struct DcpCase {
   int tp_mult = 1;           // tp_size = tp_mult * n
   int h = 2;                 // query heads per rank
   int kv_heads = 2;          // GQA KV heads of the group (a divisor of h * n)
+  int window = 0;            // > 0: a sliding window (row t sees t - window < p <= t)
 };
 
 inline void PrintTo(const DcpCase& c, std::ostream* os) { *os << c.name; }
@@ -93,7 +94,8 @@ inline DcpProblem MakeProblem(const DcpCase& c) {
   const int rows = static_cast<int>(p.row_seq.size());
   p.q.resize(static_cast<size_t>(rows) * p.hn * p.dq);
   for (float& x : p.q) x = dist(rng);
-  // The reference: causal softmax attention of each row over positions [0, t], in double.
+  // The reference: causal softmax attention of each row over positions [lo, t], in double, with
+  // lo = 0, or t - window + 1 with a window.
   p.ref_o.assign(static_cast<size_t>(rows) * p.hn * p.dv, 0.0);
   p.ref_lse.assign(static_cast<size_t>(rows) * p.hn, 0.0);
   const int group = p.hn / p.kvh;
@@ -102,12 +104,13 @@ inline DcpProblem MakeProblem(const DcpCase& c) {
     const std::vector<float>& v = c.mla ? k : p.v[p.row_seq[i]];
     const int v_stride = c.mla ? p.dq : p.dv;
     const int64_t t = p.row_pos[i];
+    const int64_t lo = c.window > 0 ? std::max<int64_t>(0, t - c.window + 1) : 0;
     for (int g = 0; g < p.hn; ++g) {
       const int kh = g / group;
       const float* q = p.q.data() + (static_cast<size_t>(i) * p.hn + g) * p.dq;
-      std::vector<double> s(t + 1);
+      std::vector<double> s(t + 1, -std::numeric_limits<double>::infinity());
       double m = -std::numeric_limits<double>::infinity();
-      for (int64_t j = 0; j <= t; ++j) {
+      for (int64_t j = lo; j <= t; ++j) {
         double dot = 0;
         const float* kr = k.data() + (j * p.kvh + kh) * p.dq;
         for (int d = 0; d < p.dq; ++d) dot += static_cast<double>(q[d]) * kr[d];
@@ -117,7 +120,7 @@ inline DcpProblem MakeProblem(const DcpCase& c) {
       double sum = 0;
       for (double& x : s) sum += (x = std::exp(x - m));
       double* o = p.ref_o.data() + (static_cast<size_t>(i) * p.hn + g) * p.dv;
-      for (int64_t j = 0; j <= t; ++j) {
+      for (int64_t j = lo; j <= t; ++j) {
         const float* vr = v.data() + (j * p.kvh + kh) * v_stride;
         for (int d = 0; d < p.dv; ++d) o[d] += s[j] / sum * vr[d];
       }
@@ -163,7 +166,11 @@ inline void RunRankAndCheck(const DcpCase& c, const DcpProblem& p, Communicator&
   const int max_len = *std::max_element(c.lengths.begin(), c.lengths.end());
   const int page = std::max(16, c.interleave);
   const int pages_per_seq = max_len / (page * c.n) + 1;
-  auto cache = KvPool::Create({.num_layers = 1,
+  // With a window, layer 1 is a window group beside the full layer 0, and the rows read it.
+  const int layer = c.window > 0 ? 1 : 0;
+  std::vector<KvGroupSpec> groups;
+  if (c.window > 0) groups = {{{0}, 0, true}, {{1}, c.window, true}};
+  auto cache = KvPool::Create({.num_layers = layer + 1,
                                .num_kv_heads = p.kvh,
                                .head_dim_k = p.dq,
                                .head_dim_v = p.dv,
@@ -176,8 +183,10 @@ inline void RunRankAndCheck(const DcpCase& c, const DcpProblem& p, Communicator&
                                .dcp_rank = me,
                                .interleave_size = c.interleave,
                                .num_pages = pages_per_seq * static_cast<int>(c.lengths.size()),
+                               .window_pages = pages_per_seq * static_cast<int>(c.lengths.size()),
                                .max_slots = static_cast<int>(c.lengths.size()),
-                               .max_pages_per_slot = pages_per_seq});
+                               .max_pages_per_slot = pages_per_seq,
+                               .groups = groups});
   ASSERT_TRUE(cache.ok()) << cache.status().ToString();
   for (size_t s = 0; s < c.lengths.size(); ++s) {
     const auto slot = static_cast<int32_t>(s);
@@ -188,18 +197,29 @@ inline void RunRankAndCheck(const DcpCase& c, const DcpProblem& p, Communicator&
     const float* v = c.mla ? nullptr : p.v[s].data();
     const size_t ks = static_cast<size_t>(p.kvh) * p.dq, vs = static_cast<size_t>(p.kvh) * p.dv;
     ASSERT_TRUE(cache->Reserve(slot, len).ok());
-    ASSERT_TRUE(cache->Write(0, slot, 0, pre, k, v).ok());
+    ASSERT_TRUE(cache->Write(layer, slot, 0, pre, k, v).ok());
     for (int t = pre; t < len; ++t) {
-      ASSERT_TRUE(cache->Write(0, slot, t, 1, k + t * ks, c.mla ? nullptr : v + t * vs).ok());
+      ASSERT_TRUE(cache->Write(layer, slot, t, 1, k + t * ks, c.mla ? nullptr : v + t * vs).ok());
+    }
+  }
+  // The window slides to the first row of each sequence: the pages before it go back.
+  for (size_t i = 0; i < p.row_seq.size() && c.window > 0; ++i) {
+    if (i == 0 || p.row_seq[i] != p.row_seq[i - 1]) {
+      ASSERT_TRUE(cache->Slide(p.row_seq[i], p.row_pos[i]).ok());
     }
   }
   const int rows = static_cast<int>(p.row_seq.size());
-  std::vector<int32_t> row_kv_len(rows);
+  std::vector<int32_t> row_kv_len(rows), row_kv_start(rows, 0);
   for (int i = 0; i < rows; ++i) {
     row_kv_len[i] =
         c.prefill_rows == 0
             ? static_cast<int32_t>(cache->layout().LocalLength(me, c.lengths[p.row_seq[i]]))
             : cache->VisibleRows(p.row_pos[i]);
+    if (c.window > 0) {
+      const LocalRange range = cache->VisibleRange(layer, p.row_pos[i]);
+      ASSERT_EQ(range.end, row_kv_len[i]);
+      row_kv_start[i] = static_cast<int32_t>(range.begin);
+    }
   }
   DcpOptions options{.dcp_size = c.n,
                      .backend = c.backend,
@@ -229,8 +249,9 @@ inline void RunRankAndCheck(const DcpCase& c, const DcpProblem& p, Communicator&
   comm.ResetCounters();
   // Twice: the second call reuses buffers (and the other half of the shm_a2a window).
   for (int call = 0; call < 2; ++call) {
-    const Status st = (*attn)->Forward(q.data(), cache->View(0), p.row_seq.data(), row_kv_len.data(),
-                                       rows, o.data(), lse.data());
+    const Status st =
+        (*attn)->Forward(q.data(), cache->View(layer), p.row_seq.data(), row_kv_len.data(), rows,
+                         o.data(), lse.data(), c.window > 0 ? row_kv_start.data() : nullptr);
     ASSERT_TRUE(st.ok()) << st.ToString();
   }
   const double tol = Tolerance(c);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 namespace ctxpar {
@@ -53,6 +54,41 @@ TEST(KvLayout, MatchesEnumeration) {
             int64_t visible = 0;
             for (int64_t p : owned) visible += p <= len - 1;
             ASSERT_EQ(layout->VisibleLocalRows(rank, len - 1), visible);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The local rows a window of W shows a query at t: exactly the rows of the owned positions p with
+// t - W < p <= t (HF transformers' and llama.cpp's sliding window), found by enumeration; a rank
+// may own none of them.
+TEST(KvLayout, WindowLocalRowsMatchEnumeration) {
+  for (int n : {1, 2, 3, 4}) {
+    for (int i : {1, 2, 4}) {
+      auto layout = KvLayout::Create(n, i);
+      ASSERT_TRUE(layout.ok());
+      for (int rank = 0; rank < n; ++rank) {
+        for (int64_t t = 0; t < 70; ++t) {
+          for (int64_t w : {0, 1, 2, 3, 5, 8, 13, 64}) {
+            std::vector<int64_t> rows;
+            for (int64_t p = 0; p <= t; ++p) {
+              if (layout->Owner(p) == rank && (w == 0 || p > t - w)) {
+                rows.push_back(layout->LocalRow(p));
+              }
+            }
+            const LocalRange got = layout->WindowLocalRows(rank, t, w);
+            const std::string at = "n=" + std::to_string(n) + " i=" + std::to_string(i) +
+                                   " rank=" + std::to_string(rank) + " t=" + std::to_string(t) +
+                                   " w=" + std::to_string(w);
+            ASSERT_EQ(got.end - got.begin, static_cast<int64_t>(rows.size())) << at;
+            if (!rows.empty()) {
+              ASSERT_EQ(got.begin, rows.front()) << at;
+              ASSERT_EQ(got.end, rows.back() + 1) << at;
+            } else {
+              ASSERT_EQ(got.end, layout->VisibleLocalRows(rank, t)) << at;
+            }
           }
         }
       }

@@ -402,5 +402,171 @@ TEST(KvPool, SharedPagesLiveUntilTheirLastHolderAndAreNeverFreedTwice) {
   EXPECT_EQ(pool.SlotPage(c, 0), 0);
 }
 
+// A sliding-window group next to a full one (layers 1 and 3 full, 0 and 2 a window of W), through
+// random chunked requests on several slots: after each Slide + Reserve the window group holds
+// exactly the pages that span positions [pos0 - W + 1, pos0 + n) (the window before the chunk and
+// the chunk), the full group every page up to pos0 + n; every page of each group is free or held
+// by one slot (none held twice, none leaked); Reserve adds what PagesNeeded said; the window rows
+// a query sees still hold their own K/V; and releasing every slot gives every page back.
+TEST(KvPool, WindowGroupHoldsTheWindowAndTheChunkAndNothingElse) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int page = 1 + static_cast<int>(rng() % 4), n = 1 + static_cast<int>(rng() % 3);
+    const int rank = static_cast<int>(rng() % n), window = 1 + static_cast<int>(rng() % 12);
+    const int chunk_max = 1 + static_cast<int>(rng() % 9), slots = 1 + static_cast<int>(rng() % 4);
+    const int per_slot = 24, heads = 1, dim = 16;
+    const int64_t per_page = int64_t{page} * n;
+    KvPoolOptions o{.num_layers = 4,
+                    .num_kv_heads = heads,
+                    .head_dim_k = dim,
+                    .head_dim_v = dim,
+                    .page_size = page,
+                    .dcp_size = n,
+                    .dcp_rank = rank,
+                    .num_pages = 20 + static_cast<int>(rng() % 40),
+                    .window_pages = 6 + static_cast<int>(rng() % 20),
+                    .max_slots = slots,
+                    .max_pages_per_slot = per_slot,
+                    .groups = {{{1, 3}, 0, true}, {{0, 2}, window, true}}};
+    auto made = KvPool::Create(o);
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    KvPool& pool = *made;
+    ASSERT_EQ(pool.num_groups(), 2);
+    ASSERT_EQ(pool.group_of_layer(2), 1);
+    ASSERT_EQ(pool.capacity_tokens(1), o.window_pages * per_page);
+    std::map<int, int64_t> len;   // slot -> tokens written
+    std::map<int, int64_t> slid;  // slot -> position of its last Slide
+    auto first_kept = [&](int64_t pos0) {
+      return std::max<int64_t>(0, pos0 - window + 1) / per_page;
+    };
+    auto held_pages = [&](int slot, int g) -> std::pair<int64_t, int64_t> {
+      const int64_t end = pool.PagesFor(len[slot], g);
+      return {g == 0 ? 0 : std::min(end, first_kept(slid[slot])), end};
+    };
+    for (int op = 0; op < 300; ++op) {
+      const int kind = static_cast<int>(rng() % 5);
+      if (kind == 0) {
+        Expected<int32_t> s = pool.AcquireSlot();
+        ASSERT_EQ(s.ok(), static_cast<int>(len.size()) < slots);
+        if (s.ok()) len[*s] = slid[*s] = 0;
+      } else if (kind == 1 && !len.empty()) {
+        auto it = std::next(len.begin(), rng() % len.size());
+        ASSERT_TRUE(pool.ReleaseSlot(it->first).ok());
+        slid.erase(it->first);
+        len.erase(it);
+      } else if (!len.empty()) {
+        auto it = std::next(len.begin(), rng() % len.size());
+        const int slot = it->first;
+        const int64_t pos0 = it->second, chunk = 1 + static_cast<int64_t>(rng() % chunk_max);
+        if (pool.PagesFor(pos0 + chunk) > per_slot) continue;
+        int64_t needed[2];
+        for (int g = 0; g < 2; ++g) needed[g] = pool.PagesNeeded(g, slot, pos0, pos0 + chunk);
+        ASSERT_TRUE(pool.Slide(slot, pos0).ok());
+        slid[slot] = pos0;
+        const int64_t free_before[2] = {pool.free_pages(0), pool.free_pages(1)};
+        const bool fits = needed[0] <= free_before[0] && needed[1] <= free_before[1];
+        ASSERT_EQ(pool.Reserve(slot, pos0 + chunk).ok(), fits);
+        if (!fits) continue;
+        for (int g = 0; g < 2; ++g) ASSERT_EQ(pool.free_pages(g), free_before[g] - needed[g]);
+        it->second = pos0 + chunk;
+        for (int l = 0; l < 4; ++l) {
+          const auto k = Tokens(pos0, static_cast<int>(chunk), heads, dim, false, l);
+          const auto v = Tokens(pos0, static_cast<int>(chunk), heads, dim, true, l);
+          ASSERT_TRUE(pool.Write(l, slot, pos0, static_cast<int>(chunk), k.data(), v.data()).ok());
+        }
+        // Every row of the chunk sees its window's positions, stored where they belong.
+        for (int64_t t = pos0; t < pos0 + chunk; ++t) {
+          const LocalRange rows = pool.VisibleRange(0, t);
+          for (int64_t r = rows.begin; r < rows.end; ++r) {
+            const int64_t p = r * n + rank;  // interleave 1: local row r is position r * n + rank
+            ASSERT_GT(p, t - window);
+            ASSERT_LE(p, t);
+            ASSERT_EQ(Read(pool.View(2), false, slot, r, 0, 3), KVal(p, 0, 3, 2));
+            ASSERT_EQ(Read(pool.View(0), true, slot, r, 0, 5), 0.5f - KVal(p, 0, 5, 0));
+          }
+        }
+      }
+      // Each slot holds exactly its span; each group's pages are free or held once.
+      for (int g = 0; g < 2; ++g) {
+        std::set<int32_t> seen;
+        int64_t held = 0;
+        for (const auto& [slot, length] : len) {
+          const auto [begin, end] = held_pages(slot, g);
+          ASSERT_EQ(pool.slot_pages(slot, g), end - begin) << "group " << g << " slot " << slot;
+          const int32_t* table = pool.View(g == 0 ? 1 : 0).block_table + slot * per_slot;
+          for (int64_t v = begin; v < end; ++v) ASSERT_TRUE(seen.insert(table[v]).second);
+          held += end - begin;
+        }
+        ASSERT_EQ(held + pool.free_pages(g), pool.num_pages(g)) << "group " << g;
+      }
+    }
+    for (const auto& [slot, length] : len) ASSERT_TRUE(pool.ReleaseSlot(slot).ok());
+    EXPECT_EQ(pool.free_pages(0), pool.num_pages(0));
+    EXPECT_EQ(pool.free_pages(1), pool.num_pages(1));
+  }
+}
+
+// What a window group may hold at most (the scheduler's admission counts it): the pages W - 1 + a
+// chunk of consecutive positions span, found by enumerating every alignment; never more than the
+// sequence's own pages.
+TEST(KvPool, PeakPagesOfAWindowGroupIsTheWorstAlignedSpan) {
+  for (int page : {1, 4, 16}) {
+    for (int n : {1, 2, 4}) {
+      for (int window : {1, 7, 16, 64}) {
+        auto made = KvPool::Create({.num_layers = 2,
+                                    .num_kv_heads = 1,
+                                    .head_dim_k = 16,
+                                    .head_dim_v = 16,
+                                    .page_size = page,
+                                    .dcp_size = n,
+                                    .num_pages = 4,
+                                    .window_pages = 4,
+                                    .max_slots = 1,
+                                    .max_pages_per_slot = 64,
+                                    .groups = {{{0}, 0, true}, {{1}, window, true}}});
+        ASSERT_TRUE(made.ok());
+        const int64_t per_page = int64_t{page} * n;
+        for (int64_t chunk : {1, 3, 32}) {
+          int64_t worst = 0;
+          for (int64_t pos0 = 0; pos0 < 4 * per_page + window; ++pos0) {
+            const int64_t first = std::max<int64_t>(0, pos0 - window + 1) / per_page;
+            worst = std::max(worst, (pos0 + chunk + per_page - 1) / per_page - first);
+          }
+          const int64_t length = 100000;
+          EXPECT_EQ(made->PeakPages(1, length, chunk), worst)
+              << "page " << page << " n " << n << " window " << window << " chunk " << chunk;
+          EXPECT_EQ(made->PeakPages(1, 5, chunk), std::min(worst, made->PagesFor(5, 1)));
+          EXPECT_EQ(made->PeakPages(0, length, chunk), made->PagesFor(length));
+        }
+      }
+    }
+  }
+}
+
+TEST(KvPool, RejectsBadGroupsNamingTheRule) {
+  const KvPoolOptions base{.num_layers = 3,
+                           .num_kv_heads = 1,
+                           .head_dim_k = 16,
+                           .head_dim_v = 16,
+                           .num_pages = 4,
+                           .window_pages = 4,
+                           .max_slots = 1,
+                           .max_pages_per_slot = 4};
+  auto refused = [&](std::vector<KvGroupSpec> groups, int64_t window_pages, const char* text) {
+    KvPoolOptions o = base;
+    o.groups = std::move(groups);
+    o.window_pages = window_pages;
+    const Status st = KvPool::Create(o).status();
+    EXPECT_FALSE(st.ok()) << text;
+    EXPECT_NE(st.message().find(text), std::string::npos) << st.ToString();
+  };
+  refused({{{0, 1}, 0, true}, {{1, 2}, 8, true}}, 4, "layer 1 is in groups[0] and groups[1]");
+  refused({{{0, 1}, 0, true}}, 4, "layer 2 is in no group");
+  refused({{{0}, 8, true}, {{1, 2}, 0, true}}, 4, "groups[0] must be a full-attention group");
+  refused({{{0}, 0, true}, {{1, 2}, -1, true}}, 4, "groups[1].window must be >= 0");
+  refused({{{0}, 0, true}, {{1, 2, 3}, 8, true}}, 4, "names layer 3, outside [0, num_layers=3)");
+  refused({{{0}, 0, true}, {{1, 2}, 8, true}}, 0, "window_pages must be >= 1");
+}
+
 }  // namespace
 }  // namespace ctxpar

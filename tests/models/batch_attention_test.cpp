@@ -5,7 +5,10 @@
 // replicated over 3 ranks, or sharded over a DCP group of 3), with fp32 and bf16 pools (the
 // reference then attends over the K/V rounded to bf16, as the pool stores them). Within 2e-5,
 // except a bf16 pool on the avx512_bf16 path, which also rounds Q and the softmax weights to
-// bf16 (attention.h): within 1e-2 there.
+// bf16 (attention.h): within 1e-2 there. With a window group, the layer's rows see only the
+// window (t - W, t] of their position, the pool giving pages back as the windows slide; a window
+// group that DCP does not shard holds every position on every rank, each rank's partial state is
+// then the whole window's, and the merge of equal states is that state.
 #include "models/batch_attention.h"
 
 #include <gtest/gtest.h>
@@ -27,12 +30,14 @@ struct Seq {
   std::vector<float> q, k, v;  // [len, heads, dim], [len, kv heads, dim] x 2
 };
 
-// o of query head h at position t of `s`: softmax_{j <= t}(q.k_j / 8) v_j, in float64.
-double Reference(const Seq& s, int t, int h, int d) {
+// o of query head h at position t of `s`: softmax_{lo <= j <= t}(q.k_j / 8) v_j, in float64,
+// with lo = 0, or t - window + 1 with a window.
+double Reference(const Seq& s, int t, int h, int d, int window) {
   const int g = h / (kHeads / kKvHeads);
-  std::vector<double> w(t + 1);
+  const int lo = window > 0 ? std::max(0, t - window + 1) : 0;
+  std::vector<double> w(t + 1, -1e300);
   double m = -1e300;
-  for (int j = 0; j <= t; ++j) {
+  for (int j = lo; j <= t; ++j) {
     double dot = 0.0;
     for (int e = 0; e < kDim; ++e) {
       dot += double(s.q[(std::size_t(t) * kHeads + h) * kDim + e]) *
@@ -43,7 +48,7 @@ double Reference(const Seq& s, int t, int h, int d) {
   }
   double z = 0.0, o = 0.0;
   for (double& x : w) z += x = std::exp(x - m);
-  for (int j = 0; j <= t; ++j) o += w[j] / z * s.v[(std::size_t(j) * kKvHeads + g) * kDim + d];
+  for (int j = lo; j <= t; ++j) o += w[j] / z * s.v[(std::size_t(j) * kKvHeads + g) * kDim + d];
   return o;
 }
 
@@ -52,6 +57,8 @@ struct Case {
   bool replicate;
   CombineBackend backend;
   DataType dtype = DataType::kF32;
+  int window = 0;              // > 0: the layer is in a window group of this many positions
+  bool window_sharded = true;  // false: every rank stores the whole window group
 };
 
 TEST(BatchAttention, SequencesOfABatchSeeTheirOwnShardedSlotsCausally) {
@@ -88,7 +95,12 @@ TEST(BatchAttention, SequencesOfABatchSeeTheirOwnShardedSlotsCausally) {
         Case{3, 3, true, CombineBackend::kA2a}, Case{3, 3, true, CombineBackend::kShmA2a},
         Case{9, 1, false, CombineBackend::kAgRs}, Case{9, 3, true, CombineBackend::kA2a},
         Case{3, 3, true, CombineBackend::kA2a, DataType::kBF16},
-        Case{9, 3, false, CombineBackend::kAgRs, DataType::kBF16}}) {
+        Case{9, 3, false, CombineBackend::kAgRs, DataType::kBF16},
+        Case{3, 1, false, CombineBackend::kAgRs, DataType::kF32, 5},
+        Case{3, 3, false, CombineBackend::kAgRs, DataType::kF32, 7},
+        Case{9, 3, true, CombineBackend::kA2a, DataType::kBF16, 2},
+        Case{3, 3, true, CombineBackend::kShmA2a, DataType::kF32, 20},
+        Case{3, 3, false, CombineBackend::kAgRs, DataType::kF32, 9, false}}) {
     const std::vector<Seq>& ref = c.dtype == DataType::kBF16 ? rounded : seqs;
     const double tol = c.dtype == DataType::kBF16 && isa == CpuIsa::kAvx512Bf16 ? 1e-2 : 2e-5;
     const int h = kHeads / c.tp;
@@ -100,7 +112,11 @@ TEST(BatchAttention, SequencesOfABatchSeeTheirOwnShardedSlotsCausally) {
       const int group_heads = h * c.dcp, per_kv = kHeads / kKvHeads;
       const int kv_first = group * group_heads / per_kv;
       const int kv_heads = std::max(1, group_heads / per_kv);
-      CTXPAR_ASSIGN_OR_RETURN(KvPool pool, KvPool::Create({.num_layers = 1,
+      // With a window, layer 1 is the window group beside the full layer 0, and is the one run.
+      const int layer = c.window > 0 ? 1 : 0;
+      std::vector<KvGroupSpec> groups;
+      if (c.window > 0) groups = {{{0}, 0, true}, {{1}, c.window, c.window_sharded}};
+      CTXPAR_ASSIGN_OR_RETURN(KvPool pool, KvPool::Create({.num_layers = layer + 1,
                                                            .num_kv_heads = kv_heads,
                                                            .head_dim_k = kDim,
                                                            .head_dim_v = kDim,
@@ -110,8 +126,10 @@ TEST(BatchAttention, SequencesOfABatchSeeTheirOwnShardedSlotsCausally) {
                                                            .dcp_size = c.dcp,
                                                            .dcp_rank = r % c.dcp,
                                                            .num_pages = 12,
+                                                           .window_pages = 12,
                                                            .max_slots = 3,
-                                                           .max_pages_per_slot = 4}));
+                                                           .max_pages_per_slot = 4,
+                                                           .groups = groups}));
       for (int s = 0; s < 3; ++s) CTXPAR_RETURN_IF_ERROR(pool.AcquireSlot().status());
       CTXPAR_ASSIGN_OR_RETURN(auto attend, BatchAttention::Create({.dcp_size = c.dcp,
                                                                    .backend = c.backend,
@@ -143,11 +161,12 @@ TEST(BatchAttention, SequencesOfABatchSeeTheirOwnShardedSlotsCausally) {
             const float* qr = seqs[s.seq].q.data() + (std::size_t(t) * kHeads + q_first) * kDim;
             q.insert(q.end(), qr, qr + std::size_t(q_heads) * kDim);
           }
+          CTXPAR_RETURN_IF_ERROR(pool.Slide(s.seq, s.pos0));
           CTXPAR_RETURN_IF_ERROR(pool.Reserve(s.seq, s.pos0 + s.n));
-          CTXPAR_RETURN_IF_ERROR(pool.Write(0, s.seq, s.pos0, s.n, ks.data(), vs.data()));
+          CTXPAR_RETURN_IF_ERROR(pool.Write(layer, s.seq, s.pos0, s.n, ks.data(), vs.data()));
         }
         std::vector<float> o(std::size_t(batch.num_tokens()) * h * kDim);
-        CTXPAR_RETURN_IF_ERROR(attend->Run(batch, pool, 0, q.data(), o.data()));
+        CTXPAR_RETURN_IF_ERROR(attend->Run(batch, pool, layer, q.data(), o.data()));
         out[r].push_back(std::move(o));
       }
       return Status::Ok();
@@ -161,9 +180,10 @@ TEST(BatchAttention, SequencesOfABatchSeeTheirOwnShardedSlotsCausally) {
             const std::vector<float>& o = out[head / h][k];
             for (int d = 0; d < kDim; d += 3) {
               ASSERT_NEAR(o[(std::size_t(row) * h + head % h) * kDim + d],
-                          Reference(ref[s.seq], s.pos0 + t, head, d), tol)
-                  << "tp " << c.tp << " dcp " << c.dcp << " " << DataTypeName(c.dtype) << " step "
-                  << k << " seq " << s.seq << " pos " << s.pos0 + t << " head " << head;
+                          Reference(ref[s.seq], s.pos0 + t, head, d, c.window), tol)
+                  << "tp " << c.tp << " dcp " << c.dcp << " window " << c.window << " "
+                  << DataTypeName(c.dtype) << " step " << k << " seq " << s.seq << " pos "
+                  << s.pos0 + t << " head " << head;
             }
           }
         }

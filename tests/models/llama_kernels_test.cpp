@@ -10,8 +10,8 @@
 #include <random>
 #include <vector>
 
+#include "models/layers/elementwise.h"
 #include "models/linear.h"
-#include "models/llama_ops.h"
 
 namespace ctxpar::model {
 namespace {
@@ -96,7 +96,7 @@ TEST(RopeNormal, RotatesAdjacentPairsByPositionalAngle) {
     std::vector<float> x(heads * dim);
     for (float& v : x) v = normal(rng);
     std::vector<float> y = x;
-    RopeNormal(y.data(), heads, dim, rope, base, pos);
+    Rope(RopeStyle::kNormal, y.data(), heads, dim, rope, base, pos);
     for (int h = 0; h < heads; ++h) {
       for (int i = 0; i < rope / 2; ++i) {
         const double theta = pos * std::pow(double(base), -2.0 * i / rope);
@@ -112,8 +112,44 @@ TEST(RopeNormal, LeavesDimsBeyondRopeDimsAlone) {
   std::vector<float> x(64);
   for (int i = 0; i < 64; ++i) x[i] = float(i + 1);
   std::vector<float> y = x;
-  RopeNormal(y.data(), 1, 64, 32, 10000.0f, 9);
+  Rope(RopeStyle::kNormal, y.data(), 1, 64, 32, 10000.0f, 9);
   for (int i = 32; i < 64; ++i) EXPECT_EQ(y[i], x[i]);
+}
+
+TEST(RopeNeox, RotatesHalvesByPositionalAngle) {
+  const int heads = 2, dim = 256, rope = 256;
+  std::mt19937 rng(6);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float base : {10000.0f, 1000000.0f}) {
+    for (int pos : {0, 1, 511, 700}) {
+      std::vector<float> x(heads * dim);
+      for (float& v : x) v = normal(rng);
+      std::vector<float> y = x;
+      Rope(RopeStyle::kNeox, y.data(), heads, dim, rope, base, pos);
+      for (int h = 0; h < heads; ++h) {
+        for (int i = 0; i < rope / 2; ++i) {
+          const double theta = pos * std::pow(double(base), -2.0 * i / rope);
+          const double x0 = x[h * dim + i], x1 = x[h * dim + i + rope / 2];
+          EXPECT_NEAR(y[h * dim + i], x0 * std::cos(theta) - x1 * std::sin(theta), 5e-4);
+          EXPECT_NEAR(y[h * dim + i + rope / 2], x0 * std::sin(theta) + x1 * std::cos(theta), 5e-4);
+        }
+      }
+    }
+  }
+}
+
+TEST(GeGlu, MatchesFloat64TanhApproximation) {
+  const std::vector<float> g = {-20.0f, -3.0f, -0.7f, 0.0f, 0.3f, 1.0f, 4.0f, 30.0f};
+  const std::vector<float> u = {2.0f, -1.0f, 5.0f, 1.5f, -0.25f, 0.5f, 3.0f, -2.0f};
+  std::vector<float> out(g.size());
+  GeGlu(g.data(), u.data(), int(g.size()), out.data());
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const double x = g[i];
+    const double gelu =
+        0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    const double ref = gelu * u[i];
+    EXPECT_NEAR(out[i], ref, 2e-6 * (1.0 + std::fabs(ref))) << "gate " << g[i];
+  }
 }
 
 TEST(SwiGlu, MatchesFloat64) {
@@ -181,6 +217,33 @@ TEST(SwiGlu, EqualsTheScalarExpBitForBit) {
       g.push_back(std::bit_cast<float>(b));
     }
     mismatches += CountSwiGluMismatches(g);
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+// GeGlu's vector path against its scalar formula with std::exp, bit for bit, over every 61st
+// float (the cube overflows, the exponential under- and overflows, NaNs).
+TEST(GeGlu, EqualsTheScalarExpBitForBit) {
+  constexpr int kChunk = 4099;
+  std::int64_t mismatches = 0;
+  for (std::uint64_t bits = 0; bits <= 0xffffffffu;) {
+    std::vector<float> g;
+    for (; g.size() < kChunk && bits <= 0xffffffffu; bits += 61) {
+      g.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(bits)));
+    }
+    const int n = static_cast<int>(g.size());
+    std::vector<float> u(n), out(n);
+    for (int i = 0; i < n; ++i) u[i] = 1.0f + float(i % 7) / 8.0f;
+    GeGlu(g.data(), u.data(), n, out.data());
+    for (int i = 0; i < n; ++i) {
+      const float x = g[i];
+      const volatile float cube = 0.044715f * x * x * x;
+      const float arg = -2.0f * (0.7978845608028654f * (x + cube));
+      const float ref = x / (1.0f + std::exp(arg)) * u[i];
+      if (std::memcmp(&ref, &out[i], sizeof ref) != 0 && ++mismatches <= 5) {
+        ADD_FAILURE() << "gate " << x << ": " << out[i] << " against " << ref;
+      }
+    }
   }
   EXPECT_EQ(mismatches, 0);
 }

@@ -38,7 +38,8 @@ class SequenceRunner {
     SequenceRunner r;
     CTXPAR_ASSIGN_OR_RETURN(r.threads_, ThreadPool::Create(config.threads));
     CTXPAR_ASSIGN_OR_RETURN(r.model_, source.CreateModel(config, world, r.threads_.get()));
-    CTXPAR_ASSIGN_OR_RETURN(KvPoolOptions o, KvPoolFor(config, source, world.rank() % config.dcp_size));
+    CTXPAR_ASSIGN_OR_RETURN(KvPoolOptions o,
+                            KvPoolFor(config, source, world.rank() % config.dcp_size));
     o.max_slots = 1;
     CTXPAR_ASSIGN_OR_RETURN(KvPool pool, KvPool::Create(o));
     r.pool_ = std::make_unique<KvPool>(std::move(pool));
@@ -72,5 +73,13 @@ class SequenceRunner {
 };
 
 inline std::string ModelPath() { return DefaultModelPath(); }
+
+// Gemma 3 270M: CTXPAR_GEMMA3_MODEL (scripts/test.sh sets it from scripts/fetch-model.sh gemma3),
+// else the file beside the default model.
+inline std::string Gemma3ModelPath() {
+  if (const char* p = std::getenv("CTXPAR_GEMMA3_MODEL"); p != nullptr && *p != '\0') return p;
+  const std::string dir = DefaultModelPath();
+  return dir.substr(0, dir.find_last_of('/') + 1) + "gemma-3-270m-q4_k_m.gguf";
+}
 
 }  // namespace ctxpar::testing

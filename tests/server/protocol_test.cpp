@@ -229,10 +229,88 @@ TEST_F(ProtocolTest, BadRequestsAreOpenAiErrorsNamingTheField) {
   EXPECT_EQ(model.code, "model_not_found");
   ExpectError(Refuse(Route::kCompletions, R"({"prompt": "a", "logit_bias": {"5": 1}})"), 400,
               "invalid_request_error", "logit_bias", "CTXPAR-HTTP-007");
+  // Gemma's template (tests/data/tokenizer/gemma2_chat_template.jinja's rules) refuses turns
+  // that do not alternate and a system message: a 400 naming the messages.
+  const ChatTemplate gemma =
+      ChatTemplate::FromJinja(
+          "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not "
+          "supported') }}{% endif %}{% for message in messages %}{{ '<start_of_turn>' + "
+          "message['role'] + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor "
+          "%}{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}")
+          .value();
+  model_.chat_template = &gemma;
+  const ApiError alternate = Refuse(
+      Route::kChat,
+      R"({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]})");
+  ExpectError(alternate, 400, "invalid_request_error", "messages", "CTXPAR-CHAT-003");
+  EXPECT_NE(alternate.status.message().find("messages[1].role is 'user'"), std::string::npos)
+      << alternate.status.message();
+  ExpectError(Refuse(Route::kChat, R"({"messages": [{"role": "system", "content": "s"}]})"), 400,
+              "invalid_request_error", "messages", "CTXPAR-CHAT-003");
   model_.chat_template = nullptr;
   model_.chat_template_error = "not ChatML";
   ExpectError(Refuse(Route::kChat, R"({"messages": [{"role": "user", "content": "x"}]})"), 400,
               "invalid_request_error", "messages", "CTXPAR-HTTP-008");
+}
+
+// Issue 28: every refusal does bounded work. A value nested 100,000 deep was re-serialized whole
+// (recursively: a stack overflow) before its quote was cut to 80 characters.
+TEST_F(ProtocolTest, RefusalsDoBoundedWork) {
+  const std::string deep = std::string(100'000, '[') + std::string(100'000, ']');
+  const ApiError nested =
+      Refuse(Route::kChat,
+             R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": )" + deep + "}");
+  ExpectError(nested, 400, "invalid_request_error", "max_tokens", "CTXPAR-HTTP-002");
+  EXPECT_NE(nested.status.message().find("[[[[[[[["), std::string::npos);
+  EXPECT_LT(nested.status.message().size(), 300u);
+  ExpectError(Refuse(Route::kChat, R"({"messages": [)" + deep + "]}"), 400, "invalid_request_error",
+              "messages[0]", "CTXPAR-HTTP-002");
+  // A quote is cut inside objects and strings alike: keys and values as JSON writes them.
+  const ApiError object =
+      Refuse(Route::kCompletions,
+             R"({"prompt": "a", "n": {"k": [1, "x"], "s": ")" + std::string(500, 'y') + R"("}})");
+  EXPECT_NE(object.status.message().find(R"({"k":[1,"x"],"s":"yyyy)"), std::string::npos)
+      << object.status.message();
+  // Text that cannot fit the context is refused before it is tokenized.
+  model_.max_prompt_bytes = 1000;
+  ExpectError(Refuse(Route::kCompletions, json{{"prompt", std::string(1001, 'a')}}.dump()), 400,
+              "invalid_request_error", "prompt", "CTXPAR-HTTP-004");
+  ExpectError(Refuse(Route::kChat, json{{"messages",
+                                         {{{"role", "user"}, {"content", std::string(600, 'a')}},
+                                          {{"role", "user"}, {"content", std::string(600, 'a')}}}}}
+                                       .dump()),
+              400, "invalid_request_error", "messages", "CTXPAR-HTTP-004");
+  EXPECT_EQ(Parse(Route::kCompletions, {{"prompt", std::string(1000, 'a')}}).prompts[0].ids.size(),
+            1000u);
+  // Bounds of lists and counts, and values refused rather than accepted.
+  ExpectError(Refuse(Route::kGenerate, R"({"text": "a", "return_logprob": true,
+                                          "top_logprobs_num": 1000000})"),
+              400, "invalid_request_error", "top_logprobs_num", "CTXPAR-HTTP-004");
+  ExpectError(Refuse(Route::kGenerate, R"({"text": "a", "return_logprob": true,
+                                          "logprob_start_len": -5})"),
+              400, "invalid_request_error", "logprob_start_len", "CTXPAR-HTTP-004");
+  ExpectError(Refuse(Route::kGenerate, R"({"text": "ab", "return_logprob": true,
+                                          "logprob_start_len": 2})"),
+              400, "invalid_request_error", "logprob_start_len", "CTXPAR-HTTP-004");
+  EXPECT_TRUE(
+      Parse(Route::kGenerate, {{"text", "ab"}, {"return_logprob", true}, {"logprob_start_len", 1}})
+          .prompt_logprobs);
+  ExpectError(Refuse(Route::kCompletions,
+                     json{{"prompt", "a"}, {"stop", std::vector<std::string>(65, "x")}}.dump()),
+              400, "invalid_request_error", "stop", "CTXPAR-HTTP-004");
+  ExpectError(Refuse(Route::kCompletions,
+                     json{{"prompt", std::vector<std::string>(64, "a")}, {"n", 3}}.dump()),
+              400, "invalid_request_error", "n", "CTXPAR-HTTP-004");
+  ExpectError(Refuse(Route::kChat, R"({"messages": [{"role": "user", "content": null}]})"), 400,
+              "invalid_request_error", "messages[0].content", "CTXPAR-HTTP-002");
+  EXPECT_EQ(Parse(Route::kChat, json::parse(R"({"messages": [{"role": "user", "content": "x"},
+                                                {"role": "assistant", "content": null}],
+                                                "add_generation_prompt": false,
+                                                "continue_final_message": true})"))
+                .prompts.size(),
+            1u);
+  ExpectError(Refuse(Route::kCompletions, std::string(R"({"prompt": "a"})") + '\0' + '\0'), 400,
+              "invalid_request_error", "", "CTXPAR-HTTP-001");
 }
 
 TEST_F(ProtocolTest, EngineRefusalsMapToStatusAndField) {

@@ -1,8 +1,40 @@
-#include "models/logits.h"
+#include "models/layers/vocab.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 
 namespace ctxpar::model {
+
+VocabShard MakeVocabShard(int vocab, int tp, int rank) {
+  VocabShard s;
+  s.rows = (vocab + tp - 1) / tp;
+  s.first = std::min(vocab, rank * s.rows);
+  s.count = std::min(vocab - s.first, s.rows);
+  return s;
+}
+
+Status CheckTokenIds(const Batch& batch, int vocab) {
+  if (batch.num_tokens() < 1) return InvalidArgument("Forward: the batch has no token");
+  for (std::size_t t = 0; t < batch.tokens.size(); ++t) {
+    if (batch.tokens[t] < 0 || batch.tokens[t] >= vocab) {
+      return InvalidArgument(fmt::format(
+          "token id {} at index {} is outside the vocabulary [0, {})", batch.tokens[t], t, vocab));
+    }
+  }
+  return Status::Ok();
+}
+
+void EmbedTokens(const QuantMatrix& w, const Batch& batch, float scale, float* x) {
+  const std::size_t dim = w.cols;
+  for (std::size_t t = 0; t < batch.tokens.size(); ++t) {
+    float* row = x + t * dim;
+    DequantizeRow(w, batch.tokens[t], row);
+    if (scale != 1.0f) {
+      for (std::size_t i = 0; i < dim; ++i) row[i] *= scale;
+    }
+  }
+}
 
 void WantedRows(const Batch& batch, const float* x, int dim, std::vector<float>& rows) {
   rows.resize(std::size_t(batch.TotalLogitRows()) * dim);

@@ -1,4 +1,4 @@
-#include "models/llama_ops.h"
+#include "models/layers/elementwise.h"
 
 #include <cmath>
 #include <cstdint>
@@ -15,6 +15,20 @@ namespace {
 
 void SwiGluScalar(const float* gate, const float* up, int n, float* out) {
   for (int i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+// GELU's tanh form through the logistic: 0.5 x (1 + tanh(y)) = x / (1 + exp(-2y)), so GeGLU has
+// SwiGLU's shape with exp(-2y) for exp(-g). noinline: the vector path calls it for its edge lanes,
+// and inlined there the compiler could fuse x + c * x^3 into an fma the vector path does not do.
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+
+__attribute__((noinline)) void GeGluScalar(const float* gate, const float* up, int n, float* out) {
+  for (int i = 0; i < n; ++i) {
+    const float x = gate[i];
+    const float cube = 0.044715f * x * x * x;
+    const float arg = -2.0f * (kSqrt2OverPi * (x + cube));
+    out[i] = x / (1.0f + std::exp(arg)) * up[i];
+  }
 }
 
 #if defined(CTXPAR_X86_KERNELS)
@@ -84,6 +98,32 @@ __attribute__((target("avx2,fma"))) void SwiGluAvx2(const float* gate, const flo
   }
   SwiGluScalar(gate + i, up + i, n - i, out + i);
 }
+
+// GeGluScalar's arithmetic, eight lanes at a time, with Exp4 for std::exp (bit for bit).
+__attribute__((target("avx2,fma"))) void GeGluAvx2(const float* gate, const float* up, int n,
+                                                   float* out) {
+  const Exp2Table& tab = Exp2Tab();
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    __m256 cube = _mm256_mul_ps(_mm256_set1_ps(0.044715f), g);
+    cube = _mm256_mul_ps(_mm256_mul_ps(cube, g), g);
+    const __m256 x = _mm256_mul_ps(
+        _mm256_set1_ps(-2.0f), _mm256_mul_ps(_mm256_set1_ps(kSqrt2OverPi), _mm256_add_ps(g, cube)));
+    const __m256i top =
+        _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 20), _mm256_set1_epi32(0x7ff));
+    if (_mm256_movemask_epi8(_mm256_cmpgt_epi32(top, _mm256_set1_epi32(0x42a))) != 0) {
+      GeGluScalar(gate + i, up + i, 8, out + i);
+      continue;
+    }
+    const __m256 e = _mm256_set_m128(Exp4(_mm256_extractf128_ps(x, 1), tab),
+                                     Exp4(_mm256_castps256_ps128(x), tab));
+    const __m256 gelu = _mm256_div_ps(g, _mm256_add_ps(one, e));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(gelu, _mm256_loadu_ps(up + i)));
+  }
+  GeGluScalar(gate + i, up + i, n - i, out + i);
+}
 #endif
 
 }  // namespace
@@ -99,26 +139,31 @@ void RmsNorm(const float* x, const float* weight, int n, int dim, float eps, flo
   }
 }
 
-void RopeNormal(float* x, int num_heads, int head_dim, int rope_dims, float base, int pos) {
+void Rope(RopeStyle style, float* x, int num_heads, int head_dim, int rope_dims, float base,
+          int pos) {
   // ggml builds the angles by repeated multiplication in float; doing the same keeps the rotated
   // Q/K within an ulp of llama.cpp's.
   const float theta_scale = std::pow(base, -2.0f / float(rope_dims));
   float cos_sin[2 * 256];
   float theta = float(pos);
-  for (int i = 0; i < rope_dims / 2; ++i) {
+  const int half = rope_dims / 2;
+  for (int i = 0; i < half; ++i) {
     cos_sin[2 * i] = std::cos(theta);
     cos_sin[2 * i + 1] = std::sin(theta);
     theta *= theta_scale;
   }
+  // Pair i is (v[i * step], v[i * step + other]).
+  const int step = style == RopeStyle::kNormal ? 2 : 1;
+  const int other = style == RopeStyle::kNormal ? 1 : half;
   for (int h = 0; h < num_heads; ++h) {
     float* v = x + static_cast<long>(h) * head_dim;
-    for (int i = 0; i < rope_dims / 2; ++i) {
+    for (int i = 0; i < half; ++i) {
       const float c = cos_sin[2 * i];
       const float s = cos_sin[2 * i + 1];
-      const float x0 = v[2 * i];
-      const float x1 = v[2 * i + 1];
-      v[2 * i] = x0 * c - x1 * s;
-      v[2 * i + 1] = x0 * s + x1 * c;
+      const float x0 = v[i * step];
+      const float x1 = v[i * step + other];
+      v[i * step] = x0 * c - x1 * s;
+      v[i * step + other] = x0 * s + x1 * c;
     }
   }
 }
@@ -129,6 +174,14 @@ void SwiGlu(const float* gate, const float* up, int n, float* out) {
   if (avx2) return SwiGluAvx2(gate, up, n, out);
 #endif
   SwiGluScalar(gate, up, n, out);
+}
+
+void GeGlu(const float* gate, const float* up, int n, float* out) {
+#if defined(CTXPAR_X86_KERNELS)
+  static const bool avx2 = BestCpuIsa(DetectCpuFeatures()) >= CpuIsa::kAvx2;
+  if (avx2) return GeGluAvx2(gate, up, n, out);
+#endif
+  GeGluScalar(gate, up, n, out);
 }
 
 }  // namespace ctxpar::model

@@ -1,0 +1,159 @@
+// The GGUF ModelSource of Gemma 3: hyperparameters, the layout rules the model hook adds to the
+// resolution pipeline, and the factory.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "ctxpar/error_catalog.h"
+#include "ctxpar/gguf_hparams.h"
+#include "ctxpar/tokenizer.h"
+#include "models/gemma3.h"
+#include "models/registry.h"
+
+namespace ctxpar {
+
+namespace {
+
+constexpr std::string_view kHookName = "gemma3_layout_rules";
+constexpr std::string_view kArchitecture = "Gemma3ForCausalLM";
+
+class Gemma3Source final : public ModelSource {
+ public:
+  Gemma3Source(std::string path, std::shared_ptr<const GgufFile> file, Gemma3Hparams hp,
+               Tokenizer tokenizer)
+      : path_(std::move(path)),
+        file_(std::move(file)),
+        hp_(std::move(hp)),
+        tokenizer_(std::move(tokenizer)) {
+    desc_.architecture = std::string(kArchitecture);
+    desc_.vocab_size = hp_.vocab_size;
+    desc_.context_length = hp_.context_length;
+    for (int32_t id = 0; id < tokenizer_.vocab_size(); ++id) {
+      if (tokenizer_.IsEndOfGeneration(id)) desc_.eos_token_ids.push_back(id);
+    }
+    info_.architecture = desc_.architecture;
+    info_.num_attention_heads = hp_.num_heads;
+    info_.num_key_value_heads = hp_.num_kv_heads;
+    info_.hook_name = std::string(kHookName);
+    // int8 activations exist for Q4_1 and Q8_0 weights only (linear.h): refused at check time
+    // rather than when the first K-quant tensor loads.
+    bool int8_weights = true;
+    for (const GgufTensor& t : file_->tensors()) {
+      if (t.shape.size() == 2 && t.type != GgmlType::kQ4_1 && t.type != GgmlType::kQ8_0) {
+        int8_weights = false;
+      }
+    }
+    info_.hook = [hp = hp_, int8_weights](Resolution& r, const ResolveContext&) {
+      ResolvingView cfg = r.view();
+      CTXPAR_RETURN_IF_ERROR(model::CheckHeadLayout(Gemma3HeadLayout(hp), kArchitecture,
+                                                    cfg.tp_size(), cfg.dcp_size()));
+      if (cfg.llama_cpp_numerics() && !int8_weights) {
+        return CatalogError(
+            "CTXPAR-MODEL-005",
+            {{"flag", "--llama-cpp-numerics"},
+             {"feature", "files whose weights are all Q4_1 or Q8_0 (int8 activations)"},
+             {"architecture", "this Gemma3ForCausalLM file (K-quant and Q5_0 weights)"}});
+      }
+      return model::CheckDenseFlags(cfg, kArchitecture);
+    };
+  }
+
+  const std::string& path() const override { return path_; }
+  const ModelInfo& info() const override { return info_; }
+  const ModelDesc& desc() const override { return desc_; }
+  const Tokenizer* tokenizer() const override { return &tokenizer_; }
+
+  KvSpec KvSpecFor(const EngineConfig& c) const override {
+    const model::HeadShard shard = model::MakeHeadShard(Gemma3HeadLayout(hp_), c, 0);
+    KvSpec spec{.num_layers = hp_.num_layers,
+                .num_kv_heads = shard.kv_heads,
+                .head_dim_k = hp_.head_dim,
+                .head_dim_v = hp_.head_dim,
+                .v_in_k = false,
+                .dtype = c.kv_cache_dtype};
+    // The global layers keep every position, the window layers their last W; the pool applies
+    // each layer's window in BatchAttention. DCP shards both groups.
+    KvGroupSpec global{.layers = {}, .window = 0, .dcp_sharded = true};
+    KvGroupSpec window{.layers = {}, .window = hp_.window, .dcp_sharded = true};
+    for (int l = 0; l < hp_.num_layers; ++l) {
+      (hp_.IsWindowLayer(l) ? window : global).layers.push_back(l);
+    }
+    if (!window.layers.empty()) spec.groups = {std::move(global), std::move(window)};
+    return spec;
+  }
+
+  Expected<std::unique_ptr<Model>> CreateModel(const EngineConfig& config, Communicator& world,
+                                               ThreadPool* pool) const override {
+    return CreateGemma3Model(file_, hp_, desc_, config, world, pool);
+  }
+
+ private:
+  std::string path_;
+  std::shared_ptr<const GgufFile> file_;
+  Gemma3Hparams hp_;
+  Tokenizer tokenizer_;
+  ModelDesc desc_;
+  ModelInfo info_;
+};
+
+Expected<int> ReadPositive(const GgufFile& f, const std::string& key) {
+  return ReadIntHparam(f, key, 1, 1 << 30);
+}
+
+}  // namespace
+
+Expected<Gemma3Hparams> ReadGemma3Hparams(const GgufFile& f) {
+  Gemma3Hparams hp;
+  const std::string a = "gemma3.";
+  CTXPAR_ASSIGN_OR_RETURN(hp.dim, ReadPositive(f, a + "embedding_length"));
+  CTXPAR_ASSIGN_OR_RETURN(hp.num_layers, ReadPositive(f, a + "block_count"));
+  CTXPAR_ASSIGN_OR_RETURN(hp.num_heads, ReadPositive(f, a + "attention.head_count"));
+  CTXPAR_ASSIGN_OR_RETURN(hp.num_kv_heads, ReadPositive(f, a + "attention.head_count_kv"));
+  CTXPAR_ASSIGN_OR_RETURN(hp.ffn_dim, ReadPositive(f, a + "feed_forward_length"));
+  CTXPAR_ASSIGN_OR_RETURN(hp.context_length, ReadPositive(f, a + "context_length"));
+  CTXPAR_ASSIGN_OR_RETURN(hp.head_dim, ReadIntHparam(f, a + "attention.key_length", 2, 512));
+  CTXPAR_ASSIGN_OR_RETURN(const int value_length,
+                          ReadIntHparam(f, a + "attention.value_length", 1, 1 << 30, hp.head_dim));
+  if (value_length != hp.head_dim) {
+    return HparamError(f, a + "attention.value_length", value_length,
+                       fmt::format("it must equal {}attention.key_length ({})", a, hp.head_dim));
+  }
+  if (hp.head_dim % 2 != 0) {
+    return HparamError(f, a + "attention.key_length", hp.head_dim, "it must be even (RoPE pairs)");
+  }
+  if (hp.num_heads % hp.num_kv_heads != 0) {
+    return HparamError(
+        f, a + "attention.head_count", hp.num_heads,
+        fmt::format("it must be a multiple of {}attention.head_count_kv ({})", a, hp.num_kv_heads));
+  }
+  CTXPAR_ASSIGN_OR_RETURN(
+      hp.rope_base, ReadFloatHparam(f, a + "rope.freq_base", kRopeFreqBaseRange, hp.rope_base));
+  CTXPAR_ASSIGN_OR_RETURN(
+      hp.rms_eps, ReadFloatHparam(f, a + "attention.layer_norm_rms_epsilon", kRmsEpsilonRange));
+  CTXPAR_ASSIGN_OR_RETURN(hp.window,
+                          ReadIntHparam(f, a + "attention.sliding_window", 0, 1 << 30, 0));
+  hp.query_scale = 1.0f / std::sqrt(float(hp.head_dim));
+  CTXPAR_ASSIGN_OR_RETURN(const GgufTensor* embd, f.FindTensor("token_embd.weight"));
+  if (embd->shape.size() != 2 || embd->shape[0] != hp.dim || embd->shape[1] < 1 ||
+      embd->shape[1] > (1 << 30)) {
+    return HparamError(f, "the shape of tensor token_embd.weight",
+                       fmt::format("[{}]", fmt::join(embd->shape, ", ")),
+                       fmt::format("it must be [{}, n_vocab] with n_vocab in [1, 2^30]", hp.dim));
+  }
+  hp.vocab_size = static_cast<int>(embd->shape[1]);
+  return hp;
+}
+
+Expected<std::unique_ptr<ModelSource>> OpenGemma3Source(const std::string& path,
+                                                        std::shared_ptr<const GgufFile> file) {
+  CTXPAR_ASSIGN_OR_RETURN(Gemma3Hparams hp, ReadGemma3Hparams(*file));
+  CTXPAR_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::FromGguf(*file));
+  return std::unique_ptr<ModelSource>(
+      new Gemma3Source(path, std::move(file), std::move(hp), std::move(tokenizer)));
+}
+
+}  // namespace ctxpar

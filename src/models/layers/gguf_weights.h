@@ -1,0 +1,25 @@
+// Weights of the GGUF architectures as the layers take them: quantized matrices in their blocks
+// (linear.h) and fp32 norm vectors, checked against the shapes the architecture expects, the
+// error naming the tensor.
+//
+// Thread safety: pure functions over an immutable GgufFile; the results point into its mapping.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ctxpar/gguf.h"
+#include "ctxpar/status.h"
+#include "models/linear.h"
+
+namespace ctxpar::model {
+
+// A [rows, cols] weight (ggml's ne0 = cols, ne1 = rows) of a type the matmuls take with
+// activations in `format` (Unimplemented naming the tensor otherwise).
+Expected<QuantMatrix> GgufMatrix(const GgufFile& f, const std::string& name, int64_t cols,
+                                 int64_t rows, ActFormat format);
+
+// An F32 vector of `dim` elements.
+Expected<const float*> GgufVector(const GgufFile& f, const std::string& name, int64_t dim);
+
+}  // namespace ctxpar::model

@@ -1,0 +1,40 @@
+// Row bookkeeping every architecture's forward does: the position of each row of a Batch, and
+// elementwise steps (norms, RoPE, activations) split over the thread pool by rows.
+//
+// Thread safety: ForRows is driven by the rank's thread; `f` runs on the pool's threads over
+// disjoint row ranges.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ctxpar/batch.h"
+#include "ctxpar/thread_pool.h"
+
+namespace ctxpar::model {
+
+// positions[t] = the position of the batch's row t (its sequence's pos0 plus its index).
+inline void BatchPositions(const Batch& batch, std::vector<int>& positions) {
+  positions.resize(batch.tokens.size());
+  for (const BatchSeq& seq : batch.seqs) {
+    for (int32_t t = 0; t < seq.num_tokens; ++t) {
+      positions[seq.token_offset + t] = static_cast<int>(seq.pos0 + t);
+    }
+  }
+}
+
+// Rows are split over the pool when there are enough of them to pay for waking it: a prefill
+// chunk otherwise leaves the pool idle for about a tenth of its time. Each row's bits do not
+// depend on the split.
+inline constexpr int kParallelRows = 32;
+
+// f(begin, end) over [0, n).
+template <class F>
+void ForRows(ThreadPool* pool, int n, const F& f) {
+  if (pool == nullptr || n < kParallelRows) return f(0, n);
+  pool->ParallelFor(n, [&](std::int64_t begin, std::int64_t end) {
+    f(static_cast<int>(begin), static_cast<int>(end));
+  });
+}
+
+}  // namespace ctxpar::model

@@ -1,0 +1,91 @@
+#include "models/layers/tp_linear.h"
+
+#include <algorithm>
+
+namespace ctxpar::model {
+
+void TpLinear::ColumnParallel(std::span<const MatMulOut> outs, const float* x, int n, int cols) {
+  bool same_type = true;
+  for (const MatMulOut& o : outs) same_type = same_type && o.w.type == outs[0].w.type;
+  if (format_ == ActFormat::kF32 || same_type) {
+    PrepareActs(format_, outs[0].w.type, x, n, cols, cols, &acts_);
+    return MatMulMany(outs, acts_, pool_);
+  }
+  // int8 activations are quantized per weight type (Q8_1 or Q8_0 blocks).
+  for (const MatMulOut& o : outs) {
+    PrepareActs(format_, o.w.type, x, n, cols, cols, &acts_);
+    MatMul(o.w, acts_, o.y, o.ldy, pool_);
+  }
+}
+
+Status TpLinear::GatherColumns(const float* mine, int n, const std::vector<int>& bounds,
+                               std::vector<float>& out) {
+  const int tp = size();
+  const int total = bounds.back();
+  int width = 0;
+  for (int r = 0; r < tp; ++r) width = std::max(width, bounds[r + 1] - bounds[r]);
+  const int own = bounds[rank() + 1] - bounds[rank()];
+  // Uneven shards travel padded to the widest.
+  send_.assign(std::size_t(n) * width, 0.0f);
+  for (int t = 0; t < n; ++t) {
+    std::copy_n(mine + std::size_t(t) * own, own, send_.begin() + std::size_t(t) * width);
+  }
+  gathered_.resize(send_.size() * tp);
+  CTXPAR_RETURN_IF_ERROR(
+      world_->AllGather(send_.data(), gathered_.data(), send_.size(), DataType::kF32));
+  out.resize(std::size_t(n) * total);
+  for (int r = 0; r < tp; ++r) {
+    for (int t = 0; t < n; ++t) {
+      std::copy_n(gathered_.begin() + (std::size_t(r) * n + t) * width, bounds[r + 1] - bounds[r],
+                  out.begin() + std::size_t(t) * total + bounds[r]);
+    }
+  }
+  return Status::Ok();
+}
+
+Expected<const float*> TpLinear::RowParallel(const QuantMatrix& w, const float* mine, int n,
+                                             const std::vector<int>& in_bounds,
+                                             const std::vector<int>& out_bounds) {
+  const float* in = mine;
+  if (size() > 1) {
+    CTXPAR_RETURN_IF_ERROR(GatherColumns(mine, n, in_bounds, in_full_));
+    in = in_full_.data();
+  }
+  PrepareActs(format_, w.type, in, n, w.cols, w.cols, &acts_);
+  y_.resize(std::size_t(n) * w.rows);
+  MatMul(w, acts_, y_.data(), w.rows, pool_);
+  if (size() == 1) return y_.data();
+  CTXPAR_RETURN_IF_ERROR(GatherColumns(y_.data(), n, out_bounds, y_full_));
+  return y_full_.data();
+}
+
+Status TpLinear::VocabLogits(const QuantMatrix& w, const VocabShard& shard, int vocab,
+                             const float* rows, int n, float* logits) {
+  PrepareActs(format_, w.type, rows, n, w.cols, w.cols, &acts_);
+  if (size() == 1) {
+    MatMul(w, acts_, logits, vocab, pool_);
+    return Status::Ok();
+  }
+  shard_logits_.assign(std::size_t(n) * shard.rows, 0.0f);
+  MatMul(w, acts_, shard_logits_.data(), shard.rows, pool_);
+  return GatherVocabShards(*world_, shard_logits_.data(), n, shard.rows, vocab, scratch_, logits);
+}
+
+Status OrderedAllReduce(Communicator& comm, const float* partial, std::size_t n, float* sum,
+                        std::vector<float>& scratch) {
+  const int ranks = comm.size();
+  if (ranks == 1) {
+    if (sum != partial) std::copy_n(partial, n, sum);
+    return Status::Ok();
+  }
+  scratch.resize(n * ranks);
+  CTXPAR_RETURN_IF_ERROR(comm.AllGather(partial, scratch.data(), n, DataType::kF32));
+  for (std::size_t i = 0; i < n; ++i) {
+    float s = scratch[i];
+    for (int r = 1; r < ranks; ++r) s += scratch[r * n + i];
+    sum[i] = s;
+  }
+  return Status::Ok();
+}
+
+}  // namespace ctxpar::model
