@@ -1,9 +1,11 @@
 """The prefix cache through the server: the OpenAI client sees usage.prompt_tokens_details.
 cached_tokens (and /generate meta_info.cached_tokens) with the same answer as without a hit,
 /metrics counts the hits under SGLang's names, POST /flush_cache empties the cache and is refused
-(400) while a request runs, and --disable-radix-cache turns it off."""
+(400) while a request runs, and --disable-radix-cache turns it off. A model with sliding-window
+layers (Gemma 3) runs with the cache off, and says so."""
 
 import json
+import os
 import threading
 import time
 
@@ -121,3 +123,19 @@ def test_disable_radix_cache_and_lpm_policy(request):
     assert completion(off, prompt).usage.prompt_tokens_details.cached_tokens == 0
     assert off.metrics()["ctxpar:radix_cache_tokens"] == 0
     assert requests.post(off.url + "/flush_cache", timeout=30).status_code == 200
+
+
+def test_a_model_with_window_layers_runs_without_the_cache(request):
+    gemma = os.environ.get("CTXPAR_GEMMA3_MODEL")
+    if not gemma or not os.path.exists(gemma):
+        pytest.skip("CTXPAR_GEMMA3_MODEL is not set to the Gemma 3 270M file")
+    server = start(request, model=gemma)
+    body = {"text": SYSTEM + "Question: what is the capital of France?",
+            "sampling_params": {"max_new_tokens": 4, "temperature": 0}}
+    first = requests.post(server.url + "/generate", json=body, timeout=120).json()
+    second = requests.post(server.url + "/generate", json=body, timeout=120).json()
+    assert second["meta_info"]["cached_tokens"] == 0
+    assert second["text"] == first["text"]
+    assert server.metrics()["ctxpar:radix_cache_tokens"] == 0
+    assert requests.post(server.url + "/flush_cache", timeout=30).status_code == 200
+    assert "Prefix cache off: this model has 2 KV layer groups" in server.output()
