@@ -55,6 +55,10 @@ struct KvPoolOptions {
   int64_t num_pages = 0;       // physical pages on this rank, each in every layer
   int max_slots = 0;           // requests that can hold KV at once
   int max_pages_per_slot = 0;  // virtual pages per request: at most this * P * N tokens
+  // false: the pool only keeps its accounts (slots, pages, block table) and maps no K/V memory,
+  // so that the planner can run the scheduler over a GPU-sized pool; Write is then
+  // FailedPrecondition and View's k and v are null.
+  bool map_storage = true;
 };
 
 class KvPool {

@@ -69,10 +69,8 @@ std::string_view FinishReasonName(FinishReason reason) {
   return "";
 }
 
-Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource& source,
-                                  int dcp_rank) {
-  const KvSpec spec = source.KvSpecFor(config);
-  const ModelDesc& desc = source.desc();
+Expected<KvPoolOptions> KvPoolShape(const EngineConfig& config, const KvSpec& spec,
+                                    const ModelDesc& desc, int dcp_rank) {
   KvPoolOptions o;
   o.num_layers = spec.num_layers;
   o.num_kv_heads = spec.num_kv_heads;
@@ -110,6 +108,16 @@ Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource&
                          {"layers", std::to_string(spec.num_layers)},
                          {"min_pages", "1"}});
   }
+  // A running request holds at least one page, so more slots than pages could never run.
+  o.max_slots = static_cast<int>(std::min<int64_t>(config.max_running_requests, o.num_pages));
+  return o;
+}
+
+Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource& source,
+                                  int dcp_rank) {
+  CTXPAR_ASSIGN_OR_RETURN(KvPoolOptions o,
+                          KvPoolShape(config, source.KvSpecFor(config), source.desc(), dcp_rank));
+  const int64_t page_bytes = KvPool::PageBytes(o);
   // Pages are touched as requests fill them, so an oversized pool would start and fail later,
   // when the machine runs out of memory; a block table addresses pages with int32.
   const double pool_gib = double(o.num_pages) * double(page_bytes) / double(kMiB * 1024);
@@ -132,8 +140,6 @@ Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource&
                        : fmt::format("this machine's {:.1f} GiB of memory per rank", ram_gib)},
          {"max_mib", std::to_string(max_mib)}});
   }
-  // A running request holds at least one page, so more slots than pages could never run.
-  o.max_slots = static_cast<int>(std::min<int64_t>(config.max_running_requests, o.num_pages));
   return o;
 }
 
@@ -159,6 +165,7 @@ struct Engine::Impl {
   EngineSnapshot stats;
 
   std::map<uint64_t, std::unique_ptr<Request>> requests;  // the leader's live requests
+  std::function<void(const StepRecord&)> observer;
 
   bool leader() const { return world->rank() == 0; }
   Status Lead(RunUntil until);
@@ -297,6 +304,10 @@ void Engine::Stop() {
   impl_->wake.notify_all();
 }
 
+void Engine::SetStepObserver(std::function<void(const StepRecord&)> observer) {
+  impl_->observer = std::move(observer);
+}
+
 EngineSnapshot Engine::Snapshot() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->stats;
@@ -367,6 +378,7 @@ Status Engine::Impl::Lead(RunUntil until) {
       return engine::BroadcastPlan(*world, &bye);
     }
     CTXPAR_ASSIGN_OR_RETURN(engine::StepPlan step, scheduler->Plan());
+    if (observer) observer(engine::RecordStep(step));
     // The step's view (admitted, queued, pages) holds while it runs, which may take seconds.
     Publish();
     engine::WirePlan wire{false, step.ops, step.batch};

@@ -80,7 +80,7 @@ Expected<KvPool> KvPool::Create(const KvPoolOptions& o) {
   CTXPAR_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::Create(o.dcp_size, o.interleave_size));
   const size_t element = DataTypeSize(o.dtype);
   std::vector<HostBuffer> k, v;
-  for (int l = 0; l < o.num_layers; ++l) {
+  for (int l = 0; o.map_storage && l < o.num_layers; ++l) {
     CTXPAR_ASSIGN_OR_RETURN(HostBuffer kb,
                             HostBuffer::Allocate(o.num_pages * PageElements(o, false) * element));
     k.push_back(std::move(kb));
@@ -106,6 +106,7 @@ KvPool::KvPool(const KvPoolOptions& o, KvLayout layout, std::vector<HostBuffer> 
   // Ascending ids form a min-heap: the lowest free page is handed out first, on every rank.
   free_.reserve(o.num_pages);
   for (int64_t p = 0; p < o.num_pages; ++p) free_.push_back(static_cast<int32_t>(p));
+  if (!o.map_storage) return;
   const PagedKv kv = View(0);
   for (int d = 0; d < o.head_dim_k; ++d)
     k_d_offset_.push_back(KvElementOffset(kv, false, 0, 0, 0, d));
@@ -199,6 +200,7 @@ void KvPool::Store(const PagedKv& kv, void* base, bool value, int64_t page, int 
 Status KvPool::Write(int layer, int32_t slot, int64_t pos0, int32_t n, const float* k,
                      const float* v) {
   const KvPoolOptions& o = options_;
+  if (!o.map_storage) return FailedPrecondition("KvPool::Write: the pool maps no K/V storage");
   if (layer < 0 || layer >= o.num_layers) {
     return InvalidArgument(
         fmt::format("KvPool::Write: layer {} is outside [0, {})", layer, o.num_layers));
@@ -236,8 +238,9 @@ Status KvPool::Write(int layer, int32_t slot, int64_t pos0, int32_t n, const flo
 
 PagedKv KvPool::View(int layer) const {
   PagedKv kv;
-  kv.k = k_[layer].data();
-  kv.v = options_.v_in_k ? nullptr : v_[layer].data();
+  const bool mapped = options_.map_storage;
+  kv.k = mapped ? k_[layer].data() : nullptr;
+  kv.v = options_.v_in_k || !mapped ? nullptr : v_[layer].data();
   kv.dtype = options_.dtype;
   kv.page_size = options_.page_size;
   kv.num_kv_heads = options_.num_kv_heads;

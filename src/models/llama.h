@@ -71,6 +71,13 @@ struct LlamaShard {
 };
 LlamaShard MakeLlamaShard(const LlamaHparams& hp, const EngineConfig& config, int tp_rank);
 
+// KV heads one rank of a GQA model stores (those its DCP group's query heads read; with
+// tp > Hkv they all read one).
+int GqaKvHeadsPerRank(int num_heads, int num_kv_heads, int tp_size, int dcp_size);
+// The GQA layout rules, whatever the kernels: heads and KV heads against tp
+// (CTXPAR-MODEL-002/003), dcp against the KV-head replicas (CTXPAR-MODEL-004).
+Status CheckGqaLayout(int num_heads, int num_kv_heads, int tp_size, int dcp_size);
+
 // The model's rules for a configuration (ModelInfo::hook): heads and KV heads against tp
 // (CTXPAR-MODEL-002/003), dcp against the KV-head replicas (CTXPAR-MODEL-004), flags a dense
 // Llama cannot honour (CTXPAR-MODEL-005), shapes the block-sharded kernels cannot cut

@@ -171,7 +171,7 @@ LlamaShard MakeLlamaShard(const LlamaHparams& hp, const EngineConfig& config, in
   const int group_heads = s.heads * dcp;
   const int per_kv = hp.num_heads / hp.num_kv_heads;
   s.kv_first = s.group * group_heads / per_kv;
-  s.kv_heads = std::max(1, group_heads / per_kv);
+  s.kv_heads = GqaKvHeadsPerRank(hp.num_heads, hp.num_kv_heads, tp, dcp);
   const int blocks = hp.ffn_dim / model::kBlock;
   for (int i = 0; i <= tp; ++i) {
     s.ffn_bounds.push_back(static_cast<int>(int64_t{i} * blocks / tp) * model::kBlock);
@@ -180,18 +180,25 @@ LlamaShard MakeLlamaShard(const LlamaHparams& hp, const EngineConfig& config, in
   return s;
 }
 
-Status CheckLlamaLayout(const LlamaHparams& hp, int tp, int dcp) {
-  if (hp.num_heads % tp != 0) {
-    return CatalogError("CTXPAR-MODEL-002",
-                        {{"num_heads", Int(hp.num_heads)}, {"tp_size", Int(tp)}});
+int GqaKvHeadsPerRank(int num_heads, int num_kv_heads, int tp, int dcp) {
+  return std::max(1, num_heads / tp * dcp / (num_heads / num_kv_heads));
+}
+
+Status CheckGqaLayout(int num_heads, int kv, int tp, int dcp) {
+  if (num_heads % tp != 0) {
+    return CatalogError("CTXPAR-MODEL-002", {{"num_heads", Int(num_heads)}, {"tp_size", Int(tp)}});
   }
-  const int kv = hp.num_kv_heads;
   if (kv % tp != 0 && tp % kv != 0) {
     return CatalogError("CTXPAR-MODEL-003", {{"tp_size", Int(tp)}, {"num_kv_heads", Int(kv)}});
   }
   if (tp > kv && (tp / kv) % dcp != 0) {
     return CatalogError("CTXPAR-MODEL-004", {{"dcp_size", Int(dcp)}, {"replicas", Int(tp / kv)}});
   }
+  return Status::Ok();
+}
+
+Status CheckLlamaLayout(const LlamaHparams& hp, int tp, int dcp) {
+  CTXPAR_RETURN_IF_ERROR(CheckGqaLayout(hp.num_heads, hp.num_kv_heads, tp, dcp));
   auto shape = [&](std::string_view what, int value, std::string_view rule) {
     return CatalogError("CTXPAR-MODEL-006", {{"what", std::string(what)},
                                              {"architecture", "LlamaForCausalLM"},
