@@ -35,7 +35,7 @@ std::vector<CatalogEntry> PlanCatalogEntries() {
        {"CTXPAR-PLAN-001", "CTXPAR-PLAN-003"}},
       {"CTXPAR-PLAN-003",
        "A machine description that cannot be read",
-       "{origin}: {field}: {problem}",
+       "ctxpar plan cannot read the machine description {origin}: field {field}: {problem}.",
        kConfig,
        "--hardware-json describes this machine by its measured rates: memory_gib, mem_gbps and "
        "flops are required, the rest (attention rate, collective latencies, step overhead) "
@@ -48,7 +48,7 @@ std::vector<CatalogEntry> PlanCatalogEntries() {
        {"CTXPAR-PLAN-002"}},
       {"CTXPAR-PLAN-004",
        "A workload that cannot run",
-       "{field} = {value}: {rule}.",
+       "ctxpar plan cannot simulate the workload: {field} = {value}, but it must be {rule}.",
        kConfig,
        "The planner simulates a workload: input and output lengths (fixed, or uniform over "
        "LO:HI), and either a number of requests kept in flight (--concurrency, a closed loop) or "

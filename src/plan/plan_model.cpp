@@ -119,7 +119,8 @@ Expected<Hardware> HardwareFromJson(std::string_view json_text, const std::strin
         "CTXPAR-PLAN-003",
         {{"origin", origin}, {"field", std::string(field)}, {"problem", std::string(problem)}});
   };
-  if (j.is_discarded() || !j.is_object()) return bad("(the file)", "it is not one JSON object");
+  if (j.is_discarded() || !j.is_object())
+    return bad("(the file)", "the text is not one JSON object");
   Hardware h;
   h.cpu = true;
   h.name = j.value("name", std::string("this machine"));

@@ -54,12 +54,13 @@ Expected<std::vector<SimRequest>> MakeRequests(const Workload& w) {
     return CatalogError("CTXPAR-PLAN-004",
                         {{"field", "--concurrency / --request-rate"},
                          {"value", fmt::format("{} / {}", w.concurrency, Num(w.request_rate))},
-                         {"rule", "exactly one of them, a positive number (closed or open loop)"}});
+                         {"rule", "exactly one of them, positive (a closed or an open loop)"}});
   }
   if (w.num_requests < 0 || w.num_requests > 1000000) {
-    return CatalogError("CTXPAR-PLAN-004", {{"field", "--num-requests"},
-                                            {"value", std::to_string(w.num_requests)},
-                                            {"rule", "0 (4 x concurrency, at least 16) to 10^6"}});
+    return CatalogError("CTXPAR-PLAN-004",
+                        {{"field", "--num-requests"},
+                         {"value", std::to_string(w.num_requests)},
+                         {"rule", "0 (4 x concurrency, at least 16) up to 10^6"}});
   }
   const int n = w.num_requests > 0 ? w.num_requests : std::max(16, 4 * w.concurrency);
   std::mt19937_64 rng(w.seed);

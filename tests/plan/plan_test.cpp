@@ -80,8 +80,8 @@ void ExpectCapacityMatches(const std::string& model_path, const std::vector<Conf
   Expected<PlanModel> model = CheckpointModel(model_path);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   for (const Config& c : sweep) {
-    SCOPED_TRACE(::testing::Message() << "tp " << c.tp << " dcp " << c.dcp << " kv_mib "
-                                      << c.kv_mib << " page " << c.page << " " << c.dtype);
+    SCOPED_TRACE(::testing::Message() << "tp " << c.tp << " dcp " << c.dcp << " kv_mib " << c.kv_mib
+                                      << " page " << c.page << " " << c.dtype);
     PlanRequest req;
     req.base = Raw(model_path, c);
     req.devices = c.tp;
@@ -92,7 +92,8 @@ void ExpectCapacityMatches(const std::string& model_path, const std::vector<Conf
     Expected<PlanReport> report = MakePlan(*model, TestCpu(), req);
     ASSERT_TRUE(report.ok()) << report.status().ToString();
     const Candidate* cand = Accepted(*report);
-    ASSERT_NE(cand, nullptr) << (report->refused.empty() ? "" : report->refused[0].refused.ToString());
+    ASSERT_NE(cand, nullptr) << (report->refused.empty() ? ""
+                                                         : report->refused[0].refused.ToString());
     EXPECT_EQ(cand->max_total_num_tokens, EngineCapacity(req.base));
   }
 }
@@ -157,7 +158,8 @@ TEST(PlanTrace, TheSimulatedSchedulerTakesTheEnginesDecisions) {
   std::function<void()> submit = [&] {
     const SimRequest& r = (*reqs)[next++];
     GenerateRequest g;
-    for (int64_t k = 0; k < r.input_len; ++k) g.prompt.push_back(int32_t(100 + (next * 31 + k) % 9000));
+    for (int64_t k = 0; k < r.input_len; ++k)
+      g.prompt.push_back(int32_t(100 + (next * 31 + k) % 9000));
     g.sampling.max_new_tokens = r.output_len;
     g.sampling.temperature = 0;
     g.sampling.ignore_eos = true;
@@ -252,8 +254,7 @@ TEST(PlanWorkload, RefusesWhatCannotRun) {
   Expected<std::vector<SimRequest>> reqs = MakeRequests(w);
   ASSERT_TRUE(reqs.ok());
   EXPECT_EQ(reqs->size(), 16u);
-  EXPECT_EQ(HardwareFromJson("{\"mem_gbps\": 1}", "x.json").status().error_id(),
-            "CTXPAR-PLAN-003");
+  EXPECT_EQ(HardwareFromJson("{\"mem_gbps\": 1}", "x.json").status().error_id(), "CTXPAR-PLAN-003");
   EXPECT_EQ(HardwareFromJson("[1]", "x.json").status().error_id(), "CTXPAR-PLAN-003");
 }
 
