@@ -141,6 +141,8 @@ double StepSeconds(const PlanModel& m, const Hardware& hw, const EngineConfig& c
   // replicated) and the combine (ag_rs: LSE all-gather + reduce-scatter; a2a: one exchange;
   // fi_a2a / shm_a2a: the same bytes written one-sided).
   double comm = 0;
+  // The leader broadcasts each step's plan (engine.h) before the forward.
+  const double broadcast = tp > 1 ? Collective(hw, tp, 256, hw.link_latency_us) : 0;
   if (tp > 1) {
     comm += 2 * Collective(hw, tp, 2.0 * (tp - 1) / tp * tokens * m.hidden * act_bytes,
                            hw.link_latency_us);
@@ -167,7 +169,7 @@ double StepSeconds(const PlanModel& m, const Hardware& hw, const EngineConfig& c
         break;
     }
   }
-  return linear + attention + comm * m.num_layers +
+  return linear + attention + comm * m.num_layers + broadcast +
          (hw.step_overhead_us + hw.per_token_us * tokens) * 1e-6;
 }
 
