@@ -23,11 +23,14 @@ Status CheckRange(std::string_view field, const LengthRange& r) {
                        {"rule", "a length N or a range LO:HI with 1 <= LO <= HI <= 2^30"}});
 }
 
+// Linear between the two nearest ranks, as bench/serve/loadgen.py reports its percentiles.
 double Percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
-  const auto k = static_cast<std::size_t>(std::llround(q * double(v.size() - 1)));
-  std::nth_element(v.begin(), v.begin() + k, v.end());
-  return v[k];
+  std::sort(v.begin(), v.end());
+  const double k = q * double(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(k);
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (k - double(lo));
 }
 
 // Bytes one rank moves per token and layer of its KV (kv_pool.h's page arithmetic per token).

@@ -119,23 +119,13 @@ TEST(PlanCapacity, EqualsTheEnginesOverASweepOfTheTinyDeepseek) {
 
 // A closed loop of 4 clients over a pool too small for them: the engine admits, chunks, retracts
 // and resumes; the simulation must plan the very same steps.
-TEST(PlanTrace, TheSimulatedSchedulerTakesTheEnginesDecisions) {
-  const std::string path = DefaultModelPath();
-  if (!Have(path)) GTEST_SKIP() << "SmolLM2 is not at " << path;
-  Config c{1, 1, 8, 16, "bf16"};
+void ExpectSameTrace(const std::string& path, const Config& c, const Workload& w, int vocab) {
   LaunchConfig raw = Raw(path, c);
   ASSERT_TRUE(raw.Set("chunked_prefill_size", int64_t{32}).ok());
   ASSERT_TRUE(raw.Set("schedule_conservativeness", 0.3).ok());
-  Workload w;
-  w.input = {40, 90};
-  w.output = {12, 24};
-  w.concurrency = 4;
-  w.num_requests = 9;
-  w.seed = 7;
-
   Expected<PlanModel> model = CheckpointModel(path);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
-  PlanRequest req{raw, 1, w};
+  PlanRequest req{raw, c.tp, w};
   Expected<PlanReport> report = MakePlan(*model, TestCpu(), req);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   const Candidate* cand = Accepted(*report);
@@ -158,8 +148,9 @@ TEST(PlanTrace, TheSimulatedSchedulerTakesTheEnginesDecisions) {
   std::function<void()> submit = [&] {
     const SimRequest& r = (*reqs)[next++];
     GenerateRequest g;
-    for (int64_t k = 0; k < r.input_len; ++k)
-      g.prompt.push_back(int32_t(100 + (next * 31 + k) % 9000));
+    for (int64_t k = 0; k < r.input_len; ++k) {
+      g.prompt.push_back(int32_t(1 + (next * 31 + k) % (vocab - 1)));
+    }
     g.sampling.max_new_tokens = r.output_len;
     g.sampling.temperature = 0;
     g.sampling.ignore_eos = true;
@@ -177,6 +168,30 @@ TEST(PlanTrace, TheSimulatedSchedulerTakesTheEnginesDecisions) {
   for (std::size_t i = 0; i < real.size(); ++i) {
     EXPECT_EQ(simulated[i], real[i]) << "step " << i;
   }
+}
+
+TEST(PlanTrace, TheSimulatedSchedulerTakesTheEnginesDecisionsOnSmolLM2) {
+  const std::string path = DefaultModelPath();
+  if (!Have(path)) GTEST_SKIP() << "SmolLM2 is not at " << path;
+  Workload w;
+  w.input = {40, 90};
+  w.output = {12, 24};
+  w.concurrency = 4;
+  w.num_requests = 9;
+  w.seed = 7;
+  ExpectSameTrace(path, {1, 1, 8, 16, "bf16"}, w, 9000);
+}
+
+// The tiny DeepSeek's pool of 64 tokens a page holds few requests; prefill chunks of 32.
+TEST(PlanTrace, TheSimulatedSchedulerTakesTheEnginesDecisionsOnTheTinyDeepseek) {
+  if (!Have(kDeepseek + "/config.json")) GTEST_SKIP() << "no DeepSeek reference at " << kDeepseek;
+  Workload w;
+  w.input = {30, 120};
+  w.output = {10, 40};
+  w.concurrency = 5;
+  w.num_requests = 12;
+  w.seed = 3;
+  ExpectSameTrace(kDeepseek, {1, 1, 1, 16, "auto", 320}, w, 1000);
 }
 
 PlanReport PresetPlan(const std::string& model, const std::string& hw, int gpus) {
