@@ -113,8 +113,12 @@ double StepSeconds(const PlanModel& m, const Hardware& hw, const EngineConfig& c
       std::max(held * bpp / tp / bw, (2 * tokens * active + 2 * rows * head) / tp / flops);
 
   // Attention: each sequence's KV shard is read once a step; each row attends over its causal
-  // prefix with the DCP group's widened head set (h x N heads over 1/N of the keys).
+  // prefix with the DCP group's widened head set (h x N heads over 1/N of the keys). On a GPU a
+  // prefill chunk under DCP instead all-gathers its sequence's KV shards and attends with the
+  // rank's own heads (vLLM's DCP prefill: the context all-gather), so only decode rows combine;
+  // ctxpar's CPU engine runs every row through the DCP combine.
   const double kv_token = KvTokenBytes(kv);
+  double combine_rows = 0, kv_gather = 0;
   const double heads_w = double(m.num_heads) / tp * n;
   const int window_layers =
       m.sliding_window > 0 && m.global_every > 0 ? m.num_layers - m.num_layers / m.global_every : 0;
@@ -129,8 +133,12 @@ double StepSeconds(const PlanModel& m, const Hardware& hw, const EngineConfig& c
                                        : m.qk_nope_head_dim + m.qk_rope_head_dim)
                              : m.head_dim;
     const double dv = m.mla ? (decode ? m.kv_lora_rank : m.head_dim) : m.head_dim;
+    const bool gather = !hw.cpu && !decode && n > 1;
+    combine_rows += gather ? 0 : s.num_tokens;
+    if (gather) kv_gather += end * kv_token * (n - 1) / n;
+    const double shards = gather ? 1 : n;
     auto layer = [&](double keys, double ctx) {
-      return std::max(std::ceil(keys / n) * kv_token / attn_bw,
+      return std::max(std::ceil(keys / shards) * kv_token / attn_bw,
                       2 * ctx / n * heads_w * (dqk + dv) / flops);
     };
     attention += full_layers * layer(end, rows_ctx);
@@ -154,21 +162,22 @@ double StepSeconds(const PlanModel& m, const Hardware& hw, const EngineConfig& c
     const double h = double(m.num_heads) / tp;
     const double dq = m.mla ? m.kv_lora_rank + m.qk_rope_head_dim : m.head_dim;
     const double dv = m.mla ? m.kv_lora_rank : m.head_dim;
+    const double r = combine_rows;
+    if (kv_gather > 0) comm += Collective(hw, n, kv_gather, hw.link_latency_us);
     if (!c.dcp_replicate_q_proj) {
-      comm += Collective(hw, n, (n - 1) * tokens * h * dq * act_bytes, hw.link_latency_us);
+      comm += Collective(hw, n, (n - 1) * r * h * dq * act_bytes, hw.link_latency_us);
     }
     switch (c.dcp_comm_backend) {
       case CombineBackend::kAgRs:
-        comm += Collective(hw, n, (n - 1) * tokens * h * n * 4, hw.link_latency_us) +
-                Collective(hw, n, (n - 1) * tokens * h * dv * 4, hw.link_latency_us);
+        comm += Collective(hw, n, (n - 1) * r * h * n * 4, hw.link_latency_us) +
+                Collective(hw, n, (n - 1) * r * h * dv * 4, hw.link_latency_us);
         break;
       case CombineBackend::kA2a:
-        comm += Collective(hw, n, (n - 1) * tokens * h * (dv * act_bytes + 4), hw.link_latency_us);
+        comm += Collective(hw, n, (n - 1) * r * h * (dv * act_bytes + 4), hw.link_latency_us);
         break;
       case CombineBackend::kFiA2a:
       case CombineBackend::kShmA2a:
-        comm +=
-            Collective(hw, n, (n - 1) * tokens * h * (dv * act_bytes + 4), hw.oneside_latency_us);
+        comm += Collective(hw, n, (n - 1) * r * h * (dv * act_bytes + 4), hw.oneside_latency_us);
         break;
     }
   }
