@@ -45,7 +45,7 @@ def main():
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         proc = Process([a.ctxpar, "serve", "--model-path", a.model, "--port", str(port),
-                        "--kv-cache-mib", str(a.kv_cache_mib), *flags.split()], url,
+                        "--kv-cache-mib", str(a.kv_cache_mib), "--enable-metrics", *flags.split()], url,
                        os.path.join(a.out, f"serve-dcp{dcp}.log"), timeout=600)
         try:
             info = requests.get(url + "/get_server_info", timeout=30).json()
