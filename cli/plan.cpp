@@ -103,7 +103,7 @@ Json CandidateJson(const Candidate& c, int rank) {
 
 void PrintTable(const plan::PlanModel& m, const plan::Hardware& hw, const plan::PlanReport& r,
                 const plan::Workload& w, int devices) {
-  std::printf("model: %s (%s; %.0fB parameters, %.0fB active)\n", m.name.c_str(),
+  std::printf("model: %s (%s; %.3g B parameters, %.3g B active)\n", m.name.c_str(),
               m.desc.architecture.c_str(), m.TotalParams() / 1e9, m.ActiveParams() / 1e9);
   std::printf("hardware: %d x %s (%s)\n", devices, hw.name.c_str(), hw.platform.Spec().c_str());
   std::printf("workload: input %lld:%lld, output %lld:%lld, %s\n\n",
@@ -111,11 +111,11 @@ void PrintTable(const plan::PlanModel& m, const plan::Hardware& hw, const plan::
               static_cast<long long>(w.output.lo), static_cast<long long>(w.output.hi),
               w.concurrency > 0 ? ("concurrency " + std::to_string(w.concurrency)).c_str()
                                 : ("rate " + std::to_string(w.request_rate) + "/s").c_str());
-  std::printf("%-4s %-66s %12s %6s %7s %9s %10s %9s %8s %4s\n", "rank", "flags", "KV tokens",
+  std::printf("%-4s %-72s %12s %6s %5s %8s %10s %8s %9s %4s\n", "rank", "flags", "KV tokens",
               "fits", "peak", "step ms", "TTFT p50", "ITL p50", "out tok/s", "SLO");
   int rank = 1;
   for (const Candidate& c : r.ranked) {
-    std::printf("%-4d %-66s %12lld %6lld %7d %9.2f %10.1f %9.2f %9.0f %4s\n", rank++,
+    std::printf("%-4d %-72s %12lld %6lld %5d %8.2f %10.1f %8.2f %9.1f %4s\n", rank++,
                 c.flags.c_str(), static_cast<long long>(c.max_total_num_tokens),
                 static_cast<long long>(c.fits_at_once), c.sim.peak_batch, c.sim.decode_step_ms,
                 c.sim.ttft_ms_p50, c.sim.itl_ms_p50, c.sim.output_tokens_per_s,
@@ -123,7 +123,7 @@ void PrintTable(const plan::PlanModel& m, const plan::Hardware& hw, const plan::
   }
   if (!r.refused.empty()) std::printf("\nrefused:\n");
   for (const Candidate& c : r.refused) {
-    std::printf("  %-66s %s: %s\n", c.flags.c_str(), c.refused_id.c_str(),
+    std::printf("  %-72s %s: %s\n", c.flags.c_str(), c.refused_id.c_str(),
                 c.refused.message().c_str());
   }
 }
