@@ -29,8 +29,8 @@ def main():
         "~/.cache/ctxpar/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
     p.add_argument("--tp", type=int, default=9)
     p.add_argument("--dcps", default="1,3")
-    p.add_argument("--kv-cache-mib", type=int, default=6)
-    p.add_argument("--prompt-words", type=int, default=1500)
+    p.add_argument("--kv-cache-mib", type=int, default=12)
+    p.add_argument("--prompt-words", type=int, default=600)
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--requests", type=int, default=16)
@@ -57,13 +57,17 @@ def main():
             proc.stop()
         retractions = next((float(l.split()[-1]) for l in metrics.splitlines()
                             if l.startswith("sglang:num_retracted_reqs")), None)
+        ms = lambda v: None if v is None else v * 1e3  # noqa: E731
         r = {"flags": flags, "dcp_size": dcp, "max_total_num_tokens": info["max_total_num_tokens"],
              "prompt_tokens": s["mean_prompt_tokens"], "retractions": retractions,
-             "output_tokens_per_s": s["output_throughput"], "ttft_ms_p50": s["ttft_s"]["p50"] * 1e3,
-             "itl_ms_p50": s["itl_s"]["p50"] * 1e3, "failed": s["failed"], "wall_s": s["wall_s"]}
+             "output_tokens_per_s": s["output_throughput"], "ttft_ms_p50": ms(s["ttft_s"]["p50"]),
+             "itl_ms_p50": ms(s["itl_s"]["p50"]), "failed": s["failed"], "errors": s["errors"],
+             "wall_s": s["wall_s"]}
         print(json.dumps(r), flush=True)
         results.append(r)
     json.dump(results, open(os.path.join(a.out, "results.json"), "w"), indent=2)
+    if any(r["failed"] for r in results):
+        sys.exit(f"failed requests (the pool too small for one prompt?): {results}")
     prompt = round(results[0]["prompt_tokens"])
     plan = subprocess.run(
         [a.ctxpar, "plan", "--json", "--model-path", a.model, "--tp-size", str(a.tp),

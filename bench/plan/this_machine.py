@@ -2,7 +2,8 @@
 by ctxpar's own benchmarks in one run (docs/plan.md):
 
   mem_gbps   weight bytes per second of the matmuls of a batch-1 decode step (bench matmul, rows 1)
-  flops      FLOP/s of the same matmuls with 16 rows (bench matmul, rows 16)
+  flops      FLOP/s of the same matmuls with 512 rows (bench matmul, rows 512: prefill)
+  flops_small  the same with 16 rows (steps of fewer than 64 tokens: decode)
   attn_gbps  KV bytes per second of decode attention (bench attention, SmolLM2's heads, 4k context)
   link_latency_us, link_latency_per_rank_us   one collective, a + b x ranks, fitted to the ag_rs
              combine of bench combine (per exchange, batch 1) at 2 and 8 ranks under mpiexec
@@ -34,7 +35,7 @@ def main():
     p.add_argument("--out", required=True)
     a = p.parse_args()
     t = str(a.threads)
-    mm = run([a.ctxpar, "bench", "matmul", "--json", "--threads", t, "--rows", "1,16",
+    mm = run([a.ctxpar, "bench", "matmul", "--json", "--threads", t, "--rows", "1,16,512",
               "--weights-mib", "256", "--reps", "3"])
     att = run([a.ctxpar, "bench", "attention", "--json", "--threads", t, "--contexts", "4k",
                "--kinds", a.kv, "--reps", "3"])
@@ -54,7 +55,8 @@ def main():
         "name": f"this machine ({a.threads} threads)",
         "memory_gib": mem_kib / 2**20,
         "mem_gbps": weighted(mm["results"], "weight_gbps", 1),
-        "flops": weighted(mm["results"], "gflops", 16) * 1e9,
+        "flops": weighted(mm["results"], "gflops", 512) * 1e9,
+        "flops_small": weighted(mm["results"], "gflops", 16) * 1e9,
         "attn_gbps": att["results"][0]["kv_read_gbps"],
         "link_latency_us": max(0.0, lat[2] - 2 * per_rank),
         "link_latency_per_rank_us": max(0.0, per_rank),

@@ -85,9 +85,10 @@ struct Hardware {
   Platform platform;   // the target of the resolution pipeline
   bool cpu = false;    // ctxpar's CPU engine: ranks share the host's rates and memory
   double memory_gib = 0;
-  double mem_gbps = 0;   // HBM (or DRAM) bandwidth, GB/s
-  double flops = 0;      // dense bf16 FLOP/s (CPU: the matmul rate measured)
-  double attn_gbps = 0;  // KV read rate of decode attention; 0: mem_gbps x mem_efficiency
+  double mem_gbps = 0;     // HBM (or DRAM) bandwidth, GB/s
+  double flops = 0;        // dense bf16 FLOP/s (CPU: the matmul rate measured at 512 rows)
+  double flops_small = 0;  // under 64 tokens a step (CPU: measured at 16 rows); 0: flops
+  double attn_gbps = 0;    // KV read rate of decode attention; 0: mem_gbps x mem_efficiency
   double mem_efficiency = 1, flops_efficiency = 1;  // achieved / peak of the kernels
   double link_gbps = 0;        // per device and direction inside the scale-up domain
   double link_latency_us = 0;  // one collective inside it, plus per rank:

@@ -135,6 +135,7 @@ Expected<Hardware> HardwareFromJson(std::string_view json_text, const std::strin
       {"memory_gib", &h.memory_gib, true},
       {"mem_gbps", &h.mem_gbps, true},
       {"flops", &h.flops, true},
+      {"flops_small", &h.flops_small, false},
       {"attn_gbps", &h.attn_gbps, false},
       {"link_latency_us", &h.link_latency_us, false},
       {"link_latency_per_rank_us", &h.link_latency_per_rank_us, false},

@@ -88,9 +88,10 @@ double StepSeconds(const PlanModel& m, const Hardware& hw, const EngineConfig& c
   const double share = hw.cpu ? tp : 1;
   const double bw = hw.mem_gbps * 1e9 * hw.mem_efficiency / share;
   const double attn_bw = (hw.attn_gbps > 0 ? hw.attn_gbps * 1e9 : bw * share) / share;
-  const double flops = hw.flops * hw.flops_efficiency / share;
-  const double act_bytes = hw.cpu ? 4 : 2;
   const double tokens = double(batch.num_tokens());
+  const double peak = tokens < 64 && hw.flops_small > 0 ? hw.flops_small : hw.flops;
+  const double flops = peak * hw.flops_efficiency / share;
+  const double act_bytes = hw.cpu ? 4 : 2;
   const double rows = double(batch.TotalLogitRows());
   const double bpp = m.weight_bytes / m.TotalParams();
   const double head = double(m.vocab) * m.hidden;
