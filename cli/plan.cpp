@@ -61,6 +61,7 @@ plan::Hardware MeasureThisMachine() {
   h.memory_gib = 0;
   h.link_gbps = h.mem_gbps;
   h.domain_devices = 1 << 20;
+  h.tp_collectives_per_layer = 4;
   return h;
 }
 
@@ -212,6 +213,7 @@ int RunPlan(const std::vector<std::string>& args) {
               {"source", model->source},
               {"architecture", model->desc.architecture},
               {"context_length", model->desc.context_length},
+              {"num_layers", model->num_layers},
               {"params", model->TotalParams()},
               {"active_params", model->ActiveParams()},
               {"weight_gib", model->weight_bytes / (1024.0 * 1024 * 1024)}}},

@@ -9,7 +9,14 @@ by ctxpar's own benchmarks in one run (docs/plan.md):
              combine of bench combine (per exchange, batch 1) at 2 and 8 ranks under mpiexec
   memory_gib MemTotal
 
+With --fit-tp N the collective latency is instead fitted at N ranks from the engine itself: a
+batch-1 `ctxpar generate --tp-size N` decode, less the step the planner predicts without any
+latency, over the collectives of a step (ctxpar's engine: 4 all-gathers a layer, and the plan's
+broadcast). On a host with fewer cores than ranks that latency is set by the OS scheduler
+(every rank must run for a collective to end), which bench combine's tight loop does not see.
+
     python bench/plan/this_machine.py --ctxpar build/default/cli/ctxpar --out this_machine.json
+    python bench/plan/this_machine.py --fit-tp 9 --out this_machine_tp9.json
 """
 import argparse
 import json
@@ -27,12 +34,43 @@ def weighted(results, key, rows):
     return sum(r[key] * r["seconds"] for r in rs) / sum(r["seconds"] for r in rs)
 
 
+def fit_latency(a, hw):
+    prompt = "Decode context parallelism shards the KV cache of each sequence. " * 8
+    tokens = 64
+    out = subprocess.run([a.ctxpar, "generate", "--model-path", a.model, "--tp-size",
+                          str(a.fit_tp), "--ignore-eos", "--max-new-tokens", str(tokens), prompt],
+                         capture_output=True, text=True, check=True)
+    line = [l for l in out.stderr.splitlines() if "tokens/s" in l][-1]
+    step_ms = 1e3 / float(line.split("decode")[1].split("(")[1].split()[0])
+    prompt_tokens = int(line.split("prefill")[1].split()[0])
+    bare = dict(hw, link_latency_us=0, link_latency_per_rank_us=0, oneside_latency_us=0)
+    path = a.out + ".bare.json"
+    with open(path, "w") as f:
+        json.dump(bare, f)
+    plan = run([a.ctxpar, "plan", "--json", "--model-path", a.model, "--tp-size", str(a.fit_tp),
+                "--dcp-size", "1", "--dcp-comm-backend", "ag_rs", "--input-len",
+                str(prompt_tokens), "--output-len", str(tokens), "--concurrency", "1",
+                "--num-requests", "1", "--hardware-json", path])
+    os.remove(path)
+    predicted_ms = plan["candidates"][0]["itl_ms_p50"]
+    collectives = 4 * plan["model"]["num_layers"] + 1
+    latency = max(0.0, (step_ms - predicted_ms) * 1e3 / collectives)
+    return {"link_latency_us": latency, "link_latency_per_rank_us": 0.0,
+            "oneside_latency_us": latency,
+            "fit": {"tp": a.fit_tp, "measured_step_ms": step_ms,
+                    "predicted_step_ms_without_latency": predicted_ms,
+                    "collectives_per_step": collectives}}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ctxpar", default="build/default/cli/ctxpar")
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--kv", default="smollm2-fp32", help="bench attention --kinds")
     p.add_argument("--out", required=True)
+    p.add_argument("--fit-tp", type=int, default=0)
+    p.add_argument("--model", default=os.path.expanduser(
+        "~/.cache/ctxpar/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
     a = p.parse_args()
     t = str(a.threads)
     mm = run([a.ctxpar, "bench", "matmul", "--json", "--threads", t, "--rows", "1,16,512",
@@ -63,6 +101,8 @@ def main():
         "oneside_latency_us": max(0.0, lat[2] - 2 * per_rank),
         "load_average_1min": mm.get("load_average_1min"),
     }
+    if a.fit_tp > 1:
+        hw.update(fit_latency(a, hw))
     with open(a.out, "w") as f:
         json.dump(hw, f, indent=2)
     print(json.dumps(hw, indent=2))

@@ -96,10 +96,13 @@ struct Hardware {
   double oneside_latency_us = 0;            // a one-sided exchange (fi_a2a over MNNVL, shm_a2a)
   int domain_devices = 0;                   // devices one NVLink (MNNVL) domain holds
   double net_gbps = 0, net_latency_us = 0;  // InfiniBand between domains
-  double step_overhead_us = 0;              // per engine step: scheduling, launches, sampling
-  double per_token_us = 0;                  // per token of a step: embedding, norms, sampling
-  double mem_fraction_static = 0.85;        // GPUs: weights + KV share of the memory
-  int chunked_prefill_size = 0;             // GPUs: SGLang's default for this memory size
+  // TP collectives per layer: SGLang's two all-reduces on GPUs; ctxpar's CPU engine gathers the
+  // inputs and the output rows of o_proj and ffn_down (four all-gathers).
+  int tp_collectives_per_layer = 2;
+  double step_overhead_us = 0;        // per engine step: scheduling, launches, sampling
+  double per_token_us = 0;            // per token of a step: embedding, norms, sampling
+  double mem_fraction_static = 0.85;  // GPUs: weights + KV share of the memory
+  int chunked_prefill_size = 0;       // GPUs: SGLang's default for this memory size
 };
 
 // h100, h200, b200, gb200-nvl72, mi300x (docs/plan.md gives the source of every figure).

@@ -159,6 +159,7 @@ Expected<Hardware> HardwareFromJson(std::string_view json_text, const std::strin
     return bad("mem_gbps, flops and memory_gib", "they must be positive");
   }
   if (h.link_gbps == 0) h.link_gbps = h.mem_gbps;
+  h.tp_collectives_per_layer = 4;
   h.domain_devices = 1 << 20;
   return h;
 }

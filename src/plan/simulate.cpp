@@ -156,8 +156,9 @@ double StepSeconds(const PlanModel& m, const Hardware& hw, const EngineConfig& c
   // The leader broadcasts each step's plan (engine.h) before the forward.
   const double broadcast = tp > 1 ? Collective(hw, tp, 256, hw.link_latency_us) : 0;
   if (tp > 1) {
-    comm += 2 * Collective(hw, tp, 2.0 * (tp - 1) / tp * tokens * m.hidden * act_bytes,
-                           hw.link_latency_us);
+    comm +=
+        hw.tp_collectives_per_layer *
+        Collective(hw, tp, 2.0 * (tp - 1) / tp * tokens * m.hidden * act_bytes, hw.link_latency_us);
   }
   if (n > 1) {
     const double h = double(m.num_heads) / tp;
