@@ -91,6 +91,16 @@ def main():
                     f"{c.get('itl_ms_p50', 0):.1f} | {r['output_tokens_per_s']:.1f} / "
                     f"{c.get('output_tokens_per_s', 0):.1f} | {r['retractions']} / "
                     f"{c.get('retractions', '-')} |")
+    # The planner's pick among the configurations run, against the best one measured.
+    ran = [c for c in json.loads(plan)["candidates"] if c["flags"] in {r["flags"] for r in results}]
+    pick = min(ran, key=lambda c: c["rank"])
+    best = max(results, key=lambda r: r["output_tokens_per_s"])
+    picked = next(r for r in results if r["flags"] == pick["flags"])
+    rows.append(f"\nplanner's pick: `{pick['flags']}` ({picked['output_tokens_per_s']:.2f} output "
+                f"tok/s measured); best measured: `{best['flags']}` "
+                f"({best['output_tokens_per_s']:.2f}): the pick is "
+                f"{100 * (1 - picked['output_tokens_per_s'] / best['output_tokens_per_s']):.1f} % "
+                "below the best")
     open(os.path.join(a.out, "results.md"), "w").write("\n".join(rows) + "\n")
     print("\n".join(rows))
     subprocess.run([sys.executable, os.path.join(HERE, "plot.py"), os.path.join(a.out, "plan.json"),
