@@ -9,7 +9,9 @@
 #   bash bench/model/batched_vs_llama.sh   # env: CTXPAR_MODEL, CTXPAR_BIN, LLAMA_BIN (the bin
 #                                          #      directory, default: /tmp/llama-build.done's),
 #                                          #      THREADS (cores), REPEATS (3), BATCHES ("1 4 16"),
-#                                          #      FLAGS (more generate flags)
+#                                          #      FLAGS (more generate flags), OMP_WAIT_POLICY
+#                                          #      (PASSIVE: llama.cpp's OpenMP threads spin at
+#                                          #      barriers otherwise, which a shared host punishes)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 model="${CTXPAR_MODEL:-$HOME/.cache/ctxpar/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
@@ -19,6 +21,7 @@ threads="${THREADS:-$(nproc)}"
 repeats="${REPEATS:-3}"
 batches="${BATCHES:-1 4 16}"
 read -r -a flags <<<"${FLAGS:-}"
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 # About 500 tokens of text per request, different per request.
