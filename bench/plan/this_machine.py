@@ -12,7 +12,8 @@ by ctxpar's own benchmarks in one run (docs/plan.md):
 With --fit-tp N the collective latency is instead fitted at N ranks from the engine itself: a
 batch-1 `ctxpar generate --tp-size N` decode, less the step the planner predicts without any
 latency, over the collectives of a step (ctxpar's engine: 4 all-gathers a layer, and the plan's
-broadcast). On a host with fewer cores than ranks that latency is set by the OS scheduler
+broadcast); and flops_efficiency from the same run's prefill (what N small shards reach of the
+2-thread matmul rate). On a host with fewer cores than ranks that latency is set by the OS scheduler
 (every rank must run for a collective to end), which bench combine's tight loop does not see.
 
     python bench/plan/this_machine.py --ctxpar build/default/cli/ctxpar --out this_machine.json
@@ -43,22 +44,36 @@ def fit_latency(a, hw):
     line = [l for l in out.stderr.splitlines() if "tokens/s" in l][-1]
     step_ms = 1e3 / float(line.split("decode")[1].split("(")[1].split()[0])
     prompt_tokens = int(line.split("prefill")[1].split()[0])
-    bare = dict(hw, link_latency_us=0, link_latency_per_rank_us=0, oneside_latency_us=0)
-    path = a.out + ".bare.json"
-    with open(path, "w") as f:
-        json.dump(bare, f)
-    plan = run([a.ctxpar, "plan", "--json", "--model-path", a.model, "--tp-size", str(a.fit_tp),
-                "--dcp-size", "1", "--dcp-comm-backend", "ag_rs", "--input-len",
-                str(prompt_tokens), "--output-len", str(tokens), "--concurrency", "1",
-                "--num-requests", "1", "--hardware-json", path])
-    os.remove(path)
-    predicted_ms = plan["candidates"][0]["itl_ms_p50"]
-    collectives = 4 * plan["model"]["num_layers"] + 1
-    latency = max(0.0, (step_ms - predicted_ms) * 1e3 / collectives)
+    prefill_ms = 1e3 * prompt_tokens / float(line.split("prefill")[1].split("(")[1].split()[0])
+
+    def predict(h):
+        path = a.out + ".fit.json"
+        with open(path, "w") as f:
+            json.dump(h, f)
+        plan = run([a.ctxpar, "plan", "--json", "--model-path", a.model, "--tp-size",
+                    str(a.fit_tp), "--dcp-size", "1", "--dcp-comm-backend", "ag_rs", "--input-len",
+                    str(prompt_tokens), "--output-len", str(tokens), "--concurrency", "1",
+                    "--num-requests", "1", "--hardware-json", path])
+        os.remove(path)
+        c = plan["candidates"][0]
+        return c["itl_ms_p50"], c["ttft_ms_p50"], 4 * plan["model"]["num_layers"] + 1
+
+    # The decode step's residual is the collectives' latency; the prefill step's, with it,
+    # scales the FLOP rate of the ranks' small shards.
+    itl0, _, collectives = predict(dict(hw, link_latency_us=0, link_latency_per_rank_us=0,
+                                        oneside_latency_us=0, flops_efficiency=1))
+    latency = max(0.0, (step_ms - itl0) * 1e3 / collectives)
+    fitted = dict(hw, link_latency_us=latency, link_latency_per_rank_us=0.0,
+                  oneside_latency_us=latency, flops_efficiency=1)
+    _, ttft1, _ = predict(fitted)
+    waits = collectives * latency / 1e3
+    efficiency = max(0.01, (ttft1 - waits) / max(1e-3, prefill_ms - waits))
     return {"link_latency_us": latency, "link_latency_per_rank_us": 0.0,
-            "oneside_latency_us": latency,
-            "fit": {"tp": a.fit_tp, "measured_step_ms": step_ms,
-                    "predicted_step_ms_without_latency": predicted_ms,
+            "oneside_latency_us": latency, "flops_efficiency": min(1.0, efficiency),
+            "fit": {"tp": a.fit_tp, "measured_decode_step_ms": step_ms,
+                    "predicted_decode_step_ms_without_latency": itl0,
+                    "measured_prefill_ms": prefill_ms, "prompt_tokens": prompt_tokens,
+                    "predicted_prefill_ms_at_full_rate": ttft1,
                     "collectives_per_step": collectives}}
 
 

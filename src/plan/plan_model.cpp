@@ -136,6 +136,7 @@ Expected<Hardware> HardwareFromJson(std::string_view json_text, const std::strin
       {"mem_gbps", &h.mem_gbps, true},
       {"flops", &h.flops, true},
       {"flops_small", &h.flops_small, false},
+      {"flops_efficiency", &h.flops_efficiency, false},
       {"attn_gbps", &h.attn_gbps, false},
       {"link_latency_us", &h.link_latency_us, false},
       {"link_latency_per_rank_us", &h.link_latency_per_rank_us, false},
@@ -155,8 +156,9 @@ Expected<Hardware> HardwareFromJson(std::string_view json_text, const std::strin
     }
     *f.out = j[key].get<double>();
   }
-  if (!(h.mem_gbps > 0) || !(h.flops > 0) || !(h.memory_gib > 0)) {
-    return bad("mem_gbps, flops and memory_gib", "they must be positive");
+  if (!j.contains("flops_efficiency")) h.flops_efficiency = 1;
+  if (!(h.mem_gbps > 0) || !(h.flops > 0) || !(h.memory_gib > 0) || !(h.flops_efficiency > 0)) {
+    return bad("mem_gbps, flops, flops_efficiency and memory_gib", "they must be positive");
   }
   if (h.link_gbps == 0) h.link_gbps = h.mem_gbps;
   h.tp_collectives_per_layer = 4;
