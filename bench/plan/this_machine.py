@@ -9,20 +9,22 @@ by ctxpar's own benchmarks in one run (docs/plan.md):
              combine of bench combine (per exchange, batch 1) at 2 and 8 ranks under mpiexec
   memory_gib MemTotal
 
-With --fit-tp N the collective latency is instead fitted at N ranks from the engine itself: a
-batch-1 `ctxpar generate --tp-size N` decode, less the step the planner predicts without any
+With --fit-tp N the collective latency is instead fitted at N ranks from the engine itself: the
+decode step of one request on a warm `ctxpar serve --tp-size N` (inter-token latency p50), less the step the planner predicts without any
 latency, over the collectives of a step (ctxpar's engine: 4 all-gathers a layer, and the plan's
-broadcast); and flops_efficiency from the same run's prefill (what N small shards reach of the
+broadcast); and flops_efficiency from the same request's prefill (TTFT) (what N small shards reach of the
 2-thread matmul rate). On a host with fewer cores than ranks that latency is set by the OS scheduler
 (every rank must run for a collective to end), which bench combine's tight loop does not see.
 
     python bench/plan/this_machine.py --ctxpar build/default/cli/ctxpar --out this_machine.json
-    python bench/plan/this_machine.py --fit-tp 9 --out this_machine_tp9.json
+    ~/.cache/ctxpar/venv/bin/python bench/plan/this_machine.py --fit-tp 9 --out tp9.json
 """
 import argparse
+import asyncio
 import json
 import os
 import subprocess
+import sys
 
 
 def run(cmd):
@@ -36,15 +38,24 @@ def weighted(results, key, rows):
 
 
 def fit_latency(a, hw):
-    prompt = "Decode context parallelism shards the KV cache of each sequence. " * 8
+    # One request on a warm `ctxpar serve --tp-size N`, as the serving runs see the engine.
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "serve"))
+    import loadgen
+    from run import Process, free_port
     tokens = 64
-    out = subprocess.run([a.ctxpar, "generate", "--model-path", a.model, "--tp-size",
-                          str(a.fit_tp), "--ignore-eos", "--max-new-tokens", str(tokens), prompt],
-                         capture_output=True, text=True, check=True)
-    line = [l for l in out.stderr.splitlines() if "tokens/s" in l][-1]
-    step_ms = 1e3 / float(line.split("decode")[1].split("(")[1].split()[0])
-    prompt_tokens = int(line.split("prefill")[1].split()[0])
-    prefill_ms = 1e3 * prompt_tokens / float(line.split("prefill")[1].split("(")[1].split()[0])
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = Process([a.ctxpar, "serve", "--model-path", a.model, "--port", str(port), "--tp-size",
+                    str(a.fit_tp), "--kv-cache-mib", "64"], url, a.out + ".serve.log", timeout=600)
+    try:
+        prompts = loadgen.make_prompts(2, 600, 1)
+        asyncio.run(loadgen.run_load(url, None, prompts[:1], 4, concurrency=1))  # warm-up
+        s = asyncio.run(loadgen.run_load(url, None, prompts[1:], tokens, concurrency=1))
+    finally:
+        proc.stop()
+    step_ms = s["itl_s"]["p50"] * 1e3
+    prefill_ms = s["ttft_s"]["p50"] * 1e3
+    prompt_tokens = round(s["mean_prompt_tokens"])
 
     def predict(h):
         path = a.out + ".fit.json"
