@@ -18,6 +18,7 @@ broadcast); and flops_efficiency from the same request's prefill (TTFT) (what N 
 
     python bench/plan/this_machine.py --ctxpar build/default/cli/ctxpar --out this_machine.json
     ~/.cache/ctxpar/venv/bin/python bench/plan/this_machine.py --fit-tp 9 --out tp9.json
+        (also writes tp9.base.json, the rates before the fit)
 """
 import argparse
 import asyncio
@@ -131,6 +132,9 @@ def main():
         "load_average_1min": mm.get("load_average_1min"),
     }
     if a.fit_tp > 1:
+        # The rates before the fit describe runs of other rank counts (tp 1: no collective).
+        with open(os.path.splitext(a.out)[0] + ".base.json", "w") as f:
+            json.dump(hw, f, indent=2)
         hw.update(fit_latency(a, hw))
     with open(a.out, "w") as f:
         json.dump(hw, f, indent=2)
