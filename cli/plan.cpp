@@ -183,10 +183,14 @@ int RunPlan(const std::vector<std::string>& args) {
     hw = *h;
   } else if (!hardware_json.empty()) {
     std::ifstream file(hardware_json);
+    if (!file.is_open()) {
+      return ReportError(CatalogError("CTXPAR-PLAN-003", {{"origin", hardware_json},
+                                                          {"field", "(the file)"},
+                                                          {"problem", "it cannot be opened"}}));
+    }
     std::stringstream text;
     text << file.rdbuf();
-    Expected<plan::Hardware> h = plan::HardwareFromJson(
-        file.is_open() ? text.str() : std::string("(unreadable)"), hardware_json);
+    Expected<plan::Hardware> h = plan::HardwareFromJson(text.str(), hardware_json);
     if (!h.ok()) return ReportError(h.status());
     hw = *h;
   } else {
@@ -202,11 +206,14 @@ int RunPlan(const std::vector<std::string>& args) {
   if (!report.ok()) return ReportError(report.status());
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // No candidate can serve: the refusals say why, and the exit status says so too.
+  const int rc = report->ranked.empty() ? kExitInvalid : kExitOk;
   if (!json) {
     PrintTable(*model, hw, *report, w, req.devices);
     std::printf("\n%zu candidates simulated, %zu refused, in %.2f s\n", report->ranked.size(),
                 report->refused.size(), elapsed);
-    return kExitOk;
+    if (rc != kExitOk) std::printf("no candidate can serve this workload on this machine\n");
+    return rc;
   }
   Json j = {{"model",
              {{"name", model->name},
@@ -241,7 +248,7 @@ int RunPlan(const std::vector<std::string>& args) {
   for (const Candidate& c : report->ranked) j["candidates"].push_back(CandidateJson(c, rank++));
   for (const Candidate& c : report->refused) j["refused"].push_back(CandidateJson(c, 0));
   std::printf("%s\n", j.dump(2, ' ', false, Json::error_handler_t::replace).c_str());
-  return kExitOk;
+  return rc;
 }
 
 }  // namespace

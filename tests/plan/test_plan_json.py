@@ -12,9 +12,9 @@ SCHEMA = json.load(open(os.path.join(os.environ["CTXPAR_SOURCE_DIR"], "docs", "p
 SMOLLM2 = os.path.expanduser("~/.cache/ctxpar/models/SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
-def plan(*args):
+def plan(*args, rc=0):
     out = subprocess.run([BIN, "plan", "--json", *args], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == rc, out.stderr
     return json.loads(out.stdout)
 
 
@@ -62,3 +62,10 @@ def test_the_schema_refuses_what_it_must():
         broken(bad)
         with pytest.raises(jsonschema.ValidationError):
             validate(bad)
+
+
+def test_nothing_accepted_validates_and_exits_2():
+    doc = plan("--model", "deepseek-v3", "--hardware", "h100", "--gpus", "4", rc=2)
+    validate(doc)
+    assert doc["candidates"] == []
+    assert {r["error"]["id"] for r in doc["refused"]} >= {"CTXPAR-PLAN-005"}
