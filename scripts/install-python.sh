@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Python tools of the server tests, the serving benchmark and the plan's JSON-schema test
-# (jsonschema), in a virtual environment outside
-# the repository; prints its python on the last line. A no-op when it is up to date.
+# (jsonschema), in a virtual environment outside the repository; prints its python on the last
+# line. A no-op when it is up to date.
 #
 #   bash scripts/install-python.sh      # env: CTXPAR_VENV (default ~/.cache/ctxpar/venv)
 #
