@@ -76,6 +76,21 @@ struct RequestUpdate {
 
 using UpdateCallback = std::function<void(const RequestUpdate& update)>;
 
+// One step as the scheduler planned it (scheduler.h): what each request fed and who was
+// retracted. `ctxpar plan` simulates the scheduler and records the same, so the two can be
+// compared on one trace.
+struct StepRecord {
+  struct Entry {
+    uint64_t id = 0;  // the request (Submit's id)
+    int64_t pos0 = 0;
+    int32_t num_tokens = 0;
+    bool operator==(const Entry&) const = default;
+  };
+  std::vector<Entry> batch;
+  std::vector<uint64_t> retracted;
+  bool operator==(const StepRecord&) const = default;
+};
+
 // What the engine is doing, for /metrics and /get_server_info.
 struct EngineSnapshot {
   int running = 0;                   // requests holding KV
@@ -105,6 +120,10 @@ struct EngineSnapshot {
 // max_total_num_tokens is the result's num_pages * page_size * dcp_size (KvPool::GroupTokens).
 Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource& source,
                                   int dcp_rank);
+// KvPoolFor's arithmetic for a model's KvSpec, without the check against this machine's memory
+// (CTXPAR-KV-004's 2^31 pages and RAM): the pool of a rank of any machine, for the planner.
+Expected<KvPoolOptions> KvPoolShape(const EngineConfig& config, const KvSpec& spec,
+                                    const ModelDesc& desc, int dcp_rank);
 
 class Engine {
  public:
@@ -153,6 +172,8 @@ class Engine {
   // Rank 0, before Run. `handler` is called on Run's thread when a collective or the model fails,
   // before the requests are aborted (the server then ends their responses with the error).
   void OnFault(std::function<void(const Status&)> handler);
+  // Rank 0, before Run: `observer` sees every step's plan, on the thread that runs Run.
+  void SetStepObserver(std::function<void(const StepRecord&)> observer);
 
   EngineSnapshot Snapshot() const;
   const ModelDesc& model_desc() const;

@@ -101,6 +101,10 @@ struct KvPoolOptions {
   // Empty: one full-attention group of every layer, sharded by DCP. Otherwise every layer is in
   // exactly one group, and groups[0] is a full-attention group.
   std::vector<KvGroupSpec> groups = {};
+  // false: the pool only keeps its accounts (slots, pages, block table) and maps no K/V memory,
+  // so that the planner can run the scheduler over a GPU-sized pool; Write is then
+  // FailedPrecondition and View's k and v are null.
+  bool map_storage = true;
 };
 
 class KvPool {

@@ -448,7 +448,8 @@ const std::vector<CatalogEntry>& Table() {
   static const std::vector<CatalogEntry> entries = [] {
     std::vector<CatalogEntry> all = ConfigEntries();
     for (auto area : {&core_internal::RuntimeCatalogEntries, &core_internal::EngineCatalogEntries,
-                      &core_internal::HttpCatalogEntries, &core_internal::DeepseekCatalogEntries}) {
+                      &core_internal::HttpCatalogEntries, &core_internal::DeepseekCatalogEntries,
+                      &core_internal::PlanCatalogEntries}) {
       std::vector<CatalogEntry> entries = area();
       all.insert(all.end(), entries.begin(), entries.end());
     }

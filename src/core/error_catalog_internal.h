@@ -22,4 +22,7 @@ std::vector<CatalogEntry> HttpCatalogEntries();
 // (CTXPAR-HF-*) and its layout rules (CTXPAR-DSV3-*), in any order (error_catalog_deepseek.cpp).
 std::vector<CatalogEntry> DeepseekCatalogEntries();
 
+// `ctxpar plan` (CTXPAR-PLAN-*), in any order (error_catalog_plan.cpp).
+std::vector<CatalogEntry> PlanCatalogEntries();
+
 }  // namespace ctxpar::core_internal

@@ -70,10 +70,8 @@ std::string_view FinishReasonName(FinishReason reason) {
   return "";
 }
 
-Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource& source,
-                                  int dcp_rank) {
-  const KvSpec spec = source.KvSpecFor(config);
-  const ModelDesc& desc = source.desc();
+Expected<KvPoolOptions> KvPoolShape(const EngineConfig& config, const KvSpec& spec,
+                                    const ModelDesc& desc, int dcp_rank) {
   KvPoolOptions o;
   o.num_layers = spec.num_layers;
   o.num_kv_heads = spec.num_kv_heads;
@@ -133,11 +131,28 @@ Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource&
                          {"layers", std::to_string(spec.num_layers)},
                          {"min_pages", "1"}});
   }
+  // A running request holds at least one page, so more slots than pages could never run.
+  o.max_slots = static_cast<int>(
+      std::min<int64_t>(config.max_running_requests,
+                        window_bytes == 0 ? o.num_pages : std::min(o.num_pages, o.window_pages)));
+  return o;
+}
+
+Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource& source,
+                                  int dcp_rank) {
+  CTXPAR_ASSIGN_OR_RETURN(KvPoolOptions o,
+                          KvPoolShape(config, source.KvSpecFor(config), source.desc(), dcp_rank));
+  // Bytes of the pool, and of one full page with the window pages that come with it.
+  double pool_bytes = 0;
+  const std::vector<KvGroupSpec> groups = KvPool::GroupsOf(o);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const int64_t pages = groups[g].window == 0 ? o.num_pages : o.window_pages;
+    pool_bytes += double(pages) * double(KvPool::PageBytes(o, static_cast<int>(g)));
+  }
+  const double page_bytes = pool_bytes / double(o.num_pages);
   // Pages are touched as requests fill them, so an oversized pool would start and fail later,
   // when the machine runs out of memory; a block table addresses pages with int32.
-  const double pool_gib =
-      (double(o.num_pages) * double(full_bytes) + double(o.window_pages) * double(window_bytes)) /
-      double(kMiB * 1024);
+  const double pool_gib = pool_bytes / double(kMiB * 1024);
   // The ranks of one machine share its memory: under MPI the launcher says how many there are;
   // before one (check, or the launcher itself) every rank of the TP group will run here.
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
@@ -157,10 +172,6 @@ Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource&
                        : fmt::format("this machine's {:.1f} GiB of memory per rank", ram_gib)},
          {"max_mib", std::to_string(max_mib)}});
   }
-  // A running request holds at least one page, so more slots than pages could never run.
-  o.max_slots = static_cast<int>(
-      std::min<int64_t>(config.max_running_requests,
-                        window_bytes == 0 ? o.num_pages : std::min(o.num_pages, o.window_pages)));
   return o;
 }
 
@@ -195,6 +206,7 @@ struct Engine::Impl {
   std::optional<std::chrono::steady_clock::time_point> step_began;
   std::string step_what;
   std::function<void(const Status&)> on_fault;
+  std::function<void(const StepRecord&)> observer;
 
   bool leader() const { return world->rank() == 0; }
   Status Lead(RunUntil until);
@@ -389,6 +401,10 @@ void Engine::Stop() {
   impl_->wake.notify_all();
 }
 
+void Engine::SetStepObserver(std::function<void(const StepRecord&)> observer) {
+  impl_->observer = std::move(observer);
+}
+
 EngineSnapshot Engine::Snapshot() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->stats;
@@ -493,6 +509,7 @@ Status Engine::Impl::Lead(RunUntil until) {
       return engine::BroadcastPlan(*world, &bye);
     }
     CTXPAR_ASSIGN_OR_RETURN(engine::StepPlan step, scheduler->Plan());
+    if (observer) observer(engine::RecordStep(step));
     // The step's view (admitted, queued, pages) holds while it runs, which may take seconds.
     Publish();
     BeginStep(step);

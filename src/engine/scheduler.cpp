@@ -36,6 +36,16 @@ Status ApplyPoolOp(KvPool& pool, const PoolOp& op) {
   return Internal("unknown pool operation");
 }
 
+StepRecord RecordStep(const StepPlan& plan) {
+  StepRecord r;
+  for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
+    const BatchSeq& b = plan.batch.seqs[i];
+    r.batch.push_back({plan.seqs[i]->id, b.pos0, b.num_tokens});
+  }
+  for (const SeqState* s : plan.retracted) r.retracted.push_back(s->id);
+  return r;
+}
+
 Scheduler::Scheduler(const SchedulerOptions& options, KvPool* pool)
     : options_(options),
       pool_(pool),

@@ -52,7 +52,7 @@
 #include <vector>
 
 #include "ctxpar/batch.h"
-#include "ctxpar/engine_config.h"
+#include "ctxpar/engine.h"
 #include "ctxpar/kv_pool.h"
 #include "ctxpar/status.h"
 #include "engine/radix_cache.h"
@@ -112,6 +112,9 @@ bool RetractBefore(const SeqState& a, const SeqState& b);
 
 // Replays plan operations on a pool (every rank does, the leader while planning).
 Status ApplyPoolOp(KvPool& pool, const PoolOp& op);
+
+// The plan as engine.h's StepRecord (request ids, positions, retractions).
+StepRecord RecordStep(const StepPlan& plan);
 
 struct SchedulerOptions {
   int max_running_requests = 1;

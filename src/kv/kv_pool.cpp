@@ -163,7 +163,7 @@ Expected<KvPool> KvPool::Create(const KvPoolOptions& o) {
   }
   const size_t element = DataTypeSize(o.dtype);
   std::vector<HostBuffer> k, v;
-  for (int l = 0; l < o.num_layers; ++l) {
+  for (int l = 0; o.map_storage && l < o.num_layers; ++l) {
     const int64_t pages = groups[layer_group[l]].num_pages;
     CTXPAR_ASSIGN_OR_RETURN(HostBuffer kb,
                             HostBuffer::Allocate(pages * PageElements(o, false) * element));
@@ -186,6 +186,7 @@ KvPool::KvPool(const KvPoolOptions& o, KvLayout layout, std::vector<Group> group
       k_(std::move(k)),
       v_(std::move(v)),
       in_use_(o.max_slots, false) {
+  if (!o.map_storage) return;
   const PagedKv kv = View(0);
   for (int d = 0; d < o.head_dim_k; ++d)
     k_d_offset_.push_back(KvElementOffset(kv, false, 0, 0, 0, d));
@@ -387,6 +388,7 @@ void KvPool::Store(const PagedKv& kv, void* base, bool value, int64_t page, int 
 Status KvPool::Write(int layer, int32_t slot, int64_t pos0, int32_t n, const float* k,
                      const float* v) {
   const KvPoolOptions& o = options_;
+  if (!o.map_storage) return FailedPrecondition("KvPool::Write: the pool maps no K/V storage");
   if (layer < 0 || layer >= o.num_layers) {
     return InvalidArgument(
         fmt::format("KvPool::Write: layer {} is outside [0, {})", layer, o.num_layers));
@@ -438,8 +440,9 @@ LocalRange KvPool::VisibleRange(int layer, int64_t t) const {
 PagedKv KvPool::View(int layer) const {
   const Group& g = groups_[layer_group_[layer]];
   PagedKv kv;
-  kv.k = k_[layer].data();
-  kv.v = options_.v_in_k ? nullptr : v_[layer].data();
+  const bool mapped = options_.map_storage;
+  kv.k = mapped ? k_[layer].data() : nullptr;
+  kv.v = options_.v_in_k || !mapped ? nullptr : v_[layer].data();
   kv.dtype = options_.dtype;
   kv.page_size = options_.page_size;
   kv.num_kv_heads = options_.num_kv_heads;

@@ -98,6 +98,10 @@ DeepseekShard MakeDeepseekShard(const DeepseekV3Config& c, const EngineConfig& c
 inline constexpr std::string_view kDeepseekHook = "deepseek_v3_layout_rules";
 Status ApplyDeepseekRules(const DeepseekV3Config& c, Resolution& resolution);
 
+// The latent and the rope part of every token in `dtype`, whatever the layout: DCP alone
+// shards it (one KV head, V the first kv_lora_rank elements of K).
+KvSpec DeepseekKvSpec(const DeepseekV3Config& c, DataType dtype);
+
 struct DeepseekLayoutArgs {
   int tp = 1;
   int ep = 1;

@@ -111,14 +111,9 @@ class DeepseekSource final : public ModelSource {
   const ModelDesc& desc() const override { return desc_; }
   const Tokenizer* tokenizer() const override { return nullptr; }
 
-  // The latent and the rope part of every token, whatever the layout: DCP alone shards it.
+  // fp32: ApplyDeepseekRules says why.
   KvSpec KvSpecFor(const EngineConfig&) const override {
-    return {.num_layers = c_.num_hidden_layers,
-            .num_kv_heads = 1,
-            .head_dim_k = c_.kv_lora_rank + c_.qk_rope_head_dim,
-            .head_dim_v = c_.kv_lora_rank,
-            .v_in_k = true,
-            .dtype = DataType::kF32};
+    return DeepseekKvSpec(c_, DataType::kF32);
   }
 
   Expected<std::unique_ptr<Model>> CreateModel(const EngineConfig& config, Communicator& world,
@@ -135,6 +130,15 @@ class DeepseekSource final : public ModelSource {
 };
 
 }  // namespace
+
+KvSpec DeepseekKvSpec(const DeepseekV3Config& c, DataType dtype) {
+  return {.num_layers = c.num_hidden_layers,
+          .num_kv_heads = 1,
+          .head_dim_k = c.kv_lora_rank + c.qk_rope_head_dim,
+          .head_dim_v = c.kv_lora_rank,
+          .v_in_k = true,
+          .dtype = dtype};
+}
 
 DeepseekShard MakeDeepseekShard(const DeepseekV3Config& c, const EngineConfig& config,
                                 int tp_rank) {

@@ -33,7 +33,7 @@ struct F32Tile {
   int block1 = 0;
   // A piece of a row longer than the widened path's runs: the lanes of its outputs come from
   // `carry` (carry_in) and go back to it (carry_out) instead of starting at 0 and being
-  // reduced. carry: [tokens of the chunk][rows of the band][16 lanes].
+  // reduced. carry: [tokens of the chunk][kRowTile rows][16 lanes].
   float* carry = nullptr;
   bool carry_in = false;
   bool carry_out = false;

@@ -301,10 +301,12 @@ TEST(KvPool, MlaStoresLatentAndRopeInOneRow) {
 
 // Random acquire / reserve / release sequences against a reference model of the allocator:
 // free pages = all pages minus those held, no page held twice, the lowest free page handed out
-// first, and every page back when every slot is released.
+// first, and every page back when every slot is released. The same with no storage mapped
+// (the planner's accounting-only pool).
 TEST(KvPool, AccountingMatchesAReferenceAllocator) {
   std::mt19937 rng(2024);
-  for (int trial = 0; trial < 40; ++trial) {
+  for (int trial = 0; trial < 80; ++trial) {
+    const bool mapped = trial % 2 == 0;
     const int page = 1 + static_cast<int>(rng() % 4), n = 1 + static_cast<int>(rng() % 3);
     const int num_pages = 4 + static_cast<int>(rng() % 40), slots = 1 + static_cast<int>(rng() % 6);
     const int per_slot = 1 + static_cast<int>(rng() % 12);
@@ -316,9 +318,11 @@ TEST(KvPool, AccountingMatchesAReferenceAllocator) {
                                 .dcp_size = n,
                                 .num_pages = num_pages,
                                 .max_slots = slots,
-                                .max_pages_per_slot = per_slot});
+                                .max_pages_per_slot = per_slot,
+                                .map_storage = mapped});
     ASSERT_TRUE(made.ok());
     KvPool& pool = *made;
+    EXPECT_EQ(pool.View(0).k == nullptr, !mapped);
     std::set<int> free;
     for (int p = 0; p < num_pages; ++p) free.insert(p);
     std::map<int, std::vector<int>> held;  // slot -> pages in order
@@ -566,6 +570,27 @@ TEST(KvPool, RejectsBadGroupsNamingTheRule) {
   refused({{{0}, 0, true}, {{1, 2}, -1, true}}, 4, "groups[1].window must be >= 0");
   refused({{{0}, 0, true}, {{1, 2, 3}, 8, true}}, 4, "names layer 3, outside [0, num_layers=3)");
   refused({{{0}, 0, true}, {{1, 2}, 8, true}}, 0, "window_pages must be >= 1");
+}
+
+// An accounting-only pool of a GPU's size (here 8 TiB of K/V) maps nothing, and refuses writes.
+TEST(KvPool, AccountingOnlyPoolMapsNothingAndRefusesWrites) {
+  auto made = KvPool::Create({.num_layers = 61,
+                              .num_kv_heads = 1,
+                              .head_dim_k = 576,
+                              .head_dim_v = 512,
+                              .v_in_k = true,
+                              .dtype = DataType::kBF16,
+                              .page_size = 64,
+                              .num_pages = 2'000'000,
+                              .max_slots = 4,
+                              .max_pages_per_slot = 8,
+                              .map_storage = false});
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  const int32_t slot = *made->AcquireSlot();
+  ASSERT_TRUE(made->Reserve(slot, 100).ok());
+  const std::vector<float> k(576);
+  EXPECT_EQ(made->Write(0, slot, 0, 1, k.data(), nullptr).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(made->capacity_tokens(), 2'000'000 * 64);
 }
 
 }  // namespace

@@ -25,7 +25,7 @@ HeadShard MakeHeadShard(const HeadLayout& l, const EngineConfig& config, int tp_
   const int group_heads = s.heads * dcp;
   const int per_kv = l.num_heads / l.num_kv_heads;
   s.kv_first = s.group * group_heads / per_kv;
-  s.kv_heads = std::max(1, group_heads / per_kv);
+  s.kv_heads = GqaKvHeadsPerRank(l.num_heads, l.num_kv_heads, tp, dcp);
   const int blocks = l.ffn_dim / kBlock;
   for (int i = 0; i <= tp; ++i) {
     s.head_bounds.push_back(i * s.heads * l.head_dim);
@@ -35,19 +35,27 @@ HeadShard MakeHeadShard(const HeadLayout& l, const EngineConfig& config, int tp_
   return s;
 }
 
-Status CheckHeadLayout(const HeadLayout& l, std::string_view architecture, int tp, int dcp) {
+int GqaKvHeadsPerRank(int num_heads, int num_kv_heads, int tp, int dcp) {
+  return std::max(1, num_heads / tp * dcp / (num_heads / num_kv_heads));
+}
+
+Status CheckGqaLayout(int num_heads, int kv, int tp, int dcp) {
   auto text = [](int64_t v) { return std::to_string(v); };
-  if (l.num_heads % tp != 0) {
-    return CatalogError("CTXPAR-MODEL-002",
-                        {{"num_heads", text(l.num_heads)}, {"tp_size", text(tp)}});
+  if (num_heads % tp != 0) {
+    return CatalogError("CTXPAR-MODEL-002", {{"num_heads", text(num_heads)}, {"tp_size", text(tp)}});
   }
-  const int kv = l.num_kv_heads;
   if (kv % tp != 0 && tp % kv != 0) {
     return CatalogError("CTXPAR-MODEL-003", {{"tp_size", text(tp)}, {"num_kv_heads", text(kv)}});
   }
   if (tp > kv && (tp / kv) % dcp != 0) {
     return CatalogError("CTXPAR-MODEL-004", {{"dcp_size", text(dcp)}, {"replicas", text(tp / kv)}});
   }
+  return Status::Ok();
+}
+
+Status CheckHeadLayout(const HeadLayout& l, std::string_view architecture, int tp, int dcp) {
+  auto text = [](int64_t v) { return std::to_string(v); };
+  CTXPAR_RETURN_IF_ERROR(CheckGqaLayout(l.num_heads, l.num_kv_heads, tp, dcp));
   auto shape = [&](std::string_view what, int value, std::string_view rule) {
     return CatalogError("CTXPAR-MODEL-006", {{"what", std::string(what)},
                                              {"architecture", std::string(architecture)},

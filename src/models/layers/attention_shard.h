@@ -47,8 +47,14 @@ struct HeadShard {
 };
 HeadShard MakeHeadShard(const HeadLayout& l, const EngineConfig& config, int tp_rank);
 
-// Heads and KV heads against tp (CTXPAR-MODEL-002/003), dcp against the KV-head replicas
-// (CTXPAR-MODEL-004), shapes the block-sharded kernels cannot cut (CTXPAR-MODEL-006, naming
+// KV heads one rank of a GQA model stores (those its DCP group's query heads read; with
+// tp > Hkv they all read one).
+int GqaKvHeadsPerRank(int num_heads, int num_kv_heads, int tp, int dcp);
+// The GQA layout rules, whatever the kernels: heads and KV heads against tp
+// (CTXPAR-MODEL-002/003), dcp against the KV-head replicas (CTXPAR-MODEL-004).
+Status CheckGqaLayout(int num_heads, int num_kv_heads, int tp, int dcp);
+
+// CheckGqaLayout, then shapes the block-sharded kernels cannot cut (CTXPAR-MODEL-006, naming
 // `architecture`).
 Status CheckHeadLayout(const HeadLayout& l, std::string_view architecture, int tp, int dcp);
 

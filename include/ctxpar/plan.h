@@ -1,0 +1,197 @@
+// The planner (`ctxpar plan`): which launch configuration to use for a model, a machine and a
+// workload, and what it will give, found by simulating the engine rather than launching it.
+//
+// 1. Candidates: every (dcp_size, --dcp-comm-backend, --dcp-replicate-q-proj) over tp_size =
+//    the devices, each run through the resolution pipeline (config.h) for the target's platform
+//    with the model's own rules. A refused candidate keeps the catalog error of the rule that
+//    refused it. GPU targets skip `_handle_cpu_engine` (ctxpar's CPU engine is not what runs
+//    there) and take SGLang's GPU defaults instead (docs/plan.md).
+// 2. Capacity: the KV pool a rank gets (engine.h's KvPoolFor for a checkpoint, KvPoolShape for a
+//    preset on a GPU, whose budget is memory x mem_fraction_static - the rank's weights), so
+//    max_total_num_tokens is the engine's own number.
+// 3. Prediction: the engine's scheduler (src/engine/scheduler.h) runs over a KvPool that keeps
+//    only its accounts (KvPoolOptions::map_storage = false), with the engine's finish rule, and a
+//    step-time model (a roofline of weights, KV reads, FLOPs and collectives per layer, fitted to
+//    the target's measured rates) advances the clock by each planned batch. TTFT, inter-token
+//    latency and throughput are read off the simulated clock.
+//
+// Thread safety: pure functions of their arguments.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ctxpar/config.h"
+#include "ctxpar/engine.h"
+#include "ctxpar/engine_config.h"
+#include "ctxpar/model.h"
+#include "ctxpar/platform.h"
+#include "ctxpar/status.h"
+
+namespace ctxpar::plan {
+
+// A model as the planner sees it: what the resolution pipeline needs, its KV per token, and
+// the dimensions the step-time model counts bytes and FLOPs with.
+struct PlanModel {
+  std::string name;
+  std::string source;  // where the dimensions come from (a config.json's address, or a path)
+  ModelInfo info;      // architecture, heads, the model's layout rules (hook)
+  ModelDesc desc;
+  std::function<KvSpec(const EngineConfig&)> kv_spec;
+  // A checkpoint: the engine's own ModelSource (capacity through KvPoolFor); null for presets.
+  std::shared_ptr<const ModelSource> checkpoint;
+
+  int num_layers = 0;
+  int hidden = 0;
+  int vocab = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;  // GQA; MLA stores one latent head
+  int head_dim = 0;      // GQA: Q, K and V head width; MLA: v_head_dim
+  bool mla = false;
+  int q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0;
+  int dense_layers = 0;  // layers with a dense MLP of width ffn; the others route to experts
+  int ffn = 0;
+  int experts = 0, experts_per_token = 0, shared_experts = 0, expert_ffn = 0;
+  int sliding_window = 0;   // Gemma 3: window layers attend over the last W positions ...
+  int global_every = 0;     // ... and every global_every-th layer over all of them
+  double weight_bytes = 0;  // the checkpoint's weights in bytes (all ranks together)
+  bool tied_embeddings = false;
+
+  double TotalParams() const;
+  // Parameters a token multiplies by in one forward (routed experts: experts_per_token).
+  double ActiveParams() const;
+  // The query projection's parameters (replicated over the DCP group with
+  // --dcp-replicate-q-proj).
+  double QProjParams() const;
+};
+
+// The built-in presets: deepseek-v3, deepseek-r1, kimi-k2, glm-4.5, llama-3.1-70b,
+// llama-3.1-405b, qwen3-235b-a22b, gemma-3-27b (docs/plan.md cites each config.json).
+std::vector<std::string> PresetModelNames();
+// CTXPAR-PLAN-001 for an unknown name.
+Expected<PlanModel> PresetModel(std::string_view name);
+// A GGUF file or a HF checkpoint directory through OpenModelSource.
+Expected<PlanModel> CheckpointModel(const std::string& path);
+
+// A machine: per device (a GPU, or for a CPU the whole host shared by its ranks).
+struct Hardware {
+  std::string name;
+  std::string source;  // where the figures come from
+  Platform platform;   // the target of the resolution pipeline
+  bool cpu = false;    // ctxpar's CPU engine: ranks share the host's rates and memory
+  double memory_gib = 0;
+  double mem_gbps = 0;     // HBM (or DRAM) bandwidth, GB/s
+  double flops = 0;        // dense bf16 FLOP/s (CPU: the matmul rate measured at 512 rows)
+  double flops_small = 0;  // under 64 tokens a step (CPU: measured at 16 rows); 0: flops
+  double attn_gbps = 0;    // KV read rate of decode attention; 0: mem_gbps x mem_efficiency
+  double mem_efficiency = 1, flops_efficiency = 1;  // achieved / peak of the kernels
+  double link_gbps = 0;        // per device and direction inside the scale-up domain
+  double link_latency_us = 0;  // one collective inside it, plus per rank:
+  double link_latency_per_rank_us = 0;
+  double oneside_latency_us = 0;            // a one-sided exchange (fi_a2a over MNNVL, shm_a2a)
+  int domain_devices = 0;                   // devices one NVLink (MNNVL) domain holds
+  double net_gbps = 0, net_latency_us = 0;  // InfiniBand between domains
+  // TP collectives per layer: SGLang's two all-reduces on GPUs; ctxpar's CPU engine gathers the
+  // inputs and the output rows of o_proj and ffn_down (four all-gathers).
+  int tp_collectives_per_layer = 2;
+  double step_overhead_us = 0;        // per engine step: scheduling, launches, sampling
+  double per_token_us = 0;            // per token of a step: embedding, norms, sampling
+  double mem_fraction_static = 0.85;  // GPUs: weights + KV share of the memory
+  int chunked_prefill_size = 0;       // GPUs: SGLang's default for this memory size
+};
+
+// h100, h200, b200, gb200-nvl72, mi300x (docs/plan.md gives the source of every figure).
+std::vector<std::string> PresetHardwareNames();
+// CTXPAR-PLAN-002 for an unknown name.
+Expected<Hardware> PresetHardware(std::string_view name);
+// This machine, as bench/plan/this_machine.py measures it (docs/plan.md: the fields);
+// CTXPAR-PLAN-003 names the field that is missing or out of range.
+Expected<Hardware> HardwareFromJson(std::string_view json_text, const std::string& origin);
+
+// Lengths drawn uniformly from [lo, hi] (lo == hi: fixed).
+struct LengthRange {
+  int64_t lo = 0, hi = 0;
+};
+
+struct Workload {
+  LengthRange input{1024, 1024};
+  LengthRange output{128, 128};
+  int concurrency = 0;      // closed loop: this many requests in flight (0: use request_rate)
+  double request_rate = 0;  // open loop: Poisson arrivals per second
+  int num_requests = 0;     // 0: 4 x concurrency (at least 16)
+  double ttft_slo_ms = 0;   // 0: none
+  double itl_slo_ms = 0;
+  uint64_t seed = 0;
+};
+
+// One request of the simulated run, in submission order (its id is its index + 1, as the
+// engine numbers requests).
+struct SimRequest {
+  int64_t input_len = 0;
+  int32_t output_len = 0;
+  double arrival_s = 0;  // open loop; closed loop submits as earlier requests finish
+};
+// CTXPAR-PLAN-004 for a workload that cannot run (names the field).
+Expected<std::vector<SimRequest>> MakeRequests(const Workload& workload);
+
+struct SimResult {
+  int64_t steps = 0;
+  int peak_batch = 0;  // most requests decoding in one step
+  uint64_t retractions = 0;
+  double decode_step_ms = 0;  // median step time of steps that only decode
+  double duration_s = 0;
+  double ttft_ms_p50 = 0, ttft_ms_p90 = 0;
+  double itl_ms_p50 = 0, itl_ms_p90 = 0;
+  double output_tokens_per_s = 0;
+  double requests_per_s = 0;
+};
+
+// The step time of one planned batch on one rank (seconds), for a resolved configuration.
+double StepSeconds(const PlanModel& model, const Hardware& hw, const EngineConfig& config,
+                   const KvSpec& kv, const Batch& batch);
+
+// Runs the engine's scheduler over an accounting-only pool of `pool` options and the step-time
+// model. `observer` (may be null) sees every step as the engine's does.
+Expected<SimResult> Simulate(const PlanModel& model, const Hardware& hw, const EngineConfig& config,
+                             KvPoolOptions pool, const Workload& workload,
+                             const std::function<void(const StepRecord&)>& observer = {});
+
+struct PlanRequest {
+  LaunchConfig base;  // the user's launch flags; the planner varies dcp, backend and Q path
+  int devices = 1;    // tp_size
+  Workload workload;
+};
+
+struct Candidate {
+  int tp_size = 1, dcp_size = 1;
+  std::string backend;
+  std::optional<bool> replicate_q;  // unset: the model decides
+  std::string flags;                // the launch flags that select it
+  Status refused;                   // ok when the pipeline accepted it
+  std::string refused_id;           // the catalog ID of the rule that refused it
+  // Accepted:
+  EngineConfig config;
+  KvPoolOptions pool;
+  int64_t max_total_num_tokens = 0;
+  double weights_gib_per_rank = 0;
+  double kv_gib_per_rank = 0;
+  int64_t fits_at_once = 0;  // requests of the longest input + output the pool holds at once
+  SimResult sim;
+  bool meets_slo = true;
+};
+
+struct PlanReport {
+  std::string model, hardware;
+  std::vector<Candidate> ranked;   // accepted, best first: SLO met, then output tokens/s
+  std::vector<Candidate> refused;  // in enumeration order
+};
+
+// Enumerates, resolves, sizes and simulates every candidate.
+Expected<PlanReport> MakePlan(const PlanModel& model, const Hardware& hw, const PlanRequest& req);
+
+}  // namespace ctxpar::plan

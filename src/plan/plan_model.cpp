@@ -1,0 +1,169 @@
+// PlanModel's parameter counts, checkpoints as planner models, and this machine from JSON.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "ctxpar/error_catalog.h"
+#include "ctxpar/gguf.h"
+#include "ctxpar/hf_config.h"
+#include "ctxpar/plan.h"
+#include "models/llama.h"
+
+namespace ctxpar::plan {
+
+namespace {
+
+double AttentionParams(const PlanModel& m) {
+  const double h = m.hidden, H = m.num_heads;
+  if (m.mla) {
+    const double qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+    return h * m.q_lora_rank + m.q_lora_rank * H * qk + h * (m.kv_lora_rank + m.qk_rope_head_dim) +
+           m.kv_lora_rank * H * (m.qk_nope_head_dim + m.head_dim) + H * m.head_dim * h;
+  }
+  return h * H * m.head_dim * 2 + h * m.num_kv_heads * m.head_dim * 2.0;
+}
+
+// Parameters of the MLPs of all layers with `routed` experts per MoE layer.
+double MlpParams(const PlanModel& m, int routed) {
+  const double dense = 3.0 * m.hidden * m.ffn * m.dense_layers;
+  const int moe_layers = m.num_layers - m.dense_layers;
+  const double expert = 3.0 * m.hidden * m.expert_ffn;
+  return dense + moe_layers * (expert * (routed + m.shared_experts) + double(m.hidden) * m.experts);
+}
+
+double EmbeddingParams(const PlanModel& m) {
+  return double(m.vocab) * m.hidden * (m.tied_embeddings ? 1 : 2);
+}
+
+int64_t FileBytes(const std::filesystem::path& p) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(p, ec)) return int64_t(std::filesystem::file_size(p, ec));
+  int64_t bytes = 0;
+  for (const auto& e : std::filesystem::directory_iterator(p, ec)) {
+    if (e.path().extension() == ".safetensors") bytes += int64_t(e.file_size(ec));
+  }
+  return bytes;
+}
+
+}  // namespace
+
+double PlanModel::TotalParams() const {
+  return EmbeddingParams(*this) + num_layers * AttentionParams(*this) + MlpParams(*this, experts);
+}
+
+double PlanModel::ActiveParams() const {
+  return EmbeddingParams(*this) + num_layers * AttentionParams(*this) +
+         MlpParams(*this, experts_per_token);
+}
+
+double PlanModel::QProjParams() const {
+  const double per_layer =
+      mla ? double(q_lora_rank) * num_heads * (qk_nope_head_dim + qk_rope_head_dim)
+          : double(hidden) * num_heads * head_dim;
+  return per_layer * num_layers;
+}
+
+Expected<PlanModel> CheckpointModel(const std::string& path) {
+  CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<ModelSource> opened, OpenModelSource(path));
+  std::shared_ptr<const ModelSource> source(std::move(opened));
+  PlanModel m;
+  m.name = std::filesystem::path(path).filename().string();
+  m.source = path;
+  m.info = source->info();
+  m.desc = source->desc();
+  m.kv_spec = [source](const EngineConfig& c) { return source->KvSpecFor(c); };
+  m.checkpoint = source;
+  m.weight_bytes = double(FileBytes(path));
+  if (std::filesystem::is_regular_file(path)) {
+    CTXPAR_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(path));
+    CTXPAR_ASSIGN_OR_RETURN(LlamaHparams hp, ReadLlamaHparams(file));
+    m.num_layers = hp.num_layers;
+    m.hidden = hp.dim;
+    m.vocab = hp.vocab_size;
+    m.num_heads = hp.num_heads;
+    m.num_kv_heads = hp.num_kv_heads;
+    m.head_dim = hp.head_dim;
+    m.dense_layers = hp.num_layers;
+    m.ffn = hp.ffn_dim;
+    m.tied_embeddings = hp.tied_embeddings;
+    return m;
+  }
+  CTXPAR_ASSIGN_OR_RETURN(DeepseekV3Config c, ReadDeepseekV3Config(path));
+  m.num_layers = c.num_hidden_layers;
+  m.hidden = c.hidden_size;
+  m.vocab = c.vocab_size;
+  m.num_heads = c.num_attention_heads;
+  m.num_kv_heads = 1;
+  m.head_dim = c.v_head_dim;
+  m.mla = true;
+  m.q_lora_rank = c.q_lora_rank;
+  m.kv_lora_rank = c.kv_lora_rank;
+  m.qk_nope_head_dim = c.qk_nope_head_dim;
+  m.qk_rope_head_dim = c.qk_rope_head_dim;
+  m.dense_layers = c.first_k_dense_replace;
+  m.ffn = c.intermediate_size;
+  m.experts = c.n_routed_experts;
+  m.experts_per_token = c.num_experts_per_tok;
+  m.shared_experts = c.n_shared_experts;
+  m.expert_ffn = c.moe_intermediate_size;
+  m.tied_embeddings = c.tie_word_embeddings;
+  return m;
+}
+
+Expected<Hardware> HardwareFromJson(std::string_view json_text, const std::string& origin) {
+  using Json = nlohmann::json;
+  const Json j = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  auto bad = [&](std::string_view field, std::string_view problem) {
+    return CatalogError(
+        "CTXPAR-PLAN-003",
+        {{"origin", origin}, {"field", std::string(field)}, {"problem", std::string(problem)}});
+  };
+  if (j.is_discarded() || !j.is_object())
+    return bad("(the file)", "the text is not one JSON object");
+  Hardware h;
+  h.cpu = true;
+  h.name = j.value("name", std::string("this machine"));
+  h.source = origin;
+  h.platform = ProbePlatform();
+  struct Field {
+    std::string_view key;
+    double* out;
+    bool required;
+  };
+  const Field fields[] = {
+      {"memory_gib", &h.memory_gib, true},
+      {"mem_gbps", &h.mem_gbps, true},
+      {"flops", &h.flops, true},
+      {"flops_small", &h.flops_small, false},
+      {"flops_efficiency", &h.flops_efficiency, false},
+      {"attn_gbps", &h.attn_gbps, false},
+      {"link_latency_us", &h.link_latency_us, false},
+      {"link_latency_per_rank_us", &h.link_latency_per_rank_us, false},
+      {"link_gbps", &h.link_gbps, false},
+      {"oneside_latency_us", &h.oneside_latency_us, false},
+      {"step_overhead_us", &h.step_overhead_us, false},
+      {"per_token_us", &h.per_token_us, false},
+  };
+  for (const Field& f : fields) {
+    const std::string key(f.key);
+    if (!j.contains(key)) {
+      if (f.required) return bad(key, "it is missing");
+      continue;
+    }
+    if (!j[key].is_number() || !(j[key].get<double>() >= 0)) {
+      return bad(key, fmt::format("it must be a number >= 0, got {}", j[key].dump()));
+    }
+    *f.out = j[key].get<double>();
+  }
+  if (!j.contains("flops_efficiency")) h.flops_efficiency = 1;
+  if (!(h.mem_gbps > 0) || !(h.flops > 0) || !(h.memory_gib > 0) || !(h.flops_efficiency > 0)) {
+    return bad("mem_gbps, flops, flops_efficiency and memory_gib", "they must be positive");
+  }
+  if (h.link_gbps == 0) h.link_gbps = h.mem_gbps;
+  h.tp_collectives_per_layer = 4;
+  h.domain_devices = 1 << 20;
+  return h;
+}
+
+}  // namespace ctxpar::plan

@@ -1,0 +1,303 @@
+// The engine's scheduler run without a model: requests, the step-time model, the simulated run.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "ctxpar/error_catalog.h"
+#include "ctxpar/plan.h"
+#include "engine/scheduler.h"
+
+namespace ctxpar::plan {
+
+namespace {
+
+std::string Num(double v) { return fmt::format("{}", v); }
+
+Status CheckRange(std::string_view field, const LengthRange& r) {
+  if (r.lo >= 1 && r.lo <= r.hi && r.hi <= (int64_t{1} << 30)) return Status::Ok();
+  return CatalogError("CTXPAR-PLAN-004",
+                      {{"field", std::string(field)},
+                       {"value", fmt::format("{}:{}", r.lo, r.hi)},
+                       {"rule", "a length N or a range LO:HI with 1 <= LO <= HI <= 2^30"}});
+}
+
+// Linear between the two nearest ranks, as bench/serve/loadgen.py reports its percentiles.
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double k = q * double(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(k);
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (k - double(lo));
+}
+
+// Bytes one rank moves per token and layer of its KV (kv_pool.h's page arithmetic per token).
+double KvTokenBytes(const KvSpec& kv) {
+  return double(kv.num_kv_heads) * (kv.head_dim_k + (kv.v_in_k ? 0 : kv.head_dim_v)) *
+         double(DataTypeSize(kv.dtype));
+}
+
+// One collective over `ranks` ranks moving `bytes` per rank.
+double Collective(const Hardware& hw, int ranks, double bytes, double latency_us) {
+  const bool inside = ranks <= hw.domain_devices;
+  const double gbps = inside ? hw.link_gbps : hw.net_gbps;
+  const double lat = inside ? latency_us + hw.link_latency_per_rank_us * ranks : hw.net_latency_us;
+  return lat * 1e-6 + bytes / (gbps * 1e9);
+}
+
+}  // namespace
+
+Expected<std::vector<SimRequest>> MakeRequests(const Workload& w) {
+  CTXPAR_RETURN_IF_ERROR(CheckRange("--input-len", w.input));
+  CTXPAR_RETURN_IF_ERROR(CheckRange("--output-len", w.output));
+  if ((w.concurrency > 0) == (w.request_rate > 0) || w.concurrency < 0 || !(w.request_rate >= 0) ||
+      !std::isfinite(w.request_rate)) {
+    return CatalogError("CTXPAR-PLAN-004",
+                        {{"field", "--concurrency / --request-rate"},
+                         {"value", fmt::format("{} / {}", w.concurrency, Num(w.request_rate))},
+                         {"rule", "exactly one of them, positive (a closed or an open loop)"}});
+  }
+  if (w.num_requests < 0 || w.num_requests > 1000000) {
+    return CatalogError("CTXPAR-PLAN-004",
+                        {{"field", "--num-requests"},
+                         {"value", std::to_string(w.num_requests)},
+                         {"rule", "0 (4 x concurrency, at least 16) up to 10^6"}});
+  }
+  const int n = w.num_requests > 0 ? w.num_requests : std::max(16, 4 * w.concurrency);
+  std::mt19937_64 rng(w.seed);
+  std::vector<SimRequest> out(n);
+  double t = 0;
+  for (SimRequest& r : out) {
+    r.input_len = std::uniform_int_distribution<int64_t>(w.input.lo, w.input.hi)(rng);
+    r.output_len =
+        static_cast<int32_t>(std::uniform_int_distribution<int64_t>(w.output.lo, w.output.hi)(rng));
+    if (w.request_rate > 0) {
+      t += std::exponential_distribution<double>(w.request_rate)(rng);
+      r.arrival_s = t;
+    }
+  }
+  return out;
+}
+
+double StepSeconds(const PlanModel& m, const Hardware& hw, const EngineConfig& c, const KvSpec& kv,
+                   const Batch& batch) {
+  const int tp = c.tp_size, n = c.dcp_size;
+  // The ranks of a CPU host share its bandwidth and cores; a GPU rank has its own.
+  const double share = hw.cpu ? tp : 1;
+  const double bw = hw.mem_gbps * 1e9 * hw.mem_efficiency / share;
+  const double attn_bw = (hw.attn_gbps > 0 ? hw.attn_gbps * 1e9 : bw * share) / share;
+  const double tokens = double(batch.num_tokens());
+  const double peak = tokens < 64 && hw.flops_small > 0 ? hw.flops_small : hw.flops;
+  const double flops = peak * hw.flops_efficiency / share;
+  const double act_bytes = hw.cpu ? 4 : 2;
+  const double rows = double(batch.TotalLogitRows());
+  const double bpp = m.weight_bytes / m.TotalParams();
+  const double head = double(m.vocab) * m.hidden;
+
+  // Weights and matmuls: every weight a rank holds is read once a step (routed experts: those
+  // some token of the step picks), and each token multiplies by the active ones.
+  const int moe_layers = m.num_layers - m.dense_layers;
+  const double expert = 3.0 * m.hidden * m.expert_ffn;
+  const double routed_all = double(moe_layers) * m.experts * expert;
+  double touched = 0;
+  if (m.experts > 0) {
+    const double miss = std::pow(1.0 - double(m.experts_per_token) / m.experts, tokens);
+    touched = routed_all * (1.0 - miss);
+  }
+  const double input_embedding = m.tied_embeddings ? 0 : head;
+  const double replica_q = c.dcp_replicate_q_proj ? m.QProjParams() * (n - 1) : 0;
+  const double held = m.TotalParams() - routed_all - input_embedding + touched + replica_q;
+  const double active = m.ActiveParams() - input_embedding - head + replica_q;
+  const double linear =
+      std::max(held * bpp / tp / bw, (2 * tokens * active + 2 * rows * head) / tp / flops);
+
+  // Attention: each sequence's KV shard is read once a step; each row attends over its causal
+  // prefix with the DCP group's widened head set (h x N heads over 1/N of the keys). On a GPU a
+  // prefill chunk under DCP instead all-gathers its sequence's KV shards and attends with the
+  // rank's own heads (vLLM's DCP prefill: the context all-gather), so only decode rows combine;
+  // ctxpar's CPU engine runs every row through the DCP combine.
+  const double kv_token = KvTokenBytes(kv);
+  double combine_rows = 0, kv_gather = 0;
+  const double heads_w = double(m.num_heads) / tp * n;
+  const int window_layers =
+      m.sliding_window > 0 && m.global_every > 0 ? m.num_layers - m.num_layers / m.global_every : 0;
+  const int full_layers = m.num_layers - window_layers;
+  double attention = 0;
+  for (const BatchSeq& s : batch.seqs) {
+    const double end = double(s.pos0 + s.num_tokens);
+    const double rows_ctx = s.num_tokens * (double(s.pos0) + (s.num_tokens + 1) / 2.0);
+    const bool decode = s.num_tokens == 1;
+    // MLA decodes absorbed (latent width) and prefills as multi-head attention.
+    const double dqk = m.mla ? (decode ? m.kv_lora_rank + m.qk_rope_head_dim
+                                       : m.qk_nope_head_dim + m.qk_rope_head_dim)
+                             : m.head_dim;
+    const double dv = m.mla ? (decode ? m.kv_lora_rank : m.head_dim) : m.head_dim;
+    const bool gather = !hw.cpu && !decode && n > 1;
+    combine_rows += gather ? 0 : s.num_tokens;
+    if (gather) kv_gather += end * kv_token * (n - 1) / n;
+    const double shards = gather ? 1 : n;
+    auto layer = [&](double keys, double ctx) {
+      return std::max(std::ceil(keys / shards) * kv_token / attn_bw,
+                      2 * ctx / n * heads_w * (dqk + dv) / flops);
+    };
+    attention += full_layers * layer(end, rows_ctx);
+    if (window_layers > 0) {
+      const double w = m.sliding_window;
+      attention += window_layers * layer(std::min(end, w), s.num_tokens * std::min(end, w));
+    }
+  }
+
+  // Collectives per layer: TP's two reductions, and under DCP the Q all-gather (unless Q is
+  // replicated) and the combine (ag_rs: LSE all-gather + reduce-scatter; a2a: one exchange;
+  // fi_a2a / shm_a2a: the same bytes written one-sided).
+  double comm = 0;
+  // The leader broadcasts each step's plan (engine.h) before the forward.
+  const double broadcast = tp > 1 ? Collective(hw, tp, 256, hw.link_latency_us) : 0;
+  if (tp > 1) {
+    comm +=
+        hw.tp_collectives_per_layer *
+        Collective(hw, tp, 2.0 * (tp - 1) / tp * tokens * m.hidden * act_bytes, hw.link_latency_us);
+  }
+  if (n > 1) {
+    const double h = double(m.num_heads) / tp;
+    const double dq = m.mla ? m.kv_lora_rank + m.qk_rope_head_dim : m.head_dim;
+    const double dv = m.mla ? m.kv_lora_rank : m.head_dim;
+    const double r = combine_rows;
+    if (kv_gather > 0) comm += Collective(hw, n, kv_gather, hw.link_latency_us);
+    if (!c.dcp_replicate_q_proj) {
+      comm += Collective(hw, n, (n - 1) * r * h * dq * act_bytes, hw.link_latency_us);
+    }
+    switch (c.dcp_comm_backend) {
+      case CombineBackend::kAgRs:
+        comm += Collective(hw, n, (n - 1) * r * h * n * 4, hw.link_latency_us) +
+                Collective(hw, n, (n - 1) * r * h * dv * 4, hw.link_latency_us);
+        break;
+      case CombineBackend::kA2a:
+        comm += Collective(hw, n, (n - 1) * r * h * (dv * act_bytes + 4), hw.link_latency_us);
+        break;
+      case CombineBackend::kFiA2a:
+      case CombineBackend::kShmA2a:
+        comm += Collective(hw, n, (n - 1) * r * h * (dv * act_bytes + 4), hw.oneside_latency_us);
+        break;
+    }
+  }
+  return linear + attention + comm * m.num_layers + broadcast +
+         (hw.step_overhead_us + hw.per_token_us * tokens) * 1e-6;
+}
+
+Expected<SimResult> Simulate(const PlanModel& m, const Hardware& hw, const EngineConfig& c,
+                             KvPoolOptions options, const Workload& w,
+                             const std::function<void(const StepRecord&)>& observer) {
+  CTXPAR_ASSIGN_OR_RETURN(std::vector<SimRequest> reqs, MakeRequests(w));
+  options.map_storage = false;
+  CTXPAR_ASSIGN_OR_RETURN(KvPool pool, KvPool::Create(options));
+  const KvSpec kv = m.kv_spec(c);
+  // The engine refuses a request that cannot fit the context or the whole pool (Validate).
+  for (const SimRequest& r : reqs) {
+    const int64_t needed = r.input_len + r.output_len;
+    const std::initializer_list<CatalogArg> counts = {{"needed", std::to_string(needed)},
+                                                      {"prompt", std::to_string(r.input_len)},
+                                                      {"max_new", std::to_string(r.output_len)}};
+    std::vector<CatalogArg> args(counts);
+    if (needed > m.desc.context_length) {
+      args.push_back({"context", std::to_string(m.desc.context_length)});
+      return CatalogError("CTXPAR-ENGINE-005", args);
+    }
+    if (needed > pool.capacity_tokens()) {
+      args.push_back({"capacity", std::to_string(pool.capacity_tokens())});
+      return CatalogError("CTXPAR-ENGINE-006", args);
+    }
+  }
+  // The prefix cache as the engine runs it: the prompts share nothing, but a retracted request
+  // re-prefills from its own cached pages.
+  engine::Scheduler scheduler(
+      {options.max_slots, c.chunked_prefill_size, c.schedule_conservativeness,
+       !c.disable_radix_cache, c.schedule_policy},
+      &pool);
+  std::vector<engine::SeqState> seqs(reqs.size());
+  std::vector<double> arrival(reqs.size()), last(reqs.size(), -1.0);
+  std::vector<double> ttft, itl, decode_steps;
+  std::size_t submitted = 0, finished = 0;
+  double now = 0;
+  auto submit = [&](double t) {
+    const std::size_t i = submitted++;
+    engine::SeqState& s = seqs[i];
+    s.id = i + 1;
+    s.prompt_len = static_cast<int32_t>(reqs[i].input_len);
+    s.max_new_tokens = reqs[i].output_len;
+    // Distinct ids per request, so that no prompt shares a prefix with another.
+    s.tokens.resize(reqs[i].input_len);
+    for (int64_t k = 0; k < reqs[i].input_len; ++k)
+      s.tokens[k] = int32_t((s.id * 7919 + k) % 32000);
+    arrival[i] = t;
+    scheduler.Enqueue(&s);
+  };
+  const bool closed = w.concurrency > 0;
+  if (closed) {
+    while (submitted < reqs.size() && submitted < std::size_t(w.concurrency)) submit(0);
+  }
+  SimResult out;
+  int64_t generated = 0;
+  while (finished < reqs.size()) {
+    if (!closed) {
+      while (submitted < reqs.size() && reqs[submitted].arrival_s <= now) {
+        submit(reqs[submitted].arrival_s);
+      }
+      if (scheduler.running() == 0 && scheduler.queued() == 0) {
+        now = reqs[submitted].arrival_s;
+        continue;
+      }
+    }
+    CTXPAR_ASSIGN_OR_RETURN(engine::StepPlan plan, scheduler.Plan());
+    if (plan.batch.seqs.empty()) return Internal("the simulated scheduler planned an empty step");
+    if (observer) observer(engine::RecordStep(plan));
+    const double dt = StepSeconds(m, hw, c, kv, plan.batch);
+    now += dt;
+    ++out.steps;
+    CTXPAR_RETURN_IF_ERROR(scheduler.Commit(plan));
+    int decoding = 0;
+    for (const BatchSeq& b : plan.batch.seqs) decoding += b.num_tokens == 1;
+    out.peak_batch = std::max(out.peak_batch, decoding);
+    if (decoding == int(plan.batch.seqs.size())) decode_steps.push_back(dt);
+    std::vector<engine::SeqState*> done;
+    for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
+      engine::SeqState* s = plan.seqs[i];
+      const BatchSeq& b = plan.batch.seqs[i];
+      const bool ends = b.pos0 + b.num_tokens == int64_t(s->tokens.size());
+      if (!ends || plan.batch.LogitRows(i) == 0) continue;
+      // The engine's rule (engine.cpp Sample): the last row samples a token unless the request
+      // has all its tokens; it finishes at max_new_tokens (ignore_eos: no stop token).
+      if (s->output_len() < s->max_new_tokens) {
+        s->tokens.push_back(1);
+        ++generated;
+        const std::size_t r = s->id - 1;
+        if (last[r] < 0) {
+          ttft.push_back(now - arrival[r]);
+        } else {
+          itl.push_back(now - last[r]);
+        }
+        last[r] = now;
+      }
+      if (s->output_len() >= s->max_new_tokens) done.push_back(s);
+    }
+    for (engine::SeqState* s : done) {
+      CTXPAR_RETURN_IF_ERROR(scheduler.Remove(s));
+      ++finished;
+      if (closed && submitted < reqs.size()) submit(now);
+    }
+  }
+  out.retractions = scheduler.retractions();
+  out.duration_s = now;
+  out.decode_step_ms = Percentile(decode_steps, 0.5) * 1e3;
+  out.ttft_ms_p50 = Percentile(ttft, 0.5) * 1e3;
+  out.ttft_ms_p90 = Percentile(ttft, 0.9) * 1e3;
+  out.itl_ms_p50 = Percentile(itl, 0.5) * 1e3;
+  out.itl_ms_p90 = Percentile(itl, 0.9) * 1e3;
+  out.output_tokens_per_s = now > 0 ? double(generated) / now : 0;
+  out.requests_per_s = now > 0 ? double(reqs.size()) / now : 0;
+  return out;
+}
+
+}  // namespace ctxpar::plan

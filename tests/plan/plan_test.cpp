@@ -1,0 +1,277 @@
+// The planner against the engine: its capacity is the engine's max_total_num_tokens, its
+// simulated scheduler takes the engine's decisions on the same trace, and a refused candidate
+// names the catalog rule that refused it.
+#include "ctxpar/plan.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "ctxpar/error_catalog.h"
+#include "ctxpar/launch.h"
+
+namespace ctxpar::plan {
+namespace {
+
+const std::string kDeepseek = std::string(CTXPAR_REFERENCE_DIR) + "/deepseek_v3_tiny";
+
+bool Have(const std::string& path) { return std::filesystem::exists(path); }
+
+// Any rates: decisions in a closed loop do not depend on the clock.
+Hardware TestCpu() {
+  Hardware h;
+  h.cpu = true;
+  h.name = "test";
+  h.platform = ProbePlatform();
+  h.memory_gib = 24;
+  h.mem_gbps = 20;
+  h.flops = 5e10;
+  h.link_gbps = 20;
+  h.domain_devices = 1 << 20;
+  return h;
+}
+
+struct Config {
+  int tp, dcp, kv_mib, page;
+  std::string dtype = "auto";
+  int64_t max_total_tokens = 0;
+};
+
+LaunchConfig Raw(const std::string& model, const Config& c) {
+  LaunchConfig raw;
+  EXPECT_TRUE(raw.Set("model_path", model).ok());
+  EXPECT_TRUE(raw.Set("tp_size", int64_t{c.tp}).ok());
+  EXPECT_TRUE(raw.Set("dcp_size", int64_t{c.dcp}).ok());
+  EXPECT_TRUE(raw.Set("dcp_comm_backend", std::string("ag_rs")).ok());
+  EXPECT_TRUE(raw.Set("kv_cache_mib", int64_t{c.kv_mib}).ok());
+  EXPECT_TRUE(raw.Set("page_size", int64_t{c.page}).ok());
+  EXPECT_TRUE(raw.Set("kv_cache_dtype", c.dtype).ok());
+  EXPECT_TRUE(raw.Set("threads", int64_t{1}).ok());
+  if (c.max_total_tokens > 0) EXPECT_TRUE(raw.Set("max_total_tokens", c.max_total_tokens).ok());
+  return raw;
+}
+
+// The engine's own number: every rank of an in-process TP group creates its Engine.
+int64_t EngineCapacity(const LaunchConfig& raw) {
+  Expected<Launch> launch = PrepareLaunch(raw);
+  EXPECT_TRUE(launch.ok()) << launch.status().ToString();
+  if (!launch.ok()) return -1;
+  const int tp = launch->config.tp_size;
+  auto world = MakeInProcessGroup(tp);
+  std::vector<int64_t> caps(tp, -1);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < tp; ++r) {
+    ranks.emplace_back([&, r] {
+      auto engine = Engine::Create(launch->config, *launch->source, *world[r], nullptr);
+      if (engine.ok()) caps[r] = (*engine)->Snapshot().max_total_num_tokens;
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  return caps[0];
+}
+
+const Candidate* Accepted(const PlanReport& report) {
+  return report.ranked.empty() ? nullptr : &report.ranked.front();
+}
+
+void ExpectCapacityMatches(const std::string& model_path, const std::vector<Config>& sweep) {
+  Expected<PlanModel> model = CheckpointModel(model_path);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  for (const Config& c : sweep) {
+    SCOPED_TRACE(::testing::Message() << "tp " << c.tp << " dcp " << c.dcp << " kv_mib " << c.kv_mib
+                                      << " page " << c.page << " " << c.dtype);
+    PlanRequest req;
+    req.base = Raw(model_path, c);
+    req.devices = c.tp;
+    req.workload.input = {8, 8};
+    req.workload.output = {2, 2};
+    req.workload.concurrency = 1;
+    req.workload.num_requests = 2;
+    Expected<PlanReport> report = MakePlan(*model, TestCpu(), req);
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    const Candidate* cand = Accepted(*report);
+    ASSERT_NE(cand, nullptr) << (report->refused.empty() ? ""
+                                                         : report->refused[0].refused.ToString());
+    EXPECT_EQ(cand->max_total_num_tokens, EngineCapacity(req.base));
+  }
+}
+
+TEST(PlanCapacity, EqualsTheEnginesOverASweepOfSmolLM2) {
+  const std::string path = DefaultModelPath();
+  if (!Have(path)) GTEST_SKIP() << "SmolLM2 is not at " << path;
+  ExpectCapacityMatches(path, {{1, 1, 4, 16},
+                               {1, 1, 7, 32, "bf16"},
+                               {1, 1, 3, 8},
+                               {3, 1, 5, 16},
+                               {3, 3, 5, 16},
+                               {3, 3, 3, 48, "bf16"},
+                               {9, 3, 2, 16},
+                               {1, 1, 64, 16, "auto", 1000}});
+}
+
+TEST(PlanCapacity, EqualsTheEnginesOverASweepOfTheTinyDeepseek) {
+  if (!Have(kDeepseek + "/config.json")) GTEST_SKIP() << "no DeepSeek reference at " << kDeepseek;
+  ExpectCapacityMatches(kDeepseek,
+                        {{1, 1, 1, 16}, {2, 2, 1, 16}, {4, 4, 2, 64}, {4, 2, 1, 8}, {4, 1, 3, 1}});
+}
+
+// A closed loop of 4 clients over a pool too small for them: the engine admits, chunks, retracts
+// and resumes; the simulation must plan the very same steps.
+void ExpectSameTrace(const std::string& path, const Config& c, const Workload& w, int vocab) {
+  LaunchConfig raw = Raw(path, c);
+  ASSERT_TRUE(raw.Set("chunked_prefill_size", int64_t{32}).ok());
+  ASSERT_TRUE(raw.Set("schedule_conservativeness", 0.3).ok());
+  Expected<PlanModel> model = CheckpointModel(path);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  PlanRequest req{raw, c.tp, w};
+  Expected<PlanReport> report = MakePlan(*model, TestCpu(), req);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  const Candidate* cand = Accepted(*report);
+  ASSERT_NE(cand, nullptr);
+  std::vector<StepRecord> simulated;
+  Expected<SimResult> sim = Simulate(*model, TestCpu(), cand->config, cand->pool, w,
+                                     [&](const StepRecord& r) { simulated.push_back(r); });
+  ASSERT_TRUE(sim.ok()) << sim.status().ToString();
+
+  Expected<Launch> launch = PrepareLaunch(raw);
+  ASSERT_TRUE(launch.ok()) << launch.status().ToString();
+  auto world = MakeInProcessGroup(1);
+  auto engine = Engine::Create(launch->config, *launch->source, *world[0], nullptr);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  std::vector<StepRecord> real;
+  (*engine)->SetStepObserver([&](const StepRecord& r) { real.push_back(r); });
+  Expected<std::vector<SimRequest>> reqs = MakeRequests(w);
+  ASSERT_TRUE(reqs.ok());
+  std::size_t next = 0;
+  std::function<void()> submit = [&] {
+    const SimRequest& r = (*reqs)[next++];
+    GenerateRequest g;
+    for (int64_t k = 0; k < r.input_len; ++k) {
+      g.prompt.push_back(int32_t(1 + (next * 31 + k) % (vocab - 1)));
+    }
+    g.sampling.max_new_tokens = r.output_len;
+    g.sampling.temperature = 0;
+    g.sampling.ignore_eos = true;
+    auto id = (*engine)->Submit(std::move(g), [&](const RequestUpdate& u) {
+      if (u.finish != FinishReason::kNone && next < reqs->size()) submit();
+    });
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+  };
+  for (int i = 0; i < w.concurrency; ++i) submit();
+  ASSERT_TRUE((*engine)->Run(Engine::RunUntil::kIdle).ok());
+
+  ASSERT_GT((*engine)->Snapshot().retractions, 0u) << "the trace must exercise retraction";
+  EXPECT_EQ(sim->retractions, (*engine)->Snapshot().retractions);
+  ASSERT_EQ(simulated.size(), real.size());
+  for (std::size_t i = 0; i < real.size(); ++i) {
+    EXPECT_EQ(simulated[i], real[i]) << "step " << i;
+  }
+}
+
+TEST(PlanTrace, TheSimulatedSchedulerTakesTheEnginesDecisionsOnSmolLM2) {
+  const std::string path = DefaultModelPath();
+  if (!Have(path)) GTEST_SKIP() << "SmolLM2 is not at " << path;
+  Workload w;
+  w.input = {40, 90};
+  w.output = {12, 24};
+  w.concurrency = 4;
+  w.num_requests = 9;
+  w.seed = 7;
+  ExpectSameTrace(path, {1, 1, 8, 16, "bf16"}, w, 9000);
+}
+
+// The tiny DeepSeek's pool of 64 tokens a page holds few requests; prefill chunks of 32.
+TEST(PlanTrace, TheSimulatedSchedulerTakesTheEnginesDecisionsOnTheTinyDeepseek) {
+  if (!Have(kDeepseek + "/config.json")) GTEST_SKIP() << "no DeepSeek reference at " << kDeepseek;
+  Workload w;
+  w.input = {30, 120};
+  w.output = {10, 40};
+  w.concurrency = 5;
+  w.num_requests = 12;
+  w.seed = 3;
+  ExpectSameTrace(kDeepseek, {1, 1, 1, 16, "auto", 320}, w, 1000);
+}
+
+PlanReport PresetPlan(const std::string& model, const std::string& hw, int gpus) {
+  Expected<PlanModel> m = PresetModel(model);
+  Expected<Hardware> h = PresetHardware(hw);
+  EXPECT_TRUE(m.ok() && h.ok());
+  PlanRequest req;
+  req.devices = gpus;
+  req.workload.input = {4096, 4096};
+  req.workload.output = {64, 64};
+  req.workload.concurrency = 8;
+  Expected<PlanReport> r = MakePlan(*m, *h, req);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? *r : PlanReport{};
+}
+
+std::string RefusedId(const PlanReport& r, int dcp, std::string_view backend, bool q) {
+  for (const Candidate& c : r.refused) {
+    if (c.dcp_size == dcp && c.backend == backend && c.replicate_q.has_value() == q) {
+      return c.refused_id;
+    }
+  }
+  return "(accepted)";
+}
+
+TEST(PlanRefusals, CarryTheCatalogIdOfTheRule) {
+  const PlanReport h200 = PresetPlan("deepseek-v3", "h200", 8);
+  EXPECT_EQ(RefusedId(h200, 1, "a2a", false), "CTXPAR-DCP-002");
+  EXPECT_EQ(RefusedId(h200, 1, "ag_rs", true), "CTXPAR-DCP-004");
+  EXPECT_EQ(RefusedId(h200, 8, "ag_rs", true), "CTXPAR-DCP-005");
+  EXPECT_EQ(RefusedId(h200, 8, "fi_a2a", false), "CTXPAR-DCP-006");  // no MNNVL on HGX H200
+  EXPECT_EQ(RefusedId(h200, 8, "a2a", true), "(accepted)");
+  // GB200 NVL72 has the fabric; MI300X is not CUDA.
+  EXPECT_EQ(RefusedId(PresetPlan("deepseek-v3", "gb200-nvl72", 8), 8, "fi_a2a", true),
+            "(accepted)");
+  EXPECT_EQ(RefusedId(PresetPlan("deepseek-v3", "mi300x", 8), 8, "fi_a2a", false),
+            "CTXPAR-DCP-003");
+  // Llama-3.1-70B: 8 KV heads, so tp 16 replicates each twice and dcp 4 cannot shard them.
+  EXPECT_EQ(RefusedId(PresetPlan("llama-3.1-70b", "h100", 16), 4, "a2a", false),
+            "CTXPAR-MODEL-004");
+  // DeepSeek-V3's weights do not fit 4 H100s.
+  EXPECT_EQ(RefusedId(PresetPlan("deepseek-v3", "h100", 4), 1, "ag_rs", false), "CTXPAR-PLAN-005");
+  for (const Candidate& c : h200.refused) {
+    EXPECT_NE(FindCatalogEntry(c.refused_id), nullptr) << c.flags << ": " << c.refused.ToString();
+  }
+}
+
+TEST(PlanPresets, DcpMultipliesTheMlaCapacityAndEveryPresetPlans) {
+  const PlanReport r = PresetPlan("deepseek-v3", "h200", 8);
+  int64_t dcp1 = 0, dcp8 = 0;
+  for (const Candidate& c : r.ranked) {
+    if (c.dcp_size == 1) dcp1 = c.max_total_num_tokens;
+    if (c.dcp_size == 8 && !c.replicate_q) dcp8 = c.max_total_num_tokens;
+  }
+  // One latent head: without DCP every rank holds every token; DCP 8 shards it 8 ways.
+  EXPECT_EQ(dcp8, 8 * dcp1);
+  for (const std::string& name : PresetModelNames()) {
+    EXPECT_FALSE(PresetPlan(name, "b200", 8).ranked.empty()) << name;
+  }
+  EXPECT_EQ(PresetModel("gpt-5").status().error_id(), "CTXPAR-PLAN-001");
+  EXPECT_EQ(PresetHardware("h300").status().error_id(), "CTXPAR-PLAN-002");
+}
+
+TEST(PlanWorkload, RefusesWhatCannotRun) {
+  Workload w;
+  w.input = {0, 10};
+  EXPECT_EQ(MakeRequests(w).status().error_id(), "CTXPAR-PLAN-004");
+  w.input = {10, 5};
+  EXPECT_EQ(MakeRequests(w).status().error_id(), "CTXPAR-PLAN-004");
+  w.input = {10, 10};
+  w.concurrency = 2;
+  w.request_rate = 1;
+  EXPECT_EQ(MakeRequests(w).status().error_id(), "CTXPAR-PLAN-004");
+  w.request_rate = 0;
+  Expected<std::vector<SimRequest>> reqs = MakeRequests(w);
+  ASSERT_TRUE(reqs.ok());
+  EXPECT_EQ(reqs->size(), 16u);
+  EXPECT_EQ(HardwareFromJson("{\"mem_gbps\": 1}", "x.json").status().error_id(), "CTXPAR-PLAN-003");
+  EXPECT_EQ(HardwareFromJson("[1]", "x.json").status().error_id(), "CTXPAR-PLAN-003");
+}
+
+}  // namespace
+}  // namespace ctxpar::plan
