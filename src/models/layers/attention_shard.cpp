@@ -42,7 +42,8 @@ int GqaKvHeadsPerRank(int num_heads, int num_kv_heads, int tp, int dcp) {
 Status CheckGqaLayout(int num_heads, int kv, int tp, int dcp) {
   auto text = [](int64_t v) { return std::to_string(v); };
   if (num_heads % tp != 0) {
-    return CatalogError("CTXPAR-MODEL-002", {{"num_heads", text(num_heads)}, {"tp_size", text(tp)}});
+    return CatalogError("CTXPAR-MODEL-002",
+                        {{"num_heads", text(num_heads)}, {"tp_size", text(tp)}});
   }
   if (kv % tp != 0 && tp % kv != 0) {
     return CatalogError("CTXPAR-MODEL-003", {{"tp_size", text(tp)}, {"num_kv_heads", text(kv)}});
