@@ -2,17 +2,20 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+
 namespace ctxpar::engine {
 
 std::vector<int64_t> EncodePlan(const WirePlan& plan) {
   std::vector<int64_t> w;
-  w.reserve(4 + plan.ops.size() * 3 + plan.batch.seqs.size() * 6 + plan.batch.tokens.size());
+  w.reserve(4 + plan.ops.size() * 4 + plan.batch.seqs.size() * 6 + plan.batch.tokens.size());
   w.push_back(plan.stop ? 1 : 0);
   w.push_back(static_cast<int64_t>(plan.ops.size()));
   for (const PoolOp& op : plan.ops) {
     w.push_back(op.kind);
     w.push_back(op.slot);
     w.push_back(op.length);
+    w.push_back(op.group);
   }
   w.push_back(static_cast<int64_t>(plan.batch.seqs.size()));
   for (const BatchSeq& s : plan.batch.seqs) {
@@ -39,9 +42,13 @@ Expected<WirePlan> DecodePlan(const std::vector<int64_t>& w) {
   if (!next(&kind) || !next(&n) || n < 0) return bad();
   plan.stop = kind == 1;
   for (int64_t i = 0; i < n; ++i) {
-    int64_t k = 0, slot = 0, length = 0;
-    if (!next(&k) || !next(&slot) || !next(&length) || k < 0 || k > PoolOp::kLastKind) return bad();
-    plan.ops.push_back({static_cast<PoolOp::Kind>(k), static_cast<int32_t>(slot), length});
+    int64_t k = 0, slot = 0, length = 0, group = 0;
+    if (!next(&k) || !next(&slot) || !next(&length) || !next(&group) || k < 0 ||
+        k > PoolOp::kLastKind || group < 0 || group > INT32_MAX) {
+      return bad();
+    }
+    plan.ops.push_back({static_cast<PoolOp::Kind>(k), static_cast<int32_t>(slot), length,
+                        static_cast<int32_t>(group)});
   }
   if (!next(&n) || n < 0) return bad();
   for (int64_t i = 0; i < n; ++i) {

@@ -1,7 +1,7 @@
 // The step plan on the wire: what the leader broadcasts so that every rank replays the same pool
 // operations and runs the same batch (not public API).
 //
-// Layout (int64 words): kind, then the operations (count, then kind, slot, length each), the
+// Layout (int64 words): kind, then the operations (count, then kind, slot, length, group each), the
 // batch's sequences (count, then slot, pos0, num_tokens, token_offset, want_logits, all_logits
 // each) and its tokens (count, then the ids).
 //

@@ -25,11 +25,11 @@ Status ApplyPoolOp(KvPool& pool, const PoolOp& op) {
     case PoolOp::kReserve:
       return pool.Reserve(op.slot, op.length);
     case PoolOp::kAttach:
-      return pool.AttachPage(op.slot, static_cast<int32_t>(op.length));
+      return pool.AttachPage(op.slot, static_cast<int32_t>(op.length), op.group);
     case PoolOp::kHold:
-      return pool.HoldPage(static_cast<int32_t>(op.length));
+      return pool.HoldPage(static_cast<int32_t>(op.length), op.group);
     case PoolOp::kDrop:
-      return pool.DropPage(static_cast<int32_t>(op.length));
+      return pool.DropPage(static_cast<int32_t>(op.length), op.group);
     case PoolOp::kSlide:
       return pool.Slide(op.slot, op.length);
   }

@@ -79,9 +79,9 @@ struct SeqState {
 // kSlide (KvPool::Slide) gives back the pages of a slot that its window groups no longer show,
 // before the kReserve of its next chunk; plans carry it only for pools with a window group.
 struct PoolOp {
-  // kAttach: `length` is the page of group 0 that becomes the slot's next virtual page there;
-  // kHold / kDrop: the prefix cache takes / lets go a reference to page `length` of group 0 (slot
-  // unused).
+  // kAttach: `length` is the page of group `group` that becomes the slot's next virtual page
+  // there; kHold / kDrop: the prefix cache takes / lets go a reference to page `length` of group
+  // `group` (slot unused). The other kinds act on every group and leave `group` 0.
   enum Kind : int32_t {
     kRelease = 0,
     kAcquire = 1,
@@ -97,6 +97,7 @@ struct PoolOp {
   // kReserve: the length to hold; kSlide: the next chunk's first position; kAttach, kHold, kDrop:
   // a page id
   int64_t length;
+  int32_t group = 0;  // kAttach, kHold, kDrop: the KV group of the page
 };
 
 struct StepPlan {

@@ -375,5 +375,49 @@ TEST(Scheduler, RetractsTheFewestOutputTokensThenTheLongestPrompt) {
   EXPECT_FALSE(RetractBefore(seq(1, 5, 2), seq(1, 5, 2)));  // a strict order
 }
 
+// The page operations name their group on the wire: a follower holds, attaches and drops the page
+// of the group the leader named, and a plan whose group field is negative is malformed.
+TEST(Scheduler, PageOperationsCarryTheirGroupOverTheWire) {
+  KvPoolOptions options{.num_layers = 2,
+                        .num_kv_heads = 1,
+                        .head_dim_k = 16,
+                        .head_dim_v = 16,
+                        .page_size = 4,
+                        .num_pages = 8,
+                        .window_pages = 6,
+                        .max_slots = 2,
+                        .max_pages_per_slot = 8,
+                        .groups = {{{0}, 0, true}, {{1}, 8, true}}};
+  auto made = KvPool::Create(options);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  KvPool& pool = *made;
+  ASSERT_TRUE(ApplyPoolOp(pool, {PoolOp::kAcquire, 0, 0}).ok());
+  ASSERT_TRUE(ApplyPoolOp(pool, {PoolOp::kReserve, 0, 8}).ok());
+  const int32_t full = pool.SlotPage(0, 1, 0), window = pool.SlotPage(0, 1, 1);
+  const std::vector<PoolOp> ops = {{PoolOp::kHold, -1, full, 0},
+                                   {PoolOp::kHold, -1, window, 1},
+                                   {PoolOp::kRelease, 0, 0},
+                                   {PoolOp::kAcquire, 0, 0},
+                                   {PoolOp::kAttach, 0, window, 1}};
+  const Expected<WirePlan> wire = DecodePlan(EncodePlan({.ops = ops}));
+  ASSERT_TRUE(wire.ok()) << wire.status().ToString();
+  ASSERT_EQ(wire->ops.size(), ops.size());
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    EXPECT_EQ(wire->ops[i].group, ops[i].group);
+    const Status applied = ApplyPoolOp(pool, wire->ops[i]);
+    ASSERT_TRUE(applied.ok()) << i << ": " << applied.ToString();
+  }
+  EXPECT_EQ(pool.free_pages(0), 7);
+  EXPECT_EQ(pool.free_pages(1), 5);
+  EXPECT_EQ(pool.page_refs(window, 1), 2);
+  EXPECT_EQ(pool.SlotPage(0, 0, 1), window);
+  ASSERT_TRUE(ApplyPoolOp(pool, {PoolOp::kDrop, -1, window, 1}).ok());
+  EXPECT_EQ(pool.page_refs(window, 1), 1);
+  EXPECT_EQ(pool.page_refs(full, 0), 1);
+  std::vector<int64_t> words = EncodePlan({.ops = {{PoolOp::kDrop, -1, full, 0}}});
+  words[5] = -1;
+  EXPECT_FALSE(DecodePlan(words).ok());
+}
+
 }  // namespace
 }  // namespace ctxpar::engine
