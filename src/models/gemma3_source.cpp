@@ -1,7 +1,6 @@
 // The GGUF ModelSource of Gemma 3: hyperparameters, the layout rules the model hook adds to the
 // resolution pipeline, and the factory.
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <cmath>
 #include <memory>
@@ -12,6 +11,7 @@
 #include "ctxpar/gguf_hparams.h"
 #include "ctxpar/tokenizer.h"
 #include "models/gemma3.h"
+#include "models/layers/gguf_weights.h"
 #include "models/registry.h"
 
 namespace ctxpar {
@@ -137,14 +137,7 @@ Expected<Gemma3Hparams> ReadGemma3Hparams(const GgufFile& f) {
   CTXPAR_ASSIGN_OR_RETURN(hp.window,
                           ReadIntHparam(f, a + "attention.sliding_window", 0, 1 << 30, 0));
   hp.query_scale = 1.0f / std::sqrt(float(hp.head_dim));
-  CTXPAR_ASSIGN_OR_RETURN(const GgufTensor* embd, f.FindTensor("token_embd.weight"));
-  if (embd->shape.size() != 2 || embd->shape[0] != hp.dim || embd->shape[1] < 1 ||
-      embd->shape[1] > (1 << 30)) {
-    return HparamError(f, "the shape of tensor token_embd.weight",
-                       fmt::format("[{}]", fmt::join(embd->shape, ", ")),
-                       fmt::format("it must be [{}, n_vocab] with n_vocab in [1, 2^30]", hp.dim));
-  }
-  hp.vocab_size = static_cast<int>(embd->shape[1]);
+  CTXPAR_ASSIGN_OR_RETURN(hp.vocab_size, model::GgufVocabSize(f, hp.dim));
   return hp;
 }
 

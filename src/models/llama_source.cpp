@@ -1,7 +1,6 @@
 // The GGUF ModelSource of the Llama family: hyperparameters, the layout rules that the model
 // hook adds to the resolution pipeline (layers/attention_shard.h), and the factory.
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <memory>
 #include <string>
@@ -9,6 +8,7 @@
 
 #include "ctxpar/gguf_hparams.h"
 #include "ctxpar/tokenizer.h"
+#include "models/layers/gguf_weights.h"
 #include "models/llama.h"
 #include "models/registry.h"
 
@@ -111,14 +111,7 @@ Expected<LlamaHparams> ReadLlamaHparams(const GgufFile& f) {
       hp.rope_base, ReadFloatHparam(f, a + "rope.freq_base", kRopeFreqBaseRange, hp.rope_base));
   CTXPAR_ASSIGN_OR_RETURN(
       hp.rms_eps, ReadFloatHparam(f, a + "attention.layer_norm_rms_epsilon", kRmsEpsilonRange));
-  CTXPAR_ASSIGN_OR_RETURN(const GgufTensor* embd, f.FindTensor("token_embd.weight"));
-  if (embd->shape.size() != 2 || embd->shape[0] != hp.dim || embd->shape[1] < 1 ||
-      embd->shape[1] > (1 << 30)) {
-    return HparamError(f, "the shape of tensor token_embd.weight",
-                       fmt::format("[{}]", fmt::join(embd->shape, ", ")),
-                       fmt::format("it must be [{}, n_vocab] with n_vocab in [1, 2^30]", hp.dim));
-  }
-  hp.vocab_size = static_cast<int>(embd->shape[1]);
+  CTXPAR_ASSIGN_OR_RETURN(hp.vocab_size, model::GgufVocabSize(f, hp.dim));
   hp.tied_embeddings = !f.FindTensor("output.weight").ok();
   return hp;
 }

@@ -1,8 +1,22 @@
 #include "models/layers/gguf_weights.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "ctxpar/gguf_hparams.h"
 
 namespace ctxpar::model {
+
+Expected<int> GgufVocabSize(const GgufFile& f, int dim) {
+  CTXPAR_ASSIGN_OR_RETURN(const GgufTensor* embd, f.FindTensor("token_embd.weight"));
+  if (embd->shape.size() != 2 || embd->shape[0] != dim || embd->shape[1] < 1 ||
+      embd->shape[1] > (1 << 30)) {
+    return HparamError(f, "the shape of tensor token_embd.weight",
+                       fmt::format("[{}]", fmt::join(embd->shape, ", ")),
+                       fmt::format("it must be [{}, n_vocab] with n_vocab in [1, 2^30]", dim));
+  }
+  return static_cast<int>(embd->shape[1]);
+}
 
 Expected<QuantMatrix> GgufMatrix(const GgufFile& f, const std::string& name, int64_t cols,
                                  int64_t rows, ActFormat format) {

@@ -19,6 +19,10 @@ namespace ctxpar::model {
 Expected<QuantMatrix> GgufMatrix(const GgufFile& f, const std::string& name, int64_t cols,
                                  int64_t rows, ActFormat format);
 
+// The vocabulary size: token_embd.weight must be [dim, n_vocab] with n_vocab in [1, 2^30]
+// (HparamError naming the tensor otherwise).
+Expected<int> GgufVocabSize(const GgufFile& f, int dim);
+
 // An F32 vector of `dim` elements.
 Expected<const float*> GgufVector(const GgufFile& f, const std::string& name, int64_t dim);
 
