@@ -22,7 +22,8 @@ namespace {
 using model::GgufMatrix;
 using model::GgufVector;
 
-struct Layer {
+// The rank's rows of the projections (gguf_weights.h), the layer's norms and RoPE base.
+struct Layer : model::DenseBlockWeights {
   const float* attn_norm = nullptr;
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
@@ -30,8 +31,6 @@ struct Layer {
   const float* ffn_norm = nullptr;
   const float* post_ffn_norm = nullptr;
   float rope_base = 0.0f;
-  // The rank's rows, as in the Llama model.
-  model::QuantMatrix wq, wk, wv, gate, up, wo, down;
 };
 
 class Gemma3Model final : public Model {
@@ -82,14 +81,12 @@ Status Gemma3Model::Init(const EngineConfig& config) {
   const model::ActFormat format = tp_.format();
   const int hd = hp.head_dim;
   const model::HeadShard& s = shard_;
-  const int ffn_first = s.ffn_bounds[s.tp_rank];
-  const int ffn_count = s.ffn_bounds[s.tp_rank + 1] - ffn_first;
-  const int dim_first = s.dim_bounds[s.tp_rank];
-  const int dim_count = s.dim_bounds[s.tp_rank + 1] - dim_first;
-  const int q_width = hp.num_heads * hd, kv_width = hp.num_kv_heads * hd;
+  const model::HeadLayout layout = Gemma3HeadLayout(hp);
   for (int l = 0; l < hp.num_layers; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
-    Layer layer;
+    CTXPAR_ASSIGN_OR_RETURN(model::DenseBlockWeights w,
+                            model::GgufDenseBlock(f, b, layout, s, format));
+    Layer layer{w};
     CTXPAR_ASSIGN_OR_RETURN(layer.attn_norm, GgufVector(f, b + "attn_norm.weight", hp.dim));
     CTXPAR_ASSIGN_OR_RETURN(layer.q_norm, GgufVector(f, b + "attn_q_norm.weight", hd));
     CTXPAR_ASSIGN_OR_RETURN(layer.k_norm, GgufVector(f, b + "attn_k_norm.weight", hd));
@@ -97,25 +94,7 @@ Status Gemma3Model::Init(const EngineConfig& config) {
                             GgufVector(f, b + "post_attention_norm.weight", hp.dim));
     CTXPAR_ASSIGN_OR_RETURN(layer.ffn_norm, GgufVector(f, b + "ffn_norm.weight", hp.dim));
     CTXPAR_ASSIGN_OR_RETURN(layer.post_ffn_norm, GgufVector(f, b + "post_ffw_norm.weight", hp.dim));
-    CTXPAR_ASSIGN_OR_RETURN(auto wq, GgufMatrix(f, b + "attn_q.weight", hp.dim, q_width, format));
-    CTXPAR_ASSIGN_OR_RETURN(auto wk, GgufMatrix(f, b + "attn_k.weight", hp.dim, kv_width, format));
-    CTXPAR_ASSIGN_OR_RETURN(auto wv, GgufMatrix(f, b + "attn_v.weight", hp.dim, kv_width, format));
-    CTXPAR_ASSIGN_OR_RETURN(auto wo,
-                            GgufMatrix(f, b + "attn_output.weight", q_width, hp.dim, format));
-    CTXPAR_ASSIGN_OR_RETURN(auto gate,
-                            GgufMatrix(f, b + "ffn_gate.weight", hp.dim, hp.ffn_dim, format));
-    CTXPAR_ASSIGN_OR_RETURN(auto up,
-                            GgufMatrix(f, b + "ffn_up.weight", hp.dim, hp.ffn_dim, format));
-    CTXPAR_ASSIGN_OR_RETURN(auto down,
-                            GgufMatrix(f, b + "ffn_down.weight", hp.ffn_dim, hp.dim, format));
     layer.rope_base = hp.IsWindowLayer(l) ? hp.rope_base_window : hp.rope_base;
-    layer.wq = wq.RowRange(s.q_first * hd, s.q_heads * hd);
-    layer.wk = wk.RowRange(s.kv_first * hd, s.kv_heads * hd);
-    layer.wv = wv.RowRange(s.kv_first * hd, s.kv_heads * hd);
-    layer.gate = gate.RowRange(ffn_first, ffn_count);
-    layer.up = up.RowRange(ffn_first, ffn_count);
-    layer.wo = wo.RowRange(dim_first, dim_count);
-    layer.down = down.RowRange(dim_first, dim_count);
     layers_.push_back(std::move(layer));
   }
   CTXPAR_ASSIGN_OR_RETURN(embd_, GgufMatrix(f, "token_embd.weight", hp.dim, hp.vocab_size, format));

@@ -22,12 +22,10 @@ namespace {
 using model::GgufMatrix;
 using model::GgufVector;
 
-struct Layer {
+// The rank's rows of the projections (gguf_weights.h) and the layer's norms.
+struct Layer : model::DenseBlockWeights {
   const float* attn_norm = nullptr;
   const float* ffn_norm = nullptr;
-  // The rank's rows: wq, wk, wv by head, gate and up by shard_.ffn_bounds, wo and down (all of
-  // their columns) by shard_.dim_bounds.
-  model::QuantMatrix wq, wk, wv, gate, up, wo, down;
 };
 
 class LlamaModel final : public Model {
@@ -80,36 +78,14 @@ Status LlamaModel::Init(const EngineConfig& config) {
   const model::ActFormat format = tp_.format();
   const int hd = hp.head_dim;
   const model::HeadShard& s = shard_;
-  const int ffn_first = s.ffn_bounds[s.tp_rank];
-  const int ffn_count = s.ffn_bounds[s.tp_rank + 1] - ffn_first;
-  const int dim_first = s.dim_bounds[s.tp_rank];
-  const int dim_count = s.dim_bounds[s.tp_rank + 1] - dim_first;
+  const model::HeadLayout layout = LlamaHeadLayout(hp);
   for (int l = 0; l < hp.num_layers; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
-    Layer layer;
+    CTXPAR_ASSIGN_OR_RETURN(model::DenseBlockWeights w,
+                            model::GgufDenseBlock(f, b, layout, s, format));
+    Layer layer{w};
     CTXPAR_ASSIGN_OR_RETURN(layer.attn_norm, GgufVector(f, b + "attn_norm.weight", hp.dim));
     CTXPAR_ASSIGN_OR_RETURN(layer.ffn_norm, GgufVector(f, b + "ffn_norm.weight", hp.dim));
-    CTXPAR_ASSIGN_OR_RETURN(auto wq,
-                            GgufMatrix(f, b + "attn_q.weight", hp.dim, hp.num_heads * hd, format));
-    CTXPAR_ASSIGN_OR_RETURN(
-        auto wk, GgufMatrix(f, b + "attn_k.weight", hp.dim, hp.num_kv_heads * hd, format));
-    CTXPAR_ASSIGN_OR_RETURN(
-        auto wv, GgufMatrix(f, b + "attn_v.weight", hp.dim, hp.num_kv_heads * hd, format));
-    CTXPAR_ASSIGN_OR_RETURN(auto wo,
-                            GgufMatrix(f, b + "attn_output.weight", hp.dim, hp.dim, format));
-    CTXPAR_ASSIGN_OR_RETURN(auto gate,
-                            GgufMatrix(f, b + "ffn_gate.weight", hp.dim, hp.ffn_dim, format));
-    CTXPAR_ASSIGN_OR_RETURN(auto up,
-                            GgufMatrix(f, b + "ffn_up.weight", hp.dim, hp.ffn_dim, format));
-    CTXPAR_ASSIGN_OR_RETURN(auto down,
-                            GgufMatrix(f, b + "ffn_down.weight", hp.ffn_dim, hp.dim, format));
-    layer.wq = wq.RowRange(s.q_first * hd, s.q_heads * hd);
-    layer.wk = wk.RowRange(s.kv_first * hd, s.kv_heads * hd);
-    layer.wv = wv.RowRange(s.kv_first * hd, s.kv_heads * hd);
-    layer.gate = gate.RowRange(ffn_first, ffn_count);
-    layer.up = up.RowRange(ffn_first, ffn_count);
-    layer.wo = wo.RowRange(dim_first, dim_count);
-    layer.down = down.RowRange(dim_first, dim_count);
     layers_.push_back(std::move(layer));
   }
   CTXPAR_ASSIGN_OR_RETURN(embd_, GgufMatrix(f, "token_embd.weight", hp.dim, hp.vocab_size, format));

@@ -18,6 +18,34 @@ Expected<int> GgufVocabSize(const GgufFile& f, int dim) {
   return static_cast<int>(embd->shape[1]);
 }
 
+Expected<DenseBlockWeights> GgufDenseBlock(const GgufFile& f, const std::string& prefix,
+                                           const HeadLayout& l, const HeadShard& s,
+                                           ActFormat format) {
+  const int hd = l.head_dim;
+  const int q_width = l.num_heads * hd, kv_width = l.num_kv_heads * hd;
+  const int ffn_first = s.ffn_bounds[s.tp_rank];
+  const int ffn_count = s.ffn_bounds[s.tp_rank + 1] - ffn_first;
+  const int dim_first = s.dim_bounds[s.tp_rank];
+  const int dim_count = s.dim_bounds[s.tp_rank + 1] - dim_first;
+  const std::string& b = prefix;
+  CTXPAR_ASSIGN_OR_RETURN(auto wq, GgufMatrix(f, b + "attn_q.weight", l.dim, q_width, format));
+  CTXPAR_ASSIGN_OR_RETURN(auto wk, GgufMatrix(f, b + "attn_k.weight", l.dim, kv_width, format));
+  CTXPAR_ASSIGN_OR_RETURN(auto wv, GgufMatrix(f, b + "attn_v.weight", l.dim, kv_width, format));
+  CTXPAR_ASSIGN_OR_RETURN(auto wo, GgufMatrix(f, b + "attn_output.weight", q_width, l.dim, format));
+  CTXPAR_ASSIGN_OR_RETURN(auto gate,
+                          GgufMatrix(f, b + "ffn_gate.weight", l.dim, l.ffn_dim, format));
+  CTXPAR_ASSIGN_OR_RETURN(auto up, GgufMatrix(f, b + "ffn_up.weight", l.dim, l.ffn_dim, format));
+  CTXPAR_ASSIGN_OR_RETURN(auto down,
+                          GgufMatrix(f, b + "ffn_down.weight", l.ffn_dim, l.dim, format));
+  return DenseBlockWeights{.wq = wq.RowRange(s.q_first * hd, s.q_heads * hd),
+                           .wk = wk.RowRange(s.kv_first * hd, s.kv_heads * hd),
+                           .wv = wv.RowRange(s.kv_first * hd, s.kv_heads * hd),
+                           .wo = wo.RowRange(dim_first, dim_count),
+                           .gate = gate.RowRange(ffn_first, ffn_count),
+                           .up = up.RowRange(ffn_first, ffn_count),
+                           .down = down.RowRange(dim_first, dim_count)};
+}
+
 Expected<QuantMatrix> GgufMatrix(const GgufFile& f, const std::string& name, int64_t cols,
                                  int64_t rows, ActFormat format) {
   CTXPAR_ASSIGN_OR_RETURN(const GgufTensor* t, f.FindTensor(name));
