@@ -29,7 +29,8 @@
 // Sharing (the prefix cache). A page of a group counts its holders: the slots whose block table
 // lists it and the prefix cache (HoldPage). Reserve hands out free pages with one reference;
 // AttachPage makes a page in use the next virtual page of a slot as well; ReleaseSlot, Slide and
-// DropPage each remove one reference, and a page is free again when none is left. A shared page
+// DropPage each remove one reference, and a page is free again when none is left. DropPage only
+// takes back a HoldPage reference. A shared page
 // is only read: a slot that attaches cached pages writes from the first position after them.
 //
 // Sliding. A window group keeps its virtual pages at their absolute index: the block table entry
@@ -176,6 +177,17 @@ class KvPool {
   }
   // Holders of `page` in group g (0: free).
   int32_t page_refs(int32_t page, int g = 0) const { return groups_[g].refs[page]; }
+  // Whether every holder of `page` in group g is a HoldPage (the prefix cache's): dropping those
+  // frees it. cache_only_pages(g) counts such pages.
+  bool cache_only(int32_t page, int g = 0) const {
+    return groups_[g].refs[page] > 0 && groups_[g].refs[page] == groups_[g].holds[page];
+  }
+  int64_t cache_only_pages(int g = 0) const { return groups_[g].cache_only; }
+  // The first virtual page `slot` still holds in group g (those below were given back by Slide).
+  int32_t first_page(int32_t slot, int g = 0) const { return groups_[g].first[slot]; }
+  // The first virtual page of `per_page` positions that a window of W keeps for a forward
+  // starting at pos0 (the page of position pos0 - W + 1).
+  static int64_t FirstKept(int64_t pos0, int64_t window, int64_t per_page);
   int32_t free_slots() const;
   // Tokens group g holds (group 0: SGLang's max_total_num_tokens before any cap; a window
   // group: its swa_layer_tokens).
@@ -204,11 +216,15 @@ class KvPool {
     std::vector<int32_t> first = {}, used = {};  // per slot
     std::vector<int32_t> free = {};              // a min-heap of free page ids
     std::vector<int32_t> refs = {};              // holders of each page
+    std::vector<int32_t> holds = {};             // of them, HoldPage's
+    int64_t cache_only = 0;                      // pages whose holders are all HoldPage's
   };
 
   KvPool(const KvPoolOptions& options, KvLayout layout, std::vector<Group> groups,
          std::vector<int> layer_group, std::vector<HostBuffer> k, std::vector<HostBuffer> v);
   Status CheckPage(const char* what, int32_t page, int g) const;
+  // Adds to a page's holders and HoldPage holders, keeping cache_only; frees it at 0 holders.
+  static void Count(Group& g, int32_t page, int32_t refs, int32_t holds);
   static void Unref(Group& g, int32_t page);
   void Store(const PagedKv& kv, void* base, bool value, int64_t page, int slot, const float* src);
   Status CheckSlot(const char* what, int32_t slot) const;

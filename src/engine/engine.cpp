@@ -240,14 +240,12 @@ Expected<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config,
   CTXPAR_ASSIGN_OR_RETURN(KvPool pool, KvPool::Create(kv));
   impl->kv.emplace(std::move(pool));
   impl->config.max_running_requests = kv.max_slots;
-  // The prefix cache shares the pages of one full-attention group; a model with a window group
-  // would need the window pages of each cached prefix kept too (docs/engine.md), not built yet.
-  const bool windowed = impl->kv->num_groups() > 1;
-  const bool radix_cache = !config.disable_radix_cache && !windowed;
-  impl->scheduler.emplace(engine::SchedulerOptions{kv.max_slots, config.chunked_prefill_size,
-                                                   config.schedule_conservativeness, radix_cache,
-                                                   config.schedule_policy},
-                          &*impl->kv);
+  impl->scheduler.emplace(
+      engine::SchedulerOptions{kv.max_slots, config.chunked_prefill_size,
+                               config.schedule_conservativeness, !config.disable_radix_cache,
+                               config.schedule_policy},
+      &*impl->kv);
+  const bool radix_cache = impl->scheduler->cache() != nullptr;
   impl->eos = source.desc().eos_token_ids;
   EngineSnapshot& s = impl->stats;
   s.max_total_num_tokens = impl->kv->capacity_tokens();
@@ -273,12 +271,11 @@ Expected<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config,
         "context_len={}, page_size={}, dcp_size={}, threads={}, radix_cache={}",
         s.max_total_num_tokens, config.chunked_prefill_size, kv.max_slots, s.context_length,
         config.page_size, config.dcp_size, config.threads, radix_cache ? "on" : "off"));
-    if (windowed && !config.disable_radix_cache) {
-      log(
-          fmt::format("Prefix cache off: this model has {} KV layer groups (sliding-window "
-                      "layers), and the radix cache shares pages of a single full-attention group "
-                      "only",
-                      impl->kv->num_groups()));
+    if (!radix_cache && !config.disable_radix_cache) {
+      log(fmt::format(
+          "Prefix cache off: a KV layer group is not sharded by DCP, so its pages hold {} "
+          "positions where group 0's hold {}, and the radix cache needs pages of one size",
+          config.page_size, int64_t{config.page_size} * config.dcp_size));
     }
   }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));

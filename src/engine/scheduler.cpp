@@ -53,11 +53,18 @@ Scheduler::Scheduler(const SchedulerOptions& options, KvPool* pool)
       min_ratio_(0.14 * init_ratio_),
       ratio_decay_((init_ratio_ - min_ratio_) / 600),
       ratio_(init_ratio_) {
-  for (int g = 0; g < pool->num_groups(); ++g) windows_ = windows_ || pool->group(g).window > 0;
-  // The cache shares the pages of group 0 only: with more groups it is off (the engine says so).
-  if (options.radix_cache && pool->num_groups() == 1) {
-    cache_ =
-        std::make_unique<RadixCache>(int64_t{pool->options().page_size} * pool->options().dcp_size);
+  // The tree's pages cover page_tokens positions in every group: a group DCP does not shard
+  // (at dcp > 1) leaves the cache off (the engine says so).
+  std::vector<int> windows;
+  bool same_pages = true;
+  for (int g = 0; g < pool->num_groups(); ++g) {
+    windows_ = windows_ || pool->group(g).window > 0;
+    windows.push_back(pool->group(g).window);
+    same_pages = same_pages && (pool->group(g).dcp_sharded || pool->options().dcp_size == 1);
+  }
+  if (options.radix_cache && same_pages) {
+    cache_ = std::make_unique<RadixCache>(
+        int64_t{pool->options().page_size} * pool->options().dcp_size, std::move(windows));
   }
 }
 
@@ -81,13 +88,11 @@ Status Scheduler::Remove(SeqState* seq) {
 bool Scheduler::FlushCache() {
   if (!running_.empty() || !waiting_.empty()) return false;
   if (!cache_) return true;
-  std::vector<int32_t> dropped;
+  std::vector<RadixCache::PageRef> dropped;
   cache_->Reset(&dropped);
-  for (int32_t page : dropped) {
-    // Nothing runs, so every cached page is the cache's alone: a failed drop is the scheduler's
-    // own bug, caught by the accounting tests.
-    (void)Record(pending_ops_, {PoolOp::kDrop, -1, page});
-  }
+  // Nothing runs, so every cached page is the cache's alone: a failed drop is the scheduler's own
+  // bug, caught by the accounting tests.
+  (void)RecordDrops(pending_ops_, dropped);
   return true;
 }
 
@@ -100,25 +105,53 @@ Status Scheduler::Record(std::vector<PoolOp>& ops, PoolOp op) {
 }
 
 int64_t Scheduler::FreePages(int g) const {
-  return pool_->free_pages(g) + (g == 0 ? evictable_pages() : 0);
+  if (!cache_) return pool_->free_pages(g);
+  return pool_->free_pages(g) +
+         (pool_->group(g).window == 0 ? cache_->evictable_pages() : pool_->cache_only_pages(g));
 }
 
-Status Scheduler::EnsureFree(std::vector<PoolOp>& ops, int64_t pages) {
-  if (!cache_ || pool_->free_pages() >= pages) return Status::Ok();
-  std::vector<int32_t> dropped;
-  cache_->Evict(pages - pool_->free_pages(), &dropped);
-  for (int32_t page : dropped) CTXPAR_RETURN_IF_ERROR(Record(ops, {PoolOp::kDrop, -1, page}));
+Status Scheduler::RecordDrops(std::vector<PoolOp>& ops,
+                              const std::vector<RadixCache::PageRef>& dropped) {
+  for (const RadixCache::PageRef& d : dropped) {
+    CTXPAR_RETURN_IF_ERROR(Record(ops, {PoolOp::kDrop, -1, d.page, d.group}));
+  }
   return Status::Ok();
+}
+
+Status Scheduler::EnsureFree(std::vector<PoolOp>& ops, int g, int64_t pages) {
+  if (!cache_ || pool_->free_pages(g) >= pages) return Status::Ok();
+  std::vector<RadixCache::PageRef> dropped;
+  const int64_t missing = pages - pool_->free_pages(g);
+  if (pool_->group(g).window == 0) {
+    cache_->Evict(missing, &dropped);
+  } else {
+    cache_->EvictWindow(
+        g, missing, [&](int32_t page) { return pool_->cache_only(page, g); }, &dropped);
+  }
+  return RecordDrops(ops, dropped);
+}
+
+int64_t Scheduler::FirstNeeded(int g, int64_t pos0) const {
+  const int window = pool_->group(g).window;
+  return window == 0 ? 0 : KvPool::FirstKept(pos0, window, cache_->page_tokens());
 }
 
 Status Scheduler::CachePages(SeqState* seq, std::vector<PoolOp>& ops) {
   const int64_t full = seq->kv_len / cache_->page_tokens();
   if (full <= seq->cached_pages) return Status::Ok();
-  std::vector<int32_t> pages(full);
-  for (int64_t v = 0; v < full; ++v) pages[v] = pool_->SlotPage(seq->slot, static_cast<int32_t>(v));
-  std::vector<int32_t> taken;
+  RadixCache::GroupPages pages(pool_->num_groups(), std::vector<int32_t>(full));
+  for (int g = 0; g < pool_->num_groups(); ++g) {
+    for (int32_t v = 0; v < full; ++v) {
+      // A window group's pages below its first held one were given back (Slide).
+      pages[g][v] = v < pool_->first_page(seq->slot, g) ? RadixCache::kNoPage
+                                                        : pool_->SlotPage(seq->slot, v, g);
+    }
+  }
+  std::vector<RadixCache::PageRef> taken;
   RadixCache::Node* node = cache_->Insert(seq->tokens, pages, &taken);
-  for (int32_t page : taken) CTXPAR_RETURN_IF_ERROR(Record(ops, {PoolOp::kHold, -1, page}));
+  for (const RadixCache::PageRef& t : taken) {
+    CTXPAR_RETURN_IF_ERROR(Record(ops, {PoolOp::kHold, -1, t.page, t.group}));
+  }
   cache_->Lock(node);
   cache_->Unlock(seq->cache_node);
   seq->cache_node = node;
@@ -139,8 +172,8 @@ Status Scheduler::Drop(SeqState* seq, std::vector<PoolOp>& ops) {
   return Status::Ok();
 }
 
-std::vector<int32_t> Scheduler::LockPrefix(SeqState* seq) {
-  if (!cache_ || seq->want_prompt_logits) return {};
+RadixCache::GroupPages Scheduler::LockPrefix(SeqState* seq) {
+  if (!cache_ || seq->want_prompt_logits) return RadixCache::GroupPages(pool_->num_groups());
   const auto max_pages = (static_cast<int64_t>(seq->tokens.size()) - 1) / cache_->page_tokens();
   RadixCache::Match m = cache_->MatchPrefix(seq->tokens, max_pages);
   cache_->Lock(m.node);
@@ -245,13 +278,16 @@ Status Scheduler::Decode(StepPlan& plan) {
   }
   // Every window slides before any page is reserved, so the pages one sequence gives back are
   // there for the others.
-  int64_t need = 0;
   for (SeqState* s : running_) {
-    if (!decoding(s)) continue;
-    CTXPAR_RETURN_IF_ERROR(Slide(plan, *s));
-    need += pool_->PagesFor(s->kv_len + 1) - pool_->slot_pages(s->slot);
+    if (decoding(s)) CTXPAR_RETURN_IF_ERROR(Slide(plan, *s));
   }
-  CTXPAR_RETURN_IF_ERROR(EnsureFree(plan.ops, need));
+  for (int g = 0; g < pool_->num_groups(); ++g) {
+    int64_t need = 0;
+    for (const SeqState* s : running_) {
+      if (decoding(s)) need += pool_->PagesNeeded(g, s->slot, s->kv_len, s->kv_len + 1);
+    }
+    CTXPAR_RETURN_IF_ERROR(EnsureFree(plan.ops, g, need));
+  }
   for (SeqState* s : running_) {
     if (!decoding(s)) continue;
     CTXPAR_RETURN_IF_ERROR(Record(plan.ops, {PoolOp::kReserve, s->slot, s->kv_len + 1}));
@@ -267,8 +303,10 @@ Status Scheduler::Prefill(StepPlan& plan) {
   auto add_chunk = [&](SeqState* s) -> Status {
     const int64_t chunk = std::min(s->pending(), budget);
     CTXPAR_RETURN_IF_ERROR(Slide(plan, *s));
-    CTXPAR_RETURN_IF_ERROR(
-        EnsureFree(plan.ops, pool_->PagesFor(s->kv_len + chunk) - pool_->slot_pages(s->slot)));
+    for (int g = 0; g < pool_->num_groups(); ++g) {
+      CTXPAR_RETURN_IF_ERROR(
+          EnsureFree(plan.ops, g, pool_->PagesNeeded(g, s->slot, s->kv_len, s->kv_len + chunk)));
+    }
     CTXPAR_RETURN_IF_ERROR(Record(plan.ops, {PoolOp::kReserve, s->slot, s->kv_len + chunk}));
     const bool ends = s->kv_len + chunk == static_cast<int64_t>(s->tokens.size());
     plan.batch.Add(s->slot, s->kv_len, s->tokens.data() + s->kv_len, static_cast<int32_t>(chunk),
@@ -290,21 +328,27 @@ Status Scheduler::Prefill(StepPlan& plan) {
     if (budget <= 0 || running() >= options_.max_running_requests || pool_->free_slots() == 0) {
       break;
     }
-    const std::vector<int32_t> prefix = LockPrefix(s);
-    const auto cached = static_cast<int64_t>(prefix.size());
+    const RadixCache::GroupPages prefix = LockPrefix(s);
+    const auto cached = static_cast<int64_t>(prefix[0].size());
     const int64_t cached_tokens = cached * (cache_ ? cache_->page_tokens() : 0);
     const int64_t remaining = std::max(0, s->max_new_tokens - s->output_len());
     const auto estimate = static_cast<int64_t>(
         std::ceil(double(std::min<int64_t>(remaining, kClipMaxNewTokens)) * ratio_));
     const int64_t want = static_cast<int64_t>(s->tokens.size()) + estimate;
     const int64_t chunk = std::min(static_cast<int64_t>(s->tokens.size()) - cached_tokens, budget);
-    // The cached pages are group 0's and already in use: the new slot attaches them.
+    // The cached pages are in use: the new slot attaches them (in a window group, those its
+    // window shows). Those only the cache held stop counting as evictable.
     bool admit = true;
     for (int g = 0; g < pool_->num_groups(); ++g) {
-      const int64_t attached = g == 0 ? cached : 0;
+      const int64_t attached = cached - (cached > 0 ? FirstNeeded(g, cached_tokens) : 0);
+      int64_t pinned = 0;
+      for (int64_t v = cached - attached; v < cached && pool_->group(g).window > 0; ++v) {
+        pinned += pool_->cache_only(prefix[g][v], g) ? 1 : 0;
+      }
+      const int64_t free = FreePages(g) - pinned;
       const int64_t cost = pool_->PeakPages(g, want, MaxChunk(*s)) - attached;
-      if (!running_.empty() && cost > FreePages(g) - ReservedPages(g)) admit = false;
-      if (NetPages(g, -1, 0, cached_tokens + chunk) - attached > FreePages(g)) admit = false;
+      if (!running_.empty() && cost > free - ReservedPages(g)) admit = false;
+      if (NetPages(g, -1, cached_tokens, cached_tokens + chunk) - attached > free) admit = false;
     }
     if (!admit) {
       if (cache_) cache_->Unlock(s->cache_node);
@@ -314,8 +358,13 @@ Status Scheduler::Prefill(StepPlan& plan) {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s));
     CTXPAR_ASSIGN_OR_RETURN(s->slot, pool_->AcquireSlot());
     plan.ops.push_back({PoolOp::kAcquire, s->slot, 0});
-    for (int32_t page : prefix) {
-      CTXPAR_RETURN_IF_ERROR(Record(plan.ops, {PoolOp::kAttach, s->slot, page}));
+    if (windows_ && cached > 0) {
+      CTXPAR_RETURN_IF_ERROR(Record(plan.ops, {PoolOp::kSlide, s->slot, cached_tokens}));
+    }
+    for (int g = 0; g < pool_->num_groups() && cached > 0; ++g) {
+      for (int64_t v = FirstNeeded(g, cached_tokens); v < cached; ++v) {
+        CTXPAR_RETURN_IF_ERROR(Record(plan.ops, {PoolOp::kAttach, s->slot, prefix[g][v], g}));
+      }
     }
     s->kv_len = cached_tokens;
     s->cached_pages = cached;

@@ -27,17 +27,20 @@
 //  4. new_token_ratio decays by (init - min) / 600 per step, from init = min(0.7 *
 //     schedule_conservativeness, 1) to min = 0.14 * init.
 //
-// The prefix cache (radix_cache.h; on unless --disable-radix-cache). Admission looks up the
-// longest cached prefix of the sequence in whole pages, leaving at least its last token to compute
-// (its logits row is the one sampled), locks it, attaches its pages to the new slot and prefills
-// from there. After every step each running sequence's completed pages are cached (a prefill
-// shares its prefix with those admitted after it while it still runs); a finished or retracted
-// sequence caches its pages before its slot is released, so a retracted one re-prefills from
-// whatever the cache still holds when it is admitted again. Pages of unlocked cache nodes count as
-// available wherever free pages are counted (decode, prefill, admission), and the least recently
-// used are evicted when the free pages fall short. With the lpm policy the queue is taken in
-// order of cached prefix length (longest first; ties by arrival) when it holds at most 128
-// sequences, in arrival order beyond (SGLang's rule).
+// The prefix cache (radix_cache.h; on unless --disable-radix-cache, and off when a group's pages
+// cover other positions than group 0's: a window group DCP does not shard at dcp > 1). Admission
+// looks up the longest usable cached prefix of the sequence in whole pages, leaving at least its
+// last token to compute (its logits row is the one sampled), locks it, attaches its pages to the
+// new slot (in a window group only those the window shows, after a kSlide of the new slot to the
+// prefix's end) and prefills from there. After every step each running sequence's completed pages
+// are cached (a prefill shares its prefix with those admitted after it while it still runs); a
+// finished or retracted sequence caches its pages before its slot is released, so a retracted one
+// re-prefills from whatever the cache still holds when it is admitted again. Pages of unlocked
+// cache nodes (in a window group: the pages only the cache holds) count as available wherever free
+// pages are counted (decode, prefill, admission), and the least recently used are evicted when the
+// free pages of a group fall short. With the lpm policy the queue is taken in order of cached
+// prefix length (longest first; ties by arrival) when it holds at most 128 sequences, in arrival
+// order beyond (SGLang's rule).
 //
 // The plan lists the pool operations in the order the leader made them (release, acquire,
 // attach, reserve, hold, drop), so that every rank replays them on its own pool and the page ids
@@ -173,16 +176,22 @@ class Scheduler {
   void Retract(SeqState* seq, StepPlan& plan);
   SeqState* Victim() const;
   Status Record(std::vector<PoolOp>& ops, PoolOp op);
-  // Free pages of group g plus, in group 0, those the cache can evict.
+  // Free pages of group g plus those the cache can evict: in a full-attention group the pages of
+  // unlocked nodes, in a window group those the cache alone holds.
   int64_t FreePages(int g) const;
-  // Evicts cached pages until `pages` are free.
-  Status EnsureFree(std::vector<PoolOp>& ops, int64_t pages);
+  // Evicts cached pages until `pages` of group g are free.
+  Status EnsureFree(std::vector<PoolOp>& ops, int g, int64_t pages);
+  // Records the kDrop of each page the cache let go.
+  Status RecordDrops(std::vector<PoolOp>& ops, const std::vector<RadixCache::PageRef>& dropped);
   // Caches the sequence's complete pages and moves its lock to their end.
   Status CachePages(SeqState* seq, std::vector<PoolOp>& ops);
   // Caches the pages, unlocks them and releases the slot (a finish or a retraction).
   Status Drop(SeqState* seq, std::vector<PoolOp>& ops);
-  // Locks the longest cached prefix of a queued sequence; returns its pages.
-  std::vector<int32_t> LockPrefix(SeqState* seq);
+  // Locks the longest usable cached prefix of a queued sequence; returns its pages.
+  RadixCache::GroupPages LockPrefix(SeqState* seq);
+  // The first page a window group of `slot` needs for a continuation from pos0 (0 in a full
+  // group): cached pages below it are not attached.
+  int64_t FirstNeeded(int g, int64_t pos0) const;
   std::vector<SeqState*> AdmissionOrder() const;
 
   SchedulerOptions options_;

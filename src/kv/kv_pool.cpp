@@ -122,11 +122,11 @@ void Free(std::vector<int32_t>& heap, int32_t page) {
 
 // The first virtual page a window group keeps for a forward from pos0: the page of position
 // pos0 - W + 1, the first that row pos0 sees.
-int64_t FirstKept(int64_t pos0, int64_t window, int64_t per_page) {
+}  // namespace
+
+int64_t KvPool::FirstKept(int64_t pos0, int64_t window, int64_t per_page) {
   return std::max<int64_t>(0, pos0 - window + 1) / per_page;
 }
-
-}  // namespace
 
 std::vector<KvGroupSpec> KvPool::GroupsOf(const KvPoolOptions& o) {
   if (!o.groups.empty()) return o.groups;
@@ -158,6 +158,7 @@ Expected<KvPool> KvPool::Create(const KvPoolOptions& o) {
     // Ascending ids form a min-heap: the lowest free page is handed out first, on every rank.
     for (int64_t p = 0; p < g.num_pages; ++p) g.free.push_back(static_cast<int32_t>(p));
     g.refs.assign(g.num_pages, 0);
+    g.holds.assign(g.num_pages, 0);
     for (int l : spec.layers) layer_group[l] = static_cast<int>(groups.size());
     groups.push_back(std::move(g));
   }
@@ -222,10 +223,16 @@ Status KvPool::ReleaseSlot(int32_t slot) {
   return Status::Ok();
 }
 
-void KvPool::Unref(Group& g, int32_t page) {
-  if (--g.refs[page] > 0) return;
-  Free(g.free, page);
+void KvPool::Count(Group& g, int32_t page, int32_t refs, int32_t holds) {
+  auto cache_only = [&] { return g.refs[page] > 0 && g.refs[page] == g.holds[page]; };
+  const bool was = cache_only();
+  g.refs[page] += refs;
+  g.holds[page] += holds;
+  g.cache_only += int64_t{cache_only()} - int64_t{was};
+  if (g.refs[page] == 0) Free(g.free, page);
 }
+
+void KvPool::Unref(Group& g, int32_t page) { Count(g, page, -1, 0); }
 
 Status KvPool::CheckPage(const char* what, int32_t page, int g) const {
   if (g < 0 || g >= num_groups()) {
@@ -245,19 +252,23 @@ Status KvPool::AttachPage(int32_t slot, int32_t page, int g) {
   }
   group.block_table[static_cast<size_t>(slot) * options_.max_pages_per_slot + group.used[slot]++] =
       page;
-  ++group.refs[page];
+  Count(group, page, 1, 0);
   return Status::Ok();
 }
 
 Status KvPool::HoldPage(int32_t page, int g) {
   CTXPAR_RETURN_IF_ERROR(CheckPage("HoldPage", page, g));
-  ++groups_[g].refs[page];
+  Count(groups_[g], page, 1, 1);
   return Status::Ok();
 }
 
 Status KvPool::DropPage(int32_t page, int g) {
   CTXPAR_RETURN_IF_ERROR(CheckPage("DropPage", page, g));
-  Unref(groups_[g], page);
+  if (groups_[g].holds[page] == 0) {
+    return InvalidArgument(
+        fmt::format("KvPool::DropPage: page {} of group {} is not held", page, g));
+  }
+  Count(groups_[g], page, -1, -1);
   return Status::Ok();
 }
 

@@ -15,15 +15,19 @@
 namespace ctxpar::engine {
 namespace {
 
-KvPool MakePool(int64_t pages, int slots, int page_size = 16) {
-  auto pool = KvPool::Create({.num_layers = 1,
-                              .num_kv_heads = 1,
-                              .head_dim_k = 16,
-                              .head_dim_v = 16,
-                              .page_size = page_size,
-                              .num_pages = pages,
-                              .max_slots = slots,
-                              .max_pages_per_slot = 64});
+// With `window`, layer 1 forms a second group keeping that many positions.
+KvPool MakePool(int64_t pages, int slots, int page_size = 16, int window = 0) {
+  KvPoolOptions o{.num_layers = window > 0 ? 2 : 1,
+                  .num_kv_heads = 1,
+                  .head_dim_k = 16,
+                  .head_dim_v = 16,
+                  .page_size = page_size,
+                  .num_pages = pages,
+                  .window_pages = pages,
+                  .max_slots = slots,
+                  .max_pages_per_slot = 64};
+  if (window > 0) o.groups = {{.layers = {0}, .window = 0}, {.layers = {1}, .window = window}};
+  auto pool = KvPool::Create(o);
   EXPECT_TRUE(pool.ok()) << pool.status().ToString();
   return std::move(*pool);
 }
@@ -47,6 +51,31 @@ void Replay(const std::vector<PoolOp>& ops, KvPool* follower) {
 // every page is free or held by one sequence; a window group of W holds, for each sequence of the
 // batch, exactly the pages spanning its positions [pos0 - W + 1, pos0 + n). A follower's pool,
 // replaying the plans, holds the same pages.
+// In every group, every page is free or held once by the cache and once by each slot that lists
+// it, and a follower's pool that replayed the same operations agrees page for page.
+void CheckSharedPool(const Scheduler& s, const KvPool& pool, const KvPool& follower,
+                     const std::vector<std::unique_ptr<SeqState>>& seqs) {
+  for (int g = 0; g < pool.num_groups(); ++g) {
+    std::vector<int32_t> holders(pool.num_pages(g), 0);
+    for (const RadixCache::PageRef& p : s.cache()->AllPages()) holders[p.page] += p.group == g;
+    for (const auto& q : seqs) {
+      if (q->slot < 0) continue;
+      const int32_t first = pool.first_page(q->slot, g);
+      ASSERT_EQ(first, follower.first_page(q->slot, g));
+      ASSERT_EQ(pool.slot_pages(q->slot, g), follower.slot_pages(q->slot, g));
+      for (int32_t v = first; v < first + pool.slot_pages(q->slot, g); ++v) {
+        ++holders[pool.SlotPage(q->slot, v, g)];
+        ASSERT_EQ(pool.SlotPage(q->slot, v, g), follower.SlotPage(q->slot, v, g));
+      }
+    }
+    for (int32_t p = 0; p < pool.num_pages(g); ++p) {
+      ASSERT_EQ(pool.page_refs(p, g), holders[p]) << "group " << g << " page " << p;
+      ASSERT_EQ(follower.page_refs(p, g), holders[p]) << "group " << g << " page " << p;
+    }
+    ASSERT_EQ(pool.free_pages(g), follower.free_pages(g));
+  }
+}
+
 void Step(Scheduler& s, KvPool& pool, const SchedulerOptions& o, Sim& sim, int* prefill_max,
           KvPool* follower = nullptr) {
   Expected<StepPlan> plan = s.Plan();
@@ -80,13 +109,16 @@ void Step(Scheduler& s, KvPool& pool, const SchedulerOptions& o, Sim& sim, int* 
       ++sim.finished;
     }
   }
-  for (int g = 0; g < pool.num_groups(); ++g) {
+  for (int g = 0; g < pool.num_groups() && s.cache() == nullptr; ++g) {
     int64_t held = 0;
     for (const auto& q : sim.seqs) held += q->slot >= 0 ? pool.slot_pages(q->slot, g) : 0;
     ASSERT_EQ(held + pool.free_pages(g), pool.num_pages(g))
         << "group " << g << ": a page leaked or was held twice";
   }
   Replay(s.TakePendingOps(), follower);
+  if (s.cache() != nullptr) {
+    ASSERT_NO_FATAL_FAILURE(CheckSharedPool(s, pool, follower ? *follower : pool, sim.seqs));
+  }
   for (int g = 0; follower != nullptr && g < pool.num_groups(); ++g) {
     ASSERT_EQ(follower->free_pages(g), pool.free_pages(g)) << "group " << g;
   }
@@ -127,10 +159,11 @@ TEST(Scheduler, RandomRequestsFinishWithinTheLimitsAndLeakNoPage) {
 // A model of 4 layers, two of them a window of W (a synthetic Gemma-3-like spec), on a pool
 // small enough to retract, sharded over a DCP group of 2: every request finishes, the window group
 // holds no page outside each sequence's window and chunk, none leaks, and the other rank of the
-// group, replaying the plans from the wire, holds the same pages. The prefix cache asked for stays
-// off (it shares group 0's pages only), so these prompts of equal tokens share nothing.
+// group, replaying the plans from the wire, holds the same pages. The prefix cache shares these
+// prompts of equal tokens and holds window pages that the small window group makes it evict.
 TEST(Scheduler, WindowGroupPagesSlideAndTheRanksAgree) {
   std::mt19937 rng(9);
+  int64_t hits = 0;
   for (int trial = 0; trial < 12; ++trial) {
     const SchedulerOptions o{.max_running_requests = 1 + static_cast<int>(rng() % 8),
                              .chunked_prefill_size = rng() % 4 == 0 ? -1 : 4 + int(rng() % 40),
@@ -160,7 +193,7 @@ TEST(Scheduler, WindowGroupPagesSlideAndTheRanksAgree) {
     ASSERT_TRUE(follower.ok());
     KvPool& pool = *made;
     Scheduler s(o, &pool);
-    ASSERT_EQ(s.cache(), nullptr);
+    ASSERT_NE(s.cache(), nullptr);
     Sim sim;
     const int n = 10 + static_cast<int>(rng() % 20);
     for (int i = 0; i < n; ++i) {
@@ -184,12 +217,16 @@ TEST(Scheduler, WindowGroupPagesSlideAndTheRanksAgree) {
       Step(s, pool, o, sim, &prefill_max, &*follower);
       if (::testing::Test::HasFatalFailure()) return;
     }
+    for (const auto& q : sim.seqs) hits += q->cached_tokens > 0;
+    ASSERT_TRUE(s.FlushCache());
+    Replay(s.TakePendingOps(), &*follower);
     for (int g = 0; g < 2; ++g) {
       EXPECT_EQ(pool.free_pages(g), pool.num_pages(g));
       EXPECT_EQ(follower->free_pages(g), pool.num_pages(g));
     }
     EXPECT_EQ(pool.free_slots(), o.max_running_requests);
   }
+  EXPECT_GT(hits, 20) << "prompts of equal tokens were meant to hit the cache";
 }
 
 // A low schedule_conservativeness makes admission reserve 7 % of each request's remaining tokens:
@@ -219,31 +256,14 @@ TEST(Scheduler, DecodeOutOfPagesRetractsAndTheRequestsStillFinish) {
   EXPECT_EQ(pool.free_pages(), 12);
 }
 
-// Every page is free or held once by the cache and once by each slot that lists it, and a
-// follower's pool that replayed the same operations agrees page for page.
-void CheckSharedPool(const Scheduler& s, const KvPool& pool, const KvPool& follower,
-                     const std::vector<std::unique_ptr<SeqState>>& seqs) {
-  std::vector<int32_t> holders(pool.num_pages(), 0);
-  for (int32_t page : s.cache()->AllPages()) ++holders[page];
-  for (const auto& q : seqs) {
-    if (q->slot < 0) continue;
-    ASSERT_EQ(pool.slot_pages(q->slot), follower.slot_pages(q->slot));
-    for (int32_t v = 0; v < pool.slot_pages(q->slot); ++v) {
-      ++holders[pool.SlotPage(q->slot, v)];
-      ASSERT_EQ(pool.SlotPage(q->slot, v), follower.SlotPage(q->slot, v));
-    }
-  }
-  for (int32_t p = 0; p < pool.num_pages(); ++p) {
-    ASSERT_EQ(pool.page_refs(p), holders[p]) << "page " << p;
-    ASSERT_EQ(follower.page_refs(p), holders[p]) << "page " << p;
-  }
-  ASSERT_EQ(pool.free_pages(), follower.free_pages());
-}
-
 // With the prefix cache: requests sharing prefixes (both policies) run to completion through a
 // pool small enough to retract them; a hit starts at a page boundary inside the prompt, retracted
-// requests come back with whatever prefix is still cached, and a flush frees every page.
-TEST(Scheduler, PrefixCacheSharesPagesAndAFollowerReplaysTheSameOperations) {
+// requests come back with whatever prefix is still cached, and a flush frees every page. With a
+// window group of 6 positions, every forward finds the window pages its rows see in its slot.
+class SchedulerPrefixCache : public ::testing::TestWithParam<int> {};
+
+TEST_P(SchedulerPrefixCache, SharesPagesAndAFollowerReplaysTheSameOperations) {
+  const int window = GetParam();
   std::mt19937 rng(3);
   int64_t hits = 0, retractions = 0;
   for (int trial = 0; trial < 16; ++trial) {
@@ -254,9 +274,10 @@ TEST(Scheduler, PrefixCacheSharesPagesAndAFollowerReplaysTheSameOperations) {
         .radix_cache = true,
         .policy = rng() % 2 == 0 ? SchedulePolicy::kFcfs : SchedulePolicy::kLpm};
     const int64_t pages = 10 + rng() % 20;
-    KvPool pool = MakePool(pages, o.max_running_requests, 4);
-    KvPool follower = MakePool(pages, o.max_running_requests, 4);
+    KvPool pool = MakePool(pages, o.max_running_requests, 4, window);
+    KvPool follower = MakePool(pages, o.max_running_requests, 4, window);
     Scheduler s(o, &pool);
+    ASSERT_NE(s.cache(), nullptr);
     std::vector<std::vector<int32_t>> stems(3);
     for (auto& stem : stems) {
       for (int i = 0; i < 24; ++i) stem.push_back(static_cast<int32_t>(rng() % 4));
@@ -285,6 +306,12 @@ TEST(Scheduler, PrefixCacheSharesPagesAndAFollowerReplaysTheSameOperations) {
         ASSERT_EQ(b.pos0, q->kv_len);
         ASSERT_LT(b.pos0, static_cast<int64_t>(q->tokens.size())) << "nothing left to sample";
         ASSERT_GE(pool.slot_pages(q->slot), pool.PagesFor(b.pos0 + b.num_tokens));
+        if (window > 0) {
+          ASSERT_LE(pool.first_page(q->slot, 1), KvPool::FirstKept(b.pos0, window, 4))
+              << "a window page the rows see is missing";
+          ASSERT_GE(pool.first_page(q->slot, 1) + pool.slot_pages(q->slot, 1),
+                    pool.PagesFor(b.pos0 + b.num_tokens, 1));
+        }
       }
       ASSERT_NO_FATAL_FAILURE(CheckSharedPool(s, pool, follower, sim.seqs));
       ASSERT_TRUE(s.Commit(*plan).ok());
@@ -302,15 +329,25 @@ TEST(Scheduler, PrefixCacheSharesPagesAndAFollowerReplaysTheSameOperations) {
     for (const auto& q : sim.seqs) hits += q->cached_tokens > 0;
     retractions += static_cast<int64_t>(s.retractions());
     EXPECT_EQ(s.evictable_pages(), s.cached_pages());
-    EXPECT_EQ(pool.free_pages() + s.cached_pages(), pages);
+    for (int g = 0; g < pool.num_groups(); ++g) {
+      EXPECT_EQ(pool.free_pages(g) + s.cache()->cached_pages(g), pages);
+    }
     ASSERT_TRUE(s.FlushCache());
     for (const PoolOp& op : s.TakePendingOps()) ASSERT_TRUE(ApplyPoolOp(follower, op).ok());
-    EXPECT_EQ(pool.free_pages(), pages);
-    EXPECT_EQ(follower.free_pages(), pages);
+    for (int g = 0; g < pool.num_groups(); ++g) {
+      EXPECT_EQ(pool.free_pages(g), pages);
+      EXPECT_EQ(follower.free_pages(g), pages);
+    }
   }
   EXPECT_GT(hits, 50) << "the stems were meant to share prefixes";
   EXPECT_GT(retractions, 0) << "the pools were meant to force retractions";
 }
+
+INSTANTIATE_TEST_SUITE_P(Groups, SchedulerPrefixCache, ::testing::Values(0, 6),
+                         [](const auto& info) {
+                           return info.param == 0 ? std::string("FullOnly")
+                                                  : "Window" + std::to_string(info.param);
+                         });
 
 // fcfs admits by arrival; lpm admits the queued request with the longest cached prefix first, and
 // its prefill starts after the cached pages.

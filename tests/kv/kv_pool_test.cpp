@@ -394,9 +394,14 @@ TEST(KvPool, SharedPagesLiveUntilTheirLastHolderAndAreNeverFreedTwice) {
   ASSERT_TRUE(pool.ReleaseSlot(a).ok());
   EXPECT_EQ(pool.free_pages(), 2);  // page 1 only was a's alone
   EXPECT_EQ(pool.page_refs(0), 2);
+  EXPECT_FALSE(pool.cache_only(0)) << "b still lists page 0";
+  EXPECT_FALSE(pool.DropPage(2).ok()) << "page 2 is b's, not the cache's";
   ASSERT_TRUE(pool.ReleaseSlot(b).ok());
   EXPECT_EQ(pool.page_refs(0), 1);
+  EXPECT_TRUE(pool.cache_only(0));
+  EXPECT_EQ(pool.cache_only_pages(), 1);
   ASSERT_TRUE(pool.DropPage(0).ok());
+  EXPECT_EQ(pool.cache_only_pages(), 0);
   EXPECT_EQ(pool.free_pages(), 4);
   EXPECT_FALSE(pool.DropPage(0).ok());
   EXPECT_FALSE(pool.HoldPage(3).ok());

@@ -144,7 +144,7 @@ TEST_F(Gemma3Source, ASixteenKRequestHoldsAWindowAndAChunkInTheWindowGroup) {
       EXPECT_LE(held * per_page, window - 1 + chunk + 2 * (per_page - 1));
       EXPECT_EQ(pool.slot_pages(seq.slot, 0), pool.PagesFor(end, 0));
       most = std::max(most, held * per_page);
-      scheduler.Commit(*plan);
+      ASSERT_TRUE(scheduler.Commit(*plan).ok());
       if (seq.kv_len == static_cast<int64_t>(seq.tokens.size())) seq.tokens.push_back(7);
     }
     ASSERT_TRUE(scheduler.Remove(&seq).ok());

@@ -2,7 +2,7 @@
 cached_tokens (and /generate meta_info.cached_tokens) with the same answer as without a hit,
 /metrics counts the hits under SGLang's names, POST /flush_cache empties the cache and is refused
 (400) while a request runs, and --disable-radix-cache turns it off. A model with sliding-window
-layers (Gemma 3) runs with the cache off, and says so."""
+layers (Gemma 3) hits past its window with the same answer."""
 
 import json
 import os
@@ -125,17 +125,32 @@ def test_disable_radix_cache_and_lpm_policy(request):
     assert requests.post(off.url + "/flush_cache", timeout=30).status_code == 200
 
 
-def test_a_model_with_window_layers_runs_without_the_cache(request):
+def test_a_model_with_window_layers_hits_past_its_window(request):
     gemma = os.environ.get("CTXPAR_GEMMA3_MODEL")
     if not gemma or not os.path.exists(gemma):
         pytest.skip("CTXPAR_GEMMA3_MODEL is not set to the Gemma 3 270M file")
     server = start(request, model=gemma)
-    body = {"text": SYSTEM + "Question: what is the capital of France?",
-            "sampling_params": {"max_new_tokens": 4, "temperature": 0}}
-    first = requests.post(server.url + "/generate", json=body, timeout=120).json()
-    second = requests.post(server.url + "/generate", json=body, timeout=120).json()
-    assert second["meta_info"]["cached_tokens"] == 0
-    assert second["text"] == first["text"]
-    assert server.metrics()["ctxpar:radix_cache_tokens"] == 0
+    # About 800 tokens: a hit reaches past Gemma 3's window of 512, so its window layers read the
+    # cached window pages of the prefix's end.
+    long_system = SYSTEM * 6
+
+    def generate(question):
+        body = {"text": long_system + question, "return_logprob": True,
+                "sampling_params": {"max_new_tokens": 6, "temperature": 0}}
+        return requests.post(server.url + "/generate", json=body, timeout=120).json()
+
+    first = generate("Question: what is the capital of France?")
+    again = generate("Question: what is the capital of France?")
+    other = generate("Question: what is the capital of Italy?")
+    assert first["meta_info"]["prompt_tokens"] > 700
+    assert first["meta_info"]["cached_tokens"] == 0
+    whole_pages = (first["meta_info"]["prompt_tokens"] - 1) // 16 * 16
+    assert again["meta_info"]["cached_tokens"] == whole_pages
+    assert other["meta_info"]["cached_tokens"] > 512
+    assert again["text"] == first["text"]
+    assert (again["meta_info"]["output_token_logprobs"] ==
+            first["meta_info"]["output_token_logprobs"])
+    assert server.metrics()["ctxpar:radix_cache_tokens"] > 0
     assert requests.post(server.url + "/flush_cache", timeout=30).status_code == 200
-    assert "Prefix cache off: this model has 2 KV layer groups" in server.output()
+    assert server.metrics()["ctxpar:radix_cache_tokens"] == 0
+    assert "radix_cache=on" in server.output()
