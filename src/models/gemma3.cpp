@@ -209,6 +209,15 @@ Status Gemma3Model::Forward(const Batch& batch, KvPool& kv, std::vector<float>& 
 
 }  // namespace
 
+std::vector<KvGroupSpec> Gemma3KvGroups(const Gemma3Hparams& hp) {
+  KvGroupSpec global{.layers = {}, .window = 0, .dcp_sharded = true};
+  KvGroupSpec window{.layers = {}, .window = hp.window, .dcp_sharded = true};
+  for (int l = 0; l < hp.num_layers; ++l)
+    (hp.IsWindowLayer(l) ? window : global).layers.push_back(l);
+  if (window.layers.empty()) return {};
+  return {std::move(global), std::move(window)};
+}
+
 model::HeadLayout Gemma3HeadLayout(const Gemma3Hparams& hp) {
   return {.num_heads = hp.num_heads,
           .num_kv_heads = hp.num_kv_heads,

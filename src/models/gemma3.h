@@ -51,6 +51,11 @@ struct Gemma3Hparams {
   bool IsWindowLayer(int l) const { return window > 0 && (l + 1) % window_pattern != 0; }
 };
 
+// The KV groups of Gemma 3's layers (kv_pool.h): the global layers keep every position, the window
+// layers their last `window`; DCP shards both. Empty when every layer is global. The model and the
+// planner's Gemma 3 presets declare these.
+std::vector<KvGroupSpec> Gemma3KvGroups(const Gemma3Hparams& hp);
+
 Expected<Gemma3Hparams> ReadGemma3Hparams(const GgufFile& file);
 
 model::HeadLayout Gemma3HeadLayout(const Gemma3Hparams& hp);

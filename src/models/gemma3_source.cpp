@@ -75,14 +75,8 @@ class Gemma3Source final : public ModelSource {
                 .head_dim_v = hp_.head_dim,
                 .v_in_k = false,
                 .dtype = c.kv_cache_dtype};
-    // The global layers keep every position, the window layers their last W; the pool applies
-    // each layer's window in BatchAttention. DCP shards both groups.
-    KvGroupSpec global{.layers = {}, .window = 0, .dcp_sharded = true};
-    KvGroupSpec window{.layers = {}, .window = hp_.window, .dcp_sharded = true};
-    for (int l = 0; l < hp_.num_layers; ++l) {
-      (hp_.IsWindowLayer(l) ? window : global).layers.push_back(l);
-    }
-    if (!window.layers.empty()) spec.groups = {std::move(global), std::move(window)};
+    // The pool applies each layer's window in BatchAttention.
+    spec.groups = Gemma3KvGroups(hp_);
     return spec;
   }
 

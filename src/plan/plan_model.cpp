@@ -8,6 +8,7 @@
 #include "ctxpar/gguf.h"
 #include "ctxpar/hf_config.h"
 #include "ctxpar/plan.h"
+#include "models/gemma3.h"
 #include "models/llama.h"
 
 namespace ctxpar::plan {
@@ -87,6 +88,13 @@ Expected<PlanModel> CheckpointModel(const std::string& path) {
     m.dense_layers = hp.num_layers;
     m.ffn = hp.ffn_dim;
     m.tied_embeddings = hp.tied_embeddings;
+    if (const Expected<std::string> arch = file.GetString("general.architecture");
+        arch.ok() && *arch == "gemma3") {
+      CTXPAR_ASSIGN_OR_RETURN(Gemma3Hparams g, ReadGemma3Hparams(file));
+      m.head_dim = g.head_dim;
+      m.sliding_window = g.window;
+      m.global_every = g.window_pattern;
+    }
     return m;
   }
   CTXPAR_ASSIGN_OR_RETURN(DeepseekV3Config c, ReadDeepseekV3Config(path));

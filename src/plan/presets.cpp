@@ -8,6 +8,7 @@
 #include "ctxpar/error_catalog.h"
 #include "ctxpar/plan.h"
 #include "models/deepseek.h"
+#include "models/gemma3.h"
 #include "models/layers/attention_shard.h"
 
 namespace ctxpar::plan {
@@ -136,13 +137,17 @@ PlanModel FromRow(const ModelRow& r) {
       ResolvingView cfg = res.view();
       return model::CheckGqaLayout(heads, kv, cfg.tp_size(), cfg.dcp_size());
     };
-    m.kv_spec = [heads, kv, layers, dim](const EngineConfig& c) {
+    // Gemma 3's window layers form their own KV group, as the model declares it.
+    const std::vector<KvGroupSpec> groups = Gemma3KvGroups(
+        {.num_layers = layers, .window = r.sliding_window, .window_pattern = r.global_every});
+    m.kv_spec = [heads, kv, layers, dim, groups](const EngineConfig& c) {
       return KvSpec{.num_layers = layers,
                     .num_kv_heads = model::GqaKvHeadsPerRank(heads, kv, c.tp_size, c.dcp_size),
                     .head_dim_k = dim,
                     .head_dim_v = dim,
                     .v_in_k = false,
-                    .dtype = DataType::kBF16};
+                    .dtype = DataType::kBF16,
+                    .groups = groups};
     };
   }
   return m;

@@ -11,6 +11,7 @@
 
 #include "ctxpar/error_catalog.h"
 #include "ctxpar/launch.h"
+#include "models/sequence_runner.h"
 
 namespace ctxpar::plan {
 namespace {
@@ -111,6 +112,13 @@ TEST(PlanCapacity, EqualsTheEnginesOverASweepOfSmolLM2) {
                                {1, 1, 64, 16, "auto", 1000}});
 }
 
+// Gemma 3's two KV groups: max_total_num_tokens is the full-attention group's.
+TEST(PlanCapacity, EqualsTheEnginesOverASweepOfGemma3) {
+  const std::string path = testing::Gemma3ModelPath();
+  if (!Have(path)) GTEST_SKIP() << "Gemma 3 is not at " << path;
+  ExpectCapacityMatches(path, {{1, 1, 8, 16}, {4, 1, 8, 16}, {4, 4, 8, 16}, {4, 2, 6, 32, "bf16"}});
+}
+
 TEST(PlanCapacity, EqualsTheEnginesOverASweepOfTheTinyDeepseek) {
   if (!Have(kDeepseek + "/config.json")) GTEST_SKIP() << "no DeepSeek reference at " << kDeepseek;
   ExpectCapacityMatches(kDeepseek,
@@ -182,6 +190,19 @@ TEST(PlanTrace, TheSimulatedSchedulerTakesTheEnginesDecisionsOnSmolLM2) {
   ExpectSameTrace(path, {1, 1, 8, 16, "bf16"}, w, 9000);
 }
 
+// Gemma 3's window group slides and is admitted against as the engine does.
+TEST(PlanTrace, TheSimulatedSchedulerTakesTheEnginesDecisionsOnGemma3) {
+  const std::string path = testing::Gemma3ModelPath();
+  if (!Have(path)) GTEST_SKIP() << "Gemma 3 is not at " << path;
+  Workload w;
+  w.input = {40, 90};
+  w.output = {12, 24};
+  w.concurrency = 4;
+  w.num_requests = 9;
+  w.seed = 7;
+  ExpectSameTrace(path, {1, 1, 8, 16, "auto", 256}, w, 262144);
+}
+
 // The tiny DeepSeek's pool of 64 tokens a page holds few requests; prefill chunks of 32.
 TEST(PlanTrace, TheSimulatedSchedulerTakesTheEnginesDecisionsOnTheTinyDeepseek) {
   if (!Have(kDeepseek + "/config.json")) GTEST_SKIP() << "no DeepSeek reference at " << kDeepseek;
@@ -248,6 +269,13 @@ TEST(PlanPresets, DcpMultipliesTheMlaCapacityAndEveryPresetPlans) {
   }
   // One latent head: without DCP every rank holds every token; DCP 8 shards it 8 ways.
   EXPECT_EQ(dcp8, 8 * dcp1);
+  // Gemma 3 27B's pool has its window layers' group (W = 1024) beside the global layers'.
+  const PlanReport gemma = PresetPlan("gemma-3-27b", "h200", 8);
+  ASSERT_FALSE(gemma.ranked.empty());
+  const std::vector<KvGroupSpec> groups = KvPool::GroupsOf(gemma.ranked.front().pool);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].layers.size(), 10u);  // layers 5, 11, ..., 59 of 62
+  EXPECT_EQ(groups[1].window, 1024);
   for (const std::string& name : PresetModelNames()) {
     EXPECT_FALSE(PresetPlan(name, "b200", 8).ranked.empty()) << name;
   }
