@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ctxpar/config.h"
@@ -88,8 +89,14 @@ struct Hardware {
   double mem_gbps = 0;     // HBM (or DRAM) bandwidth, GB/s
   double flops = 0;        // dense bf16 FLOP/s (CPU: the matmul rate measured at 512 rows)
   double flops_small = 0;  // under 64 tokens a step (CPU: measured at 16 rows); 0: flops
-  double attn_gbps = 0;    // KV read rate of decode attention; 0: mem_gbps x mem_efficiency
-  double mem_efficiency = 1, flops_efficiency = 1;  // achieved / peak of the kernels
+  // CPU: the matmul rate measured at a few row counts under 64, ascending (rows, FLOP/s); a step
+  // of fewer than 64 tokens interpolates it linearly in rows (the last rate beyond its last
+  // point). Empty: flops_small.
+  std::vector<std::pair<int, double>> flops_curve;
+  double attn_gbps = 0;  // KV read rate of decode attention; 0: mem_gbps x mem_efficiency
+  // Achieved / peak of the kernels: mem_gbps x mem_efficiency; flops x flops_efficiency (not
+  // flops_small, a measured rate).
+  double mem_efficiency = 1, flops_efficiency = 1;
   double link_gbps = 0;        // per device and direction inside the scale-up domain
   double link_latency_us = 0;  // one collective inside it, plus per rank:
   double link_latency_per_rank_us = 0;
@@ -100,7 +107,7 @@ struct Hardware {
   // inputs and the output rows of o_proj and ffn_down (four all-gathers).
   int tp_collectives_per_layer = 2;
   double step_overhead_us = 0;        // per engine step: scheduling, launches, sampling
-  double per_token_us = 0;            // per token of a step: embedding, norms, sampling
+  double per_seq_us = 0;              // per sequence of a step: sampling, detokenizing, the stream
   double mem_fraction_static = 0.85;  // GPUs: weights + KV share of the memory
   int chunked_prefill_size = 0;       // GPUs: SGLang's default for this memory size
 };
@@ -121,7 +128,11 @@ struct LengthRange {
 struct Workload {
   LengthRange input{1024, 1024};
   LengthRange output{128, 128};
-  int concurrency = 0;      // closed loop: this many requests in flight (0: use request_rate)
+  int concurrency = 0;  // closed loop: this many requests in flight (0: use request_rate)
+  // Closed loop: false, a server's start: its first step runs the first request to arrive alone
+  // (the others arrive while it runs); true, every client's first request is in the first step
+  // (requests queued before the engine runs, as Engine::Submit then Run).
+  bool simultaneous_start = false;
   double request_rate = 0;  // open loop: Poisson arrivals per second
   int num_requests = 0;     // 0: 4 x concurrency (at least 16)
   double ttft_slo_ms = 0;   // 0: none

@@ -151,7 +151,7 @@ Expected<Hardware> HardwareFromJson(std::string_view json_text, const std::strin
       {"link_gbps", &h.link_gbps, false},
       {"oneside_latency_us", &h.oneside_latency_us, false},
       {"step_overhead_us", &h.step_overhead_us, false},
-      {"per_token_us", &h.per_token_us, false},
+      {"per_seq_us", &h.per_seq_us, false},
   };
   for (const Field& f : fields) {
     const std::string key(f.key);
@@ -163,6 +163,20 @@ Expected<Hardware> HardwareFromJson(std::string_view json_text, const std::strin
       return bad(key, fmt::format("it must be a number >= 0, got {}", j[key].dump()));
     }
     *f.out = j[key].get<double>();
+  }
+  if (j.contains("flops_curve")) {
+    const Json& c = j["flops_curve"];
+    const std::string_view rule =
+        "a list of [rows, FLOP/s] pairs, rows ascending from 1, FLOP/s > 0";
+    if (!c.is_array()) return bad("flops_curve", rule);
+    for (const Json& p : c) {
+      if (!p.is_array() || p.size() != 2 || !p[0].is_number_integer() || !p[1].is_number() ||
+          p[0].get<int>() < 1 || !(p[1].get<double>() > 0) ||
+          (!h.flops_curve.empty() && p[0].get<int>() <= h.flops_curve.back().first)) {
+        return bad("flops_curve", fmt::format("{}, got {}", rule, p.dump()));
+      }
+      h.flops_curve.emplace_back(p[0].get<int>(), p[1].get<double>());
+    }
   }
   if (!j.contains("flops_efficiency")) h.flops_efficiency = 1;
   if (!(h.mem_gbps > 0) || !(h.flops > 0) || !(h.memory_gib > 0) || !(h.flops_efficiency > 0)) {

@@ -81,6 +81,22 @@ Expected<std::vector<SimRequest>> MakeRequests(const Workload& w) {
   return out;
 }
 
+// flops_curve and flops_small are measured rates; the efficiency scales the large-step (or peak)
+// rate.
+double MatmulRate(const Hardware& hw, double tokens) {
+  if (tokens >= 64) return hw.flops * hw.flops_efficiency;
+  const auto& c = hw.flops_curve;
+  if (c.empty()) return hw.flops_small > 0 ? hw.flops_small : hw.flops * hw.flops_efficiency;
+  if (tokens <= c.front().first) return c.front().second;
+  for (std::size_t i = 1; i < c.size(); ++i) {
+    if (tokens <= c[i].first) {
+      const double t = (tokens - c[i - 1].first) / (c[i].first - c[i - 1].first);
+      return c[i - 1].second + t * (c[i].second - c[i - 1].second);
+    }
+  }
+  return c.back().second;
+}
+
 double StepSeconds(const PlanModel& m, const Hardware& hw, const EngineConfig& c, const KvSpec& kv,
                    const Batch& batch) {
   const int tp = c.tp_size, n = c.dcp_size;
@@ -89,8 +105,7 @@ double StepSeconds(const PlanModel& m, const Hardware& hw, const EngineConfig& c
   const double bw = hw.mem_gbps * 1e9 * hw.mem_efficiency / share;
   const double attn_bw = (hw.attn_gbps > 0 ? hw.attn_gbps * 1e9 : bw * share) / share;
   const double tokens = double(batch.num_tokens());
-  const double peak = tokens < 64 && hw.flops_small > 0 ? hw.flops_small : hw.flops;
-  const double flops = peak * hw.flops_efficiency / share;
+  const double flops = MatmulRate(hw, tokens) / share;
   const double act_bytes = hw.cpu ? 4 : 2;
   const double rows = double(batch.TotalLogitRows());
   const double bpp = m.weight_bytes / m.TotalParams();
@@ -184,7 +199,7 @@ double StepSeconds(const PlanModel& m, const Hardware& hw, const EngineConfig& c
     }
   }
   return linear + attention + comm * m.num_layers + broadcast +
-         (hw.step_overhead_us + hw.per_token_us * tokens) * 1e-6;
+         (hw.step_overhead_us + hw.per_seq_us * double(batch.seqs.size())) * 1e-6;
 }
 
 Expected<SimResult> Simulate(const PlanModel& m, const Hardware& hw, const EngineConfig& c,
@@ -235,8 +250,10 @@ Expected<SimResult> Simulate(const PlanModel& m, const Hardware& hw, const Engin
     scheduler.Enqueue(&s);
   };
   const bool closed = w.concurrency > 0;
-  if (closed) {
-    while (submitted < reqs.size() && submitted < std::size_t(w.concurrency)) submit(0);
+  const std::size_t clients = closed ? std::min(reqs.size(), std::size_t(w.concurrency)) : 0;
+  if (closed) submit(0);
+  if (w.simultaneous_start) {
+    while (submitted < clients) submit(0);
   }
   SimResult out;
   int64_t generated = 0;
@@ -252,6 +269,7 @@ Expected<SimResult> Simulate(const PlanModel& m, const Hardware& hw, const Engin
     }
     CTXPAR_ASSIGN_OR_RETURN(engine::StepPlan plan, scheduler.Plan());
     if (plan.batch.seqs.empty()) return Internal("the simulated scheduler planned an empty step");
+    while (submitted < clients) submit(0);  // the other clients' first requests, during the step
     if (observer) observer(engine::RecordStep(plan));
     const double dt = StepSeconds(m, hw, c, kv, plan.batch);
     now += dt;

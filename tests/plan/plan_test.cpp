@@ -127,7 +127,8 @@ TEST(PlanCapacity, EqualsTheEnginesOverASweepOfTheTinyDeepseek) {
 
 // A closed loop of 4 clients over a pool too small for them: the engine admits, chunks, retracts
 // and resumes; the simulation must plan the very same steps.
-void ExpectSameTrace(const std::string& path, const Config& c, const Workload& w, int vocab) {
+void ExpectSameTrace(const std::string& path, const Config& c, Workload w, int vocab) {
+  w.simultaneous_start = true;  // the engine below has every request before it runs
   LaunchConfig raw = Raw(path, c);
   ASSERT_TRUE(raw.Set("chunked_prefill_size", int64_t{32}).ok());
   ASSERT_TRUE(raw.Set("schedule_conservativeness", 0.3).ok());
