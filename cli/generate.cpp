@@ -216,10 +216,16 @@ Status RunRank(Communicator& world, const Launch& launch, const GenerateOptions&
       Engine::Create(launch.config, *launch.source, world, [](std::string_view line) {
         std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
       }));
-  // Every prompt is checked before any runs, so that a bad one stops the command before the
-  // others print anything.
+  // Every prompt is checked (and with --allow-auto-truncate cut) before any runs, so that a bad
+  // one stops the command before the others print anything.
   for (std::size_t i = 0; i < prompts.size(); ++i) {
-    CTXPAR_RETURN_IF_ERROR(AtLine(o, i, engine->Validate({prompts[i], o.sampling, false})));
+    GenerateRequest r{prompts[i], o.sampling, false};
+    CTXPAR_RETURN_IF_ERROR(AtLine(o, i, engine->Prepare(r)));
+    if (leader && r.prompt.size() < prompts[i].size()) {
+      std::fprintf(stderr, "prompt %zu truncated from %zu to %zu tokens (--allow-auto-truncate)\n",
+                   i + 1, prompts[i].size(), r.prompt.size());
+    }
+    prompts[i] = std::move(r.prompt);
   }
   // Prefill ends when every request has its first token; decode is what comes after (with one
   // prompt: the first token, then the rest). With a queue bound below the prompts, later prompts

@@ -180,6 +180,7 @@ class ConfigGetters {
   bool llama_cpp_numerics() const { return Bool("llama_cpp_numerics"); }
   double schedule_conservativeness() const { return Float("schedule_conservativeness"); }
   bool disable_radix_cache() const { return Bool("disable_radix_cache"); }
+  bool allow_auto_truncate() const { return Bool("allow_auto_truncate"); }
   std::string schedule_policy() const { return Str("schedule_policy"); }
   double swa_full_tokens_ratio() const { return Float("swa_full_tokens_ratio"); }
   double watchdog_timeout() const { return Float("watchdog_timeout"); }

@@ -148,8 +148,16 @@ class Engine {
   // queue (kUnavailable), or an engine that has stopped.
   Expected<uint64_t> Submit(GenerateRequest request, UpdateCallback on_update);
   // Any rank. What Submit would refuse in the request itself (all but a full queue and a stopped
-  // engine), without queuing it: a caller with many requests checks them all first.
+  // engine), without queuing it: a caller with many requests checks them all first. Past the
+  // context (CTXPAR-ENGINE-005), a prompt of max_req_input_len() tokens or more is refused with
+  // SGLang's text (CTXPAR-ENGINE-016), then a request larger than the pool (CTXPAR-ENGINE-006).
   Status Validate(const GenerateRequest& request) const;
+  // Any rank. With config.allow_auto_truncate, cuts a prompt too long to run to its first
+  // tokens (as SGLang does, leaving room for max_new_tokens in the context and the pool, and
+  // under max_req_input_len()); then Validate. Submit calls it.
+  Status Prepare(GenerateRequest& request) const;
+  // SGLang's max_req_input_len: min(context length, max_total_num_tokens) - 1 - 5.
+  int64_t max_req_input_len() const;
   // Rank 0. Ends the request with finish kAbort and frees its pages at the next step; unknown or
   // finished ids are ignored.
   void Cancel(uint64_t id);

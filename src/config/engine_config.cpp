@@ -95,6 +95,7 @@ Expected<EngineConfig> MakeEngineConfig(const ResolvedConfig& c, const Platform&
   e.chunked_prefill_size = c.chunked_prefill_size();
   e.schedule_conservativeness = c.schedule_conservativeness();
   e.disable_radix_cache = c.disable_radix_cache();
+  e.allow_auto_truncate = c.allow_auto_truncate();
   e.schedule_policy = c.schedule_policy() == "lpm" ? SchedulePolicy::kLpm : SchedulePolicy::kFcfs;
   e.watchdog_timeout = c.watchdog_timeout();
   e.threads = c.threads();

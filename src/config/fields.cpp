@@ -140,6 +140,9 @@ const std::vector<FieldSpec>& Table() {
     f.push_back(BoolField("disable_radix_cache", "--disable-radix-cache",
                           "Turn the prefix cache off: every prompt is computed from its first "
                           "token."));
+    f.push_back(BoolField("allow_auto_truncate", "--allow-auto-truncate",
+                          "Keep the first tokens of a prompt too long for the context or the KV "
+                          "pool instead of refusing it."));
     f.push_back(StrField("schedule_policy", std::string("fcfs"), "--schedule-policy",
                          {"fcfs", "lpm"},
                          "Admission order: fcfs (arrival) or lpm (longest cached prefix first)."));

@@ -218,6 +218,28 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "ctxpar serve & curl localhost:30000/generate -d '{\"text\": \"Hi\"}'; curl -X POST "
        "localhost:30000/flush_cache",
        {"CTXPAR-HTTP-010"}},
+      {"CTXPAR-ENGINE-016",
+       "A prompt longer than the engine accepts",
+       "Input length ({prompt} tokens) exceeds the maximum allowed length ({max} tokens). Use a "
+       "shorter input or enable --allow-auto-truncate.",
+       kConfig,
+       "SGLang's limit on a prompt: max_req_input_len = min(context length, "
+       "max_total_num_tokens) - 1 - 5 tokens, so that the prompt and a few new tokens fit the "
+       "context and the KV pool. A prompt of that many tokens or more is refused with SGLang's "
+       "text (after the check against the model's context, CTXPAR-ENGINE-005, and before the "
+       "prompt plus its max_new_tokens against the pool, CTXPAR-ENGINE-006).",
+       "A long document with a small --kv-cache-mib or --max-total-tokens (at dcp 1 the pool "
+       "holds a rank's share of the memory only once), or beyond the model's context.",
+       {"Raise --kv-cache-mib (per rank) or --max-total-tokens.",
+        "Use DCP (--dcp-size) to shard the KV over more ranks: the pool then holds dcp_size times "
+        "more tokens.",
+        "Pass --allow-auto-truncate to keep the prompt's first tokens (room for max_new_tokens "
+        "left) instead of refusing it.",
+        "Shorten the prompt."},
+       "ctxpar generate --max-total-tokens 256 --max-new-tokens 16 \"$(seq 1 500)\"",
+       "ctxpar generate --max-total-tokens 256 --max-new-tokens 16 --allow-auto-truncate "
+       "\"$(seq 1 500)\"",
+       {"CTXPAR-ENGINE-005", "CTXPAR-ENGINE-006"}},
       {"CTXPAR-KV-001",
        "A KV page that is not a whole number of interleave blocks",
        "--page-size {page_size} must be a multiple of --dcp-kv-cache-interleave-size "

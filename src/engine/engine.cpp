@@ -281,6 +281,26 @@ Expected<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config,
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
+int64_t Engine::max_req_input_len() const {
+  const int64_t max_req_len =
+      std::min<int64_t>(impl_->source->desc().context_length, impl_->kv->capacity_tokens()) - 1;
+  return max_req_len - 5;
+}
+
+Status Engine::Prepare(GenerateRequest& request) const {
+  const Impl& m = *impl_;
+  if (m.config.allow_auto_truncate) {
+    const int64_t room =
+        std::min<int64_t>(m.source->desc().context_length, m.kv->capacity_tokens()) -
+        request.sampling.max_new_tokens;
+    const int64_t keep = std::min(max_req_input_len() - 1, room);
+    if (keep >= 1 && static_cast<int64_t>(request.prompt.size()) > keep) {
+      request.prompt.resize(static_cast<std::size_t>(keep));
+    }
+  }
+  return Validate(request);
+}
+
 Status Engine::Validate(const GenerateRequest& request) const {
   const Impl& m = *impl_;
   const ModelDesc& desc = m.source->desc();
@@ -306,6 +326,12 @@ Status Engine::Validate(const GenerateRequest& request) const {
     std::vector<CatalogArg> args(counts);
     args.push_back({"context", std::to_string(desc.context_length)});
     return CatalogError("CTXPAR-ENGINE-005", args);
+  }
+  // With auto-truncate, Prepare has cut what a cut can fit; what is left is too large whatever
+  // the prompt (CTXPAR-ENGINE-006 says so with the counts).
+  if (!m.config.allow_auto_truncate && static_cast<int64_t>(prompt.size()) >= max_req_input_len()) {
+    return CatalogError("CTXPAR-ENGINE-016", {{"prompt", std::to_string(prompt.size())},
+                                              {"max", std::to_string(max_req_input_len())}});
   }
   if (needed > m.kv->capacity_tokens()) {
     std::vector<CatalogArg> args(counts);
@@ -333,7 +359,7 @@ Status Engine::Validate(const GenerateRequest& request) const {
 Expected<uint64_t> Engine::Submit(GenerateRequest request, UpdateCallback on_update) {
   Impl& m = *impl_;
   if (!m.leader()) return FailedPrecondition("Engine::Submit: only rank 0 takes requests");
-  CTXPAR_RETURN_IF_ERROR(Validate(request));
+  CTXPAR_RETURN_IF_ERROR(Prepare(request));
   auto r = std::make_unique<Request>();
   r->sampling = std::move(request.sampling);
   r->seq.tokens = std::move(request.prompt);

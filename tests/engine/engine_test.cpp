@@ -193,6 +193,38 @@ TEST_F(EngineTest, CancelledRequestsEndWithAbortAndFreeTheirPages) {
   ASSERT_TRUE(engine->Run(Engine::RunUntil::kIdle).ok());
 }
 
+// --allow-auto-truncate keeps a too-long prompt's first tokens, leaving room for max_new_tokens
+// in the pool and staying under SGLang's max_req_input_len; what no cut can fit is still refused.
+TEST_F(EngineTest, AutoTruncateKeepsThePromptsFirstTokens) {
+  Expected<Launch> launch =
+      MakeLaunch({{"max_total_tokens", int64_t{256}}, {"allow_auto_truncate", true}});
+  ASSERT_TRUE(launch.ok()) << launch.status().ToString();
+  auto engine = MakeEngine(*launch);
+  ASSERT_NE(engine, nullptr);
+  GenerateRequest r;
+  for (int i = 0; i < 1000; ++i) r.prompt.push_back(100 + i);
+  r.sampling.max_new_tokens = 16;
+  r.sampling.ignore_eos = true;
+  GenerateRequest cut = r;
+  ASSERT_TRUE(engine->Prepare(cut).ok());
+  ASSERT_EQ(cut.prompt.size(), 240u);  // 256 - 16 new tokens
+  EXPECT_TRUE(std::equal(cut.prompt.begin(), cut.prompt.end(), r.prompt.begin()));
+  r.sampling.max_new_tokens = 2;
+  cut = r;
+  ASSERT_TRUE(engine->Prepare(cut).ok());
+  EXPECT_EQ(cut.prompt.size(), 249u);  // under max_req_input_len = 250
+  int generated = 0;
+  ASSERT_TRUE(
+      engine
+          ->Submit(r,
+                   [&](const RequestUpdate& u) { generated += static_cast<int>(u.tokens.size()); })
+          .ok());
+  ASSERT_TRUE(engine->Run(Engine::RunUntil::kIdle).ok());
+  EXPECT_EQ(generated, 2);
+  r.sampling.max_new_tokens = 300;  // more than the pool: nothing to cut
+  EXPECT_EQ(engine->Submit(r, nullptr).status().error_id(), "CTXPAR-ENGINE-006");
+}
+
 // Requests that cannot fit are refused at Submit with the counts; stop tokens end a request.
 TEST_F(EngineTest, RefusesWhatCannotFitAndStopsOnStopTokens) {
   Expected<Launch> launch =
@@ -210,6 +242,16 @@ TEST_F(EngineTest, RefusesWhatCannotFitAndStopsOnStopTokens) {
             "(256 tokens: max_total_num_tokens).");
   big.sampling.max_new_tokens = 8000;
   EXPECT_EQ(engine->Submit(big, nullptr).status().error_id(), "CTXPAR-ENGINE-005");
+  // SGLang's max_req_input_len, min(8192, 256) - 1 - 5 = 250, and its text (scheduler.py,
+  // managers/utils.py validate_input_length).
+  EXPECT_EQ(engine->max_req_input_len(), 250);
+  big.prompt.assign(250, 100);
+  big.sampling.max_new_tokens = 1;
+  st = engine->Submit(big, nullptr).status();
+  EXPECT_EQ(st.error_id(), "CTXPAR-ENGINE-016");
+  EXPECT_EQ(st.message(),
+            "Input length (250 tokens) exceeds the maximum allowed length (250 tokens). Use a "
+            "shorter input or enable --allow-auto-truncate.");
   GenerateRequest bad;
   bad.prompt = {1, 49152};
   st = engine->Submit(bad, nullptr).status();
