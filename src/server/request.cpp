@@ -444,6 +444,11 @@ GenerateRequest MakeGenerateRequest(const ApiRequest& request, int index,
 
 ApiError SubmitError(const Status& status, const ApiRequest& request, int index) {
   const std::string& id = status.error_id();
+  const bool text = !request.prompts.empty() && !request.prompts[0].text.empty();
+  const std::string_view prompt_field = request.route == Route::kChat ? "messages"
+                                        : request.route == Route::kGenerate
+                                            ? (text ? "text" : "input_ids")
+                                            : "prompt";
   std::string param;
   if (id == "CTXPAR-SAMPLING-001") {
     if (std::optional<CatalogMatch> m = MatchCatalogMessage(status.message())) {
@@ -476,15 +481,12 @@ ApiError SubmitError(const Status& status, const ApiRequest& request, int index)
           limit = std::strtoll(value.c_str(), nullptr, 10);
       }
     }
-    const bool text = !request.prompts.empty() && !request.prompts[0].text.empty();
-    const std::string_view prompt_field = request.route == Route::kChat ? "messages"
-                                          : request.route == Route::kGenerate
-                                              ? (text ? "text" : "input_ids")
-                                              : "prompt";
     param =
         request.max_tokens_given && prompt < limit
             ? (request.route == Route::kGenerate ? "sampling_params.max_new_tokens" : "max_tokens")
             : std::string(prompt_field);
+  } else if (id == "CTXPAR-ENGINE-016") {
+    param = prompt_field;
   } else if (id == "CTXPAR-ENGINE-010" || status.code() == StatusCode::kInvalidArgument) {
     param = request.route == Route::kChat       ? "messages"
             : request.route == Route::kGenerate ? "input_ids"

@@ -8,7 +8,7 @@ import openai
 import pytest
 import requests
 
-from conftest import MODEL_NAME
+from conftest import MODEL_NAME, start
 
 
 def client(server, key="unused"):
@@ -250,6 +250,24 @@ def test_a_prompt_longer_than_the_context_is_the_prompts_fault(server):
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == "prompt"
     assert "CTXPAR-ENGINE-005" in r.json()["error"]["message"]
+
+
+def test_a_prompt_longer_than_the_pool_gets_sglangs_refusal_or_is_cut(request):
+    """SGLang's max_req_input_len = min(context, max_total_num_tokens) - 1 - 5 = 506 here."""
+    body = {"prompt": "x " * 600, "max_tokens": 16}
+    strict = start(request, "--max-total-tokens", "512")
+    r = requests.post(strict.url + "/v1/completions", json=body)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "prompt"
+    assert error["message"].startswith(
+        "Input length (601 tokens) exceeds the maximum allowed length (506 tokens). Use a "
+        "shorter input or enable --allow-auto-truncate."), error["message"]
+    assert "CTXPAR-ENGINE-016" in error["message"]
+    cut = start(request, "--max-total-tokens", "512", "--allow-auto-truncate")
+    r = requests.post(cut.url + "/v1/completions", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens"] == 512 - 16
 
 
 def test_generate_batch_takes_one_sampling_params_per_prompt(server):
