@@ -1,7 +1,8 @@
 // The elementwise blocks every architecture shares (norms, RoPE, gated activations), written to
 // follow llama.cpp's CPU numerics (and HF transformers' where a model's reference is HF).
 //
-// Shapes are row-major fp32: x [n, dim]. Thread safety: pure functions.
+// Shapes are row-major fp32: x [n, dim]. Thread safety: pure functions; a RopeAngles does not
+// change once built, so one serves every thread.
 #pragma once
 
 #include <cstdint>
@@ -32,9 +33,9 @@ class RopeAngles {
 
   // rope_dims 0: Rope leaves x as it is.
   RopeAngles() = default;
-  // rope_dims even, in [2, kMaxDims]; base > 0 (the loaders validate both).
-  static RopeAngles Ggml(int rope_dims, float base);
+  // Both: rope_dims even, in [2, kMaxDims]; base > 0 (the loaders validate both). HfTable's
   // dtype is kF32, kBF16 or kF16.
+  static RopeAngles Ggml(int rope_dims, float base);
   static RopeAngles HfTable(int rope_dims, float base, DataType dtype);
 
   int rope_dims() const { return rope_dims_; }
@@ -49,8 +50,9 @@ class RopeAngles {
 
 // The two pairings of the rotation (ggml's modes; HF's rope_interleave and rotate_half):
 // - kNormal pairs dims (2i, 2i+1): llama.cpp's mode for the llama architecture, whose Q/K
-//   weights the GGUF converter permuted to match, and DeepSeek-V3's rope_interleave (HF's
-//   de-interleave, rotate_half, re-order leaves every dot product of two rows as this gives).
+//   weights the GGUF converter permuted to match, and DeepSeek-V3's rope_interleave (HF
+//   de-interleaves q_pe and k_pe, then rotates halves: these values in another order, the
+//   same dot products).
 // - kNeox pairs dims (i, i + rope_dims/2): HF's rotate_half, unpermuted weights (Gemma).
 enum class RopeStyle { kNormal, kNeox };
 
