@@ -68,18 +68,15 @@ Expected<MlaWeights> LoadMlaWeights(const SafetensorsCheckpoint& ckpt, const Dee
 
 MlaAttention::MlaAttention(const DeepseekV3Config& c, const DeepseekShard& s, Communicator& tp,
                            ThreadPool* pool)
-    : c_(c), s_(s), tp_(&tp), pool_(pool), threads_(pool != nullptr ? pool->size() : 1) {
-  // HF's default RoPE: inv_freq = 1 / theta^(2i / d) and the angle pos * inv_freq, in fp32.
-  // transformers keeps inv_freq as a module buffer, which takes the dtype the model runs in:
-  // run in its checkpoint's bf16 (or f16), the model rotates by frequencies rounded to it, and
-  // so does the reference checkpoint's golden forward. ctxpar follows the checkpoint's dtype.
-  const int rope = c.qk_rope_head_dim;
-  for (int i = 0; i < rope / 2; ++i) {
-    float f = 1.0f / std::pow(float(c.rope_theta), float(2 * i) / float(rope));
-    if (c.dtype == DataType::kBF16) f = Bf16ToFloat(FloatToBf16(f));
-    if (c.dtype == DataType::kF16) f = Fp16ToFp32(Fp32ToFp16(f));
-    inv_freq_.push_back(f);
-  }
+    : c_(c),
+      s_(s),
+      tp_(&tp),
+      pool_(pool),
+      threads_(pool != nullptr ? pool->size() : 1),
+      // transformers keeps inv_freq as a module buffer, which takes the dtype the model runs in:
+      // run in its checkpoint's bf16 (or f16), the model rotates by frequencies rounded to it,
+      // and so does the reference checkpoint's golden forward. ctxpar follows the checkpoint.
+      rope_(RopeAngles::HfTable(c.qk_rope_head_dim, float(c.rope_theta), c.dtype)) {
   scale_ = 1.0f / std::sqrt(float(c.qk_head_dim()));
 }
 
@@ -97,18 +94,6 @@ Expected<std::unique_ptr<MlaAttention>> MlaAttention::Create(const DeepseekV3Con
   o.scale = m->scale_;
   CTXPAR_ASSIGN_OR_RETURN(m->decode_, BatchAttention::Create(o, m->dcp_.get()));
   return m;
-}
-
-// Rotates the rope part of one row in adjacent pairs: rope_interleave as HF applies it (its
-// de-interleave, rotate_half, re-order leaves every dot product of two rows unchanged).
-void MlaAttention::Rope(float* v, int64_t pos) const {
-  for (std::size_t i = 0; i < inv_freq_.size(); ++i) {
-    const float angle = inv_freq_[i] * float(pos);
-    const float cs = std::cos(angle), sn = std::sin(angle);
-    const float x0 = v[2 * i], x1 = v[2 * i + 1];
-    v[2 * i] = x0 * cs - x1 * sn;
-    v[2 * i + 1] = x1 * cs + x0 * sn;
-  }
 }
 
 void MlaAttention::MakePlan(const Batch& batch) {
@@ -156,7 +141,7 @@ Status MlaAttention::Latents(const MlaWeights& w) {
   for (int i = 0; i < n; ++i) {
     float* row = qa_.data() + std::size_t(i) * L;
     RmsNorm(row, w.kv_a_norm.data(), 1, lora, float(c_.rms_norm_eps), row);
-    Rope(row + lora, pos_[latent_rows_[i]]);
+    Rope(RopeStyle::kNormal, row + lora, 1, c_.qk_rope_head_dim, rope_, pos_[latent_rows_[i]]);
     std::copy_n(row, L, latent_.data() + std::size_t(latent_rows_[i]) * L);
   }
   if (s_.cp_size == 1) return Status::Ok();
@@ -195,10 +180,10 @@ void MlaAttention::ProjectQ(const MlaWeights& w, const std::vector<int32_t>& row
   const F32Matrix q_b{w.q_b.data(), s_.span_heads * qk, ql, ql};
   MatMulF32(q_b.RowRange((first - s_.span_first) * qk, heads * qk), qa_.data(), n, ql, q_.data(),
             heads * qk, pool_);
+  // Each head is [q_nope | q_pe]: the rotation's heads start at q_pe, qk apart.
   for (int i = 0; i < n; ++i) {
-    for (int j = 0; j < heads; ++j) {
-      Rope(q_.data() + (std::size_t(i) * heads + j) * qk + c_.qk_nope_head_dim, pos_[rows[i]]);
-    }
+    Rope(RopeStyle::kNormal, q_.data() + std::size_t(i) * heads * qk + c_.qk_nope_head_dim, heads,
+         qk, rope_, pos_[rows[i]]);
   }
 }
 

@@ -19,6 +19,7 @@
 #include "ctxpar/safetensors.h"
 #include "models/batch_attention.h"
 #include "models/deepseek.h"
+#include "models/layers/elementwise.h"
 
 namespace ctxpar::model {
 
@@ -66,7 +67,6 @@ class MlaAttention {
   Status Decode(const MlaWeights& w, int layer, const KvPool& kv);
   Status Prefill(const MlaWeights& w, int layer, const Batch& batch, const KvPool& kv);
   Status GatherPrefix(int layer, const KvPool& kv, int32_t slot, int64_t pos0, float* out);
-  void Rope(float* v, int64_t pos) const;
 
   DeepseekV3Config c_;
   DeepseekShard s_;
@@ -75,7 +75,7 @@ class MlaAttention {
   int threads_ = 1;
   std::unique_ptr<Communicator> dcp_, cp_;
   std::unique_ptr<BatchAttention> decode_;
-  std::vector<float> inv_freq_;
+  RopeAngles rope_;
   float scale_ = 0.0f;
 
   // Per call: which rows decode, which prefill on this rank, and the CP split.

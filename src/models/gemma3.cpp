@@ -22,7 +22,7 @@ namespace {
 using model::GgufMatrix;
 using model::GgufVector;
 
-// The rank's rows of the projections (gguf_weights.h), the layer's norms and RoPE base.
+// The rank's rows of the projections (gguf_weights.h), the layer's norms and RoPE angles.
 struct Layer : model::DenseBlockWeights {
   const float* attn_norm = nullptr;
   const float* q_norm = nullptr;
@@ -30,7 +30,7 @@ struct Layer : model::DenseBlockWeights {
   const float* post_attn_norm = nullptr;
   const float* ffn_norm = nullptr;
   const float* post_ffn_norm = nullptr;
-  float rope_base = 0.0f;
+  model::RopeAngles rope;
 };
 
 class Gemma3Model final : public Model {
@@ -94,7 +94,8 @@ Status Gemma3Model::Init(const EngineConfig& config) {
                             GgufVector(f, b + "post_attention_norm.weight", hp.dim));
     CTXPAR_ASSIGN_OR_RETURN(layer.ffn_norm, GgufVector(f, b + "ffn_norm.weight", hp.dim));
     CTXPAR_ASSIGN_OR_RETURN(layer.post_ffn_norm, GgufVector(f, b + "post_ffw_norm.weight", hp.dim));
-    layer.rope_base = hp.IsWindowLayer(l) ? hp.rope_base_window : hp.rope_base;
+    layer.rope =
+        model::RopeAngles::Ggml(hd, hp.IsWindowLayer(l) ? hp.rope_base_window : hp.rope_base);
     layers_.push_back(std::move(layer));
   }
   CTXPAR_ASSIGN_OR_RETURN(embd_, GgufMatrix(f, "token_embd.weight", hp.dim, hp.vocab_size, format));
@@ -144,10 +145,9 @@ Status Gemma3Model::Attention(const Layer& layer, int l, const Batch& batch, KvP
   model::ForRows(pool_, n, [&](int begin, int end) {
     for (int row = begin; row < end; ++row) {
       const int pos = positions_[row];
-      model::Rope(model::RopeStyle::kNeox, q_.data() + row * q_row, s.q_heads, hd, hd,
-                  layer.rope_base, pos);
-      model::Rope(model::RopeStyle::kNeox, k_.data() + row * kv_row, s.kv_heads, hd, hd,
-                  layer.rope_base, pos);
+      model::Rope(model::RopeStyle::kNeox, q_.data() + row * q_row, s.q_heads, hd, layer.rope, pos);
+      model::Rope(model::RopeStyle::kNeox, k_.data() + row * kv_row, s.kv_heads, hd, layer.rope,
+                  pos);
     }
   });
   for (const BatchSeq& seq : batch.seqs) {

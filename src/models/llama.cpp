@@ -64,6 +64,7 @@ class LlamaModel final : public Model {
   std::unique_ptr<Communicator> dcp_;
   std::unique_ptr<model::BatchAttention> attend_;
   std::vector<Layer> layers_;
+  model::RopeAngles rope_;
   model::QuantMatrix embd_, lm_head_;
   model::VocabShard vocab_shard_;
   const float* out_norm_ = nullptr;
@@ -88,6 +89,7 @@ Status LlamaModel::Init(const EngineConfig& config) {
     CTXPAR_ASSIGN_OR_RETURN(layer.ffn_norm, GgufVector(f, b + "ffn_norm.weight", hp.dim));
     layers_.push_back(std::move(layer));
   }
+  rope_ = model::RopeAngles::Ggml(hp.rope_dims, hp.rope_base);
   CTXPAR_ASSIGN_OR_RETURN(embd_, GgufMatrix(f, "token_embd.weight", hp.dim, hp.vocab_size, format));
   model::QuantMatrix head = embd_;
   if (!hp.tied_embeddings) {
@@ -132,10 +134,8 @@ Status LlamaModel::Attention(const Layer& layer, int l, const Batch& batch, KvPo
   model::ForRows(pool_, n, [&](int begin, int end) {
     for (int row = begin; row < end; ++row) {
       const int pos = positions_[row];
-      model::Rope(model::RopeStyle::kNormal, q_.data() + row * q_row, s.q_heads, hd, hp_.rope_dims,
-                  hp_.rope_base, pos);
-      model::Rope(model::RopeStyle::kNormal, k_.data() + row * kv_row, s.kv_heads, hd,
-                  hp_.rope_dims, hp_.rope_base, pos);
+      model::Rope(model::RopeStyle::kNormal, q_.data() + row * q_row, s.q_heads, hd, rope_, pos);
+      model::Rope(model::RopeStyle::kNormal, k_.data() + row * kv_row, s.kv_heads, hd, rope_, pos);
     }
   });
   for (const BatchSeq& seq : batch.seqs) {

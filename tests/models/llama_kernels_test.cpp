@@ -87,57 +87,6 @@ TEST(RmsNorm, MatchesFloat64) {
   }
 }
 
-TEST(RopeNormal, RotatesAdjacentPairsByPositionalAngle) {
-  const int heads = 2, dim = 64, rope = 64;
-  const float base = 100000.0f;
-  std::mt19937 rng(5);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int pos : {0, 1, 17, 300}) {
-    std::vector<float> x(heads * dim);
-    for (float& v : x) v = normal(rng);
-    std::vector<float> y = x;
-    Rope(RopeStyle::kNormal, y.data(), heads, dim, rope, base, pos);
-    for (int h = 0; h < heads; ++h) {
-      for (int i = 0; i < rope / 2; ++i) {
-        const double theta = pos * std::pow(double(base), -2.0 * i / rope);
-        const double x0 = x[h * dim + 2 * i], x1 = x[h * dim + 2 * i + 1];
-        EXPECT_NEAR(y[h * dim + 2 * i], x0 * std::cos(theta) - x1 * std::sin(theta), 2e-4);
-        EXPECT_NEAR(y[h * dim + 2 * i + 1], x0 * std::sin(theta) + x1 * std::cos(theta), 2e-4);
-      }
-    }
-  }
-}
-
-TEST(RopeNormal, LeavesDimsBeyondRopeDimsAlone) {
-  std::vector<float> x(64);
-  for (int i = 0; i < 64; ++i) x[i] = float(i + 1);
-  std::vector<float> y = x;
-  Rope(RopeStyle::kNormal, y.data(), 1, 64, 32, 10000.0f, 9);
-  for (int i = 32; i < 64; ++i) EXPECT_EQ(y[i], x[i]);
-}
-
-TEST(RopeNeox, RotatesHalvesByPositionalAngle) {
-  const int heads = 2, dim = 256, rope = 256;
-  std::mt19937 rng(6);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (float base : {10000.0f, 1000000.0f}) {
-    for (int pos : {0, 1, 511, 700}) {
-      std::vector<float> x(heads * dim);
-      for (float& v : x) v = normal(rng);
-      std::vector<float> y = x;
-      Rope(RopeStyle::kNeox, y.data(), heads, dim, rope, base, pos);
-      for (int h = 0; h < heads; ++h) {
-        for (int i = 0; i < rope / 2; ++i) {
-          const double theta = pos * std::pow(double(base), -2.0 * i / rope);
-          const double x0 = x[h * dim + i], x1 = x[h * dim + i + rope / 2];
-          EXPECT_NEAR(y[h * dim + i], x0 * std::cos(theta) - x1 * std::sin(theta), 5e-4);
-          EXPECT_NEAR(y[h * dim + i + rope / 2], x0 * std::sin(theta) + x1 * std::cos(theta), 5e-4);
-        }
-      }
-    }
-  }
-}
-
 TEST(GeGlu, MatchesFloat64TanhApproximation) {
   const std::vector<float> g = {-20.0f, -3.0f, -0.7f, 0.0f, 0.3f, 1.0f, 4.0f, 30.0f};
   const std::vector<float> u = {2.0f, -1.0f, 5.0f, 1.5f, -0.25f, 0.5f, 3.0f, -2.0f};

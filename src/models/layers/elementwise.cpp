@@ -139,24 +139,53 @@ void RmsNorm(const float* x, const float* weight, int n, int dim, float eps, flo
   }
 }
 
-void Rope(RopeStyle style, float* x, int num_heads, int head_dim, int rope_dims, float base,
-          int pos) {
-  // ggml builds the angles by repeated multiplication in float; doing the same keeps the rotated
-  // Q/K within an ulp of llama.cpp's.
-  const float theta_scale = std::pow(base, -2.0f / float(rope_dims));
-  float cos_sin[2 * 256];
+RopeAngles RopeAngles::Ggml(int rope_dims, float base) {
+  RopeAngles a;
+  a.rope_dims_ = rope_dims;
+  a.theta_scale_ = std::pow(base, -2.0f / float(rope_dims));
+  return a;
+}
+
+RopeAngles RopeAngles::HfTable(int rope_dims, float base, DataType dtype) {
+  RopeAngles a;
+  a.rope_dims_ = rope_dims;
+  for (int i = 0; i < rope_dims / 2; ++i) {
+    float f = 1.0f / std::pow(base, float(2 * i) / float(rope_dims));
+    if (dtype == DataType::kBF16) f = Bf16ToFloat(FloatToBf16(f));
+    if (dtype == DataType::kF16) f = Fp16ToFp32(Fp32ToFp16(f));
+    a.inv_freq_.push_back(f);
+  }
+  return a;
+}
+
+void RopeAngles::CosSin(int64_t pos, float* cos_sin) const {
+  const int half = rope_dims_ / 2;
+  if (!inv_freq_.empty()) {
+    for (int i = 0; i < half; ++i) {
+      const float angle = inv_freq_[i] * float(pos);
+      cos_sin[2 * i] = std::cos(angle);
+      cos_sin[2 * i + 1] = std::sin(angle);
+    }
+    return;
+  }
   float theta = float(pos);
-  const int half = rope_dims / 2;
   for (int i = 0; i < half; ++i) {
     cos_sin[2 * i] = std::cos(theta);
     cos_sin[2 * i + 1] = std::sin(theta);
-    theta *= theta_scale;
+    theta *= theta_scale_;
   }
+}
+
+void Rope(RopeStyle style, float* x, int num_heads, int head_stride, const RopeAngles& angles,
+          int64_t pos) {
+  float cos_sin[RopeAngles::kMaxDims];
+  angles.CosSin(pos, cos_sin);
+  const int half = angles.rope_dims() / 2;
   // Pair i is (v[i * step], v[i * step + other]).
   const int step = style == RopeStyle::kNormal ? 2 : 1;
   const int other = style == RopeStyle::kNormal ? 1 : half;
   for (int h = 0; h < num_heads; ++h) {
-    float* v = x + static_cast<long>(h) * head_dim;
+    float* v = x + static_cast<long>(h) * head_stride;
     for (int i = 0; i < half; ++i) {
       const float c = cos_sin[2 * i];
       const float s = cos_sin[2 * i + 1];

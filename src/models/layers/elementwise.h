@@ -1,8 +1,14 @@
 // The elementwise blocks every architecture shares (norms, RoPE, gated activations), written to
-// follow llama.cpp's CPU numerics.
+// follow llama.cpp's CPU numerics (and HF transformers' where a model's reference is HF).
 //
-// Shapes are row-major fp32: x [n, dim]. Thread safety: pure functions.
+// Shapes are row-major fp32: x [n, dim]. Thread safety: pure functions; a RopeAngles does not
+// change once built, so one serves every thread.
 #pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ctxpar/dtype.h"
 
 namespace ctxpar::model {
 
@@ -11,16 +17,51 @@ namespace ctxpar::model {
 // Gemma's (1 + w) scaling needs no variant: llama.cpp's converter stores 1 + w in the GGUF.
 void RmsNorm(const float* x, const float* weight, int n, int dim, float eps, float* y);
 
-// The two rotation conventions of ggml (and of HF): within each head, pair i of the first
-// rope_dims dims rotates by pos * base^(-2i/rope_dims).
+// RoPE in two pieces: the angles (RopeAngles, built once at model load) and one rotation
+// (Rope) for both pair conventions. Pair i of the first rope_dims dims of a head rotates by
+// angle_i(pos), nominally pos * base^(-2i/rope_dims); the two angle conventions differ in their
+// float rounding, and each model takes its reference's:
+// - Ggml: theta_0 = pos, theta_{i+1} = theta_i * base^(-2/rope_dims), in float, as llama.cpp's
+//   CPU backend builds them (Llama, Gemma 3): Q/K stay within an ulp of llama.cpp's.
+// - HfTable: HF transformers' default RoPE (DeepSeek-V3): inv_freq[i] = 1 / base^(2i/rope_dims)
+//   in float, rounded to `dtype` as transformers' inv_freq buffer is when the model runs in its
+//   checkpoint's bf16 or f16 (kF32 keeps it), and angle_i = inv_freq[i] * pos in float.
+// Both give cos and sin in float through std::cos and std::sin.
+class RopeAngles {
+ public:
+  static constexpr int kMaxDims = 1024;
+
+  // rope_dims 0: Rope leaves x as it is.
+  RopeAngles() = default;
+  // Both: rope_dims even, in [2, kMaxDims]; base > 0 (the loaders validate both). HfTable's
+  // dtype is kF32, kBF16 or kF16.
+  static RopeAngles Ggml(int rope_dims, float base);
+  static RopeAngles HfTable(int rope_dims, float base, DataType dtype);
+
+  int rope_dims() const { return rope_dims_; }
+  // cos_sin[2i] = cos(angle_i(pos)), cos_sin[2i + 1] = sin(angle_i(pos)) for i < rope_dims / 2.
+  void CosSin(int64_t pos, float* cos_sin) const;
+
+ private:
+  int rope_dims_ = 0;
+  float theta_scale_ = 0.0f;     // Ggml
+  std::vector<float> inv_freq_;  // HfTable (empty for Ggml)
+};
+
+// The two pairings of the rotation (ggml's modes; HF's rope_interleave and rotate_half):
 // - kNormal pairs dims (2i, 2i+1): llama.cpp's mode for the llama architecture, whose Q/K
-//   weights the GGUF converter permuted to match.
+//   weights the GGUF converter permuted to match, and DeepSeek-V3's rope_interleave (HF
+//   de-interleaves q_pe and k_pe, then rotates halves: these values in another order, the
+//   same dot products).
 // - kNeox pairs dims (i, i + rope_dims/2): HF's rotate_half, unpermuted weights (Gemma).
 enum class RopeStyle { kNormal, kNeox };
 
-// x is [num_heads, head_dim] of one token, rotated in place; rope_dims <= 512.
-void Rope(RopeStyle style, float* x, int num_heads, int head_dim, int rope_dims, float base,
-          int pos);
+// Rotates in place the first angles.rope_dims() dims of each of num_heads heads of one token,
+// head h at x + h * head_stride (head_stride >= rope_dims): (x0, x1) of pair i becomes
+// (x0 cos - x1 sin, x0 sin + x1 cos). Computes the angles of pos once for all heads, on the
+// stack: no allocation.
+void Rope(RopeStyle style, float* x, int num_heads, int head_stride, const RopeAngles& angles,
+          int64_t pos);
 
 // out[i] = silu(gate[i]) * up[i] for i < n.
 void SwiGlu(const float* gate, const float* up, int n, float* out);
