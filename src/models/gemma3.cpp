@@ -30,7 +30,7 @@ struct Layer : model::DenseBlockWeights {
   const float* post_attn_norm = nullptr;
   const float* ffn_norm = nullptr;
   const float* post_ffn_norm = nullptr;
-  model::RopeAngles rope;
+  model::RopeAngles rope = {};
 };
 
 class Gemma3Model final : public Model {
