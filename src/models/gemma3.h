@@ -58,8 +58,6 @@ std::vector<KvGroupSpec> Gemma3KvGroups(const Gemma3Hparams& hp);
 
 Expected<Gemma3Hparams> ReadGemma3Hparams(const GgufFile& file);
 
-model::HeadLayout Gemma3HeadLayout(const Gemma3Hparams& hp);
-
 // Collective over `world` (tp_size ranks).
 Expected<std::unique_ptr<Model>> CreateGemma3Model(std::shared_ptr<const GgufFile> file,
                                                    const Gemma3Hparams& hp, ModelDesc desc,

@@ -49,7 +49,7 @@ class Gemma3Source final : public ModelSource {
     }
     info_.hook = [hp = hp_, int8_weights](Resolution& r, const ResolveContext&) {
       ResolvingView cfg = r.view();
-      CTXPAR_RETURN_IF_ERROR(model::CheckHeadLayout(Gemma3HeadLayout(hp), kArchitecture,
+      CTXPAR_RETURN_IF_ERROR(model::CheckHeadLayout(model::DenseHeadLayout(hp), kArchitecture,
                                                     cfg.tp_size(), cfg.dcp_size()));
       if (cfg.llama_cpp_numerics() && !int8_weights) {
         return CatalogError(
@@ -68,7 +68,7 @@ class Gemma3Source final : public ModelSource {
   const Tokenizer* tokenizer() const override { return &tokenizer_; }
 
   KvSpec KvSpecFor(const EngineConfig& c) const override {
-    const model::HeadShard shard = model::MakeHeadShard(Gemma3HeadLayout(hp_), c, 0);
+    const model::HeadShard shard = model::MakeHeadShard(model::DenseHeadLayout(hp_), c, 0);
     KvSpec spec{.num_layers = hp_.num_layers,
                 .num_kv_heads = shard.kv_heads,
                 .head_dim_k = hp_.head_dim,

@@ -44,9 +44,6 @@ struct LlamaHparams {
 // Reads `<arch>.*` metadata, naming the key of anything missing or out of range.
 Expected<LlamaHparams> ReadLlamaHparams(const GgufFile& file);
 
-// The shape layers/attention_shard.h shards.
-model::HeadLayout LlamaHeadLayout(const LlamaHparams& hp);
-
 // Collective over `world` (tp_size ranks). config.llama_cpp_numerics quantizes activations to
 // int8 per 32-block before each matmul, as llama.cpp's CPU backend does; off, fp32 activations,
 // whose rounding differences do not grow, keep greedy output identical across DCP sizes and

@@ -43,7 +43,7 @@ class LlamaSource final : public ModelSource {
     info_.hook = [hp = hp_, arch = desc_.architecture](Resolution& r, const ResolveContext&) {
       ResolvingView cfg = r.view();
       CTXPAR_RETURN_IF_ERROR(
-          model::CheckHeadLayout(LlamaHeadLayout(hp), arch, cfg.tp_size(), cfg.dcp_size()));
+          model::CheckHeadLayout(model::DenseHeadLayout(hp), arch, cfg.tp_size(), cfg.dcp_size()));
       return model::CheckDenseFlags(cfg, arch);
     };
   }
@@ -54,7 +54,7 @@ class LlamaSource final : public ModelSource {
   const Tokenizer* tokenizer() const override { return &tokenizer_; }
 
   KvSpec KvSpecFor(const EngineConfig& c) const override {
-    const model::HeadShard shard = model::MakeHeadShard(LlamaHeadLayout(hp_), c, 0);
+    const model::HeadShard shard = model::MakeHeadShard(model::DenseHeadLayout(hp_), c, 0);
     return {.num_layers = hp_.num_layers,
             .num_kv_heads = shard.kv_heads,
             .head_dim_k = hp_.head_dim,

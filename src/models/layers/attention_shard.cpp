@@ -1,5 +1,7 @@
 #include "models/layers/attention_shard.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -33,6 +35,16 @@ HeadShard MakeHeadShard(const HeadLayout& l, const EngineConfig& config, int tp_
     s.dim_bounds.push_back(static_cast<int>(int64_t{i} * l.dim / tp));
   }
   return s;
+}
+
+Expected<HeadShard> DenseModelShard(const HeadLayout& l, std::string_view architecture,
+                                    const EngineConfig& config, const Communicator& world) {
+  if (world.size() != config.tp_size) {
+    return InvalidArgument(fmt::format("tp_size ({}) must equal the TP communicator's size ({})",
+                                       config.tp_size, world.size()));
+  }
+  CTXPAR_RETURN_IF_ERROR(CheckHeadLayout(l, architecture, config.tp_size, config.dcp_size));
+  return MakeHeadShard(l, config, world.rank());
 }
 
 int GqaKvHeadsPerRank(int num_heads, int num_kv_heads, int tp, int dcp) {

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ctxpar/communicator.h"
 #include "ctxpar/config.h"
 #include "ctxpar/engine_config.h"
 #include "ctxpar/status.h"
@@ -31,6 +32,17 @@ struct HeadLayout {
   int dim = 0;  // hidden size
   int ffn_dim = 0;
 };
+
+// The layout of an architecture's hparams struct (its num_heads, num_kv_heads, head_dim, dim and
+// ffn_dim fields).
+template <class Hparams>
+HeadLayout DenseHeadLayout(const Hparams& hp) {
+  return {.num_heads = hp.num_heads,
+          .num_kv_heads = hp.num_kv_heads,
+          .head_dim = hp.head_dim,
+          .dim = hp.dim,
+          .ffn_dim = hp.ffn_dim};
+}
 
 struct HeadShard {
   int tp_rank = 0;
@@ -57,6 +69,11 @@ Status CheckGqaLayout(int num_heads, int num_kv_heads, int tp, int dcp);
 // CheckGqaLayout, then shapes the block-sharded kernels cannot cut (CTXPAR-MODEL-006, naming
 // `architecture`).
 Status CheckHeadLayout(const HeadLayout& l, std::string_view architecture, int tp, int dcp);
+
+// A dense model factory's checks, then the rank's shard: `world` has config.tp_size ranks
+// (InvalidArgument), CheckHeadLayout.
+Expected<HeadShard> DenseModelShard(const HeadLayout& l, std::string_view architecture,
+                                    const EngineConfig& config, const Communicator& world);
 
 // The flags a dense model cannot honour (expert parallelism, the MoE backends, prefill CP,
 // DP attention): CTXPAR-MODEL-005 naming the flag and `architecture`.

@@ -10,6 +10,7 @@
 
 #include "ctxpar/batch.h"
 #include "ctxpar/thread_pool.h"
+#include "models/layers/elementwise.h"
 
 namespace ctxpar::model {
 
@@ -34,6 +35,15 @@ void ForRows(ThreadPool* pool, int n, const F& f) {
   if (pool == nullptr || n < kParallelRows) return f(0, n);
   pool->ParallelFor(n, [&](std::int64_t begin, std::int64_t end) {
     f(static_cast<int>(begin), static_cast<int>(end));
+  });
+}
+
+// out = RmsNorm(in) with `weight` over n rows of `dim`, split over the pool; out may alias in.
+inline void RmsNormRows(ThreadPool* pool, const float* in, const float* weight, int n, int dim,
+                        float eps, float* out) {
+  ForRows(pool, n, [&](int begin, int end) {
+    const std::size_t first = std::size_t(begin) * dim;
+    RmsNorm(in + first, weight, end - begin, dim, eps, out + first);
   });
 }
 

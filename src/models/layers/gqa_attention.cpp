@@ -1,0 +1,58 @@
+#include "models/layers/gqa_attention.h"
+
+#include "models/layers/rows.h"
+
+namespace ctxpar::model {
+
+Status GqaAttention::Init(const EngineConfig& config) {
+  CTXPAR_ASSIGN_OR_RETURN(dcp_,
+                          tp_->world().Split(shard_.tp_rank / config.dcp_size, shard_.tp_rank));
+  DcpOptions o = EngineDcpOptions(config, tp_->size(), pool_);
+  o.num_heads = opt_.num_heads;
+  o.head_dim_qk = opt_.head_dim;
+  o.head_dim_v = opt_.head_dim;
+  o.scale = opt_.scale;
+  CTXPAR_ASSIGN_OR_RETURN(attend_, BatchAttention::Create(o, dcp_.get()));
+  return Status::Ok();
+}
+
+Expected<const float*> GqaAttention::Forward(const GqaLayer& layer, int index, const Batch& batch,
+                                             std::span<const int> positions, const float* x,
+                                             KvPool& kv) {
+  const int hd = opt_.head_dim;
+  const int n = static_cast<int>(batch.num_tokens());
+  const HeadShard& s = shard_;
+  xn_.resize(std::size_t(n) * opt_.dim);
+  RmsNormRows(pool_, x, layer.attn_norm, n, opt_.dim, opt_.rms_eps, xn_.data());
+  const std::size_t q_row = std::size_t(s.q_heads) * hd, kv_row = std::size_t(s.kv_heads) * hd;
+  q_.resize(n * q_row);
+  k_.resize(n * kv_row);
+  v_.resize(n * kv_row);
+  const MatMulOut qkv[] = {{layer.w.wq, q_.data(), s.q_heads * hd},
+                           {layer.w.wk, k_.data(), s.kv_heads * hd},
+                           {layer.w.wv, v_.data(), s.kv_heads * hd}};
+  tp_->ColumnParallel(qkv, xn_.data(), n, opt_.dim);
+  if (layer.q_norm != nullptr) {
+    RmsNormRows(pool_, q_.data(), layer.q_norm, n * s.q_heads, hd, opt_.rms_eps, q_.data());
+  }
+  if (layer.k_norm != nullptr) {
+    RmsNormRows(pool_, k_.data(), layer.k_norm, n * s.kv_heads, hd, opt_.rms_eps, k_.data());
+  }
+  ForRows(pool_, n, [&](int begin, int end) {
+    for (int row = begin; row < end; ++row) {
+      const int pos = positions[row];
+      Rope(opt_.rope_style, q_.data() + row * q_row, s.q_heads, hd, layer.rope, pos);
+      Rope(opt_.rope_style, k_.data() + row * kv_row, s.kv_heads, hd, layer.rope, pos);
+    }
+  });
+  for (const BatchSeq& seq : batch.seqs) {
+    CTXPAR_RETURN_IF_ERROR(kv.Write(index, seq.slot, seq.pos0, seq.num_tokens,
+                                    k_.data() + seq.token_offset * kv_row,
+                                    v_.data() + seq.token_offset * kv_row));
+  }
+  o_.resize(std::size_t(n) * s.heads * hd);
+  CTXPAR_RETURN_IF_ERROR(attend_->Run(batch, kv, index, q_.data(), o_.data()));
+  return tp_->RowParallel(layer.w.wo, o_.data(), n, s.head_bounds, s.dim_bounds);
+}
+
+}  // namespace ctxpar::model

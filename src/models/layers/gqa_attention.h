@@ -1,0 +1,77 @@
+// The attention of a dense decoder layer with grouped-query heads (Llama, Gemma 3), on one rank:
+//   xn = RmsNorm(x) with the layer's attn_norm
+//   q, k, v = xn times the rank's rows of wq, wk, wv (column-parallel, tp_linear.h)
+//   q, k = per-head RmsNorm (optional: Gemma 3's q_norm / k_norm), then RoPE per row at its
+//          position with the layer's RopeAngles in the model's pairing (elementwise.h)
+//   k, v written to each sequence's slot of the pool; o = BatchAttention over the DCP group
+//   y = o times wo (row-parallel: every output row over the whole attention row)
+// The heads, KV heads and rows are the rank's HeadShard (attention_shard.h); the block owns the
+// DCP communicator (split from the TP group) and the attention built from EngineDcpOptions.
+//
+// Shapes (fp32, row-major): x [T, dim] for the batch's T tokens in batch order; positions [T];
+// the result [T, dim], the full hidden row of every token on every rank.
+//
+// Thread safety: one rank's thread; Init and Forward are collective over the TP group.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "ctxpar/batch.h"
+#include "ctxpar/communicator.h"
+#include "ctxpar/engine_config.h"
+#include "ctxpar/kv_pool.h"
+#include "ctxpar/status.h"
+#include "ctxpar/thread_pool.h"
+#include "models/batch_attention.h"
+#include "models/layers/attention_shard.h"
+#include "models/layers/elementwise.h"
+#include "models/layers/gguf_weights.h"
+#include "models/layers/tp_linear.h"
+
+namespace ctxpar::model {
+
+struct GqaOptions {
+  int num_heads = 0;  // of the whole model
+  int head_dim = 0;   // of q, k and v
+  int dim = 0;        // hidden size
+  float scale = 0.0f;
+  float rms_eps = 0.0f;  // of attn_norm and the per-head norms
+  RopeStyle rope_style = RopeStyle::kNormal;
+};
+
+// One layer's weights: its projections (wq, wk, wv, wo of `w`), its norms and its angles.
+struct GqaLayer {
+  const DenseBlockWeights& w;
+  const float* attn_norm;  // [dim]
+  const RopeAngles& rope;
+  const float* q_norm = nullptr;  // [head_dim] or null: no per-head norm
+  const float* k_norm = nullptr;
+};
+
+class GqaAttention {
+ public:
+  // `tp` (the TP group's linear layers) and `pool` are not owned and outlive the block.
+  GqaAttention(const GqaOptions& options, TpLinear* tp, HeadShard shard, ThreadPool* pool)
+      : opt_(options), tp_(tp), shard_(std::move(shard)), pool_(pool) {}
+
+  // Splits the DCP group off the TP group and builds the attention (collective).
+  Status Init(const EngineConfig& config);
+
+  // Layer `index` over x [T, dim] (collective). Returns [T, dim], valid until the TP group's
+  // next layer runs.
+  Expected<const float*> Forward(const GqaLayer& layer, int index, const Batch& batch,
+                                 std::span<const int> positions, const float* x, KvPool& kv);
+
+ private:
+  GqaOptions opt_;
+  TpLinear* tp_;
+  HeadShard shard_;
+  ThreadPool* pool_;
+  std::unique_ptr<Communicator> dcp_;
+  std::unique_ptr<BatchAttention> attend_;
+  std::vector<float> xn_, q_, k_, v_, o_;
+};
+
+}  // namespace ctxpar::model
