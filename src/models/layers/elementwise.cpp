@@ -76,53 +76,52 @@ __attribute__((target("avx2,fma"))) __m128 Exp4(__m128 x, const Exp2Table& tab) 
   return _mm256_cvtpd_ps(_mm256_mul_pd(y, _mm256_castsi256_pd(t)));
 }
 
-__attribute__((target("avx2,fma"))) void SwiGluAvx2(const float* gate, const float* up, int n,
-                                                    float* out) {
-  const Exp2Table& tab = Exp2Tab();
-  const __m256 one = _mm256_set1_ps(1.0f);
-  int i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 g = _mm256_loadu_ps(gate + i);
-    const __m256 x = _mm256_xor_ps(g, _mm256_set1_ps(-0.0f));
-    // glibc's test: the top 12 bits of |x| at least those of 88.0f.
-    const __m256i top =
-        _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 20), _mm256_set1_epi32(0x7ff));
-    if (_mm256_movemask_epi8(_mm256_cmpgt_epi32(top, _mm256_set1_epi32(0x42a))) != 0) {
-      SwiGluScalar(gate + i, up + i, 8, out + i);
-      continue;
-    }
-    const __m256 e = _mm256_set_m128(Exp4(_mm256_extractf128_ps(x, 1), tab),
-                                     Exp4(_mm256_castps256_ps128(x), tab));
-    const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, e));
-    _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
+// The two activations as x / (1 + exp(a(x))) * up: the exponent's argument a, a vector and a
+// scalar form with the same operations.
+struct SiluGate {
+  __attribute__((target("avx2,fma"))) static __m256 Arg(__m256 g) {
+    return _mm256_xor_ps(g, _mm256_set1_ps(-0.0f));
   }
-  SwiGluScalar(gate + i, up + i, n - i, out + i);
-}
+  static void Scalar(const float* gate, const float* up, int n, float* out) {
+    SwiGluScalar(gate, up, n, out);
+  }
+};
 
-// GeGluScalar's arithmetic, eight lanes at a time, with Exp4 for std::exp (bit for bit).
-__attribute__((target("avx2,fma"))) void GeGluAvx2(const float* gate, const float* up, int n,
+struct GeluGate {
+  __attribute__((target("avx2,fma"))) static __m256 Arg(__m256 g) {
+    __m256 cube = _mm256_mul_ps(_mm256_set1_ps(0.044715f), g);
+    cube = _mm256_mul_ps(_mm256_mul_ps(cube, g), g);
+    return _mm256_mul_ps(_mm256_set1_ps(-2.0f),
+                         _mm256_mul_ps(_mm256_set1_ps(kSqrt2OverPi), _mm256_add_ps(g, cube)));
+  }
+  static void Scalar(const float* gate, const float* up, int n, float* out) {
+    GeGluScalar(gate, up, n, out);
+  }
+};
+
+// Gate's scalar arithmetic, eight lanes at a time, with Exp4 for std::exp (bit for bit).
+template <class Gate>
+__attribute__((target("avx2,fma"))) void GatedAvx2(const float* gate, const float* up, int n,
                                                    float* out) {
   const Exp2Table& tab = Exp2Tab();
   const __m256 one = _mm256_set1_ps(1.0f);
   int i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 g = _mm256_loadu_ps(gate + i);
-    __m256 cube = _mm256_mul_ps(_mm256_set1_ps(0.044715f), g);
-    cube = _mm256_mul_ps(_mm256_mul_ps(cube, g), g);
-    const __m256 x = _mm256_mul_ps(
-        _mm256_set1_ps(-2.0f), _mm256_mul_ps(_mm256_set1_ps(kSqrt2OverPi), _mm256_add_ps(g, cube)));
+    const __m256 x = Gate::Arg(g);
+    // glibc's test: the top 12 bits of |x| at least those of 88.0f.
     const __m256i top =
         _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 20), _mm256_set1_epi32(0x7ff));
     if (_mm256_movemask_epi8(_mm256_cmpgt_epi32(top, _mm256_set1_epi32(0x42a))) != 0) {
-      GeGluScalar(gate + i, up + i, 8, out + i);
+      Gate::Scalar(gate + i, up + i, 8, out + i);
       continue;
     }
     const __m256 e = _mm256_set_m128(Exp4(_mm256_extractf128_ps(x, 1), tab),
                                      Exp4(_mm256_castps256_ps128(x), tab));
-    const __m256 gelu = _mm256_div_ps(g, _mm256_add_ps(one, e));
-    _mm256_storeu_ps(out + i, _mm256_mul_ps(gelu, _mm256_loadu_ps(up + i)));
+    const __m256 act = _mm256_div_ps(g, _mm256_add_ps(one, e));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(act, _mm256_loadu_ps(up + i)));
   }
-  GeGluScalar(gate + i, up + i, n - i, out + i);
+  Gate::Scalar(gate + i, up + i, n - i, out + i);
 }
 #endif
 
@@ -200,7 +199,7 @@ void Rope(RopeStyle style, float* x, int num_heads, int head_stride, const RopeA
 void SwiGlu(const float* gate, const float* up, int n, float* out) {
 #if defined(CTXPAR_X86_KERNELS)
   static const bool avx2 = BestCpuIsa(DetectCpuFeatures()) >= CpuIsa::kAvx2;
-  if (avx2) return SwiGluAvx2(gate, up, n, out);
+  if (avx2) return GatedAvx2<SiluGate>(gate, up, n, out);
 #endif
   SwiGluScalar(gate, up, n, out);
 }
@@ -208,7 +207,7 @@ void SwiGlu(const float* gate, const float* up, int n, float* out) {
 void GeGlu(const float* gate, const float* up, int n, float* out) {
 #if defined(CTXPAR_X86_KERNELS)
   static const bool avx2 = BestCpuIsa(DetectCpuFeatures()) >= CpuIsa::kAvx2;
-  if (avx2) return GeGluAvx2(gate, up, n, out);
+  if (avx2) return GatedAvx2<GeluGate>(gate, up, n, out);
 #endif
   GeGluScalar(gate, up, n, out);
 }
