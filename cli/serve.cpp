@@ -35,6 +35,7 @@
 #include "launch_flags.h"
 #include "mpi_launch.h"
 #include "rank_watch.h"
+#include "server/step_log.h"
 
 namespace ctxpar::cli {
 namespace {
@@ -65,7 +66,8 @@ std::string ServerArgsLine(const Launch& launch, const ServerOptions& o) {
   line += "host='" + o.host + "', port=" + std::to_string(o.port) + ", served_model_name='" +
           (o.served_model_name.empty() ? launch.config.model_path : o.served_model_name) +
           "', api_key=" + (o.api_key.empty() ? "None" : "'***'") +
-          ", enable_metrics=" + (o.enable_metrics ? "True" : "False") + ")";
+          ", enable_metrics=" + (o.enable_metrics ? "True" : "False") +
+          ", decode_log_interval=" + std::to_string(o.decode_log_interval) + ")";
   return line;
 }
 
@@ -121,6 +123,9 @@ Status RunRank(Communicator& world, Launch& launch, const ServerOptions& options
     Log("The server is fired up and ready to roll! Listening on http://" +
         (ipv6 ? "[" + options.host + "]" : options.host) + ":" + std::to_string(server->port()));
     Engine* e = engine->get();
+    e->SetStepObserver(
+        [e, log = std::make_shared<StepLog>(options.decode_log_interval, Log)](
+            const StepRecord& step) { log->Step(step, e->Snapshot(), StepLog::Clock::now()); });
     Server* srv = server.get();
     e->OnFault([srv](const Status& fault) { srv->Fail(fault); });
     waiter = std::thread([e, srv, &signals, &run_ended, ranks = watch->get()] {
@@ -171,6 +176,9 @@ int RunServe(const std::vector<std::string>& args) {
                  "its body or in a client's reading (default 10).");
   app.add_option("--max-connections-per-client", o.max_connections_per_client,
                  "Open connections one client address may hold (default 256; 429 beyond).");
+  app.add_option("--decode-log-interval", o.decode_log_interval,
+                 "Log a 'Decode batch.' line every this many decode steps (default 40; every "
+                 "step that prefills logs a 'Prefill batch.' line).");
   Status status;
   if (int rc = ParseCommandLine(app, args, "serve", &status); rc >= 0) {
     return rc == kExitOk ? rc : Fail(status);

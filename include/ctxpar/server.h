@@ -51,6 +51,9 @@ struct ServerOptions {
   // next bytes, for a keep-alive connection's next request, and for a write to progress).
   double http_timeout = 10.0;
   int max_connections_per_client = 256;  // open connections from one client address
+  // A "Decode batch." log line every this many decode-only steps (SGLang's default; each step
+  // that prefills logs a "Prefill batch." line: server/step_log.h).
+  int decode_log_interval = 40;
 };
 
 // The most requests handled at once for a configuration (each on a thread of its own, which ends

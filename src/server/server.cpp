@@ -471,6 +471,12 @@ Expected<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
                          {"rule", "at least 1"},
                          {"value", std::to_string(options.max_connections_per_client)}});
   }
+  if (options.decode_log_interval < 1) {
+    return CatalogError("CTXPAR-HTTP-009",
+                        {{"option", "--decode-log-interval"},
+                         {"rule", "at least 1"},
+                         {"value", std::to_string(options.decode_log_interval)}});
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
   return std::unique_ptr<Server>(new Server(std::move(impl)));

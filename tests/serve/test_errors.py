@@ -4,6 +4,7 @@
 import concurrent.futures
 import json
 import os
+import re
 import socket
 import subprocess
 import time
@@ -213,3 +214,31 @@ def test_probes_answer_while_many_requests_are_open(narrow):
     finally:
         for s in socks:
             s.close()
+
+
+def test_bad_decode_log_interval_fails_at_once():
+    r = subprocess.run([os.environ["CTXPAR_BIN"], "serve", "--model-path",
+                        os.environ["CTXPAR_MODEL"], "--port", "0", "--decode-log-interval", "0"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "CTXPAR-HTTP-009" in r.stderr and "--decode-log-interval" in r.stderr
+
+
+def test_steps_are_logged_as_sglang_logs_them(request):
+    s = start(request, "--decode-log-interval", "3")
+    r = requests.post(s.url + "/v1/completions", json={
+        "model": MODEL_NAME, "prompt": "Once upon a time", "max_tokens": 7, "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    prompt = r.json()["usage"]["prompt_tokens"]
+    stamp = r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\] "
+    lines = s.output().splitlines()
+    prefill = [l for l in lines if "Prefill batch." in l]
+    decode = [l for l in lines if "Decode batch." in l]
+    # One prefill step; the first token comes from it, the other 6 from decode steps, of which
+    # every third is logged.
+    assert len(prefill) == 1 and len(decode) == 2, lines
+    assert re.match(stamp + rf"Prefill batch\. #new-seq: 1, #new-token: {prompt}, token usage: "
+                    r"0\.\d\d, #running-req: 0, #queue-req: 0$", prefill[0]), prefill
+    for line in decode:
+        assert re.match(stamp + r"Decode batch\. #running-req: 1, #token: \d+, token usage: "
+                        r"0\.\d\d, gen throughput \(token/s\): \d+\.\d\d, #queue-req: 0$", line)
