@@ -24,6 +24,11 @@ sys.path.insert(0, os.path.join(ROOT, "bench", "serve"))
 import loadgen  # noqa: E402
 from run import Process, cpu_name, free_port  # noqa: E402
 
+# The first client leads the others by this much: the server runs its first request alone, as
+# `ctxpar plan` simulates a closed loop's start (otherwise whether the clients' first requests
+# share the first step depends on microseconds, and TTFT p50 with it).
+LEAD_S = 0.05
+
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -46,9 +51,9 @@ def main():
     warmup = [p.replace("Document 0:", "Warm-up:", 1) for p in
               loadgen.make_prompts(1, a.prompt_words, 1)]
     runs = []
-    for _ in range(a.repeats):
+    for repeat in range(a.repeats):
         for dcp in [int(d) for d in a.dcps.split(",")]:
-            runs.append(measure(a, dcp, prompts, warmup))
+            runs.append(measure(a, dcp, repeat, prompts, warmup))
     results = []
     for flags in dict.fromkeys(r["flags"] for r in runs):
         mine = [r for r in runs if r["flags"] == flags]
@@ -58,19 +63,21 @@ def main():
     finish(a, results)
 
 
-def measure(a, dcp, prompts, warmup):
+def measure(a, dcp, repeat, prompts, warmup):
     flags = f"--tp-size {a.tp} --dcp-size {dcp} --dcp-comm-backend ag_rs"
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = Process([a.ctxpar, "serve", "--model-path", a.model, "--port", str(port),
-                    "--kv-cache-mib", str(a.kv_cache_mib), "--enable-metrics", *flags.split()], url,
-                   os.path.join(a.out, f"serve-dcp{dcp}.log"), timeout=600)
+                    "--kv-cache-mib", str(a.kv_cache_mib), "--enable-metrics", "--decode-log-interval", "1",
+                    *flags.split()], url,
+                   os.path.join(a.out, f"serve-dcp{dcp}-{repeat}.log"), timeout=600)
     try:
         info = requests.get(url + "/get_server_info", timeout=30).json()
         # The warm-up prompt shares no page with the measured ones (a prefix-cache hit
-        # would shorten a measured prefill the simulation computes).
+        # would shorten a measured prefill the simulation computes). Every step is logged
+        # (--decode-log-interval 1) to compare with the simulated steps.
         asyncio.run(loadgen.run_load(url, None, warmup, 2, concurrency=1))
-        s = asyncio.run(loadgen.run_load(url, None, prompts, a.max_tokens,
+        s = asyncio.run(loadgen.run_load(url, None, prompts, a.max_tokens, lead_s=LEAD_S,
                                          concurrency=a.concurrency))
         metrics = requests.get(url + "/metrics", timeout=30).text
     finally:

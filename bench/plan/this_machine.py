@@ -10,22 +10,21 @@ by ctxpar's own benchmarks in one run (docs/plan.md):
              combine of bench combine (per exchange, batch 1) at 2 and 8 ranks under mpiexec
   memory_gib MemTotal
 
-With --fit the engine's own costs beyond the kernels are fitted at tp 1 on a warm `ctxpar serve`
-(prompts of 600 words, 64 new tokens): step_overhead_us and per_seq_us from the decode steps
-(inter-token latency p50) of 1 and 8 concurrent requests, less the steps the planner predicts
-without them (scheduling, sampling, detokenizing, the stream), and flops_efficiency from the one
-request's prefill (TTFT). With --fit-tp N (implies --fit) the same is then done at N ranks on
-`ctxpar serve --tp-size N` with 1 and 4 requests: per_seq_us from the growth of the decode step's
-residual with the sequences (rank 0's work per sequence, which the other ranks wait for on the
-cores they share), the collective latency from the one request's residual over the collectives
-of a step (ctxpar's engine: 4 all-gathers a layer, and the plan's broadcast), and
-flops_efficiency from that request's prefill (what N small shards reach of the 2-thread matmul
-rate). On a host with fewer cores than ranks that latency is
-set by the OS scheduler (every rank must run for a collective to end), which bench combine's
-tight loop does not see.
+With --fit the engine's own costs are fitted at tp 1 on a warm `ctxpar serve` (prompts of 600
+words, 64 new tokens, the first client 50 ms ahead of the others): step_cost_us, the decode step
+(ITL p50) of 1, 4 and 16 concurrent requests less the step the planner predicts from the kernels
+and collectives alone (scheduling, sampling, detokenizing, the stream), and flops_efficiency by
+the step's tokens, from the one request's prefill (TTFT) and the 16 requests' second step (TTFT
+p50). With --fit-tp N (implies --fit) the same is done at N ranks with 1, 2, 3 and 4 requests, at
+each DCP size of --fit-dcps (default 1); with two, the decode attention's KV rate at N ranks
+(attn_gbps) is fitted too, from how the step changes with the KV shard a rank reads. On a host
+with fewer cores than ranks these costs are mostly the ranks' waits for one another (rank 0's
+serial work per step and per sequence while the others share its cores) and many small
+attention calls, which no kernel benchmark sees.
 
     python bench/plan/this_machine.py --ctxpar build/default/cli/ctxpar --out this_machine.json
-    ~/.cache/ctxpar/venv/bin/python bench/plan/this_machine.py --fit-tp 9 --out tp9.json
+    ~/.cache/ctxpar/venv/bin/python bench/plan/this_machine.py --fit-tp 9 --fit-dcps 1,3 \
+        --out tp9.json
         (also writes tp9.base.json, the rates fitted at tp 1, for runs at tp 1)
 """
 import argparse
@@ -49,101 +48,122 @@ def weighted(results, key, rows):
 TOKENS = 64
 
 
-def serve_runs(a, tp, concurrencies):
-    """Warm `ctxpar serve --tp-size tp`; for each concurrency c, c requests of 600 words at once
-    (distinct prompts, none sharing a page with another). Returns the loadgen summaries."""
+def kv_mib(tp):
+    # Enough for 16 requests of 600 words at tp 1, and 4 at tp N (per rank).
+    return 1024 if tp == 1 else 256
+
+
+def serve_runs(a, tp, dcp, concurrencies):
+    """Warm `ctxpar serve --tp-size tp --dcp-size dcp`; for each concurrency c, c requests of 600
+    words (distinct prompts, none sharing a page with another), the first client 50 ms ahead of
+    the others (the planner's closed-loop start). Returns the loadgen summaries and the server's
+    chunked_prefill_size."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "serve"))
     import loadgen
+    import requests
     from run import Process, free_port
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = Process([a.ctxpar, "serve", "--model-path", a.model, "--port", str(port), "--tp-size",
-                    str(tp), "--kv-cache-mib", "256"], url, f"{a.out}.serve-tp{tp}.log",
-                   timeout=600)
+                    str(tp), "--dcp-size", str(dcp), "--dcp-comm-backend", "ag_rs",
+                    "--kv-cache-mib", str(kv_mib(tp)), "--decode-log-interval", "1"], url,
+                   f"{a.out}.serve-tp{tp}-dcp{dcp}.log", timeout=600)
     try:
+        chunk = requests.get(url + "/get_server_info", timeout=30).json()["chunked_prefill_size"]
         prompts = loadgen.make_prompts(1 + sum(concurrencies), 600, 1)
         asyncio.run(loadgen.run_load(url, None, prompts[:1], 4, concurrency=1))  # warm-up
         out, at = [], 1
         for c in concurrencies:
             out.append(asyncio.run(loadgen.run_load(url, None, prompts[at:at + c], TOKENS,
-                                                    concurrency=c)))
+                                                    concurrency=c, lead_s=0.05)))
             at += c
-        return out
+        return out, chunk
     finally:
         proc.stop()
 
 
-def predict(a, h, tp, s, concurrency):
+def predict(a, h, tp, dcp, s, concurrency):
     """ctxpar plan's ITL p50 and TTFT p50 (ms) for a run like summary s, on rates h."""
     path = a.out + ".fit.json"
     with open(path, "w") as f:
         json.dump(h, f)
     plan = run([a.ctxpar, "plan", "--json", "--model-path", a.model, "--tp-size", str(tp),
-                "--dcp-size", "1", "--dcp-comm-backend", "ag_rs", "--kv-cache-mib", "256",
+                "--dcp-size", str(dcp), "--dcp-comm-backend", "ag_rs",
+                "--kv-cache-mib", str(kv_mib(tp)),
                 "--input-len", str(round(s["mean_prompt_tokens"])), "--output-len", str(TOKENS),
                 "--concurrency", str(concurrency), "--num-requests", str(concurrency),
                 "--hardware-json", path])
     os.remove(path)
     c = plan["candidates"][0]
-    return c["itl_ms_p50"], c["ttft_ms_p50"], 4 * plan["model"]["num_layers"] + 1
+    return c["itl_ms_p50"], c["ttft_ms_p50"]
 
 
-def fit_tp1(a, hw):
-    # Decode steps of 1 and 8 sequences: the residual over the kernels' prediction is a step
-    # overhead plus a cost per sequence; the one request's prefill then gives the FLOP efficiency.
-    one, eight = serve_runs(a, 1, [1, 8])
-    bare = dict(hw, step_overhead_us=0, per_seq_us=0, flops_efficiency=1)
-    r1 = one["itl_s"]["p50"] * 1e3 - predict(a, bare, 1, one, 1)[0]
-    r8 = eight["itl_s"]["p50"] * 1e3 - predict(a, bare, 1, eight, 8)[0]
-    per_seq = max(0.0, (r8 - r1) / 7) * 1e3
-    overhead = max(0.0, r1 * 1e3 - per_seq)
-    costs = dict(bare, step_overhead_us=overhead, per_seq_us=per_seq)
-    _, ttft, _ = predict(a, costs, 1, one, 1)
-    prefill_ms = one["ttft_s"]["p50"] * 1e3
-    fixed = (overhead + per_seq) / 1e3
-    efficiency = max(0.01, (ttft - fixed) / max(1e-3, prefill_ms - fixed))
-    return {"step_overhead_us": overhead, "per_seq_us": per_seq,
-            "flops_efficiency": min(1.0, efficiency),
-            "fit_tp1": {"measured_decode_step_ms": [one["itl_s"]["p50"] * 1e3,
-                                                    eight["itl_s"]["p50"] * 1e3],
-                        "decode_batch": [1, 8], "residual_ms": [r1, r8],
-                        "measured_prefill_ms": prefill_ms,
-                        "prompt_tokens": one["mean_prompt_tokens"],
-                        "predicted_prefill_ms_at_full_rate": ttft}}
+def solve(f, target, lo=0.02, hi=2.0):
+    """x in [lo, hi] with f(x) = target, f decreasing (bisection on a log scale)."""
+    for _ in range(24):
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if f(mid) > target else (lo, mid)
+    return (lo * hi) ** 0.5
 
 
-def fit_latency(a, hw):
-    # One and four requests on a warm `ctxpar serve --tp-size N`, as the serving runs see the
-    # engine. Rank 0's work per sequence (sampling, detokenizing) runs while the other ranks
-    # wait for it, on cores they share: the decode steps' residual grows with the sequences
-    # (per_seq_us at N ranks) and, at one sequence, the rest is the collectives' latency.
-    s, s4 = serve_runs(a, a.fit_tp, [1, 4])
-    step_ms = s["itl_s"]["p50"] * 1e3
-    prefill_ms = s["ttft_s"]["p50"] * 1e3
-    prompt_tokens = round(s["mean_prompt_tokens"])
-    bare = dict(hw, link_latency_us=0, link_latency_per_rank_us=0, oneside_latency_us=0,
-                flops_efficiency=1)
-    itl0, _, collectives = predict(a, bare, a.fit_tp, s, 1)
-    itl4, _, _ = predict(a, bare, a.fit_tp, s4, 4)
-    r1, r4 = step_ms - itl0, s4["itl_s"]["p50"] * 1e3 - itl4
-    per_seq = max(0.0, hw.get("per_seq_us", 0) + (r4 - r1) / 3 * 1e3)
-    bare["per_seq_us"] = per_seq
-    itl0, _, _ = predict(a, bare, a.fit_tp, s, 1)
-    latency = max(0.0, (step_ms - itl0) * 1e3 / collectives)
-    fitted = dict(bare, link_latency_us=latency, link_latency_per_rank_us=0.0,
-                  oneside_latency_us=latency, flops_efficiency=1)
-    _, ttft1, _ = predict(a, fitted, a.fit_tp, s, 1)
-    waits = collectives * latency / 1e3
-    efficiency = max(0.01, (ttft1 - waits) / max(1e-3, prefill_ms - waits))
-    return {"link_latency_us": latency, "link_latency_per_rank_us": 0.0,
-            "oneside_latency_us": latency, "flops_efficiency": min(1.0, efficiency),
-            "per_seq_us": per_seq,
-            "fit": {"tp": a.fit_tp, "measured_decode_step_ms": step_ms,
-                    "measured_decode_step_ms_4_sequences": s4["itl_s"]["p50"] * 1e3,
-                    "predicted_decode_step_ms_without_latency": itl0,
-                    "measured_prefill_ms": prefill_ms, "prompt_tokens": prompt_tokens,
-                    "predicted_prefill_ms_at_full_rate": ttft1,
-                    "collectives_per_step": collectives}}
+def fit_engine(a, hw, tp, dcps, concurrencies):
+    """step_cost_us, flops_efficiency and (with two DCP sizes) attn_gbps at tp ranks, from warm
+    servers at each DCP size of dcps.
+
+    Decode: each run's step (ITL p50) is the planner's kernels and collectives, whose attention
+    reads the rank's KV shard at attn_gbps, plus the engine's cost of a step of c sequences
+    (step_cost_us, the same at every DCP size). The attention's share of a predicted step is
+    linear in 1 / attn_gbps, so with two DCP sizes (different KV shards per rank) a least-squares
+    fit over the concurrencies gives the KV rate that N ranks reach, and the rest is the step cost.
+    Prefill: flops_efficiency by the step's tokens, at the one request's prompt (its TTFT) and at
+    the largest run's second step (the others' prompts together, up to a prefill chunk: its TTFT
+    p50), each the value that makes the planner's TTFT the measured one."""
+    bare = dict(hw, flops_efficiency=1)
+    bare.pop("step_cost_us", None)
+    runs = {d: serve_runs(a, tp, d, concurrencies) for d in dcps}
+    slow = dict(bare, attn_gbps=bare["attn_gbps"] / 2)
+    points = []  # (dcp, c, measured, kernels at attn_gbps, the attention's share)
+    for d in dcps:
+        for c, s in zip(concurrencies, runs[d][0]):
+            base = predict(a, bare, tp, d, s, c)[0]
+            points.append((d, c, s["itl_s"]["p50"] * 1e3, base,
+                           predict(a, slow, tp, d, s, c)[0] - base))
+    slowdown = 1.0  # attn_gbps / the fitted rate
+    if len(dcps) > 1:
+        num = den = 0.0
+        for c in concurrencies:
+            p0, p1 = [p for p in points if p[1] == c][:2]
+            da, dm = p0[4] - p1[4], (p0[2] - p0[3]) - (p1[2] - p1[3])
+            num, den = num + da * dm, den + da * da
+        # Step = kernels at attn_gbps + (slowdown - 1) x the attention's share + the step cost.
+        slowdown = min(8.0, max(0.25, 1.0 + (num / den if den > 0 else 0.0)))
+    fitted = dict(bare, attn_gbps=bare["attn_gbps"] / slowdown)
+    curve, residual = [], {}
+    for c in concurrencies:
+        r = [m - base - share * (slowdown - 1) for d, cc, m, base, share in points if cc == c]
+        residual[c] = r
+        curve.append([c, max(0.0, sum(r) / len(r)) * 1e3])
+    costed = dict(fitted, step_cost_us=curve)
+    summaries, chunk = runs[dcps[0]]
+    one, most = summaries[0], summaries[-1]
+    prompt = round(one["mean_prompt_tokens"])
+    second = min(chunk, (concurrencies[-1] - 1) * prompt)
+    ttft = lambda h, s, c: predict(a, h, tp, dcps[0], s, c)[1]  # noqa: E731
+    e1 = solve(lambda e: ttft(dict(costed, flops_efficiency=e), one, 1),
+               one["ttft_s"]["p50"] * 1e3)
+    efficiency = e1
+    if second > prompt:
+        e2 = solve(lambda e: ttft(dict(costed, flops_efficiency=[[prompt, e1], [second, e]]),
+                                  most, concurrencies[-1]), most["ttft_s"]["p50"] * 1e3)
+        efficiency = [[prompt, e1], [second, e2]]
+    return {"attn_gbps": fitted["attn_gbps"], "step_cost_us": curve,
+            "flops_efficiency": efficiency,
+            f"fit_tp{tp}": {"dcps": list(dcps), "sequences": list(concurrencies),
+                            "measured_decode_step_ms": [p[2] for p in points],
+                            "predicted_kernels_ms": [p[3] for p in points],
+                            "attention_slowdown": slowdown, "residual_ms": residual,
+                            "measured_ttft_ms": [s["ttft_s"]["p50"] * 1e3 for s in summaries],
+                            "prompt_tokens": prompt, "second_step_tokens": second}}
 
 
 def main():
@@ -154,6 +174,8 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--fit", action="store_true", help="fit the engine's costs at tp 1")
     p.add_argument("--fit-tp", type=int, default=0)
+    p.add_argument("--fit-dcps", default="1",
+                   help="the DCP sizes of the fit at --fit-tp (two: the attention's rate too)")
     p.add_argument("--model", default=os.path.expanduser(
         "~/.cache/ctxpar/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
     a = p.parse_args()
@@ -192,12 +214,14 @@ def main():
         "load_average_1min": mm.get("load_average_1min"),
     }
     if a.fit or a.fit_tp > 1:
-        hw.update(fit_tp1(a, hw))
+        base = dict(hw, **fit_engine(a, hw, 1, [1], (1, 4, 16)))
     if a.fit_tp > 1:
-        # The tp-1 rates describe runs of other rank counts (tp 1: no collective).
+        # The tp-1 fit describes runs at tp 1; this file, runs at tp N.
         with open(os.path.splitext(a.out)[0] + ".base.json", "w") as f:
-            json.dump(hw, f, indent=2)
-        hw.update(fit_latency(a, hw))
+            json.dump(base, f, indent=2)
+        hw.update(fit_engine(a, hw, a.fit_tp, [int(d) for d in a.fit_dcps.split(",")], (1, 2, 3, 4)))
+    elif a.fit:
+        hw = base
     with open(a.out, "w") as f:
         json.dump(hw, f, indent=2)
     print(json.dumps(hw, indent=2))

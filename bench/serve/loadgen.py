@@ -224,7 +224,11 @@ async def one_request(session, url, model, prompt, max_tokens):
             "cached_tokens": details.get("cached_tokens"), "text": "".join(text)}
 
 
-async def run_load(url, model, prompts, max_tokens, concurrency=None, rate=None, seed=0):
+async def run_load(url, model, prompts, max_tokens, concurrency=None, rate=None, seed=0, lead_s=0.0):
+    """Closed loop (concurrency) or Poisson arrivals (rate). lead_s > 0: in a closed loop the first
+    client starts lead_s before the others, so that a server runs its first request alone and the
+    others join from its next step (`ctxpar plan`'s closed-loop start), whatever the
+    microseconds between the clients' first requests."""
     timeout = aiohttp.ClientTimeout(total=3600)
     # A new connection per request: llama-server closes idle keep-alive connections, which a pool
     # would reuse and fail on.
@@ -242,11 +246,13 @@ async def run_load(url, model, prompts, max_tokens, concurrency=None, rate=None,
         if rate is None:
             queue = list(prompts)
 
-            async def worker():
+            async def worker(i):
+                if i > 0 and lead_s > 0:
+                    await asyncio.sleep(lead_s)
                 while queue:
                     await send(queue.pop(0))
 
-            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            await asyncio.gather(*(worker(i) for i in range(concurrency)))
         else:
             rng = random.Random(seed)
             tasks = []

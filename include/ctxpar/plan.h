@@ -94,9 +94,11 @@ struct Hardware {
   // point). Empty: flops_small.
   std::vector<std::pair<int, double>> flops_curve;
   double attn_gbps = 0;  // KV read rate of decode attention; 0: mem_gbps x mem_efficiency
-  // Achieved / peak of the kernels: mem_gbps x mem_efficiency; flops x flops_efficiency (not
-  // flops_small, a measured rate).
-  double mem_efficiency = 1, flops_efficiency = 1;
+  // Achieved / peak of the kernels: mem_gbps x mem_efficiency; flops x flops_efficiency at the
+  // step's tokens (not flops_small and flops_curve, measured rates): (tokens, efficiency)
+  // ascending, linear between points, constant outside them.
+  double mem_efficiency = 1;
+  std::vector<std::pair<int, double>> flops_efficiency = {{64, 1.0}};
   double link_gbps = 0;        // per device and direction inside the scale-up domain
   double link_latency_us = 0;  // one collective inside it, plus per rank:
   double link_latency_per_rank_us = 0;
@@ -106,8 +108,12 @@ struct Hardware {
   // TP collectives per layer: SGLang's two all-reduces on GPUs; ctxpar's CPU engine gathers the
   // inputs and the output rows of o_proj and ffn_down (four all-gathers).
   int tp_collectives_per_layer = 2;
-  double step_overhead_us = 0;        // per engine step: scheduling, launches, sampling
-  double per_seq_us = 0;              // per sequence of a step: sampling, detokenizing, the stream
+  // The engine's cost of a step beyond the kernels and collectives (scheduling, launches,
+  // sampling, detokenizing, the stream; on a CPU host with more ranks than cores, the ranks'
+  // waits for one another), by the sequences of the step: (sequences, us) ascending, linear
+  // between points, the first value below the first point and the last segment's slope beyond
+  // the last. Empty: none.
+  std::vector<std::pair<int, double>> step_cost_us;
   double mem_fraction_static = 0.85;  // GPUs: weights + KV share of the memory
   int chunked_prefill_size = 0;       // GPUs: SGLang's default for this memory size
 };

@@ -144,14 +144,11 @@ Expected<Hardware> HardwareFromJson(std::string_view json_text, const std::strin
       {"mem_gbps", &h.mem_gbps, true},
       {"flops", &h.flops, true},
       {"flops_small", &h.flops_small, false},
-      {"flops_efficiency", &h.flops_efficiency, false},
       {"attn_gbps", &h.attn_gbps, false},
       {"link_latency_us", &h.link_latency_us, false},
       {"link_latency_per_rank_us", &h.link_latency_per_rank_us, false},
       {"link_gbps", &h.link_gbps, false},
       {"oneside_latency_us", &h.oneside_latency_us, false},
-      {"step_overhead_us", &h.step_overhead_us, false},
-      {"per_seq_us", &h.per_seq_us, false},
   };
   for (const Field& f : fields) {
     const std::string key(f.key);
@@ -164,23 +161,45 @@ Expected<Hardware> HardwareFromJson(std::string_view json_text, const std::strin
     }
     *f.out = j[key].get<double>();
   }
-  if (j.contains("flops_curve")) {
-    const Json& c = j["flops_curve"];
-    const std::string_view rule =
-        "a list of [rows, FLOP/s] pairs, rows ascending from 1, FLOP/s > 0";
-    if (!c.is_array()) return bad("flops_curve", rule);
+  // A curve: [x, y] pairs, x integers ascending from 1, y > 0 (or >= 0).
+  auto curve = [&](const std::string& key, std::string_view x, bool zero_ok,
+                   std::vector<std::pair<int, double>>& out) -> Status {
+    if (!j.contains(key)) return Status::Ok();
+    const std::string rule =
+        fmt::format("a list of [{}, value] pairs, {} ascending from 1, value {}", x, x,
+                    zero_ok ? ">= 0" : "> 0");
+    const Json& c = j[key];
+    if (!c.is_array() || c.empty()) return bad(key, rule);
     for (const Json& p : c) {
       if (!p.is_array() || p.size() != 2 || !p[0].is_number_integer() || !p[1].is_number() ||
-          p[0].get<int>() < 1 || !(p[1].get<double>() > 0) ||
-          (!h.flops_curve.empty() && p[0].get<int>() <= h.flops_curve.back().first)) {
-        return bad("flops_curve", fmt::format("{}, got {}", rule, p.dump()));
+          p[0].get<int>() < 1 ||
+          !(p[1].get<double>() > 0 || (zero_ok && p[1].get<double>() == 0)) ||
+          (!out.empty() && p[0].get<int>() <= out.back().first)) {
+        return bad(key, fmt::format("{}, got {}", rule, p.dump()));
       }
-      h.flops_curve.emplace_back(p[0].get<int>(), p[1].get<double>());
+      out.emplace_back(p[0].get<int>(), p[1].get<double>());
+    }
+    return Status::Ok();
+  };
+  CTXPAR_RETURN_IF_ERROR(curve("flops_curve", "rows", false, h.flops_curve));
+  CTXPAR_RETURN_IF_ERROR(curve("step_cost_us", "sequences", true, h.step_cost_us));
+  // One efficiency for every step, or a curve by the step's tokens.
+  if (const auto e = j.find("flops_efficiency"); e != j.end() && e->is_number()) {
+    if (!(e->get<double>() > 0)) {
+      return bad("flops_efficiency", fmt::format("it must be positive, got {}", e->dump()));
+    }
+    h.flops_efficiency = {{64, e->get<double>()}};
+  } else if (e != j.end()) {
+    h.flops_efficiency.clear();
+    CTXPAR_RETURN_IF_ERROR(curve("flops_efficiency", "tokens", false, h.flops_efficiency));
+  }
+  for (const char* gone : {"step_overhead_us", "per_seq_us"}) {
+    if (j.contains(gone)) {
+      return bad(gone, "it is replaced by step_cost_us: run bench/plan/this_machine.py again");
     }
   }
-  if (!j.contains("flops_efficiency")) h.flops_efficiency = 1;
-  if (!(h.mem_gbps > 0) || !(h.flops > 0) || !(h.memory_gib > 0) || !(h.flops_efficiency > 0)) {
-    return bad("mem_gbps, flops, flops_efficiency and memory_gib", "they must be positive");
+  if (!(h.mem_gbps > 0) || !(h.flops > 0) || !(h.memory_gib > 0)) {
+    return bad("mem_gbps, flops and memory_gib", "they must be positive");
   }
   if (h.link_gbps == 0) h.link_gbps = h.mem_gbps;
   h.tp_collectives_per_layer = 4;

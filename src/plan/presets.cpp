@@ -214,7 +214,7 @@ Expected<Hardware> PresetHardware(std::string_view name) {
     h.mem_gbps = r.mem_gbps;
     h.flops = r.flops;
     h.mem_efficiency = r.mem_eff;
-    h.flops_efficiency = r.flops_eff;
+    h.flops_efficiency = {{64, r.flops_eff}};
     h.link_gbps = r.link_gbps;
     h.domain_devices = r.domain;
     h.net_gbps = r.net_gbps;
@@ -223,7 +223,7 @@ Expected<Hardware> PresetHardware(std::string_view name) {
     h.link_latency_us = 8;
     h.net_latency_us = 15;
     h.oneside_latency_us = 3;
-    h.step_overhead_us = 300;
+    h.step_cost_us = {{1, 300}};
     h.chunked_prefill_size = r.memory_gib > 160 ? 16384 : 8192;
     return h;
   }

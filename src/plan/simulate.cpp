@@ -81,21 +81,29 @@ Expected<std::vector<SimRequest>> MakeRequests(const Workload& w) {
   return out;
 }
 
+namespace {
+
+// Linear between the points of `c`; below the first, its value; beyond the last, the last value
+// (`extend` false) or the last segment continued.
+double Interpolate(const std::vector<std::pair<int, double>>& c, double x, bool extend) {
+  if (x <= c.front().first || c.size() == 1) return c.front().second;
+  std::size_t i = 1;
+  while (i + 1 < c.size() && x > c[i].first) ++i;
+  if (x > c[i].first && !extend) return c[i].second;
+  const double t = (x - c[i - 1].first) / (c[i].first - c[i - 1].first);
+  return c[i - 1].second + t * (c[i].second - c[i - 1].second);
+}
+
 // flops_curve and flops_small are measured rates; the efficiency scales the large-step (or peak)
 // rate.
 double MatmulRate(const Hardware& hw, double tokens) {
-  if (tokens >= 64) return hw.flops * hw.flops_efficiency;
-  const auto& c = hw.flops_curve;
-  if (c.empty()) return hw.flops_small > 0 ? hw.flops_small : hw.flops * hw.flops_efficiency;
-  if (tokens <= c.front().first) return c.front().second;
-  for (std::size_t i = 1; i < c.size(); ++i) {
-    if (tokens <= c[i].first) {
-      const double t = (tokens - c[i - 1].first) / (c[i].first - c[i - 1].first);
-      return c[i - 1].second + t * (c[i].second - c[i - 1].second);
-    }
-  }
-  return c.back().second;
+  const double peak = hw.flops * Interpolate(hw.flops_efficiency, tokens, /*extend=*/false);
+  if (tokens >= 64) return peak;
+  if (hw.flops_curve.empty()) return hw.flops_small > 0 ? hw.flops_small : peak;
+  return Interpolate(hw.flops_curve, tokens, /*extend=*/false);
 }
+
+}  // namespace
 
 double StepSeconds(const PlanModel& m, const Hardware& hw, const EngineConfig& c, const KvSpec& kv,
                    const Batch& batch) {
@@ -198,8 +206,11 @@ double StepSeconds(const PlanModel& m, const Hardware& hw, const EngineConfig& c
         break;
     }
   }
-  return linear + attention + comm * m.num_layers + broadcast +
-         (hw.step_overhead_us + hw.per_seq_us * double(batch.seqs.size())) * 1e-6;
+  const double engine =
+      hw.step_cost_us.empty()
+          ? 0
+          : std::max(0.0, Interpolate(hw.step_cost_us, double(batch.seqs.size()), true));
+  return linear + attention + comm * m.num_layers + broadcast + engine * 1e-6;
 }
 
 Expected<SimResult> Simulate(const PlanModel& m, const Hardware& hw, const EngineConfig& c,

@@ -302,5 +302,62 @@ TEST(PlanWorkload, RefusesWhatCannotRun) {
   EXPECT_EQ(HardwareFromJson("[1]", "x.json").status().error_id(), "CTXPAR-PLAN-003");
 }
 
+// The engine's cost beyond the kernels, by the sequences of a step: linear between the measured
+// points, the last slope beyond them, and a file of the fields it replaced is refused.
+TEST(PlanStepCost, FollowsTheCurveOfTheMachineFile) {
+  const std::string rates = R"("memory_gib": 24, "mem_gbps": 20, "flops": 1e11)";
+  auto hw = [&](const std::string& extra) {
+    return HardwareFromJson("{" + rates + extra + "}", "x.json");
+  };
+  Expected<PlanModel> m = PresetModel("llama-3.1-70b");
+  ASSERT_TRUE(m.ok());
+  auto step_ms = [&](const Hardware& h, int clients) {
+    PlanRequest req;
+    req.devices = 8;
+    req.workload.input = {256, 256};
+    req.workload.output = {32, 32};
+    req.workload.concurrency = clients;
+    req.workload.num_requests = clients;
+    Expected<PlanReport> r = MakePlan(*m, h, req);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    for (const Candidate& c : r.ok() ? r->ranked : std::vector<Candidate>{}) {
+      if (c.dcp_size == 1) return c.sim.decode_step_ms;
+    }
+    ADD_FAILURE() << "no dcp 1 candidate";
+    return -1.0;
+  };
+  Expected<Hardware> bare = hw("");
+  Expected<Hardware> costed = hw(R"(, "step_cost_us": [[1, 1000], [2, 3000]])");
+  ASSERT_TRUE(bare.ok() && costed.ok()) << costed.status().ToString();
+  EXPECT_NEAR(step_ms(*costed, 1) - step_ms(*bare, 1), 1.0, 1e-9);
+  EXPECT_NEAR(step_ms(*costed, 2) - step_ms(*bare, 2), 3.0, 1e-9);
+  EXPECT_NEAR(step_ms(*costed, 4) - step_ms(*bare, 4), 7.0, 1e-9);
+  // The matmul efficiency by the step's tokens: a curve through one value is that value.
+  auto ttft_ms = [&](const Hardware& h) {
+    PlanRequest req;
+    req.devices = 8;
+    req.workload.input = {2000, 2000};
+    req.workload.output = {4, 4};
+    req.workload.concurrency = 1;
+    req.workload.num_requests = 1;
+    Expected<PlanReport> r = MakePlan(*m, h, req);
+    EXPECT_TRUE(r.ok() && !r->ranked.empty()) << r.status().ToString();
+    return r.ok() && !r->ranked.empty() ? r->ranked.front().sim.ttft_ms_p50 : -1.0;
+  };
+  const double half = ttft_ms(*hw(R"(, "flops_efficiency": 0.5)"));
+  EXPECT_DOUBLE_EQ(ttft_ms(*hw(R"(, "flops_efficiency": [[64, 0.5], [9000, 0.5]])")), half);
+  const double full = ttft_ms(*hw(""));
+  const double sloped = ttft_ms(*hw(R"(, "flops_efficiency": [[64, 1.0], [4000, 0.5]])"));
+  EXPECT_LT(full, sloped);
+  EXPECT_LT(sloped, half);
+  for (const std::string bad :
+       {R"(, "flops_efficiency": 0)", R"(, "flops_efficiency": [[64, 0]])",
+        R"(, "flops_efficiency": "fast")", R"(, "step_cost_us": [[2, 5], [1, 5]])",
+        R"(, "step_cost_us": [[0, 5]])", R"(, "step_cost_us": [[1, -5]])",
+        R"(, "step_cost_us": [])", R"(, "per_seq_us": 500)", R"(, "step_overhead_us": 500)"}) {
+    EXPECT_EQ(hw(bad).status().error_id(), "CTXPAR-PLAN-003") << bad;
+  }
+}
+
 }  // namespace
 }  // namespace ctxpar::plan
