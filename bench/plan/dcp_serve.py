@@ -68,8 +68,8 @@ def measure(a, dcp, repeat, prompts, warmup):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = Process([a.ctxpar, "serve", "--model-path", a.model, "--port", str(port),
-                    "--kv-cache-mib", str(a.kv_cache_mib), "--enable-metrics", "--decode-log-interval", "1",
-                    *flags.split()], url,
+                    "--kv-cache-mib", str(a.kv_cache_mib), "--enable-metrics",
+                    "--decode-log-interval", "1", *flags.split()], url,
                    os.path.join(a.out, f"serve-dcp{dcp}-{repeat}.log"), timeout=600)
     try:
         info = requests.get(url + "/get_server_info", timeout=30).json()

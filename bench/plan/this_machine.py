@@ -219,7 +219,8 @@ def main():
         # The tp-1 fit describes runs at tp 1; this file, runs at tp N.
         with open(os.path.splitext(a.out)[0] + ".base.json", "w") as f:
             json.dump(base, f, indent=2)
-        hw.update(fit_engine(a, hw, a.fit_tp, [int(d) for d in a.fit_dcps.split(",")], (1, 2, 3, 4)))
+        dcps = [int(d) for d in a.fit_dcps.split(",")]
+        hw.update(fit_engine(a, hw, a.fit_tp, dcps, (1, 2, 3, 4)))
     elif a.fit:
         hw = base
     with open(a.out, "w") as f:

@@ -224,7 +224,8 @@ async def one_request(session, url, model, prompt, max_tokens):
             "cached_tokens": details.get("cached_tokens"), "text": "".join(text)}
 
 
-async def run_load(url, model, prompts, max_tokens, concurrency=None, rate=None, seed=0, lead_s=0.0):
+async def run_load(url, model, prompts, max_tokens, concurrency=None, rate=None, seed=0,
+                   lead_s=0.0):
     """Closed loop (concurrency) or Poisson arrivals (rate). lead_s > 0: in a closed loop the first
     client starts lead_s before the others, so that a server runs its first request alone and the
     others join from its next step (`ctxpar plan`'s closed-loop start), whatever the
