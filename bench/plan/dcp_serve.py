@@ -4,7 +4,8 @@ beside `ctxpar plan`'s prediction of the same runs (--hardware-json: bench/plan/
 With --repeats N the sweep runs N times (each dcp size in turn, then again) and the measured
 figures are the medians per configuration. Writes to --out: results.json (measured medians, each
 with its runs), plan.json (the prediction), results.md (the table, with the prediction's error
-relative to the measurement) and dcp_serve.png (bench/plan/plot.py).
+relative to the measurement) and dcp_serve.png (bench/plan/plot.py). With --replan it measures
+nothing and predicts the runs in --out again.
 
     python bench/plan/dcp_serve.py --hardware-json this_machine.json --out /tmp/dcp-serve
 """
@@ -45,8 +46,15 @@ def main():
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--hardware-json", required=True)
     p.add_argument("--out", required=True)
+    p.add_argument("--replan", action="store_true",
+                   help="measure nothing: predict the runs of --out/results.json again (after a "
+                        "change to the planner or to --hardware-json)")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    if a.replan:
+        with open(os.path.join(a.out, "results.json")) as f:
+            finish(a, json.load(f))
+        return
     prompts = loadgen.make_prompts(a.requests, a.prompt_words, 0)
     warmup = [p.replace("Document 0:", "Warm-up:", 1) for p in
               loadgen.make_prompts(1, a.prompt_words, 1)]

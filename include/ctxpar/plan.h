@@ -135,10 +135,13 @@ struct Workload {
   LengthRange input{1024, 1024};
   LengthRange output{128, 128};
   int concurrency = 0;  // closed loop: this many requests in flight (0: use request_rate)
-  // Closed loop: false, a server's start: its first step runs the first request to arrive alone
-  // (the others arrive while it runs); true, every client's first request is in the first step
-  // (requests queued before the engine runs, as Engine::Submit then Run).
-  bool simultaneous_start = false;
+  // Closed loop. false, a server's clients: the first step runs the first request alone (the
+  // others arrive while it runs), and a finished request's successor, sent when its last token
+  // is streamed, arrives while the step after it runs (the HTTP round trip outlasts the engine's
+  // turn from one step to the next). true, clients in the engine's process (Engine::Submit,
+  // again from the finish callback): every first request is in the first step and a successor
+  // in the next step.
+  bool in_process = false;
   double request_rate = 0;  // open loop: Poisson arrivals per second
   int num_requests = 0;     // 0: 4 x concurrency (at least 16)
   double ttft_slo_ms = 0;   // 0: none

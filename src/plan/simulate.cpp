@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <utility>
 
 #include "ctxpar/error_catalog.h"
 #include "ctxpar/plan.h"
@@ -263,9 +264,11 @@ Expected<SimResult> Simulate(const PlanModel& m, const Hardware& hw, const Engin
   const bool closed = w.concurrency > 0;
   const std::size_t clients = closed ? std::min(reqs.size(), std::size_t(w.concurrency)) : 0;
   if (closed) submit(0);
-  if (w.simultaneous_start) {
+  if (w.in_process) {
     while (submitted < clients) submit(0);
   }
+  // A server's successors, sent at these times, reach the scheduler after its next plan.
+  std::vector<double> in_flight;
   SimResult out;
   int64_t generated = 0;
   while (finished < reqs.size()) {
@@ -278,9 +281,14 @@ Expected<SimResult> Simulate(const PlanModel& m, const Hardware& hw, const Engin
         continue;
       }
     }
+    if (scheduler.running() == 0 && scheduler.queued() == 0) {
+      for (double t : std::exchange(in_flight, {})) submit(t);  // an idle engine waits for them
+    }
     CTXPAR_ASSIGN_OR_RETURN(engine::StepPlan plan, scheduler.Plan());
     if (plan.batch.seqs.empty()) return Internal("the simulated scheduler planned an empty step");
-    while (submitted < clients) submit(0);  // the other clients' first requests, during the step
+    // Requests that arrive while this step runs: the other clients' first ones, the successors.
+    while (submitted < clients) submit(0);
+    for (double t : std::exchange(in_flight, {})) submit(t);
     if (observer) observer(engine::RecordStep(plan));
     const double dt = StepSeconds(m, hw, c, kv, plan.batch);
     now += dt;
@@ -314,7 +322,13 @@ Expected<SimResult> Simulate(const PlanModel& m, const Hardware& hw, const Engin
     for (engine::SeqState* s : done) {
       CTXPAR_RETURN_IF_ERROR(scheduler.Remove(s));
       ++finished;
-      if (closed && submitted < reqs.size()) submit(now);
+      if (closed && submitted + in_flight.size() < reqs.size()) {
+        if (w.in_process) {
+          submit(now);
+        } else {
+          in_flight.push_back(now);
+        }
+      }
     }
   }
   out.retractions = scheduler.retractions();

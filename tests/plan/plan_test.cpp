@@ -128,7 +128,7 @@ TEST(PlanCapacity, EqualsTheEnginesOverASweepOfTheTinyDeepseek) {
 // A closed loop of 4 clients over a pool too small for them: the engine admits, chunks, retracts
 // and resumes; the simulation must plan the very same steps.
 void ExpectSameTrace(const std::string& path, const Config& c, Workload w, int vocab) {
-  w.simultaneous_start = true;  // the engine below has every request before it runs
+  w.in_process = true;  // the engine below is driven by Submit, as the simulation assumes
   LaunchConfig raw = Raw(path, c);
   ASSERT_TRUE(raw.Set("chunked_prefill_size", int64_t{32}).ok());
   ASSERT_TRUE(raw.Set("schedule_conservativeness", 0.3).ok());
@@ -356,6 +356,49 @@ TEST(PlanStepCost, FollowsTheCurveOfTheMachineFile) {
         R"(, "step_cost_us": [[0, 5]])", R"(, "step_cost_us": [[1, -5]])",
         R"(, "step_cost_us": [])", R"(, "per_seq_us": 500)", R"(, "step_overhead_us": 500)"}) {
     EXPECT_EQ(hw(bad).status().error_id(), "CTXPAR-PLAN-003") << bad;
+  }
+}
+
+// A server's client sends its next request when the last token is streamed, and it arrives while
+// the engine runs the step after: the request joins the step after that. In the engine's process
+// (Engine::Submit from the finish callback) it joins the next step.
+TEST(PlanWorkload, AServersNextRequestJoinsTheStepAfterTheNext) {
+  Expected<PlanModel> m = PresetModel("llama-3.1-70b");
+  Expected<Hardware> h = PresetHardware("h200");
+  ASSERT_TRUE(m.ok() && h.ok());
+  for (const bool in_process : {false, true}) {
+    SCOPED_TRACE(in_process ? "in process" : "server");
+    PlanRequest req;
+    req.devices = 8;
+    req.workload.input = {64, 64};
+    req.workload.output = {4, 4};
+    req.workload.concurrency = 2;
+    req.workload.num_requests = 3;
+    req.workload.in_process = in_process;
+    Expected<PlanReport> report = MakePlan(*m, *h, req);
+    ASSERT_TRUE(report.ok() && !report->ranked.empty()) << report.status().ToString();
+    const Candidate& c = report->ranked.front();
+    std::vector<StepRecord> steps;
+    ASSERT_TRUE(Simulate(*m, *h, c.config, c.pool, req.workload, [&](const StepRecord& r) {
+                  steps.push_back(r);
+                }).ok());
+    auto has = [&](std::size_t step, uint64_t id) {
+      for (const StepRecord::Entry& e : steps[step].batch) {
+        if (e.id == id) return true;
+      }
+      return false;
+    };
+    std::size_t last1 = 0, first3 = steps.size();
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      if (has(i, 1)) last1 = i;
+      if (has(i, 3) && first3 == steps.size()) first3 = i;
+    }
+    // Request 1 runs in 4 steps (1 prefill + 3 decodes); request 2 joins it in the first step in
+    // the engine's process, in the second from a server.
+    EXPECT_EQ(last1, 3u);
+    EXPECT_EQ(has(0, 2), in_process);
+    EXPECT_TRUE(has(1, 2));
+    EXPECT_EQ(first3, last1 + (in_process ? 1 : 2));
   }
 }
 
