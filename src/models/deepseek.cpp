@@ -10,9 +10,9 @@
 #include "models/check_finite.h"
 #include "models/deepseek_mla.h"
 #include "models/deepseek_moe.h"
-#include "models/layers/elementwise.h"
+#include "models/layers/tp_linear.h"
 #include "models/layers/vocab.h"
-#include "models/matmul_f32.h"
+#include "models/layers/vocab_head.h"
 
 namespace ctxpar {
 
@@ -30,7 +30,7 @@ class DeepseekModel final : public Model {
       : ckpt_(std::move(ckpt)),
         c_(c),
         desc_(std::move(desc)),
-        world_(&world),
+        tp_(&world, pool, model::ActFormat::kF32),
         pool_(pool),
         s_(std::move(shard)) {}
 
@@ -40,21 +40,19 @@ class DeepseekModel final : public Model {
   model::MlaAttention& attention() const { return *attn_; }
 
  private:
-  Status Logits(const Batch& batch, std::vector<float>& logits);
-
   std::shared_ptr<const SafetensorsCheckpoint> ckpt_;
   DeepseekV3Config c_;
   ModelDesc desc_;
-  Communicator* world_;
+  model::TpLinear tp_;
   ThreadPool* pool_;
   DeepseekShard s_;
   std::vector<Layer> layers_;
   const SafetensorsTensor* embed_ = nullptr;
-  std::vector<float> norm_, lm_head_;  // lm_head: the rank's vocab_shard_ rows [.., hidden]
-  int vocab_shard_ = 0;
+  std::vector<float> norm_, lm_head_;  // lm_head: the rank's vocab shard [.., hidden]
+  model::LmHead head_;
   std::unique_ptr<model::MlaAttention> attn_;
   std::unique_ptr<model::DeepseekFfn> ffn_;
-  std::vector<float> x_, rows_, shard_logits_, scratch_;
+  std::vector<float> x_;
 };
 
 Status DeepseekModel::Init(const EngineConfig& config) {
@@ -69,32 +67,14 @@ Status DeepseekModel::Init(const EngineConfig& config) {
   CTXPAR_ASSIGN_OR_RETURN(embed_, ck.Find("model.embed_tokens.weight"));
   CTXPAR_ASSIGN_OR_RETURN(norm_, model::LoadVector(ck, "model.norm.weight", d));
   const model::VocabShard shard = model::MakeVocabShard(c_.vocab_size, s_.tp_size, s_.tp_rank);
-  vocab_shard_ = shard.rows;
   const std::string head = c_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
   CTXPAR_ASSIGN_OR_RETURN(lm_head_, model::LoadRows(ck, head, vocab, d, shard.first, shard.count));
-  lm_head_.resize(std::size_t(vocab_shard_) * d, 0.0f);
-  CTXPAR_ASSIGN_OR_RETURN(attn_, model::MlaAttention::Create(c_, s_, config, *world_, pool_));
-  ffn_ = std::make_unique<model::DeepseekFfn>(c_, s_, *world_, pool_);
+  head_ = model::LmHead(
+      c_.hidden_size, c_.vocab_size, float(c_.rms_norm_eps), norm_.data(),
+      model::F32Matrix{lm_head_.data(), shard.count, c_.hidden_size, c_.hidden_size}, shard);
+  CTXPAR_ASSIGN_OR_RETURN(attn_, model::MlaAttention::Create(c_, s_, config, tp_.world(), pool_));
+  ffn_ = std::make_unique<model::DeepseekFfn>(c_, s_, tp_.world(), pool_);
   return Status::Ok();
-}
-
-Status DeepseekModel::Logits(const Batch& batch, std::vector<float>& logits) {
-  const int d = c_.hidden_size, vocab = c_.vocab_size;
-  model::WantedRows(batch, x_.data(), d, rows_);
-  const int n = static_cast<int>(batch.TotalLogitRows());
-  logits.resize(std::size_t(n) * vocab);
-  if (n == 0) return Status::Ok();
-  model::RmsNorm(rows_.data(), norm_.data(), n, d, float(c_.rms_norm_eps), rows_.data());
-  const model::F32Matrix head{lm_head_.data(), vocab_shard_, d, d};
-  if (s_.tp_size == 1) {
-    model::MatMulF32(head, rows_.data(), n, d, logits.data(), vocab, pool_);
-  } else {
-    shard_logits_.resize(std::size_t(n) * vocab_shard_);
-    model::MatMulF32(head, rows_.data(), n, d, shard_logits_.data(), vocab_shard_, pool_);
-    CTXPAR_RETURN_IF_ERROR(model::GatherVocabShards(*world_, shard_logits_.data(), n, vocab_shard_,
-                                                    vocab, scratch_, logits.data()));
-  }
-  return CheckFinite(logits.data(), logits.size(), "the logits", ckpt_->dir());
 }
 
 Status DeepseekModel::Forward(const Batch& batch, KvPool& kv, std::vector<float>& logits) {
@@ -112,7 +92,7 @@ Status DeepseekModel::Forward(const Batch& batch, KvPool& kv, std::vector<float>
     CTXPAR_RETURN_IF_ERROR(
         CheckFinite(x_.data(), x_.size(), fmt::format("the output of layer {}", l), ckpt_->dir()));
   }
-  return Logits(batch, logits);
+  return head_.Logits(tp_, batch, x_.data(), ckpt_->dir(), logits);
 }
 
 }  // namespace

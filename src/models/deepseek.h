@@ -32,8 +32,9 @@
 //   experts (an all-to-all-v), the owners run them and send the weighted sums back (the
 //   combine), the home rank adds the shared expert (replicated), and an all-gather gives every
 //   rank every token.
-// - lm_head is vocab-sharded and all-gathered. Numerics: bf16/f16/f32 weights widened to fp32 at
-//   load, the fixed-order fp32 matmul (matmul_f32.h), fp32 KV.
+// - lm_head is vocab-sharded and all-gathered. The linears, the ordered all-reduce and the head
+//   are the shared layer's (layers/tp_linear.h, layers/vocab_head.h). Numerics: bf16/f16/f32
+//   weights widened to fp32 at load, the fixed-order fp32 matmul (matmul_f32.h), fp32 KV.
 #pragma once
 
 #include <cstdint>

@@ -51,16 +51,18 @@ Expected<MlaWeights> LoadMlaWeights(const SafetensorsCheckpoint& ckpt, const Dee
                                              s.span_first * dv, s.span_heads * dv));
   // kv_b_proj holds, per head, W_UK [nope, lora] then W_UV [dv, lora]. The absorbed form needs
   // W_UK transposed (q_nope -> latent) for the decode Q heads and W_UV for the own heads.
+  const F32HeadSpan kv_b{
+      {w.kv_b.data(), int(s.span_heads * kvb), int(lora), int(lora)}, s.span_first, int(kvb)};
   w.w_kc.resize(s.q_heads * lora * nope);
   for (int j = 0; j < s.q_heads; ++j) {
-    const float* uk = w.kv_b.data() + (s.q_first - s.span_first + j) * kvb * lora;
+    const float* uk = kv_b.Rows(s.q_first + j, 1).w;
     for (int64_t n = 0; n < nope; ++n) {
       for (int64_t r = 0; r < lora; ++r) w.w_kc[(j * lora + r) * nope + n] = uk[n * lora + r];
     }
   }
   w.w_vc.resize(s.heads * dv * lora);
   for (int j = 0; j < s.heads; ++j) {
-    const float* uv = w.kv_b.data() + ((s.head_first - s.span_first + j) * kvb + nope) * lora;
+    const float* uv = kv_b.Rows(s.head_first + j, 1).w + nope * lora;
     std::copy_n(uv, dv * lora, w.w_vc.data() + j * dv * lora);
   }
   return w;
@@ -70,7 +72,7 @@ MlaAttention::MlaAttention(const DeepseekV3Config& c, const DeepseekShard& s, Co
                            ThreadPool* pool)
     : c_(c),
       s_(s),
-      tp_(&tp),
+      tp_(&tp, pool, ActFormat::kF32),
       pool_(pool),
       threads_(pool != nullptr ? pool->size() : 1),
       // transformers keeps inv_freq as a module buffer, which takes the dtype the model runs in:
@@ -136,7 +138,7 @@ Status MlaAttention::Latents(const MlaWeights& w) {
   const int n = static_cast<int>(latent_rows_.size());
   GatherRows(xn_.data(), d, latent_rows_, tmp_);
   qa_.resize(std::size_t(n) * L);
-  MatMulF32({w.kv_a.data(), L, d, d}, tmp_.data(), n, d, qa_.data(), L, pool_);
+  tp_.ColumnParallel({w.kv_a.data(), L, d, d}, tmp_.data(), n, d, qa_.data(), L);
   latent_.resize(pos_.size() * L);
   for (int i = 0; i < n; ++i) {
     float* row = qa_.data() + std::size_t(i) * L;
@@ -174,12 +176,11 @@ void MlaAttention::ProjectQ(const MlaWeights& w, const std::vector<int32_t>& row
   const int n = static_cast<int>(rows.size());
   GatherRows(xn_.data(), d, rows, tmp_);
   qa_.resize(std::size_t(n) * ql);
-  MatMulF32({w.q_a.data(), ql, d, d}, tmp_.data(), n, d, qa_.data(), ql, pool_);
+  tp_.ColumnParallel({w.q_a.data(), ql, d, d}, tmp_.data(), n, d, qa_.data(), ql);
   RmsNorm(qa_.data(), w.q_a_norm.data(), n, ql, float(c_.rms_norm_eps), qa_.data());
   q_.resize(std::size_t(n) * heads * qk);
-  const F32Matrix q_b{w.q_b.data(), s_.span_heads * qk, ql, ql};
-  MatMulF32(q_b.RowRange((first - s_.span_first) * qk, heads * qk), qa_.data(), n, ql, q_.data(),
-            heads * qk, pool_);
+  const F32HeadSpan q_b{{w.q_b.data(), s_.span_heads * qk, ql, ql}, s_.span_first, qk};
+  tp_.ColumnParallel(q_b.Rows(first, heads), qa_.data(), n, ql, q_.data(), heads * qk);
   // Each head is [q_nope | q_pe]: the rotation's heads start at q_pe, qk apart.
   for (int i = 0; i < n; ++i) {
     Rope(RopeStyle::kNormal, q_.data() + std::size_t(i) * heads * qk + c_.qk_nope_head_dim, heads,
@@ -191,17 +192,18 @@ void MlaAttention::OutProj(const MlaWeights& w, const std::vector<int32_t>& rows
                            int heads) {
   const int d = c_.hidden_size, dv = c_.v_head_dim;
   const int n = static_cast<int>(rows.size());
-  const F32Matrix o{w.o_proj.data(), d, s_.span_heads * dv, s_.span_heads * dv};
+  const F32HeadSpan o{
+      {w.o_proj.data(), d, s_.span_heads * dv, s_.span_heads * dv}, s_.span_first, dv};
   tmp_.resize(std::size_t(n) * d);
-  MatMulF32(o.ColRange((first - s_.span_first) * dv, heads * dv), o_.data(), n, heads * dv,
-            tmp_.data(), d, pool_);
+  tp_.RowParallelPartial(o.Cols(first, heads), o_.data(), n, heads * dv, tmp_.data(), d);
   for (int i = 0; i < n; ++i) {
     std::copy_n(tmp_.data() + std::size_t(i) * d, d, partial_.data() + std::size_t(rows[i]) * d);
   }
 }
 
 // Absorbed MLA: q_nope through W_kc into the latent space, attention over [latent | rope] of
-// the pool through DcpAttention, the latent output through W_vc.
+// the pool through DcpAttention, the latent output through W_vc. W_kc and W_vc are one matrix
+// per head (a batched product inside the attention, no TP layer), so they call the kernel.
 Status MlaAttention::Decode(const MlaWeights& w, int layer, const KvPool& kv) {
   const int n = static_cast<int>(dec_rows_.size());
   if (n == 0) return Status::Ok();
@@ -269,7 +271,7 @@ Status MlaAttention::Prefill(const MlaWeights& w, int layer, const Batch& batch,
   const int hp = s_.prefill_heads;
   ProjectQ(w, pre_rows_, s_.prefill_first, hp);
   o_.resize(pre_rows_.size() * hp * dv);
-  const F32Matrix kv_b{w.kv_b.data(), s_.span_heads * kvb, lora, lora};
+  const F32HeadSpan kv_b{{w.kv_b.data(), s_.span_heads * kvb, lora, lora}, s_.span_first, kvb};
   std::size_t done = 0;  // rows of pre_rows_ (q_, o_) handled so far
   for (const BatchSeq& seq : batch.seqs) {
     if (seq.pos0 > 0 && seq.num_tokens == 1) continue;
@@ -287,8 +289,8 @@ Status MlaAttention::Prefill(const MlaWeights& w, int layer, const Batch& batch,
     if (seq_rows_.empty()) continue;
     const int ilen = static_cast<int>(len);
     kvb_.resize(std::size_t(len) * hp * kvb);
-    MatMulF32(kv_b.RowRange((s_.prefill_first - s_.span_first) * kvb, hp * kvb), full_.data(), ilen,
-              L, kvb_.data(), hp * kvb, pool_);
+    tp_.ColumnParallel(kv_b.Rows(s_.prefill_first, hp), full_.data(), ilen, L, kvb_.data(),
+                       hp * kvb);
     const int pages = (ilen + kPrefillPage - 1) / kPrefillPage;
     PagedKv paged;
     paged.dtype = DataType::kF32;
@@ -360,8 +362,7 @@ Status MlaAttention::Run(const MlaWeights& w, int layer, const Batch& batch, KvP
   partial_.assign(T * d, 0.0f);
   CTXPAR_RETURN_IF_ERROR(Decode(w, layer, kv));
   CTXPAR_RETURN_IF_ERROR(Prefill(w, layer, batch, kv));
-  CTXPAR_RETURN_IF_ERROR(
-      OrderedAllReduce(*tp_, partial_.data(), partial_.size(), partial_.data(), scratch_));
+  CTXPAR_RETURN_IF_ERROR(tp_.ReducePartials(partial_.data(), partial_.size()));
   for (std::size_t i = 0; i < partial_.size(); ++i) x[i] += partial_[i];
   return Status::Ok();
 }

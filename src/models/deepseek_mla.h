@@ -20,6 +20,7 @@
 #include "models/batch_attention.h"
 #include "models/deepseek.h"
 #include "models/layers/elementwise.h"
+#include "models/layers/tp_linear.h"
 
 namespace ctxpar::model {
 
@@ -70,7 +71,7 @@ class MlaAttention {
 
   DeepseekV3Config c_;
   DeepseekShard s_;
-  Communicator* tp_;
+  TpLinear tp_;
   ThreadPool* pool_;
   int threads_ = 1;
   std::unique_ptr<Communicator> dcp_, cp_;
@@ -83,7 +84,7 @@ class MlaAttention {
   std::vector<int32_t> dec_rows_, pre_rows_, latent_rows_;
   std::vector<int32_t> row_cp_;  // CP rank of each token (-1: not CP-split)
   Batch dec_batch_;
-  std::vector<float> xn_, tmp_, latent_, qa_, q_, qabs_, olat_, o_, partial_, scratch_;
+  std::vector<float> xn_, tmp_, latent_, qa_, q_, qabs_, olat_, o_, partial_;
   std::vector<float> full_, kvb_, kpage_, vpage_, lse_;
   std::vector<int32_t> table_, seq0_, kv_len_, seq_rows_;
   std::vector<float> send_, recv_;

@@ -8,7 +8,6 @@
 
 #include "models/layers/elementwise.h"
 #include "models/layers/tp_linear.h"
-#include "models/matmul_f32.h"
 
 namespace ctxpar::model {
 
@@ -101,10 +100,10 @@ void DeepseekFfn::Mlp(const MlpWeights& m, const float* xs, int rows, float* out
   gate_.resize(std::size_t(rows) * inter);
   up_.resize(gate_.size());
   act_.resize(gate_.size());
-  MatMulF32({m.gate.data(), inter, d, d}, xs, rows, d, gate_.data(), inter, pool_);
-  MatMulF32({m.up.data(), inter, d, d}, xs, rows, d, up_.data(), inter, pool_);
+  tp_.ColumnParallel({m.gate.data(), inter, d, d}, xs, rows, d, gate_.data(), inter);
+  tp_.ColumnParallel({m.up.data(), inter, d, d}, xs, rows, d, up_.data(), inter);
   SwiGlu(gate_.data(), up_.data(), static_cast<int>(gate_.size()), act_.data());
-  MatMulF32({m.down.data(), d, inter, inter}, act_.data(), rows, inter, out, d, pool_);
+  tp_.RowParallelPartial({m.down.data(), d, inter, inter}, act_.data(), rows, inter, out, d);
 }
 
 void DeepseekFfn::RoutedExperts(const FfnWeights& w, const std::vector<Route>& routes,
@@ -149,7 +148,7 @@ Status DeepseekFfn::Run(const FfnWeights& w, int T, float* x) {
   } else {
     const int E = c_.n_routed_experts;
     logits_.resize(std::size_t(T) * E);
-    MatMulF32({w.router.data(), E, d, d}, xn_.data(), T, d, logits_.data(), E, pool_);
+    tp_.ColumnParallel({w.router.data(), E, d, d}, xn_.data(), T, d, logits_.data(), E);
     routes_.clear();
     for (int t = 0; t < T; ++t) {
       routes_.push_back(RouteToken(c_, logits_.data() + std::size_t(t) * E, w.bias.data()));
@@ -161,7 +160,7 @@ Status DeepseekFfn::Run(const FfnWeights& w, int T, float* x) {
       for (std::size_t i = 0; i < n; ++i) y_[i] += out_[i];
     }
   }
-  if (reduce) CTXPAR_RETURN_IF_ERROR(OrderedAllReduce(*tp_, y_.data(), n, y_.data(), scratch_));
+  if (reduce) CTXPAR_RETURN_IF_ERROR(tp_.ReducePartials(y_.data(), n));
   for (std::size_t i = 0; i < n; ++i) x[i] += y_[i];
   return Status::Ok();
 }
@@ -176,7 +175,7 @@ Status DeepseekFfn::Deepep(const FfnWeights& w, int T, float* x) {
   const int first = std::min(T, me * home), mine = std::min(T, first + home) - first;
   const float* xs = xn_.data() + std::size_t(first) * d;
   logits_.resize(std::size_t(mine) * E);
-  MatMulF32({w.router.data(), E, d, d}, xs, mine, d, logits_.data(), E, pool_);
+  tp_.ColumnParallel({w.router.data(), E, d, d}, xs, mine, d, logits_.data(), E);
   routes_.clear();
   for (int t = 0; t < mine; ++t) {
     routes_.push_back(RouteToken(c_, logits_.data() + std::size_t(t) * E, w.bias.data()));
@@ -203,7 +202,7 @@ Status DeepseekFfn::Deepep(const FfnWeights& w, int T, float* x) {
     counts_[j] = send_.size() - displs_[j];
   }
   std::vector<int32_t> incoming(tp, 0);
-  CTXPAR_RETURN_IF_ERROR(tp_->AllToAll(records.data(), incoming.data(), 1, DataType::kI32));
+  CTXPAR_RETURN_IF_ERROR(tp_.world().AllToAll(records.data(), incoming.data(), 1, DataType::kI32));
   recv_counts_.assign(tp, 0);
   recv_displs_.assign(tp, 0);
   std::size_t total = 0;
@@ -213,8 +212,8 @@ Status DeepseekFfn::Deepep(const FfnWeights& w, int T, float* x) {
     total += recv_counts_[j];
   }
   recv_.resize(total);
-  CTXPAR_RETURN_IF_ERROR(tp_->AllToAllV(send_.data(), counts_, displs_, recv_.data(), recv_counts_,
-                                        recv_displs_, DataType::kF32));
+  CTXPAR_RETURN_IF_ERROR(tp_.world().AllToAllV(send_.data(), counts_, displs_, recv_.data(),
+                                               recv_counts_, recv_displs_, DataType::kF32));
   // The owners' experts, for every received token.
   const int received = static_cast<int>(total / rec);
   std::vector<Route> got(received);
@@ -241,8 +240,8 @@ Status DeepseekFfn::Deepep(const FfnWeights& w, int T, float* x) {
     home_total += home_counts[j];
   }
   std::vector<float> back(home_total);
-  CTXPAR_RETURN_IF_ERROR(tp_->AllToAllV(sums.data(), back_counts, back_displs, back.data(),
-                                        home_counts, home_displs, DataType::kF32));
+  CTXPAR_RETURN_IF_ERROR(tp_.world().AllToAllV(sums.data(), back_counts, back_displs, back.data(),
+                                               home_counts, home_displs, DataType::kF32));
   y_.assign(std::size_t(home) * d, 0.0f);
   for (int j = 0; j < tp; ++j) {
     const float* b = back.data() + home_displs[j];
@@ -258,7 +257,8 @@ Status DeepseekFfn::Deepep(const FfnWeights& w, int T, float* x) {
     for (std::size_t i = 0; i < out_.size(); ++i) y_[i] += out_[i];
   }
   scratch_.resize(y_.size() * tp);
-  CTXPAR_RETURN_IF_ERROR(tp_->AllGather(y_.data(), scratch_.data(), y_.size(), DataType::kF32));
+  CTXPAR_RETURN_IF_ERROR(
+      tp_.world().AllGather(y_.data(), scratch_.data(), y_.size(), DataType::kF32));
   for (std::size_t i = 0; i < std::size_t(T) * d; ++i) x[i] += scratch_[i];
   return Status::Ok();
 }

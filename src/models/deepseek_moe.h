@@ -21,6 +21,7 @@
 #include "ctxpar/hf_config.h"
 #include "ctxpar/safetensors.h"
 #include "models/deepseek.h"
+#include "models/layers/tp_linear.h"
 
 namespace ctxpar::model {
 
@@ -55,13 +56,14 @@ class DeepseekFfn {
  public:
   // `tp` (not owned) must outlive the block.
   DeepseekFfn(const DeepseekV3Config& c, const DeepseekShard& s, Communicator& tp, ThreadPool* pool)
-      : c_(c), s_(s), tp_(&tp), pool_(pool) {}
+      : c_(c), s_(s), tp_(&tp, pool, ActFormat::kF32) {}
 
   // x += FFN(RMSNorm(x)), x [T, hidden].
   Status Run(const FfnWeights& w, int T, float* x);
 
  private:
-  // out[rows, hidden] = the MLP slice's output for xs [rows, hidden].
+  // out[rows, hidden] = the MLP slice's output for xs [rows, hidden]: gate and up
+  // column-parallel, down a row-parallel partial sum (the whole output of a replicated MLP).
   void Mlp(const MlpWeights& m, const float* xs, int rows, float* out);
   // y[t] += route weight * output of the rank's experts for the rows of `tokens` (xs rows):
   // experts ascending, so each row's sum runs in ascending expert id.
@@ -73,8 +75,7 @@ class DeepseekFfn {
 
   DeepseekV3Config c_;
   DeepseekShard s_;
-  Communicator* tp_;
-  ThreadPool* pool_;
+  TpLinear tp_;
   std::vector<float> xn_, y_, gate_, up_, act_, out_, xs_, logits_, scratch_, send_, recv_;
   std::vector<Route> routes_;
   std::vector<int32_t> rows_;

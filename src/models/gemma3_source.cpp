@@ -9,8 +9,8 @@
 
 #include "ctxpar/error_catalog.h"
 #include "ctxpar/gguf_hparams.h"
-#include "ctxpar/tokenizer.h"
 #include "models/gemma3.h"
+#include "models/gguf_dense_source.h"
 #include "models/layers/gguf_weights.h"
 #include "models/registry.h"
 
@@ -21,24 +21,12 @@ namespace {
 constexpr std::string_view kHookName = "gemma3_layout_rules";
 constexpr std::string_view kArchitecture = "Gemma3ForCausalLM";
 
-class Gemma3Source final : public ModelSource {
+class Gemma3Source final : public GgufDenseSource<Gemma3Hparams> {
  public:
   Gemma3Source(std::string path, std::shared_ptr<const GgufFile> file, Gemma3Hparams hp,
                Tokenizer tokenizer)
-      : path_(std::move(path)),
-        file_(std::move(file)),
-        hp_(std::move(hp)),
-        tokenizer_(std::move(tokenizer)) {
-    desc_.architecture = std::string(kArchitecture);
-    desc_.vocab_size = hp_.vocab_size;
-    desc_.context_length = hp_.context_length;
-    for (int32_t id = 0; id < tokenizer_.vocab_size(); ++id) {
-      if (tokenizer_.IsEndOfGeneration(id)) desc_.eos_token_ids.push_back(id);
-    }
-    info_.architecture = desc_.architecture;
-    info_.num_attention_heads = hp_.num_heads;
-    info_.num_key_value_heads = hp_.num_kv_heads;
-    info_.hook_name = std::string(kHookName);
+      : GgufDenseSource(kArchitecture, kHookName, std::move(path), std::move(file), std::move(hp),
+                        std::move(tokenizer)) {
     // int8 activations exist for Q4_1 and Q8_0 weights only (linear.h): refused at check time
     // rather than when the first K-quant tensor loads.
     bool int8_weights = true;
@@ -62,20 +50,9 @@ class Gemma3Source final : public ModelSource {
     };
   }
 
-  const std::string& path() const override { return path_; }
-  const ModelInfo& info() const override { return info_; }
-  const ModelDesc& desc() const override { return desc_; }
-  const Tokenizer* tokenizer() const override { return &tokenizer_; }
-
+  // The pool applies each layer's window in BatchAttention.
   KvSpec KvSpecFor(const EngineConfig& c) const override {
-    const model::HeadShard shard = model::MakeHeadShard(model::DenseHeadLayout(hp_), c, 0);
-    KvSpec spec{.num_layers = hp_.num_layers,
-                .num_kv_heads = shard.kv_heads,
-                .head_dim_k = hp_.head_dim,
-                .head_dim_v = hp_.head_dim,
-                .v_in_k = false,
-                .dtype = c.kv_cache_dtype};
-    // The pool applies each layer's window in BatchAttention.
+    KvSpec spec = GgufDenseSource::KvSpecFor(c);
     spec.groups = Gemma3KvGroups(hp_);
     return spec;
   }
@@ -84,31 +61,14 @@ class Gemma3Source final : public ModelSource {
                                                ThreadPool* pool) const override {
     return CreateGemma3Model(file_, hp_, desc_, config, world, pool);
   }
-
- private:
-  std::string path_;
-  std::shared_ptr<const GgufFile> file_;
-  Gemma3Hparams hp_;
-  Tokenizer tokenizer_;
-  ModelDesc desc_;
-  ModelInfo info_;
 };
-
-Expected<int> ReadPositive(const GgufFile& f, const std::string& key) {
-  return ReadIntHparam(f, key, 1, 1 << 30);
-}
 
 }  // namespace
 
 Expected<Gemma3Hparams> ReadGemma3Hparams(const GgufFile& f) {
   Gemma3Hparams hp;
   const std::string a = "gemma3.";
-  CTXPAR_ASSIGN_OR_RETURN(hp.dim, ReadPositive(f, a + "embedding_length"));
-  CTXPAR_ASSIGN_OR_RETURN(hp.num_layers, ReadPositive(f, a + "block_count"));
-  CTXPAR_ASSIGN_OR_RETURN(hp.num_heads, ReadPositive(f, a + "attention.head_count"));
-  CTXPAR_ASSIGN_OR_RETURN(hp.num_kv_heads, ReadPositive(f, a + "attention.head_count_kv"));
-  CTXPAR_ASSIGN_OR_RETURN(hp.ffn_dim, ReadPositive(f, a + "feed_forward_length"));
-  CTXPAR_ASSIGN_OR_RETURN(hp.context_length, ReadPositive(f, a + "context_length"));
+  CTXPAR_RETURN_IF_ERROR(ReadDenseHparams(f, a, hp));
   CTXPAR_ASSIGN_OR_RETURN(hp.head_dim, ReadIntHparam(f, a + "attention.key_length", 2, 512));
   CTXPAR_ASSIGN_OR_RETURN(const int value_length,
                           ReadIntHparam(f, a + "attention.value_length", 1, 1 << 30, hp.head_dim));
@@ -119,11 +79,7 @@ Expected<Gemma3Hparams> ReadGemma3Hparams(const GgufFile& f) {
   if (hp.head_dim % 2 != 0) {
     return HparamError(f, a + "attention.key_length", hp.head_dim, "it must be even (RoPE pairs)");
   }
-  if (hp.num_heads % hp.num_kv_heads != 0) {
-    return HparamError(
-        f, a + "attention.head_count", hp.num_heads,
-        fmt::format("it must be a multiple of {}attention.head_count_kv ({})", a, hp.num_kv_heads));
-  }
+  CTXPAR_RETURN_IF_ERROR(CheckKvHeads(f, a, hp));
   CTXPAR_ASSIGN_OR_RETURN(
       hp.rope_base, ReadFloatHparam(f, a + "rope.freq_base", kRopeFreqBaseRange, hp.rope_base));
   CTXPAR_ASSIGN_OR_RETURN(
@@ -137,10 +93,7 @@ Expected<Gemma3Hparams> ReadGemma3Hparams(const GgufFile& f) {
 
 Expected<std::unique_ptr<ModelSource>> OpenGemma3Source(const std::string& path,
                                                         std::shared_ptr<const GgufFile> file) {
-  CTXPAR_ASSIGN_OR_RETURN(Gemma3Hparams hp, ReadGemma3Hparams(*file));
-  CTXPAR_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::FromGguf(*file));
-  return std::unique_ptr<ModelSource>(
-      new Gemma3Source(path, std::move(file), std::move(hp), std::move(tokenizer)));
+  return OpenGgufDenseSource<Gemma3Source, ReadGemma3Hparams>(path, std::move(file));
 }
 
 }  // namespace ctxpar

@@ -18,6 +18,11 @@ void TpLinear::ColumnParallel(std::span<const MatMulOut> outs, const float* x, i
   }
 }
 
+void TpLinear::ColumnParallel(const F32Matrix& w, const float* x, int n, int ldx, float* y,
+                              int ldy) {
+  MatMulF32(w, x, n, ldx, y, ldy, pool_);
+}
+
 Status TpLinear::GatherColumns(const float* mine, int n, const std::vector<int>& bounds,
                                std::vector<float>& out) {
   const int tp = size();
@@ -59,33 +64,47 @@ Expected<const float*> TpLinear::RowParallel(const QuantMatrix& w, const float* 
   return y_full_.data();
 }
 
-Status TpLinear::VocabLogits(const QuantMatrix& w, const VocabShard& shard, int vocab,
-                             const float* rows, int n, float* logits) {
-  PrepareActs(format_, w.type, rows, n, w.cols, w.cols, &acts_);
-  if (size() == 1) {
-    MatMul(w, acts_, logits, vocab, pool_);
-    return Status::Ok();
-  }
-  shard_logits_.assign(std::size_t(n) * shard.rows, 0.0f);
-  MatMul(w, acts_, shard_logits_.data(), shard.rows, pool_);
-  return GatherVocabShards(*world_, shard_logits_.data(), n, shard.rows, vocab, scratch_, logits);
+void TpLinear::RowParallelPartial(const F32Matrix& w, const float* x, int n, int ldx, float* y,
+                                  int ldy) {
+  MatMulF32(w, x, n, ldx, y, ldy, pool_);
 }
 
-Status OrderedAllReduce(Communicator& comm, const float* partial, std::size_t n, float* sum,
-                        std::vector<float>& scratch) {
-  const int ranks = comm.size();
-  if (ranks == 1) {
-    if (sum != partial) std::copy_n(partial, n, sum);
-    return Status::Ok();
-  }
-  scratch.resize(n * ranks);
-  CTXPAR_RETURN_IF_ERROR(comm.AllGather(partial, scratch.data(), n, DataType::kF32));
+Status TpLinear::ReducePartials(float* sum, std::size_t n) {
+  const int ranks = size();
+  if (ranks == 1) return Status::Ok();
+  scratch_.resize(n * ranks);
+  CTXPAR_RETURN_IF_ERROR(world_->AllGather(sum, scratch_.data(), n, DataType::kF32));
   for (std::size_t i = 0; i < n; ++i) {
-    float s = scratch[i];
-    for (int r = 1; r < ranks; ++r) s += scratch[r * n + i];
+    float s = scratch_[i];
+    for (int r = 1; r < ranks; ++r) s += scratch_[r * n + i];
     sum[i] = s;
   }
   return Status::Ok();
+}
+
+template <class Product>
+Status TpLinear::GatherVocab(const VocabShard& shard, int vocab, int n, float* logits,
+                             Product product) {
+  if (size() == 1) {
+    product(logits, vocab);
+    return Status::Ok();
+  }
+  shard_logits_.assign(std::size_t(n) * shard.rows, 0.0f);
+  product(shard_logits_.data(), shard.rows);
+  return GatherVocabShards(*world_, shard_logits_.data(), n, shard.rows, vocab, scratch_, logits);
+}
+
+Status TpLinear::VocabLogits(const QuantMatrix& w, const VocabShard& shard, int vocab,
+                             const float* rows, int n, float* logits) {
+  PrepareActs(format_, w.type, rows, n, w.cols, w.cols, &acts_);
+  return GatherVocab(shard, vocab, n, logits,
+                     [&](float* y, int ldy) { MatMul(w, acts_, y, ldy, pool_); });
+}
+
+Status TpLinear::VocabLogits(const F32Matrix& w, const VocabShard& shard, int vocab,
+                             const float* rows, int n, float* logits) {
+  return GatherVocab(shard, vocab, n, logits,
+                     [&](float* y, int ldy) { MatMulF32(w, rows, n, w.cols, y, ldy, pool_); });
 }
 
 }  // namespace ctxpar::model

@@ -1,14 +1,22 @@
-// Tensor-parallel linear layers over the TP group, shared by the quantized-weight architectures
-// (SGLang's ColumnParallelLinear / RowParallelLinear, in the form that keeps tp invariance).
+// Tensor-parallel linear layers over the TP group, shared by every architecture (SGLang's
+// ColumnParallelLinear / RowParallelLinear), for both weight kinds: GGUF blocks (QuantMatrix,
+// linear.h; Llama, Gemma 3) and fp32 rows widened from safetensors (F32Matrix, matmul_f32.h;
+// DeepSeek-V3).
 //
-// - Column-parallel: the rank holds some output rows of W (its heads, its MLP features) and
-//   multiplies the whole activation row by them; no collective.
-// - Row-parallel (o_proj, ffn_down): the ranks hold columns of the input (their heads, their
-//   features). Instead of multiplying partial columns and all-reducing partial sums (whose
-//   rounding depends on tp), the input is all-gathered, each rank computes its output rows
-//   (`out_bounds`) over the whole input row, and the rows are all-gathered. Every output is then
-//   one dot product over the whole row in the kernels' fixed order, so a run at (tp, dcp = 1)
-//   equals the tp = 1 run bit for bit, with either activation format.
+// - Column-parallel: the rank holds some output rows of W (its heads, its MLP features; a
+//   replicated weight is the case of every row) and multiplies the whole activation row by them;
+//   no collective.
+// - Row-parallel, gathered (QuantMatrix: o_proj, ffn_down): the ranks hold columns of the input
+//   (their heads, their features). Instead of multiplying partial columns and all-reducing
+//   partial sums (whose rounding depends on tp), the input is all-gathered, each rank computes
+//   its output rows (`out_bounds`) over the whole input row, and the rows are all-gathered.
+//   Every output is then one dot product over the whole row in the kernels' fixed order, so a run
+//   at (tp, dcp = 1) equals the tp = 1 run bit for bit, with either activation format.
+// - Row-parallel, partial sums (F32Matrix: DeepSeek's o_proj and MLP down projections): each rank
+//   multiplies its input columns by the matching columns of W, the caller adds a layer's partials
+//   (o_proj of decode and prefill rows, the experts and the shared expert), and ReducePartials
+//   adds the ranks' sums in rank order, so the result does not depend on the MPI library's
+//   reduction order.
 // - Vocab-parallel head: rank r holds vocab rows [r * shard, ...) (vocab.h), the logits shards
 //   are all-gathered.
 //
@@ -17,6 +25,7 @@
 // TP communicator.
 #pragma once
 
+#include <cstddef>
 #include <span>
 #include <vector>
 
@@ -25,12 +34,31 @@
 #include "ctxpar/thread_pool.h"
 #include "models/layers/vocab.h"
 #include "models/linear.h"
+#include "models/matmul_f32.h"
 
 namespace ctxpar::model {
 
+// fp32 weights held for a span of heads from head `first`, `per_head` rows (a column-parallel
+// weight: q_b_proj, kv_b_proj) or columns (a row-parallel one: o_proj) each: a rank that computes
+// for a subset of the span (its own heads, its decode Q heads, its prefill heads) takes its slice.
+struct F32HeadSpan {
+  F32Matrix w;
+  int first = 0;
+  int per_head = 0;
+
+  // The rows (columns) of heads [head, head + count).
+  F32Matrix Rows(int head, int count) const {
+    return w.RowRange((head - first) * per_head, count * per_head);
+  }
+  F32Matrix Cols(int head, int count) const {
+    return w.ColRange((head - first) * per_head, count * per_head);
+  }
+};
+
 class TpLinear {
  public:
-  // `world` is the TP group (not owned); `pool` may be null.
+  // `world` is the TP group (not owned); `pool` may be null. `format` is how activations enter
+  // the quantized products; fp32 weights always take fp32 activations.
   TpLinear(Communicator* world, ThreadPool* pool, ActFormat format)
       : world_(world), pool_(pool), format_(format) {}
 
@@ -41,6 +69,8 @@ class TpLinear {
 
   // Each output y = x W^T over x [n, cols] (row stride cols), the weights' rows being the rank's.
   void ColumnParallel(std::span<const MatMulOut> outs, const float* x, int n, int cols);
+  // y [n, w.rows] (row stride ldy) = x W^T over x [n, w.cols] (row stride ldx).
+  void ColumnParallel(const F32Matrix& w, const float* x, int n, int ldx, float* y, int ldy);
 
   // out [n, bounds.back()]: columns [bounds[r], bounds[r + 1]) from rank r's `mine` [n, its
   // width] (collective).
@@ -54,24 +84,29 @@ class TpLinear {
                                      const std::vector<int>& in_bounds,
                                      const std::vector<int>& out_bounds);
 
+  // The rank's partial sum y [n, w.rows] (row stride ldy) of a row-parallel product: its input
+  // columns x [n, w.cols] (row stride ldx) times W's columns that match them.
+  void RowParallelPartial(const F32Matrix& w, const float* x, int n, int ldx, float* y, int ldy);
+  // sum [n] := the ranks' `sum` added in rank order (collective; an all-gather, then the adds).
+  Status ReducePartials(float* sum, std::size_t n);
+
   // logits [n, vocab] = rows [n, w.cols] times the vocab-parallel head, `w` being the rank's
   // shard of it (collective).
   Status VocabLogits(const QuantMatrix& w, const VocabShard& shard, int vocab, const float* rows,
                      int n, float* logits);
+  Status VocabLogits(const F32Matrix& w, const VocabShard& shard, int vocab, const float* rows,
+                     int n, float* logits);
 
  private:
+  // The vocab-parallel gather around `product(y, ldy)`, the rank's shard of the logits.
+  template <class Product>
+  Status GatherVocab(const VocabShard& shard, int vocab, int n, float* logits, Product product);
+
   Communicator* world_;
   ThreadPool* pool_;
   ActFormat format_;
   Acts acts_;
   std::vector<float> send_, gathered_, in_full_, y_, y_full_, shard_logits_, scratch_;
 };
-
-// A row-parallel layer with partial sums (fp32 weights sharded by input columns): sum := partial
-// summed over the ranks of `comm` in rank order (an all-gather, then the adds), so that the
-// result does not depend on the MPI library's reduction order. n floats; `sum` may alias
-// `partial`.
-Status OrderedAllReduce(Communicator& comm, const float* partial, std::size_t n, float* sum,
-                        std::vector<float>& scratch);
 
 }  // namespace ctxpar::model

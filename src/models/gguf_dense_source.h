@@ -1,0 +1,110 @@
+// What the ModelSources of the dense GGUF architectures (Llama, Gemma 3) share: the file, its
+// hyperparameters and tokenizer, the ModelDesc (architecture, vocabulary, context, the
+// tokenizer's end-of-generation ids), the ModelInfo (head counts, the hook's name) and the KV a
+// rank stores per token (its KV heads of head_dim, layers/attention_shard.h). An architecture's
+// source derives from GgufDenseSource and states what differs: its hook's rules (info_.hook),
+// its KV groups, its factory; its hyperparameter reader starts from the keys they share.
+//
+// Hparams: an architecture's hyperparameters, with DenseHeadLayout's fields, num_layers,
+// vocab_size and context_length.
+//
+// Thread safety: immutable after construction.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "ctxpar/gguf.h"
+#include "ctxpar/gguf_hparams.h"
+#include "ctxpar/model.h"
+#include "ctxpar/tokenizer.h"
+#include "models/layers/attention_shard.h"
+
+namespace ctxpar {
+
+template <class Hparams>
+class GgufDenseSource : public ModelSource {
+ public:
+  const std::string& path() const override { return path_; }
+  const ModelInfo& info() const override { return info_; }
+  const ModelDesc& desc() const override { return desc_; }
+  const Tokenizer* tokenizer() const override { return &tokenizer_; }
+
+  KvSpec KvSpecFor(const EngineConfig& c) const override {
+    const model::HeadShard shard = model::MakeHeadShard(model::DenseHeadLayout(hp_), c, 0);
+    return {.num_layers = hp_.num_layers,
+            .num_kv_heads = shard.kv_heads,
+            .head_dim_k = hp_.head_dim,
+            .head_dim_v = hp_.head_dim,
+            .v_in_k = false,
+            .dtype = c.kv_cache_dtype};
+  }
+
+ protected:
+  GgufDenseSource(std::string_view architecture, std::string_view hook_name, std::string path,
+                  std::shared_ptr<const GgufFile> file, Hparams hp, Tokenizer tokenizer)
+      : path_(std::move(path)),
+        file_(std::move(file)),
+        hp_(std::move(hp)),
+        tokenizer_(std::move(tokenizer)) {
+    desc_.architecture = std::string(architecture);
+    desc_.vocab_size = hp_.vocab_size;
+    desc_.context_length = hp_.context_length;
+    for (int32_t id = 0; id < tokenizer_.vocab_size(); ++id) {
+      if (tokenizer_.IsEndOfGeneration(id)) desc_.eos_token_ids.push_back(id);
+    }
+    info_.architecture = desc_.architecture;
+    info_.num_attention_heads = hp_.num_heads;
+    info_.num_key_value_heads = hp_.num_kv_heads;
+    info_.hook_name = std::string(hook_name);
+  }
+
+  std::string path_;
+  std::shared_ptr<const GgufFile> file_;
+  Hparams hp_;
+  Tokenizer tokenizer_;
+  ModelDesc desc_;
+  ModelInfo info_;
+};
+
+// The keys every dense architecture has, read in this order under `prefix` ("llama."), each in
+// [1, 2^30]: embedding_length, block_count, attention.head_count, attention.head_count_kv,
+// feed_forward_length, context_length.
+template <class Hparams>
+Status ReadDenseHparams(const GgufFile& f, const std::string& prefix, Hparams& hp) {
+  auto positive = [&](const char* key) { return ReadIntHparam(f, prefix + key, 1, 1 << 30); };
+  CTXPAR_ASSIGN_OR_RETURN(hp.dim, positive("embedding_length"));
+  CTXPAR_ASSIGN_OR_RETURN(hp.num_layers, positive("block_count"));
+  CTXPAR_ASSIGN_OR_RETURN(hp.num_heads, positive("attention.head_count"));
+  CTXPAR_ASSIGN_OR_RETURN(hp.num_kv_heads, positive("attention.head_count_kv"));
+  CTXPAR_ASSIGN_OR_RETURN(hp.ffn_dim, positive("feed_forward_length"));
+  CTXPAR_ASSIGN_OR_RETURN(hp.context_length, positive("context_length"));
+  return Status::Ok();
+}
+
+// CTXPAR-GGUF-006 unless the query heads are a multiple of the KV heads.
+template <class Hparams>
+Status CheckKvHeads(const GgufFile& f, const std::string& prefix, const Hparams& hp) {
+  if (hp.num_heads % hp.num_kv_heads == 0) return Status::Ok();
+  return HparamError(f, prefix + "attention.head_count", hp.num_heads,
+                     fmt::format("it must be a multiple of {}attention.head_count_kv ({})", prefix,
+                                 hp.num_kv_heads));
+}
+
+// The opener of a dense GGUF architecture (registry.h's GgufOpener): its hyperparameters read
+// by `read_hparams`, then the tokenizer, then Source(path, file, hparams, tokenizer).
+template <class Source, auto read_hparams>
+Expected<std::unique_ptr<ModelSource>> OpenGgufDenseSource(const std::string& path,
+                                                           std::shared_ptr<const GgufFile> file) {
+  CTXPAR_ASSIGN_OR_RETURN(auto hp, read_hparams(*file));
+  CTXPAR_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::FromGguf(*file));
+  return std::unique_ptr<ModelSource>(
+      new Source(path, std::move(file), std::move(hp), std::move(tokenizer)));
+}
+
+}  // namespace ctxpar
