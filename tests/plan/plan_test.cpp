@@ -34,6 +34,17 @@ Hardware TestCpu() {
   return h;
 }
 
+// A closed loop of `clients` over 8 devices: every prompt `input` tokens, every output `output`.
+PlanRequest ClosedLoop(int64_t input, int64_t output, int clients, int requests) {
+  PlanRequest req;
+  req.devices = 8;
+  req.workload.input = {input, input};
+  req.workload.output = {output, output};
+  req.workload.concurrency = clients;
+  req.workload.num_requests = requests;
+  return req;
+}
+
 struct Config {
   int tp, dcp, kv_mib, page;
   std::string dtype = "auto";
@@ -312,13 +323,7 @@ TEST(PlanStepCost, FollowsTheCurveOfTheMachineFile) {
   Expected<PlanModel> m = PresetModel("llama-3.1-70b");
   ASSERT_TRUE(m.ok());
   auto step_ms = [&](const Hardware& h, int clients) {
-    PlanRequest req;
-    req.devices = 8;
-    req.workload.input = {256, 256};
-    req.workload.output = {32, 32};
-    req.workload.concurrency = clients;
-    req.workload.num_requests = clients;
-    Expected<PlanReport> r = MakePlan(*m, h, req);
+    Expected<PlanReport> r = MakePlan(*m, h, ClosedLoop(256, 32, clients, clients));
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     for (const Candidate& c : r.ok() ? r->ranked : std::vector<Candidate>{}) {
       if (c.dcp_size == 1) return c.sim.decode_step_ms;
@@ -334,13 +339,7 @@ TEST(PlanStepCost, FollowsTheCurveOfTheMachineFile) {
   EXPECT_NEAR(step_ms(*costed, 4) - step_ms(*bare, 4), 7.0, 1e-9);
   // The matmul efficiency by the step's tokens: a curve through one value is that value.
   auto ttft_ms = [&](const Hardware& h) {
-    PlanRequest req;
-    req.devices = 8;
-    req.workload.input = {2000, 2000};
-    req.workload.output = {4, 4};
-    req.workload.concurrency = 1;
-    req.workload.num_requests = 1;
-    Expected<PlanReport> r = MakePlan(*m, h, req);
+    Expected<PlanReport> r = MakePlan(*m, h, ClosedLoop(2000, 4, 1, 1));
     EXPECT_TRUE(r.ok() && !r->ranked.empty()) << r.status().ToString();
     return r.ok() && !r->ranked.empty() ? r->ranked.front().sim.ttft_ms_p50 : -1.0;
   };
@@ -368,12 +367,7 @@ TEST(PlanWorkload, AServersNextRequestJoinsTheStepAfterTheNext) {
   ASSERT_TRUE(m.ok() && h.ok());
   for (const bool in_process : {false, true}) {
     SCOPED_TRACE(in_process ? "in process" : "server");
-    PlanRequest req;
-    req.devices = 8;
-    req.workload.input = {64, 64};
-    req.workload.output = {4, 4};
-    req.workload.concurrency = 2;
-    req.workload.num_requests = 3;
+    PlanRequest req = ClosedLoop(64, 4, 2, 3);
     req.workload.in_process = in_process;
     Expected<PlanReport> report = MakePlan(*m, *h, req);
     ASSERT_TRUE(report.ok() && !report->ranked.empty()) << report.status().ToString();
