@@ -42,7 +42,9 @@ for cores in 0 0,1; do
       line=$(taskset -c "$cores" "$bin" generate --model-path "$model" --threads "$ncores" \
                --ignore-eos --max-new-tokens "$new_tokens" --prompts-file "$dir/prompts$n.txt" "${flags[@]}" \
                2>&1 >/dev/null | grep 'tokens/s' | tail -1)
-      p=$(sed -E 's/.*prefill ([0-9]+) tokens in [0-9.]+ s \(([0-9.]+) tokens\/s\).*/\2/' <<<"$line")
+      p=$(sed -E \
+            's/.*prefill [0-9]+ tokens( \([^)]*\))? in [0-9.]+ s \(([0-9.]+) tokens\/s\).*/\2/' \
+            <<<"$line")
       tokens=$(sed -E 's/.*prefill ([0-9]+) tokens.*/\1/' <<<"$line")
       d=$(sed -E 's/.*decode [0-9]+ tokens in [0-9.]+ s \(([0-9.]+) tokens\/s\).*/\1/' <<<"$line")
       best_p=$(python3 -c "print(max($best_p, $p))")

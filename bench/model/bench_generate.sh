@@ -42,7 +42,9 @@ best_of() {
   for _ in $(seq "$repeats"); do
     line=$(taskset -c "$cores" "$bin" generate --ignore-eos --max-new-tokens "$new_tokens" \
              --model-path "$model" "$@" "$prompt" 2>&1 >/dev/null | grep 'tokens/s' | tail -1)
-    p=$(sed -E 's/.*prefill ([0-9]+) tokens in [0-9.]+ s \(([0-9.]+) tokens\/s\).*/\2/' <<<"$line")
+    # "prefill N tokens (M from the prefix cache) in T s (R tokens/s)"
+    p=$(sed -E 's/.*prefill [0-9]+ tokens( \([^)]*\))? in [0-9.]+ s \(([0-9.]+) tokens\/s\).*/\2/' \
+          <<<"$line")
     n=$(sed -E 's/.*prefill ([0-9]+) tokens.*/\1/' <<<"$line")
     d=$(sed -E 's/.*decode [0-9]+ tokens in [0-9.]+ s \(([0-9.]+) tokens\/s\).*/\1/' <<<"$line")
     best_p=$(python3 -c "print(max($best_p, $p))")
