@@ -7,6 +7,7 @@
 
 #include "ctxpar/thread_pool.h"
 #include "models/check_finite.h"
+#include "models/gguf_dense_source.h"
 #include "models/layers/elementwise.h"
 #include "models/layers/gated_mlp.h"
 #include "models/layers/gguf_weights.h"
@@ -147,13 +148,8 @@ Expected<std::unique_ptr<Model>> CreateGemma3Model(std::shared_ptr<const GgufFil
                                                    const Gemma3Hparams& hp, ModelDesc desc,
                                                    const EngineConfig& config, Communicator& world,
                                                    ThreadPool* pool) {
-  CTXPAR_ASSIGN_OR_RETURN(
-      const model::HeadShard shard,
-      model::DenseModelShard(model::DenseHeadLayout(hp), "Gemma3ForCausalLM", config, world));
-  auto model = std::make_unique<Gemma3Model>(std::move(file), hp, std::move(desc), config, world,
-                                             pool, shard);
-  CTXPAR_RETURN_IF_ERROR(model->Init(config, shard));
-  return std::unique_ptr<Model>(std::move(model));
+  return CreateDenseModel<Gemma3Model>(std::move(file), hp, std::move(desc), "Gemma3ForCausalLM",
+                                       config, world, pool);
 }
 
 }  // namespace ctxpar

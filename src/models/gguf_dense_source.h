@@ -3,7 +3,8 @@
 // tokenizer's end-of-generation ids), the ModelInfo (head counts, the hook's name) and the KV a
 // rank stores per token (its KV heads of head_dim, layers/attention_shard.h). An architecture's
 // source derives from GgufDenseSource and states what differs: its hook's rules (info_.hook),
-// its KV groups, its factory; its hyperparameter reader starts from the keys they share.
+// its KV groups, its factory (CreateDenseModel); its hyperparameter reader starts from the keys
+// they share.
 //
 // Hparams: an architecture's hyperparameters, with DenseHeadLayout's fields, num_layers,
 // vocab_size and context_length.
@@ -19,9 +20,12 @@
 #include <string_view>
 #include <utility>
 
+#include "ctxpar/communicator.h"
+#include "ctxpar/engine_config.h"
 #include "ctxpar/gguf.h"
 #include "ctxpar/gguf_hparams.h"
 #include "ctxpar/model.h"
+#include "ctxpar/thread_pool.h"
 #include "ctxpar/tokenizer.h"
 #include "models/layers/attention_shard.h"
 
@@ -105,6 +109,22 @@ Expected<std::unique_ptr<ModelSource>> OpenGgufDenseSource(const std::string& pa
   CTXPAR_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::FromGguf(*file));
   return std::unique_ptr<ModelSource>(
       new Source(path, std::move(file), std::move(hp), std::move(tokenizer)));
+}
+
+// A dense architecture's model factory: the checks and the rank's shard (DenseModelShard), then
+// M(file, hp, desc, config, world, pool, shard) and M::Init(config, shard).
+template <class M, class Hparams>
+Expected<std::unique_ptr<Model>> CreateDenseModel(std::shared_ptr<const GgufFile> file,
+                                                  const Hparams& hp, ModelDesc desc,
+                                                  std::string_view architecture,
+                                                  const EngineConfig& config, Communicator& world,
+                                                  ThreadPool* pool) {
+  CTXPAR_ASSIGN_OR_RETURN(
+      const model::HeadShard shard,
+      model::DenseModelShard(model::DenseHeadLayout(hp), architecture, config, world));
+  auto m = std::make_unique<M>(std::move(file), hp, std::move(desc), config, world, pool, shard);
+  CTXPAR_RETURN_IF_ERROR(m->Init(config, shard));
+  return std::unique_ptr<Model>(std::move(m));
 }
 
 }  // namespace ctxpar

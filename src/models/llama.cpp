@@ -7,6 +7,7 @@
 
 #include "ctxpar/thread_pool.h"
 #include "models/check_finite.h"
+#include "models/gguf_dense_source.h"
 #include "models/layers/elementwise.h"
 #include "models/layers/gated_mlp.h"
 #include "models/layers/gguf_weights.h"
@@ -118,13 +119,8 @@ Expected<std::unique_ptr<Model>> CreateLlamaModel(std::shared_ptr<const GgufFile
                                                   const LlamaHparams& hp, ModelDesc desc,
                                                   const EngineConfig& config, Communicator& world,
                                                   ThreadPool* pool) {
-  CTXPAR_ASSIGN_OR_RETURN(
-      const model::HeadShard shard,
-      model::DenseModelShard(model::DenseHeadLayout(hp), "LlamaForCausalLM", config, world));
-  auto model = std::make_unique<LlamaModel>(std::move(file), hp, std::move(desc), config, world,
-                                            pool, shard);
-  CTXPAR_RETURN_IF_ERROR(model->Init(config, shard));
-  return std::unique_ptr<Model>(std::move(model));
+  return CreateDenseModel<LlamaModel>(std::move(file), hp, std::move(desc), "LlamaForCausalLM",
+                                      config, world, pool);
 }
 
 }  // namespace ctxpar
