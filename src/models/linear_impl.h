@@ -223,11 +223,22 @@ void WidePanel(const F32Tile& j, int r0, int t0) {
     for (int b = j.block0; b < j.block1; ++b) {
       for (int p = c; p < Isa::kParts; p += Isa::kChains) {
         const std::size_t off = std::size_t(b) * kBlock + p * kLanes;
-        V x[T];
-        for (int t = 0; t < T; ++t) x[t] = Isa::Load(xs + t * j.ldx + off);
-        for (int r = 0; r < R; ++r) {
-          const V w = Isa::Load(ws + r * stride + off);
-          for (int t = 0; t < T; ++t) Isa::FmaV(a[r][t], w, x[t]);
+        // The smaller side stays in registers and the other streams through one: R x T
+        // accumulators plus min(R, T) + 1 operands fit the register file without spills.
+        if constexpr (R < T) {
+          V w[R];
+          for (int r = 0; r < R; ++r) w[r] = Isa::Load(ws + r * stride + off);
+          for (int t = 0; t < T; ++t) {
+            const V x = Isa::Load(xs + t * j.ldx + off);
+            for (int r = 0; r < R; ++r) Isa::FmaV(a[r][t], w[r], x);
+          }
+        } else {
+          V x[T];
+          for (int t = 0; t < T; ++t) x[t] = Isa::Load(xs + t * j.ldx + off);
+          for (int r = 0; r < R; ++r) {
+            const V w = Isa::Load(ws + r * stride + off);
+            for (int t = 0; t < T; ++t) Isa::FmaV(a[r][t], w, x[t]);
+          }
         }
       }
     }
