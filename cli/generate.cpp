@@ -47,6 +47,7 @@ struct GenerateOptions {
   bool chat = false;
   SamplingParams sampling;
   std::string seed;
+  int warmup = 0;  // untimed runs of the prompts before the timed one
 };
 
 int Fail(const Status& status) { return ReportBeforeWorld(status); }
@@ -208,6 +209,42 @@ class Printer {
   std::map<std::size_t, std::string> pending_;
 };
 
+// Rank 0 submits every prompt (what a full queue refuses, again at the next update) and every
+// rank runs the engine until the requests end; on_update(i, u) sees prompt i's updates. An
+// aborted request fails the run, unless SIGINT / SIGTERM ended it (the caller reports that).
+Status RunPrompts(Engine& engine, bool leader, const std::vector<std::vector<int32_t>>& prompts,
+                  const SamplingParams& sampling,
+                  const std::function<void(std::size_t, const RequestUpdate&)>& on_update) {
+  Status failure;
+  std::size_t next = 0;
+  std::function<void()> submit_more;
+  auto update = [&](std::size_t i, const RequestUpdate& u) {
+    if (u.finish == FinishReason::kAbort && failure.ok() && StopRequested() == 0) {
+      failure = Internal("request " + std::to_string(i) + " aborted: " + u.finish_detail);
+    }
+    on_update(i, u);
+    if (StopRequested() != 0) {
+      engine.Stop();  // every request ends at this step
+    } else {
+      submit_more();
+    }
+  };
+  submit_more = [&] {
+    for (; next < prompts.size() && failure.ok(); ++next) {
+      const std::size_t i = next;
+      Expected<uint64_t> id = engine.Submit({prompts[i], sampling, false},
+                                            [&update, i](const RequestUpdate& u) { update(i, u); });
+      if (id.ok()) continue;
+      if (id.status().error_id() == "CTXPAR-ENGINE-007") return;
+      engine.Stop();
+      failure = id.status();
+    }
+  };
+  if (leader) submit_more();
+  CTXPAR_RETURN_IF_ERROR(engine.Run(Engine::RunUntil::kIdle));
+  return failure;
+}
+
 Status RunRank(Communicator& world, const Launch& launch, const GenerateOptions& o) {
   const bool leader = world.rank() == 0;
   CTXPAR_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> prompts, Prompts(o, *launch.source));
@@ -227,58 +264,42 @@ Status RunRank(Communicator& world, const Launch& launch, const GenerateOptions&
     }
     prompts[i] = std::move(r.prompt);
   }
+  // As llama-bench's warm-up run: the same requests, untimed and unprinted, then the prefix
+  // cache emptied so that the timed run computes every prompt again.
+  for (int w = 0; w < o.warmup; ++w) {
+    CTXPAR_RETURN_IF_ERROR(
+        RunPrompts(*engine, leader, prompts, o.sampling, [](std::size_t, const RequestUpdate&) {}));
+    // A signal stops rank 0's engine: every rank then ends here, as rank 0 does.
+    int32_t stop = leader ? StopRequested() : 0;
+    CTXPAR_RETURN_IF_ERROR(world.Broadcast(&stop, 1, DataType::kI32, 0));
+    if (stop != 0) return leader ? Interrupted(stop, 0) : Status::Ok();
+    if (leader) CTXPAR_RETURN_IF_ERROR(engine->FlushCache());
+  }
   // Prefill ends when every request has its first token; decode is what comes after (with one
   // prompt: the first token, then the rest). With a queue bound below the prompts, later prompts
   // prefill while earlier ones decode, so the summary also gives every generated token over the
   // whole run.
   using Clock = std::chrono::steady_clock;
+  const uint64_t cached_before = engine->Snapshot().cached_tokens_total;  // the warm-up's hits
   const auto t0 = Clock::now();
   Clock::time_point all_first = t0;
   std::size_t started = 0;
   int64_t decoded = 0, generated = 0, prompt_tokens = 0;
   // A model without a tokenizer has no text to print: its ids, as --print-ids prints them.
   Printer printer(!o.prompts_file.empty(), o.print_ids || launch.source->tokenizer() == nullptr);
-  Status failure;
-  // Prompts go in as the queue takes them (--max-queued-requests): what a full queue refuses is
-  // submitted again at the next update.
-  std::size_t next = 0;
-  std::function<void()> submit_more;
-  auto on_update = [&](std::size_t i, const RequestUpdate& u) {
-    const auto n = static_cast<int64_t>(u.tokens.size());
-    generated += n;
-    if (started == prompts.size()) decoded += n;
-    if (n > 0 && u.completion_tokens == n && ++started == prompts.size()) {
-      all_first = Clock::now();
-      decoded += n - 1;
-    }
-    if (u.finish == FinishReason::kAbort && failure.ok() && StopRequested() == 0) {
-      failure = Internal("request " + std::to_string(i) + " aborted: " + u.finish_detail);
-    }
-    printer.Update(i, u);
-    if (StopRequested() != 0) {
-      engine->Stop();  // every request ends at this step
-    } else {
-      submit_more();
-    }
-  };
-  submit_more = [&] {
-    for (; next < prompts.size() && failure.ok(); ++next) {
-      const std::size_t i = next;
-      Expected<uint64_t> id =
-          engine->Submit({prompts[i], o.sampling, false},
-                         [&on_update, i](const RequestUpdate& u) { on_update(i, u); });
-      if (id.ok()) continue;
-      if (id.status().error_id() == "CTXPAR-ENGINE-007") return;
-      engine->Stop();
-      failure = id.status();
-    }
-  };
-  if (leader) {
-    for (const std::vector<int32_t>& p : prompts) prompt_tokens += static_cast<int64_t>(p.size());
-    submit_more();
-  }
-  CTXPAR_RETURN_IF_ERROR(engine->Run(Engine::RunUntil::kIdle));
-  if (!leader) return Status::Ok();
+  for (const std::vector<int32_t>& p : prompts) prompt_tokens += static_cast<int64_t>(p.size());
+  Status failure =
+      RunPrompts(*engine, leader, prompts, o.sampling, [&](std::size_t i, const RequestUpdate& u) {
+        const auto n = static_cast<int64_t>(u.tokens.size());
+        generated += n;
+        if (started == prompts.size()) decoded += n;
+        if (n > 0 && u.completion_tokens == n && ++started == prompts.size()) {
+          all_first = Clock::now();
+          decoded += n - 1;
+        }
+        printer.Update(i, u);
+      });
+  if (!leader) return failure;
   if (const int stop = StopRequested(); stop != 0) {
     return Interrupted(stop, static_cast<int>(decoded + static_cast<int64_t>(started)));
   }
@@ -296,9 +317,10 @@ Status RunRank(Communicator& world, const Launch& launch, const GenerateOptions&
       c.tp_size, c.dcp_size, std::string(CombineBackendName(c.dcp_comm_backend)).c_str(),
       c.dcp_replicate_q_proj ? " replicated-q" : "", c.threads, prompts.size(),
       static_cast<long long>(prompt_tokens),
-      static_cast<unsigned long long>(engine->Snapshot().cached_tokens_total), prefill_s,
-      prefill_s > 0 ? double(prompt_tokens) / prefill_s : 0.0, static_cast<long long>(decoded),
-      decode_s, decoded > 0 && decode_s > 0 ? double(decoded) / decode_s : 0.0,
+      static_cast<unsigned long long>(engine->Snapshot().cached_tokens_total - cached_before),
+      prefill_s, prefill_s > 0 ? double(prompt_tokens) / prefill_s : 0.0,
+      static_cast<long long>(decoded), decode_s,
+      decoded > 0 && decode_s > 0 ? double(decoded) / decode_s : 0.0,
       static_cast<long long>(generated), total_s, total_s > 0 ? double(generated) / total_s : 0.0);
   return Status::Ok();
 }
@@ -340,6 +362,12 @@ int RunGenerate(const std::vector<std::string>& args) {
   app.add_option("--stop-token-ids", o.stop_token_ids,
                  "Stop at these token ids (comma-separated, repeatable).")
       ->allow_extra_args(false);
+  app.add_option("--warmup", o.warmup,
+                 "Run the prompts this many times first, untimed and unprinted, emptying the "
+                 "prefix cache after each (as llama-bench's warm-up run): the summary then times "
+                 "a process whose memory and caches are warm.")
+      ->check(CLI::Range(0, 100))
+      ->capture_default_str();
   app.add_flag("--ignore-eos", s.ignore_eos,
                "Generate --max-new-tokens tokens even past an end-of-generation token.")
       ->disable_flag_override();

@@ -2,8 +2,9 @@
 # Prefill and decode tokens/s of `ctxpar generate` on 1 and 2 cores, beside llama.cpp's
 # llama-bench (bench/llama_cpp/build.sh builds it) on the same GGUF in the same run: pp512 (a
 # 512-token prompt) and tg128 at depth 512 (128 tokens decoded after a 512-token context, as
-# ctxpar decodes after its ~550-token prompt). Each figure is the best of REPEATS runs (the
-# machine is shared). Prints a markdown table.
+# ctxpar decodes after its ~550-token prompt). Each figure is the median of REPEATS runs: ctxpar
+# processes, each timed after a warm-up run (--warmup 1), and llama-bench's repetitions, which
+# follow its own warm-up run. Prints a markdown table.
 #
 #   bash bench/model/bench_generate.sh            # env: CTXPAR_MODEL, CTXPAR_BIN, LLAMA_CPP_BIN
 #                                                 #      (a directory), REPEATS (3), NEW_TOKENS (128),
@@ -34,37 +35,39 @@ t = ("Decode context parallelism shards the KV cache of each sequence across the
      "during decode every rank reads only what it owns, which divides the memory traffic. ")
 print((t * 8)[:2600])')
 
-# best_of CORES ARGS...: the best prefill and decode tokens/s of REPEATS runs, "prefill decode n".
-best_of() {
+# median_of CORES ARGS...: the median prefill and decode tokens/s of REPEATS runs,
+# "prefill decode n".
+median_of() {
   local cores=$1
   shift
-  local best_p=0 best_d=0 n=0
+  local ps="" ds="" n=0
   for _ in $(seq "$repeats"); do
-    line=$(taskset -c "$cores" "$bin" generate --ignore-eos --max-new-tokens "$new_tokens" \
+    # --warmup 1: timed after a warm-up run, as llama-bench times its runs.
+    line=$(taskset -c "$cores" "$bin" generate --warmup 1 --ignore-eos --max-new-tokens "$new_tokens" \
              --model-path "$model" "$@" "$prompt" 2>&1 >/dev/null | grep 'tokens/s' | tail -1)
     # "prefill N tokens (M from the prefix cache) in T s (R tokens/s)"
     p=$(sed -E 's/.*prefill [0-9]+ tokens( \([^)]*\))? in [0-9.]+ s \(([0-9.]+) tokens\/s\).*/\2/' \
           <<<"$line")
     n=$(sed -E 's/.*prefill ([0-9]+) tokens.*/\1/' <<<"$line")
     d=$(sed -E 's/.*decode [0-9]+ tokens in [0-9.]+ s \(([0-9.]+) tokens\/s\).*/\1/' <<<"$line")
-    best_p=$(python3 -c "print(max($best_p, $p))")
-    best_d=$(python3 -c "print(max($best_d, $d))")
+    ps+="$p,"
+    ds+="$d,"
   done
-  echo "$best_p $best_d $n"
+  python3 -c "import statistics as s; print(s.median([$ps]), s.median([$ds]), $n)"
 }
 
 echo "| engine | cores | ranks | prompt tokens | prefill tokens/s | decode tokens/s |"
 echo "|---|---|---|---|---|---|"
 for cores in 0 0,1; do
   ncores=$(tr ',' '\n' <<<"$cores" | wc -l)
-  read -r p d n < <(best_of "$cores" --threads "$ncores")
+  read -r p d n < <(median_of "$cores" --threads "$ncores")
   echo "| ctxpar (fp32 activations) | $ncores | 1 | $n | $p | $d |"
   if [ "$numerics" != 0 ]; then
-    read -r p d n < <(best_of "$cores" --threads "$ncores" --llama-cpp-numerics)
+    read -r p d n < <(median_of "$cores" --threads "$ncores" --llama-cpp-numerics)
     echo "| ctxpar --llama-cpp-numerics | $ncores | 1 | $n | $p | $d |"
   fi
   if [ "$ranks3" != 0 ]; then
-    read -r p d n < <(best_of "$cores" --threads 1 --tp-size 3 --dcp-size 3 \
+    read -r p d n < <(median_of "$cores" --threads 1 --tp-size 3 --dcp-size 3 \
                       --dcp-comm-backend a2a --dcp-replicate-q-proj)
     echo "| ctxpar tp 3 dcp 3 a2a, replicated Q | $ncores | 3 | $n | $p | $d |"
   fi
@@ -73,7 +76,7 @@ for cores in 0 0,1; do
     taskset -c "$cores" "$llama_bin/llama-bench" -m "$model" -t "$ncores" -r "$repeats" $args \
       -o json 2>/dev/null
   done | python3 -c '
-import json, sys
+import json, statistics, sys
 text, results = sys.stdin.read(), []
 while text.strip():  # one JSON array per llama-bench run
     part, end = json.JSONDecoder().raw_decode(text.strip())
@@ -81,11 +84,11 @@ while text.strip():  # one JSON array per llama-bench run
     text = text.strip()[end:]
 pp = tg = build = "-"
 for r in results:
-    best = max(r["samples_ts"])
+    median = statistics.median(r["samples_ts"])
     if r["n_gen"] == 0:
-        pp = f"{best:.1f}"
+        pp = f"{median:.1f}"
     else:
-        tg = f"{best:.1f}"
+        tg = f"{median:.1f}"
     build = r["build_commit"]
 print(f"| llama.cpp llama-bench ({build}) | '"$ncores"' | 1 | 512 | {pp} | {tg} |")'
 done

@@ -193,6 +193,7 @@ struct Engine::Impl {
   std::vector<uint64_t> cancels;
   bool stop = false;
   bool stopped = false;
+  bool in_run = false;  // the leader's Run is in progress
   // A POST /flush_cache waiting for the engine thread's answer (flush_result).
   bool flush_asked = false;
   std::optional<Status> flush_result;
@@ -410,6 +411,12 @@ Status Engine::FlushCache() {
                         {{"queued", std::to_string(m.stats.queued + int(m.inbox.size()))},
                          {"running", std::to_string(m.stats.running)}});
   }
+  if (!m.in_run) {
+    // No engine thread to ask: nothing runs or waits (checked above), so the scheduler is idle.
+    (void)m.scheduler->FlushCache();
+    m.PublishLocked();
+    return Status::Ok();
+  }
   m.flush_asked = true;
   m.flush_result.reset();
   m.wake.notify_all();
@@ -455,10 +462,15 @@ Status Engine::Health() const {
 
 Status Engine::Run(RunUntil until) {
   Impl& m = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.in_run = true;
+  }
   Status status = m.leader() ? m.Lead(until) : m.Follow();
   if (!status.ok() && m.leader() && m.on_fault) m.on_fault(status);
   if (!status.ok() && m.leader()) m.AbortAll(status.message());
   std::lock_guard<std::mutex> lock(m.mu);
+  m.in_run = false;
   // After kIdle the engine takes requests for a next Run; after a stop or a fault it does not.
   m.stopped = m.stop || !status.ok();
   m.flushed.notify_all();

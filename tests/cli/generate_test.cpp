@@ -175,6 +175,38 @@ TEST(Generate, AQueueBoundDelaysPromptsWithoutLosingAny) {
   std::remove(path.c_str());
 }
 
+// --warmup runs the prompts first, untimed and unprinted, then empties the prefix cache: the
+// output is the run's without it, printed once, and the timed run computes the whole prompt
+// again (the same prompt run twice in one process finds its pages cached), on one rank and on
+// three, whose caches the flush reaches through the next run's first plan.
+TEST(Generate, WarmupPrintsOnceAndTheTimedRunRecomputesThePrompt) {
+  const std::string prompt =
+      "'The capital of France is Paris. The capital of Germany is Berlin. The capital of Italy "
+      "is Rome. The capital of Spain is Madrid. The capital of Portugal is'";
+  const std::string args = "--max-new-tokens 6 --ignore-eos ";
+  const Result plain = RunGenerate(args + prompt);
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  const std::string path =
+      WriteFile("prompts_twice", std::string(prompt.substr(1, prompt.size() - 2)) + "\n" +
+                                     prompt.substr(1, prompt.size() - 2) + "\n");
+  const Result twice = RunGenerate("--max-running-requests 1 " + args + "--prompts-file " + path);
+  ASSERT_EQ(twice.code, 0) << twice.err;
+  EXPECT_EQ(twice.err.find("(0 from the prefix cache)"), std::string::npos) << twice.err;
+  std::remove(path.c_str());
+  std::vector<std::string> layouts = {""};
+  if (!std::string(CTXPAR_MPIEXEC).empty())
+    layouts.push_back("--tp-size 3 --dcp-size 3 --threads 1 ");
+  for (const std::string& layout : layouts) {
+    const Result warm = RunGenerate(layout + "--warmup 2 " + args + prompt);
+    ASSERT_EQ(warm.code, 0) << layout << "\n" << warm.err;
+    EXPECT_EQ(warm.out, plain.out) << layout;
+    EXPECT_NE(warm.err.find("(0 from the prefix cache)"), std::string::npos) << warm.err;
+  }
+  const Result bad = RunGenerate("--warmup -1 " + prompt);
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--warmup"), std::string::npos) << bad.err;
+}
+
 // Token ids in and out, for models without a tokenizer; tp 9 with DCP 3 (SmolLM2's 3 KV heads,
 // each sharded over a DCP group of 3) and tp 3 with DCP 3 print the ids of one rank.
 TEST(Generate, InputIdsPrintIdsAcrossLayouts) {
