@@ -452,6 +452,7 @@ void AttendTilesD(const KernelArgs& a) {
 template <class T, class KElem>
 void AttendTiles(const KernelArgs& a) {
   // The GQA head dims get unrolled loops: a tile's work is short, so loop overhead would show.
+  if (a.head_dim_qk == a.head_dim_v && a.head_dim_qk == 256) return AttendTilesD<T, KElem, 256>(a);
   if (a.head_dim_qk == a.head_dim_v && a.head_dim_qk == 128) return AttendTilesD<T, KElem, 128>(a);
   if (a.head_dim_qk == a.head_dim_v && a.head_dim_qk == 64) return AttendTilesD<T, KElem, 64>(a);
   AttendTilesD<T, KElem, 0>(a);

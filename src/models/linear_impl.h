@@ -126,10 +126,23 @@ inline constexpr int kWideRunBlocks = 24;
 
 inline void Emit(const F32Tile& j, int r, int t, float v) { j.y[std::size_t(t) * j.ldy + r] = v; }
 
-// A panel's outputs; four rows of a token reduce together where the ISA can.
+// A panel's outputs; four rows of four tokens, or four rows of a token, reduce together where
+// the ISA can.
 template <class Isa, int R, int T>
 void EmitPanel(const F32Tile& j, const typename Isa::Acc (&acc)[R][T], int r0, int t0) {
-  for (int t = 0; t < T; ++t) {
+  int t = 0;
+  if constexpr (R == 4 && requires(const typename Isa::Acc(&in)[16], float* y) {
+                  Isa::Reduce16(in, y, j.ldy);
+                }) {
+    for (; t + 4 <= T; t += 4) {
+      typename Isa::Acc in[16];
+      for (int k = 0; k < 4; ++k) {
+        for (int r = 0; r < 4; ++r) in[4 * k + r] = acc[r][t + k];
+      }
+      Isa::Reduce16(in, j.y + std::size_t(t0 + t) * j.ldy + r0, j.ldy);
+    }
+  }
+  for (; t < T; ++t) {
     int r = 0;
     if constexpr (requires(const typename Isa::Acc& a, float* out) {
                     Isa::Reduce4(a, a, a, a, out);
