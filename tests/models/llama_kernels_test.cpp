@@ -87,6 +87,32 @@ TEST(RmsNorm, MatchesFloat64) {
   }
 }
 
+// The mean of squares is summed by elementwise.h's fixed sequence (element i into partial sum
+// i % 16, the sums added pairwise), whatever the ISA: the output's bits are those of that
+// sequence written out here, for rows with and without a remainder past the last 16.
+TEST(RmsNorm, BitsFollowTheFixedSequence) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (int dim : {7, 16, 100, 256, 576, 640, 2049}) {
+    const int n = 5;
+    std::vector<float> x(n * dim), w(dim), y(n * dim);
+    for (float& v : x) v = normal(rng);
+    for (float& v : w) v = normal(rng);
+    RmsNorm(x.data(), w.data(), n, dim, 1e-6f, y.data());
+    for (int t = 0; t < n; ++t) {
+      double s[16] = {};
+      for (int i = 0; i < dim; ++i) s[i % 16] += double(x[t * dim + i]) * x[t * dim + i];
+      for (int width = 8; width > 0; width /= 2) {
+        for (int j = 0; j < width; ++j) s[j] += s[j + width];
+      }
+      const float scale = 1.0f / std::sqrt(float(s[0] / dim) + 1e-6f);
+      for (int i = 0; i < dim; ++i) {
+        ASSERT_EQ(y[t * dim + i], x[t * dim + i] * scale * w[i]) << dim << " " << t << " " << i;
+      }
+    }
+  }
+}
+
 TEST(GeGlu, MatchesFloat64TanhApproximation) {
   const std::vector<float> g = {-20.0f, -3.0f, -0.7f, 0.0f, 0.3f, 1.0f, 4.0f, 30.0f};
   const std::vector<float> u = {2.0f, -1.0f, 5.0f, 1.5f, -0.25f, 0.5f, 3.0f, -2.0f};

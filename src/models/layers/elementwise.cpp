@@ -125,25 +125,53 @@ __attribute__((target("avx2,fma"))) void GatedAvx2(const float* gate, const floa
 }
 #endif
 
-}  // namespace
-
-namespace {
-
 // The sum of x[i]^2 in double by one fixed sequence: element i into partial sum i % 16, the 16
 // sums then added pairwise. One running sum is a chain of dependent adds (4 cycles an element);
 // 16 independent ones vectorize. Rounded to float, the mean is the running sum's but in rare ties.
-double SumOfSquares(const float* x, int dim) {
-  constexpr int kSums = 16;
-  double s[kSums] = {};
+constexpr int kSquareSums = 16;
+
+double SumOfSquaresScalar(const float* x, int dim) {
+  double s[kSquareSums] = {};
   int i = 0;
-  for (; i + kSums <= dim; i += kSums) {
-    for (int j = 0; j < kSums; ++j) s[j] += double(x[i + j]) * double(x[i + j]);
+  for (; i + kSquareSums <= dim; i += kSquareSums) {
+    for (int j = 0; j < kSquareSums; ++j) s[j] += double(x[i + j]) * double(x[i + j]);
   }
   for (int j = 0; i < dim; ++i, ++j) s[j] += double(x[i]) * double(x[i]);
-  for (int width = kSums / 2; width > 0; width /= 2) {
+  for (int width = kSquareSums / 2; width > 0; width /= 2) {
     for (int j = 0; j < width; ++j) s[j] += s[j + width];
   }
   return s[0];
+}
+
+#if defined(CTXPAR_X86_KERNELS)
+// SumOfSquaresScalar's sequence, partial sums 4q .. 4q + 3 in register q. A float's square is
+// exact in double, so a fused multiply-add rounds as the multiply then the add do.
+__attribute__((target("avx2,fma"))) double SumOfSquaresAvx2(const float* x, int dim) {
+  __m256d s[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+                  _mm256_setzero_pd()};
+  int i = 0;
+  for (; i + kSquareSums <= dim; i += kSquareSums) {
+    for (int q = 0; q < 4; ++q) {
+      const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4 * q));
+      s[q] = _mm256_add_pd(s[q], _mm256_mul_pd(v, v));
+    }
+  }
+  alignas(32) double sums[kSquareSums];
+  for (int q = 0; q < 4; ++q) _mm256_store_pd(sums + 4 * q, s[q]);
+  for (int j = 0; i < dim; ++i, ++j) sums[j] += double(x[i]) * double(x[i]);
+  for (int width = kSquareSums / 2; width > 0; width /= 2) {
+    for (int j = 0; j < width; ++j) sums[j] += sums[j + width];
+  }
+  return sums[0];
+}
+#endif
+
+double SumOfSquares(const float* x, int dim) {
+#if defined(CTXPAR_X86_KERNELS)
+  static const bool avx2 = BestCpuIsa(DetectCpuFeatures()) >= CpuIsa::kAvx2;
+  if (avx2) return SumOfSquaresAvx2(x, dim);
+#endif
+  return SumOfSquaresScalar(x, dim);
 }
 
 }  // namespace

@@ -12,7 +12,8 @@
 
 namespace ctxpar::model {
 
-// y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight; the mean is accumulated in double as ggml does.
+// y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight; the mean is accumulated in double as ggml does,
+// by one fixed sequence on every ISA: element i into partial sum i % 16, then the sums pairwise.
 // y may alias x. Per-head norms (Gemma 3's q/k norms) are the same over [n * heads, head_dim].
 // Gemma's (1 + w) scaling needs no variant: llama.cpp's converter stores 1 + w in the GGUF.
 void RmsNorm(const float* x, const float* weight, int n, int dim, float eps, float* y);
