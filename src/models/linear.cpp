@@ -81,7 +81,12 @@ void PrepareActs(ActFormat format, WeightType type, const float* x, int n, int c
   out->n = n;
   out->blocks_per_row = cols / kBlock;
   if (format == ActFormat::kF32) {
+    if (ldx == cols && reinterpret_cast<std::uintptr_t>(x) % 64 == 0) {
+      out->f32 = x;
+      return;
+    }
     out->x.resize(std::size_t(n) * cols);
+    out->f32 = out->x.data();
     for (int t = 0; t < n; ++t) {
       std::memcpy(out->x.data() + std::size_t(t) * cols, x + std::size_t(t) * ldx,
                   sizeof(float) * cols);

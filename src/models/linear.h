@@ -135,9 +135,12 @@ struct Acts {
   int n = 0;
   int blocks_per_row = 0;
   std::vector<ActBlock> blocks;  // kQ8
-  LineVector<float> x;           // kF32: [n, blocks_per_row * 32]
+  // kF32: [n, blocks_per_row * 32] at f32, the caller's rows themselves when they are contiguous
+  // and cache-line aligned, else a copy in x.
+  const float* f32 = nullptr;
+  LineVector<float> x;
   const ActBlock* Row(int t) const { return blocks.data() + std::size_t(t) * blocks_per_row; }
-  const float* F32Row(int t) const { return x.data() + std::size_t(t) * blocks_per_row * kBlock; }
+  const float* F32Row(int t) const { return f32 + std::size_t(t) * blocks_per_row * kBlock; }
 };
 
 // Ok when MatMul takes activations in `format` for weights of `type`; Unimplemented naming the
@@ -145,7 +148,8 @@ struct Acts {
 // refuses rather than a wrong product.
 Status CheckActFormat(ActFormat format, WeightType type);
 
-// Prepares x [n, cols] (row stride ldx floats) for weights of `type`. cols % 32 == 0.
+// Prepares x [n, cols] (row stride ldx floats) for weights of `type`. cols % 32 == 0. With kF32
+// the result may point into x, which must then outlive its use by MatMul unchanged.
 void PrepareActs(ActFormat format, WeightType type, const float* x, int n, int cols, int ldx,
                  Acts* out);
 

@@ -47,7 +47,8 @@ class GatedMlp {
   TpLinear* tp_;
   std::vector<int> ffn_bounds_, dim_bounds_;
   ThreadPool* pool_;
-  std::vector<float> xn_, gate_, up_, act_out_;
+  LineVector<float> xn_, act_out_;  // matmul inputs: aligned, read in place
+  std::vector<float> gate_, up_;
 };
 
 }  // namespace ctxpar::model

@@ -71,7 +71,8 @@ class GqaAttention {
   ThreadPool* pool_;
   std::unique_ptr<Communicator> dcp_;
   std::unique_ptr<BatchAttention> attend_;
-  std::vector<float> xn_, q_, k_, v_, o_;
+  LineVector<float> xn_, o_;  // matmul inputs: aligned, read in place
+  std::vector<float> q_, k_, v_;
 };
 
 }  // namespace ctxpar::model
