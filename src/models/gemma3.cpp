@@ -103,9 +103,13 @@ Status Gemma3Model::Init(const EngineConfig& config, const model::HeadShard& sha
 }
 
 void Gemma3Model::AddNormed(const float* y, const float* weight, int n) {
-  normed_.resize(std::size_t(n) * hp_.dim);
-  model::RmsNormRows(pool_, y, weight, n, hp_.dim, hp_.rms_eps, normed_.data());
-  for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += normed_[i];
+  const int dim = hp_.dim;
+  normed_.resize(std::size_t(n) * dim);
+  model::ForRows(pool_, n, [&](int begin, int end) {
+    const std::size_t first = std::size_t(begin) * dim, count = std::size_t(end - begin) * dim;
+    model::RmsNorm(y + first, weight, end - begin, dim, hp_.rms_eps, normed_.data() + first);
+    for (std::size_t i = first; i < first + count; ++i) x_[i] += normed_[i];
+  });
 }
 
 Status Gemma3Model::Forward(const Batch& batch, KvPool& kv, std::vector<float>& logits) {
