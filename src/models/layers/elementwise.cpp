@@ -227,7 +227,12 @@ void Rope(RopeStyle style, float* x, int num_heads, int head_stride, const RopeA
           int64_t pos) {
   float cos_sin[RopeAngles::kMaxDims];
   angles.CosSin(pos, cos_sin);
-  const int half = angles.rope_dims() / 2;
+  Rope(style, x, num_heads, head_stride, cos_sin, angles.rope_dims());
+}
+
+void Rope(RopeStyle style, float* x, int num_heads, int head_stride, const float* cos_sin,
+          int rope_dims) {
+  const int half = rope_dims / 2;
   // Pair i is (v[i * step], v[i * step + other]).
   const int step = style == RopeStyle::kNormal ? 2 : 1;
   const int other = style == RopeStyle::kNormal ? 1 : half;

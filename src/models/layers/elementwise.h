@@ -63,6 +63,10 @@ enum class RopeStyle { kNormal, kNeox };
 // stack: no allocation.
 void Rope(RopeStyle style, float* x, int num_heads, int head_stride, const RopeAngles& angles,
           int64_t pos);
+// The same rotation by angles computed already (RopeAngles::CosSin of the token's position), so
+// that a token's query and key heads share one computation of them.
+void Rope(RopeStyle style, float* x, int num_heads, int head_stride, const float* cos_sin,
+          int rope_dims);
 
 // out[i] = silu(gate[i]) * up[i] for i < n.
 void SwiGlu(const float* gate, const float* up, int n, float* out);

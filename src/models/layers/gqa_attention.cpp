@@ -40,9 +40,11 @@ Expected<const float*> GqaAttention::Forward(const GqaLayer& layer, int index, c
   }
   ForRows(pool_, n, [&](int begin, int end) {
     for (int row = begin; row < end; ++row) {
-      const int pos = positions[row];
-      Rope(opt_.rope_style, q_.data() + row * q_row, s.q_heads, hd, layer.rope, pos);
-      Rope(opt_.rope_style, k_.data() + row * kv_row, s.kv_heads, hd, layer.rope, pos);
+      float cos_sin[RopeAngles::kMaxDims];
+      layer.rope.CosSin(positions[row], cos_sin);
+      const int dims = layer.rope.rope_dims();
+      Rope(opt_.rope_style, q_.data() + row * q_row, s.q_heads, hd, cos_sin, dims);
+      Rope(opt_.rope_style, k_.data() + row * kv_row, s.kv_heads, hd, cos_sin, dims);
     }
   });
   for (const BatchSeq& seq : batch.seqs) {
