@@ -23,6 +23,8 @@
 //                      directly, dequantizing each block in registers once per group of tokens
 //   kWideRows, kWideTokens  the register tile of the widened path (larger n), in chains: one
 //                      chain of each of its outputs is live at a time
+//   kWideRunBlocks     the widened path runs a longer row in pieces of at most this many blocks,
+//                      carrying its outputs' lanes from piece to piece
 // Both paths make every output by linear.h's canonical sequence, so the choice between them,
 // the register tile and the output's place in it change no bit.
 
@@ -119,10 +121,6 @@ void ForGroups(const F& f) {
 
 // Decode streams the weights once: each block requests the same block this many rows ahead.
 inline constexpr int kPrefetchRows = 8;
-
-// The widened path runs a row in pieces of at most this many blocks: 4 rows and 3 tokens of 24
-// blocks are 21 KB, in L1 (ffn_down's whole rows, 4 x 6 KB, and three tokens' did not fit).
-inline constexpr int kWideRunBlocks = 24;
 
 inline void Emit(const F32Tile& j, int r, int t, float v) { j.y[std::size_t(t) * j.ldy + r] = v; }
 
@@ -318,7 +316,7 @@ template <class Isa, Src S>
 void F32TileOf(const F32Tile& j) {
   if (!j.wide) return Groups<Isa, S, Isa::kDirectGroup>(j);
   // Each block is dequantized once into the tile. Bands of 2 x kWideRows rows then pass over the
-  // chunk's token groups a piece of at most kWideRunBlocks at a time, so that the band's slice
+  // chunk's token groups a piece of at most Isa::kWideRunBlocks at a time, so that the band's slice
   // and the group's stay in L1; a longer row's outputs carry their lanes from piece to piece.
   const int nb = j.block1;
   if (!j.widened) {
@@ -326,7 +324,7 @@ void F32TileOf(const F32Tile& j) {
       WidenRow<Isa, S>(j.w + std::size_t(r) * j.row_stride, nb, j.scratch + r * j.wide_stride);
     }
   }
-  const int pieces = (nb + kWideRunBlocks - 1) / kWideRunBlocks;
+  const int pieces = (nb + Isa::kWideRunBlocks - 1) / Isa::kWideRunBlocks;
   // Bands of two register tiles of rows: each token group's slice then comes from L2 once for 8
   // rows rather than 4 (8 rows and 6 tokens of a 24-block piece are 42 KB, in a 48 KB L1).
   const int band_rows = 2 * Isa::kWideRows;
@@ -340,8 +338,8 @@ void F32TileOf(const F32Tile& j) {
       continue;
     }
     for (int p = 0; p < pieces; ++p) {
-      band.block0 = p * kWideRunBlocks;
-      band.block1 = std::min(nb, (p + 1) * kWideRunBlocks);
+      band.block0 = p * Isa::kWideRunBlocks;
+      band.block1 = std::min(nb, (p + 1) * Isa::kWideRunBlocks);
       band.carry_in = p > 0;
       band.carry_out = p + 1 < pieces;
       Groups<Isa, Src::kPiece, Isa::kWideTokens>(band);

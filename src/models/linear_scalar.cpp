@@ -32,6 +32,7 @@ struct ScalarIsa {
   static constexpr int kDirectMaxTokens = 1;
   static constexpr int kWideRows = 1;
   static constexpr int kWideTokens = 1;
+  static constexpr int kWideRunBlocks = 24;
   static constexpr int kChains = 1;
 
   static void Prefetch(const std::uint8_t*) {}
