@@ -130,17 +130,23 @@ __attribute__((target("avx2,fma"))) void GatedAvx2(const float* gate, const floa
 // 16 independent ones vectorize. Rounded to float, the mean is the running sum's but in rare ties.
 constexpr int kSquareSums = 16;
 
+// The sequence's end, from the partial sums of the whole groups of 16 before element i: the
+// elements left, then the sums pairwise.
+double FinishSquares(double (&s)[kSquareSums], const float* x, int i, int dim) {
+  for (int j = 0; i < dim; ++i, ++j) s[j] += double(x[i]) * double(x[i]);
+  for (int width = kSquareSums / 2; width > 0; width /= 2) {
+    for (int j = 0; j < width; ++j) s[j] += s[j + width];
+  }
+  return s[0];
+}
+
 double SumOfSquaresScalar(const float* x, int dim) {
   double s[kSquareSums] = {};
   int i = 0;
   for (; i + kSquareSums <= dim; i += kSquareSums) {
     for (int j = 0; j < kSquareSums; ++j) s[j] += double(x[i + j]) * double(x[i + j]);
   }
-  for (int j = 0; i < dim; ++i, ++j) s[j] += double(x[i]) * double(x[i]);
-  for (int width = kSquareSums / 2; width > 0; width /= 2) {
-    for (int j = 0; j < width; ++j) s[j] += s[j + width];
-  }
-  return s[0];
+  return FinishSquares(s, x, i, dim);
 }
 
 #if defined(CTXPAR_X86_KERNELS)
@@ -158,11 +164,7 @@ __attribute__((target("avx2,fma"))) double SumOfSquaresAvx2(const float* x, int 
   }
   alignas(32) double sums[kSquareSums];
   for (int q = 0; q < 4; ++q) _mm256_store_pd(sums + 4 * q, s[q]);
-  for (int j = 0; i < dim; ++i, ++j) sums[j] += double(x[i]) * double(x[i]);
-  for (int width = kSquareSums / 2; width > 0; width /= 2) {
-    for (int j = 0; j < width; ++j) sums[j] += sums[j + width];
-  }
-  return sums[0];
+  return FinishSquares(sums, x, i, dim);
 }
 #endif
 
