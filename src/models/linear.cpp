@@ -117,11 +117,12 @@ void PrepareActs(ActFormat format, WeightType type, const float* x, int n, int c
 namespace {
 
 // Tokens per chunk of a matmul: about 128 KiB of fp32 activations (L2 is 512 KiB to 2 MiB per
-// core on the x86 machines here), a multiple of 15: whole groups of the AVX2 kernels' 3 and 5.
-int TokenChunk(int cols) {
+// core on the x86 machines here), in whole register tiles of `group` tokens: a chunk of 45
+// tokens ran AVX-512's tiles of 6 as five of 6 and three of 5.
+int TokenChunk(int cols, int group) {
   constexpr int kChunkBytes = 128 << 10;
   const int rows = kChunkBytes / (cols * static_cast<int>(sizeof(float)));
-  return std::max(15, rows / 15 * 15);
+  return std::max(group, (rows + group / 2) / group * group);
 }
 
 // Activations per span of the widened path: what a thread's tiles re-read from L2 and L3.
@@ -172,7 +173,7 @@ void Tiles(const Kernels& k, const QuantMatrix& w, const Acts& x, float* y, int 
     t.scratch = scratch.data();
     t.wide_stride = std::size_t(nb) * kBlock;
     t.wide = x.n > k.f32.direct_max_tokens;
-    const int chunk = TokenChunk(w.cols);
+    const int chunk = TokenChunk(w.cols, k.f32.wide_tokens);
     if (t.wide) {
       carry.resize(std::max(carry.size(), std::size_t(chunk) * kRowTile * kBlock / 2));
       t.carry = carry.data();

@@ -43,11 +43,13 @@ struct F32Tile {
   bool widened = false;         // scratch holds this tile widened already (a later token chunk)
 };
 
-// One ISA's fp32 kernel: the tile function and the n above which it widens the tile, so that
-// MatMul runs each tile's token chunks of a span back to back and widens it once per span.
+// One ISA's fp32 kernel: the tile function, the n above which it widens the tile (so that
+// MatMul runs each tile's token chunks of a span back to back and widens it once per span), and
+// the tokens of its widened register tile (a chunk of whole tiles leaves none short).
 struct F32Kernel {
   void (*tile)(const F32Tile& tile);
   int direct_max_tokens;
+  int wide_tokens;
 };
 // One output of the int8-activation path over nb blocks: a fixed sequence for any n.
 using DotQ8Fn = float (*)(const std::uint8_t* w, const ActBlock* x, int nb);
