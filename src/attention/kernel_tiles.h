@@ -67,48 +67,62 @@ struct TilePrefetch {
 };
 
 // Scores of HB heads for the 16 keys of a K tile: s[i * kTileKeys + j] = q_i . k_j.
-// Steps `pf` (when non-null) at each K line consumed.
-template <class T, class KElem, int HB, int kD>
-void TileScoresFma(const float* q, int dqk_arg, const KElem* kt, const TilePrefetch* pf, float* s) {
+// Steps `pf` (when kPf) at each K line consumed; TileScoresFma picks kPf.
+template <class T, class KElem, int HB, int kD, bool kPf>
+void TileScoresLines(const float* q, int dqk_arg, const KElem* kt, const TilePrefetch* pf,
+                     float* s) {
   using V = typename T::V;
   const int dqk = kD != 0 ? kD : dqk_arg;
   constexpr int kVecs = kTileKeys / T::kLanes;
   constexpr int kSplit = T::kTileSplit;
   constexpr int e = sizeof(float) / sizeof(KElem);
   V acc[HB][kVecs][kSplit];
+#pragma GCC unroll 64
   for (int i = 0; i < HB; ++i) {
+#pragma GCC unroll 64
     for (int v = 0; v < kVecs; ++v) {
+#pragma GCC unroll 64
       for (int sp = 0; sp < kSplit; ++sp) acc[i][v][sp] = T::Zero();
     }
   }
   const int lines = dqk / e;  // a line: 16 keys x one word
+  // The loops inside this one unroll completely, so that the accumulators stay in registers
+  // (partly unrolled, GCC stored each to the stack after every multiply-add).
   for (int w = 0; w < lines; w += kSplit) {
+#pragma GCC unroll 64
     for (int sp = 0; sp < kSplit; ++sp) {
       const KElem* line = kt + static_cast<int64_t>(w + sp) * kTileKeys * e;
-      if (pf != nullptr) pf->Line(static_cast<int64_t>(w + sp) * 64);
+      if constexpr (kPf) pf->Line(static_cast<int64_t>(w + sp) * 64);
       // The line's vectors first, then one broadcast of q per head for all of them: with the
       // broadcasts of every head live at once, AVX2's 16 registers spilled the accumulators, and
       // the store-to-load forwarding in their chains halved the bf16 rate.
       if constexpr (e == 1) {
         V kv[kVecs];
+#pragma GCC unroll 64
         for (int v = 0; v < kVecs; ++v) kv[v] = T::Load(line + v * T::kLanes);
+#pragma GCC unroll 64
         for (int i = 0; i < HB; ++i) {
           const V qb = T::Set1(q[i * dqk + w + sp]);
+#pragma GCC unroll 64
           for (int v = 0; v < kVecs; ++v) acc[i][v][sp] = T::Fma(qb, kv[v], acc[i][v][sp]);
         }
       } else {
         V lo[kVecs];
         V hi[kVecs];
+#pragma GCC unroll 64
         for (int v = 0; v < kVecs; ++v) {
           const auto words = T::LoadWords(line + v * T::kLanes * e);
           lo[v] = T::Lo(words);
           hi[v] = T::Hi(words);
         }
+#pragma GCC unroll 64
         for (int i = 0; i < HB; ++i) {
           const float* qi = q + i * dqk + (w + sp) * e;
           const V q0 = T::Set1(qi[0]);
+#pragma GCC unroll 64
           for (int v = 0; v < kVecs; ++v) acc[i][v][sp] = T::Fma(q0, lo[v], acc[i][v][sp]);
           const V q1 = T::Set1(qi[1]);
+#pragma GCC unroll 64
           for (int v = 0; v < kVecs; ++v) acc[i][v][sp] = T::Fma(q1, hi[v], acc[i][v][sp]);
         }
       }
@@ -123,6 +137,12 @@ void TileScoresFma(const float* q, int dqk_arg, const KElem* kt, const TilePrefe
   }
 }
 
+template <class T, class KElem, int HB, int kD>
+void TileScoresFma(const float* q, int dqk, const KElem* kt, const TilePrefetch* pf, float* s) {
+  if (pf != nullptr) return TileScoresLines<T, KElem, HB, kD, true>(q, dqk, kt, pf, s);
+  TileScoresLines<T, KElem, HB, kD, false>(q, dqk, kt, nullptr, s);
+}
+
 // The word-rows of a V tile that P V reads: row[w] (w in [lo, hi)) holds d = 0 .. dv - 1 of keys
 // w * e .. w * e + e - 1. A full tile's rows are the tile's own; in a partial tile only the rows
 // with keys of the task are read, and a row shared by a key of the task and one outside it is a
@@ -135,45 +155,56 @@ struct VRows {
 };
 
 // O[i][d] += sum_j p[i][j] V[j][d] for HB heads over a V tile, in register tiles of DB vectors
-// of d; prefetches like TileScoresFma.
-template <class T, class KElem, int HB, int DB>
+// of d; prefetches like TileScoresLines (when kPf). The loops inside the one over the rows
+// unroll completely, for the reason given there.
+template <class T, class KElem, int HB, int DB, bool kPf>
 void TilePvFmaChunk(const float* p, const VRows<KElem>& v, int dv, int d0, const TilePrefetch* pf,
                     float* o) {
   // dv is a compile-time constant where TilePvFma is instantiated with one.
   using V = typename T::V;
   constexpr int e = sizeof(float) / sizeof(KElem);
   V acc[HB][DB];
+#pragma GCC unroll 64
   for (int i = 0; i < HB; ++i) {
+#pragma GCC unroll 64
     for (int b = 0; b < DB; ++b) acc[i][b] = T::Load(o + i * dv + d0 + b * T::kLanes);
   }
   for (int w = v.lo; w < v.hi; ++w) {
     const int j = w * e;  // keys j .. j + e - 1 share the words of this row
     const KElem* row = v.row[w] + static_cast<int64_t>(d0) * e;
-    if (pf != nullptr) {
+    if constexpr (kPf) {
       // DB vectors of kLanes words: the row's lines for this chunk of d, at their tile offset.
       const int64_t at = (static_cast<int64_t>(w) * dv + d0) * 4;
+#pragma GCC unroll 64
       for (int b = 0; b < DB * T::kLanes * 4; b += 64) pf->Line(at + b);
     }
-    // As in TileScoresFma: the row's vectors first, then one broadcast per head and key.
+    // As in TileScoresLines: the row's vectors first, then one broadcast per head and key.
     if constexpr (e == 1) {
       V vv[DB];
+#pragma GCC unroll 64
       for (int b = 0; b < DB; ++b) vv[b] = T::Load(row + b * T::kLanes);
+#pragma GCC unroll 64
       for (int i = 0; i < HB; ++i) {
         const V pb = T::Set1(p[i * kTileKeys + j]);
+#pragma GCC unroll 64
         for (int b = 0; b < DB; ++b) acc[i][b] = T::Fma(pb, vv[b], acc[i][b]);
       }
     } else {
       V lo[DB];
       V hi[DB];
+#pragma GCC unroll 64
       for (int b = 0; b < DB; ++b) {
         const auto words = T::LoadWords(row + b * T::kLanes * e);
         lo[b] = T::Lo(words);
         hi[b] = T::Hi(words);
       }
+#pragma GCC unroll 64
       for (int i = 0; i < HB; ++i) {
         const V p0 = T::Set1(p[i * kTileKeys + j]);
+#pragma GCC unroll 64
         for (int b = 0; b < DB; ++b) acc[i][b] = T::Fma(p0, lo[b], acc[i][b]);
         const V p1 = T::Set1(p[i * kTileKeys + j + 1]);
+#pragma GCC unroll 64
         for (int b = 0; b < DB; ++b) acc[i][b] = T::Fma(p1, hi[b], acc[i][b]);
       }
     }
@@ -183,16 +214,22 @@ void TilePvFmaChunk(const float* p, const VRows<KElem>& v, int dv, int d0, const
   }
 }
 
-template <class T, class KElem, int HB, int kD>
-void TilePvFma(const float* p, const VRows<KElem>& v, int dv_arg, const TilePrefetch* pf,
-               float* o) {
+template <class T, class KElem, int HB, int kD, bool kPf>
+void TilePvChunks(const float* p, const VRows<KElem>& v, int dv_arg, const TilePrefetch* pf,
+                  float* o) {
   constexpr int DB = T::kTilePvVecs;
   const int dv = kD != 0 ? kD : dv_arg;
   int d = 0;
   for (; d + DB * T::kLanes <= dv; d += DB * T::kLanes) {
-    TilePvFmaChunk<T, KElem, HB, DB>(p, v, dv, d, pf, o);
+    TilePvFmaChunk<T, KElem, HB, DB, kPf>(p, v, dv, d, pf, o);
   }
-  for (; d < dv; d += T::kLanes) TilePvFmaChunk<T, KElem, HB, 1>(p, v, dv, d, pf, o);
+  for (; d < dv; d += T::kLanes) TilePvFmaChunk<T, KElem, HB, 1, kPf>(p, v, dv, d, pf, o);
+}
+
+template <class T, class KElem, int HB, int kD>
+void TilePvFma(const float* p, const VRows<KElem>& v, int dv, const TilePrefetch* pf, float* o) {
+  if (pf != nullptr) return TilePvChunks<T, KElem, HB, kD, true>(p, v, dv, pf, o);
+  TilePvChunks<T, KElem, HB, kD, false>(p, v, dv, nullptr, o);
 }
 
 // Every head chunk of a KV head's group: the generic (fp32 arithmetic) path, or the traits' own.
