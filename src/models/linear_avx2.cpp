@@ -176,8 +176,7 @@ float DotQ80(const std::uint8_t* w, const ActBlock* x, int nb) {
 
 }  // namespace
 
-const F32Kernel kF32Avx2 = {&F32TileImpl<Avx2Isa>, Avx2Isa::kDirectMaxTokens,
-                                 Avx2Isa::kWideTokens};
+const F32Kernel kF32Avx2 = {&F32TileImpl<Avx2Isa>, Avx2Isa::kDirectMaxTokens, Avx2Isa::kWideTokens};
 const Q8Dots kQ8DotsAvx2 = {&DotQ41, &DotQ80};
 
 }  // namespace ctxpar::model::linear_internal

@@ -187,7 +187,7 @@ CTXPAR_VNNI float DotQ80Vnni(const std::uint8_t* w, const ActBlock* x, int nb) {
 }  // namespace
 
 const F32Kernel kF32Avx512 = {&F32TileImpl<Avx512Isa>, Avx512Isa::kDirectMaxTokens,
-                                 Avx512Isa::kWideTokens};
+                              Avx512Isa::kWideTokens};
 const Q8Dots kQ8DotsVnni = {&DotQ41Vnni, &DotQ80Vnni};
 
 }  // namespace ctxpar::model::linear_internal

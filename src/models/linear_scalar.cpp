@@ -123,7 +123,7 @@ float DotQ80Scalar(const std::uint8_t* w, const ActBlock* x, int nb) {
 }  // namespace
 
 const F32Kernel kF32Scalar = {&F32TileImpl<ScalarIsa>, ScalarIsa::kDirectMaxTokens,
-                                 ScalarIsa::kWideTokens};
+                              ScalarIsa::kWideTokens};
 const Q8Dots kQ8DotsScalar = {&DotQ41Scalar, &DotQ80Scalar};
 
 }  // namespace linear_internal
