@@ -138,20 +138,22 @@ struct Prefetcher {
 // 3-8 % slower on MLA), so they go to L2, a step per tile.
 constexpr int kMemoryBoundMaxGroup = 16;
 
-// kDqk: head_dim_qk when known at compile time (the loop over it then unrolls), else 0.
-template <class T, class KElem, int HB, int kDqk>
-void ScoreTile(const typename T::QElem* q, int dqk_arg, const KElem* const* k, float* s,
-               Prefetcher* pf) {
+// kDqk: head_dim_qk when known at compile time (the loop over it then unrolls), else 0. kFine:
+// a prefetch step per inner iteration (pf->memory_bound); ScoreTile picks it.
+template <class T, class KElem, int HB, int kDqk, bool kFine>
+void ScoreTileSteps(const typename T::QElem* q, int dqk_arg, const KElem* const* k, float* s,
+                    Prefetcher* pf) {
   using V = typename T::V;
   const int dqk = kDqk != 0 ? kDqk : dqk_arg;
   V acc[HB][4];
   for (int i = 0; i < HB; ++i) {
     for (int c = 0; c < 4; ++c) acc[i][c] = T::Zero();
   }
-  const bool fine = pf->memory_bound;
-  if (!fine) pf->Step();
+  if constexpr (!kFine) pf->Step();
+  // With the step's test inside the loop, GCC stored the accumulators to the stack after every
+  // multiply-add where the head dim is known only at run time (MLA's 576).
   for (int d = 0; d < dqk; d += T::kDotStep) {
-    if (fine) pf->Step();
+    if constexpr (kFine) pf->Step();
     for (int i = 0; i < HB; ++i) {
       const typename T::QElem* qi = q + static_cast<int64_t>(i) * dqk + d;
       for (int c = 0; c < 4; ++c) acc[i][c] = T::Dot(acc[i][c], qi, k[c] + d);
@@ -160,6 +162,13 @@ void ScoreTile(const typename T::QElem* q, int dqk_arg, const KElem* const* k, f
   for (int i = 0; i < HB; ++i) {
     T::Reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3], s + i * kKeyBlock);
   }
+}
+
+template <class T, class KElem, int HB, int kDqk>
+void ScoreTile(const typename T::QElem* q, int dqk, const KElem* const* k, float* s,
+               Prefetcher* pf) {
+  if (pf->memory_bound) return ScoreTileSteps<T, KElem, HB, kDqk, true>(q, dqk, k, s, pf);
+  ScoreTileSteps<T, KElem, HB, kDqk, false>(q, dqk, k, s, pf);
 }
 
 template <class T, class KElem, int HB, int kDqk>
