@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -135,9 +136,9 @@ int RunPlan(const std::vector<std::string>& args) {
   LaunchFlags flags;
   AddLaunchFlags(app, &flags);
   std::string hardware, hardware_json, input = "1024", output = "128";
-  int gpus = 0;
+  std::optional<int> gpus;
   plan::Workload w;
-  double mem_fraction = 0;
+  std::optional<double> mem_fraction;
   bool json = false;
   app.add_option("--hardware", hardware, "h100, h200, b200, gb200-nvl72 or mi300x.");
   app.add_option("--hardware-json", hardware_json,
@@ -167,7 +168,8 @@ int RunPlan(const std::vector<std::string>& args) {
   if (!out.ok()) return ReportError(out.status());
   w.input = *in;
   w.output = *out;
-  if (w.concurrency == 0 && w.request_rate == 0) w.concurrency = 1;
+  // A closed loop of one when neither is given; a given 0 is refused by CheckWorkload.
+  if (app.count("--concurrency") == 0 && app.count("--request-rate") == 0) w.concurrency = 1;
 
   // --model (SGLang's alias of --model-path) names a preset or a checkpoint: a name without a
   // '/' that is no file here is a preset.
@@ -196,24 +198,32 @@ int RunPlan(const std::vector<std::string>& args) {
   } else {
     hw = MeasureThisMachine();
   }
-  if (mem_fraction > 0) hw.mem_fraction_static = mem_fraction;
+  if (mem_fraction) hw.mem_fraction_static = *mem_fraction;
   plan::PlanRequest req;
   req.base = *raw;
   req.devices =
-      gpus > 0 ? gpus : (raw->given("tp_size") ? int(std::get<int64_t>(raw->raw("tp_size"))) : 1);
+      gpus.value_or(raw->given("tp_size") ? int(std::get<int64_t>(raw->raw("tp_size"))) : 1);
   req.workload = w;
   Expected<plan::PlanReport> report = plan::MakePlan(*model, hw, req);
   if (!report.ok()) return ReportError(report.status());
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  // No candidate can serve: the refusals say why, and the exit status says so too.
-  const int rc = report->ranked.empty() ? kExitInvalid : kExitOk;
+  // No candidate can serve: the refusals say why, and CTXPAR-PLAN-007 ends the plan.
+  Status none;
+  if (report->ranked.empty()) {
+    none = CatalogError(
+        "CTXPAR-PLAN-007",
+        {{"devices", std::to_string(req.devices)},
+         {"hardware", hw.name},
+         {"refused", std::to_string(report->refused.size())},
+         {"first", report->refused.empty() ? "-" : report->refused.front().refused_id}});
+  }
   if (!json) {
     PrintTable(*model, hw, *report, w, req.devices);
     std::printf("\n%zu candidates simulated, %zu refused, in %.2f s\n", report->ranked.size(),
                 report->refused.size(), elapsed);
-    if (rc != kExitOk) std::printf("no candidate can serve this workload on this machine\n");
-    return rc;
+    std::fflush(stdout);
+    return none.ok() ? kExitOk : ReportError(none);
   }
   Json j = {{"model",
              {{"name", model->name},
@@ -237,9 +247,9 @@ int RunPlan(const std::vector<std::string>& args) {
               {"output_len", {w.output.lo, w.output.hi}},
               {"concurrency", w.concurrency},
               {"request_rate", w.request_rate},
-              {"num_requests", w.num_requests},
-              {"ttft_slo_ms", w.ttft_slo_ms},
-              {"itl_slo_ms", w.itl_slo_ms},
+              {"num_requests", w.num_requests ? Json(*w.num_requests) : Json(nullptr)},
+              {"ttft_slo_ms", w.ttft_slo_ms ? Json(*w.ttft_slo_ms) : Json(nullptr)},
+              {"itl_slo_ms", w.itl_slo_ms ? Json(*w.itl_slo_ms) : Json(nullptr)},
               {"seed", w.seed}}},
             {"candidates", Json::array()},
             {"refused", Json::array()},
@@ -247,8 +257,9 @@ int RunPlan(const std::vector<std::string>& args) {
   int rank = 1;
   for (const Candidate& c : report->ranked) j["candidates"].push_back(CandidateJson(c, rank++));
   for (const Candidate& c : report->refused) j["refused"].push_back(CandidateJson(c, 0));
+  if (!none.ok()) j["error"] = {{"id", none.error_id()}, {"message", none.message()}};
   std::printf("%s\n", j.dump(2, ' ', false, Json::error_handler_t::replace).c_str());
-  return rc;
+  return none.ok() ? kExitOk : ExitStatusFor(none);
 }
 
 }  // namespace

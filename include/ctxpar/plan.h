@@ -142,10 +142,10 @@ struct Workload {
   // again from the finish callback): every first request is in the first step and a successor
   // in the next step.
   bool in_process = false;
-  double request_rate = 0;  // open loop: Poisson arrivals per second
-  int num_requests = 0;     // 0: 4 x concurrency (at least 16)
-  double ttft_slo_ms = 0;   // 0: none
-  double itl_slo_ms = 0;
+  double request_rate = 0;            // open loop: Poisson arrivals per second
+  std::optional<int> num_requests;    // unset: 4 x concurrency (at least 16)
+  std::optional<double> ttft_slo_ms;  // p90 objectives; unset: none
+  std::optional<double> itl_slo_ms;
   uint64_t seed = 0;
 };
 
@@ -156,7 +156,11 @@ struct SimRequest {
   int32_t output_len = 0;
   double arrival_s = 0;  // open loop; closed loop submits as earlier requests finish
 };
-// CTXPAR-PLAN-004 for a workload that cannot run (names the field).
+// CTXPAR-PLAN-004 naming the first field of `workload` out of its range: lengths 1 <= LO <= HI
+// <= 2^30; exactly one of concurrency (>= 1) and request_rate (> 0, finite); num_requests 1 to
+// 10^6; each SLO > 0 and finite. MakeRequests and MakePlan check it before anything else.
+Status CheckWorkload(const Workload& workload);
+// The workload's requests (CheckWorkload first).
 Expected<std::vector<SimRequest>> MakeRequests(const Workload& workload);
 
 struct SimResult {

@@ -54,9 +54,11 @@ std::vector<CatalogEntry> PlanCatalogEntries() {
        "LO:HI), and either a number of requests kept in flight (--concurrency, a closed loop) or "
        "a Poisson arrival rate (--request-rate, an open loop).",
        "A zero or reversed length range, both or neither of --concurrency and --request-rate, "
-       "or a negative count.",
+       "a count below 1 (--concurrency 0, --num-requests 0), an SLO that is not a positive time "
+       "(--ttft-slo-ms 0 would mark every candidate as meeting it), or NaN.",
        {"Give lengths as N or LO:HI with 1 <= LO <= HI.",
-        "Give exactly one of --concurrency and --request-rate."},
+        "Give exactly one of --concurrency and --request-rate.",
+        "Leave out an SLO you do not want checked rather than giving it 0."},
        "ctxpar plan --model deepseek-v3 --hardware h200 --gpus 8 --input-len 0",
        "ctxpar plan --model deepseek-v3 --hardware h200 --gpus 8 --input-len 32768 "
        "--concurrency 64",
@@ -76,6 +78,39 @@ std::vector<CatalogEntry> PlanCatalogEntries() {
        "ctxpar plan --model deepseek-v3 --hardware h100 --gpus 4",
        "ctxpar plan --model deepseek-v3 --hardware h200 --gpus 8",
        {"CTXPAR-KV-002"}},
+      {"CTXPAR-PLAN-006",
+       "A machine input out of range",
+       "ctxpar plan cannot plan for {field} = {value}: it must be {rule}.",
+       kConfig,
+       "The devices to plan for and the share of a device's memory that weights and the KV "
+       "cache may take are the machine's side of a plan; they are checked before any candidate "
+       "is simulated.",
+       "--gpus 0 or a negative count, --mem-fraction-static above 1 (more memory than the "
+       "device has), 0, negative or NaN.",
+       {"Give --gpus as the number of devices, 1 to 4096.",
+        "Give --mem-fraction-static as a fraction in (0, 1] (SGLang's default is 0.85), or leave "
+        "it out."},
+       "ctxpar plan --model deepseek-v3 --hardware h200 --gpus 8 --mem-fraction-static 5",
+       "ctxpar plan --model deepseek-v3 --hardware h200 --gpus 8 --mem-fraction-static 0.9",
+       {"CTXPAR-PLAN-004", "CTXPAR-PLAN-005"}},
+      {"CTXPAR-PLAN-007",
+       "No candidate can serve the workload",
+       "No launch configuration can serve this workload on {devices} x {hardware}: all "
+       "{refused} candidates were refused (the first by {first}).",
+       kConfig,
+       "ctxpar plan enumerates every (dcp size, combine backend, Q path) for the devices, "
+       "resolves each through the launch pipeline and sizes its KV pool; a candidate that fails "
+       "a rule is listed with the rule's ID. When every one fails, nothing can be recommended "
+       "and the plan ends with this error (exit status 2).",
+       "Requests longer than the model's context or the pool's capacity, weights that leave no "
+       "KV memory, or launch flags (a fixed --dcp-size, backend or Q path) that no layout of "
+       "these devices accepts.",
+       {"Read the refusals above: each names its catalog ID (ctxpar explain ID).",
+        "Shorten --input-len / --output-len, give more devices (--gpus) or drop the fixed "
+        "launch flags."},
+       "ctxpar plan --model deepseek-v3 --hardware h100 --gpus 4",
+       "ctxpar plan --model deepseek-v3 --hardware h200 --gpus 8",
+       {"CTXPAR-PLAN-005", "CTXPAR-ENGINE-006"}},
   };
 }
 

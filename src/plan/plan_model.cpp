@@ -149,6 +149,8 @@ Expected<Hardware> HardwareFromJson(std::string_view json_text, const std::strin
       {"link_latency_per_rank_us", &h.link_latency_per_rank_us, false},
       {"link_gbps", &h.link_gbps, false},
       {"oneside_latency_us", &h.oneside_latency_us, false},
+      {"net_gbps", &h.net_gbps, false},
+      {"net_latency_us", &h.net_latency_us, false},
   };
   for (const Field& f : fields) {
     const std::string key(f.key);
@@ -203,7 +205,16 @@ Expected<Hardware> HardwareFromJson(std::string_view json_text, const std::strin
   }
   if (h.link_gbps == 0) h.link_gbps = h.mem_gbps;
   h.tp_collectives_per_layer = 4;
+  // Hosts of `host_ranks` ranks joined by a network (net_gbps, net_latency_us): a collective
+  // over more ranks than one host holds crosses it. Absent: every rank on this one host.
   h.domain_devices = 1 << 20;
+  if (const auto r = j.find("host_ranks"); r != j.end()) {
+    if (!r->is_number_integer() || r->get<int64_t>() < 1 || r->get<int64_t>() > (1 << 20)) {
+      return bad("host_ranks", fmt::format("it must be an integer >= 1, got {}", r->dump()));
+    }
+    if (!(h.net_gbps > 0)) return bad("net_gbps", "it must be positive when host_ranks is given");
+    h.domain_devices = r->get<int>();
+  }
   return h;
 }
 

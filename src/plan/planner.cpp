@@ -88,8 +88,8 @@ void Evaluate(const PlanModel& m, const Hardware& hw, const PlanRequest& req, Ca
   if (!sim.ok()) return Refuse(c, sim.status());
   c.sim = *sim;
   const Workload& w = req.workload;
-  c.meets_slo = (w.ttft_slo_ms <= 0 || c.sim.ttft_ms_p90 <= w.ttft_slo_ms) &&
-                (w.itl_slo_ms <= 0 || c.sim.itl_ms_p90 <= w.itl_slo_ms);
+  c.meets_slo = (!w.ttft_slo_ms || c.sim.ttft_ms_p90 <= *w.ttft_slo_ms) &&
+                (!w.itl_slo_ms || c.sim.itl_ms_p90 <= *w.itl_slo_ms);
 }
 
 std::string Flags(const Candidate& c) {
@@ -102,11 +102,17 @@ std::string Flags(const Candidate& c) {
 }  // namespace
 
 Expected<PlanReport> MakePlan(const PlanModel& m, const Hardware& hw, const PlanRequest& req) {
-  CTXPAR_RETURN_IF_ERROR(MakeRequests(req.workload).status());
+  CTXPAR_RETURN_IF_ERROR(CheckWorkload(req.workload));
   if (req.devices < 1 || req.devices > 4096) {
-    return CatalogError("CTXPAR-PLAN-004", {{"field", "--gpus"},
+    return CatalogError("CTXPAR-PLAN-006", {{"field", "--gpus"},
                                             {"value", std::to_string(req.devices)},
                                             {"rule", "a count from 1 to 4096"}});
+  }
+  // A fraction above 1 would give the KV cache memory the device does not have.
+  if (!(hw.mem_fraction_static > 0 && hw.mem_fraction_static <= 1)) {
+    return CatalogError("CTXPAR-PLAN-006", {{"field", "--mem-fraction-static"},
+                                            {"value", fmt::format("{}", hw.mem_fraction_static)},
+                                            {"rule", "a fraction in (0, 1]"}});
   }
   const FieldSpec* backends = FindField("dcp_comm_backend");
   PlanReport report;

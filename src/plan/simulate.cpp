@@ -50,23 +50,37 @@ double Collective(const Hardware& hw, int ranks, double bytes, double latency_us
 
 }  // namespace
 
-Expected<std::vector<SimRequest>> MakeRequests(const Workload& w) {
+Status CheckWorkload(const Workload& w) {
   CTXPAR_RETURN_IF_ERROR(CheckRange("--input-len", w.input));
   CTXPAR_RETURN_IF_ERROR(CheckRange("--output-len", w.output));
-  if ((w.concurrency > 0) == (w.request_rate > 0) || w.concurrency < 0 || !(w.request_rate >= 0) ||
-      !std::isfinite(w.request_rate)) {
-    return CatalogError("CTXPAR-PLAN-004",
-                        {{"field", "--concurrency / --request-rate"},
-                         {"value", fmt::format("{} / {}", w.concurrency, Num(w.request_rate))},
-                         {"rule", "exactly one of them, positive (a closed or an open loop)"}});
+  auto bad = [](std::string_view field, std::string value, std::string_view rule) {
+    return CatalogError(
+        "CTXPAR-PLAN-004",
+        {{"field", std::string(field)}, {"value", std::move(value)}, {"rule", std::string(rule)}});
+  };
+  // A NaN rate compares false both ways: only a finite positive one counts as given.
+  const bool rate = w.request_rate > 0 && std::isfinite(w.request_rate);
+  if (w.concurrency < 0 || (w.request_rate != 0 && !rate) || (w.concurrency > 0) == rate) {
+    return bad("--concurrency / --request-rate",
+               fmt::format("{} / {}", w.concurrency, Num(w.request_rate)),
+               "exactly one of them: a count >= 1 (a closed loop) or a finite rate > 0 (an open "
+               "loop)");
   }
-  if (w.num_requests < 0 || w.num_requests > 1000000) {
-    return CatalogError("CTXPAR-PLAN-004",
-                        {{"field", "--num-requests"},
-                         {"value", std::to_string(w.num_requests)},
-                         {"rule", "0 (4 x concurrency, at least 16) up to 10^6"}});
+  if (w.num_requests && (*w.num_requests < 1 || *w.num_requests > 1000000)) {
+    return bad("--num-requests", std::to_string(*w.num_requests), "a count from 1 to 10^6");
   }
-  const int n = w.num_requests > 0 ? w.num_requests : std::max(16, 4 * w.concurrency);
+  for (const auto& [field, slo] :
+       {std::pair{"--ttft-slo-ms", w.ttft_slo_ms}, std::pair{"--itl-slo-ms", w.itl_slo_ms}}) {
+    if (slo && !(*slo > 0 && std::isfinite(*slo))) {
+      return bad(field, Num(*slo), "a finite time > 0 in milliseconds");
+    }
+  }
+  return Status::Ok();
+}
+
+Expected<std::vector<SimRequest>> MakeRequests(const Workload& w) {
+  CTXPAR_RETURN_IF_ERROR(CheckWorkload(w));
+  const int n = w.num_requests.value_or(std::max(16, 4 * w.concurrency));
   std::mt19937_64 rng(w.seed);
   std::vector<SimRequest> out(n);
   double t = 0;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -305,12 +306,82 @@ TEST(PlanWorkload, RefusesWhatCannotRun) {
   w.concurrency = 2;
   w.request_rate = 1;
   EXPECT_EQ(MakeRequests(w).status().error_id(), "CTXPAR-PLAN-004");
+  w.request_rate = std::nan("");
+  EXPECT_EQ(MakeRequests(w).status().error_id(), "CTXPAR-PLAN-004");
   w.request_rate = 0;
   Expected<std::vector<SimRequest>> reqs = MakeRequests(w);
   ASSERT_TRUE(reqs.ok());
   EXPECT_EQ(reqs->size(), 16u);
+  for (int bad : {0, -1, 1000001}) {
+    w.num_requests = bad;
+    EXPECT_EQ(CheckWorkload(w).error_id(), "CTXPAR-PLAN-004") << bad;
+  }
+  w.num_requests = 1;
+  EXPECT_EQ(MakeRequests(w)->size(), 1u);
+  for (double bad : {0.0, -1.0, std::nan(""), HUGE_VAL}) {
+    Workload t = w;
+    t.ttft_slo_ms = bad;
+    EXPECT_EQ(CheckWorkload(t).error_id(), "CTXPAR-PLAN-004") << bad;
+    t = w;
+    t.itl_slo_ms = bad;
+    EXPECT_EQ(CheckWorkload(t).error_id(), "CTXPAR-PLAN-004") << bad;
+  }
+  w.concurrency = 0;
+  EXPECT_EQ(CheckWorkload(w).error_id(), "CTXPAR-PLAN-004");
+  w.request_rate = HUGE_VAL;
+  EXPECT_EQ(CheckWorkload(w).error_id(), "CTXPAR-PLAN-004");
   EXPECT_EQ(HardwareFromJson("{\"mem_gbps\": 1}", "x.json").status().error_id(), "CTXPAR-PLAN-003");
   EXPECT_EQ(HardwareFromJson("[1]", "x.json").status().error_id(), "CTXPAR-PLAN-003");
+}
+
+// Hosts joined by a network: host_ranks needs the network's rate, and a layout over more ranks
+// than one host holds pays the network's latency in every collective.
+TEST(PlanHosts, CollectivesBeyondAHostCrossTheNetwork) {
+  const std::string rates = R"("memory_gib": 24, "mem_gbps": 20, "flops": 1e11)";
+  EXPECT_EQ(HardwareFromJson("{" + rates + R"(, "host_ranks": 1})", "x.json").status().error_id(),
+            "CTXPAR-PLAN-003");
+  EXPECT_EQ(HardwareFromJson("{" + rates + R"(, "host_ranks": 0, "net_gbps": 1})", "x.json")
+                .status()
+                .error_id(),
+            "CTXPAR-PLAN-003");
+  Expected<Hardware> one = HardwareFromJson("{" + rates + "}", "x.json");
+  Expected<Hardware> hosts = HardwareFromJson(
+      "{" + rates + R"(, "host_ranks": 1, "net_gbps": 0.1, "net_latency_us": 500})", "x.json");
+  ASSERT_TRUE(one.ok() && hosts.ok());
+  EXPECT_EQ(hosts->domain_devices, 1);
+  Expected<PlanModel> m = PresetModel("llama-3.1-70b");
+  ASSERT_TRUE(m.ok());
+  PlanRequest req = ClosedLoop(256, 8, 1, 1);
+  req.devices = 2;
+  ASSERT_TRUE(req.base.Set("dcp_size", int64_t{2}).ok());
+  Expected<PlanReport> a = MakePlan(*m, *one, req);
+  Expected<PlanReport> b = MakePlan(*m, *hosts, req);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_FALSE(a->ranked.empty());
+  ASSERT_FALSE(b->ranked.empty());
+  // 80 layers, at least four collectives each, 0.5 ms apiece.
+  EXPECT_GT(b->ranked[0].sim.decode_step_ms, a->ranked[0].sim.decode_step_ms + 80 * 4 * 0.5);
+}
+
+// The machine's side of a plan is checked before any candidate is simulated.
+TEST(PlanInputs, RefusesAMachineOutOfRange) {
+  Expected<PlanModel> m = PresetModel("llama-3.1-70b");
+  Expected<Hardware> h = PresetHardware("h200");
+  ASSERT_TRUE(m.ok() && h.ok());
+  PlanRequest req = ClosedLoop(1024, 16, 4, 4);
+  for (double fraction : {5.0, 1.0000001, 0.0, -0.5, std::nan("")}) {
+    Hardware hw = *h;
+    hw.mem_fraction_static = fraction;
+    EXPECT_EQ(MakePlan(*m, hw, req).status().error_id(), "CTXPAR-PLAN-006") << fraction;
+  }
+  for (int devices : {0, -1, 4097}) {
+    req.devices = devices;
+    EXPECT_EQ(MakePlan(*m, *h, req).status().error_id(), "CTXPAR-PLAN-006") << devices;
+  }
+  req.devices = 8;
+  Hardware hw = *h;
+  hw.mem_fraction_static = 1;
+  EXPECT_TRUE(MakePlan(*m, hw, req).ok());
 }
 
 // The engine's cost beyond the kernels, by the sequences of a step: linear between the measured

@@ -69,3 +69,54 @@ def test_nothing_accepted_validates_and_exits_2():
     validate(doc)
     assert doc["candidates"] == []
     assert {r["error"]["id"] for r in doc["refused"]} >= {"CTXPAR-PLAN-005"}
+    assert doc["error"]["id"] == "CTXPAR-PLAN-007"
+
+
+def test_nothing_accepted_ends_the_table_with_an_id():
+    out = subprocess.run([BIN, "plan", "--model", "deepseek-v3", "--hardware", "h100", "--gpus",
+                          "4"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert "CTXPAR-PLAN-005" in out.stdout  # the refusals, each with its rule
+    assert "run: ctxpar explain CTXPAR-PLAN-007" in out.stderr
+
+
+BASE = ["--model", "llama-3.1-70b", "--hardware", "h200", "--gpus", "8"]
+
+
+@pytest.mark.parametrize("flags,error_id,field", [
+    (["--mem-fraction-static", "5"], "CTXPAR-PLAN-006", "--mem-fraction-static"),
+    (["--mem-fraction-static", "nan"], "CTXPAR-PLAN-006", "--mem-fraction-static"),
+    (["--mem-fraction-static", "0"], "CTXPAR-PLAN-006", "--mem-fraction-static"),
+    (["--mem-fraction-static", "-0.5"], "CTXPAR-PLAN-006", "--mem-fraction-static"),
+    (["--gpus", "0"], "CTXPAR-PLAN-006", "--gpus"),
+    (["--gpus", "-1"], "CTXPAR-PLAN-006", "--gpus"),
+    (["--concurrency", "0"], "CTXPAR-PLAN-004", "--concurrency"),
+    (["--concurrency", "-3"], "CTXPAR-PLAN-004", "--concurrency"),
+    (["--request-rate", "nan"], "CTXPAR-PLAN-004", "--request-rate"),
+    (["--request-rate", "inf"], "CTXPAR-PLAN-004", "--request-rate"),
+    (["--request-rate", "0"], "CTXPAR-PLAN-004", "--request-rate"),
+    (["--concurrency", "2", "--request-rate", "nan"], "CTXPAR-PLAN-004", "--request-rate"),
+    (["--num-requests", "0"], "CTXPAR-PLAN-004", "--num-requests"),
+    (["--num-requests", "-5"], "CTXPAR-PLAN-004", "--num-requests"),
+    (["--ttft-slo-ms", "0"], "CTXPAR-PLAN-004", "--ttft-slo-ms"),
+    (["--ttft-slo-ms", "nan"], "CTXPAR-PLAN-004", "--ttft-slo-ms"),
+    (["--itl-slo-ms", "-1"], "CTXPAR-PLAN-004", "--itl-slo-ms"),
+    (["--itl-slo-ms", "inf"], "CTXPAR-PLAN-004", "--itl-slo-ms"),
+    (["--input-len", "0"], "CTXPAR-PLAN-004", "--input-len"),
+    (["--output-len", "9:3"], "CTXPAR-PLAN-004", "--output-len"),
+])
+def test_an_input_out_of_range_is_refused_before_any_simulation(flags, error_id, field):
+    for json_flag in ([], ["--json"]):
+        out = subprocess.run([BIN, "plan", *BASE, *flags, *json_flag], capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 2, out.stdout
+        assert out.stdout == "", "nothing is planned"
+        assert field in out.stderr and f"run: ctxpar explain {error_id}" in out.stderr, out.stderr
+
+
+def test_the_bounds_themselves_are_taken():
+    doc = plan(*BASE, "--mem-fraction-static", "1", "--concurrency", "1", "--num-requests", "1",
+               "--ttft-slo-ms", "0.001", "--output-len", "1")
+    validate(doc)
+    assert doc["workload"]["num_requests"] == 1
+    assert all(not c["meets_slo"] for c in doc["candidates"])
