@@ -22,6 +22,9 @@
 //   hung or far behind), or CTXPAR-COMM-002 when every rank answers (they wait in different
 //   collectives). While it waits a rank polls MPI for the first millisecond and then sleeps
 //   between polls (20 us doubling to 2 ms), so a rank left waiting does not hold a core at 100 %.
+//   Where the ranks of one machine (one kernel: network namespaces and containers included)
+//   outnumber its usable cores, a polling rank also yields its core after every poll
+//   (sched_yield), so that the rank whose work it waits for gets the core.
 //   After such a failure the call's buffers may still be written by MPI and the communicator is
 //   unusable: the job must end (cli/mpi_launch.h aborts it). AllowUnboundedWait() lifts the
 //   deadline for one legitimately long wait. The in-process implementation has no deadline.

@@ -3,12 +3,15 @@
 // MPI_ERRORS_RETURN) and become Status naming the collective.
 #include <fmt/format.h>
 #include <mpi.h>
+#include <sched.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -105,6 +108,9 @@ class MpiCommunicator;
 // them answers.
 struct ProbeChannel {
   MPI_Comm comm = MPI_COMM_NULL;
+  // The machine runs more ranks than it has cores (MachineOversubscribed): a waiting rank
+  // yields its core between polls instead of spinning.
+  bool yield = false;
   ~ProbeChannel() {
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -436,6 +442,8 @@ class MpiCommunicator final : public Communicator {
       bool done = false;
       CTXPAR_RETURN_IF_ERROR(TestAll(collective, requests, n, &done));
       if (done) return Status::Ok();
+      // A rank that shares its core with a busy one hands the core over between polls.
+      if (probes_->yield) sched_yield();
       // The clock is read every 64 polls while spinning: a poll costs well under a microsecond.
       if (polls % 64 != 0) continue;
       const Clock::time_point now = Clock::now();
@@ -548,6 +556,33 @@ class MpiCommunicator final : public Communicator {
   std::vector<char> scratch_;  // the peer's share in the two-rank reductions
 };
 
+// The cores this process may run on.
+int UsableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
+// Whether the ranks on this rank's machine outnumber its cores. A machine is a kernel (its boot
+// id): ranks in containers or network namespaces of one machine, which MPI counts as separate
+// nodes, share its cores all the same. Collective over `world`.
+Expected<bool> MachineOversubscribed(MPI_Comm world) {
+  std::array<char, 40> boot{};
+  std::ifstream("/proc/sys/kernel/random/boot_id").read(boot.data(), boot.size() - 1);
+  int size = 0;
+  MPI_Comm_size(world, &size);
+  std::vector<char> all(boot.size() * static_cast<std::size_t>(size));
+  CTXPAR_MPI_CALL("MakeMpiWorld",
+                  MPI_Allgather(boot.data(), static_cast<int>(boot.size()), MPI_CHAR, all.data(),
+                                static_cast<int>(boot.size()), MPI_CHAR, world));
+  int same = 0;
+  for (int r = 0; r < size; ++r) {
+    same += std::equal(boot.begin(), boot.end(), all.begin() + r * std::ptrdiff_t(boot.size()));
+  }
+  return same > UsableCores();
+}
+
 // Finalises MPI at exit when MakeMpiWorld initialised it.
 struct MpiFinalizer {
   ~MpiFinalizer() {
@@ -592,6 +627,7 @@ Expected<std::unique_ptr<Communicator>> MakeMpiWorld() {
   CTXPAR_MPI_CALL("MakeMpiWorld", MPI_Comm_dup(MPI_COMM_WORLD, &world));
   auto probes = std::make_shared<ProbeChannel>();
   CTXPAR_MPI_CALL("MakeMpiWorld", MPI_Comm_dup(MPI_COMM_WORLD, &probes->comm));
+  CTXPAR_ASSIGN_OR_RETURN(probes->yield, MachineOversubscribed(world));
   return std::unique_ptr<Communicator>(new MpiCommunicator(world, timeout, std::move(probes)));
 }
 
