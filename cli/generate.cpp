@@ -19,7 +19,10 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <stop_token>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "command.h"
@@ -32,6 +35,7 @@
 #include "error_report.h"
 #include "launch_flags.h"
 #include "mpi_launch.h"
+#include "rank_watch.h"
 #include "signals.h"
 
 namespace ctxpar::cli {
@@ -253,6 +257,20 @@ Status RunRank(Communicator& world, const Launch& launch, const GenerateOptions&
       Engine::Create(launch.config, *launch.source, world, [](std::string_view line) {
         std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
       }));
+  // Rank 0 watches the other ranks: one that dies ends the command at once, named with its
+  // host, rather than when mpirun gets to it (rank_watch.h).
+  CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<RankWatch> watch, RankWatch::Create(world));
+  // Declared after `watch`: its destructor stops and joins the thread before `watch` goes.
+  std::jthread watcher;
+  if (leader) {
+    watcher = std::jthread([w = watch.get()](std::stop_token stop) {
+      while (!stop.stop_requested()) {
+        if (std::optional<Status> death = w->Wait(std::chrono::milliseconds(100))) {
+          std::_Exit(ReportError(*death));
+        }
+      }
+    });
+  }
   // Every prompt is checked (and with --allow-auto-truncate cut) before any runs, so that a bad
   // one stops the command before the others print anything.
   for (std::size_t i = 0; i < prompts.size(); ++i) {

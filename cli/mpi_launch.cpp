@@ -1,7 +1,9 @@
 #include "mpi_launch.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +26,7 @@
 #include "command.h"
 #include "ctxpar/error_catalog.h"
 #include "error_report.h"
+#include "tcp_link.h"
 
 namespace ctxpar::cli {
 namespace {
@@ -88,6 +91,17 @@ std::vector<pid_t> ChildrenOf(pid_t parent) {
   return children;
 }
 
+// Rank 0's connection to the launcher (RunUnderMpirun), held until the process ends: its close
+// without kFinished first tells the launcher that rank 0 has ended abnormally.
+constexpr char kFinished = 'E';
+int g_launcher_link = -1;
+
+void ConnectToLauncher() {
+  const char* text = std::getenv("CTXPAR_LAUNCHER");
+  if (text == nullptr || g_launcher_link >= 0) return;
+  if (std::optional<Contact> c = ParseContact(text)) g_launcher_link = Connect(*c, 2000);
+}
+
 [[noreturn]] void ReportTimeoutAndExit(int rank, const Status& status) {
   const std::vector<int> silent = SilentRanks(status);
   int reporter = 0;
@@ -122,6 +136,13 @@ int RunUnderMpirun(std::string_view command, int n, const std::vector<std::strin
   }
   std::vector<std::string> argv = {launcher, "--quiet"};
   for (std::string& a : SplitBlanks(std::getenv("CTXPAR_MPIRUN_ARGS"))) argv.push_back(a);
+  // Rank 0 holds a connection to this process (rank_watch.h), whose close says it has ended.
+  Contact contact;
+  const int listener = Listen(&contact);
+  if (listener >= 0) {
+    setenv("CTXPAR_LAUNCHER", ContactText(contact).c_str(), 1);
+    argv.insert(argv.end(), {"-x", "CTXPAR_LAUNCHER"});
+  }
   argv.insert(argv.end(),
               {"-np", std::to_string(n), std::string(self.data(), len), std::string(command)});
   argv.insert(argv.end(), args.begin(), args.end());
@@ -165,6 +186,7 @@ int RunUnderMpirun(std::string_view command, int n, const std::vector<std::strin
   close(exec_error[0]);
   if (child < 0 || exec_failed) {
     if (child > 0) waitpid(child, nullptr, 0);
+    if (listener >= 0) close(listener);
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGTERM, &old_term, nullptr);
     return ReportError(CatalogError("CTXPAR-RUN-002", {{"launcher", PyRepr(launcher)},
@@ -176,17 +198,47 @@ int RunUnderMpirun(std::string_view command, int n, const std::vector<std::strin
   // the ranks get kSecondSignalGrace to finish that stop (it takes about one token) before they
   // are killed, on which mpirun ends the job and cleans up.
   constexpr auto kSecondSignalGrace = std::chrono::seconds(1);
+  // Once rank 0 has ended without finishing (a rank lost, a collective timed out), mpirun ends
+  // the job within a moment, unless a daemon it must stop is on a host it no longer reaches (a
+  // link down): then it would wait for it for good.
+  constexpr auto kJobEndGrace = std::chrono::seconds(3);
   int forwarded = 0;
-  std::optional<std::chrono::steady_clock::time_point> second_at;
+  std::optional<std::chrono::steady_clock::time_point> second_at, rank0_ended;
+  int rank0 = -1;
+  bool rank0_finished = false, stopped_mpirun = false;
   int status = 0;
   while (waitpid(child, &status, WNOHANG) == 0) {
+    const auto now = std::chrono::steady_clock::now();
+    if (listener >= 0 && rank0 < 0) {
+      pollfd p{listener, POLLIN, 0};
+      if (poll(&p, 1, 0) == 1) rank0 = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    }
+    if (rank0 >= 0 && !rank0_ended && !rank0_finished) {
+      char byte = 0;
+      const ssize_t got = recv(rank0, &byte, 1, MSG_DONTWAIT);
+      if (got == 1 && byte == kFinished) rank0_finished = true;
+      if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) rank0_ended = now;
+    }
+    if (rank0_ended && !stopped_mpirun && now - *rank0_ended >= kJobEndGrace) {
+      std::fprintf(stderr,
+                   "ctxpar %s: rank 0 has ended, but mpirun is still waiting for ranks it "
+                   "cannot reach: stopping it\n",
+                   std::string(command).c_str());
+      // Its whole tree: the local ranks, and the daemons it started (through ssh or a launch
+      // agent) that still hold this command's output.
+      std::vector<pid_t> tree = {child};
+      for (std::size_t i = 0; i < tree.size(); ++i) {
+        for (pid_t c : ChildrenOf(tree[i])) tree.push_back(c);
+      }
+      for (auto p = tree.rbegin(); p != tree.rend(); ++p) kill(*p, SIGKILL);
+      stopped_mpirun = true;
+    }
     const int seen = g_signals.load();
     if (forwarded == 0 && seen >= 1) {
       kill(child, g_first_signal.load() == SIGTERM ? SIGUSR2 : SIGUSR1);
       forwarded = 1;
     }
     if (forwarded == 1 && seen >= 2) {
-      const auto now = std::chrono::steady_clock::now();
       if (!second_at) second_at = now;
       if (now - *second_at >= kSecondSignalGrace) {
         for (pid_t rank : ChildrenOf(child)) kill(rank, SIGKILL);
@@ -195,8 +247,11 @@ int RunUnderMpirun(std::string_view command, int n, const std::vector<std::strin
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  if (rank0 >= 0) close(rank0);
+  if (listener >= 0) close(listener);
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
+  if (stopped_mpirun) return kExitInternal;
   const int first = g_first_signal.load();
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (forwarded >= 2 && code != 128 + first) {
@@ -229,6 +284,7 @@ int RunOnRanks(int tp, const std::function<Status(Communicator& world)>& run) {
     Expected<std::unique_ptr<Communicator>> mpi = MakeMpiWorld();
     if (!mpi.ok()) return ReportBeforeWorld(mpi.status());
     world = std::move(*mpi);
+    if (world->rank() == 0) ConnectToLauncher();
     if (world->size() != tp) {
       return FinishRank(*world, InvalidArgument("the MPI job has " + std::to_string(world->size()) +
                                                 " ranks, but tp_size is " + std::to_string(tp)));
@@ -264,6 +320,10 @@ int FinishRank(Communicator& world, const Status& status) {
   if (!agreed.ok() && agreed.error_id().starts_with("CTXPAR-COMM-")) {
     // The agreement itself timed out: this rank's own error is the one it can tell.
     ReportTimeoutAndExit(world.rank(), status.ok() ? agreed : status);
+  }
+  // Every rank agreed: mpirun ends the job as soon as rank 0 returns.
+  if (g_launcher_link >= 0) {
+    [[maybe_unused]] const ssize_t sent = send(g_launcher_link, &kFinished, 1, MSG_NOSIGNAL);
   }
   if (world.rank() != 0 || agreed.ok()) return kExitOk;
   return ReportError(agreed);

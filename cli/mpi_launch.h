@@ -14,6 +14,11 @@
 // mpirun's, which --quiet makes the ranks' (see FinishRank), or 128 + the first signal when the
 // ranks had to be killed.
 // CTXPAR_MPIRUN_ARGS is split at blanks (no quoting), e.g. "--hostfile hosts --mca btl tcp,self".
+// Rank 0 holds a TCP connection to the launcher (its address in CTXPAR_LAUNCHER, passed with
+// -x) and says when it has finished normally. When the connection closes without that, mpirun
+// gets three seconds to end the job; a job it cannot end (a daemon on a host it no longer
+// reaches) is then stopped with SIGKILL to mpirun and its local ranks, and the exit status is 1
+// (rank 0 has printed the error).
 //
 // Report (FinishRank): every rank passes its final Status. The ranks agree on the lowest failing
 // rank (an all-reduce) and broadcast its Status; rank 0 prints it and returns its exit status,

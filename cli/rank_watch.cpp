@@ -2,10 +2,12 @@
 
 #include <poll.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -15,15 +17,10 @@
 #include <thread>
 
 #include "ctxpar/error_catalog.h"
+#include "tcp_link.h"
 
 namespace ctxpar::cli {
 namespace {
-
-int32_t HostHash() {
-  char name[256] = {};
-  gethostname(name, sizeof(name) - 1);
-  return static_cast<int32_t>(std::hash<std::string>{}(name)&0x7fffffff);
-}
 
 // Linux 6.15's PIDFD_GET_INFO (linux/pidfd.h; Debian 12's headers predate it): the exit status
 // of a reaped process, to any holder of its pidfd. Version 0 of the struct, 64 bytes.
@@ -76,29 +73,92 @@ std::string HowItEnded(int pid, int pidfd) {
   return "exited (its status went to mpirun first)";
 }
 
+// What every rank tells the others: its pid and host name.
+struct Identity {
+  int32_t pid = 0;
+  char host[64] = {};
+};
+
+constexpr char kBye = 'B';       // a rank's last byte on its connection when it ends normally
+constexpr char kBeatByte = 'H';  // a heartbeat
+
 }  // namespace
 
 Expected<std::unique_ptr<RankWatch>> RankWatch::Create(Communicator& world) {
   auto watch = std::make_unique<RankWatch>();
   if (world.size() == 1) return watch;
-  const int32_t mine[2] = {static_cast<int32_t>(getpid()), HostHash()};
-  std::vector<int32_t> all(2 * static_cast<std::size_t>(world.size()));
-  CTXPAR_RETURN_IF_ERROR(world.AllGather(mine, all.data(), 2, DataType::kI32));
-  if (world.rank() != 0) return watch;
-  for (int r = 1; r < world.size(); ++r) {
-    if (all[2 * r + 1] != mine[1]) continue;  // another host: mpirun's to watch
-    const int fd = static_cast<int>(syscall(SYS_pidfd_open, all[2 * r], 0));
+  const int n = world.size();
+  Identity mine;
+  mine.pid = static_cast<int32_t>(getpid());
+  gethostname(mine.host, sizeof(mine.host) - 1);
+  std::vector<Identity> all(static_cast<std::size_t>(n));
+  CTXPAR_RETURN_IF_ERROR(world.AllGather(&mine, all.data(), sizeof(Identity), DataType::kU8));
+  auto remote = [&](int r) { return std::strcmp(all[r].host, all[0].host) != 0; };
+  bool any_remote = false;
+  for (int r = 1; r < n; ++r) any_remote = any_remote || remote(r);
+  const bool leader = world.rank() == 0;
+  if (any_remote) {
+    Contact contact;
+    int listener = -1;
+    if (leader) listener = Listen(&contact);
+    CTXPAR_RETURN_IF_ERROR(world.Broadcast(&contact, sizeof(contact), DataType::kU8, 0));
+    if (!leader && remote(world.rank())) {
+      watch->link_ = Connect(contact, 2000);
+      const int32_t me = world.rank();
+      if (watch->link_ >= 0 && send(watch->link_, &me, sizeof(me), MSG_NOSIGNAL) != sizeof(me)) {
+        close(watch->link_);
+        watch->link_ = -1;
+      }
+    }
+    // Every connection is made (queued on the listener) before rank 0 accepts them.
+    const int32_t linked = watch->link_ >= 0 ? 1 : 0;
+    std::vector<int32_t> links(static_cast<std::size_t>(n));
+    CTXPAR_RETURN_IF_ERROR(world.AllGather(&linked, links.data(), 1, DataType::kI32));
+    int expected = 0;
+    for (int32_t l : links) expected += l;
+    for (int i = 0; leader && i < expected; ++i) {
+      pollfd p{listener, POLLIN, 0};
+      const int fd =
+          poll(&p, 1, 5000) == 1 ? accept4(listener, nullptr, nullptr, SOCK_CLOEXEC) : -1;
+      int32_t r = -1;
+      if (fd >= 0 && ReadWithin(fd, &r, sizeof(r), 5000) && r > 0 && r < n) {
+        watch->peers_.push_back(
+            {r, all[r].pid, all[r].host, fd, true, std::chrono::steady_clock::now()});
+      } else if (fd >= 0) {
+        close(fd);
+      }
+    }
+    if (listener >= 0) close(listener);
+    if (watch->link_ >= 0) {
+      watch->beat_ = std::jthread([fd = watch->link_](std::stop_token stop) {
+        while (!stop.stop_requested()) {
+          [[maybe_unused]] const ssize_t sent =
+              send(fd, &kBeatByte, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+          std::this_thread::sleep_for(RankWatch::kBeat);
+        }
+      });
+    }
+  }
+  if (!leader) return watch;
+  for (int r = 1; r < n; ++r) {
+    if (remote(r)) continue;
+    const int fd = static_cast<int>(syscall(SYS_pidfd_open, all[r].pid, 0));
     if (fd < 0) {
       return Internal("cannot watch rank " + std::to_string(r) +
                       ": pidfd_open: " + std::strerror(errno));
     }
-    watch->peers_.push_back({r, all[2 * r], fd});
+    watch->peers_.push_back({r, all[r].pid, all[r].host, fd, false, {}});
   }
   return watch;
 }
 
 RankWatch::~RankWatch() {
   for (const Peer& p : peers_) close(p.fd);
+  if (link_ >= 0) {
+    beat_ = {};  // stops and joins the heartbeats
+    [[maybe_unused]] const ssize_t sent = send(link_, &kBye, 1, MSG_NOSIGNAL);
+    close(link_);
+  }
 }
 
 std::optional<Status> RankWatch::Wait(std::chrono::milliseconds timeout) {
@@ -107,14 +167,45 @@ std::optional<Status> RankWatch::Wait(std::chrono::milliseconds timeout) {
     return std::nullopt;
   }
   std::vector<pollfd> fds;
-  for (const Peer& p : peers_) fds.push_back({p.fd, POLLIN, 0});
-  if (poll(fds.data(), fds.size(), static_cast<int>(timeout.count())) <= 0) return std::nullopt;
+  for (const Peer& p : peers_) {
+    fds.push_back({p.fd, static_cast<short>(p.remote ? POLLIN | POLLRDHUP : POLLIN), 0});
+  }
+  const int ready = poll(fds.data(), fds.size(), static_cast<int>(timeout.count()));
+  const auto now = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < fds.size(); ++i) {
-    if (fds[i].revents == 0) continue;
-    const Peer& p = peers_[i];
-    return CatalogError("CTXPAR-RUN-003", {{"rank", std::to_string(p.rank)},
-                                           {"pid", std::to_string(p.pid)},
-                                           {"how", HowItEnded(p.pid, p.fd)}});
+    Peer& p = peers_[i];
+    auto died = [&](const std::string& how) {
+      return CatalogError("CTXPAR-RUN-003", {{"rank", std::to_string(p.rank)},
+                                             {"pid", std::to_string(p.pid)},
+                                             {"host", p.host},
+                                             {"how", how}});
+    };
+    if (ready > 0 && fds[i].revents != 0 && !p.remote) return died(HowItEnded(p.pid, p.fd));
+    if (ready > 0 && fds[i].revents != 0) {
+      char bytes[64];
+      const ssize_t got = recv(p.fd, bytes, sizeof(bytes), MSG_DONTWAIT);
+      if (got > 0 && std::memchr(bytes, kBye, static_cast<std::size_t>(got)) != nullptr) {
+        // The rank ended its run: no longer watched.
+        close(p.fd);
+        peers_.erase(peers_.begin() + static_cast<std::ptrdiff_t>(i));
+        return std::nullopt;
+      }
+      if (got > 0) {
+        p.heard = now;
+      } else if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+        return died("lost its connection to rank 0: the process died or its host went down");
+      }
+    }
+    if (p.remote && now - p.heard > kSilence) {
+      return CatalogError(
+          "CTXPAR-RUN-004",
+          {{"rank", std::to_string(p.rank)},
+           {"pid", std::to_string(p.pid)},
+           {"host", p.host},
+           {"seconds",
+            std::to_string(
+                std::chrono::duration_cast<std::chrono::seconds>(now - p.heard).count())}});
+    }
   }
   return std::nullopt;
 }

@@ -355,20 +355,42 @@ std::vector<CatalogEntry> RuntimeCatalogEntries() {
        "ctxpar generate --tp-size 2 'Hello'  # after apt-get install -y openmpi-bin",
        {"CTXPAR-RUN-001"}},
       {"CTXPAR-RUN-003",
-       "A rank of the server died",
-       "Rank {rank} (pid {pid}) {how}; the server stops.",
+       "A rank died",
+       "Rank {rank} (pid {pid}) on host {host} {how}; the job stops.",
        kSystem,
-       "`ctxpar serve` over several ranks needs every one of them for each step. Rank 0 watches "
-       "the other ranks of its machine; when one dies it logs this line, ends every open request "
-       "(a stream with a final event carrying this error and [DONE], any other with 503) and "
-       "exits, on which mpirun ends the job.",
-       "The rank was killed (kill -9, the kernel's out-of-memory killer) or crashed.",
+       "`ctxpar serve` and `ctxpar generate` over several ranks need every one of them for each "
+       "step. Rank 0 watches the other ranks: those of its machine through their pids, those of "
+       "other hosts through a connection each holds to rank 0, which closes when the process "
+       "dies or its host goes down. When one dies rank 0 prints this line; `serve` ends every "
+       "open request (a stream with a final event carrying this error and [DONE], any other "
+       "with 503) and exits, `generate` exits at once, on which mpirun ends the job.",
+       "The rank was killed (kill -9, the kernel's out-of-memory killer), crashed, or its host "
+       "went down or rebooted.",
        {"Read the rank's signal: SIGKILL without a kill of your own is often the out-of-memory "
-        "killer (see dmesg); lower --kv-cache-mib.",
-        "Restart the server; a crash with SIGSEGV or SIGABRT is a bug to report with the log."},
+        "killer (see dmesg on that host); lower --kv-cache-mib.",
+        "A lost connection: check that host (is it up, did its ranks crash?) before restarting.",
+        "Restart the job; a crash with SIGSEGV or SIGABRT is a bug to report with the log."},
        "ctxpar serve --tp-size 3 --dcp-size 3  # then kill -9 of rank 2",
        "ctxpar serve --tp-size 3 --dcp-size 3  # restarted by its supervisor",
        {"CTXPAR-ENGINE-014", "CTXPAR-COMM-001"}},
+      {"CTXPAR-RUN-004",
+       "A rank on another host went silent",
+       "Rank {rank} (pid {pid}) on host {host} has not been heard from for {seconds} s: the link "
+       "to its host is down or the host has stalled; the job stops.",
+       kSystem,
+       "Every rank on another host than rank 0 sends rank 0 a heartbeat twice a second over "
+       "its own connection. A link taken down or a partitioned network closes no connection, so "
+       "a rank's death would otherwise show only when a collective times out; five seconds "
+       "without a heartbeat end the job instead (`serve` ends every open request with this "
+       "error first). mpirun may then wait for its daemon on that host: ctxpar stops mpirun "
+       "itself once rank 0 has ended.",
+       "A network cable or switch port down, a firewall change, a host frozen (out of memory, "
+       "a hung kernel) or a rank stopped with SIGSTOP.",
+       {"Check the link to that host (ping it from rank 0's host) and the host itself.",
+        "Restart the job once the host answers again."},
+       "ctxpar generate --tp-size 3 --dcp-size 3 'Hello'  # the link to rank 2's host goes down",
+       "ctxpar generate --tp-size 3 --dcp-size 3 'Hello'  # after the link is back",
+       {"CTXPAR-RUN-003", "CTXPAR-COMM-001", "CTXPAR-ENGINE-014"}},
       {"CTXPAR-SYS-001",
        "A thread could not be started",
        "Could start only {started} of the {count} threads asked for: {reason}; ask for fewer "

@@ -23,16 +23,19 @@ def free_port():
 
 
 class Server:
-    def __init__(self, *flags, env=None, ready_timeout=180, model=None, metrics=True):
+    def __init__(self, *flags, env=None, ready_timeout=180, model=None, metrics=True,
+                 address="127.0.0.1"):
         binary = os.environ.get("CTXPAR_BIN")
         model = model or os.environ.get("CTXPAR_MODEL")
         if not binary or not model:
             pytest.fail("CTXPAR_BIN and CTXPAR_MODEL must be set (scripts/test.sh sets both)")
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        # `address`: where rank 0 listens and the tests reach it (a namespace host's address
+        # when rank 0 runs there).
+        self.url = f"http://{address}:{self.port}"
         self.log_path = f"/tmp/ctxpar-serve-test-{self.port}.log"
         self.log = open(self.log_path, "w+")
-        cmd = [binary, "serve", "--model-path", model, "--port", str(self.port),
+        cmd = [binary, "serve", "--model-path", model, "--host", address, "--port", str(self.port),
                "--served-model-name", MODEL_NAME, *(["--enable-metrics"] if metrics else []),
                *flags]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
