@@ -12,9 +12,10 @@
 #   scripts/netns-cluster.sh args             print the mpirun arguments (CTXPAR_MPIRUN_ARGS)
 #   scripts/netns-cluster.sh exec HOST CMD... run CMD on HOST (its namespace and host name)
 #   scripts/netns-cluster.sh addr HOST        print HOST's address
-#   scripts/netns-cluster.sh link HOST up|down|netem ARGS...|clear
-#                                             take HOST's link down or up, or shape it with
-#                                             `tc qdisc ... netem ARGS` (e.g. delay 1ms rate 1gbit)
+#   scripts/netns-cluster.sh link HOST up|down|rate RATE|netem ARGS...|clear
+#                                             take HOST's link down or up, or shape it both ways:
+#                                             `rate 10mbit` (tc's tbf, one packet of burst) or
+#                                             `netem delay 1ms ...` (where the kernel has netem)
 #   scripts/netns-cluster.sh kill HOST [SIG]  signal every process of HOST (default KILL)
 #   scripts/netns-cluster.sh down             remove every host, the bridge and the state
 #
@@ -119,10 +120,15 @@ case "${1:-}" in
     echo "$net.$(index_of "${2:?usage: addr HOST}")"
     ;;
   link)
-    host="${2:?usage: link HOST up|down|netem ARGS...|clear}"
+    host="${2:?usage: link HOST up|down|rate RATE|netem ARGS...|clear}"
     v="$(veth "$host")"
     case "${3:-}" in
       up | down) ip link set "$v" "$3" ;;
+      rate)
+        for side in "tc qdisc replace dev $v" "ip netns exec $host tc qdisc replace dev eth0"; do
+          $side root tbf rate "${4:?usage: link HOST rate RATE}" burst 1600 latency 2s
+        done
+        ;;
       netem)
         shift 3
         # Both directions: the host's side and the bridge's side of its veth.
@@ -133,7 +139,7 @@ case "${1:-}" in
         tc qdisc del dev "$v" root 2>/dev/null || true
         ip netns exec "$host" tc qdisc del dev eth0 root 2>/dev/null || true
         ;;
-      *) die "link HOST up|down|netem ARGS...|clear" ;;
+      *) die "link HOST up|down|rate RATE|netem ARGS...|clear" ;;
     esac
     ;;
   kill)
