@@ -158,15 +158,19 @@ def stream(server, body, events, ready):
     ready.set()
 
 
-def serve_across(hosts, *flags):
+def serve_across(hosts, *flags, slots=(1, 1, 1),
+                 layout=("--tp-size", "3", "--dcp-size", "3", "--dcp-comm-backend", "a2a")):
     address = cluster("addr", HOSTS[0])
-    return Server("--tp-size", "3", "--dcp-size", "3", "--dcp-comm-backend", "a2a",
-                  "--kv-cache-mib", "128", *flags, address=address, metrics=False,
-                  env={**BASE_ENV, "CTXPAR_MPIRUN_ARGS": mpirun_args(hosts, (1, 1, 1))})
+    return Server(*layout, "--kv-cache-mib", "128", *flags, address=address, metrics=False,
+                  env={**BASE_ENV, "CTXPAR_MPIRUN_ARGS": mpirun_args(hosts, slots)})
 
 
-def test_serve_across_hosts_gives_the_one_host_tokens(hosts, one_host):
-    server = serve_across(hosts)
+@pytest.mark.parametrize("slots,layout", [
+    ((1, 1, 1), ("--tp-size", "3", "--dcp-size", "3", "--dcp-comm-backend", "a2a")),
+    ((2, 1), ("--tp-size", "3", "--dcp-size", "3", "--dcp-comm-backend", "ag_rs")),
+], ids=["a2a-1-1-1", "ag_rs-2-1"])
+def test_serve_across_hosts_gives_the_one_host_tokens(hosts, one_host, slots, layout):
+    server = serve_across(hosts, slots=slots, layout=layout)
     try:
         r = requests.post(server.url + "/generate",
                           json={"text": PROMPT, "sampling_params": {"max_new_tokens": 24,
