@@ -134,7 +134,7 @@ using LineVector = std::vector<T, LineAllocator<T>>;
 //   and the difference then grows to the size of the quantization noise.
 // - kInt8: the matrix units (`--dtype auto`): activations quantized per 32-group to int8 with an
 //   fp32 scale, weights repacked to int8 tiles (WithInt8Pack), int32 products on AMX tiles,
-//   AVX512-VNNI or scalar code, one fixed fp32 sequence per output (linear_int8.h), the same bits
+//   AVX512-VNNI, AVX2 or scalar code, one fixed fp32 sequence per output (linear_int8.h), the same bits
 //   on every ISA and for every n. Takes every WeightType; as kQ8, it is not layout-invariant.
 enum class ActFormat { kF32, kQ8, kInt8 };
 
@@ -193,10 +193,10 @@ void DequantizeRow(const QuantMatrix& w, int r, float* out);
 float DotScalar(WeightType type, const std::uint8_t* w_row, const ActBlock* x, int num_blocks);
 // The fp32 path MatMul takes now ("avx512", "avx2" or "scalar"; CTXPAR_CPU_ISA lowers it).
 const char* MatMulIsa();
-// The int8 (kInt8) path MatMul takes now: "amx" (AMX tiles for groups of 16 tokens and VNNI for
-// the rest), "avx512_vnni" or "scalar". CTXPAR_CPU_ISA lowers it (below avx512: scalar), and so
-// does CTXPAR_INT8_ISA=scalar|avx512_vnni|amx (tests); a value naming no path, or one this CPU
-// lacks, is ignored here and reported by CheckInt8Isa.
+// The int8 (kInt8) path MatMul takes now: "amx" (AMX tiles for groups of 4 to 16 tokens, VNNI
+// for fewer), "avx512_vnni", "avx2" or "scalar". CTXPAR_CPU_ISA lowers it (avx2: avx2; scalar:
+// scalar), and so does CTXPAR_INT8_ISA=scalar|avx2|avx512_vnni|amx (tests); a value naming no
+// path, or one this CPU lacks, is ignored here and reported by CheckInt8Isa.
 const char* MatMulInt8Isa();
 // Ok, or InvalidArgument / FailedPrecondition for a CTXPAR_INT8_ISA that names no path or one
 // this CPU (or the OS's AMX tile permission) lacks.

@@ -148,29 +148,93 @@ std::shared_ptr<const Int8Pack> PackInt8(const QuantMatrix& w) {
   return p;
 }
 
+namespace {
+
+enum class Int8Isa { kScalar, kAvx2, kVnni, kAmx };
+constexpr const char* kIsaNames[] = {"scalar", "avx2", "avx512_vnni", "amx"};
+
+Int8Isa BestInt8Isa() {
+#if defined(CTXPAR_X86_KERNELS)
+  const CpuFeatures& f = DetectCpuFeatures();
+  if (BestCpuIsa(f) < CpuIsa::kAvx2) return Int8Isa::kScalar;
+  if (BestCpuIsa(f) < CpuIsa::kAvx512 || !f.avx512_vnni) return Int8Isa::kAvx2;
+  static const bool amx = f.amx_tile && f.amx_int8 && RequestAmxTileState();
+  return amx ? Int8Isa::kAmx : Int8Isa::kVnni;
+#else
+  return Int8Isa::kScalar;
+#endif
+}
+
+// CTXPAR_INT8_ISA's path, when it names one this CPU has.
+Expected<Int8Isa> Forced(Int8Isa best) {
+  const char* env = std::getenv("CTXPAR_INT8_ISA");
+  if (env == nullptr || *env == '\0') return best;
+  for (int i = 0; i <= int(Int8Isa::kAmx); ++i) {
+    if (std::string(env) != kIsaNames[i]) continue;
+    if (Int8Isa(i) > best) {
+      return FailedPrecondition(
+          fmt::format("CTXPAR_INT8_ISA={} asks for a path this CPU lacks; the best it has is {}",
+                      env, kIsaNames[int(best)]));
+    }
+    return Int8Isa(i);
+  }
+  return InvalidArgument(
+      fmt::format("CTXPAR_INT8_ISA={} is not one of scalar, avx2, avx512_vnni, amx", env));
+}
+
+Int8Isa SelectInt8() {
+  Int8Isa isa = BestInt8Isa();
+  const Expected<CpuIsa> cpu = SelectCpuIsa();
+  if (cpu.ok() && *cpu < CpuIsa::kAvx2) isa = Int8Isa::kScalar;
+  if (cpu.ok() && *cpu < CpuIsa::kAvx512) isa = std::min(isa, Int8Isa::kAvx2);
+  const Expected<Int8Isa> forced = Forced(isa);
+  return forced.ok() ? *forced : isa;
+}
+
+// Tokens per chunk: about 64 KiB of int8 activations, a multiple of the AMX tile's 16, re-read
+// by each row tile of a thread while they stay in L2.
+int TokenChunk(int cols) {
+  const int tokens = (64 << 10) / cols;
+  return std::max(kTileTokens, tokens / kTileTokens * kTileTokens);
+}
+
+// Groups of at least this many tokens take the AMX tile (16 rows of activations); fewer take
+// VNNI, which spends nothing on the padding. Both give the same bits.
+constexpr int kAmxMinTokens = 4;
+
+void QuantizeRowScalar(const float* x, int groups, std::int8_t* q, float* d, float* xs) {
+  for (int g = 0; g < groups; ++g) {
+    const float* v = x + g * kBlock;
+    float amax = 0.0f;
+    for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
+    const float dg = amax / 127.0f;
+    const float id = dg != 0.0f ? 1.0f / dg : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < kBlock; ++j) {
+      const float r = std::clamp(std::nearbyint(v[j] * id), -127.0f, 127.0f);
+      q[g * kBlock + j] = static_cast<std::int8_t>(r);
+      sum += q[g * kBlock + j];
+    }
+    d[g] = dg;
+    xs[g] = dg * float(sum);
+  }
+}
+
+}  // namespace
+
 void PrepareInt8Acts(const float* x, int n, int cols, int ldx, Acts* out) {
   const int groups = cols / kBlock;
   const int padded = (n + kTileTokens - 1) / kTileTokens * kTileTokens;
   out->i8.assign(std::size_t(padded) * cols, 0);
   out->i8_d.assign(std::size_t(padded) * groups, 0.0f);
   out->i8_xs.assign(std::size_t(padded) * groups, 0.0f);
+  auto row = QuantizeRowScalar;
+#if defined(CTXPAR_X86_KERNELS)
+  if (SelectInt8() >= Int8Isa::kVnni) row = QuantizeRowAvx512;
+#endif
   for (int t = 0; t < n; ++t) {
-    for (int g = 0; g < groups; ++g) {
-      const float* v = x + std::size_t(t) * ldx + g * kBlock;
-      std::int8_t* q = out->i8.data() + std::size_t(t) * cols + g * kBlock;
-      float amax = 0.0f;
-      for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
-      const float d = amax / 127.0f;
-      const float id = d != 0.0f ? 1.0f / d : 0.0f;
-      int sum = 0;
-      for (int j = 0; j < kBlock; ++j) {
-        const float r = std::clamp(std::nearbyint(v[j] * id), -127.0f, 127.0f);
-        q[j] = static_cast<std::int8_t>(r);
-        sum += q[j];
-      }
-      out->i8_d[std::size_t(t) * groups + g] = d;
-      out->i8_xs[std::size_t(t) * groups + g] = d * float(sum);
-    }
+    row(x + std::size_t(t) * ldx, groups, out->i8.data() + std::size_t(t) * cols,
+        out->i8_d.data() + std::size_t(t) * groups, out->i8_xs.data() + std::size_t(t) * groups);
   }
 }
 
@@ -201,60 +265,6 @@ void Int8TileScalar(const Int8Tile& t) {
   }
 }
 
-namespace {
-
-enum class Int8Isa { kScalar, kVnni, kAmx };
-constexpr const char* kIsaNames[] = {"scalar", "avx512_vnni", "amx"};
-
-Int8Isa BestInt8Isa() {
-#if defined(CTXPAR_X86_KERNELS)
-  const CpuFeatures& f = DetectCpuFeatures();
-  if (BestCpuIsa(f) < CpuIsa::kAvx512 || !f.avx512_vnni) return Int8Isa::kScalar;
-  static const bool amx = f.amx_tile && f.amx_int8 && RequestAmxTileState();
-  return amx ? Int8Isa::kAmx : Int8Isa::kVnni;
-#else
-  return Int8Isa::kScalar;
-#endif
-}
-
-// CTXPAR_INT8_ISA's path, when it names one this CPU has.
-Expected<Int8Isa> Forced(Int8Isa best) {
-  const char* env = std::getenv("CTXPAR_INT8_ISA");
-  if (env == nullptr || *env == '\0') return best;
-  for (int i = 0; i <= int(Int8Isa::kAmx); ++i) {
-    if (std::string(env) != kIsaNames[i]) continue;
-    if (Int8Isa(i) > best) {
-      return FailedPrecondition(
-          fmt::format("CTXPAR_INT8_ISA={} asks for a path this CPU lacks; the best it has is {}",
-                      env, kIsaNames[int(best)]));
-    }
-    return Int8Isa(i);
-  }
-  return InvalidArgument(
-      fmt::format("CTXPAR_INT8_ISA={} is not one of scalar, avx512_vnni, amx", env));
-}
-
-Int8Isa SelectInt8() {
-  Int8Isa isa = BestInt8Isa();
-  const Expected<CpuIsa> cpu = SelectCpuIsa();
-  if (cpu.ok() && *cpu < CpuIsa::kAvx512) isa = Int8Isa::kScalar;
-  const Expected<Int8Isa> forced = Forced(isa);
-  return forced.ok() ? *forced : isa;
-}
-
-// Tokens per chunk: about 64 KiB of int8 activations, a multiple of the AMX tile's 16, re-read
-// by each row tile of a thread while they stay in L2.
-int TokenChunk(int cols) {
-  const int tokens = (64 << 10) / cols;
-  return std::max(kTileTokens, tokens / kTileTokens * kTileTokens);
-}
-
-// Groups of at least this many tokens take the AMX tile (16 rows of activations); fewer take
-// VNNI, which spends nothing on the padding. Both give the same bits.
-constexpr int kAmxMinTokens = 4;
-
-}  // namespace
-
 void MatMulInt8(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool) {
   std::vector<std::shared_ptr<const Int8Pack>> packs(outs.size());
   std::vector<std::int64_t> first(1, 0);  // outs[i]'s tiles are [first[i], first[i + 1])
@@ -265,6 +275,7 @@ void MatMulInt8(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool
   const Int8Isa isa = SelectInt8();
   Int8TileFn narrow = Int8TileScalar, wide = Int8TileScalar;
 #if defined(CTXPAR_X86_KERNELS)
+  if (isa == Int8Isa::kAvx2) narrow = wide = Int8TileAvx2;
   if (isa >= Int8Isa::kVnni) narrow = wide = Int8TileVnni;
   if (isa == Int8Isa::kAmx) wide = Int8TileAmx;
 #endif

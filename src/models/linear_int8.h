@@ -1,7 +1,7 @@
 // The matrix-unit path of MatMul (ActFormat::kInt8, internal): weights repacked once into int8
 // tiles with per-group scales, activations quantized per 32-element group to int8, exact int32
-// products per group (AMX tiles, AVX512-VNNI or scalar code) and one fixed fp32 sequence over the
-// groups.
+// products per group (AMX tiles, AVX512-VNNI, AVX2 or scalar code) and one fixed fp32 sequence over
+// the groups.
 //
 // The sequence (every ISA, bit for bit). A weight row is stored as integers q with one scale per
 // sub-block of `sub` elements (32; 16 for Q6_K, whose scales are per 16) and, for the types with
@@ -87,6 +87,9 @@ void MatMulInt8(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool
 
 void Int8TileScalar(const Int8Tile& t);
 #if defined(CTXPAR_X86_KERNELS)
+// One token's activations quantized as PrepareInt8Acts does, bit for bit (AVX-512).
+void QuantizeRowAvx512(const float* x, int groups, std::int8_t* q, float* d, float* xs);
+void Int8TileAvx2(const Int8Tile& t);  // AVX2 + FMA
 void Int8TileVnni(const Int8Tile& t);  // AVX-512 F/BW/VL + VNNI
 void Int8TileAmx(const Int8Tile& t);   // AMX-TILE + AMX-INT8; t0 a multiple of 16
 // Asks Linux for the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM, once per process): false

@@ -75,6 +75,27 @@ void Dispatch(const Int8Tile& t, int t0, int nt, std::integer_sequence<int, NT..
 
 }  // namespace
 
+void QuantizeRowAvx512(const float* x, int groups, std::int8_t* q, float* d, float* xs) {
+  for (int g = 0; g < groups; ++g) {
+    const __m512 a = _mm512_loadu_ps(x + g * kBlock);
+    const __m512 b = _mm512_loadu_ps(x + g * kBlock + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+    const float dg = amax / 127.0f;
+    const __m512 id = _mm512_set1_ps(dg != 0.0f ? 1.0f / dg : 0.0f);
+    const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    auto quant = [&](__m512 v) {
+      const __m512 r =
+          _mm512_roundscale_ps(_mm512_mul_ps(v, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      return _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(r, lo), hi));
+    };
+    const __m512i qa = quant(a), qb = quant(b);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + g * kBlock), _mm512_cvtepi32_epi8(qa));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + g * kBlock + 16), _mm512_cvtepi32_epi8(qb));
+    d[g] = dg;
+    xs[g] = dg * float(_mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb)));
+  }
+}
+
 void Int8TileVnni(const Int8Tile& t) {
   for (int t0 = t.t0; t0 < t.t0 + t.nt; t0 += kTokens) {
     const int nt = std::min(kTokens, t.t0 + t.nt - t0);

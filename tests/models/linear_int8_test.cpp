@@ -79,7 +79,7 @@ std::vector<float> Normal(std::size_t count, std::mt19937& rng) {
 // The int8 ISAs this CPU runs, lowest first, as CTXPAR_INT8_ISA names them.
 std::vector<std::string> Isas() {
   std::vector<std::string> names;
-  for (const char* isa : {"scalar", "avx512_vnni", "amx"}) {
+  for (const char* isa : {"scalar", "avx2", "avx512_vnni", "amx"}) {
     setenv("CTXPAR_INT8_ISA", isa, 1);
     if (CheckInt8Isa().ok()) names.push_back(isa);
   }
@@ -214,6 +214,9 @@ TEST_F(Int8MatMul, FusedAndUnpackedEqualSeparate) {
 TEST_F(Int8MatMul, BestPathOfTheCpu) {
   const CpuFeatures& f = DetectCpuFeatures();
   const std::vector<std::string> isas = Isas();
+  if (BestCpuIsa(f) >= CpuIsa::kAvx2) {
+    EXPECT_NE(std::find(isas.begin(), isas.end(), "avx2"), isas.end());
+  }
   if (BestCpuIsa(f) >= CpuIsa::kAvx512 && f.avx512_vnni) {
     EXPECT_NE(std::find(isas.begin(), isas.end(), "avx512_vnni"), isas.end());
   }
@@ -230,8 +233,12 @@ TEST_F(Int8MatMul, ForcedIsaChecked) {
   EXPECT_TRUE(CheckInt8Isa().ok());
   EXPECT_STREQ(MatMulInt8Isa(), "scalar");
   unsetenv("CTXPAR_INT8_ISA");
-  setenv("CTXPAR_CPU_ISA", "avx2", 1);
-  EXPECT_STREQ(MatMulInt8Isa(), "scalar") << "CTXPAR_CPU_ISA below avx512 lowers the int8 path";
+  setenv("CTXPAR_CPU_ISA", "scalar", 1);
+  EXPECT_STREQ(MatMulInt8Isa(), "scalar") << "CTXPAR_CPU_ISA lowers the int8 path";
+  if (BestCpuIsa(DetectCpuFeatures()) >= CpuIsa::kAvx2) {
+    setenv("CTXPAR_CPU_ISA", "avx2", 1);
+    EXPECT_STREQ(MatMulInt8Isa(), "avx2");
+  }
   unsetenv("CTXPAR_CPU_ISA");
 }
 
