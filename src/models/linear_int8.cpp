@@ -132,17 +132,18 @@ std::shared_ptr<const Int8Pack> PackInt8(const QuantMatrix& w) {
       const Group grp = DecodeGroup(w.type, row, g);
       for (int h = 0; h < per_group; ++h) {
         const int s = g * per_group + h;
-        std::int8_t* dst = const_cast<std::int8_t*>(p->Q(tile, s));
+        const std::size_t at = p->Sub(tile, s);
+        std::int8_t* dst = p->q.data() + at * p->sub * 16;
         int sum = 0;
         for (int j = 0; j < p->sub; ++j) {
           const std::int8_t v = grp.q[h * p->sub + j];
           dst[(j / 4) * 64 + lane * 4 + j % 4] = v;
           sum += v;
         }
-        const_cast<float*>(p->Scale(tile, s))[lane] = grp.scale[h];
-        if (!p->has_min) const_cast<std::int32_t*>(p->Sum128(tile, s))[lane] = 128 * sum;
+        p->scale[at * 16 + lane] = grp.scale[h];
+        if (!p->has_min) p->sum128[at * 16 + lane] = 128 * sum;
       }
-      if (p->has_min) const_cast<float*>(p->Min(tile, g))[lane] = grp.min;
+      if (p->has_min) p->min[p->Group(tile, g) * 16 + lane] = grp.min;
     }
   }
   return p;

@@ -45,18 +45,14 @@ struct Int8Pack {
   std::vector<float> min;            // [tiles][cols / 32][16] (has_min)
   std::vector<std::int32_t> sum128;  // [tiles][subs][16]: 128 * sum of q (signed types)
 
-  const std::int8_t* Q(int tile, int s) const {
-    return q.data() + (std::size_t(tile) * subs + s) * sub * 16;
-  }
-  const float* Scale(int tile, int s) const {
-    return scale.data() + (std::size_t(tile) * subs + s) * 16;
-  }
-  const float* Min(int tile, int g) const {
-    return min.data() + (std::size_t(tile) * (cols / kBlock) + g) * 16;
-  }
-  const std::int32_t* Sum128(int tile, int s) const {
-    return sum128.data() + (std::size_t(tile) * subs + s) * 16;
-  }
+  // Sub: index of tile `tile`'s sub-block s, the unit of q (sub * 16 bytes),
+  // scale and sum128 (16 each); Group: of its 32-group g, the unit of min (16).
+  std::size_t Sub(int tile, int s) const { return std::size_t(tile) * subs + s; }
+  std::size_t Group(int tile, int g) const { return std::size_t(tile) * (cols / kBlock) + g; }
+  const std::int8_t* Q(int tile, int s) const { return q.data() + Sub(tile, s) * sub * 16; }
+  const float* Scale(int tile, int s) const { return scale.data() + Sub(tile, s) * 16; }
+  const float* Min(int tile, int g) const { return min.data() + Group(tile, g) * 16; }
+  const std::int32_t* Sum128(int tile, int s) const { return sum128.data() + Sub(tile, s) * 16; }
 };
 
 namespace int8_internal {

@@ -31,21 +31,21 @@ struct alignas(64) TileConfig {
 static_assert(sizeof(TileConfig) == 64);
 
 // Tiles 0, 1: C (16 tokens x 16 int32); 2, 3: A (16 tokens x sub bytes); 4, 5: B (sub / 4 lines
-// of 64 bytes). Loaded once per thread and per sub-block size.
+// of 64 bytes). The thread's configuration is read back (sttilecfg) and loaded only when it
+// differs: other code on the thread (a benchmark's peak loop, a tilerelease) may have changed it.
 void Configure(int sub) {
-  thread_local int configured = 0;
-  if (configured == sub) return;
-  TileConfig c;
+  TileConfig want;
   for (int i : {0, 1}) {
-    c.rows[i] = 16;
-    c.colsb[i] = 64;
-    c.rows[2 + i] = 16;
-    c.colsb[2 + i] = static_cast<std::uint16_t>(sub);
-    c.rows[4 + i] = static_cast<std::uint8_t>(sub / 4);
-    c.colsb[4 + i] = 64;
+    want.rows[i] = 16;
+    want.colsb[i] = 64;
+    want.rows[2 + i] = 16;
+    want.colsb[2 + i] = static_cast<std::uint16_t>(sub);
+    want.rows[4 + i] = static_cast<std::uint8_t>(sub / 4);
+    want.colsb[4 + i] = 64;
   }
-  _tile_loadconfig(&c);
-  configured = sub;
+  TileConfig have;
+  _tile_storeconfig(&have);
+  if (std::memcmp(&have, &want, sizeof(TileConfig)) != 0) _tile_loadconfig(&want);
 }
 
 }  // namespace
