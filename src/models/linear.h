@@ -134,8 +134,8 @@ using LineVector = std::vector<T, LineAllocator<T>>;
 //   and the difference then grows to the size of the quantization noise.
 // - kInt8: the matrix units (`--dtype auto`): activations quantized per 32-group to int8 with an
 //   fp32 scale, weights repacked to int8 tiles (WithInt8Pack), int32 products on AMX tiles,
-//   AVX512-VNNI, AVX2 or scalar code, one fixed fp32 sequence per output (linear_int8.h), the same bits
-//   on every ISA and for every n. Takes every WeightType; as kQ8, it is not layout-invariant.
+//   AVX512-VNNI, AVX2 or scalar code, one fixed fp32 sequence per output (linear_int8.h), the same
+//   bits on every ISA and for every n. Takes every WeightType; as kQ8, it is not layout-invariant.
 enum class ActFormat { kF32, kQ8, kInt8 };
 
 // Activations of n rows prepared for one weight type; row t is Row(t) / F32Row(t).
