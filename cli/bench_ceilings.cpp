@@ -142,6 +142,51 @@ __attribute__((target("avx2,fma"))) float FmaLoopAvx2(int64_t iters) {
   return std::accumulate(s, s + 8, 0.0f);
 }
 
+__attribute__((target("avx512f,avx512vnni"))) float VnniLoop(int64_t iters) {
+  __m512i a[kPeakAccs];
+  for (int j = 0; j < kPeakAccs; ++j) a[j] = _mm512_set1_epi32(j);
+  const __m512i x = _mm512_set1_epi8(3), y = _mm512_set1_epi8(-2);
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int j = 0; j < kPeakAccs; ++j) a[j] = _mm512_dpbusd_epi32(a[j], x, y);
+  }
+  for (int j = 1; j < kPeakAccs; ++j) a[0] = _mm512_add_epi32(a[0], a[j]);
+  alignas(64) std::int32_t s[16];
+  _mm512_store_si512(s, a[0]);
+  return static_cast<float>(std::accumulate(s, s + 16, 0));
+}
+
+// Four accumulator tiles (0-3) over two A (4, 5) and two B (6, 7) tiles, all 16 x 64 bytes:
+// each tdpbssd is 16 x 16 x 64 multiply-adds. The tile instructions are inline assembly in GCC's
+// headers; ldtilecfg and tilerelease are per thread.
+__attribute__((target("amx-tile,amx-int8"))) float AmxLoop(int64_t iters) {
+  struct alignas(64) {
+    std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    std::uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+    std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+  } config;
+  alignas(64) std::int8_t ab[16 * 64];
+  std::fill(std::begin(ab), std::end(ab), std::int8_t(1));
+  alignas(64) std::int32_t c[16 * 16];
+  _tile_loadconfig(&config);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, ab, 64);
+  _tile_loadd(5, ab, 64);
+  _tile_loadd(6, ab, 64);
+  _tile_loadd(7, ab, 64);
+  for (int64_t i = 0; i < iters; ++i) {
+    _tile_dpbssd(0, 4, 6);
+    _tile_dpbssd(1, 4, 7);
+    _tile_dpbssd(2, 5, 6);
+    _tile_dpbssd(3, 5, 7);
+  }
+  _tile_stored(0, c, 64);
+  _tile_release();
+  return static_cast<float>(c[0]);
+}
+
 float FmaLoopScalar(int64_t iters) {
   float a[kPeakAccs16Regs];
   for (int j = 0; j < kPeakAccs16Regs; ++j) a[j] = static_cast<float>(j);
@@ -201,6 +246,19 @@ Rate MeasureComputePeak(int threads, CpuIsa isa, bool dpbf16, int reps) {
   const int chains = isa >= CpuIsa::kAvx512 || dpbf16 ? kPeakAccs : kPeakAccs16Regs;
   const double gflop = static_cast<double>(done) * chains * lanes * flop_per_op * threads / 1e9;
   return {gflop / best.wall, gflop / best.cpu};
+}
+
+Rate MeasureInt8Peak(int threads, bool amx, int reps) {
+  const int64_t iters = amx ? 2'000'000 : 20'000'000;
+  std::vector<float> sink(threads);
+  Timing best;
+  for (int r = 0; r < reps; ++r) {
+    best.KeepBest(
+        TimeOnThreads(threads, [&](int t) { sink[t] = amx ? AmxLoop(iters) : VnniLoop(iters); }));
+  }
+  const double macs_per_iter = amx ? 4.0 * 16 * 16 * 64 : kPeakAccs * 64.0;
+  const double gop = 2.0 * static_cast<double>(iters) * macs_per_iter * threads / 1e9;
+  return {gop / best.wall, gop / best.cpu};
 }
 
 double LoadAverage() {

@@ -1,8 +1,12 @@
 // `ctxpar bench matmul`: MatMul (src/models/linear.h) over a model's matrix shapes and weight
 // types (SmolLM2-135M's Q4_1 file, or Gemma 3 270M's Q4_K_M one) for n activation rows (n = 1 is
 // batch-1 decode, 16 is 16 sequences decoding together), beside the read ceiling and FMA peak of
-// the same run (bench_ceilings.h). Each shape is timed over enough copies of its weights to pass
+// the same run (bench_ceilings.h), and with --act int8 (the matrix units, --dtype auto) beside
+// the int8 peak of the path's units (AMX tiles or AVX512-VNNI) measured in the same run. Each
+// shape is timed over enough copies of its weights to pass
 // the caches, as a decode step streams every layer's weights.
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <cstdio>
@@ -108,15 +112,18 @@ Point TimeShape(const Shape& s, int n, model::ActFormat act, ThreadPool& pool, i
   for (float& v : x) v = normal(rng);
   model::Acts acts;
   model::PrepareActs(act, s.type, x.data(), n, s.cols, s.cols, &acts);
+  // The int8 path's weights are repacked once at load, outside the timing.
+  std::vector<model::QuantMatrix> ws;
+  for (int c = 0; c < copies; ++c) {
+    ws.push_back(model::WithInt8Pack(
+        model::QuantMatrix{s.type, weights.data() + bytes * c, s.rows, s.cols, row_bytes}, act));
+  }
   std::vector<float> y(std::size_t(n) * s.rows);
   Timing best;
   for (int r = 0; r <= reps; ++r) {  // run 0 warms up
     const Clock::time_point start = Clock::now();
     const double cpu0 = CpuSeconds(CLOCK_PROCESS_CPUTIME_ID);
-    for (int c = 0; c < copies; ++c) {
-      const model::QuantMatrix w{s.type, weights.data() + bytes * c, s.rows, s.cols, row_bytes};
-      model::MatMul(w, acts, y.data(), s.rows, &pool);
-    }
+    for (const model::QuantMatrix& w : ws) model::MatMul(w, acts, y.data(), s.rows, &pool);
     const double cpu = (CpuSeconds(CLOCK_PROCESS_CPUTIME_ID) - cpu0) / pool.size();
     if (r > 0) best.KeepBest({Seconds(start, Clock::now()) / copies, cpu / copies});
   }
@@ -140,8 +147,10 @@ int RunMatMulBench(const std::vector<std::string>& args) {
       ->check(CLI::IsMember({"smollm2", "gemma3"}));
   app.add_option("--threads", thread_list, "thread counts");
   app.add_option("--rows", row_list, "activation rows per call (sequences decoding together)");
-  app.add_option("--act", act_name, "activations: f32 (the default numerics) or q8")
-      ->check(CLI::IsMember({"f32", "q8"}));
+  app.add_option("--act", act_name,
+                 "activations: f32 (the default numerics), q8 (--llama-cpp-numerics) or int8 "
+                 "(--dtype auto: the matrix units)")
+      ->check(CLI::IsMember({"f32", "q8", "int8"}));
   app.add_option("--reps", reps, "timed runs per point (best is reported)")
       ->check(CLI::Range(1, 100));
   app.add_option("--ceiling-mib", ceiling_mib, "buffer read by the bandwidth ceiling")
@@ -167,7 +176,15 @@ int RunMatMulBench(const std::vector<std::string>& args) {
     std::fprintf(stderr, "ctxpar bench matmul: %s\n", isa.status().message().c_str());
     return kExitInvalid;
   }
-  const model::ActFormat act = act_name == "q8" ? model::ActFormat::kQ8 : model::ActFormat::kF32;
+  const model::ActFormat act = act_name == "q8"     ? model::ActFormat::kQ8
+                               : act_name == "int8" ? model::ActFormat::kInt8
+                                                    : model::ActFormat::kF32;
+  if (act == model::ActFormat::kInt8) {
+    if (Status s = model::CheckInt8Isa(); !s.ok()) return fail(s);
+  }
+  // The peak column: the FMA units, or the int8 units the int8 path runs on.
+  const std::string int8_isa = model::MatMulInt8Isa();
+  const bool int8_peak = act == model::ActFormat::kInt8 && int8_isa != "scalar";
   const bool gemma = model_name == "gemma3";
   const std::span<const Shape> shapes =
       gemma ? std::span<const Shape>(kGemma3) : std::span<const Shape>(kSmolLm2);
@@ -182,7 +199,7 @@ int RunMatMulBench(const std::vector<std::string>& args) {
            {"valid", "f32 (q8 with --model smollm2)"}}));
     }
   }
-  nlohmann::json out = {{"isa", model::MatMulIsa()},
+  nlohmann::json out = {{"isa", act == model::ActFormat::kInt8 ? int8_isa : model::MatMulIsa()},
                         {"model", model_name},
                         {"activations", act_name},
                         {"load_average_1min", LoadAverage()},
@@ -190,20 +207,27 @@ int RunMatMulBench(const std::vector<std::string>& args) {
   if (!json) {
     std::printf(
         "ctxpar bench matmul  %s  isa=%s  activations %s  load average %.2f  (best of %d)\n",
-        model_name.c_str(), model::MatMulIsa(), act_name.c_str(), LoadAverage(), reps);
+        model_name.c_str(), act == model::ActFormat::kInt8 ? int8_isa.c_str() : model::MatMulIsa(),
+        act_name.c_str(), LoadAverage(), reps);
   }
   std::mt19937 rng(1);
   for (int threads : *threads_list) {
     const Rate read = MeasureReadCeiling(threads, std::size_t(ceiling_mib) << 20, 5, *isa);
     const Rate fma = MeasureComputePeak(threads, *isa, false, 3);
+    const Rate peak = int8_peak ? MeasureInt8Peak(threads, int8_isa == "amx", 3) : fma;
     Expected<std::unique_ptr<ThreadPool>> pool = ThreadPool::Create(threads);
     if (!pool.ok()) return fail(pool.status());
     if (!json) {
       std::printf(
           "\nthreads %d: read ceiling %.1f GB/s (%.1f by CPU time), FMA peak %.1f GFLOP/s "
-          "(%.1f)\n%-23s %3s %9s %7s %5s %7s %5s %6s | %8s %5s %7s %5s %6s\n",
-          threads, read.wall, read.cpu, fma.wall, fma.cpu, "shape", "n", "us/call", "w GB/s",
-          "%read", "GFLOP/s", "%peak", "x n=1", "cpu:GB/s", "%read", "GFLOP/s", "%peak", "x n=1");
+          "(%.1f)%s\n%-23s %3s %9s %7s %5s %7s %5s %6s | %8s %5s %7s %5s %6s\n",
+          threads, read.wall, read.cpu, fma.wall, fma.cpu,
+          int8_peak ? fmt::format(", int8 peak ({}) {:.1f} GOP/s ({:.1f}); %peak is of it",
+                                  int8_isa, peak.wall, peak.cpu)
+                          .c_str()
+                    : "",
+          "shape", "n", "us/call", "w GB/s", "%read", "GFLOP/s", "%peak", "x n=1", "cpu:GB/s",
+          "%read", "GFLOP/s", "%peak", "x n=1");
     }
     // The matmul seconds of one decode step of n sequences, by wall and CPU time.
     std::vector<Rate> step(rows_list->size());
@@ -224,6 +248,7 @@ int RunMatMulBench(const std::vector<std::string>& args) {
                                   {"read_ceiling_gbps", read.wall},
                                   {"gflops", p.gflops.wall},
                                   {"fma_peak_gflops", fma.wall},
+                                  {"int8_peak_gops", int8_peak ? peak.wall : 0.0},
                                   {"rows_per_s_vs_first", gain.wall},
                                   {"cpu_time",
                                    {{"seconds", p.time.cpu},
@@ -231,14 +256,15 @@ int RunMatMulBench(const std::vector<std::string>& args) {
                                     {"read_ceiling_gbps", read.cpu},
                                     {"gflops", p.gflops.cpu},
                                     {"fma_peak_gflops", fma.cpu},
+                                    {"int8_peak_gops", int8_peak ? peak.cpu : 0.0},
                                     {"rows_per_s_vs_first", gain.cpu}}}});
         if (!json) {
           std::printf(
               "%-23s %3d %9.1f %7.2f %4.0f%% %7.1f %4.0f%% %5.2fx | %8.2f %4.0f%% %7.1f "
               "%4.0f%% %5.2fx\n",
               s.name, n, p.time.wall * 1e6, p.gbps.wall, 100 * p.gbps.wall / read.wall,
-              p.gflops.wall, 100 * p.gflops.wall / fma.wall, gain.wall, p.gbps.cpu,
-              100 * p.gbps.cpu / read.cpu, p.gflops.cpu, 100 * p.gflops.cpu / fma.cpu, gain.cpu);
+              p.gflops.wall, 100 * p.gflops.wall / peak.wall, gain.wall, p.gbps.cpu,
+              100 * p.gbps.cpu / read.cpu, p.gflops.cpu, 100 * p.gflops.cpu / peak.cpu, gain.cpu);
         }
       }
     }

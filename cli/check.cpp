@@ -3,16 +3,20 @@
 // --platform included); with --model-path it runs what generate and serve run before they start
 // (PrepareLaunch: the model's own rules, the engine's, the KV pool) and shows
 // max_total_num_tokens (and swa_max_total_num_tokens for a model with sliding-window layers).
+// The table also shows the matmul kernels this machine runs: fp32 (--dtype float32) and int8
+// (--dtype auto); the JSON keeps issue 2's shape.
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "command.h"
 #include "ctxpar/config.h"
 #include "ctxpar/launch.h"
 #include "launch_flags.h"
+#include "models/linear.h"
 
 namespace ctxpar::cli {
 namespace {
@@ -66,6 +70,11 @@ int Report(bool json, const Status& status, const ResolvedConfig* config, const 
   if (platform->origin != PlatformOrigin::kProbe) {
     std::printf("probe: %s\n", ProbePlatform().description.c_str());
   }
+  std::printf("kernels (this machine): matmul --dtype float32 %s (fp32 FMA), --dtype auto %s%s\n",
+              model::MatMulIsa(), model::MatMulInt8Isa(),
+              std::string_view(model::MatMulInt8Isa()) == "amx"
+                  ? " (int8 AMX tiles; AVX512-VNNI below 4 tokens)"
+                  : " (int8)");
   if (launch != nullptr) {
     std::printf(
         "model: %s (%s)\nmax_total_num_tokens: %lld (KV pool: %lld pages of %d tokens "

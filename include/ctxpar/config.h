@@ -178,6 +178,7 @@ class ConfigGetters {
   int threads() const { return Int("threads"); }
   int64_t random_seed() const { return Int64("random_seed"); }
   bool llama_cpp_numerics() const { return Bool("llama_cpp_numerics"); }
+  std::string dtype() const { return Str("dtype"); }
   double schedule_conservativeness() const { return Float("schedule_conservativeness"); }
   bool disable_radix_cache() const { return Bool("disable_radix_cache"); }
   bool allow_auto_truncate() const { return Bool("allow_auto_truncate"); }

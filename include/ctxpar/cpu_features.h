@@ -23,6 +23,13 @@ struct CpuFeatures {
   bool avx512bw = false;
   bool avx512vl = false;
   bool avx512_bf16 = false;  // vdpbf16ps
+  // The int8 matmuls (linear.h's ActFormat::kInt8): vpdpbusd, and AMX tiles where the OS saves
+  // their state (XCR0 bits 17, 18; Linux also wants a per-process request, linear_int8.h).
+  bool avx512_vnni = false;
+  bool avx_vnni = false;
+  bool amx_tile = false;
+  bool amx_int8 = false;
+  bool amx_bf16 = false;
 };
 
 // Ordered: each path needs everything the ones before it need.

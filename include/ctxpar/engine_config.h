@@ -75,6 +75,7 @@ struct EngineConfig {
   int threads = 0;                  // compute threads per rank
   uint64_t random_seed = 0;         // seed of requests that give none
   bool llama_cpp_numerics = false;  // int8 activations in the matmuls (GGUF models)
+  bool int8_matmuls = false;        // --dtype auto: the matrix units' int8 path (GGUF models)
 };
 
 // Converts a resolved configuration; fails only on a value outside its enum (a bug).

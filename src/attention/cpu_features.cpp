@@ -37,8 +37,14 @@ CpuFeatures Detect() {
   f.avx512f = os_avx512 && ((ebx >> 16) & 1);
   f.avx512bw = os_avx512 && ((ebx >> 30) & 1);
   f.avx512vl = os_avx512 && ((ebx >> 31) & 1);
+  f.avx512_vnni = f.avx512f && ((ecx >> 11) & 1);
+  const bool os_amx = (xcr0 & 0x60000) == 0x60000;
+  f.amx_bf16 = os_amx && ((edx >> 22) & 1);
+  f.amx_tile = os_amx && ((edx >> 24) & 1);
+  f.amx_int8 = os_amx && ((edx >> 25) & 1);
   if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) {
     f.avx512_bf16 = f.avx512f && ((eax >> 5) & 1);
+    f.avx_vnni = f.avx2 && ((eax >> 4) & 1);
   }
   return f;
 }

@@ -101,6 +101,7 @@ Expected<EngineConfig> MakeEngineConfig(const ResolvedConfig& c, const Platform&
   e.threads = c.threads();
   e.random_seed = static_cast<uint64_t>(c.random_seed());
   e.llama_cpp_numerics = c.llama_cpp_numerics();
+  e.int8_matmuls = c.dtype() == "auto";
   if (e.page_size < 1 || e.max_running_requests < 1 || e.threads < 1) {
     return Internal(fmt::format(
         "MakeEngineConfig: page_size ({}), max_running_requests ({}) and threads ({}) must have "

@@ -160,6 +160,13 @@ const std::vector<FieldSpec>& Table() {
     f.push_back(BoolField("llama_cpp_numerics", "--llama-cpp-numerics",
                           "Quantize activations to int8 before each matmul, as llama.cpp's CPU "
                           "backend does (GGUF models)."));
+    f.push_back(StrField("dtype", std::string("float32"), "--dtype",
+                         {"auto", "half", "float16", "bfloat16", "float", "float32"},
+                         "Data type of the matmuls of GGUF models: float32 (and float) is fp32 on "
+                         "FMA units, the default; auto quantizes activations to int8 per 32 and "
+                         "runs the products on the CPU's matrix units (AMX, AVX512-VNNI), faster "
+                         "but neither layout-invariant nor transformers-exact (docs/model.md); "
+                         "half, float16 and bfloat16 are refused on the CPU engine."));
     f.push_back(IntField("random_seed", {}, "--random-seed", 0,
                          "Seed of the requests that give none (unset: 0)."));
     return f;

@@ -170,6 +170,9 @@ Status HandleCpuEngine(Resolution& r, const ResolveContext& ctx) {
   if (cfg.dp_size() != 1)
     return CatalogError("CTXPAR-ENGINE-002", {{"dp_size", Int(cfg.dp_size())}});
   CTXPAR_RETURN_IF_ERROR(CheckCpuKvCacheDtype(cfg.kv_cache_dtype()));
+  if (cfg.dtype() != "auto" && cfg.dtype() != "float32" && cfg.dtype() != "float") {
+    return CatalogError("CTXPAR-DTYPE-001", {{"dtype", cfg.dtype()}});
+  }
   if (cfg.threads() > hardware) {
     return CatalogError("CTXPAR-FLAG-007", {{"value", Int(cfg.threads())},
                                             {"flag", "--threads"},

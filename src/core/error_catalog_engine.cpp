@@ -240,6 +240,23 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "ctxpar generate --max-total-tokens 256 --max-new-tokens 16 --allow-auto-truncate "
        "\"$(seq 1 500)\"",
        {"CTXPAR-ENGINE-005", "CTXPAR-ENGINE-006"}},
+      {"CTXPAR-DTYPE-001",
+       "A matmul data type the CPU engine does not compute in",
+       "--dtype {dtype} is not available on ctxpar's CPU engine: use --dtype float32 (fp32 "
+       "products, the default) or --dtype auto (int8 activations on the CPU's matrix units).",
+       kConfig,
+       "SGLang's --dtype names the data type of the weights and activations on the GPU. ctxpar's "
+       "CPU engine multiplies GGUF weights in their quantized blocks either by fp32 activations "
+       "(float32, transformers' tokens) or by activations quantized per 32 to int8 on AMX / "
+       "AVX512-VNNI (auto); fp16 and bf16 products are not implemented, so they are refused "
+       "rather than silently computed in another type.",
+       "`ctxpar generate`, `ctxpar serve` or `ctxpar check --model-path M` with --dtype half, "
+       "float16 or bfloat16.",
+       {"Use --dtype float32 (the default) for transformers' numerics.",
+        "Use --dtype auto for the matrix units' int8 path (faster prefill and batched decode)."},
+       "ctxpar generate --dtype bfloat16 'Hello'",
+       "ctxpar generate --dtype auto 'Hello'",
+       {"CTXPAR-KV-003"}},
       {"CTXPAR-KV-001",
        "A KV page that is not a whole number of interleave blocks",
        "--page-size {page_size} must be a multiple of --dcp-kv-cache-interleave-size "

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "ctxpar/cpu_features.h"
+#include "models/linear_int8.h"
 #include "models/linear_kernels.h"
 
 namespace ctxpar::model {
@@ -71,6 +72,7 @@ QuantMatrix QuantMatrix::RowRange(int begin, int count) const {
   QuantMatrix m = *this;
   m.data = data + std::size_t(begin) * row_stride;
   m.rows = count;
+  m.int8 = nullptr;
   return m;
 }
 
@@ -80,6 +82,7 @@ void PrepareActs(ActFormat format, WeightType type, const float* x, int n, int c
   out->type = type;
   out->n = n;
   out->blocks_per_row = cols / kBlock;
+  if (format == ActFormat::kInt8) return int8_internal::PrepareInt8Acts(x, n, cols, ldx, out);
   if (format == ActFormat::kF32) {
     if (ldx == cols && reinterpret_cast<std::uintptr_t>(x) % 64 == 0) {
       out->f32 = x;
@@ -243,6 +246,10 @@ std::int64_t RowTiles(const QuantMatrix& w) { return (w.rows + kRowTile - 1) / k
 const char* MatMulIsa() { return Select().isa; }
 
 void MatMul(const QuantMatrix& w, const Acts& x, float* y, int ldy, ThreadPool* pool) {
+  if (x.format == ActFormat::kInt8) {
+    const MatMulOut out{w, y, ldy};
+    return int8_internal::MatMulInt8({&out, 1}, x, pool);
+  }
   const Kernels k = Select();
   auto body = [&](std::int64_t begin, std::int64_t end) { Tiles(k, w, x, y, ldy, begin, end); };
   if (pool != nullptr) {
@@ -253,6 +260,7 @@ void MatMul(const QuantMatrix& w, const Acts& x, float* y, int ldy, ThreadPool* 
 }
 
 void MatMulMany(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool) {
+  if (x.format == ActFormat::kInt8) return int8_internal::MatMulInt8(outs, x, pool);
   const Kernels k = Select();
   std::vector<std::int64_t> first(1, 0);  // outs[i]'s tiles are [first[i], first[i + 1])
   for (const MatMulOut& o : outs) first.push_back(first.back() + RowTiles(o.w));

@@ -39,6 +39,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <new>
 #include <span>
 #include <vector>
@@ -86,14 +87,19 @@ Expected<WeightType> WeightTypeFor(GgmlType type);
 // ggml's type of a WeightType.
 GgmlType GgmlTypeOf(WeightType type);
 
+struct Int8Pack;  // linear_int8.h: the weights repacked for the matrix units
+
 struct QuantMatrix {
   WeightType type = WeightType::kQ4_1;
   const std::uint8_t* data = nullptr;
   int rows = 0;
   int cols = 0;                // a multiple of BlockSize(type)
   std::size_t row_stride = 0;  // bytes between rows
+  // These rows repacked for ActFormat::kInt8 (WithInt8Pack), shared by the copies; null: MatMul
+  // with kInt8 repacks them per call.
+  std::shared_ptr<const Int8Pack> int8;
 
-  // Rows [begin, begin + count): a rank's shard of a projection.
+  // Rows [begin, begin + count): a rank's shard of a projection (without the int8 pack).
   QuantMatrix RowRange(int begin, int count) const;
 };
 
@@ -126,7 +132,11 @@ using LineVector = std::vector<T, LineAllocator<T>>;
 // - kQ8: quantized per block to int8 like llama.cpp's CPU backend (Q8_1 for Q4_1 weights, Q8_0
 //   for Q8_0 weights; AVX512-VNNI dot products); a 1-ulp change of an input can flip a rounding
 //   and the difference then grows to the size of the quantization noise.
-enum class ActFormat { kF32, kQ8 };
+// - kInt8: the matrix units (`--dtype auto`): activations quantized per 32-group to int8 with an
+//   fp32 scale, weights repacked to int8 tiles (WithInt8Pack), int32 products on AMX tiles,
+//   AVX512-VNNI, AVX2 or scalar code, one fixed fp32 sequence per output (linear_int8.h), the same
+//   bits on every ISA and for every n. Takes every WeightType; as kQ8, it is not layout-invariant.
+enum class ActFormat { kF32, kQ8, kInt8 };
 
 // Activations of n rows prepared for one weight type; row t is Row(t) / F32Row(t).
 struct Acts {
@@ -135,6 +145,10 @@ struct Acts {
   int n = 0;
   int blocks_per_row = 0;
   std::vector<ActBlock> blocks;  // kQ8
+  // kInt8: [n rounded up to 16, cols] int8 (rows past n zero), and per token and 32-group the
+  // scale dx and dx * sum(q) ([n rounded up to 16, blocks_per_row], zero past n).
+  LineVector<std::int8_t> i8;
+  std::vector<float> i8_d, i8_xs;
   // kF32: [n, blocks_per_row * 32] at f32, the caller's rows themselves when they are contiguous
   // and cache-line aligned, else a copy in x.
   const float* f32 = nullptr;
@@ -152,6 +166,10 @@ Status CheckActFormat(ActFormat format, WeightType type);
 // the result may point into x, which must then outlive its use by MatMul unchanged.
 void PrepareActs(ActFormat format, WeightType type, const float* x, int n, int cols, int ldx,
                  Acts* out);
+
+// m with its rows repacked for ActFormat::kInt8 when `format` is kInt8 (once, at load: the pack
+// lives as long as a copy of the result), else m as it is.
+QuantMatrix WithInt8Pack(QuantMatrix m, ActFormat format);
 
 // y = x W^T, x prepared with w.cols columns. pool may be null (single thread).
 void MatMul(const QuantMatrix& w, const Acts& x, float* y, int ldy, ThreadPool* pool);
@@ -175,5 +193,13 @@ void DequantizeRow(const QuantMatrix& w, int r, float* out);
 float DotScalar(WeightType type, const std::uint8_t* w_row, const ActBlock* x, int num_blocks);
 // The fp32 path MatMul takes now ("avx512", "avx2" or "scalar"; CTXPAR_CPU_ISA lowers it).
 const char* MatMulIsa();
+// The int8 (kInt8) path MatMul takes now: "amx" (AMX tiles for groups of 4 to 16 tokens, VNNI
+// for fewer), "avx512_vnni", "avx2" or "scalar". CTXPAR_CPU_ISA lowers it (avx2: avx2; scalar:
+// scalar), and so does CTXPAR_INT8_ISA=scalar|avx2|avx512_vnni|amx (tests); a value naming no
+// path, or one this CPU lacks, is ignored here and reported by CheckInt8Isa.
+const char* MatMulInt8Isa();
+// Ok, or InvalidArgument / FailedPrecondition for a CTXPAR_INT8_ISA that names no path or one
+// this CPU (or the OS's AMX tile permission) lacks.
+Status CheckInt8Isa();
 
 }  // namespace ctxpar::model

@@ -244,6 +244,10 @@ TEST(CliCheck, PlatformFromEnvironmentAndFlag) {
   EXPECT_EQ(r.exit_status, 0);
   EXPECT_NE(r.out.find("platform: cuda:sm90: "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("probe: "), std::string::npos) << r.out;
+  // The kernels of this machine, whatever the platform checked.
+  EXPECT_NE(r.out.find("kernels (this machine): matmul --dtype float32 "), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(", --dtype auto "), std::string::npos) << r.out;
 }
 
 TEST(CliCheck, MoeBackendRefusedOnlyOnANamedPlatform) {

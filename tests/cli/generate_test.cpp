@@ -257,6 +257,28 @@ TEST(Generate, Bf16KvCacheGivesTheSameTokensAcrossLayouts) {
   }
 }
 
+// --dtype auto (int8 activations on the matrix units, src/models/linear_int8.h): every output is
+// one fixed sequence whatever the batch, so a prompt prefilled 3 tokens a step prints the whole
+// prompt's ids, and tp 3 (each rank's rows over the whole input row) the single rank's. The
+// matmul data types the CPU engine lacks are refused with their catalog ID.
+TEST(Generate, DtypeAutoIsBatchInvariantAndOtherTypesAreRefused) {
+  const std::string args =
+      "--input-ids 504,3458,282,4649,314,253,1843 --print-ids --max-new-tokens 16 --dtype auto ";
+  const Result one = RunGenerate(args);
+  ASSERT_EQ(one.code, 0) << one.err;
+  ASSERT_EQ(std::count(one.out.begin(), one.out.end(), ' '), 15) << one.out;
+  const Result chunked = RunGenerate(args + "--chunked-prefill-size 3");
+  ASSERT_EQ(chunked.code, 0) << chunked.err;
+  EXPECT_EQ(chunked.out, one.out);
+  const Result half = RunGenerate("--dtype half --max-new-tokens 1 " + std::string(kPrompt));
+  EXPECT_EQ(half.code, 2);
+  EXPECT_NE(half.err.find("CTXPAR-DTYPE-001"), std::string::npos) << half.err;
+  if (std::string(CTXPAR_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI";
+  const Result tp3 = RunGenerate(args + "--tp-size 3 --threads 1");
+  ASSERT_EQ(tp3.code, 0) << tp3.err;
+  EXPECT_EQ(tp3.out, one.out);
+}
+
 // Across nodes the ranks talk over TCP: Open MPI restricted to its TCP transport (no shared
 // memory between ranks, as between nodes; CTXPAR_MPIRUN_ARGS reaches the self-launch's mpirun)
 // gives the single-rank tokens with ag_rs and a2a.

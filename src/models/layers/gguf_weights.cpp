@@ -37,13 +37,16 @@ Expected<DenseBlockWeights> GgufDenseBlock(const GgufFile& f, const std::string&
   CTXPAR_ASSIGN_OR_RETURN(auto up, GgufMatrix(f, b + "ffn_up.weight", l.dim, l.ffn_dim, format));
   CTXPAR_ASSIGN_OR_RETURN(auto down,
                           GgufMatrix(f, b + "ffn_down.weight", l.ffn_dim, l.dim, format));
-  return DenseBlockWeights{.wq = wq.RowRange(s.q_first * hd, s.q_heads * hd),
-                           .wk = wk.RowRange(s.kv_first * hd, s.kv_heads * hd),
-                           .wv = wv.RowRange(s.kv_first * hd, s.kv_heads * hd),
-                           .wo = wo.RowRange(dim_first, dim_count),
-                           .gate = gate.RowRange(ffn_first, ffn_count),
-                           .up = up.RowRange(ffn_first, ffn_count),
-                           .down = down.RowRange(dim_first, dim_count)};
+  auto rows = [&](const QuantMatrix& m, int first, int count) {
+    return WithInt8Pack(m.RowRange(first, count), format);
+  };
+  return DenseBlockWeights{.wq = rows(wq, s.q_first * hd, s.q_heads * hd),
+                           .wk = rows(wk, s.kv_first * hd, s.kv_heads * hd),
+                           .wv = rows(wv, s.kv_first * hd, s.kv_heads * hd),
+                           .wo = rows(wo, dim_first, dim_count),
+                           .gate = rows(gate, ffn_first, ffn_count),
+                           .up = rows(up, ffn_first, ffn_count),
+                           .down = rows(down, dim_first, dim_count)};
 }
 
 Expected<QuantMatrix> GgufMatrix(const GgufFile& f, const std::string& name, int64_t cols,

@@ -7,7 +7,7 @@ namespace ctxpar::model {
 void TpLinear::ColumnParallel(std::span<const MatMulOut> outs, const float* x, int n, int cols) {
   bool same_type = true;
   for (const MatMulOut& o : outs) same_type = same_type && o.w.type == outs[0].w.type;
-  if (format_ == ActFormat::kF32 || same_type) {
+  if (format_ != ActFormat::kQ8 || same_type) {
     PrepareActs(format_, outs[0].w.type, x, n, cols, cols, &acts_);
     return MatMulMany(outs, acts_, pool_);
   }

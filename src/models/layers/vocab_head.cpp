@@ -31,7 +31,8 @@ Expected<VocabHead> VocabHead::FromGguf(const GgufFile& f, int dim, int vocab, b
   }
   CTXPAR_ASSIGN_OR_RETURN(const float* norm, GgufVector(f, "output_norm.weight", dim));
   const VocabShard shard = MakeVocabShard(vocab, tp.size(), tp.rank());
-  h.head_ = LmHead(dim, vocab, rms_eps, norm, head.RowRange(shard.first, shard.count), shard);
+  h.head_ = LmHead(dim, vocab, rms_eps, norm,
+                   WithInt8Pack(head.RowRange(shard.first, shard.count), tp.format()), shard);
   return h;
 }
 

@@ -1,0 +1,97 @@
+// The matrix-unit path of MatMul (ActFormat::kInt8, internal): weights repacked once into int8
+// tiles with per-group scales, activations quantized per 32-element group to int8, exact int32
+// products per group (AMX tiles, AVX512-VNNI, AVX2 or scalar code) and one fixed fp32 sequence over
+// the groups.
+//
+// The sequence (every ISA, bit for bit). A weight row is stored as integers q with one scale per
+// sub-block of `sub` elements (32; 16 for Q6_K, whose scales are per 16) and, for the types with
+// a minimum (Q4_1, Q4_K, Q5_K: q unsigned, 0..31), one min per 32-group: w = scale * q + min
+// exactly as the type's dequantization gives it. Activations of group g of token t: xq = nearest
+// even of x * (1 / dx) in [-127, 127], dx = amax / 127, xs = dx * float(sum xq). Output (t, r):
+//   acc = +0; for each group g in order: for each sub-block s of g in order:
+//     acc = fma(scale[r, s] * dx[t, g], float(sum_j q[r, j] * xq[t, j]), acc)
+//   then, with a min: acc = fma(min[r, g], xs[t, g], acc).
+// The int32 sums are exact (|sum| <= 32 * 128 * 127), so their order is free; the products
+// scale * dx round once. No operation depends on n, the token's place, the thread count or the
+// ISA: a row's bits are the same alone or in any batch, and equal on every ISA.
+//
+// Layout of the repacked weights (Int8Pack): rows in tiles of 16 (the last padded with zero
+// rows); tile i, sub-block s holds sub / 4 lines of 64 bytes, line k holding bytes 4k..4k+3 of
+// the sub-block for each of the 16 rows: the B operand of an AMX tile multiply and the operand of
+// VNNI's vpdpbusd over 16 rows at once. Memory: 1 byte per weight plus 4 bytes per sub-block and
+// row for the scale and 4 more for the min (Q4_1, Q4_K, Q5_K) or the sum of q (the others, for
+// VNNI's unsigned operand): 1.25 bytes per weight (1.5 for Q6_K), against Q4_1's 0.625.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "models/linear.h"
+
+namespace ctxpar::model {
+
+struct Int8Pack {
+  int rows = 0;
+  int cols = 0;
+  int tiles = 0;  // ceil(rows / 16)
+  int sub = 32;   // elements per scale: 32, or 16 (Q6_K)
+  int subs = 0;   // cols / sub
+  bool has_min = false;
+  LineVector<std::int8_t> q;         // [tiles][subs][sub / 4][16][4]
+  std::vector<float> scale;          // [tiles][subs][16]
+  std::vector<float> min;            // [tiles][cols / 32][16] (has_min)
+  std::vector<std::int32_t> sum128;  // [tiles][subs][16]: 128 * sum of q (signed types)
+
+  // Sub: index of tile `tile`'s sub-block s, the unit of q (sub * 16 bytes),
+  // scale and sum128 (16 each); Group: of its 32-group g, the unit of min (16).
+  std::size_t Sub(int tile, int s) const { return std::size_t(tile) * subs + s; }
+  std::size_t Group(int tile, int g) const { return std::size_t(tile) * (cols / kBlock) + g; }
+  const std::int8_t* Q(int tile, int s) const { return q.data() + Sub(tile, s) * sub * 16; }
+  const float* Scale(int tile, int s) const { return scale.data() + Sub(tile, s) * 16; }
+  const float* Min(int tile, int g) const { return min.data() + Group(tile, g) * 16; }
+  const std::int32_t* Sum128(int tile, int s) const { return sum128.data() + Sub(tile, s) * 16; }
+};
+
+namespace int8_internal {
+
+inline constexpr int kTileRows = 16;
+// Tokens of an AMX tile: the activations are padded to a multiple of it.
+inline constexpr int kTileTokens = 16;
+
+// Rows [tile * 16, +16) of w times tokens [t0, t0 + nt) of x: y[t * ldy + r] for the tile's rows
+// below w.rows (y points at row 0, token 0).
+struct Int8Tile {
+  const Int8Pack* w = nullptr;
+  int tile = 0;
+  const Acts* x = nullptr;
+  int t0 = 0;
+  int nt = 0;
+  float* y = nullptr;
+  std::size_t ldy = 0;
+};
+using Int8TileFn = void (*)(const Int8Tile& t);
+
+// w's rows repacked (any WeightType).
+std::shared_ptr<const Int8Pack> PackInt8(const QuantMatrix& w);
+// Acts of format kInt8 from x [n, cols] (row stride ldx): the sequence's xq, dx and xs.
+void PrepareInt8Acts(const float* x, int n, int cols, int ldx, Acts* out);
+// MatMulMany with kInt8 activations (MatMul is the case of one output).
+void MatMulInt8(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool);
+
+void Int8TileScalar(const Int8Tile& t);
+#if defined(CTXPAR_X86_KERNELS)
+// One token's activations quantized as PrepareInt8Acts does, bit for bit (AVX-512).
+void QuantizeRowAvx512(const float* x, int groups, std::int8_t* q, float* d, float* xs);
+void Int8TileAvx2(const Int8Tile& t);  // AVX2 + FMA
+void Int8TileVnni(const Int8Tile& t);  // AVX-512 F/BW/VL + VNNI
+void Int8TileAmx(const Int8Tile& t);   // AMX-TILE + AMX-INT8; t0 a multiple of 16
+// Asks Linux for the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM, once per process): false
+// where the kernel refuses it, and the AMX path must not run.
+bool RequestAmxTileState();
+#endif
+
+}  // namespace int8_internal
+}  // namespace ctxpar::model

@@ -1,0 +1,246 @@
+// The int8 path of MatMul (ActFormat::kInt8, src/models/linear_int8.h) on every weight type and
+// every int8 ISA this CPU runs (CTXPAR_INT8_ISA forces the lower ones): close to a float64
+// reference over ctxpar::DequantizeRow's weights, both with the original activations (bound:
+// half a quantization step of each activation) and with the activations quantized here by the
+// Q8 rule (bound: fp32 rounding); each ISA bitwise equal to the scalar sequence; a row's bits
+// alone equal to its bits among 63 others, on 1 and 3 threads; fused products equal to separate
+// ones; and a matrix packed once at load equal to one packed per call.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ctxpar/cpu_features.h"
+#include "models/linear.h"
+
+namespace ctxpar::model {
+namespace {
+
+const WeightType kTypes[] = {WeightType::kQ4_1, WeightType::kQ8_0, WeightType::kQ5_0,
+                             WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K};
+
+std::string Name(WeightType type) { return std::string(GgmlTypeName(GgmlTypeOf(type))); }
+
+struct Matrix {
+  std::vector<std::uint8_t> bytes;
+  QuantMatrix m;
+};
+
+void PutHalf(std::uint8_t* p, float v) {
+  const std::uint16_t h = Fp32ToFp16(v);
+  std::memcpy(p, &h, 2);
+}
+
+// Random bytes, then each block's fp16 scales (and Q4_1's min) set to finite values of a
+// trained model's size.
+Matrix RandomMatrix(WeightType type, int rows, int cols, std::mt19937& rng) {
+  Matrix r;
+  const std::size_t row_bytes = cols / BlockSize(type) * BlockBytes(type);
+  r.bytes.resize(row_bytes * rows);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : r.bytes) b = std::uint8_t(byte(rng));
+  std::uniform_real_distribution<float> scale(0.0005f, 0.05f);
+  for (std::size_t at = 0; at < r.bytes.size(); at += BlockBytes(type)) {
+    std::uint8_t* blk = r.bytes.data() + at;
+    switch (type) {
+      case WeightType::kQ6_K:
+        PutHalf(blk + offsetof(BlockQ6K, d), scale(rng) / 16);
+        break;
+      case WeightType::kQ4_K:
+      case WeightType::kQ5_K:
+        PutHalf(blk, scale(rng) / 8);
+        PutHalf(blk + 2, scale(rng) / 8);
+        break;
+      case WeightType::kQ4_1:
+        PutHalf(blk, scale(rng));
+        PutHalf(blk + 2, -8.0f * scale(rng));
+        break;
+      default:
+        PutHalf(blk, scale(rng));
+    }
+  }
+  r.m = QuantMatrix{type, r.bytes.data(), rows, cols, row_bytes};
+  return r;
+}
+
+std::vector<float> Normal(std::size_t count, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(count);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+// The int8 ISAs this CPU runs, lowest first, as CTXPAR_INT8_ISA names them.
+std::vector<std::string> Isas() {
+  std::vector<std::string> names;
+  for (const char* isa : {"scalar", "avx2", "avx512_vnni", "amx"}) {
+    setenv("CTXPAR_INT8_ISA", isa, 1);
+    if (CheckInt8Isa().ok()) names.push_back(isa);
+  }
+  unsetenv("CTXPAR_INT8_ISA");
+  return names;
+}
+
+class Int8MatMul : public ::testing::Test {
+ protected:
+  void TearDown() override { unsetenv("CTXPAR_INT8_ISA"); }
+  static void Force(const std::string& isa) {
+    setenv("CTXPAR_INT8_ISA", isa.c_str(), 1);
+    ASSERT_EQ(std::string(MatMulInt8Isa()), isa);
+  }
+  static std::vector<float> Run(const QuantMatrix& w, const std::vector<float>& x, int n,
+                                ThreadPool* pool) {
+    Acts acts;
+    PrepareActs(ActFormat::kInt8, w.type, x.data(), n, w.cols, w.cols, &acts);
+    std::vector<float> y(std::size_t(n) * w.rows);
+    MatMul(w, acts, y.data(), w.rows, pool);
+    return y;
+  }
+};
+
+TEST_F(Int8MatMul, MatchesFloat64) {
+  std::mt19937 rng(36);
+  const int rows = 37, cols = 512, n = 21;
+  for (WeightType type : kTypes) {
+    const Matrix m = RandomMatrix(type, rows, cols, rng);
+    const std::vector<float> x = Normal(std::size_t(n) * cols, rng);
+    std::vector<float> w(std::size_t(rows) * cols);
+    for (int r = 0; r < rows; ++r) DequantizeRow(m.m, r, w.data() + std::size_t(r) * cols);
+    for (const std::string& isa : Isas()) {
+      Force(isa);
+      const std::vector<float> y = Run(WithInt8Pack(m.m, ActFormat::kInt8), x, n, nullptr);
+      for (int t = 0; t < n; ++t) {
+        for (int r = 0; r < rows; ++r) {
+          double exact = 0, quantized = 0, magnitude = 0, step = 0;
+          for (int g = 0; g < cols / 32; ++g) {
+            const float* xg = x.data() + std::size_t(t) * cols + g * 32;
+            float amax = 0;
+            for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xg[j]));
+            const float d = amax / 127.0f;
+            for (int j = 0; j < 32; ++j) {
+              const double wj = w[std::size_t(r) * cols + g * 32 + j];
+              const double xq = std::nearbyint(xg[j] * (1.0f / d)) * double(d);
+              exact += wj * xg[j];
+              quantized += wj * xq;
+              magnitude += std::fabs(wj * xg[j]);
+              step += 0.5 * d * std::fabs(wj);
+            }
+          }
+          const double got = y[std::size_t(t) * rows + r];
+          ASSERT_NEAR(got, quantized, 2e-5 * magnitude + 1e-6)
+              << Name(type) << " " << isa << " t " << t << " r " << r;
+          ASSERT_NEAR(got, exact, 1.001 * step + 2e-5 * magnitude + 1e-6)
+              << Name(type) << " " << isa << " t " << t << " r " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(Int8MatMul, IsasEqualScalarBitwise) {
+  std::mt19937 rng(7);
+  const int rows = 50, cols = 768;
+  for (WeightType type : kTypes) {
+    const Matrix m = RandomMatrix(type, rows, cols, rng);
+    const QuantMatrix packed = WithInt8Pack(m.m, ActFormat::kInt8);
+    for (int n : {1, 3, 17, 40}) {
+      const std::vector<float> x = Normal(std::size_t(n) * cols, rng);
+      Force("scalar");
+      const std::vector<float> ref = Run(packed, x, n, nullptr);
+      for (const std::string& isa : Isas()) {
+        Force(isa);
+        const std::vector<float> y = Run(packed, x, n, nullptr);
+        for (std::size_t i = 0; i < y.size(); ++i) {
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(y[i]), std::bit_cast<std::uint32_t>(ref[i]))
+              << Name(type) << " " << isa << " n " << n << " at " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(Int8MatMul, RowAloneEqualsRowAmong63) {
+  std::mt19937 rng(11);
+  const int rows = 70, cols = 576, n = 64;
+  auto pool = ThreadPool::Create(3);
+  for (WeightType type : {WeightType::kQ4_1, WeightType::kQ8_0, WeightType::kQ6_K}) {
+    const int c = type == WeightType::kQ6_K ? 768 : cols;
+    const Matrix m = RandomMatrix(type, rows, c, rng);
+    const QuantMatrix packed = WithInt8Pack(m.m, ActFormat::kInt8);
+    const std::vector<float> x = Normal(std::size_t(n) * c, rng);
+    for (const std::string& isa : Isas()) {
+      Force(isa);
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), (*pool).get()}) {
+        const std::vector<float> all = Run(packed, x, n, p);
+        for (int t : {0, 5, 16, 37, 63}) {
+          const std::vector<float> row(x.begin() + std::size_t(t) * c,
+                                       x.begin() + std::size_t(t + 1) * c);
+          const std::vector<float> alone = Run(packed, row, 1, p);
+          for (int r = 0; r < rows; ++r) {
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(alone[r]),
+                      std::bit_cast<std::uint32_t>(all[std::size_t(t) * rows + r]))
+                << Name(type) << " " << isa << " t " << t << " r " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(Int8MatMul, FusedAndUnpackedEqualSeparate) {
+  std::mt19937 rng(5);
+  const int cols = 512, n = 19;
+  const Matrix a = RandomMatrix(WeightType::kQ5_0, 33, cols, rng);
+  const Matrix b = RandomMatrix(WeightType::kQ4_K, 16, cols, rng);
+  const std::vector<float> x = Normal(std::size_t(n) * cols, rng);
+  auto pool = ThreadPool::Create(2);
+  const QuantMatrix pa = WithInt8Pack(a.m, ActFormat::kInt8);
+  const QuantMatrix pb = WithInt8Pack(b.m, ActFormat::kInt8);
+  Acts acts;
+  PrepareActs(ActFormat::kInt8, pa.type, x.data(), n, cols, cols, &acts);
+  std::vector<float> ya(std::size_t(n) * 33), yb(std::size_t(n) * 16);
+  const MatMulOut outs[] = {{pa, ya.data(), 33}, {pb, yb.data(), 16}};
+  MatMulMany(outs, acts, (*pool).get());
+  EXPECT_EQ(ya, Run(a.m, x, n, nullptr));
+  EXPECT_EQ(yb, Run(b.m, x, n, nullptr));
+}
+
+TEST_F(Int8MatMul, BestPathOfTheCpu) {
+  const CpuFeatures& f = DetectCpuFeatures();
+  const std::vector<std::string> isas = Isas();
+  if (BestCpuIsa(f) >= CpuIsa::kAvx2) {
+    EXPECT_NE(std::find(isas.begin(), isas.end(), "avx2"), isas.end());
+  }
+  if (BestCpuIsa(f) >= CpuIsa::kAvx512 && f.avx512_vnni) {
+    EXPECT_NE(std::find(isas.begin(), isas.end(), "avx512_vnni"), isas.end());
+  }
+  if (BestCpuIsa(f) >= CpuIsa::kAvx512 && f.avx512_vnni && f.amx_tile && f.amx_int8) {
+    EXPECT_EQ(isas.back(), "amx") << "Linux refused the AMX tile state";
+    EXPECT_STREQ(MatMulInt8Isa(), "amx");
+  }
+}
+
+TEST_F(Int8MatMul, ForcedIsaChecked) {
+  setenv("CTXPAR_INT8_ISA", "vnni2", 1);
+  EXPECT_EQ(CheckInt8Isa().code(), StatusCode::kInvalidArgument);
+  setenv("CTXPAR_INT8_ISA", "scalar", 1);
+  EXPECT_TRUE(CheckInt8Isa().ok());
+  EXPECT_STREQ(MatMulInt8Isa(), "scalar");
+  unsetenv("CTXPAR_INT8_ISA");
+  setenv("CTXPAR_CPU_ISA", "scalar", 1);
+  EXPECT_STREQ(MatMulInt8Isa(), "scalar") << "CTXPAR_CPU_ISA lowers the int8 path";
+  if (BestCpuIsa(DetectCpuFeatures()) >= CpuIsa::kAvx2) {
+    setenv("CTXPAR_CPU_ISA", "avx2", 1);
+    EXPECT_STREQ(MatMulInt8Isa(), "avx2");
+  }
+  unsetenv("CTXPAR_CPU_ISA");
+}
+
+}  // namespace
+}  // namespace ctxpar::model
