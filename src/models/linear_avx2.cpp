@@ -93,6 +93,27 @@ struct Avx2Isa {
     }
     return w;
   }
+  // Unquantized groups: part p is elements [8p, 8p + 8).
+  static Block DequantF32(const std::uint8_t* blk) {
+    const auto* f = reinterpret_cast<const float*>(blk);
+    return {{_mm256_loadu_ps(f), _mm256_loadu_ps(f + 8), _mm256_loadu_ps(f + 16),
+             _mm256_loadu_ps(f + 24)}};
+  }
+  static Block DequantF16(const std::uint8_t* blk) {
+    Block w;
+    for (int p = 0; p < kParts; ++p) {
+      w.v[p] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * p)));
+    }
+    return w;
+  }
+  static Block DequantBF16(const std::uint8_t* blk) {
+    Block w;
+    for (int p = 0; p < kParts; ++p) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * p));
+      w.v[p] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    return w;
+  }
   // One fused rounding is DequantizeRow's two: d (fp16) times sc (6 bits) times q (5 bits) has
   // at most 22 significant bits, so the product is exact.
   template <int kShift, int kBit>

@@ -71,6 +71,26 @@ struct Avx512Isa {
              _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))),
                            d)}};
   }
+  // Unquantized groups: part p is elements [16p, 16p + 16).
+  static Block DequantF32(const std::uint8_t* blk) {
+    const auto* f = reinterpret_cast<const float*>(blk);
+    return {{_mm512_loadu_ps(f), _mm512_loadu_ps(f + 16)}};
+  }
+  static Block DequantF16(const std::uint8_t* blk) {
+    Block w;
+    for (int p = 0; p < kParts; ++p) {
+      w.v[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * p)));
+    }
+    return w;
+  }
+  static Block DequantBF16(const std::uint8_t* blk) {
+    Block w;
+    for (int p = 0; p < kParts; ++p) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * p));
+      w.v[p] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    return w;
+  }
   // One fused rounding is DequantizeRow's two: d (fp16) times sc (6 bits) times q (5 bits) has
   // at most 22 significant bits, so the product is exact.
   template <int kShift, int kBit>

@@ -6,6 +6,7 @@
 //   kParts          vectors per 32-weight block (scalar 2 of 16 floats, AVX2 4, AVX-512 2)
 //   V, Acc, Block   one part; one output's 16-lane accumulator; a block's dequantized parts
 //   Zero, Load, Store, DequantQ41, DequantQ80, DequantQ50 (a block's 32 weights)
+//   DequantF32, DequantF16, DequantBF16 (a group of 32 unquantized weights, widened exactly)
 //   DequantK45<kShift, kBit>(qs, qh, d, m)  a Q4_K / Q5_K group: q[l] = (qs[l] >> kShift) & 15,
 //                      plus 16 where bit kBit of qh[l] is set (kBit >= 0), weight float(q) * d - m
 //   DequantQ6K<kShiftL, kShiftH>(ql, qh, d0, d1)  a Q6_K group: q[l] = ((ql[l] >> kShiftL) & 15)
@@ -29,7 +30,7 @@
 // the register tile and the output's place in it change no bit.
 
 // kPiece: the widened tile, for a piece of a row whose lanes carry over (F32Tile::carry).
-enum class Src { kQ41, kQ80, kQ50, kQ4K, kQ5K, kQ6K, kWide, kPiece };
+enum class Src { kQ41, kQ80, kQ50, kQ4K, kQ5K, kQ6K, kF32, kF16, kBF16, kWide, kPiece };
 
 inline std::uint16_t HalfBitsOf(const std::uint8_t* p) {
   std::uint16_t h;
@@ -40,7 +41,8 @@ inline std::uint16_t HalfBitsOf(const std::uint8_t* p) {
 template <Src S>
 constexpr WeightType TypeOf() {
   constexpr WeightType kTypes[] = {WeightType::kQ4_1, WeightType::kQ8_0, WeightType::kQ5_0,
-                                   WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K};
+                                   WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K,
+                                   WeightType::kF32,  WeightType::kF16,  WeightType::kBF16};
   return kTypes[static_cast<int>(S)];
 }
 
@@ -96,6 +98,12 @@ typename Isa::Block DequantGroup(const std::uint8_t* blk, const BlockScales& s) 
     return Isa::DequantQ80(blk);
   } else if constexpr (S == Src::kQ50) {
     return Isa::DequantQ50(blk);
+  } else if constexpr (S == Src::kF32) {
+    return Isa::DequantF32(blk);
+  } else if constexpr (S == Src::kF16) {
+    return Isa::DequantF16(blk);
+  } else if constexpr (S == Src::kBF16) {
+    return Isa::DequantBF16(blk);
   } else if constexpr (S == Src::kQ4K) {
     return Isa::template DequantK45<4 * (G & 1), -1>(blk + offsetof(BlockQ4K, qs) + 32 * (G >> 1),
                                                      nullptr, s.f[G], s.f[8 + G]);
@@ -363,5 +371,11 @@ void F32TileImpl(const F32Tile& j) {
       return F32TileOf<Isa, Src::kQ5K>(j);
     case WeightType::kQ6_K:
       return F32TileOf<Isa, Src::kQ6K>(j);
+    case WeightType::kF32:
+      return F32TileOf<Isa, Src::kF32>(j);
+    case WeightType::kF16:
+      return F32TileOf<Isa, Src::kF16>(j);
+    case WeightType::kBF16:
+      return F32TileOf<Isa, Src::kBF16>(j);
   }
 }

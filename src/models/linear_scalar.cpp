@@ -77,6 +77,27 @@ struct ScalarIsa {
     }
     return w;
   }
+  // Unquantized groups: element 16p + j is lane j of part p.
+  static Block DequantF32(const std::uint8_t* blk) {
+    Block w;
+    std::memcpy(w.v, blk, sizeof w.v);
+    return w;
+  }
+  static Block DequantF16(const std::uint8_t* blk) {
+    Block w;
+    for (int l = 0; l < kBlock; ++l) w.v[l / 16].l[l % 16] = HalfAt(blk + 2 * l);
+    return w;
+  }
+  static Block DequantBF16(const std::uint8_t* blk) {
+    Block w;
+    for (int l = 0; l < kBlock; ++l) {
+      std::uint16_t h;
+      std::memcpy(&h, blk + 2 * l, 2);
+      const std::uint32_t bits = std::uint32_t(h) << 16;
+      std::memcpy(&w.v[l / 16].l[l % 16], &bits, 4);
+    }
+    return w;
+  }
   template <int kShift, int kBit>
   static Block DequantK45(const std::uint8_t* qs, const std::uint8_t* qh, float d, float m) {
     Block w;
