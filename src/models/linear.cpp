@@ -31,6 +31,10 @@ Expected<WeightType> WeightTypeFor(GgmlType type) {
       return WeightType::kQ5_K;
     case GgmlType::kQ6_K:
       return WeightType::kQ6_K;
+    case GgmlType::kQ4_0:
+      return WeightType::kQ4_0;
+    case GgmlType::kQ5_1:
+      return WeightType::kQ5_1;
     case GgmlType::kF32:
       return WeightType::kF32;
     case GgmlType::kF16:
@@ -57,6 +61,10 @@ GgmlType GgmlTypeOf(WeightType type) {
       return GgmlType::kQ5_K;
     case WeightType::kQ6_K:
       return GgmlType::kQ6_K;
+    case WeightType::kQ4_0:
+      return GgmlType::kQ4_0;
+    case WeightType::kQ5_1:
+      return GgmlType::kQ5_1;
     case WeightType::kF32:
       return GgmlType::kF32;
     case WeightType::kF16:

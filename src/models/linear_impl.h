@@ -7,6 +7,7 @@
 //   V, Acc, Block   one part; one output's 16-lane accumulator; a block's dequantized parts
 //   Zero, Load, Store, DequantQ41, DequantQ80, DequantQ50 (a block's 32 weights)
 //   DequantF32, DequantF16, DequantBF16 (a group of 32 unquantized weights, widened exactly)
+//   DequantQ40, DequantQ51 (a block's 32 weights: (q - 8) * d; fma(q, d, m) with 5-bit q)
 //   DequantK45<kShift, kBit>(qs, qh, d, m)  a Q4_K / Q5_K group: q[l] = (qs[l] >> kShift) & 15,
 //                      plus 16 where bit kBit of qh[l] is set (kBit >= 0), weight float(q) * d - m
 //   DequantQ6K<kShiftL, kShiftH>(ql, qh, d0, d1)  a Q6_K group: q[l] = ((ql[l] >> kShiftL) & 15)
@@ -30,7 +31,7 @@
 // the register tile and the output's place in it change no bit.
 
 // kPiece: the widened tile, for a piece of a row whose lanes carry over (F32Tile::carry).
-enum class Src { kQ41, kQ80, kQ50, kQ4K, kQ5K, kQ6K, kF32, kF16, kBF16, kWide, kPiece };
+enum class Src { kQ41, kQ80, kQ50, kQ4K, kQ5K, kQ6K, kF32, kF16, kBF16, kQ40, kQ51, kWide, kPiece };
 
 inline std::uint16_t HalfBitsOf(const std::uint8_t* p) {
   std::uint16_t h;
@@ -42,7 +43,8 @@ template <Src S>
 constexpr WeightType TypeOf() {
   constexpr WeightType kTypes[] = {WeightType::kQ4_1, WeightType::kQ8_0, WeightType::kQ5_0,
                                    WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K,
-                                   WeightType::kF32,  WeightType::kF16,  WeightType::kBF16};
+                                   WeightType::kF32,  WeightType::kF16,  WeightType::kBF16,
+                                   WeightType::kQ4_0, WeightType::kQ5_1};
   return kTypes[static_cast<int>(S)];
 }
 
@@ -98,6 +100,10 @@ typename Isa::Block DequantGroup(const std::uint8_t* blk, const BlockScales& s) 
     return Isa::DequantQ80(blk);
   } else if constexpr (S == Src::kQ50) {
     return Isa::DequantQ50(blk);
+  } else if constexpr (S == Src::kQ40) {
+    return Isa::DequantQ40(blk);
+  } else if constexpr (S == Src::kQ51) {
+    return Isa::DequantQ51(blk);
   } else if constexpr (S == Src::kF32) {
     return Isa::DequantF32(blk);
   } else if constexpr (S == Src::kF16) {
@@ -371,6 +377,10 @@ void F32TileImpl(const F32Tile& j) {
       return F32TileOf<Isa, Src::kQ5K>(j);
     case WeightType::kQ6_K:
       return F32TileOf<Isa, Src::kQ6K>(j);
+    case WeightType::kQ4_0:
+      return F32TileOf<Isa, Src::kQ40>(j);
+    case WeightType::kQ5_1:
+      return F32TileOf<Isa, Src::kQ51>(j);
     case WeightType::kF32:
       return F32TileOf<Isa, Src::kF32>(j);
     case WeightType::kF16:

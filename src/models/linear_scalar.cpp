@@ -77,6 +77,30 @@ struct ScalarIsa {
     }
     return w;
   }
+  static Block DequantQ40(const std::uint8_t* blk) {
+    const float d = HalfAt(blk);
+    Block w;
+    for (int j = 0; j < 16; ++j) {
+      w.v[0].l[j] = float((blk[2 + j] & 0xF) - 8) * d;
+      w.v[1].l[j] = float((blk[2 + j] >> 4) - 8) * d;
+    }
+    return w;
+  }
+  static Block DequantQ51(const std::uint8_t* blk) {
+    const float d = HalfAt(blk);
+    const float m = HalfAt(blk + 2);
+    std::uint32_t qh;
+    std::memcpy(&qh, blk + 4, 4);
+    const std::uint8_t* qs = blk + 8;
+    Block w;
+    for (int j = 0; j < 16; ++j) {
+      const int lo = (qs[j] & 0xF) | int((qh >> j) & 1) << 4;
+      const int hi = (qs[j] >> 4) | int((qh >> (j + 16)) & 1) << 4;
+      w.v[0].l[j] = std::fma(float(lo), d, m);
+      w.v[1].l[j] = std::fma(float(hi), d, m);
+    }
+    return w;
+  }
   // Unquantized groups: element 16p + j is lane j of part p.
   static Block DequantF32(const std::uint8_t* blk) {
     Block w;
