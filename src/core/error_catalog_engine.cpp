@@ -452,6 +452,28 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "ctxpar generate --model-path qwen2.5-0.5b-instruct-q4_k_m.gguf 'Hello'",
        "ctxpar generate --model-path gemma-3-270m-q4_k_m.gguf 'Hello'",
        {"CTXPAR-MODEL-008", "CTXPAR-GGUF-004"}},
+      {"CTXPAR-MODEL-011",
+       "A tensor or key of the file that the model cannot take",
+       "The model file {path} holds {item}, which {problem}.",
+       kConfig,
+       "Every tensor of a GGUF file is either a weight the architecture's forward reads, with "
+       "the shape and a type its kernels take, or the file is refused before any compute: a "
+       "tensor that were ignored (a RoPE scaling table, a bias, the layers past block_count) "
+       "would change the output with no error. So is every key under the architecture's "
+       "prefix: one the model does not read (a sliding window, an expert count) is refused; "
+       "general.* and tokenizer.* keys are the file's description and the tokenizer's. `ctxpar "
+       "check --model-path` applies the same checks as generate and serve.",
+       "A weight type without a matmul kernel (the matmuls take F32, F16, BF16, Q4_1, Q8_0, "
+       "Q5_0, Q4_K, Q5_K and Q6_K; requantize others with llama-quantize); a tensor of another "
+       "architecture or of a layer past block_count; a shape that disagrees with the "
+       "hyperparameters; a norm vector that is not F32; a key of a feature the architecture's "
+       "model does not implement.",
+       {"Convert the checkpoint again with llama.cpp's convert_hf_to_gguf.py, or requantize "
+        "it to a listed type with llama-quantize.",
+        "`ctxpar check --model-path FILE` names the first tensor at fault."},
+       "ctxpar generate --model-path model-q3_k_m.gguf 'Hello'",
+       "ctxpar generate --model-path model-q4_k_m.gguf 'Hello'",
+       {"CTXPAR-MODEL-010", "CTXPAR-GGUF-006"}},
   };
 }
 
