@@ -35,13 +35,21 @@ struct Layer : model::DenseBlockWeights {
   const float* k_norm = nullptr;
 };
 
-// The tensors of the family's blocks (blk.N. + these): the variant's biases and norms beside the
-// Llama block's.
-constexpr std::string_view kBlockTensors[] = {
-    "attn_norm.weight",   "attn_q.weight",     "attn_k.weight",   "attn_v.weight",
-    "attn_output.weight", "ffn_norm.weight",   "ffn_gate.weight", "ffn_up.weight",
-    "ffn_down.weight",    "attn_q.bias",       "attn_k.bias",     "attn_v.bias",
-    "attn_q_norm.weight", "attn_k_norm.weight"};
+// The tensors of a variant's blocks (blk.N. + these): the Llama block's (or Phi-3's fused ones),
+// the variant's biases and norms. Any other is refused (CheckGgufTensors).
+std::vector<std::string_view> BlockTensors(const LlamaVariant& v) {
+  std::vector<std::string_view> names = {"attn_norm.weight", "attn_output.weight",
+                                         "ffn_norm.weight", "ffn_up.weight", "ffn_down.weight"};
+  if (v.fused) {
+    names.push_back("attn_qkv.weight");
+  } else {
+    names.insert(names.end(),
+                 {"attn_q.weight", "attn_k.weight", "attn_v.weight", "ffn_gate.weight"});
+  }
+  if (v.qkv_bias) names.insert(names.end(), {"attn_q.bias", "attn_k.bias", "attn_v.bias"});
+  if (v.qk_norm) names.insert(names.end(), {"attn_q_norm.weight", "attn_k_norm.weight"});
+  return names;
+}
 constexpr std::string_view kGlobalTensors[] = {"token_embd.weight", "output_norm.weight",
                                                "output.weight", "rope_freqs.weight"};
 
@@ -52,7 +60,7 @@ Status LoadLayers(const GgufFile& f, const LlamaHparams& hp, const model::HeadSh
   for (int l = 0; l < hp.num_layers; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
     CTXPAR_ASSIGN_OR_RETURN(model::DenseBlockWeights w,
-                            model::GgufDenseBlock(f, b, layout, shard, format));
+                            model::GgufDenseBlock(f, b, layout, shard, format, hp.variant.fused));
     Layer layer{w};
     CTXPAR_ASSIGN_OR_RETURN(layer.attn_norm, GgufVector(f, b + "attn_norm.weight", hp.dim));
     CTXPAR_ASSIGN_OR_RETURN(layer.ffn_norm, GgufVector(f, b + "ffn_norm.weight", hp.dim));
@@ -61,27 +69,10 @@ Status LoadLayers(const GgufFile& f, const LlamaHparams& hp, const model::HeadSh
       CTXPAR_ASSIGN_OR_RETURN(layer.q_bias, GgufVector(f, b + "attn_q.bias", q_width));
       CTXPAR_ASSIGN_OR_RETURN(layer.k_bias, GgufVector(f, b + "attn_k.bias", kv_width));
       CTXPAR_ASSIGN_OR_RETURN(layer.v_bias, GgufVector(f, b + "attn_v.bias", kv_width));
-    } else {
-      for (const char* bias : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) {
-        if (f.FindTensor(b + bias).ok()) {
-          return model::TensorError(
-              f, b + bias,
-              fmt::format("is a bias, and {} has none: it would be ignored", hp.variant.hf_name));
-        }
-      }
     }
     if (hp.variant.qk_norm) {
       CTXPAR_ASSIGN_OR_RETURN(layer.q_norm, GgufVector(f, b + "attn_q_norm.weight", hp.head_dim));
       CTXPAR_ASSIGN_OR_RETURN(layer.k_norm, GgufVector(f, b + "attn_k_norm.weight", hp.head_dim));
-    } else {
-      for (const char* norm : {"attn_q_norm.weight", "attn_k_norm.weight"}) {
-        if (f.FindTensor(b + norm).ok()) {
-          return model::TensorError(f, b + norm,
-                                    fmt::format("is a per-head norm, and {} has none: it would be "
-                                                "ignored",
-                                                hp.variant.hf_name));
-        }
-      }
     }
     layers.push_back(std::move(layer));
   }
@@ -173,8 +164,8 @@ Status LlamaModel::Forward(const Batch& batch, KvPool& kv, std::vector<float>& l
 }  // namespace
 
 Status CheckLlamaTensors(const GgufFile& f, const LlamaHparams& hp) {
-  CTXPAR_RETURN_IF_ERROR(
-      model::CheckGgufTensors(f, hp.variant.hf_name, hp.num_layers, kGlobalTensors, kBlockTensors));
+  CTXPAR_RETURN_IF_ERROR(model::CheckGgufTensors(f, hp.variant.hf_name, hp.num_layers,
+                                                 kGlobalTensors, BlockTensors(hp.variant)));
   EngineConfig one_rank;
   const model::HeadShard shard = model::MakeHeadShard(model::DenseHeadLayout(hp), one_rank, 0);
   std::vector<Layer> layers;

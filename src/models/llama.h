@@ -1,7 +1,8 @@
 // The Llama family from GGUF (not public API: the engine reaches it through model.h's
 // ModelSource, which OpenModelSource returns for a GGUF file): the architectures whose block is
 // Llama's, pre-norm grouped-query attention and a SwiGLU MLP, each stating what its block adds
-// in a LlamaVariant (llama; qwen2: q/k/v biases; qwen3: per-head q/k norms):
+// in a LlamaVariant (llama; qwen2: q/k/v biases; qwen3: per-head q/k norms; phi3: fused q/k/v
+// and gate/up matrices):
 //   h = x + o(attn(rope(norm_qk(q(n(x)) + bq)), rope(norm_qk(k(n(x)) + bk)), v(n(x)) + bv))
 //   x = h + down(silu(gate(n(h))) * up(n(h)))
 //
@@ -40,6 +41,9 @@ struct LlamaVariant {
   model::RopeStyle rope_style = model::RopeStyle::kNormal;
   bool qkv_bias = false;  // attn_q.bias, attn_k.bias, attn_v.bias (Qwen2)
   bool qk_norm = false;   // attn_q_norm, attn_k_norm over each head (Qwen3)
+  // attn_qkv holds the q, k, v rows and ffn_up the gate then up rows; attention.sliding_window
+  // is written 0 for "none" and read (Phi-3).
+  bool fused = false;
 };
 inline constexpr LlamaVariant kLlamaVariant = {"llama", "LlamaForCausalLM"};
 

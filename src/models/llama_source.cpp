@@ -130,6 +130,11 @@ Expected<LlamaHparams> ReadLlamaHparams(const GgufFile& f, const LlamaVariant& v
   CTXPAR_ASSIGN_OR_RETURN(
       hp.rms_eps, ReadFloatHparam(f, a + "attention.layer_norm_rms_epsilon", kRmsEpsilonRange));
   CTXPAR_RETURN_IF_ERROR(ReadRopeScaling(f, a, hp));
+  if (variant.fused) {
+    // Phi-3's converter writes 0 for "no window"; a window on every layer is not implemented
+    // (the KV pool's window groups need a full-attention group beside them).
+    CTXPAR_RETURN_IF_ERROR(ReadIntHparam(f, a + "attention.sliding_window", 0, 0, 0).status());
+  }
   CTXPAR_ASSIGN_OR_RETURN(hp.vocab_size, model::GgufVocabSize(f, hp.dim));
   hp.tied_embeddings = !f.FindTensor("output.weight").ok();
   return hp;
@@ -139,8 +144,9 @@ Expected<std::unique_ptr<ModelSource>> OpenLlamaFamilySource(const std::string& 
                                                              std::shared_ptr<const GgufFile> file,
                                                              const LlamaVariant& variant) {
   CTXPAR_ASSIGN_OR_RETURN(LlamaHparams hp, ReadLlamaHparams(*file, variant));
-  CTXPAR_RETURN_IF_ERROR(
-      model::CheckGgufKeys(*file, variant.hf_name, hp.architecture + ".", kReadKeys));
+  std::vector<std::string_view> keys(std::begin(kReadKeys), std::end(kReadKeys));
+  if (variant.fused) keys.push_back("attention.sliding_window");
+  CTXPAR_RETURN_IF_ERROR(model::CheckGgufKeys(*file, variant.hf_name, hp.architecture + ".", keys));
   CTXPAR_RETURN_IF_ERROR(CheckLlamaTensors(*file, hp));
   CTXPAR_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::FromGguf(*file));
   return std::unique_ptr<ModelSource>(

@@ -27,7 +27,7 @@ namespace {
 // prompt), 4e-5 elsewhere; the goldens' smallest top-2 margin is 0.009.
 constexpr double kLogitTolerance = 1e-3;
 
-const char* const kArchs[] = {"llama", "llama3", "qwen2", "qwen3"};
+const char* const kArchs[] = {"llama", "llama3", "qwen2", "qwen3", "phi3"};
 const char* const kTypes[] = {"f32", "f16", "bf16", "q8_0"};
 
 struct Layout {

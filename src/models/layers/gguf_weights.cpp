@@ -39,7 +39,7 @@ Expected<int> GgufVocabSize(const GgufFile& f, int dim) {
 
 Expected<DenseBlockWeights> GgufDenseBlock(const GgufFile& f, const std::string& prefix,
                                            const HeadLayout& l, const HeadShard& s,
-                                           ActFormat format) {
+                                           ActFormat format, bool fused) {
   const int hd = l.head_dim;
   const int q_width = l.num_heads * hd, kv_width = l.num_kv_heads * hd;
   const int ffn_first = s.ffn_bounds[s.tp_rank];
@@ -47,6 +47,25 @@ Expected<DenseBlockWeights> GgufDenseBlock(const GgufFile& f, const std::string&
   const int dim_first = s.dim_bounds[s.tp_rank];
   const int dim_count = s.dim_bounds[s.tp_rank + 1] - dim_first;
   const std::string& b = prefix;
+  if (fused) {
+    // Rows [q | k | v] and [gate | up] of one matrix each: the same rows of each part as below.
+    CTXPAR_ASSIGN_OR_RETURN(
+        auto qkv, GgufMatrix(f, b + "attn_qkv.weight", l.dim, q_width + 2 * kv_width, format));
+    CTXPAR_ASSIGN_OR_RETURN(auto wo,
+                            GgufMatrix(f, b + "attn_output.weight", q_width, l.dim, format));
+    CTXPAR_ASSIGN_OR_RETURN(auto gate_up,
+                            GgufMatrix(f, b + "ffn_up.weight", l.dim, 2 * l.ffn_dim, format));
+    CTXPAR_ASSIGN_OR_RETURN(auto down,
+                            GgufMatrix(f, b + "ffn_down.weight", l.ffn_dim, l.dim, format));
+    return DenseBlockWeights{
+        .wq = qkv.RowRange(s.q_first * hd, s.q_heads * hd),
+        .wk = qkv.RowRange(q_width + s.kv_first * hd, s.kv_heads * hd),
+        .wv = qkv.RowRange(q_width + kv_width + s.kv_first * hd, s.kv_heads * hd),
+        .wo = wo.RowRange(dim_first, dim_count),
+        .gate = gate_up.RowRange(ffn_first, ffn_count),
+        .up = gate_up.RowRange(l.ffn_dim + ffn_first, ffn_count),
+        .down = down.RowRange(dim_first, dim_count)};
+  }
   CTXPAR_ASSIGN_OR_RETURN(auto wq, GgufMatrix(f, b + "attn_q.weight", l.dim, q_width, format));
   CTXPAR_ASSIGN_OR_RETURN(auto wk, GgufMatrix(f, b + "attn_k.weight", l.dim, kv_width, format));
   CTXPAR_ASSIGN_OR_RETURN(auto wv, GgufMatrix(f, b + "attn_v.weight", l.dim, kv_width, format));

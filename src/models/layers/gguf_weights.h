@@ -58,13 +58,14 @@ Expected<int> GgufVocabSize(const GgufFile& f, int dim);
 // The rank's rows of one dense block's projections (`prefix` + attn_q, attn_k, attn_v,
 // attn_output, ffn_gate, ffn_up, ffn_down), cut as attention_shard.h says: q by the heads the
 // rank projects, k and v by its DCP group's KV heads, gate and up by ffn_bounds, o and down (all
-// of their columns) by dim_bounds.
+// of their columns) by dim_bounds. fused: q, k, v are the row ranges of attn_qkv, gate and up
+// those of ffn_up (gate first), as Phi-3's converter writes them.
 struct DenseBlockWeights {
   QuantMatrix wq, wk, wv, wo, gate, up, down;
 };
 Expected<DenseBlockWeights> GgufDenseBlock(const GgufFile& f, const std::string& prefix,
                                            const HeadLayout& l, const HeadShard& s,
-                                           ActFormat format);
+                                           ActFormat format, bool fused = false);
 
 // An F32 vector of `dim` elements.
 Expected<const float*> GgufVector(const GgufFile& f, const std::string& name, int64_t dim);

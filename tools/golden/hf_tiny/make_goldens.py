@@ -62,6 +62,11 @@ ARCHS = {
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {"hidden_size": 128, "head_dim": None},
               {"rope_type": "default"}),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {}, {"rope_type": "default"}),
+    # Fused qkv_proj and gate_up_proj; head size hidden / heads; no window (the converter writes
+    # sliding_window 0).
+    "phi3": ("Phi3Config", "Phi3ForCausalLM",
+             {"hidden_size": 128, "head_dim": None, "original_max_position_embeddings": 1024,
+              "pad_token_id": 0, "sliding_window": None}, {"rope_type": "default"}),
 }
 
 CORPUS = (
