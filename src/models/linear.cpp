@@ -31,6 +31,10 @@ Expected<WeightType> WeightTypeFor(GgmlType type) {
       return WeightType::kQ5_K;
     case GgmlType::kQ6_K:
       return WeightType::kQ6_K;
+    case GgmlType::kQ2_K:
+      return WeightType::kQ2_K;
+    case GgmlType::kQ3_K:
+      return WeightType::kQ3_K;
     case GgmlType::kQ4_0:
       return WeightType::kQ4_0;
     case GgmlType::kQ5_1:
@@ -61,6 +65,10 @@ GgmlType GgmlTypeOf(WeightType type) {
       return GgmlType::kQ5_K;
     case WeightType::kQ6_K:
       return GgmlType::kQ6_K;
+    case WeightType::kQ2_K:
+      return GgmlType::kQ2_K;
+    case WeightType::kQ3_K:
+      return GgmlType::kQ3_K;
     case WeightType::kQ4_0:
       return GgmlType::kQ4_0;
     case WeightType::kQ5_1:

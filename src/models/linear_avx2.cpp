@@ -93,6 +93,10 @@ struct Avx2Isa {
     }
     return w;
   }
+  static Block LoadGroup(const float* f) {
+    return {{_mm256_loadu_ps(f), _mm256_loadu_ps(f + 8), _mm256_loadu_ps(f + 16),
+             _mm256_loadu_ps(f + 24)}};
+  }
   static Block DequantQ40(const std::uint8_t* blk) {
     const __m256 d = HalfAt(blk);
     // One byte per 32-bit lane: its low nibble is element j, its high nibble element 16 + j.

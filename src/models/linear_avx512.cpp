@@ -71,6 +71,7 @@ struct Avx512Isa {
              _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))),
                            d)}};
   }
+  static Block LoadGroup(const float* f) { return {{_mm512_loadu_ps(f), _mm512_loadu_ps(f + 16)}}; }
   static Block DequantQ40(const std::uint8_t* blk) {
     const __m512 d = HalfAt(blk);
     // One byte per 32-bit lane: its low nibble is element j, its high nibble element 16 + j.

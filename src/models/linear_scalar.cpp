@@ -77,6 +77,11 @@ struct ScalarIsa {
     }
     return w;
   }
+  static Block LoadGroup(const float* f) {
+    Block w;
+    std::memcpy(w.v, f, sizeof w.v);
+    return w;
+  }
   static Block DequantQ40(const std::uint8_t* blk) {
     const float d = HalfAt(blk);
     Block w;

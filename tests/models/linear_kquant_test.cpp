@@ -1,11 +1,11 @@
 // MatMul (src/models/linear.h) on the weight types of Gemma 3's Q4_K_M file and its kin (Q5_0,
-// Q4_K, Q5_K, Q6_K, and Q8_0 beside them), Q4_0 and Q5_1, and the unquantized F32, F16 and BF16, on
-// every ISA this CPU runs (CTXPAR_CPU_ISA forces the lower ones): each output bitwise equal to the
-// header's fp32 sequence written out here over ctxpar::DequantizeRow's weights (gguf-py's,
-// tests/loader/quant_test.cpp), whatever n, the thread count or the path (direct, widened, pieces
-// of long rows, fused products); close to a float64 reference; and the int8 path refused for the
-// types it does not take. Blocks are random bytes with valid fp16 scales, and rows of the real
-// Gemma file where it is present.
+// Q4_K, Q5_K, Q6_K, and Q8_0 beside them), Q4_0, Q5_1, Q2_K and Q3_K, and the unquantized F32, F16
+// and BF16, on every ISA this CPU runs (CTXPAR_CPU_ISA forces the lower ones): each output bitwise
+// equal to the header's fp32 sequence written out here over ctxpar::DequantizeRow's weights
+// (gguf-py's, tests/loader/quant_test.cpp), whatever n, the thread count or the path (direct,
+// widened, pieces of long rows, fused products); close to a float64 reference; and the int8 path
+// refused for the types it does not take. Blocks are random bytes with valid fp16 scales, and rows
+// of the real Gemma file where it is present.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -24,9 +24,10 @@
 namespace ctxpar::model {
 namespace {
 
-const WeightType kTypes[] = {
-    WeightType::kQ5_0, WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K, WeightType::kQ8_0,
-    WeightType::kF32,  WeightType::kF16,  WeightType::kBF16, WeightType::kQ4_0, WeightType::kQ5_1};
+const WeightType kTypes[] = {WeightType::kQ5_0, WeightType::kQ4_K, WeightType::kQ5_K,
+                             WeightType::kQ6_K, WeightType::kQ8_0, WeightType::kF32,
+                             WeightType::kF16,  WeightType::kBF16, WeightType::kQ4_0,
+                             WeightType::kQ5_1, WeightType::kQ2_K, WeightType::kQ3_K};
 
 std::string Name(WeightType type) { return std::string(GgmlTypeName(GgmlTypeOf(type))); }
 
@@ -70,6 +71,13 @@ Matrix RandomMatrix(WeightType type, int rows, int cols, std::mt19937& rng) {
     switch (type) {
       case WeightType::kQ6_K:
         PutHalf(blk + offsetof(BlockQ6K, d), scale(rng) / 16);
+        break;
+      case WeightType::kQ2_K:
+        PutHalf(blk + offsetof(BlockQ2K, d), scale(rng) / 4);
+        PutHalf(blk + offsetof(BlockQ2K, dmin), scale(rng) / 4);
+        break;
+      case WeightType::kQ3_K:
+        PutHalf(blk + offsetof(BlockQ3K, d), scale(rng) / 16);
         break;
       case WeightType::kQ5_1:
         PutHalf(blk, scale(rng));
@@ -320,7 +328,9 @@ TEST(KQuantTypes, GgufTypesMapToTheKernelsTypes) {
   EXPECT_EQ(*WeightTypeFor(GgmlType::kBF16), WeightType::kBF16);
   EXPECT_EQ(*WeightTypeFor(GgmlType::kQ4_0), WeightType::kQ4_0);
   EXPECT_EQ(*WeightTypeFor(GgmlType::kQ5_1), WeightType::kQ5_1);
-  for (GgmlType other : {GgmlType::kQ3_K, GgmlType::kIQ4_XS, GgmlType::kQ2_K}) {
+  EXPECT_EQ(*WeightTypeFor(GgmlType::kQ2_K), WeightType::kQ2_K);
+  EXPECT_EQ(*WeightTypeFor(GgmlType::kQ3_K), WeightType::kQ3_K);
+  for (GgmlType other : {GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kQ8_1}) {
     const Expected<WeightType> t = WeightTypeFor(other);
     ASSERT_FALSE(t.ok());
     EXPECT_NE(t.status().message().find(std::string(GgmlTypeName(other))), std::string::npos)
@@ -332,6 +342,9 @@ TEST(KQuantTypes, GgufTypesMapToTheKernelsTypes) {
   EXPECT_EQ(BlockBytes(WeightType::kQ4_K), 144u);
   EXPECT_EQ(BlockBytes(WeightType::kQ5_K), 176u);
   EXPECT_EQ(BlockBytes(WeightType::kQ6_K), 210u);
+  EXPECT_EQ(BlockBytes(WeightType::kQ2_K), 84u);
+  EXPECT_EQ(BlockBytes(WeightType::kQ3_K), 110u);
+  EXPECT_EQ(BlockSize(WeightType::kQ2_K), 256);
   EXPECT_EQ(BlockBytes(WeightType::kQ4_0), 18u);
   EXPECT_EQ(BlockBytes(WeightType::kQ5_1), 24u);
   EXPECT_EQ(BlockBytes(WeightType::kF32), 128u);
@@ -344,9 +357,10 @@ TEST(KQuantTypes, GgufTypesMapToTheKernelsTypes) {
 TEST(KQuantTypes, Int8ActivationsAreRefusedForTheNewTypes) {
   EXPECT_TRUE(CheckActFormat(ActFormat::kQ8, WeightType::kQ4_1).ok());
   EXPECT_TRUE(CheckActFormat(ActFormat::kQ8, WeightType::kQ8_0).ok());
-  for (WeightType type : {WeightType::kQ5_0, WeightType::kQ4_K, WeightType::kQ5_K,
-                          WeightType::kQ6_K, WeightType::kF32, WeightType::kF16, WeightType::kBF16,
-                          WeightType::kQ4_0, WeightType::kQ5_1}) {
+  for (WeightType type :
+       {WeightType::kQ5_0, WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K,
+        WeightType::kF32, WeightType::kF16, WeightType::kBF16, WeightType::kQ4_0, WeightType::kQ5_1,
+        WeightType::kQ2_K, WeightType::kQ3_K}) {
     EXPECT_TRUE(CheckActFormat(ActFormat::kF32, type).ok());
     const Status s = CheckActFormat(ActFormat::kQ8, type);
     ASSERT_FALSE(s.ok());

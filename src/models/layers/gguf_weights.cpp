@@ -163,6 +163,10 @@ std::optional<FloatSlots> SlotsOf(GgmlType type) {
       return FloatSlots{sizeof(BlockQ8_0), 0, 1, 2, false};
     case GgmlType::kQ5_0:
       return FloatSlots{sizeof(BlockQ5_0), 0, 1, 2, false};
+    case GgmlType::kQ2_K:
+      return FloatSlots{sizeof(BlockQ2K), offsetof(BlockQ2K, d), 2, 2, false};
+    case GgmlType::kQ3_K:
+      return FloatSlots{sizeof(BlockQ3K), offsetof(BlockQ3K, d), 1, 2, false};
     case GgmlType::kQ4_K:
       return FloatSlots{sizeof(BlockQ4K), 0, 2, 2, false};
     case GgmlType::kQ5_K:
