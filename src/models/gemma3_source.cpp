@@ -76,6 +76,13 @@ Expected<Gemma3Hparams> ReadGemma3Hparams(const GgufFile& f) {
   // only itself to attend to: refused rather than read as "no window".
   CTXPAR_ASSIGN_OR_RETURN(hp.window,
                           ReadIntHparam(f, a + "attention.sliding_window", 2, 1 << 30, 0));
+  if (hp.window > 0 && hp.num_layers < hp.window_pattern) {
+    // Every layer would be a window layer: the KV pool keeps the global layers' group first.
+    return HparamError(f, a + "block_count", hp.num_layers,
+                       fmt::format("with a sliding window it must be at least {} (every {}th "
+                                   "layer is global)",
+                                   hp.window_pattern, hp.window_pattern));
+  }
   hp.query_scale = 1.0f / std::sqrt(float(hp.head_dim));
   CTXPAR_ASSIGN_OR_RETURN(hp.vocab_size, model::GgufVocabSize(f, hp.dim));
   return hp;
