@@ -53,12 +53,18 @@ BASE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_
             bos_token_id=1, eos_token_id=2)
 
 # name -> (config class, HF architecture, extra config, rope parameters beside rope_theta).
+# A name in ONE_TYPE gets its Q8_0 file only (a RoPE variant of an architecture tested at every
+# type already).
+ONE_TYPE = {"llama_linear": ("q8_0",)}
 ARCHS = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}, {"rope_type": "default"}),
     # Llama 3.x: wavelengths above 64 positions scaled (rope_freqs.weight in the GGUF).
     "llama3": ("LlamaConfig", "LlamaForCausalLM", {},
                {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                 "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
+    # Linear RoPE scaling: rope.scaling.type linear, every angle divided by the factor.
+    "llama_linear": ("LlamaConfig", "LlamaForCausalLM", {},
+                     {"rope_type": "linear", "factor": 4.0}),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {"hidden_size": 128, "head_dim": None},
               {"rope_type": "default"}),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {}, {"rope_type": "default"}),
@@ -158,7 +164,7 @@ def make(name: str, llama_cpp: pathlib.Path, out_root: pathlib.Path, seed: int) 
         (hf_dir / "tokenizer_config.json").write_text(json.dumps(
             {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False}))
         files = {}
-        for out_type in OUT_TYPES:
+        for out_type in ONE_TYPE.get(name, OUT_TYPES):
             gguf = out_dir / f"{name}-{out_type}.gguf"
             subprocess.run([sys.executable, str(llama_cpp / "convert_hf_to_gguf.py"), str(hf_dir),
                             "--outtype", out_type, "--outfile", str(gguf)], check=True,
@@ -268,14 +274,18 @@ def make_refused(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> None:
         f.write("\n")
 
 
+# Fixed per name, so that adding an architecture changes no other golden.
+SEEDS = {"llama": 0, "llama3": 1, "qwen2": 2, "qwen3": 3, "phi3": 4, "llama_linear": 5}
+
+
 def main() -> None:
     llama_cpp = pathlib.Path(sys.argv[1]).expanduser().resolve()
     out_root = pathlib.Path(sys.argv[2])
     names = sys.argv[3:] or list(ARCHS)
     torch.set_num_threads(2)
-    for seed, name in enumerate(ARCHS):
-        if name in names:
-            make(name, llama_cpp, out_root, seed)
+    for name in names:
+        if name in ARCHS:
+            make(name, llama_cpp, out_root, SEEDS[name])
     if "refused" in names or not sys.argv[3:]:
         make_refused(llama_cpp, out_root)
 
