@@ -443,7 +443,8 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        {"CTXPAR-MODEL-002"}},
       {"CTXPAR-MODEL-008",
        "A model path that holds no model ctxpar reads",
-       "{path} is {holds}: ctxpar reads a GGUF file (Llama, Gemma 3) or a HF checkpoint "
+       "{path} is {holds}: ctxpar reads a GGUF file (Llama, Qwen, Phi-3, Gemma 3) or a HF "
+       "checkpoint "
        "directory with config.json and *.safetensors (DeepSeek-V3 family).",
        kConfig,
        "The loader is chosen by what the path holds; this path holds neither kind.",
@@ -461,14 +462,37 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "A GGUF file names its network in general.architecture, and ctxpar picks the model code "
        "by that name from its architecture registry. A file of another architecture has tensors "
        "and hyperparameters that no registered model reads.",
-       "--model-path naming a GGUF file of an architecture outside the list (qwen2, phi3, "
-       "mistral3, ...).",
+       "--model-path naming a GGUF file of an architecture outside the list (gemma2, olmo2, "
+       "qwen3moe, deepseek2, ...).",
        {"Use a GGUF file of one of the listed architectures (SmolLM2 is llama, Gemma 3 is "
         "gemma3).",
         "`ctxpar check --model-path FILE` tells at once whether a file is one ctxpar runs."},
-       "ctxpar generate --model-path qwen2.5-0.5b-instruct-q4_k_m.gguf 'Hello'",
+       "ctxpar generate --model-path olmo-2-0425-1b-q4_k_m.gguf 'Hello'",
        "ctxpar generate --model-path gemma-3-270m-q4_k_m.gguf 'Hello'",
        {"CTXPAR-MODEL-008", "CTXPAR-GGUF-004"}},
+      {"CTXPAR-MODEL-011",
+       "A tensor or key of the file that the model cannot take",
+       "The model file {path} holds {item}, which {problem}.",
+       kConfig,
+       "Every tensor of a GGUF file is either a weight the architecture's forward reads, with "
+       "the shape and a type its kernels take, or the file is refused before any compute: a "
+       "tensor that were ignored (a RoPE scaling table, a bias, the layers past block_count) "
+       "would change the output with no error. So is every key under the architecture's "
+       "prefix: one the model does not read (a sliding window, an expert count) is refused; "
+       "general.* and tokenizer.* keys are the file's description and the tokenizer's. `ctxpar "
+       "check --model-path` applies the same checks as generate and serve.",
+       "A weight type without a matmul kernel (the matmuls take F32, F16, BF16, Q4_0, Q4_1, "
+       "Q5_0, Q5_1, Q8_0 and Q2_K to Q6_K; requantize others, such as the IQ types, with "
+       "llama-quantize); a tensor of another "
+       "architecture or of a layer past block_count; a shape that disagrees with the "
+       "hyperparameters; a norm vector that is not F32; a key of a feature the architecture's "
+       "model does not implement.",
+       {"Convert the checkpoint again with llama.cpp's convert_hf_to_gguf.py, or requantize "
+        "it to a listed type with llama-quantize.",
+        "`ctxpar check --model-path FILE` names the first tensor at fault."},
+       "ctxpar generate --model-path model-iq4_xs.gguf 'Hello'",
+       "ctxpar generate --model-path model-q4_k_m.gguf 'Hello'",
+       {"CTXPAR-MODEL-010", "CTXPAR-GGUF-006"}},
   };
 }
 

@@ -32,11 +32,23 @@ Expected<WeightType> WeightTypeFor(GgmlType type) {
       return WeightType::kQ5_K;
     case GgmlType::kQ6_K:
       return WeightType::kQ6_K;
+    case GgmlType::kQ2_K:
+      return WeightType::kQ2_K;
+    case GgmlType::kQ3_K:
+      return WeightType::kQ3_K;
+    case GgmlType::kQ4_0:
+      return WeightType::kQ4_0;
+    case GgmlType::kQ5_1:
+      return WeightType::kQ5_1;
+    case GgmlType::kF32:
+      return WeightType::kF32;
+    case GgmlType::kF16:
+      return WeightType::kF16;
+    case GgmlType::kBF16:
+      return WeightType::kBF16;
     default:
-      return InvalidArgument(fmt::format(
-          "ggml type {} has no matmul kernel; the matmuls take Q4_1, Q8_0, Q5_0, Q4_K, Q5_K and "
-          "Q6_K",
-          GgmlTypeName(type)));
+      return InvalidArgument(fmt::format("ggml type {} has no matmul kernel; the matmuls take {}",
+                                         GgmlTypeName(type), kMatMulTypes));
   }
 }
 
@@ -54,6 +66,20 @@ GgmlType GgmlTypeOf(WeightType type) {
       return GgmlType::kQ5_K;
     case WeightType::kQ6_K:
       return GgmlType::kQ6_K;
+    case WeightType::kQ2_K:
+      return GgmlType::kQ2_K;
+    case WeightType::kQ3_K:
+      return GgmlType::kQ3_K;
+    case WeightType::kQ4_0:
+      return GgmlType::kQ4_0;
+    case WeightType::kQ5_1:
+      return GgmlType::kQ5_1;
+    case WeightType::kF32:
+      return GgmlType::kF32;
+    case WeightType::kF16:
+      return GgmlType::kF16;
+    case WeightType::kBF16:
+      return GgmlType::kBF16;
   }
   return GgmlType::kF32;
 }

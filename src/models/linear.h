@@ -1,6 +1,7 @@
-// The matmul kernels of the models: ggml-quantized weights (Q4_1, Q8_0, Q5_0 and the K-quants
-// Q4_K, Q5_K, Q6_K), read in their blocks as stored in the GGUF file, times fp32 activations or
-// activations quantized per 32-element block to int8 (the way llama.cpp's CPU backend computes).
+// The matmul kernels of the models: ggml-quantized weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the
+// K-quants Q4_K, Q5_K, Q6_K) or unquantized ones (F32, F16, BF16), read in their blocks as stored
+// in the GGUF file, times fp32 activations or activations quantized per 32-element block to int8
+// (the way llama.cpp's CPU backend computes).
 //
 // Why the weights stay in their quantized blocks rather than dequantized bf16/fp32 copies: decode
 // reads every weight once per token, so its speed is bounded by weight bytes over memory
@@ -24,9 +25,12 @@
 //   tiles of 1 to 5 tokens, widened tiles, token chunks); so a row's bits do not change when it
 //   runs alone, among 63 others or in a prefill chunk.
 // - The fp32 sequence (ActFormat::kF32), the same on every ISA (scalar, AVX2, AVX-512): weights
-//   are dequantized exactly as DequantizeRow does: Q4_1 fma(q, d, m) rounded once; Q8_0 q * d and
-//   Q5_0 (q - 16) * d, exact; the K-quants bitwise as gguf-py (ctxpar/quant.h's DequantizeRow):
-//   Q4_K and Q5_K (d * sc) * q - dmin * m, Q6_K (d * sc) * (q - 32), each operation rounded.
+//   are dequantized exactly as DequantizeRow does: Q4_1 and Q5_1 fma(q, d, m) rounded once (q * d
+//   is exact, so this is gguf-py's d * q + m); Q8_0 q * d, Q4_0 (q - 8) * d and Q5_0
+//   (q - 16) * d, exact; the K-quants bitwise as gguf-py (ctxpar/quant.h's DequantizeRow):
+//   Q4_K and Q5_K (d * sc) * q - dmin * m, Q6_K (d * sc) * (q - 32), each operation rounded;
+//   F16 and BF16 widened to fp32 (exact), F32 as stored; Q2_K and Q3_K by DequantizeRow itself
+//   (a block at a time, then each group loaded).
 //   16 lanes start at +0; for each group g in order, lane l does acc[l] = fma(w[l], x[l],
 //   acc[l]) and then acc[l] = fma(w[16 + l], x[16 + l], acc[l]) (elements of group g). The
 //   lanes then reduce as r[l] = acc[l] + acc[l + 8], r[l] += r[l + 4], r[l] += r[l + 2],
@@ -50,19 +54,38 @@
 
 namespace ctxpar::model {
 
-enum class WeightType { kQ4_1, kQ8_0, kQ5_0, kQ4_K, kQ5_K, kQ6_K };
+// kF32, kF16 and kBF16: unquantized weights, taken in groups of 32 elements as the blocks of the
+// quantized types (what llama.cpp's converter writes by default).
+enum class WeightType {
+  kQ4_1,
+  kQ8_0,
+  kQ5_0,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
+  kF32,
+  kF16,
+  kBF16,
+  kQ4_0,
+  kQ5_1,
+  kQ2_K,
+  kQ3_K
+};
 
 // Elements of a group: the unit of the fp32 sequence and of the int8 activations.
 inline constexpr int kBlock = 32;
 
 // Elements of one block of `type`: 32, or 256 (8 groups) for the K-quants.
 constexpr int BlockSize(WeightType type) {
-  return type == WeightType::kQ4_K || type == WeightType::kQ5_K || type == WeightType::kQ6_K ? 256
-                                                                                             : 32;
+  return type == WeightType::kQ4_K || type == WeightType::kQ5_K || type == WeightType::kQ6_K ||
+                 type == WeightType::kQ2_K || type == WeightType::kQ3_K
+             ? 256
+             : 32;
 }
 
 // Bytes of one block, ggml's layouts (ctxpar/quant.h): Q4_1 = fp16 d, fp16 m, 16 nibble bytes;
-// Q8_0 = fp16 d, 32 int8; Q5_0 22, Q4_K 144, Q5_K 176, Q6_K 210.
+// Q8_0 = fp16 d, 32 int8; Q4_0 18, Q5_0 22, Q5_1 24, Q4_K 144, Q5_K 176, Q6_K 210; a group of 32
+// F32 (128), F16 or BF16 (64) values.
 constexpr std::size_t BlockBytes(WeightType type) {
   switch (type) {
     case WeightType::kQ4_1:
@@ -77,9 +100,26 @@ constexpr std::size_t BlockBytes(WeightType type) {
       return sizeof(BlockQ5K);
     case WeightType::kQ6_K:
       return sizeof(BlockQ6K);
+    case WeightType::kQ2_K:
+      return sizeof(BlockQ2K);
+    case WeightType::kQ3_K:
+      return sizeof(BlockQ3K);
+    case WeightType::kQ4_0:
+      return sizeof(BlockQ4_0);
+    case WeightType::kQ5_1:
+      return sizeof(BlockQ5_1);
+    case WeightType::kF32:
+      return 4 * kBlock;
+    case WeightType::kF16:
+    case WeightType::kBF16:
+      return 2 * kBlock;
   }
   return 0;
 }
+
+// The ggml types the matmuls take, for messages.
+inline constexpr const char* kMatMulTypes =
+    "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K";
 
 // The WeightType of a GGUF tensor's type: InvalidArgument naming the type when the kernels do
 // not take it.

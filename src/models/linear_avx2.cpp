@@ -93,6 +93,69 @@ struct Avx2Isa {
     }
     return w;
   }
+  static Block LoadGroup(const float* f) {
+    return {{_mm256_loadu_ps(f), _mm256_loadu_ps(f + 8), _mm256_loadu_ps(f + 16),
+             _mm256_loadu_ps(f + 24)}};
+  }
+  static Block DequantQ40(const std::uint8_t* blk) {
+    const __m256 d = HalfAt(blk);
+    // One byte per 32-bit lane: its low nibble is element j, its high nibble element 16 + j.
+    const __m256i a =
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2)));
+    const __m256i b =
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 10)));
+    const __m256i lo = _mm256_set1_epi32(0xF), eight = _mm256_set1_epi32(8);
+    auto scaled = [&](__m256i q) {
+      return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q, eight)), d);
+    };
+    return {{scaled(_mm256_and_si256(a, lo)), scaled(_mm256_and_si256(b, lo)),
+             scaled(_mm256_srli_epi32(a, 4)), scaled(_mm256_srli_epi32(b, 4))}};
+  }
+  // The block's 32 values q (0..31) as bytes in element order, then widened 8 at a time.
+  static Block DequantQ51(const std::uint8_t* blk) {
+    const __m256 d = HalfAt(blk);
+    const __m256 m = HalfAt(blk + 2);
+    std::uint32_t qh;
+    std::memcpy(&qh, blk + 4, 4);
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 8));
+    const __m256i nib = _mm256_and_si256(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(qs), _mm_srli_epi16(qs, 4), 1),
+        _mm256_set1_epi8(0xF));
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(static_cast<int>(qh)),
+        _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    const __m256i q = _mm256_or_si256(nib, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+    const __m128i halves[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
+    Block w;
+    for (int p = 0; p < kParts; ++p) {
+      const __m128i b = (p & 1) ? _mm_srli_si128(halves[p >> 1], 8) : halves[p >> 1];
+      w.v[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), d, m);
+    }
+    return w;
+  }
+  // Unquantized groups: part p is elements [8p, 8p + 8).
+  static Block DequantF32(const std::uint8_t* blk) {
+    const auto* f = reinterpret_cast<const float*>(blk);
+    return {{_mm256_loadu_ps(f), _mm256_loadu_ps(f + 8), _mm256_loadu_ps(f + 16),
+             _mm256_loadu_ps(f + 24)}};
+  }
+  static Block DequantF16(const std::uint8_t* blk) {
+    Block w;
+    for (int p = 0; p < kParts; ++p) {
+      w.v[p] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * p)));
+    }
+    return w;
+  }
+  static Block DequantBF16(const std::uint8_t* blk) {
+    Block w;
+    for (int p = 0; p < kParts; ++p) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * p));
+      w.v[p] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    return w;
+  }
   // One fused rounding is DequantizeRow's two: d (fp16) times sc (6 bits) times q (5 bits) has
   // at most 22 significant bits, so the product is exact.
   template <int kShift, int kBit>

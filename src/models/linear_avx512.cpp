@@ -71,6 +71,53 @@ struct Avx512Isa {
              _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))),
                            d)}};
   }
+  static Block LoadGroup(const float* f) { return {{_mm512_loadu_ps(f), _mm512_loadu_ps(f + 16)}}; }
+  static Block DequantQ40(const std::uint8_t* blk) {
+    const __m512 d = HalfAt(blk);
+    // One byte per 32-bit lane: its low nibble is element j, its high nibble element 16 + j.
+    const __m512i a =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+    const __m512i eight = _mm512_set1_epi32(8);
+    const __m512i lo = _mm512_sub_epi32(_mm512_and_si512(a, _mm512_set1_epi32(0xF)), eight);
+    const __m512i hi = _mm512_sub_epi32(_mm512_srli_epi32(a, 4), eight);
+    return {{_mm512_mul_ps(_mm512_cvtepi32_ps(lo), d), _mm512_mul_ps(_mm512_cvtepi32_ps(hi), d)}};
+  }
+  // The block's 32 values q (0..31) as bytes in element order (16 added where qh's bit is set).
+  static Block DequantQ51(const std::uint8_t* blk) {
+    const __m512 d = HalfAt(blk);
+    const __m512 m = HalfAt(blk + 2);
+    std::uint32_t qh;
+    std::memcpy(&qh, blk + 4, 4);
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 8));
+    const __m256i nib = _mm256_and_si256(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(qs), _mm_srli_epi16(qs, 4), 1),
+        _mm256_set1_epi8(0xF));
+    const __m256i q = _mm256_mask_add_epi8(nib, _cvtu32_mask32(qh), nib, _mm256_set1_epi8(16));
+    return {
+        {_mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q))), d, m),
+         _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1))),
+                         d, m)}};
+  }
+  // Unquantized groups: part p is elements [16p, 16p + 16).
+  static Block DequantF32(const std::uint8_t* blk) {
+    const auto* f = reinterpret_cast<const float*>(blk);
+    return {{_mm512_loadu_ps(f), _mm512_loadu_ps(f + 16)}};
+  }
+  static Block DequantF16(const std::uint8_t* blk) {
+    Block w;
+    for (int p = 0; p < kParts; ++p) {
+      w.v[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * p)));
+    }
+    return w;
+  }
+  static Block DequantBF16(const std::uint8_t* blk) {
+    Block w;
+    for (int p = 0; p < kParts; ++p) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * p));
+      w.v[p] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    return w;
+  }
   // One fused rounding is DequantizeRow's two: d (fp16) times sc (6 bits) times q (5 bits) has
   // at most 22 significant bits, so the product is exact.
   template <int kShift, int kBit>

@@ -6,6 +6,9 @@
 //   kParts          vectors per 32-weight block (scalar 2 of 16 floats, AVX2 4, AVX-512 2)
 //   V, Acc, Block   one part; one output's 16-lane accumulator; a block's dequantized parts
 //   Zero, Load, Store, DequantQ41, DequantQ80, DequantQ50 (a block's 32 weights)
+//   DequantF32, DequantF16, DequantBF16 (a group of 32 unquantized weights, widened exactly)
+//   DequantQ40, DequantQ51 (a block's 32 weights: (q - 8) * d; fma(q, d, m) with 5-bit q)
+//   LoadGroup(f)       32 weights already in fp32 (Q2_K, Q3_K: the block dequantized whole)
 //   DequantK45<kShift, kBit>(qs, qh, d, m)  a Q4_K / Q5_K group: q[l] = (qs[l] >> kShift) & 15,
 //                      plus 16 where bit kBit of qh[l] is set (kBit >= 0), weight float(q) * d - m
 //   DequantQ6K<kShiftL, kShiftH>(ql, qh, d0, d1)  a Q6_K group: q[l] = ((ql[l] >> kShiftL) & 15)
@@ -29,7 +32,23 @@
 // the register tile and the output's place in it change no bit.
 
 // kPiece: the widened tile, for a piece of a row whose lanes carry over (F32Tile::carry).
-enum class Src { kQ41, kQ80, kQ50, kQ4K, kQ5K, kQ6K, kWide, kPiece };
+enum class Src {
+  kQ41,
+  kQ80,
+  kQ50,
+  kQ4K,
+  kQ5K,
+  kQ6K,
+  kF32,
+  kF16,
+  kBF16,
+  kQ40,
+  kQ51,
+  kQ2K,
+  kQ3K,
+  kWide,
+  kPiece
+};
 
 inline std::uint16_t HalfBitsOf(const std::uint8_t* p) {
   std::uint16_t h;
@@ -39,8 +58,10 @@ inline std::uint16_t HalfBitsOf(const std::uint8_t* p) {
 
 template <Src S>
 constexpr WeightType TypeOf() {
-  constexpr WeightType kTypes[] = {WeightType::kQ4_1, WeightType::kQ8_0, WeightType::kQ5_0,
-                                   WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K};
+  constexpr WeightType kTypes[] = {
+      WeightType::kQ4_1, WeightType::kQ8_0, WeightType::kQ5_0, WeightType::kQ4_K, WeightType::kQ5_K,
+      WeightType::kQ6_K, WeightType::kF32,  WeightType::kF16,  WeightType::kBF16, WeightType::kQ4_0,
+      WeightType::kQ5_1, WeightType::kQ2_K, WeightType::kQ3_K};
   return kTypes[static_cast<int>(S)];
 }
 
@@ -56,10 +77,21 @@ constexpr int GroupsPerBlock() {
 struct BlockScales {
   float f[16];
 };
+// Q2_K and Q3_K: the whole block by ctxpar/quant.h's DequantizeRow (gguf-py's bits); each group is
+// then loaded from it.
+struct BlockFloats {
+  float f[256];
+};
+template <Src S>
+using ScalesFor = std::conditional_t<S == Src::kQ2K || S == Src::kQ3K, BlockFloats, BlockScales>;
 
 template <Src S>
-void ScalesOf(const std::uint8_t* blk, BlockScales* s) {
-  if constexpr (S == Src::kQ4K || S == Src::kQ5K) {
+void ScalesOf(const std::uint8_t* blk, ScalesFor<S>* s) {
+  if constexpr (S == Src::kQ2K || S == Src::kQ3K) {
+    const Status ok =
+        ctxpar::DequantizeRow(S == Src::kQ2K ? GgmlType::kQ2_K : GgmlType::kQ3_K, blk, s->f, 256);
+    (void)ok;  // ok for these types and 256 elements
+  } else if constexpr (S == Src::kQ4K || S == Src::kQ5K) {
     // The 12 bytes to 8 scales then 8 mins in one pass (UnpackScaleMinK4 for every group, as
     // ggml's dot products unpack them); the loops vectorize.
     constexpr std::uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
@@ -89,13 +121,26 @@ void ScalesOf(const std::uint8_t* blk, BlockScales* s) {
 // Group G of the block at blk, its scales from ScalesOf. G is a constant so that the bit
 // positions are immediates: a shift by a register count costs two micro-ops on x86.
 template <class Isa, Src S, int G>
-typename Isa::Block DequantGroup(const std::uint8_t* blk, const BlockScales& s) {
-  if constexpr (S == Src::kQ41) {
+typename Isa::Block DequantGroup(const std::uint8_t* blk, const ScalesFor<S>& s) {
+  if constexpr (S == Src::kQ2K || S == Src::kQ3K) {
+    (void)blk;
+    return Isa::LoadGroup(s.f + G * kBlock);
+  } else if constexpr (S == Src::kQ41) {
     return Isa::DequantQ41(blk);
   } else if constexpr (S == Src::kQ80) {
     return Isa::DequantQ80(blk);
   } else if constexpr (S == Src::kQ50) {
     return Isa::DequantQ50(blk);
+  } else if constexpr (S == Src::kQ40) {
+    return Isa::DequantQ40(blk);
+  } else if constexpr (S == Src::kQ51) {
+    return Isa::DequantQ51(blk);
+  } else if constexpr (S == Src::kF32) {
+    return Isa::DequantF32(blk);
+  } else if constexpr (S == Src::kF16) {
+    return Isa::DequantF16(blk);
+  } else if constexpr (S == Src::kBF16) {
+    return Isa::DequantBF16(blk);
   } else if constexpr (S == Src::kQ4K) {
     return Isa::template DequantK45<4 * (G & 1), -1>(blk + offsetof(BlockQ4K, qs) + 32 * (G >> 1),
                                                      nullptr, s.f[G], s.f[8 + G]);
@@ -169,7 +214,7 @@ void Panel(const F32Tile& j, int r0, int t0) {
   }
   for (int b = j.block0 / kGroups; b < j.block1 / kGroups; ++b) {
     const std::uint8_t* blks[R];
-    BlockScales scales[R];
+    ScalesFor<S> scales[R];
     for (int r = 0; r < R; ++r) {
       blks[r] = j.w + std::size_t(r0 + r) * j.row_stride + b * kBytes;
       ScalesOf<S>(blks[r], &scales[r]);
@@ -198,7 +243,7 @@ void WidenRow(const std::uint8_t* row, int nb, float* out) {
   constexpr int kGroups = GroupsPerBlock<S>();
   for (int b = 0; b < nb / kGroups; ++b) {
     const std::uint8_t* blk = row + b * BlockBytes(TypeOf<S>());
-    BlockScales scales;
+    ScalesFor<S> scales;
     ScalesOf<S>(blk, &scales);
     ForGroups<kGroups>([&]<int G>() {
       const typename Isa::Block w = DequantGroup<Isa, S, G>(blk, scales);
@@ -363,5 +408,19 @@ void F32TileImpl(const F32Tile& j) {
       return F32TileOf<Isa, Src::kQ5K>(j);
     case WeightType::kQ6_K:
       return F32TileOf<Isa, Src::kQ6K>(j);
+    case WeightType::kQ2_K:
+      return F32TileOf<Isa, Src::kQ2K>(j);
+    case WeightType::kQ3_K:
+      return F32TileOf<Isa, Src::kQ3K>(j);
+    case WeightType::kQ4_0:
+      return F32TileOf<Isa, Src::kQ40>(j);
+    case WeightType::kQ5_1:
+      return F32TileOf<Isa, Src::kQ51>(j);
+    case WeightType::kF32:
+      return F32TileOf<Isa, Src::kF32>(j);
+    case WeightType::kF16:
+      return F32TileOf<Isa, Src::kF16>(j);
+    case WeightType::kBF16:
+      return F32TileOf<Isa, Src::kBF16>(j);
   }
 }

@@ -7,7 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <utility>  // linear_impl.h's integer_sequence
+#include <type_traits>  // linear_impl.h's conditional_t
+#include <utility>      // linear_impl.h's integer_sequence
 
 #include "models/linear.h"
 

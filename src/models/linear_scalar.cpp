@@ -77,6 +77,56 @@ struct ScalarIsa {
     }
     return w;
   }
+  static Block LoadGroup(const float* f) {
+    Block w;
+    std::memcpy(w.v, f, sizeof w.v);
+    return w;
+  }
+  static Block DequantQ40(const std::uint8_t* blk) {
+    const float d = HalfAt(blk);
+    Block w;
+    for (int j = 0; j < 16; ++j) {
+      w.v[0].l[j] = float((blk[2 + j] & 0xF) - 8) * d;
+      w.v[1].l[j] = float((blk[2 + j] >> 4) - 8) * d;
+    }
+    return w;
+  }
+  static Block DequantQ51(const std::uint8_t* blk) {
+    const float d = HalfAt(blk);
+    const float m = HalfAt(blk + 2);
+    std::uint32_t qh;
+    std::memcpy(&qh, blk + 4, 4);
+    const std::uint8_t* qs = blk + 8;
+    Block w;
+    for (int j = 0; j < 16; ++j) {
+      const int lo = (qs[j] & 0xF) | int((qh >> j) & 1) << 4;
+      const int hi = (qs[j] >> 4) | int((qh >> (j + 16)) & 1) << 4;
+      w.v[0].l[j] = std::fma(float(lo), d, m);
+      w.v[1].l[j] = std::fma(float(hi), d, m);
+    }
+    return w;
+  }
+  // Unquantized groups: element 16p + j is lane j of part p.
+  static Block DequantF32(const std::uint8_t* blk) {
+    Block w;
+    std::memcpy(w.v, blk, sizeof w.v);
+    return w;
+  }
+  static Block DequantF16(const std::uint8_t* blk) {
+    Block w;
+    for (int l = 0; l < kBlock; ++l) w.v[l / 16].l[l % 16] = HalfAt(blk + 2 * l);
+    return w;
+  }
+  static Block DequantBF16(const std::uint8_t* blk) {
+    Block w;
+    for (int l = 0; l < kBlock; ++l) {
+      std::uint16_t h;
+      std::memcpy(&h, blk + 2 * l, 2);
+      const std::uint32_t bits = std::uint32_t(h) << 16;
+      std::memcpy(&w.v[l / 16].l[l % 16], &bits, 4);
+    }
+    return w;
+  }
   template <int kShift, int kBit>
   static Block DequantK45(const std::uint8_t* qs, const std::uint8_t* qh, float d, float m) {
     Block w;

@@ -23,11 +23,61 @@ namespace {
 
 using model::GgufVector;
 
-// The rank's rows of the projections (gguf_weights.h) and the layer's norms.
+// The rank's rows of the projections (gguf_weights.h), the layer's norms and the variant's
+// biases and per-head norms (null where it has none).
 struct Layer : model::DenseBlockWeights {
   const float* attn_norm = nullptr;
   const float* ffn_norm = nullptr;
+  const float* q_bias = nullptr;
+  const float* k_bias = nullptr;
+  const float* v_bias = nullptr;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
 };
+
+// The tensors of a variant's blocks (blk.N. + these): the Llama block's (or Phi-3's fused ones),
+// the variant's biases and norms. Any other is refused (CheckGgufTensors).
+std::vector<std::string_view> BlockTensors(const LlamaVariant& v) {
+  std::vector<std::string_view> names = {"attn_norm.weight", "attn_output.weight",
+                                         "ffn_norm.weight", "ffn_up.weight", "ffn_down.weight"};
+  if (v.fused) {
+    names.push_back("attn_qkv.weight");
+  } else {
+    names.insert(names.end(),
+                 {"attn_q.weight", "attn_k.weight", "attn_v.weight", "ffn_gate.weight"});
+  }
+  if (v.qkv_bias) names.insert(names.end(), {"attn_q.bias", "attn_k.bias", "attn_v.bias"});
+  if (v.qk_norm) names.insert(names.end(), {"attn_q_norm.weight", "attn_k_norm.weight"});
+  return names;
+}
+constexpr std::string_view kGlobalTensors[] = {"token_embd.weight", "output_norm.weight",
+                                               "output.weight", "rope_freqs.weight"};
+
+// Every layer's weights, the rank's rows of the projections (`shard`).
+Status LoadLayers(const GgufFile& f, const LlamaHparams& hp, const model::HeadShard& shard,
+                  model::ActFormat format, std::vector<Layer>& layers) {
+  const model::HeadLayout layout = model::DenseHeadLayout(hp);
+  for (int l = 0; l < hp.num_layers; ++l) {
+    const std::string b = fmt::format("blk.{}.", l);
+    CTXPAR_ASSIGN_OR_RETURN(model::DenseBlockWeights w,
+                            model::GgufDenseBlock(f, b, layout, shard, format, hp.variant.fused));
+    Layer layer{w};
+    CTXPAR_ASSIGN_OR_RETURN(layer.attn_norm, GgufVector(f, b + "attn_norm.weight", hp.dim));
+    CTXPAR_ASSIGN_OR_RETURN(layer.ffn_norm, GgufVector(f, b + "ffn_norm.weight", hp.dim));
+    if (hp.variant.qkv_bias) {
+      const int q_width = hp.num_heads * hp.head_dim, kv_width = hp.num_kv_heads * hp.head_dim;
+      CTXPAR_ASSIGN_OR_RETURN(layer.q_bias, GgufVector(f, b + "attn_q.bias", q_width));
+      CTXPAR_ASSIGN_OR_RETURN(layer.k_bias, GgufVector(f, b + "attn_k.bias", kv_width));
+      CTXPAR_ASSIGN_OR_RETURN(layer.v_bias, GgufVector(f, b + "attn_v.bias", kv_width));
+    }
+    if (hp.variant.qk_norm) {
+      CTXPAR_ASSIGN_OR_RETURN(layer.q_norm, GgufVector(f, b + "attn_q_norm.weight", hp.head_dim));
+      CTXPAR_ASSIGN_OR_RETURN(layer.k_norm, GgufVector(f, b + "attn_k_norm.weight", hp.head_dim));
+    }
+    layers.push_back(std::move(layer));
+  }
+  return Status::Ok();
+}
 
 class LlamaModel final : public Model {
  public:
@@ -43,7 +93,7 @@ class LlamaModel final : public Model {
                     .dim = hp.dim,
                     .scale = 1.0f / std::sqrt(float(hp.head_dim)),
                     .rms_eps = hp.rms_eps,
-                    .rope_style = model::RopeStyle::kNormal},
+                    .rope_style = hp.variant.rope_style},
                    &tp_, shard, pool),
         mlp_(model::GatedActivation::kSwiGlu, hp.dim, hp.rms_eps, &tp_, shard, pool) {}
 
@@ -74,17 +124,9 @@ class LlamaModel final : public Model {
 Status LlamaModel::Init(const EngineConfig& config, const model::HeadShard& shard) {
   const GgufFile& f = *file_;
   const LlamaHparams& hp = hp_;
-  const model::HeadLayout layout = model::DenseHeadLayout(hp);
-  for (int l = 0; l < hp.num_layers; ++l) {
-    const std::string b = fmt::format("blk.{}.", l);
-    CTXPAR_ASSIGN_OR_RETURN(model::DenseBlockWeights w,
-                            model::GgufDenseBlock(f, b, layout, shard, tp_.format()));
-    Layer layer{w};
-    CTXPAR_ASSIGN_OR_RETURN(layer.attn_norm, GgufVector(f, b + "attn_norm.weight", hp.dim));
-    CTXPAR_ASSIGN_OR_RETURN(layer.ffn_norm, GgufVector(f, b + "ffn_norm.weight", hp.dim));
-    layers_.push_back(std::move(layer));
-  }
-  rope_ = model::RopeAngles::Ggml(hp.rope_dims, hp.rope_base);
+  CTXPAR_RETURN_IF_ERROR(LoadLayers(f, hp, shard, tp_.format(), layers_));
+  rope_ =
+      model::RopeAngles::Ggml(hp.rope_dims, hp.rope_base, hp.rope_freq_factors, hp.rope_freq_scale);
   CTXPAR_ASSIGN_OR_RETURN(head_, model::VocabHead::FromGguf(f, hp.dim, hp.vocab_size,
                                                             hp.tied_embeddings, hp.rms_eps, tp_));
   return attention_.Init(config);
@@ -99,10 +141,16 @@ Status LlamaModel::Forward(const Batch& batch, KvPool& kv, std::vector<float>& l
   head_.Embed(batch, 1.0f, x_.data());
   for (int l = 0; l < hp.num_layers; ++l) {
     const Layer& layer = layers_[l];
-    CTXPAR_ASSIGN_OR_RETURN(
-        const float* attn,
-        attention_.Forward({.w = layer, .attn_norm = layer.attn_norm, .rope = rope_}, l, batch,
-                           positions_, x_.data(), kv));
+    CTXPAR_ASSIGN_OR_RETURN(const float* attn,
+                            attention_.Forward({.w = layer,
+                                                .attn_norm = layer.attn_norm,
+                                                .rope = rope_,
+                                                .q_norm = layer.q_norm,
+                                                .k_norm = layer.k_norm,
+                                                .q_bias = layer.q_bias,
+                                                .k_bias = layer.k_bias,
+                                                .v_bias = layer.v_bias},
+                                               l, batch, positions_, x_.data(), kv));
     AddResidual(attn);
     CTXPAR_ASSIGN_OR_RETURN(const float* mlp, mlp_.Forward(layer, layer.ffn_norm, x_.data(), n));
     AddResidual(mlp);
@@ -114,11 +162,29 @@ Status LlamaModel::Forward(const Batch& batch, KvPool& kv, std::vector<float>& l
 
 }  // namespace
 
+Status CheckLlamaTensors(const GgufFile& f, const LlamaHparams& hp) {
+  CTXPAR_RETURN_IF_ERROR(model::CheckGgufTensors(f, hp.variant.hf_name, hp.num_layers,
+                                                 kGlobalTensors, BlockTensors(hp.variant)));
+  EngineConfig one_rank;
+  const model::HeadShard shard = model::MakeHeadShard(model::DenseHeadLayout(hp), one_rank, 0);
+  std::vector<Layer> layers;
+  CTXPAR_RETURN_IF_ERROR(LoadLayers(f, hp, shard, model::ActFormat::kF32, layers));
+  CTXPAR_RETURN_IF_ERROR(
+      model::GgufMatrix(f, "token_embd.weight", hp.dim, hp.vocab_size, model::ActFormat::kF32)
+          .status());
+  if (!hp.tied_embeddings) {
+    CTXPAR_RETURN_IF_ERROR(
+        model::GgufMatrix(f, "output.weight", hp.dim, hp.vocab_size, model::ActFormat::kF32)
+            .status());
+  }
+  return GgufVector(f, "output_norm.weight", hp.dim).status();
+}
+
 Expected<std::unique_ptr<Model>> CreateLlamaModel(std::shared_ptr<const GgufFile> file,
                                                   const LlamaHparams& hp, ModelDesc desc,
                                                   const EngineConfig& config, Communicator& world,
                                                   ThreadPool* pool) {
-  return CreateDenseModel<LlamaModel>(std::move(file), hp, std::move(desc), "LlamaForCausalLM",
+  return CreateDenseModel<LlamaModel>(std::move(file), hp, std::move(desc), hp.variant.hf_name,
                                       config, world, pool);
 }
 

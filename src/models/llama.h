@@ -1,5 +1,10 @@
 // The Llama family from GGUF (not public API: the engine reaches it through model.h's
-// ModelSource, which OpenModelSource returns for a GGUF file).
+// ModelSource, which OpenModelSource returns for a GGUF file): the architectures whose block is
+// Llama's, pre-norm grouped-query attention and a SwiGLU MLP, each stating what its block adds
+// in a LlamaVariant (llama; qwen2: q/k/v biases; qwen3: per-head q/k norms; phi3: fused q/k/v
+// and gate/up matrices):
+//   h = x + o(attn(rope(norm_qk(q(n(x)) + bq)), rope(norm_qk(k(n(x)) + bk)), v(n(x)) + bv))
+//   x = h + down(silu(gate(n(h))) * up(n(h)))
 //
 // Layout: layers/attention_shard.h (heads, KV heads, MLP features over tp and dcp) and
 // layers/tp_linear.h (column-parallel q/k/v and gate/up; o_proj and ffn_down row-parallel as
@@ -12,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ctxpar/communicator.h"
@@ -20,29 +26,62 @@
 #include "ctxpar/model.h"
 #include "ctxpar/status.h"
 #include "models/layers/attention_shard.h"
+#include "models/layers/elementwise.h"
 
 namespace ctxpar {
 
 class ThreadPool;
 
+// What an architecture of the family adds to the Llama block.
+struct LlamaVariant {
+  std::string_view gguf_name;  // general.architecture
+  std::string_view hf_name;    // ModelDesc::architecture
+  // kNormal: llama.cpp's converter permuted the llama Q/K rows to adjacent pairs; kNeox: the
+  // HF rotate_half pairs (Qwen).
+  model::RopeStyle rope_style = model::RopeStyle::kNormal;
+  bool qkv_bias = false;  // attn_q.bias, attn_k.bias, attn_v.bias (Qwen2)
+  bool qk_norm = false;   // attn_q_norm, attn_k_norm over each head (Qwen3)
+  // attn_qkv holds the q, k, v rows and ffn_up the gate then up rows; attention.sliding_window
+  // is written 0 for "none" and read (Phi-3).
+  bool fused = false;
+};
+inline constexpr LlamaVariant kLlamaVariant = {"llama", "LlamaForCausalLM"};
+
 struct LlamaHparams {
   std::string architecture;  // general.architecture ("llama")
+  LlamaVariant variant = kLlamaVariant;
   int vocab_size = 0;
   int dim = 0;  // embedding_length
   int num_layers = 0;
   int num_heads = 0;
   int num_kv_heads = 0;
-  int head_dim = 0;
+  int head_dim = 0;  // attention.key_length, else dim / num_heads
   int ffn_dim = 0;
   int rope_dims = 0;
   float rope_base = 10000.0f;
+  // RoPE scaling (elementwise.h's RopeAngles::Ggml): Llama 3's rope_freqs.weight (rope_dims / 2
+  // divisors of the frequencies, empty: none) and 1 / rope.scaling.factor of a "linear" file.
+  std::vector<float> rope_freq_factors;
+  float rope_freq_scale = 1.0f;
   float rms_eps = 1e-5f;
   int context_length = 0;
   bool tied_embeddings = false;  // no output.weight: lm_head is token_embd
 };
 
-// Reads `<arch>.*` metadata, naming the key of anything missing or out of range.
-Expected<LlamaHparams> ReadLlamaHparams(const GgufFile& file);
+// Reads `<arch>.*` metadata (and rope_freqs.weight), naming the key of anything missing or out of
+// range; `variant` is the architecture's.
+Expected<LlamaHparams> ReadLlamaHparams(const GgufFile& file,
+                                        const LlamaVariant& variant = kLlamaVariant);
+
+// The checks of the file's tensors that the forward's loading makes (names, shapes, types with a
+// kernel: layers/gguf_weights.h), run when the source opens so that `ctxpar check` refuses what
+// generate would; CTXPAR-MODEL-011 naming the first tensor at fault.
+Status CheckLlamaTensors(const GgufFile& file, const LlamaHparams& hp);
+
+// The registry's opener (registry.h's GgufOpener) of an architecture of the family.
+Expected<std::unique_ptr<ModelSource>> OpenLlamaFamilySource(const std::string& path,
+                                                             std::shared_ptr<const GgufFile> file,
+                                                             const LlamaVariant& variant);
 
 // Collective over `world` (tp_size ranks). config.llama_cpp_numerics quantizes activations to
 // int8 per 32-block before each matmul, as llama.cpp's CPU backend does; off, fp32 activations,

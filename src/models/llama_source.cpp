@@ -1,8 +1,11 @@
-// The GGUF ModelSource of the Llama family: hyperparameters, the layout rules that the model
-// hook adds to the resolution pipeline (layers/attention_shard.h), and the factory.
+// The GGUF ModelSource of the Llama family (llama.h's LlamaVariant): hyperparameters, the layout
+// rules that the model hook adds to the resolution pipeline (layers/attention_shard.h), and the
+// factory.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -16,18 +19,19 @@ namespace ctxpar {
 
 namespace {
 
-constexpr std::string_view kHookName = "llama_layout_rules";
-
 class LlamaSource final : public GgufDenseSource<LlamaHparams> {
  public:
   LlamaSource(std::string path, std::shared_ptr<const GgufFile> file, LlamaHparams hp,
               Tokenizer tokenizer)
-      : GgufDenseSource("LlamaForCausalLM", kHookName, std::move(path), std::move(file),
-                        std::move(hp), std::move(tokenizer)) {
-    info_.hook = [hp = hp_, arch = desc_.architecture](Resolution& r, const ResolveContext&) {
+      : GgufDenseSource(hp.variant.hf_name, fmt::format("{}_layout_rules", hp.variant.gguf_name),
+                        std::move(path), std::move(file), std::move(hp), std::move(tokenizer)) {
+    info_.hook = [hp = hp_, arch = desc_.architecture, int8_weights = model::Int8Weights(*file_)](
+                     Resolution& r, const ResolveContext&) {
       ResolvingView cfg = r.view();
       CTXPAR_RETURN_IF_ERROR(
           model::CheckHeadLayout(model::DenseHeadLayout(hp), arch, cfg.tp_size(), cfg.dcp_size()));
+      CTXPAR_RETURN_IF_ERROR(
+          model::CheckInt8Activations(cfg.llama_cpp_numerics(), int8_weights, arch));
       return model::CheckDenseFlags(cfg, arch);
     };
   }
@@ -38,20 +42,82 @@ class LlamaSource final : public GgufDenseSource<LlamaHparams> {
   }
 };
 
+// The keys under "<arch>." that ReadLlamaHparams reads; rope.scaling.original_context_length
+// changes no output of linear scaling (llama.cpp and transformers use it for YaRN only).
+constexpr std::string_view kReadKeys[] = {"embedding_length",
+                                          "block_count",
+                                          "attention.head_count",
+                                          "attention.head_count_kv",
+                                          "feed_forward_length",
+                                          "context_length",
+                                          "attention.key_length",
+                                          "attention.value_length",
+                                          "rope.dimension_count",
+                                          "rope.freq_base",
+                                          "attention.layer_norm_rms_epsilon",
+                                          "vocab_size",
+                                          "rope.scaling.type",
+                                          "rope.scaling.factor",
+                                          "rope.scaling.original_context_length"};
+
+// RoPE scaling: none, "linear" (rope.scaling.factor), or Llama 3's rope_freqs.weight (the
+// converter writes no scaling type for it). YaRN and the others change the angles and the
+// attention scale in ways this block does not implement: refused.
+Status ReadRopeScaling(const GgufFile& f, const std::string& a, LlamaHparams& hp) {
+  const std::string type_key = a + "rope.scaling.type";
+  std::string type = "none";
+  if (f.Find(type_key) != nullptr) {
+    CTXPAR_ASSIGN_OR_RETURN(type, f.GetString(type_key));
+  }
+  if (type == "linear") {
+    CTXPAR_ASSIGN_OR_RETURN(
+        const float factor,
+        ReadFloatHparam(f, a + "rope.scaling.factor", {1.0, 1e6, false, false, "in [1, 1e6]"}));
+    hp.rope_freq_scale = 1.0f / factor;
+  } else if (type != "none") {
+    return HparamError(f, type_key, type,
+                       "ctxpar runs RoPE scaling none and linear (and Llama 3's "
+                       "rope_freqs.weight)");
+  }
+  const Expected<const GgufTensor*> freqs = f.FindTensor("rope_freqs.weight");
+  if (!freqs.ok()) return Status::Ok();
+  const GgufTensor& t = **freqs;
+  if (t.type != GgmlType::kF32 || t.num_elements() != hp.rope_dims / 2) {
+    return HparamError(
+        f, "tensor rope_freqs.weight", std::string(GgmlTypeName(t.type)),
+        fmt::format("it must be F32 with {} elements (rope dims / 2)", hp.rope_dims / 2));
+  }
+  const auto* v = reinterpret_cast<const float*>(t.data);
+  hp.rope_freq_factors.assign(v, v + hp.rope_dims / 2);
+  for (float factor : hp.rope_freq_factors) {
+    if (!(factor > 0.0f) || !std::isfinite(factor)) {
+      return HparamError(f, "tensor rope_freqs.weight", std::to_string(factor),
+                         "every factor must be finite and positive");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
-Expected<LlamaHparams> ReadLlamaHparams(const GgufFile& f) {
+Expected<LlamaHparams> ReadLlamaHparams(const GgufFile& f, const LlamaVariant& variant) {
   LlamaHparams hp;
+  hp.variant = variant;
   CTXPAR_ASSIGN_OR_RETURN(hp.architecture, f.GetString("general.architecture"));
   const std::string a = hp.architecture + ".";
   CTXPAR_RETURN_IF_ERROR(ReadDenseHparams(f, a, hp));
-  if (hp.dim % hp.num_heads != 0) {
-    return HparamError(
-        f, a + "embedding_length", hp.dim,
-        fmt::format("it must be divisible by {}attention.head_count ({})", a, hp.num_heads));
-  }
   CTXPAR_RETURN_IF_ERROR(CheckKvHeads(f, a, hp));
-  hp.head_dim = hp.dim / hp.num_heads;
+  const int dim_per_head = hp.dim % hp.num_heads == 0 ? hp.dim / hp.num_heads : 0;
+  CTXPAR_ASSIGN_OR_RETURN(
+      hp.head_dim,
+      ReadIntHparam(f, a + "attention.key_length", 2, 1024,
+                    dim_per_head > 0 ? std::optional<int>(dim_per_head) : std::nullopt));
+  CTXPAR_ASSIGN_OR_RETURN(const int value_length,
+                          ReadIntHparam(f, a + "attention.value_length", 1, 1 << 30, hp.head_dim));
+  if (value_length != hp.head_dim) {
+    return HparamError(f, a + "attention.value_length", value_length,
+                       fmt::format("it must equal the key length ({})", hp.head_dim));
+  }
   CTXPAR_ASSIGN_OR_RETURN(hp.rope_dims,
                           ReadIntHparam(f, a + "rope.dimension_count", 1, 1 << 30, hp.head_dim));
   if (hp.rope_dims > hp.head_dim || hp.rope_dims % 2 != 0 || hp.rope_dims > 512) {
@@ -63,14 +129,33 @@ Expected<LlamaHparams> ReadLlamaHparams(const GgufFile& f) {
       hp.rope_base, ReadFloatHparam(f, a + "rope.freq_base", kRopeFreqBaseRange, hp.rope_base));
   CTXPAR_ASSIGN_OR_RETURN(
       hp.rms_eps, ReadFloatHparam(f, a + "attention.layer_norm_rms_epsilon", kRmsEpsilonRange));
+  CTXPAR_RETURN_IF_ERROR(ReadRopeScaling(f, a, hp));
+  if (variant.fused) {
+    // Phi-3's converter writes 0 for "no window"; a window on every layer is not implemented
+    // (the KV pool's window groups need a full-attention group beside them).
+    CTXPAR_RETURN_IF_ERROR(ReadIntHparam(f, a + "attention.sliding_window", 0, 0, 0).status());
+  }
   CTXPAR_ASSIGN_OR_RETURN(hp.vocab_size, model::GgufVocabSize(f, hp.dim));
   hp.tied_embeddings = !f.FindTensor("output.weight").ok();
   return hp;
 }
 
+Expected<std::unique_ptr<ModelSource>> OpenLlamaFamilySource(const std::string& path,
+                                                             std::shared_ptr<const GgufFile> file,
+                                                             const LlamaVariant& variant) {
+  CTXPAR_ASSIGN_OR_RETURN(LlamaHparams hp, ReadLlamaHparams(*file, variant));
+  std::vector<std::string_view> keys(std::begin(kReadKeys), std::end(kReadKeys));
+  if (variant.fused) keys.push_back("attention.sliding_window");
+  CTXPAR_RETURN_IF_ERROR(model::CheckGgufKeys(*file, variant.hf_name, hp.architecture + ".", keys));
+  CTXPAR_RETURN_IF_ERROR(CheckLlamaTensors(*file, hp));
+  CTXPAR_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::FromGguf(*file));
+  return std::unique_ptr<ModelSource>(
+      new LlamaSource(path, std::move(file), std::move(hp), std::move(tokenizer)));
+}
+
 Expected<std::unique_ptr<ModelSource>> OpenLlamaSource(const std::string& path,
                                                        std::shared_ptr<const GgufFile> file) {
-  return OpenGgufDenseSource<LlamaSource, ReadLlamaHparams>(path, std::move(file));
+  return OpenLlamaFamilySource(path, std::move(file), kLlamaVariant);
 }
 
 }  // namespace ctxpar

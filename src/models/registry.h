@@ -34,6 +34,12 @@ std::span<const Architecture> Architectures();
 // The openers of each architecture (in their source files).
 Expected<std::unique_ptr<ModelSource>> OpenLlamaSource(const std::string& path,
                                                        std::shared_ptr<const GgufFile> file);
+Expected<std::unique_ptr<ModelSource>> OpenQwen2Source(const std::string& path,
+                                                       std::shared_ptr<const GgufFile> file);
+Expected<std::unique_ptr<ModelSource>> OpenQwen3Source(const std::string& path,
+                                                       std::shared_ptr<const GgufFile> file);
+Expected<std::unique_ptr<ModelSource>> OpenPhi3Source(const std::string& path,
+                                                      std::shared_ptr<const GgufFile> file);
 Expected<std::unique_ptr<ModelSource>> OpenGemma3Source(const std::string& path,
                                                         std::shared_ptr<const GgufFile> file);
 Expected<std::unique_ptr<ModelSource>> OpenDeepseekSource(const std::string& dir);

@@ -148,9 +148,9 @@ TEST(DeepseekCli, ModelPathPicksTheLoaderByWhatTheDirectoryHolds) {
   EXPECT_EQ(empty.exit_status, 2);
   EXPECT_EQ(empty.err, dir.string() +
                            " is a directory without a config.json: ctxpar reads a GGUF file "
-                           "(Llama, Gemma 3) or a HF checkpoint directory with config.json and "
-                           "*.safetensors (DeepSeek-V3 family).\nrun: ctxpar explain "
-                           "CTXPAR-MODEL-008\n");
+                           "(Llama, Qwen, Phi-3, Gemma 3) or a HF checkpoint directory with "
+                           "config.json and *.safetensors (DeepSeek-V3 family).\nrun: ctxpar "
+                           "explain CTXPAR-MODEL-008\n");
   std::filesystem::copy_file(kReference + "/config.json", dir / "config.json");
   const RunResult config_only = generate();
   EXPECT_EQ(config_only.exit_status, 2);

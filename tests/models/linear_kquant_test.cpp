@@ -1,10 +1,11 @@
 // MatMul (src/models/linear.h) on the weight types of Gemma 3's Q4_K_M file and its kin (Q5_0,
-// Q4_K, Q5_K, Q6_K, and Q8_0 beside them), on every ISA this CPU runs (CTXPAR_CPU_ISA forces the
-// lower ones): each output bitwise equal to the header's fp32 sequence written out here over
-// ctxpar::DequantizeRow's weights (gguf-py's, tests/loader/quant_test.cpp), whatever n, the
-// thread count or the path (direct, widened, pieces of long rows, fused products); close to a
-// float64 reference; and the int8 path refused for the types it does not take. Blocks are random
-// bytes with valid fp16 scales, and rows of the real Gemma file where it is present.
+// Q4_K, Q5_K, Q6_K, and Q8_0 beside them), Q4_0, Q5_1, Q2_K and Q3_K, and the unquantized F32, F16
+// and BF16, on every ISA this CPU runs (CTXPAR_CPU_ISA forces the lower ones): each output bitwise
+// equal to the header's fp32 sequence written out here over ctxpar::DequantizeRow's weights
+// (gguf-py's, tests/loader/quant_test.cpp), whatever n, the thread count or the path (direct,
+// widened, pieces of long rows, fused products); close to a float64 reference; and the int8 path
+// refused for the types it does not take. Blocks are random bytes with valid fp16 scales, and rows
+// of the real Gemma file where it is present.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -24,7 +25,9 @@ namespace ctxpar::model {
 namespace {
 
 const WeightType kTypes[] = {WeightType::kQ5_0, WeightType::kQ4_K, WeightType::kQ5_K,
-                             WeightType::kQ6_K, WeightType::kQ8_0};
+                             WeightType::kQ6_K, WeightType::kQ8_0, WeightType::kF32,
+                             WeightType::kF16,  WeightType::kBF16, WeightType::kQ4_0,
+                             WeightType::kQ5_1, WeightType::kQ2_K, WeightType::kQ3_K};
 
 std::string Name(WeightType type) { return std::string(GgmlTypeName(GgmlTypeOf(type))); }
 
@@ -38,11 +41,28 @@ void PutHalf(std::uint8_t* p, float v) {
   std::memcpy(p, &h, 2);
 }
 
-// Random bytes, then each block's fp16 scales set to finite values of a trained model's size.
+// Random bytes, then each block's fp16 scales set to finite values of a trained model's size; for
+// the unquantized types, normal values of that size (subnormal and zero ones among them).
 Matrix RandomMatrix(WeightType type, int rows, int cols, std::mt19937& rng) {
   Matrix r;
   const std::size_t row_bytes = cols / BlockSize(type) * BlockBytes(type);
   r.bytes.resize(row_bytes * rows);
+  r.m = QuantMatrix{type, r.bytes.data(), rows, cols, row_bytes};
+  if (type == WeightType::kF32 || type == WeightType::kF16 || type == WeightType::kBF16) {
+    std::normal_distribution<float> normal(0.0f, 0.05f);
+    for (std::size_t i = 0; i < std::size_t(rows) * cols; ++i) {
+      float v = normal(rng);
+      if (i % 97 == 5) v = 1e-6f * v;  // fp16 subnormals
+      if (i % 89 == 3) v = 0.0f;
+      if (type == WeightType::kF32) {
+        std::memcpy(r.bytes.data() + 4 * i, &v, 4);
+      } else {
+        const std::uint16_t h = type == WeightType::kF16 ? Fp32ToFp16(v) : FloatToBf16(v);
+        std::memcpy(r.bytes.data() + 2 * i, &h, 2);
+      }
+    }
+    return r;
+  }
   std::uniform_int_distribution<int> byte(0, 255);
   for (auto& b : r.bytes) b = std::uint8_t(byte(rng));
   std::uniform_real_distribution<float> scale(0.0005f, 0.05f);
@@ -51,6 +71,17 @@ Matrix RandomMatrix(WeightType type, int rows, int cols, std::mt19937& rng) {
     switch (type) {
       case WeightType::kQ6_K:
         PutHalf(blk + offsetof(BlockQ6K, d), scale(rng) / 16);
+        break;
+      case WeightType::kQ2_K:
+        PutHalf(blk + offsetof(BlockQ2K, d), scale(rng) / 4);
+        PutHalf(blk + offsetof(BlockQ2K, dmin), scale(rng) / 4);
+        break;
+      case WeightType::kQ3_K:
+        PutHalf(blk + offsetof(BlockQ3K, d), scale(rng) / 16);
+        break;
+      case WeightType::kQ5_1:
+        PutHalf(blk, scale(rng));
+        PutHalf(blk + 2, -16 * scale(rng));
         break;
       case WeightType::kQ4_K:
       case WeightType::kQ5_K:
@@ -67,7 +98,6 @@ Matrix RandomMatrix(WeightType type, int rows, int cols, std::mt19937& rng) {
         PutHalf(blk, scale(rng));
     }
   }
-  r.m = QuantMatrix{type, r.bytes.data(), rows, cols, row_bytes};
   return r;
 }
 
@@ -293,7 +323,14 @@ TEST(KQuantTypes, GgufTypesMapToTheKernelsTypes) {
   EXPECT_EQ(*WeightTypeFor(GgmlType::kQ6_K), WeightType::kQ6_K);
   EXPECT_EQ(*WeightTypeFor(GgmlType::kQ4_1), WeightType::kQ4_1);
   EXPECT_EQ(*WeightTypeFor(GgmlType::kQ8_0), WeightType::kQ8_0);
-  for (GgmlType other : {GgmlType::kQ3_K, GgmlType::kIQ4_XS, GgmlType::kF16}) {
+  EXPECT_EQ(*WeightTypeFor(GgmlType::kF32), WeightType::kF32);
+  EXPECT_EQ(*WeightTypeFor(GgmlType::kF16), WeightType::kF16);
+  EXPECT_EQ(*WeightTypeFor(GgmlType::kBF16), WeightType::kBF16);
+  EXPECT_EQ(*WeightTypeFor(GgmlType::kQ4_0), WeightType::kQ4_0);
+  EXPECT_EQ(*WeightTypeFor(GgmlType::kQ5_1), WeightType::kQ5_1);
+  EXPECT_EQ(*WeightTypeFor(GgmlType::kQ2_K), WeightType::kQ2_K);
+  EXPECT_EQ(*WeightTypeFor(GgmlType::kQ3_K), WeightType::kQ3_K);
+  for (GgmlType other : {GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kQ8_1}) {
     const Expected<WeightType> t = WeightTypeFor(other);
     ASSERT_FALSE(t.ok());
     EXPECT_NE(t.status().message().find(std::string(GgmlTypeName(other))), std::string::npos)
@@ -305,6 +342,14 @@ TEST(KQuantTypes, GgufTypesMapToTheKernelsTypes) {
   EXPECT_EQ(BlockBytes(WeightType::kQ4_K), 144u);
   EXPECT_EQ(BlockBytes(WeightType::kQ5_K), 176u);
   EXPECT_EQ(BlockBytes(WeightType::kQ6_K), 210u);
+  EXPECT_EQ(BlockBytes(WeightType::kQ2_K), 84u);
+  EXPECT_EQ(BlockBytes(WeightType::kQ3_K), 110u);
+  EXPECT_EQ(BlockSize(WeightType::kQ2_K), 256);
+  EXPECT_EQ(BlockBytes(WeightType::kQ4_0), 18u);
+  EXPECT_EQ(BlockBytes(WeightType::kQ5_1), 24u);
+  EXPECT_EQ(BlockBytes(WeightType::kF32), 128u);
+  EXPECT_EQ(BlockBytes(WeightType::kF16), 64u);
+  EXPECT_EQ(BlockBytes(WeightType::kBF16), 64u);
 }
 
 // The int8 path takes Q4_1 and Q8_0; for the others it is refused with a Status naming the type,
@@ -313,7 +358,9 @@ TEST(KQuantTypes, Int8ActivationsAreRefusedForTheNewTypes) {
   EXPECT_TRUE(CheckActFormat(ActFormat::kQ8, WeightType::kQ4_1).ok());
   EXPECT_TRUE(CheckActFormat(ActFormat::kQ8, WeightType::kQ8_0).ok());
   for (WeightType type :
-       {WeightType::kQ5_0, WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K}) {
+       {WeightType::kQ5_0, WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K,
+        WeightType::kF32, WeightType::kF16, WeightType::kBF16, WeightType::kQ4_0, WeightType::kQ5_1,
+        WeightType::kQ2_K, WeightType::kQ3_K}) {
     EXPECT_TRUE(CheckActFormat(ActFormat::kF32, type).ok());
     const Status s = CheckActFormat(ActFormat::kQ8, type);
     ASSERT_FALSE(s.ok());

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "ctxpar/cpu_features.h"
 
@@ -195,6 +196,14 @@ RopeAngles RopeAngles::Ggml(int rope_dims, float base) {
   return a;
 }
 
+RopeAngles RopeAngles::Ggml(int rope_dims, float base, std::vector<float> freq_factors,
+                            float freq_scale) {
+  RopeAngles a = Ggml(rope_dims, base);
+  a.freq_factors_ = std::move(freq_factors);
+  a.freq_scale_ = freq_scale;
+  return a;
+}
+
 RopeAngles RopeAngles::HfTable(int rope_dims, float base, DataType dtype) {
   RopeAngles a;
   a.rope_dims_ = rope_dims;
@@ -218,6 +227,16 @@ void RopeAngles::CosSin(int64_t pos, float* cos_sin) const {
     return;
   }
   float theta = float(pos);
+  if (!freq_factors_.empty() || freq_scale_ != 1.0f) {
+    for (int i = 0; i < half; ++i) {
+      float angle = freq_factors_.empty() ? theta : theta / freq_factors_[i];
+      angle *= freq_scale_;
+      cos_sin[2 * i] = std::cos(angle);
+      cos_sin[2 * i + 1] = std::sin(angle);
+      theta *= theta_scale_;
+    }
+    return;
+  }
   for (int i = 0; i < half; ++i) {
     cos_sin[2 * i] = std::cos(theta);
     cos_sin[2 * i + 1] = std::sin(theta);

@@ -27,7 +27,10 @@ void RmsNorm(const float* x, const float* weight, int n, int dim, float eps, flo
 // - HfTable: HF transformers' default RoPE (DeepSeek-V3): inv_freq[i] = 1 / base^(2i/rope_dims)
 //   in float, rounded to `dtype` as transformers' inv_freq buffer is when the model runs in its
 //   checkpoint's bf16 or f16 (kF32 keeps it), and angle_i = inv_freq[i] * pos in float.
-// Both give cos and sin in float through std::cos and std::sin.
+// Both give cos and sin in float through std::cos and std::sin. Ggml also takes llama.cpp's RoPE
+// scaling of a non-YaRN file: angle_i = theta_i / freq_factors[i] * freq_scale, in float, in that
+// order (ggml's rope with freq factors: Llama 3's rope_freqs.weight; freq_scale: 1 / the linear
+// scaling factor).
 class RopeAngles {
  public:
   static constexpr int kMaxDims = 1024;
@@ -37,6 +40,9 @@ class RopeAngles {
   // Both: rope_dims even, in [2, kMaxDims]; base > 0 (the loaders validate both). HfTable's
   // dtype is kF32, kBF16 or kF16.
   static RopeAngles Ggml(int rope_dims, float base);
+  // freq_factors: empty, or rope_dims / 2 positive values.
+  static RopeAngles Ggml(int rope_dims, float base, std::vector<float> freq_factors,
+                         float freq_scale);
   static RopeAngles HfTable(int rope_dims, float base, DataType dtype);
 
   int rope_dims() const { return rope_dims_; }
@@ -45,8 +51,10 @@ class RopeAngles {
 
  private:
   int rope_dims_ = 0;
-  float theta_scale_ = 0.0f;     // Ggml
-  std::vector<float> inv_freq_;  // HfTable (empty for Ggml)
+  float theta_scale_ = 0.0f;         // Ggml
+  std::vector<float> freq_factors_;  // Ggml, scaled (empty: none)
+  float freq_scale_ = 1.0f;          // Ggml, scaled
+  std::vector<float> inv_freq_;      // HfTable (empty for Ggml)
 };
 
 // The two pairings of the rotation (ggml's modes; HF's rope_interleave and rotate_half):

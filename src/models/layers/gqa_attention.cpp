@@ -32,6 +32,22 @@ Expected<const float*> GqaAttention::Forward(const GqaLayer& layer, int index, c
                            {layer.w.wk, k_.data(), s.kv_heads * hd},
                            {layer.w.wv, v_.data(), s.kv_heads * hd}};
   tp_->ColumnParallel(qkv, xn_.data(), n, opt_.dim);
+  if (layer.q_bias != nullptr) {
+    // The rank's heads of each bias, added to every row.
+    const float* bias[] = {layer.q_bias + std::size_t(s.q_first) * hd,
+                           layer.k_bias + std::size_t(s.kv_first) * hd,
+                           layer.v_bias + std::size_t(s.kv_first) * hd};
+    float* out[] = {q_.data(), k_.data(), v_.data()};
+    const std::size_t width[] = {q_row, kv_row, kv_row};
+    ForRows(pool_, n, [&](int begin, int end) {
+      for (int i = 0; i < 3; ++i) {
+        for (int row = begin; row < end; ++row) {
+          float* y = out[i] + row * width[i];
+          for (std::size_t c = 0; c < width[i]; ++c) y[c] += bias[i][c];
+        }
+      }
+    });
+  }
   if (layer.q_norm != nullptr) {
     RmsNormRows(pool_, q_.data(), layer.q_norm, n * s.q_heads, hd, opt_.rms_eps, q_.data());
   }

@@ -1,6 +1,7 @@
 // The attention of a dense decoder layer with grouped-query heads (Llama, Gemma 3), on one rank:
 //   xn = RmsNorm(x) with the layer's attn_norm
-//   q, k, v = xn times the rank's rows of wq, wk, wv (column-parallel, tp_linear.h)
+//   q, k, v = xn times the rank's rows of wq, wk, wv (column-parallel, tp_linear.h), plus the
+//             rank's part of their biases (optional: Qwen2's)
 //   q, k = per-head RmsNorm (optional: Gemma 3's q_norm / k_norm), then RoPE per row at its
 //          position with the layer's RopeAngles in the model's pairing (elementwise.h)
 //   k, v written to each sequence's slot of the pool; o = BatchAttention over the DCP group
@@ -48,6 +49,10 @@ struct GqaLayer {
   const RopeAngles& rope;
   const float* q_norm = nullptr;  // [head_dim] or null: no per-head norm
   const float* k_norm = nullptr;
+  // [num_heads * head_dim] and [num_kv_heads * head_dim] of the whole model, or null: no bias.
+  const float* q_bias = nullptr;
+  const float* k_bias = nullptr;
+  const float* v_bias = nullptr;
 };
 
 class GqaAttention {

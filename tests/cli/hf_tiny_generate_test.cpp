@@ -1,0 +1,87 @@
+// `ctxpar generate` and `check` on the tiny converted checkpoints of tests/data/hf_tiny, as a
+// user runs them: the 16 greedy ids of the 700-token prompt are HF transformers' (golden.json)
+// at tp 1 and over two MPI ranks with DCP in prefill chunks, for one weight type of each
+// architecture; and a file with a tensor the model cannot take is refused by check and generate
+// alike, with the same catalog ID and message, before any compute.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "run_ctxpar.h"
+
+namespace ctxpar {
+namespace {
+
+using testing::RunCtxpar;
+using testing::RunResult;
+
+const std::vector<std::string> kMpiEnv = {"OMPI_ALLOW_RUN_AS_ROOT=1",
+                                          "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+                                          "OMPI_MCA_rmaps_base_oversubscribe=1"};
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+struct Case {
+  const char* arch;
+  const char* type;
+};
+
+const Case kCases[] = {
+    {"llama", "f32"}, {"llama3", "q8_0"}, {"qwen2", "bf16"}, {"qwen3", "f16"}, {"phi3", "q8_0"}};
+
+TEST(HfTinyCli, GreedyIdsOfTheLongPromptAreTransformersOnOneAndTwoRanks) {
+  for (const Case& c : kCases) {
+    const std::string dir = std::string(CTXPAR_TEST_DATA_DIR) + "/hf_tiny/" + c.arch + "/";
+    std::ifstream in(dir + "golden.json");
+    const nlohmann::json golden = nlohmann::json::parse(in);
+    const nlohmann::json& prompt = golden.at("prompts").back();
+    std::string ids, want;
+    for (int32_t id : prompt.at("prompt_ids").get<std::vector<int32_t>>()) {
+      ids += (ids.empty() ? "" : ",") + std::to_string(id);
+    }
+    const auto greedy = prompt.at("greedy").get<std::vector<int32_t>>();
+    for (std::size_t i = 0; i < greedy.size(); ++i) {
+      want += (i ? " " : "") + std::to_string(greedy[i]);
+    }
+    const std::string path = dir + golden.at("files").at(c.type).at("file").get<std::string>();
+    std::vector<std::string> args = {"generate",
+                                     "--model-path",
+                                     path,
+                                     "--print-ids",
+                                     "--ignore-eos",
+                                     "--max-new-tokens",
+                                     std::to_string(greedy.size()),
+                                     "--input-ids",
+                                     ids};
+    const RunResult one = RunCtxpar(args, kMpiEnv);
+    ASSERT_EQ(one.exit_status, 0) << path << ": " << one.err;
+    EXPECT_EQ(Trim(one.out), want) << path;
+    if (std::string(CTXPAR_MPIEXEC).empty()) continue;
+    args.insert(args.end(), {"--tp-size", "2", "--dcp-size", "2", "--dcp-comm-backend", "a2a",
+                             "--threads", "1", "--chunked-prefill-size", "128"});
+    const RunResult two = RunCtxpar(args, kMpiEnv);
+    ASSERT_EQ(two.exit_status, 0) << path << ": " << two.err;
+    EXPECT_EQ(Trim(two.out), want) << path << " over 2 ranks";
+  }
+}
+
+TEST(HfTinyCli, CheckAndGenerateRefuseTheSameFileAlike) {
+  const std::string path = std::string(CTXPAR_TEST_DATA_DIR) + "/hf_tiny/refused/f64_weight.gguf";
+  const RunResult check = RunCtxpar({"check", "--model-path", path});
+  const RunResult generate = RunCtxpar({"generate", "--model-path", path, "Hello"});
+  EXPECT_EQ(check.exit_status, 2) << check.err;
+  EXPECT_EQ(generate.exit_status, 2) << generate.err;
+  EXPECT_NE(check.err.find("CTXPAR-MODEL-011"), std::string::npos) << check.err;
+  EXPECT_NE(check.err.find("tensor blk.0.ffn_up.weight"), std::string::npos) << check.err;
+  EXPECT_NE(generate.err.find("CTXPAR-MODEL-011"), std::string::npos) << generate.err;
+  EXPECT_NE(generate.err.find("tensor blk.0.ffn_up.weight"), std::string::npos) << generate.err;
+}
+
+}  // namespace
+}  // namespace ctxpar

@@ -1,0 +1,44 @@
+// Nothing in a GGUF file is ignored: copies of the tiny Llama Q8_0 file with one fault each
+// (tests/data/hf_tiny/refused, written by gguf-py from tools/golden/hf_tiny/make_goldens.py) are
+// refused when the source opens, before any compute, with the catalog ID and the tensor or key
+// that refused.json names: a bias and a tensor the model does not read, a layer past
+// block_count, a vocab_size and a key (a sliding window, an expert count) it does not read, YaRN
+// scaling, a weight type without a kernel, a NaN norm and an infinite Q8_0 scale. The copy with
+// no fault opens. OpenModelSource is what `ctxpar check --model-path` and generate both run.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "ctxpar/model.h"
+
+namespace ctxpar {
+namespace {
+
+TEST(GgufRefusal, EachFaultIsRefusedByNameWhenTheFileOpens) {
+  const std::string dir = std::string(CTXPAR_TEST_DATA_DIR) + "/hf_tiny/refused/";
+  std::ifstream in(dir + "refused.json");
+  ASSERT_TRUE(in) << dir;
+  const nlohmann::json cases = nlohmann::json::parse(in).at("cases");
+  ASSERT_GE(cases.size(), 11u);
+  for (const auto& [name, want] : cases.items()) {
+    const std::string path = dir + name + ".gguf";
+    const auto source = OpenModelSource(path);
+    const std::string id = want.at("id").get<std::string>();
+    if (id.empty()) {
+      EXPECT_TRUE(source.ok()) << name << ": " << source.status().ToString();
+      continue;
+    }
+    ASSERT_FALSE(source.ok()) << name;
+    EXPECT_EQ(source.status().error_id(), id) << name << ": " << source.status().message();
+    EXPECT_NE(source.status().message().find(want.at("names").get<std::string>()),
+              std::string::npos)
+        << name << ": " << source.status().message();
+    EXPECT_NE(source.status().message().find(path), std::string::npos)
+        << name << ": " << source.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace ctxpar

@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""Writes tests/data/hf_tiny/<name>/: tiny random HF checkpoints of the dense architectures,
+converted by llama.cpp's own convert_hf_to_gguf.py to every weight type that stores their weights
+exactly (F32, F16, BF16, Q8_0), and what HF transformers computes in float32 on them, for
+comparing ctxpar's forwards (tests/models/hf_tiny_golden_test.cpp).
+
+Each checkpoint: 2 layers, a 128-token SentencePiece vocabulary trained here, a fixed seed. Every
+matrix holds q * 2^-e with q an integer in [-127, 127] and each 32-element block of a row holding
+a +-127: such a weight is exact in BF16 (7 significant bits), F16 and Q8_0 (gguf-py's d =
+amax / 127 = 2^-e, q = round(w / d)), so the four files hold the same weights and one
+transformers run is the golden of all four. Norm weights and biases are any float32 (the
+converter keeps 1-D tensors in F32).
+
+Prompts are token ids (no tokenizer in the comparison): about 8, 100 and 700 of them, drawn from
+the vocabulary with a fixed seed. For each: the ids, the greedy continuation of N_NEW tokens
+(transformers' generate with its KV cache), the top-1 minus top-2 margin at each step, and the
+top-5 (id, logit) at each step (the last prompt position, then each generated token's).
+
+Beside them, tests/data/hf_tiny/refused/: copies of the llama Q8_0 file with one fault each (a
+tensor or key the model does not read, a layer past block_count, a vocab_size that disagrees, a
+weight type without a kernel (F64), a NaN norm, a NaN scale, YaRN scaling), written by gguf-py, and
+refused.json, the catalog ID and the tensor or key each must be refused for, and one copy with no
+fault, which must open (tests/models/gguf_refusal_test.cpp).
+
+    python3 -m venv ~/.cache/ctxpar/golden-venv
+    ~/.cache/ctxpar/golden-venv/bin/pip install torch transformers sentencepiece numpy
+    ~/.cache/ctxpar/golden-venv/bin/python tools/golden/hf_tiny/make_goldens.py \\
+        ~/.cache/ctxpar/llama.cpp/llama-cpp-python-0.3.36/vendor/llama.cpp tests/data/hf_tiny
+"""
+import hashlib
+import importlib.metadata
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import sentencepiece as spm
+import torch
+import transformers
+
+N_NEW = 16
+TOP_K = 5
+PROMPT_LENGTHS = (8, 100, 700)
+VOCAB = 128
+OUT_TYPES = ("f32", "f16", "bf16", "q8_0")
+
+# The shared shape: head_dim 32 is not hidden / heads (llama: attention.key_length).
+BASE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+            max_position_embeddings=1024, rms_norm_eps=1e-5, tie_word_embeddings=False,
+            bos_token_id=1, eos_token_id=2)
+
+# name -> (config class, HF architecture, extra config, rope parameters beside rope_theta).
+# A name in ONE_TYPE gets its Q8_0 file only (a RoPE variant of an architecture tested at every
+# type already).
+ONE_TYPE = {"llama_linear": ("q8_0",)}
+ARCHS = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}, {"rope_type": "default"}),
+    # Llama 3.x: wavelengths above 64 positions scaled (rope_freqs.weight in the GGUF).
+    "llama3": ("LlamaConfig", "LlamaForCausalLM", {},
+               {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
+    # Linear RoPE scaling: rope.scaling.type linear, every angle divided by the factor.
+    "llama_linear": ("LlamaConfig", "LlamaForCausalLM", {},
+                     {"rope_type": "linear", "factor": 4.0}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {"hidden_size": 128, "head_dim": None},
+              {"rope_type": "default"}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {}, {"rope_type": "default"}),
+    # Fused qkv_proj and gate_up_proj; head size hidden / heads; no window (the converter writes
+    # sliding_window 0).
+    "phi3": ("Phi3Config", "Phi3ForCausalLM",
+             {"hidden_size": 128, "head_dim": None, "original_max_position_embeddings": 1024,
+              "pad_token_id": 0, "sliding_window": None}, {"rope_type": "default"}),
+}
+
+CORPUS = (
+    "The history of computing is a story of abstraction. Early machines were programmed by "
+    "rewiring panels and flipping switches; each new problem meant a new physical "
+    "configuration. Stored-program computers changed that: instructions became data, kept in "
+    "the same memory as the numbers they operated on. Assembly languages gave names to "
+    "machine instructions, and compilers translated higher-level languages into them.\n"
+)
+
+
+def sha256(path: pathlib.Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def train_tokenizer(out_dir: pathlib.Path) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = pathlib.Path(tmp) / "corpus.txt"
+        corpus.write_text(CORPUS * 20)
+        spm.SentencePieceTrainer.train(
+            input=str(corpus), model_prefix=str(out_dir / "tokenizer"), vocab_size=VOCAB,
+            model_type="bpe", character_coverage=1.0, bos_id=1, eos_id=2, unk_id=0, pad_id=-1,
+            num_threads=1, minloglevel=2)
+    (out_dir / "tokenizer.vocab").unlink()
+
+
+def grid_weight(shape, exponent: int, gen: torch.Generator) -> torch.Tensor:
+    """q * 2^-exponent, q in [-127, 127], each 32-block of a row holding a +-127."""
+    q = torch.randint(-126, 127, shape, generator=gen, dtype=torch.int32)
+    rows, cols = shape
+    blocks = cols // 32
+    at = torch.randint(0, 32, (rows, blocks), generator=gen) + 32 * torch.arange(blocks)
+    sign = torch.randint(0, 2, (rows, blocks), generator=gen) * 2 - 1
+    q.scatter_(1, at, 127 * sign.to(torch.int32))
+    return q.to(torch.float32) * 2.0 ** -exponent
+
+
+def set_weights(model, gen: torch.Generator) -> None:
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2:
+                big = "embed_tokens" in name or "lm_head" in name
+                p.copy_(grid_weight(tuple(p.shape), 7 if big else 9, gen))
+            elif name.endswith("bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+
+
+def top(logits: torch.Tensor) -> list:
+    v, i = torch.topk(logits, TOP_K)
+    return [[int(a), round(float(b), 6)] for a, b in zip(i, v)]
+
+
+def run(model, ids: list) -> dict:
+    with torch.no_grad():
+        gen = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=N_NEW,
+                             min_new_tokens=N_NEW, output_logits=True,
+                             return_dict_in_generate=True, pad_token_id=0, eos_token_id=None)
+    greedy, margins, tops = [], [], []
+    for step in gen.logits:
+        v, i = torch.topk(step[0], 2)
+        greedy.append(int(i[0]))
+        margins.append(round(float(v[0] - v[1]), 6))
+        tops.append(top(step[0]))
+    assert greedy == gen.sequences[0, len(ids):].tolist()
+    return {"prompt_ids": ids, "greedy": greedy, "margins": margins, "top": tops}
+
+
+def make(name: str, llama_cpp: pathlib.Path, out_root: pathlib.Path, seed: int) -> None:
+    config_class, hf_arch, extra, rope = ARCHS[name]
+    kwargs = dict(BASE, **extra)
+    if kwargs["head_dim"] is None:
+        del kwargs["head_dim"]
+    rope = dict(rope, rope_theta=10000.0)
+    config = getattr(transformers, config_class)(**kwargs, rope_parameters=rope)
+    config.architectures = [hf_arch]
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = getattr(transformers, hf_arch)(config).to(torch.float32)
+    set_weights(model, torch.Generator().manual_seed(seed))
+    model.eval()
+    out_dir = out_root / name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        hf_dir = pathlib.Path(tmp) / "hf"
+        model.save_pretrained(hf_dir)
+        train_tokenizer(hf_dir)
+        (hf_dir / "tokenizer_config.json").write_text(json.dumps(
+            {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False}))
+        files = {}
+        for out_type in ONE_TYPE.get(name, OUT_TYPES):
+            gguf = out_dir / f"{name}-{out_type}.gguf"
+            subprocess.run([sys.executable, str(llama_cpp / "convert_hf_to_gguf.py"), str(hf_dir),
+                            "--outtype", out_type, "--outfile", str(gguf)], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            files[out_type] = {"file": gguf.name, "sha256": sha256(gguf)}
+    rng = torch.Generator().manual_seed(1000 + seed)
+    prompts = []
+    for n in PROMPT_LENGTHS:
+        ids = torch.randint(3, VOCAB, (n,), generator=rng).tolist()
+        prompts.append(dict(name=f"ids_{n}", **run(model, ids)))
+    golden = {
+        "generator": "tools/golden/hf_tiny/make_goldens.py",
+        "architecture": hf_arch,
+        "seed": seed,
+        "files": files,
+        "reference": {
+            "transformers": importlib.metadata.version("transformers"),
+            "torch": importlib.metadata.version("torch"),
+            "dtype": "float32",
+            "attn_implementation": "eager",
+        },
+        "config": config.to_diff_dict(),
+        "settings": {"n_new": N_NEW, "top_k": TOP_K,
+                     "top": "at the last prompt position, then at each generated token"},
+        "prompts": prompts,
+    }
+    with open(out_dir / "golden.json", "w") as f:
+        json.dump(golden, f, indent=None, separators=(",", ":"))
+        f.write("\n")
+
+
+def copy_gguf(gguf, src: pathlib.Path, dst: pathlib.Path, keys=None, tensors=None) -> None:
+    """src with keys[k] set (None: removed) and tensors[name] replaced (an (array, type) pair, or
+    None: removed); new keys and tensors are added."""
+    keys, tensors = dict(keys or {}), dict(tensors or {})
+    r = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(dst, r.fields["general.architecture"].contents())
+    for field in r.fields.values():
+        if field.name.startswith("GGUF.") or field.name == "general.architecture":
+            continue
+        if field.name in keys:
+            value = keys.pop(field.name)
+            if value is not None:
+                w.add_key_value(field.name, value[0], value[1])
+            continue
+        sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(field.name, field.contents(), field.types[0], sub)
+    for key, value in keys.items():
+        w.add_key_value(key, value[0], value[1])
+    for t in r.tensors:
+        data, qtype = tensors.pop(t.name) if t.name in tensors else (t.data, t.tensor_type)
+        if data is not None:
+            w.add_tensor(t.name, data, raw_dtype=qtype)
+    for name, (data, qtype) in tensors.items():
+        w.add_tensor(name, data, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def make_refused(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> None:
+    sys.path.insert(0, str(llama_cpp / "gguf-py"))
+    import gguf
+    import numpy as np
+    base = out_root / "llama" / "llama-q8_0.gguf"
+    r = gguf.GGUFReader(base)
+    q8 = {t.name: t for t in r.tensors}
+    up = gguf.quants.dequantize(q8["blk.0.ffn_up.weight"].data, gguf.GGMLQuantizationType.Q8_0)
+    norm = np.array(q8["blk.0.attn_norm.weight"].data)
+    norm[5] = np.nan
+    scale_nan = np.array(q8["blk.1.attn_v.weight"].data)
+    scale_nan[3, 34 * 1:34 * 1 + 2] = np.frombuffer(np.float16(np.inf).tobytes(), np.uint8)
+    U32, STR, F32 = gguf.GGUFValueType.UINT32, gguf.GGUFValueType.STRING, gguf.GGUFValueType.FLOAT32
+    bias = np.zeros(128, np.float32)
+    cases = {
+        "unchanged": ({}, {}, ""),
+        "bias": ({}, {"blk.0.attn_q.bias": (bias, gguf.GGMLQuantizationType.F32)},
+                 "tensor blk.0.attn_q.bias"),
+        "unknown_tensor": ({}, {"blk.0.attn_rot_embd": (bias, gguf.GGMLQuantizationType.F32)},
+                           "tensor blk.0.attn_rot_embd"),
+        "past_block_count": ({"llama.block_count": (1, U32)}, {}, "tensor blk.1."),
+        "vocab_size": ({"llama.vocab_size": (100, U32)}, {}, "llama.vocab_size"),
+        "sliding_window": ({"llama.attention.sliding_window": (16, U32)}, {},
+                           "key llama.attention.sliding_window"),
+        "expert_count": ({"llama.expert_count": (4, U32)}, {}, "key llama.expert_count"),
+        "yarn": ({"llama.rope.scaling.type": ("yarn", STR), "llama.rope.scaling.factor": (4.0, F32)},
+                 {}, "llama.rope.scaling.type"),
+        "f64_weight": ({}, {"blk.0.ffn_up.weight": (up.astype(np.float64), None)},
+                       "tensor blk.0.ffn_up.weight"),
+        "nan_norm": ({}, {"blk.0.attn_norm.weight": (norm, gguf.GGMLQuantizationType.F32)},
+                     "tensor blk.0.attn_norm.weight"),
+        "inf_scale": ({}, {"blk.1.attn_v.weight": (scale_nan, gguf.GGMLQuantizationType.Q8_0)},
+                      "tensor blk.1.attn_v.weight"),
+    }
+    out_dir = out_root / "refused"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    expected = {}
+    for name, (keys, tensors, names) in cases.items():
+        copy_gguf(gguf, base, out_dir / f"{name}.gguf", keys, tensors)
+        expected[name] = {"names": names,
+                          "id": "" if not names else "CTXPAR-GGUF-006"
+                          if name in ("vocab_size", "yarn") else "CTXPAR-MODEL-011"}
+    with open(out_dir / "refused.json", "w") as f:
+        json.dump({"generator": "tools/golden/hf_tiny/make_goldens.py", "base": base.name,
+                   "cases": expected}, f, indent=1)
+        f.write("\n")
+
+
+# Fixed per name, so that adding an architecture changes no other golden.
+SEEDS = {"llama": 0, "llama3": 1, "qwen2": 2, "qwen3": 3, "phi3": 4, "llama_linear": 5}
+
+
+def main() -> None:
+    llama_cpp = pathlib.Path(sys.argv[1]).expanduser().resolve()
+    out_root = pathlib.Path(sys.argv[2])
+    names = sys.argv[3:] or list(ARCHS)
+    torch.set_num_threads(2)
+    for name in names:
+        if name in ARCHS:
+            make(name, llama_cpp, out_root, SEEDS[name])
+    if "refused" in names or not sys.argv[3:]:
+        make_refused(llama_cpp, out_root)
+
+
+if __name__ == "__main__":
+    main()
