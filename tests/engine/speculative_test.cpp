@@ -5,7 +5,8 @@
 // communicator). The batch mixes repetitive prompts (a ledger, a code edit), whose drafts the
 // model accepts, with plain ones; prefills run in chunks of 37 tokens beside the verify steps; a
 // pool of 240 tokens that admission over-commits makes decode retract requests; one request is
-// cancelled partway; greedy and seeded sampling (temperature 0.8) both run.
+// cancelled partway; greedy and seeded sampling (temperature 0.8) both run. Gemma 3 270M, whose
+// window layers slide during verify steps, at tp 1 and tp 4 / dcp 4.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -62,12 +63,13 @@ const char* const kTexts[] = {
     "Count: one two three four five six seven eight nine ten one two three four five six",
 };
 
-std::vector<GenerateRequest> Requests() {
-  auto launch = testing::TestLaunch(DefaultModelPath(), {});
+std::vector<GenerateRequest> Requests(const std::string& model,
+                                      const std::vector<std::string>& texts) {
+  auto launch = testing::TestLaunch(model, {});
   EXPECT_TRUE(launch.ok()) << launch.status().ToString();
   std::vector<GenerateRequest> out;
   int index = 0;
-  for (const char* text : kTexts) {
+  for (const std::string& text : texts) {
     GenerateRequest r;
     r.prompt = launch->source->tokenizer()->Encode(text);
     r.sampling.max_new_tokens = 40;
@@ -82,14 +84,14 @@ std::vector<GenerateRequest> Requests() {
   return out;
 }
 
-RunResult RunRequests(int tp, const Flags& flags, Status* status) {
-  const std::vector<GenerateRequest> requests = Requests();
+RunResult RunRequests(const std::string& model, const std::vector<GenerateRequest>& requests,
+                      int tp, const Flags& flags, Status* status) {
   RunResult run;
   std::mutex mu;
   *status = RunInProcess(tp, [&](Communicator& comm) -> Status {
     Flags all = {{"threads", int64_t{1}}, {"tp_size", int64_t{tp}}};
     all.insert(all.end(), flags.begin(), flags.end());
-    CTXPAR_ASSIGN_OR_RETURN(Launch launch, testing::TestLaunch(DefaultModelPath(), all));
+    CTXPAR_ASSIGN_OR_RETURN(Launch launch, testing::TestLaunch(model, all));
     CTXPAR_ASSIGN_OR_RETURN(auto engine,
                             Engine::Create(launch.config, *launch.source, comm, nullptr));
     Engine* e = engine.get();
@@ -162,10 +164,12 @@ TEST_P(SpeculativeTest, TokensAndLogprobsAreThoseOfPlainDecoding) {
   Flags spec = flags;
   spec.push_back({"speculative_algorithm", std::string("NGRAM")});
   spec.push_back({"speculative_num_draft_tokens", int64_t{6}});
+  const std::vector<GenerateRequest> requests =
+      Requests(DefaultModelPath(), std::vector<std::string>(std::begin(kTexts), std::end(kTexts)));
   Status st;
-  const RunResult plain = RunRequests(c.tp, flags, &st);
+  const RunResult plain = RunRequests(DefaultModelPath(), requests, c.tp, flags, &st);
   ASSERT_TRUE(st.ok()) << st.ToString();
-  const RunResult fast = RunRequests(c.tp, spec, &st);
+  const RunResult fast = RunRequests(DefaultModelPath(), requests, c.tp, spec, &st);
   ASSERT_TRUE(st.ok()) << st.ToString();
 
   const int n = static_cast<int>(std::size(kTexts));
@@ -217,6 +221,60 @@ INSTANTIATE_TEST_SUITE_P(Layouts, SpeculativeTest,
                                            Config{3, 3, "a2a", 16}, Config{3, 3, "shm_a2a", 1},
                                            Config{3, 3, "shm_a2a", 16}),
                          ConfigName);
+
+// Gemma 3 270M: its sliding-window layers (W = 512) keep only the window's pages, and a verify
+// step's rows past the window's start slide it. A ledger of about 700 tokens, prefilled in chunks
+// of 128, decodes past the window with drafts; the tokens and log-probabilities are those of
+// plain decoding at tp 1 and tp 4 / dcp 4.
+class Gemma3SpeculativeTest : public ::testing::TestWithParam<std::pair<int, int>> {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(testing::Gemma3ModelPath())) {
+      GTEST_SKIP() << "no Gemma 3 model at " << testing::Gemma3ModelPath()
+                   << " (scripts/fetch-model.sh gemma3, or set CTXPAR_GEMMA3_MODEL)";
+    }
+  }
+};
+
+TEST_P(Gemma3SpeculativeTest, WindowLayersVerifyTheDraftsOfPlainDecoding) {
+  const auto [tp, dcp] = GetParam();
+  std::string ledger = "Deliveries ledger, March 2024\n";
+  const char* const kWhere[] = {"Warehouse A", "Warehouse B", "Warehouse C"};
+  const char* const kWhat[] = {"apples", "pears", "plums", "figs"};
+  for (int day = 1; day <= 24; ++day) {
+    ledger += "2024-03-" + std::string(day < 10 ? "0" : "") + std::to_string(day) + " | " +
+              kWhere[day % 3] + " | " + std::to_string(4 + day * 7 % 13) + " crates of " +
+              kWhat[day % 4] + " | received by J. Smith | status: complete\n";
+  }
+  ledger += "2024-03-25 |";
+  const std::string model = testing::Gemma3ModelPath();
+  const std::vector<GenerateRequest> requests =
+      Requests(model, {ledger, "The capital of France is", "Once upon a time, in a small village"});
+  const Flags flags = {{"dcp_size", int64_t{dcp}},
+                       {"dcp_comm_backend", std::string(dcp > 1 ? "a2a" : "ag_rs")},
+                       {"chunked_prefill_size", int64_t{128}}};
+  Flags spec = flags;
+  spec.push_back({"speculative_algorithm", std::string("NGRAM")});
+  Status st;
+  const RunResult plain = RunRequests(model, requests, tp, flags, &st);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  const RunResult fast = RunRequests(model, requests, tp, spec, &st);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_GT(requests[0].prompt.size() + 1, std::size_t{512}) << "the ledger must pass the window";
+  for (int i = 0; i < static_cast<int>(requests.size()); ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    EXPECT_EQ(plain.out.at(i).tokens, fast.out.at(i).tokens);
+    EXPECT_TRUE(SameLogprobs(plain.out.at(i).logprobs, fast.out.at(i).logprobs));
+  }
+  EXPECT_LT(fast.out.at(0).spec_verify_ct * 3, fast.out.at(0).spec_verify_tokens * 2);
+  EXPECT_EQ(fast.stats.used_tokens, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(TpDcp, Gemma3SpeculativeTest,
+                         ::testing::Values(std::pair{1, 1}, std::pair{4, 4}), [](const auto& info) {
+                           return "tp" + std::to_string(info.param.first) + "_dcp" +
+                                  std::to_string(info.param.second);
+                         });
 
 }  // namespace
 }  // namespace ctxpar
