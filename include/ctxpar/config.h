@@ -36,6 +36,12 @@
 //                                         (CTXPAR-FLAG-007), an fp8 / fp4 --kv-cache-dtype
 //                                         (CTXPAR-KV-003), and the init checks of step 5 on any
 //                                         platform.
+//   7. _handle_speculative_decoding       --speculative-algorithm: NGRAM resolves
+//                                         speculative_num_draft_tokens (unset: the max match
+//                                         window) and max_bfs_breadth (unset: 1); the other
+//                                         algorithms (CTXPAR-SPEC-001), draft trees, PROB matching
+//                                         and the shared cache's capacity (CTXPAR-SPEC-002) and a
+//                                         min window above the max (CTXPAR-SPEC-003) are refused.
 //
 // Sources are the handler names above, the hook names, "user" (given on the command line and
 // not overridden) or "default".

@@ -24,6 +24,12 @@
 // prefilling its prompt and the tokens it had generated; by batch invariance (batch.h) its
 // output is the one it would have had without the retraction.
 //
+// Speculative decoding (config.speculative_ngram, docs/engine.md): before each step the leader
+// drafts the next tokens of every decoding request from its own tokens (n-gram lookup), and the
+// step verifies them as extra rows of the request; the sampler accepts drafts while they equal
+// what it samples, so tokens and log-probabilities are those of plain decoding, and the KV pages
+// of rejected drafts are given back on every rank.
+//
 // Thread safety: Submit, Cancel, Stop and Snapshot are safe from any thread; Run is called by one
 // thread per rank.
 #pragma once
@@ -72,6 +78,11 @@ struct RequestUpdate {
   int completion_tokens = 0;
   // Prompt tokens whose KV came from the prefix cache at the request's first admission.
   int cached_tokens = 0;
+  // Speculative decoding (--speculative-algorithm): the request's decode steps so far, each a
+  // verify step (SGLang's spec_verify_ct), and the output tokens they gave (1 + the accepted
+  // drafts each; spec_verify_tokens / spec_verify_ct is SGLang's accept length).
+  int spec_verify_ct = 0;
+  int spec_verify_tokens = 0;
 };
 
 using UpdateCallback = std::function<void(const RequestUpdate& update)>;
@@ -84,6 +95,7 @@ struct StepRecord {
     uint64_t id = 0;  // the request (Submit's id)
     int64_t pos0 = 0;
     int32_t num_tokens = 0;
+    int32_t drafts = 0;  // of them, drafted tokens a verify step checks (speculative decoding)
     bool operator==(const Entry&) const = default;
   };
   std::vector<Entry> batch;
@@ -104,6 +116,11 @@ struct EngineSnapshot {
   uint64_t cached_tokens_total = 0;  // of those, the ones the prefix cache held
   int64_t cache_tokens = 0;          // tokens of the pages the prefix cache owns (page-rounded)
   uint64_t generation_tokens_total = 0;
+  // Speculative decoding: verify steps of requests and the output tokens they gave
+  // (sglang:spec_accept_length is their ratio).
+  uint64_t spec_verify_steps_total = 0;
+  uint64_t spec_verify_tokens_total = 0;
+  uint64_t spec_draft_tokens_total = 0;  // the drafted tokens those steps verified
   uint64_t requests_finished = 0;
   int max_running_requests = 0;
   int chunked_prefill_size = 0;

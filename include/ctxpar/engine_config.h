@@ -76,6 +76,14 @@ struct EngineConfig {
   uint64_t random_seed = 0;         // seed of requests that give none
   bool llama_cpp_numerics = false;  // int8 activations in the matmuls (GGUF models)
   bool int8_matmuls = false;        // --dtype auto: the matrix units' int8 path (GGUF models)
+
+  // Speculative decoding (--speculative-algorithm NGRAM; docs/engine.md): each decoding request
+  // verifies the last token and up to speculative_num_draft_tokens - 1 drafted tokens in one step.
+  bool speculative_ngram = false;
+  int speculative_num_draft_tokens = 0;
+  int ngram_min_match_window = 1;  // suffix lengths a draft matches, longest first
+  int ngram_max_match_window = 12;
+  int ngram_branch_length = 18;  // most tokens one match drafts
 };
 
 // Converts a resolved configuration; fails only on a value outside its enum (a bug).

@@ -23,8 +23,8 @@
 //
 // Agreement without communication: the allocator is deterministic (the lowest free page first),
 // and every rank of the group runs the same AcquireSlot / Reserve / Slide / AttachPage / HoldPage /
-// DropPage / ReleaseSlot calls in the same order (the engine broadcasts its plan), so slots and
-// page ids agree on every rank.
+// DropPage / Truncate / ReleaseSlot calls in the same order (the engine broadcasts its plan), so
+// slots and page ids agree on every rank.
 //
 // Sharing (the prefix cache). A page of a group counts its holders: the slots whose block table
 // lists it and the prefix cache (HoldPage). Reserve hands out free pages with one reference;
@@ -146,6 +146,10 @@ class KvPool {
   // given back is never held again by this slot (ReleaseSlot resets it). No-op without window
   // groups.
   Status Slide(int32_t slot, int64_t pos0);
+  // Gives back, in every group, the virtual pages of `slot` past those that positions
+  // [0, length) span (speculative decoding: the KV of rejected draft tokens). The pages kept are
+  // unchanged, and a window group never gives back below its first held page. length >= 0.
+  Status Truncate(int32_t slot, int64_t length);
   // Stores positions [pos0, pos0 + n) of layer `layer` (see the top of this file); the slot must
   // hold them (Reserve, and not given back by Slide). Positions need not be contiguous with what
   // was written before.

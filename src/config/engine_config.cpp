@@ -102,6 +102,13 @@ Expected<EngineConfig> MakeEngineConfig(const ResolvedConfig& c, const Platform&
   e.random_seed = static_cast<uint64_t>(c.random_seed());
   e.llama_cpp_numerics = c.llama_cpp_numerics();
   e.int8_matmuls = c.dtype() == "auto";
+  e.speculative_ngram = c.Str("speculative_algorithm") == "NGRAM";
+  if (e.speculative_ngram) {
+    e.speculative_num_draft_tokens = c.Int("speculative_num_draft_tokens");
+    e.ngram_min_match_window = c.Int("speculative_ngram_min_match_window_size");
+    e.ngram_max_match_window = c.Int("speculative_ngram_max_match_window_size");
+    e.ngram_branch_length = c.Int("speculative_ngram_branch_length");
+  }
   if (e.page_size < 1 || e.max_running_requests < 1 || e.threads < 1) {
     return Internal(fmt::format(
         "MakeEngineConfig: page_size ({}), max_running_requests ({}) and threads ({}) must have "

@@ -169,6 +169,37 @@ const std::vector<FieldSpec>& Table() {
                          "half, float16 and bfloat16 are refused on the CPU engine."));
     f.push_back(IntField("random_seed", {}, "--random-seed", 0,
                          "Seed of the requests that give none (unset: 0)."));
+    // Speculative decoding: SGLang's spellings and defaults, except max_bfs_breadth (unset: 1,
+    // as ctxpar drafts chains; SGLang's 10 grows trees). _handle_speculative_decoding refuses
+    // what is not implemented.
+    f.push_back(StrField("speculative_algorithm", {}, "--speculative-algorithm",
+                         {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"},
+                         "Speculative decoding: NGRAM drafts from the request's own tokens (the "
+                         "others are refused)."));
+    f.push_back(IntField("speculative_num_draft_tokens", {}, "--speculative-num-draft-tokens", 1,
+                         "Rows of a verify step: the last token and up to this minus one drafted "
+                         "tokens (unset with NGRAM: the max match window)."));
+    f.push_back(IntField("speculative_ngram_min_match_window_size", int64_t{1},
+                         "--speculative-ngram-min-match-window-size", 1,
+                         "Shortest suffix of the sequence that an n-gram draft matches."));
+    f.push_back(IntField("speculative_ngram_max_match_window_size", int64_t{12},
+                         "--speculative-ngram-max-match-window-size", 1,
+                         "Longest suffix of the sequence that an n-gram draft matches."));
+    f.push_back(IntField("speculative_ngram_min_bfs_breadth", int64_t{1},
+                         "--speculative-ngram-min-bfs-breadth", 1,
+                         "Fewest branches of a draft tree (ctxpar drafts chains: 1)."));
+    f.push_back(IntField("speculative_ngram_max_bfs_breadth", {},
+                         "--speculative-ngram-max-bfs-breadth", 1,
+                         "Most branches of a draft tree (unset: 1; ctxpar drafts chains)."));
+    f.push_back(StrField("speculative_ngram_match_type", std::string("BFS"),
+                         "--speculative-ngram-match-type", {"BFS", "PROB"},
+                         "How a draft follows its match: BFS (the most recent continuation)."));
+    f.push_back(IntField("speculative_ngram_branch_length", int64_t{18},
+                         "--speculative-ngram-branch-length", 1, "Most tokens one match drafts."));
+    f.push_back(IntField("speculative_ngram_capacity", int64_t{10 * 1000 * 1000},
+                         "--speculative-ngram-capacity", 1,
+                         "Nodes of SGLang's n-gram cache shared across requests (not implemented: "
+                         "ctxpar drafts from each request's own tokens)."));
     return f;
   }();
   return fields;

@@ -1,5 +1,8 @@
 // The handlers of the resolution pipeline and SGLang's rules, in the documented order.
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -184,6 +187,55 @@ Status HandleCpuEngine(Resolution& r, const ResolveContext& ctx) {
   return Status::Ok();
 }
 
+// SGLang's _handle_speculative_decoding for NGRAM, on ctxpar's engine: drafts are chains from
+// the request's own tokens (docs/engine.md), so what needs a draft model, a draft tree or the
+// shared n-gram cache is refused rather than ignored.
+Status HandleSpeculativeDecoding(Resolution& r, const ResolveContext&) {
+  constexpr std::string_view kSource = "_handle_speculative_decoding";
+  ResolvingView cfg = r.view();
+  const std::optional<std::string> algorithm = cfg.OptStr("speculative_algorithm");
+  if (!algorithm) return Status::Ok();
+  if (*algorithm != "NGRAM") return CatalogError("CTXPAR-SPEC-001", {{"algorithm", *algorithm}});
+  auto unsupported = [](std::string option, std::string why) {
+    return CatalogError("CTXPAR-SPEC-002",
+                        {{"option", std::move(option)}, {"why", std::move(why)}});
+  };
+  const int max_breadth = cfg.IsSet("speculative_ngram_max_bfs_breadth")
+                              ? cfg.Int("speculative_ngram_max_bfs_breadth")
+                              : 1;
+  const int min_breadth = cfg.Int("speculative_ngram_min_bfs_breadth");
+  if (max_breadth > 1 || min_breadth > 1) {
+    return unsupported(
+        fmt::format("--speculative-ngram-{}-bfs-breadth {}", max_breadth > 1 ? "max" : "min",
+                    std::max(max_breadth, min_breadth)),
+        "a draft tree of several branches; ctxpar drafts one chain (breadth 1)");
+  }
+  if (cfg.Str("speculative_ngram_match_type") != "BFS") {
+    return unsupported("--speculative-ngram-match-type PROB",
+                       "drafts ranked by the shared n-gram cache's frequencies; ctxpar drafts "
+                       "the most recent continuation of the longest match (BFS)");
+  }
+  if (r.raw().given("speculative_ngram_capacity")) {
+    return unsupported(
+        "--speculative-ngram-capacity " + Int(cfg.Int("speculative_ngram_capacity")),
+        "the n-gram cache shared across requests; ctxpar drafts from each request's own prompt "
+        "and output, which keeps no cache to size");
+  }
+  const int min_window = cfg.Int("speculative_ngram_min_match_window_size");
+  const int max_window = cfg.Int("speculative_ngram_max_match_window_size");
+  if (min_window > max_window) {
+    return CatalogError("CTXPAR-SPEC-003", {{"min", Int(min_window)}, {"max", Int(max_window)}});
+  }
+  if (!cfg.IsSet("speculative_ngram_max_bfs_breadth")) {
+    CTXPAR_RETURN_IF_ERROR(r.Declare(kSource, {{"speculative_ngram_max_bfs_breadth", int64_t{1}}}));
+  }
+  if (!cfg.IsSet("speculative_num_draft_tokens")) {
+    CTXPAR_RETURN_IF_ERROR(
+        r.Declare(kSource, {{"speculative_num_draft_tokens", int64_t{max_window}}}));
+  }
+  return Status::Ok();
+}
+
 constexpr Handler kHandlers[] = {
     {"_handle_legacy_cp_args", &HandleLegacyCpArgs},
     {"_handle_dcp_validation", &HandleDcpValidation},
@@ -191,6 +243,7 @@ constexpr Handler kHandlers[] = {
     {"_handle_model_specific_adjustments", &HandleModelSpecificAdjustments},
     {"_handle_platform_checks", &HandlePlatformChecks},
     {"_handle_cpu_engine", &HandleCpuEngine},
+    {"_handle_speculative_decoding", &HandleSpeculativeDecoding},
 };
 
 struct MoeNeed {

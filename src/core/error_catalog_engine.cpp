@@ -359,6 +359,54 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "ctxpar generate --model-path gemma-3-270m-q4_k_m.gguf --kv-cache-mib 64 "
        "--swa-full-tokens-ratio 0.1 'Hello'",
        {"CTXPAR-ENGINE-006", "CTXPAR-KV-002"}},
+      {"CTXPAR-SPEC-001",
+       "A speculative algorithm that needs a draft model",
+       "--speculative-algorithm {algorithm} is not implemented by ctxpar's engine: only NGRAM "
+       "drafts (from the request's own prompt and output, no draft model).",
+       kConfig,
+       "EAGLE, EAGLE3 and NEXTN draft with a trained head of the model (MTP) and STANDALONE with "
+       "a second, smaller model; ctxpar loads neither. NGRAM looks the sequence's last tokens up "
+       "in the tokens it already has and verifies what followed them, with output identical to "
+       "plain decoding.",
+       "`check`, `generate` or `serve` with --speculative-algorithm EAGLE, EAGLE3, NEXTN or "
+       "STANDALONE.",
+       {"Use --speculative-algorithm NGRAM (pays on repetitive output: code edits, tables, "
+        "quoted documents).",
+        "Drop --speculative-algorithm to decode one token per step."},
+       "ctxpar check --speculative-algorithm EAGLE",
+       "ctxpar check --speculative-algorithm NGRAM",
+       {"CTXPAR-SPEC-002"}},
+      {"CTXPAR-SPEC-002",
+       "An NGRAM option ctxpar does not implement",
+       "{option} asks for {why}; leave it unset.",
+       kConfig,
+       "SGLang's NGRAM grows draft trees from an n-gram cache shared by every request. ctxpar "
+       "drafts one chain per step from the request's own tokens: the longest suffix of the "
+       "sequence, within the match window, that occurred before, and the tokens that followed "
+       "its most recent occurrence. An option that would change what SGLang drafts is refused "
+       "instead of silently meaning nothing.",
+       "--speculative-algorithm NGRAM with --speculative-ngram-max-bfs-breadth or "
+       "--speculative-ngram-min-bfs-breadth above 1, --speculative-ngram-match-type PROB, or "
+       "--speculative-ngram-capacity.",
+       {"Drop the option: chains of up to --speculative-num-draft-tokens - 1 drafted tokens are "
+        "what ctxpar verifies."},
+       "ctxpar check --speculative-algorithm NGRAM --speculative-ngram-max-bfs-breadth 10",
+       "ctxpar check --speculative-algorithm NGRAM --speculative-ngram-max-bfs-breadth 1",
+       {"CTXPAR-SPEC-001", "CTXPAR-SPEC-003"}},
+      {"CTXPAR-SPEC-003",
+       "An NGRAM match window whose minimum exceeds its maximum",
+       "--speculative-ngram-min-match-window-size {min} is larger than "
+       "--speculative-ngram-max-match-window-size {max}.",
+       kConfig,
+       "A draft matches the longest suffix of the sequence of between the minimum and the "
+       "maximum window size tokens; a minimum above the maximum leaves no size to try, so "
+       "nothing would ever be drafted.",
+       "--speculative-algorithm NGRAM with a min match window above the max (default 12).",
+       {"Lower --speculative-ngram-min-match-window-size or raise "
+        "--speculative-ngram-max-match-window-size."},
+       "ctxpar check --speculative-algorithm NGRAM --speculative-ngram-min-match-window-size 16",
+       "ctxpar check --speculative-algorithm NGRAM --speculative-ngram-min-match-window-size 4",
+       {"CTXPAR-SPEC-002"}},
       {"CTXPAR-MODEL-001",
        "--model-arch that contradicts the model",
        "--model-arch {given} does not match the model, whose architecture is {architecture}.",

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -18,6 +19,7 @@
 #include "ctxpar/error_catalog.h"
 #include "ctxpar/thread_pool.h"
 #include "ctxpar/tokenizer.h"
+#include "engine/ngram.h"
 #include "engine/plan_codec.h"
 #include "engine/scheduler.h"
 
@@ -43,8 +45,28 @@ struct Request {
   std::vector<std::optional<TokenLogprob>> prompt_logprobs;
   bool prompt_logprobs_sent = true;
   bool prompt_counted = false;
+  int spec_verify_ct = 0;      // decode steps under speculative decoding
+  int spec_verify_tokens = 0;  // the tokens those steps gave
+  // Its drafts' record (SpeculativeDraftLength): drafted tokens accepted, and tried (accepted, and
+  // the first rejected one), each decayed per verify step; steps since it last drafted.
+  double spec_accepted = 1.0, spec_tried = 2.0;
+  int spec_idle = 0;
   RequestUpdate update;  // what this step adds
 };
+
+// How many tokens to draft for a request whose drafts were accepted at the per-token rate p: a
+// verify row costs about a fifth of a decode step on the CPU (docs/engine.md measures it), and
+// draft k is accepted with probability p^k, so drafting pays while p^k > 1/5. Below one token, a
+// request drafts one token every kProbeSteps steps, so that a text that turns repetitive is
+// noticed.
+int SpeculativeDraftLength(const Request& r, int max_tokens) {
+  constexpr double kRowCost = 0.2;
+  constexpr int kProbeSteps = 8;
+  const double p = r.spec_accepted / r.spec_tried;
+  const double k = p >= 0.999 ? max_tokens : std::floor(std::log(kRowCost) / std::log(p));
+  if (k >= 1) return static_cast<int>(std::min<double>(k, max_tokens));
+  return r.spec_idle + 1 >= kProbeSteps ? std::min(1, max_tokens) : 0;
+}
 
 // The request's seed when it gives none: the engine's, mixed with the request id (splitmix64).
 uint64_t DefaultSeed(uint64_t random_seed, uint64_t id) {
@@ -218,6 +240,11 @@ struct Engine::Impl {
   void Deliver(Request& r);
   void AbortAll(const std::string& why);
   Status Sample(const engine::StepPlan& plan);
+  // Samples the next token of `r` from `row` into its update and finishes the request where plain
+  // decoding would (a stop, max_new_tokens); true when it finished (it is gone then).
+  Expected<bool> Emit(Request& r, std::span<const float> row);
+  // Drafts the next tokens of every decoding request (speculative decoding).
+  void Draft();
   void Publish();
   void PublishLocked();  // mu held
   void BeginStep(const engine::StepPlan& step);
@@ -543,6 +570,7 @@ Status Engine::Impl::Lead(RunUntil until) {
       engine::WirePlan bye{true, scheduler->TakePendingOps(), {}};
       return engine::BroadcastPlan(*world, &bye);
     }
+    if (config.speculative_ngram) Draft();
     CTXPAR_ASSIGN_OR_RETURN(engine::StepPlan step, scheduler->Plan());
     if (observer) observer(engine::RecordStep(step));
     // The step's view (admitted, queued, pages) holds while it runs, which may take seconds.
@@ -558,10 +586,56 @@ Status Engine::Impl::Lead(RunUntil until) {
   }
 }
 
+void Engine::Impl::Draft() {
+  const engine::NgramOptions options{config.ngram_min_match_window, config.ngram_max_match_window,
+                                     config.ngram_branch_length};
+  for (auto& [id, r] : requests) {
+    engine::SeqState& s = r->seq;
+    if (s.slot < 0 || s.kv_len == 0 || s.pending() != 1) continue;
+    // No draft past max_new_tokens: the verify step's last row gives one more token.
+    const int budget = SpeculativeDraftLength(*r, std::min(config.speculative_num_draft_tokens - 1,
+                                                           s.max_new_tokens - s.output_len() - 1));
+    s.draft = budget > 0 ? engine::NgramDraft(s.tokens, options, budget) : std::vector<int32_t>();
+    r->spec_idle = s.draft.empty() ? r->spec_idle + 1 : 0;
+  }
+}
+
+Expected<bool> Engine::Impl::Emit(Request& r, std::span<const float> row) {
+  const int32_t token = r.sampler->Sample(row);
+  r.seq.tokens.push_back(token);
+  r.update.tokens.push_back(token);
+  if (r.sampling.return_logprob) {
+    r.update.logprobs.push_back(ComputeLogprob(row, token, r.sampling.top_logprobs_num));
+  }
+  std::optional<FinishReason> done;
+  const auto& stops = r.sampling.stop_token_ids;
+  const bool end_token =
+      std::find(stops.begin(), stops.end(), token) != stops.end() ||
+      (!r.sampling.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end());
+  // A stop token's text is trimmed like a stop string's (SGLang's trim_matched_stop).
+  if (r.detokenizer && (!end_token || r.sampling.no_stop_trim)) {
+    CTXPAR_ASSIGN_OR_RETURN(std::string text, r.detokenizer->Push(token));
+    r.update.text += text;
+    if (r.detokenizer->stopped()) {
+      done = FinishReason::kStop;
+      r.update.finish_detail = r.detokenizer->matched_stop();
+    }
+  }
+  if (!done && end_token) {
+    done = FinishReason::kStop;
+    r.update.matched_token = token;
+  }
+  if (!done && r.seq.output_len() >= r.seq.max_new_tokens) done = FinishReason::kLength;
+  if (!done) return false;
+  Finish(r, *done, std::move(r.update.finish_detail));
+  return true;
+}
+
 Status Engine::Impl::Sample(const engine::StepPlan& plan) {
   const int vocab = source->desc().vocab_size;
   int64_t row = 0;
-  uint64_t prompt_tokens = 0, cached_tokens = 0, generated = 0;
+  uint64_t prompt_tokens = 0, cached_tokens = 0, generated = 0, verify_steps = 0, verify_tokens = 0,
+           draft_tokens = 0;
   for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
     const BatchSeq& b = plan.batch.seqs[i];
     Request& r = *requests.at(plan.seqs[i]->id);
@@ -569,7 +643,8 @@ Status Engine::Impl::Sample(const engine::StepPlan& plan) {
     auto logit_row = [&](int64_t k) {
       return std::span<const float>(logits.data() + k * vocab, vocab);
     };
-    if (b.all_logits) {
+    const auto drafted = static_cast<int32_t>(r.seq.draft.size());
+    if (b.all_logits && drafted == 0) {
       for (int32_t t = 0; t < b.num_tokens; ++t) {
         const int64_t next = b.pos0 + t + 1;
         if (next < r.seq.prompt_len) {
@@ -578,7 +653,8 @@ Status Engine::Impl::Sample(const engine::StepPlan& plan) {
         }
       }
     }
-    const bool ends = b.pos0 + b.num_tokens == static_cast<int64_t>(r.seq.tokens.size());
+    // Commit counted a verify step's first token only: the step ends the sequence's tokens.
+    const bool ends = b.pos0 + b.num_tokens - drafted == static_cast<int64_t>(r.seq.tokens.size());
     if (ends && rows > 0) {
       if (!r.prompt_counted) {
         r.prompt_counted = true;
@@ -590,36 +666,33 @@ Status Engine::Impl::Sample(const engine::StepPlan& plan) {
         row += rows;
         continue;
       }
-      const std::span<const float> last = logit_row(row + rows - 1);
-      const int32_t token = r.sampler->Sample(last);
-      r.seq.tokens.push_back(token);
-      r.update.tokens.push_back(token);
-      ++generated;
-      if (r.sampling.return_logprob) {
-        r.update.logprobs.push_back(ComputeLogprob(last, token, r.sampling.top_logprobs_num));
+      // Row k's token is the one plain decoding samples after the k drafts before it, which the
+      // step assumed: the drafts hold while each equals the token sampled before it, and the row
+      // after the last one that holds gives one more token. The sampler draws once per token, so
+      // seeded sampling gives plain decoding's tokens too.
+      // Under speculative decoding every decode step is a verify step (of zero drafts or more).
+      const bool verify = config.speculative_ngram && i < plan.decode_seqs;
+      verify_steps += verify;
+      r.spec_verify_ct += verify;
+      int32_t emitted = 0;
+      bool finished = false;
+      for (int32_t k = 0; k <= drafted && !finished; ++k) {
+        ++emitted;
+        r.spec_verify_tokens += verify;
+        CTXPAR_ASSIGN_OR_RETURN(finished, Emit(r, logit_row(row + rows - 1 - drafted + k)));
+        if (!finished && k < drafted && r.seq.tokens.back() != r.seq.draft[k]) break;
       }
-      std::optional<FinishReason> done;
-      const auto& stops = r.sampling.stop_token_ids;
-      const bool end_token =
-          std::find(stops.begin(), stops.end(), token) != stops.end() ||
-          (!r.sampling.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end());
-      // A stop token's text is trimmed like a stop string's (SGLang's trim_matched_stop).
-      if (r.detokenizer && (!end_token || r.sampling.no_stop_trim)) {
-        CTXPAR_ASSIGN_OR_RETURN(std::string text, r.detokenizer->Push(token));
-        r.update.text += text;
-        if (r.detokenizer->stopped()) {
-          done = FinishReason::kStop;
-          r.update.finish_detail = r.detokenizer->matched_stop();
+      generated += emitted;
+      verify_tokens += verify ? emitted : 0;
+      draft_tokens += verify ? drafted : 0;
+      if (!finished) {
+        if (drafted > 0) {
+          const int accepted = emitted - 1;
+          constexpr double kDecay = 0.9;
+          r.spec_accepted = kDecay * r.spec_accepted + accepted;
+          r.spec_tried = kDecay * r.spec_tried + accepted + (accepted < drafted ? 1 : 0);
+          CTXPAR_RETURN_IF_ERROR(scheduler->Accept(&r.seq, accepted));
         }
-      }
-      if (!done && end_token) {
-        done = FinishReason::kStop;
-        r.update.matched_token = token;
-      }
-      if (!done && r.seq.output_len() >= r.seq.max_new_tokens) done = FinishReason::kLength;
-      if (done) {
-        Finish(r, *done, std::move(r.update.finish_detail));
-      } else {
         Deliver(r);
       }
     }
@@ -629,6 +702,9 @@ Status Engine::Impl::Sample(const engine::StepPlan& plan) {
   stats.prompt_tokens_total += prompt_tokens;
   stats.cached_tokens_total += cached_tokens;
   stats.generation_tokens_total += generated;
+  stats.spec_verify_steps_total += verify_steps;
+  stats.spec_verify_tokens_total += verify_tokens;
+  stats.spec_draft_tokens_total += draft_tokens;
   return Status::Ok();
 }
 
@@ -641,6 +717,8 @@ void Engine::Impl::Deliver(Request& r) {
   u.prompt_tokens = r.seq.prompt_len;
   u.cached_tokens = r.seq.cached_tokens;
   u.completion_tokens = r.seq.output_len();
+  u.spec_verify_ct = r.spec_verify_ct;
+  u.spec_verify_tokens = r.spec_verify_tokens;
   if (r.callback) r.callback(u);
   const uint64_t id = u.id;
   u = RequestUpdate{};

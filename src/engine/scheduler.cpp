@@ -32,6 +32,8 @@ Status ApplyPoolOp(KvPool& pool, const PoolOp& op) {
       return pool.DropPage(static_cast<int32_t>(op.length), op.group);
     case PoolOp::kSlide:
       return pool.Slide(op.slot, op.length);
+    case PoolOp::kTruncate:
+      return pool.Truncate(op.slot, op.length);
   }
   return Internal("unknown pool operation");
 }
@@ -40,7 +42,8 @@ StepRecord RecordStep(const StepPlan& plan) {
   StepRecord r;
   for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
     const BatchSeq& b = plan.batch.seqs[i];
-    r.batch.push_back({plan.seqs[i]->id, b.pos0, b.num_tokens});
+    r.batch.push_back(
+        {plan.seqs[i]->id, b.pos0, b.num_tokens, static_cast<int32_t>(plan.seqs[i]->draft.size())});
   }
   for (const SeqState* s : plan.retracted) r.retracted.push_back(s->id);
   return r;
@@ -169,6 +172,7 @@ Status Scheduler::Drop(SeqState* seq, std::vector<PoolOp>& ops) {
   CTXPAR_RETURN_IF_ERROR(Record(ops, {PoolOp::kRelease, seq->slot, 0}));
   seq->slot = -1;
   seq->kv_len = 0;
+  seq->draft.clear();
   return Status::Ok();
 }
 
@@ -264,17 +268,28 @@ SeqState* Scheduler::Victim() const {
 
 Status Scheduler::Decode(StepPlan& plan) {
   auto decoding = [](const SeqState* s) { return s->pending() == 1 && s->kv_len > 0; };
+  // A decoding sequence's rows: its last token and its drafts.
+  auto rows = [](const SeqState* s) { return 1 + static_cast<int64_t>(s->draft.size()); };
+  for (SeqState* s : running_) {
+    if (!decoding(s)) s->draft.clear();
+  }
   for (;;) {
     bool fits = true;
     for (int g = 0; g < pool_->num_groups(); ++g) {
       int64_t need = 0;
       for (const SeqState* s : running_) {
-        if (decoding(s)) need += NetPages(g, s->slot, s->kv_len, s->kv_len + 1);
+        if (decoding(s)) need += NetPages(g, s->slot, s->kv_len, s->kv_len + rows(s));
       }
       fits = fits && need <= FreePages(g);
     }
     if (fits) break;
-    Retract(Victim(), plan);
+    // Drafts go before any request is retracted: they only save time.
+    bool drafted = false;
+    for (SeqState* s : running_) {
+      drafted = drafted || !s->draft.empty();
+      s->draft.clear();
+    }
+    if (!drafted) Retract(Victim(), plan);
   }
   // Every window slides before any page is reserved, so the pages one sequence gives back are
   // there for the others.
@@ -284,14 +299,20 @@ Status Scheduler::Decode(StepPlan& plan) {
   for (int g = 0; g < pool_->num_groups(); ++g) {
     int64_t need = 0;
     for (const SeqState* s : running_) {
-      if (decoding(s)) need += pool_->PagesNeeded(g, s->slot, s->kv_len, s->kv_len + 1);
+      if (decoding(s)) need += pool_->PagesNeeded(g, s->slot, s->kv_len, s->kv_len + rows(s));
     }
     CTXPAR_RETURN_IF_ERROR(EnsureFree(plan.ops, g, need));
   }
+  std::vector<int32_t> ids;
   for (SeqState* s : running_) {
     if (!decoding(s)) continue;
-    CTXPAR_RETURN_IF_ERROR(Record(plan.ops, {PoolOp::kReserve, s->slot, s->kv_len + 1}));
-    plan.batch.Add(s->slot, s->kv_len, s->tokens.data() + s->kv_len, 1);
+    CTXPAR_RETURN_IF_ERROR(Record(plan.ops, {PoolOp::kReserve, s->slot, s->kv_len + rows(s)}));
+    // A verify step: the draft rows run as a chunk of the sequence, each row seeing the positions
+    // up to its own (batch.h), with a logits row for every token.
+    ids.assign(1, s->tokens[s->kv_len]);
+    ids.insert(ids.end(), s->draft.begin(), s->draft.end());
+    plan.batch.Add(s->slot, s->kv_len, ids.data(), static_cast<int32_t>(ids.size()), true,
+                   !s->draft.empty());
     plan.seqs.push_back(s);
   }
   return Status::Ok();
@@ -382,6 +403,7 @@ Expected<StepPlan> Scheduler::Plan() {
   StepPlan plan;
   plan.ops = TakePendingOps();
   CTXPAR_RETURN_IF_ERROR(Decode(plan));
+  plan.decode_seqs = plan.seqs.size();
   CTXPAR_RETURN_IF_ERROR(Prefill(plan));
   // Prefills that each hold part of the pool and wait for more would wait forever: retract until
   // one can go on (with nothing running, the oldest queued sequence fits the whole pool).
@@ -396,10 +418,25 @@ Expected<StepPlan> Scheduler::Plan() {
 Status Scheduler::Commit(const StepPlan& plan) {
   for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
     SeqState* s = plan.seqs[i];
-    s->kv_len += plan.batch.seqs[i].num_tokens;
+    s->kv_len += plan.batch.seqs[i].num_tokens - static_cast<int64_t>(s->draft.size());
     if (s->kv_len >= s->prompt_len) s->want_prompt_logits = false;
     if (cache_) CTXPAR_RETURN_IF_ERROR(CachePages(s, pending_ops_));
   }
+  return Status::Ok();
+}
+
+Status Scheduler::Accept(SeqState* seq, int32_t accepted) {
+  const auto drafted = static_cast<int32_t>(seq->draft.size());
+  seq->draft.clear();
+  if (seq->slot < 0 || accepted < 0 || accepted > drafted) {
+    return Internal(fmt::format("Scheduler::Accept: {} of {} drafts for request {} (slot {})",
+                                accepted, drafted, seq->id, seq->slot));
+  }
+  seq->kv_len += accepted;
+  if (accepted < drafted) {
+    CTXPAR_RETURN_IF_ERROR(Record(pending_ops_, {PoolOp::kTruncate, seq->slot, seq->kv_len}));
+  }
+  if (cache_) CTXPAR_RETURN_IF_ERROR(CachePages(seq, pending_ops_));
   return Status::Ok();
 }
 

@@ -75,6 +75,10 @@ struct SeqState {
   int64_t cached_pages = 0;                // leading pages of its slot known to the cache
   int32_t cached_tokens = 0;               // prompt tokens the cache held at its first admission
   bool admitted_once = false;
+  // Speculative decoding: tokens drafted to follow tokens.back(), set by the engine before Plan
+  // for a decoding sequence; Decode verifies them in the same step (or drops them when pages are
+  // short), and Accept clears them.
+  std::vector<int32_t> draft;
   int32_t output_len() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
   int64_t pending() const { return static_cast<int64_t>(tokens.size()) - kv_len; }
 };
@@ -92,13 +96,14 @@ struct PoolOp {
     kSlide = 3,
     kAttach = 4,
     kHold = 5,
-    kDrop = 6
+    kDrop = 6,
+    kTruncate = 7
   };
-  static constexpr int32_t kLastKind = kDrop;
+  static constexpr int32_t kLastKind = kTruncate;
   Kind kind;
   int32_t slot;
-  // kReserve: the length to hold; kSlide: the next chunk's first position; kAttach, kHold, kDrop:
-  // a page id
+  // kReserve: the length to hold; kSlide: the next chunk's first position; kTruncate: the length
+  // whose pages stay (KvPool::Truncate); kAttach, kHold, kDrop: a page id
   int64_t length;
   int32_t group = 0;  // kAttach, kHold, kDrop: the KV group of the page
 };
@@ -107,6 +112,7 @@ struct StepPlan {
   std::vector<PoolOp> ops;
   Batch batch;
   std::vector<SeqState*> seqs;       // the sequence of each batch entry
+  std::size_t decode_seqs = 0;       // the first entries: decoding sequences (Decode's)
   std::vector<SeqState*> retracted;  // sent back to the queue this step
 };
 
@@ -139,9 +145,14 @@ class Scheduler {
   // Plans one step and applies its pool operations to the leader's pool. An empty batch means
   // nothing can run.
   Expected<StepPlan> Plan();
-  // After the step: the sequences of the batch took their tokens.
+  // After the step: the sequences of the batch took their tokens (a verifying sequence only its
+  // first, the token it sampled last: Accept adds the drafts the sampler confirmed).
   // Fails only when the pool refuses the cache's operations (a bug).
   Status Commit(const StepPlan& plan);
+  // After sampling a verify step of `seq` (still running): the first `accepted` of its drafts
+  // were confirmed, so their KV is kept and cached; the pages of the rejected ones are given back
+  // (kTruncate, in the next plan's ops on every rank). Clears the draft.
+  Status Accept(SeqState* seq, int32_t accepted);
   // Pool operations of Remove and Commit calls not yet in a plan, moved out (the engine sends
   // them with the next plan, or alone when it stops).
   std::vector<PoolOp> TakePendingOps();

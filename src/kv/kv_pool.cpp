@@ -375,6 +375,24 @@ Status KvPool::Slide(int32_t slot, int64_t pos0) {
   return Status::Ok();
 }
 
+Status KvPool::Truncate(int32_t slot, int64_t length) {
+  CTXPAR_RETURN_IF_ERROR(CheckSlot("Truncate", slot));
+  if (length < 0) {
+    return InvalidArgument(fmt::format("KvPool::Truncate: length={} must be >= 0", length));
+  }
+  for (int gi = 0; gi < num_groups(); ++gi) {
+    Group& g = groups_[gi];
+    const auto keep = static_cast<int32_t>(std::max<int64_t>(PagesFor(length, gi), g.first[slot]));
+    int32_t* table = g.block_table.data() + static_cast<size_t>(slot) * options_.max_pages_per_slot;
+    for (int32_t v = keep; v < g.used[slot]; ++v) {
+      Unref(g, table[v]);
+      table[v] = 0;
+    }
+    g.used[slot] = std::min(g.used[slot], keep);
+  }
+  return Status::Ok();
+}
+
 // Element by element, as a kTiles16 row is not contiguous. KvElementOffset stays the one
 // statement of the layout: in every format it is the offset of (page, slot, head, d = 0) plus that
 // of d alone (page_format_test checks it), so one call per head and the d part, from a table,

@@ -102,8 +102,23 @@ QuantMatrix QuantMatrix::RowRange(int begin, int count) const {
   return m;
 }
 
+bool Int8Takes(WeightType type) {
+  switch (type) {
+    case WeightType::kQ4_1:
+    case WeightType::kQ8_0:
+    case WeightType::kQ5_0:
+    case WeightType::kQ4_K:
+    case WeightType::kQ5_K:
+    case WeightType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
 void PrepareActs(ActFormat format, WeightType type, const float* x, int n, int cols, int ldx,
                  Acts* out) {
+  if (format == ActFormat::kInt8 && !Int8Takes(type)) format = ActFormat::kF32;
   out->format = format;
   out->type = type;
   out->n = n;

@@ -175,8 +175,13 @@ using LineVector = std::vector<T, LineAllocator<T>>;
 // - kInt8: the matrix units (`--dtype auto`): activations quantized per 32-group to int8 with an
 //   fp32 scale, weights repacked to int8 tiles (WithInt8Pack), int32 products on AMX tiles,
 //   AVX512-VNNI, AVX2 or scalar code, one fixed fp32 sequence per output (linear_int8.h), the same
-//   bits on every ISA and for every n. Takes every WeightType; as kQ8, it is not layout-invariant.
+//   bits on every ISA and for every n. Takes the quantized types of Int8Takes; a matrix of any
+//   other type (F32, F16, BF16, Q4_0, Q5_1, Q2_K, Q3_K) runs the kF32 sequence instead
+//   (PrepareActs, WithInt8Pack). As kQ8, it is not layout-invariant.
 enum class ActFormat { kF32, kQ8, kInt8 };
+
+// Whether ActFormat::kInt8 has a repacking for `type`: Q4_1, Q8_0, Q5_0, Q4_K, Q5_K, Q6_K.
+bool Int8Takes(WeightType type);
 
 // Activations of n rows prepared for one weight type; row t is Row(t) / F32Row(t).
 struct Acts {
@@ -203,12 +208,13 @@ struct Acts {
 Status CheckActFormat(ActFormat format, WeightType type);
 
 // Prepares x [n, cols] (row stride ldx floats) for weights of `type`. cols % 32 == 0. With kF32
-// the result may point into x, which must then outlive its use by MatMul unchanged.
+// the result may point into x, which must then outlive its use by MatMul unchanged. kInt8 for a
+// type Int8Takes refuses prepares kF32.
 void PrepareActs(ActFormat format, WeightType type, const float* x, int n, int cols, int ldx,
                  Acts* out);
 
-// m with its rows repacked for ActFormat::kInt8 when `format` is kInt8 (once, at load: the pack
-// lives as long as a copy of the result), else m as it is.
+// m with its rows repacked for ActFormat::kInt8 when `format` is kInt8 and Int8Takes(m.type)
+// (once, at load: the pack lives as long as a copy of the result), else m as it is.
 QuantMatrix WithInt8Pack(QuantMatrix m, ActFormat format);
 
 // y = x W^T, x prepared with w.cols columns. pool may be null (single thread).

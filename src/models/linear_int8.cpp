@@ -101,6 +101,8 @@ Group DecodeGroup(WeightType type, const std::uint8_t* row, int g) {
       out.scale[1] = d * float(b.scales[half * 8 + 2 * k + 1]);
       break;
     }
+    default:  // no repacking: Int8Takes refuses the type, and WithInt8Pack never packs it
+      break;
   }
   return out;
 }
@@ -311,7 +313,7 @@ void MatMulInt8(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool
 }  // namespace int8_internal
 
 QuantMatrix WithInt8Pack(QuantMatrix m, ActFormat format) {
-  if (format == ActFormat::kInt8) m.int8 = int8_internal::PackInt8(m);
+  if (format == ActFormat::kInt8 && Int8Takes(m.type)) m.int8 = int8_internal::PackInt8(m);
   return m;
 }
 

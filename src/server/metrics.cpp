@@ -108,6 +108,14 @@ std::string ServerMetrics::Render(const EngineSnapshot& e, std::string_view mode
                                          static_cast<double>(e.prompt_tokens_total)
                                    : 0.0,
          &out);
+  // SGLang's: the tokens a verify step gives on average (its accepted drafts + 1), since the start;
+  // 0 before any (or without --speculative-algorithm).
+  Sample("sglang:spec_accept_length", "The average acceptance length of speculative decoding.",
+         "gauge", labels,
+         e.spec_verify_steps_total > 0 ? static_cast<double>(e.spec_verify_tokens_total) /
+                                             static_cast<double>(e.spec_verify_steps_total)
+                                       : 0.0,
+         &out);
   Sample("ctxpar:radix_cache_tokens", "Tokens whose KV pages the prefix cache owns.", "gauge",
          labels, static_cast<double>(e.cache_tokens), &out);
   Sample("sglang:num_requests_total", "Number of requests finished.", "counter", labels,

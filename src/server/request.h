@@ -70,6 +70,7 @@ struct ModelContext {
   std::string chat_template_error;              // why there is none
   int context_length = 0;
   int64_t max_total_num_tokens = 0;
+  bool speculative = false;  // --speculative-algorithm: meta_info has spec_verify_ct
   // The most bytes of text a prompt may have: context_length tokens of the longest token's bytes.
   // A longer text cannot fit the context, so it is refused before it is tokenized (bounded work
   // for any input). 0: no tokenizer.

@@ -75,6 +75,8 @@ void ResponseBuilder::Record(int index, const RequestUpdate& u) {
   c.prompt_tokens = u.prompt_tokens;
   c.completion_tokens = u.completion_tokens;
   c.cached_tokens = u.cached_tokens;
+  c.spec_verify_ct = u.spec_verify_ct;
+  c.spec_verify_tokens = u.spec_verify_tokens;
 }
 
 void ResponseBuilder::Apply(int index, const RequestUpdate& update) { Record(index, update); }
@@ -198,6 +200,12 @@ json ResponseBuilder::GenerateObject(int index) const {
                {"prompt_tokens", c.prompt_tokens},
                {"completion_tokens", c.completion_tokens},
                {"cached_tokens", c.cached_tokens}};
+  if (model_.speculative) {
+    // SGLang's: the verify steps, and the tokens each gave on average (accepted drafts + 1).
+    meta["spec_verify_ct"] = c.spec_verify_ct;
+    meta["spec_accept_length"] =
+        c.spec_verify_ct > 0 ? double(c.spec_verify_tokens) / c.spec_verify_ct : 0.0;
+  }
   if (request_.logprobs) {
     auto triple = [&](float logprob, int32_t token) {
       return json::array(

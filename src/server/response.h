@@ -41,6 +41,8 @@ struct ChoiceOutput {
   int prompt_tokens = 0;
   int completion_tokens = 0;
   int cached_tokens = 0;
+  int spec_verify_ct = 0;
+  int spec_verify_tokens = 0;
 };
 
 // "chatcmpl-...", "cmpl-..." or a bare id for /generate: 32 random hex digits after the prefix.

@@ -279,6 +279,49 @@ TEST(Generate, DtypeAutoIsBatchInvariantAndOtherTypesAreRefused) {
   EXPECT_EQ(tp3.out, one.out);
 }
 
+// Speculative decoding over real MPI ranks (Open MPI's shared memory for shm_a2a): a batch of
+// prompts, repetitive ones among them, prints the same text with --speculative-algorithm NGRAM as
+// without, at tp 3 / dcp 3 with each combine backend and interleave sizes 1 and 16, and the
+// drafts were accepted.
+TEST(Generate, SpeculativeDecodingPrintsThePlainTextOverMpiRanks) {
+  if (std::string(CTXPAR_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI";
+  const std::string path = WriteFile(
+      "generate_test_spec_prompts",
+      "Count: one two three four five six seven eight nine ten one two three four five six\n"
+      "List the days of the week: Monday, Tuesday, Wednesday,\n"
+      "The capital of France is\n");
+  const std::string args = "--max-new-tokens 32 --ignore-eos --threads 1 --prompts-file " + path;
+  for (const char* cfg : {"--tp-size 3 --dcp-size 3 --dcp-comm-backend ag_rs",
+                          "--tp-size 3 --dcp-size 3 --dcp-comm-backend a2a "
+                          "--dcp-kv-cache-interleave-size 16",
+                          "--tp-size 3 --dcp-size 3 --dcp-comm-backend shm_a2a"}) {
+    const Result plain = RunGenerate(args + " " + cfg);
+    ASSERT_EQ(plain.code, 0) << cfg << "\n" << plain.err;
+    const Result spec = RunGenerate(args + " " + cfg + " --speculative-algorithm NGRAM");
+    ASSERT_EQ(spec.code, 0) << cfg << "\n" << spec.err;
+    // Each request's lines, in order (requests finish lines in different orders).
+    auto by_request = [](const std::string& out) {
+      std::array<std::string, 3> text;
+      std::istringstream lines(out);
+      for (std::string line; std::getline(lines, line);) {
+        if (line.size() >= 2 && line[1] == '\t' && line[0] >= '0' && line[0] <= '2') {
+          text[line[0] - '0'] += line.substr(2) + "\n";
+        }
+      }
+      return text;
+    };
+    EXPECT_EQ(by_request(spec.out), by_request(plain.out)) << cfg;
+    EXPECT_FALSE(by_request(plain.out)[0].empty()) << plain.out;
+    const std::size_t at = spec.err.find("speculative NGRAM: ");
+    ASSERT_NE(at, std::string::npos) << spec.err;
+    const std::size_t len = spec.err.find("accept len ", at);
+    ASSERT_NE(len, std::string::npos) << spec.err;
+    EXPECT_GT(std::stod(spec.err.substr(len + 11)), 1.2) << spec.err;
+    EXPECT_EQ(plain.err.find("speculative NGRAM: "), std::string::npos) << plain.err;
+  }
+  std::remove(path.c_str());
+}
+
 // Across nodes the ranks talk over TCP: Open MPI restricted to its TCP transport (no shared
 // memory between ranks, as between nodes; CTXPAR_MPIRUN_ARGS reaches the self-launch's mpirun)
 // gives the single-rank tokens with ag_rs and a2a.

@@ -38,7 +38,7 @@ TEST(ConfigPipeline, DocumentedHandlerOrder) {
   EXPECT_EQ(names, (std::vector<std::string_view>{
                        "_handle_legacy_cp_args", "_handle_dcp_validation", "_handle_parallelism",
                        "_handle_model_specific_adjustments", "_handle_platform_checks",
-                       "_handle_cpu_engine"}));
+                       "_handle_cpu_engine", "_handle_speculative_decoding"}));
 }
 
 TEST(ConfigPipeline, DeclarationsAreAppendOnlyAndTheViewIsLive) {
@@ -143,9 +143,9 @@ TEST(ConfigPipeline, ModelArchitectureFromTheModel) {
 }
 
 TEST(ConfigPipeline, NonDefaultFieldsInTableOrder) {
-  ResolvedConfig c = *Resolve(Launch({{"dcp_size", I(2)}, {"tp_size", I(2)}, {"kv_cache_mib", I(1024)},
-                                      {"threads", I(1)}}),
-                              Probed("cpu"), nullptr);
+  ResolvedConfig c = *Resolve(
+      Launch({{"dcp_size", I(2)}, {"tp_size", I(2)}, {"kv_cache_mib", I(1024)}, {"threads", I(1)}}),
+      Probed("cpu"), nullptr);
   std::vector<std::string_view> names;
   for (const FieldResolution& f : c.NonDefaultFields()) names.push_back(f.field->name);
   // kv_cache_mib was given but equals its default, so it is not listed; the CPU engine's step

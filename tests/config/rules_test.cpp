@@ -410,5 +410,62 @@ TEST(FlagValues, IntegersAndChoices) {
             "nixl, mori, ascend_fuseep, flashinfer, megamoe.");
 }
 
+// --speculative-algorithm: NGRAM resolves its draft length (SGLang: the max match window) and a
+// chain's breadth; what ctxpar does not implement is refused, never ignored.
+TEST(SpeculativeRules, NgramResolvesItsDefaults) {
+  ResolvedConfig c = Passes(Launch({{"speculative_algorithm", S("NGRAM")}}), kCpu);
+  EXPECT_EQ(c.Int("speculative_num_draft_tokens"), 12);
+  EXPECT_EQ(c.Provenance("speculative_num_draft_tokens")->source, "_handle_speculative_decoding");
+  EXPECT_EQ(c.Int("speculative_ngram_max_bfs_breadth"), 1);
+  c = Passes(Launch({{"speculative_algorithm", S("NGRAM")},
+                     {"speculative_ngram_max_match_window_size", I(5)},
+                     {"speculative_num_draft_tokens", I(4)}}),
+             kCpu);
+  EXPECT_EQ(c.Int("speculative_num_draft_tokens"), 4);
+  // Without an algorithm nothing is declared (SGLang's NGRAM options are inert).
+  c = Passes(Launch({{"speculative_ngram_max_bfs_breadth", I(10)}}), kCpu);
+  EXPECT_FALSE(c.IsSet("speculative_num_draft_tokens"));
+}
+
+TEST(SpeculativeRules, WhatIsNotImplementedIsRefused) {
+  for (const char* algorithm : {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"}) {
+    Failure f = Fails(Launch({{"speculative_algorithm", S(algorithm)}}), kCpu);
+    EXPECT_EQ(f.id, "CTXPAR-SPEC-001");
+    EXPECT_EQ(f.message, std::string("--speculative-algorithm ") + algorithm +
+                             " is not implemented by ctxpar's engine: only NGRAM drafts (from "
+                             "the request's own prompt and output, no draft model).");
+  }
+  Failure f = Fails(
+      Launch({{"speculative_algorithm", S("NGRAM")}, {"speculative_ngram_max_bfs_breadth", I(10)}}),
+      kCpu);
+  EXPECT_EQ(f.id, "CTXPAR-SPEC-002");
+  EXPECT_EQ(f.message,
+            "--speculative-ngram-max-bfs-breadth 10 asks for a draft tree of several branches; "
+            "ctxpar drafts one chain (breadth 1); leave it unset.");
+  EXPECT_EQ(Fails(Launch({{"speculative_algorithm", S("NGRAM")},
+                          {"speculative_ngram_min_bfs_breadth", I(2)},
+                          {"speculative_ngram_max_bfs_breadth", I(1)}}),
+                  kCpu)
+                .id,
+            "CTXPAR-SPEC-002");
+  EXPECT_EQ(Fails(Launch({{"speculative_algorithm", S("NGRAM")},
+                          {"speculative_ngram_match_type", S("PROB")}}),
+                  kCpu)
+                .id,
+            "CTXPAR-SPEC-002");
+  EXPECT_EQ(Fails(Launch({{"speculative_algorithm", S("NGRAM")},
+                          {"speculative_ngram_capacity", I(1000)}}),
+                  kCpu)
+                .id,
+            "CTXPAR-SPEC-002");
+  f = Fails(Launch({{"speculative_algorithm", S("NGRAM")},
+                    {"speculative_ngram_min_match_window_size", I(13)}}),
+            kCpu);
+  EXPECT_EQ(f.id, "CTXPAR-SPEC-003");
+  EXPECT_EQ(f.message,
+            "--speculative-ngram-min-match-window-size 13 is larger than "
+            "--speculative-ngram-max-match-window-size 12.");
+}
+
 }  // namespace
 }  // namespace ctxpar

@@ -349,6 +349,115 @@ INSTANTIATE_TEST_SUITE_P(Groups, SchedulerPrefixCache, ::testing::Values(0, 6),
                                                   : "Window" + std::to_string(info.param);
                          });
 
+// Speculative decoding: decoding sequences carry random drafts, the "model" always emits 7, so a
+// draft of 7s holds and anything else is rejected at its first wrong token. After every step the
+// slots hold exactly the pages of their accepted tokens (the rejected ones' pages given back),
+// the cache and a follower replaying the plans agree page for page, and at the end every page
+// is free again on both.
+TEST_P(SchedulerPrefixCache, VerifyStepsGiveBackTheRejectedDraftsPages) {
+  const int window = GetParam();
+  std::mt19937 rng(11);
+  int64_t accepted_total = 0, rejected_total = 0, retractions = 0;
+  for (int trial = 0; trial < 16; ++trial) {
+    const SchedulerOptions o{
+        .max_running_requests = 1 + static_cast<int>(rng() % 8),
+        .chunked_prefill_size = rng() % 3 == 0 ? -1 : 8 + static_cast<int>(rng() % 40),
+        .schedule_conservativeness = 0.05 + 0.3 * (rng() % 4),
+        .radix_cache = true};
+    const int64_t pages = 10 + rng() % 20;
+    KvPool pool = MakePool(pages, o.max_running_requests, 4, window);
+    KvPool follower = MakePool(pages, o.max_running_requests, 4, window);
+    Scheduler s(o, &pool);
+    Sim sim;
+    for (int i = 0; i < 30; ++i) {
+      auto q = std::make_unique<SeqState>();
+      q->id = i + 1;
+      for (int k = 1 + static_cast<int>(rng() % 20); k > 0; --k) {
+        q->tokens.push_back(static_cast<int32_t>(rng() % 4));
+      }
+      q->prompt_len = static_cast<int32_t>(q->tokens.size());
+      q->max_new_tokens = 1 + static_cast<int>(rng() % 24);
+      if (pool.PagesFor(q->prompt_len + q->max_new_tokens) > pages) continue;
+      s.Enqueue(q.get());
+      sim.seqs.push_back(std::move(q));
+    }
+    while (sim.finished < static_cast<int>(sim.seqs.size())) {
+      for (const auto& q : sim.seqs) {
+        if (q->slot < 0 || q->kv_len == 0 || q->pending() != 1) continue;
+        const int budget = std::min<int>(5, q->max_new_tokens - q->output_len() - 1);
+        q->draft.clear();
+        for (int k = static_cast<int>(rng() % (budget + 1)); k > 0; --k) {
+          q->draft.push_back(rng() % 3 == 0 ? 8 : 7);
+        }
+      }
+      Expected<StepPlan> plan = s.Plan();
+      ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+      ASSERT_FALSE(plan->batch.seqs.empty());
+      for (const PoolOp& op : plan->ops) ASSERT_TRUE(ApplyPoolOp(follower, op).ok());
+      for (std::size_t i = 0; i < plan->seqs.size(); ++i) {
+        const SeqState* q = plan->seqs[i];
+        const BatchSeq& b = plan->batch.seqs[i];
+        ASSERT_EQ(b.pos0, q->kv_len);
+        ASSERT_GE(pool.slot_pages(q->slot), pool.PagesFor(b.pos0 + b.num_tokens));
+        if (i < plan->decode_seqs) {
+          ASSERT_EQ(b.num_tokens, 1 + static_cast<int32_t>(q->draft.size()));
+          ASSERT_EQ(b.all_logits, !q->draft.empty());
+        } else {
+          ASSERT_TRUE(q->draft.empty()) << "a prefilling sequence verifies nothing";
+        }
+      }
+      ASSERT_TRUE(s.Commit(*plan).ok());
+      for (std::size_t i = 0; i < plan->seqs.size(); ++i) {
+        SeqState* q = plan->seqs[i];
+        if (q->kv_len != static_cast<int64_t>(q->tokens.size())) continue;
+        const auto drafted = static_cast<int32_t>(q->draft.size());
+        int32_t emitted = 0;
+        bool finished = false;
+        for (int32_t k = 0; k <= drafted; ++k) {
+          q->tokens.push_back(7);
+          ++emitted;
+          if (q->output_len() == q->max_new_tokens) {
+            ASSERT_TRUE(s.Remove(q).ok());
+            ++sim.finished;
+            finished = true;
+            break;
+          }
+          if (k < drafted && q->draft[k] != 7) break;
+        }
+        if (finished || drafted == 0) continue;
+        accepted_total += emitted - 1;
+        rejected_total += drafted - (emitted - 1);
+        ASSERT_TRUE(s.Accept(q, emitted - 1).ok());
+        ASSERT_TRUE(q->draft.empty());
+      }
+      for (const PoolOp& op : s.TakePendingOps()) ASSERT_TRUE(ApplyPoolOp(follower, op).ok());
+      ASSERT_NO_FATAL_FAILURE(CheckSharedPool(s, pool, follower, sim.seqs));
+      for (const auto& q : sim.seqs) {
+        if (q->slot < 0) continue;
+        // The KV of accepted tokens only: the last sampled token has none yet.
+        ASSERT_EQ(q->kv_len + q->pending(), static_cast<int64_t>(q->tokens.size()));
+        ASSERT_EQ(pool.first_page(q->slot) + pool.slot_pages(q->slot), pool.PagesFor(q->kv_len))
+            << "request " << q->id << ": pages past its accepted tokens";
+        // (A window group's holes may end a match earlier.)
+        if (window == 0) {
+          ASSERT_GE(s.cache()->PeekMatch(q->tokens, q->kv_len / 4), q->cached_pages)
+              << "the cache holds tokens the request does not have";
+        }
+      }
+    }
+    retractions += static_cast<int64_t>(s.retractions());
+    ASSERT_TRUE(s.FlushCache());
+    for (const PoolOp& op : s.TakePendingOps()) ASSERT_TRUE(ApplyPoolOp(follower, op).ok());
+    for (int g = 0; g < pool.num_groups(); ++g) {
+      EXPECT_EQ(pool.free_pages(g), pages);
+      EXPECT_EQ(follower.free_pages(g), pages);
+    }
+  }
+  EXPECT_GT(accepted_total, 100);
+  EXPECT_GT(rejected_total, 100);
+  EXPECT_GT(retractions, 0) << "the pools were meant to force retractions";
+}
+
 // fcfs admits by arrival; lpm admits the queued request with the longest cached prefix first, and
 // its prefill starts after the cached pages.
 TEST(Scheduler, LpmAdmitsTheLongestCachedPrefixFirst) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,35 @@ TEST(KvLayout, WindowLocalRowsMatchEnumeration) {
       }
     }
   }
+}
+
+// A verify step (speculative decoding) runs k + 1 query rows of one sequence at positions
+// pos0 .. pos0 + k: row t sees, on each rank, the rank's positions <= pos0 + t, counted by
+// enumeration. That is not the rank's local length minus (k - t) when positions are strided over
+// the ranks: the count of positions the later rows add on this rank depends on which it owns.
+TEST(KvLayout, VerifyRowsSeeTheirOwnPrefixOnEveryRank) {
+  int64_t differs = 0;
+  for (int n : {1, 2, 3, 4, 8}) {
+    for (int i : {1, 2, 3, 16}) {
+      auto layout = KvLayout::Create(n, i);
+      ASSERT_TRUE(layout.ok());
+      for (int rank = 0; rank < n; ++rank) {
+        for (int64_t pos0 = 0; pos0 < 120; pos0 += 1 + pos0 / 20) {
+          for (int64_t k = 0; k <= 12; ++k) {
+            const int64_t local = layout->LocalLength(rank, pos0 + k + 1);
+            for (int64_t t = 0; t <= k; ++t) {
+              int64_t owned = 0;
+              for (int64_t p = 0; p <= pos0 + t; ++p) owned += (p / i) % n == rank;
+              ASSERT_EQ(layout->VisibleLocalRows(rank, pos0 + t), owned)
+                  << "n=" << n << " i=" << i << " rank=" << rank << " row " << pos0 + t;
+              differs += std::max<int64_t>(0, local - (k - t)) != owned;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(differs, 0) << "the naive bound was meant to be wrong somewhere";
 }
 
 TEST(KvLayout, RejectsBadSizes) {

@@ -376,5 +376,31 @@ TEST(KQuantTypes, Int8ActivationsAreRefusedForTheNewTypes) {
   }
 }
 
+// `--dtype auto` (ActFormat::kInt8) on a type without an int8 repacking: the matrix keeps the fp32
+// sequence, bit for bit, alone or fused with a matrix that is repacked.
+TEST(KQuantTypes, TheMatrixUnitPathRunsTheOthersInFp32) {
+  for (WeightType type : {WeightType::kF32, WeightType::kF16, WeightType::kBF16, WeightType::kQ4_0,
+                          WeightType::kQ5_1, WeightType::kQ2_K, WeightType::kQ3_K}) {
+    EXPECT_FALSE(Int8Takes(type)) << Name(type);
+    std::mt19937 rng(2);
+    const Matrix w = RandomMatrix(type, 20, 256, rng);
+    const std::vector<float> x = Normal(5 * 256, rng);
+    const QuantMatrix packed = WithInt8Pack(w.m, ActFormat::kInt8);
+    EXPECT_EQ(packed.int8, nullptr) << Name(type);
+    Acts f32, int8;
+    PrepareActs(ActFormat::kF32, type, x.data(), 5, 256, 256, &f32);
+    PrepareActs(ActFormat::kInt8, type, x.data(), 5, 256, 256, &int8);
+    EXPECT_EQ(int8.format, ActFormat::kF32) << Name(type);
+    std::vector<float> want(5 * 20), got(5 * 20);
+    MatMul(w.m, f32, want.data(), 20, nullptr);
+    MatMul(packed, int8, got.data(), 20, nullptr);
+    EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float))) << Name(type);
+  }
+  for (WeightType type : {WeightType::kQ4_1, WeightType::kQ8_0, WeightType::kQ5_0,
+                          WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K}) {
+    EXPECT_TRUE(Int8Takes(type)) << Name(type);
+  }
+}
+
 }  // namespace
 }  // namespace ctxpar::model

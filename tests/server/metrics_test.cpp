@@ -75,6 +75,8 @@ TEST(ServerMetrics, SglangNamesFromTheSnapshotAndTimers) {
   s.generation_tokens_total = 50;
   s.cached_tokens_total = 40;
   s.cache_tokens = 512;
+  s.spec_verify_steps_total = 20;  // 20 verify steps gave 50 tokens
+  s.spec_verify_tokens_total = 50;
   const std::string text = metrics.Render(s, "sm\"ol");
   const std::string l = "{model_name=\"sm\\\"ol\"}";
   EXPECT_EQ(Value(text, "sglang:num_running_reqs" + l), 3);
@@ -87,6 +89,7 @@ TEST(ServerMetrics, SglangNamesFromTheSnapshotAndTimers) {
   EXPECT_EQ(Value(text, "sglang:cached_tokens_total" + l), 40);
   EXPECT_EQ(Value(text, "sglang:cache_hit_rate" + l), 0.4);
   EXPECT_EQ(Value(text, "ctxpar:radix_cache_tokens" + l), 512);
+  EXPECT_EQ(Value(text, "sglang:spec_accept_length" + l), 2.5);
   EXPECT_NEAR(Value(text, "sglang:time_to_first_token_seconds_sum" + l), 0.3, 1e-9);
   EXPECT_EQ(Value(text, "sglang:time_to_first_token_seconds_count" + l), 1);
   EXPECT_NEAR(Value(text, "sglang:inter_token_latency_seconds_sum" + l), 0.2, 1e-9);

@@ -459,5 +459,23 @@ TEST_F(ProtocolTest, GenerateReturnsOutputIdsAndSglangFinishReason) {
             json({{"type", "length"}, {"length", 1}}));
 }
 
+// With --speculative-algorithm, meta_info has SGLang's spec_verify_ct and the tokens per verify
+// step; without, neither.
+TEST_F(ProtocolTest, GenerateReportsSpeculativeDecoding) {
+  const ApiRequest r = Parse(Route::kGenerate, {{"text", "ab"}});
+  RequestUpdate u = Update({70, 71, 72, 73, 74, 75, 76}, "FGHIJKL", FinishReason::kLength, 7);
+  u.spec_verify_ct = 2;  // the first token came from the prefill, 6 from two verify steps
+  u.spec_verify_tokens = 6;
+  ResponseBuilder plain(r, model_, "abc", 1);
+  plain.Apply(0, u);
+  EXPECT_FALSE(plain.Final()["meta_info"].contains("spec_verify_ct"));
+  model_.speculative = true;
+  ResponseBuilder spec(r, model_, "abc", 1);
+  spec.Apply(0, u);
+  const json meta = spec.Final()["meta_info"];
+  EXPECT_EQ(meta["spec_verify_ct"], 2);
+  EXPECT_EQ(meta["spec_accept_length"], 3.0);
+}
+
 }  // namespace
 }  // namespace ctxpar::server

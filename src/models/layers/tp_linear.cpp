@@ -5,13 +5,18 @@
 namespace ctxpar::model {
 
 void TpLinear::ColumnParallel(std::span<const MatMulOut> outs, const float* x, int n, int cols) {
-  bool same_type = true;
-  for (const MatMulOut& o : outs) same_type = same_type && o.w.type == outs[0].w.type;
-  if (format_ != ActFormat::kQ8 || same_type) {
+  // One preparation serves all when the outputs' types take the same activations: kQ8's blocks
+  // depend on the type, and kInt8 falls back to fp32 for the types it does not take.
+  auto takes = [&](WeightType t) { return format_ != ActFormat::kInt8 || Int8Takes(t); };
+  bool one_pass = true;
+  for (const MatMulOut& o : outs) {
+    one_pass = one_pass && takes(o.w.type) == takes(outs[0].w.type) &&
+               (format_ != ActFormat::kQ8 || o.w.type == outs[0].w.type);
+  }
+  if (one_pass) {
     PrepareActs(format_, outs[0].w.type, x, n, cols, cols, &acts_);
     return MatMulMany(outs, acts_, pool_);
   }
-  // int8 activations are quantized per weight type (Q8_1 or Q8_0 blocks).
   for (const MatMulOut& o : outs) {
     PrepareActs(format_, o.w.type, x, n, cols, cols, &acts_);
     MatMul(o.w, acts_, o.y, o.ldy, pool_);

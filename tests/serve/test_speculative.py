@@ -1,0 +1,41 @@
+"""Speculative decoding through the server: /generate answers a repetitive prompt with the same
+output ids and log-probabilities with --speculative-algorithm NGRAM as without, meta_info has
+SGLang's spec_verify_ct and spec_accept_length, /metrics sglang:spec_accept_length, and the step
+log's decode lines the accept length and rate."""
+
+import requests
+
+from conftest import start
+
+LEDGER = (
+    "Deliveries ledger, March 2024\n"
+    "2024-03-01 | Warehouse A | 12 crates of apples | received by J. Smith | status: complete\n"
+    "2024-03-02 | Warehouse B | 8 crates of pears | received by J. Smith | status: complete\n"
+    "2024-03-03 | Warehouse A | 15 crates of apples | received by M. Jones | status: complete\n"
+    "2024-03-04 | Warehouse C | 6 crates of plums | received by J. Smith | status: complete\n"
+    "2024-03-05 |")
+
+
+def generate(server):
+    body = {"text": LEDGER, "return_logprob": True, "top_logprobs_num": 2,
+            "sampling_params": {"max_new_tokens": 48, "temperature": 0, "ignore_eos": True}}
+    r = requests.post(server.url + "/generate", json=body, timeout=300)
+    r.raise_for_status()
+    return r.json()
+
+
+def test_ngram_answers_as_plain_decoding_and_reports_its_acceptance(request):
+    plain = start(request)
+    spec = start(request, "--speculative-algorithm", "NGRAM", "--decode-log-interval", "1")
+    a, b = generate(plain), generate(spec)
+    assert a["output_ids"] == b["output_ids"]
+    assert a["meta_info"]["output_token_logprobs"] == b["meta_info"]["output_token_logprobs"]
+    assert a["meta_info"]["output_top_logprobs"] == b["meta_info"]["output_top_logprobs"]
+    assert "spec_verify_ct" not in a["meta_info"]
+    meta = b["meta_info"]
+    # The first token comes from the prefill, the other 47 from verify steps that accepted drafts.
+    assert 0 < meta["spec_verify_ct"] < 47
+    assert abs(meta["spec_accept_length"] - 47 / meta["spec_verify_ct"]) < 1e-9
+    assert spec.metrics()["sglang:spec_accept_length"] > 1.5
+    assert plain.metrics()["sglang:spec_accept_length"] == 0
+    assert "accept len: " in spec.output() and "accept rate: " in spec.output()
