@@ -1,6 +1,9 @@
 // POST /apply-template (request.h): llama-server's route, the chat template without generation.
 #include <fmt/format.h>
 
+#include <utility>
+#include <vector>
+
 #include "ctxpar/chat_template.h"
 #include "ctxpar/error_catalog.h"
 #include "server/json_read.h"
@@ -9,15 +12,30 @@
 namespace ctxpar::server {
 
 namespace {
+
 constexpr std::string_view kPath = "/apply-template";
+// Deeper than any chat request (a tool schema is a handful of levels); copying and rendering
+// recurse over the value, so a body nested 100,000 deep must be refused first.
+constexpr int kMaxDepth = 64;
+
+// Whether v nests deeper than kMaxDepth, found without recursion.
+bool TooDeep(const nlohmann::json& v) {
+  std::vector<std::pair<const nlohmann::json*, int>> stack = {{&v, 1}};
+  while (!stack.empty()) {
+    const auto [node, depth] = stack.back();
+    stack.pop_back();
+    if (!node->is_structured()) continue;
+    if (depth > kMaxDepth) return true;
+    for (const nlohmann::json& child : *node) stack.emplace_back(&child, depth + 1);
+  }
+  return false;
+}
+
 }  // namespace
 
 ApiExpected<nlohmann::json> ApplyTemplate(std::string_view body, const ModelContext& model) {
   ApiExpected<nlohmann::json> parsed = ParseObject(kPath, body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
-  // The template sees the request's objects in their order (a tool schema's keys, as
-  // transformers passes the client's dicts): read again, ordered, what ParseObject accepted.
-  const auto b = nlohmann::ordered_json::parse(body);
   const nlohmann::json& checked = std::get<nlohmann::json>(parsed);
   const nlohmann::json& messages = Field(checked, "messages");
   if (messages.is_null()) return Missing(kPath, "messages");
@@ -37,6 +55,15 @@ ApiExpected<nlohmann::json> ApplyTemplate(std::string_view body, const ModelCont
   if (!kwargs.is_null() && !kwargs.is_object()) {
     return TypeError("chat_template_kwargs", "an object", kwargs);
   }
+  for (const char* field : {"messages", "tools", "chat_template_kwargs"}) {
+    if (TooDeep(Field(checked, field))) {
+      return RangeError(kPath, field, fmt::format("nested at most {} levels deep", kMaxDepth),
+                        "a value nested deeper");
+    }
+  }
+  // The template sees the request's objects in their order (a tool schema's keys, as
+  // transformers passes the client's dicts): read again, ordered, what ParseObject accepted.
+  const auto b = nlohmann::ordered_json::parse(body);
   ChatRequest request;
   request.messages = b["messages"];
   if (!tools.is_null()) request.tools = b["tools"];

@@ -513,6 +513,10 @@ TEST_F(ProtocolTest, ApplyTemplateRendersToolsAndRefusesAsTheOtherRoutes) {
   model_.chat_template = &refuses;
   ExpectError(error(R"({"messages": [{"role": "user", "content": "Hi"}]})"), 400,
               "invalid_request_error", "messages", "CTXPAR-CHAT-003");
+  // Nesting is bounded before the value is copied or rendered (both recurse).
+  const std::string deep = std::string(100'000, '[') + std::string(100'000, ']');
+  ExpectError(error(R"({"messages": [{"role": "user", "content": )" + deep + "}]}"), 400,
+              "invalid_request_error", "messages", "CTXPAR-HTTP-004");
   model_.chat_template = nullptr;
   model_.chat_template_error = "none";
   ExpectError(error(R"({"messages": [{"role": "user", "content": "Hi"}]})"), 400,
