@@ -3,9 +3,9 @@
 that llama-cpp-python's sdist carries (vendor/llama.cpp/models/templates/*.jinja).
 
 Every template renders a set of conversations (plain, with a system message, multi-turn, with
-tools offered, with tool calls and tool results, with reasoning, continue_final_message, odd
-whitespace) with add_generation_prompt true and false, through a tokenizer object that holds the
-template and the model's BOS / EOS texts, so that the call is apply_chat_template itself
+tools offered, with tool calls and tool results, with reasoning, continue_final_message, content
+parts, odd whitespace) with add_generation_prompt true and false, through a tokenizer object that
+holds the template and the model's BOS / EOS texts, so that the call is apply_chat_template itself
 (tokenize=False). strftime_now is fixed at 2025-03-14 12:00:00 (naive local time; the C++ test
 renders the same instant with TZ=UTC). A render that raises is recorded with its message.
 
@@ -145,6 +145,9 @@ CONVERSATIONS = [
                    msg("user", "And 97?")], False, (True,), False),
     ("continue", [msg("user", "Write a haiku about rain."),
                   msg("assistant", "Soft rain on the roof")], False, (False,), True),
+    ("content_parts", [SYSTEM, msg("user", [{"type": "text", "text": "Describe"},
+                                            {"type": "text", "text": " this."}])],
+     False, (True,), False),
     ("whitespace_unicode", [msg("user", "  Traduis \u00ab bonjour \u00bb en \u4e2d\u6587 "
                                         "\U0001f642\n\n<b>bold</b>\t ")], False, (True,), False),
 ]
