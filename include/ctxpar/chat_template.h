@@ -97,7 +97,7 @@ class ChatTemplate {
                                         bool add_generation_prompt,
                                         bool continue_final_message = false) const;
 
-  const std::string& source() const;
+  const std::string& source() const;  // the Jinja source as given
   const std::string& bos_token() const;
   const std::string& eos_token() const;
 

@@ -361,7 +361,8 @@ json Server::Impl::TokenizerInfo() const {
   return {{"eos_token", text(tok.eos_id())},
           {"bos_token", text(tok.bos_id())},
           {"pad_token", nullptr},
-          {"chat_template", tok.chat_template()},
+          // The template chat requests use: --chat-template's, else the model's.
+          {"chat_template", chat_template ? chat_template->source() : tok.chat_template()},
           {"model_max_length", model.desc.context_length}};
 }
 

@@ -205,7 +205,7 @@ Expected<ChatTemplate> ChatTemplate::FromJinja(std::string_view source, std::str
     jinja::lexer lexer;
     jinja::lexer_result lexed = lexer.tokenize(std::string(source));
     impl->program = jinja::parse_from_tokens(lexed);
-    impl->source = std::move(lexed.source);
+    impl->source = std::string(source);
   } catch (const std::exception& e) {
     return CatalogError("CTXPAR-CHAT-002", {{"detail", OneLine(e.what())}});
   }
