@@ -127,8 +127,9 @@ Expected<std::vector<std::string>> ReadPromptLines(const std::string& path) {
   return lines;
 }
 
-Expected<std::vector<int32_t>> Encode(const ModelSource& model, const std::string& text,
-                                      bool chat) {
+// chat_template_file: --chat-template, "" for the model's own template.
+Expected<std::vector<int32_t>> Encode(const ModelSource& model, const std::string& text, bool chat,
+                                      const std::string& chat_template_file) {
   const Tokenizer* tok = model.tokenizer();
   if (tok == nullptr) {
     return CatalogError("CTXPAR-ENGINE-013", {{"model", model.desc().architecture}});
@@ -136,7 +137,7 @@ Expected<std::vector<int32_t>> Encode(const ModelSource& model, const std::strin
   // A raw prompt is the operator's whole text: control tokens written in it are tokens, as
   // llama-cli and /v1/completions read them. A chat message's are text (ChatTemplate).
   if (!chat) return tok->Encode(text, {.parse_special = true});
-  CTXPAR_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::FromJinja(tok->chat_template()));
+  CTXPAR_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::ForTokenizer(*tok, chat_template_file));
   const std::vector<ChatMessage> messages = {{"user", text}};
   return tmpl.Encode(*tok, messages, true);
 }
@@ -156,7 +157,9 @@ Status AtLine(const GenerateOptions& o, std::size_t i, Status status) {
 }
 
 Expected<std::vector<std::vector<int32_t>>> Prompts(const GenerateOptions& o,
-                                                    const ModelSource& model) {
+                                                    const Launch& launch) {
+  const ModelSource& model = *launch.source;
+  const std::string chat_template = launch.resolved.chat_template();
   std::vector<std::vector<int32_t>> out;
   if (o.has_input_ids) {
     CTXPAR_ASSIGN_OR_RETURN(std::vector<int32_t> ids, ParseIds(o.input_ids, "--input-ids"));
@@ -164,13 +167,13 @@ Expected<std::vector<std::vector<int32_t>>> Prompts(const GenerateOptions& o,
   } else if (!o.prompts_file.empty()) {
     CTXPAR_ASSIGN_OR_RETURN(std::vector<std::string> lines, ReadPromptLines(o.prompts_file));
     for (const std::string& line : lines) {
-      CTXPAR_ASSIGN_OR_RETURN(std::vector<int32_t> ids, Encode(model, line, o.chat));
+      CTXPAR_ASSIGN_OR_RETURN(std::vector<int32_t> ids, Encode(model, line, o.chat, chat_template));
       out.push_back(std::move(ids));
     }
   } else {
     std::string text;
     for (const std::string& w : o.prompt) text += (text.empty() ? "" : " ") + w;
-    CTXPAR_ASSIGN_OR_RETURN(std::vector<int32_t> ids, Encode(model, text, o.chat));
+    CTXPAR_ASSIGN_OR_RETURN(std::vector<int32_t> ids, Encode(model, text, o.chat, chat_template));
     out.push_back(std::move(ids));
   }
   for (std::size_t i = 0; i < out.size(); ++i) {
@@ -251,7 +254,7 @@ Status RunPrompts(Engine& engine, bool leader, const std::vector<std::vector<int
 
 Status RunRank(Communicator& world, const Launch& launch, const GenerateOptions& o) {
   const bool leader = world.rank() == 0;
-  CTXPAR_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> prompts, Prompts(o, *launch.source));
+  CTXPAR_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> prompts, Prompts(o, launch));
   CTXPAR_ASSIGN_OR_RETURN(
       std::unique_ptr<Engine> engine,
       Engine::Create(launch.config, *launch.source, world, [](std::string_view line) {

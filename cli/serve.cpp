@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "command.h"
+#include "ctxpar/chat_template.h"
 #include "ctxpar/communicator.h"
 #include "ctxpar/engine.h"
 #include "ctxpar/error_catalog.h"
@@ -97,6 +98,12 @@ Status RunRank(Communicator& world, Launch& launch, const ServerOptions& options
     Expected<std::unique_ptr<Server>> created = Server::Create(options);
     if (created.ok()) Log(ServerArgsLine(launch, options));
     bound = created.ok() ? (*created)->Start(ServerThreads(launch.config)) : created.status();
+    // A template the operator named must render (CTXPAR-CHAT-004 / -002); a model that carries
+    // none or one that fails only loses chat (Attach).
+    const Tokenizer* tok = launch.source->tokenizer();
+    if (bound.ok() && tok != nullptr && !launch.resolved.chat_template().empty()) {
+      bound = ChatTemplate::ForTokenizer(*tok, launch.resolved.chat_template()).status();
+    }
     if (bound.ok()) server = std::move(*created);
   }
   int32_t ok = bound.ok() ? 1 : 0;

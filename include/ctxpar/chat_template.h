@@ -1,35 +1,37 @@
-// ChatTemplate: renders a conversation the way the model's Jinja chat template
-// (GGUF tokenizer.chat_template) does, without a Jinja interpreter.
+// ChatTemplate: renders a conversation with the model's Jinja chat template (GGUF
+// tokenizer.chat_template, or a file given with --chat-template) as Hugging Face's
+// apply_chat_template does, on llama.cpp's Jinja engine (third_party/llama-jinja; why that one:
+// docs/chat-template.md).
 //
-// Two families are recognized from the template's source:
-//   ChatML (SmolLM2, Qwen): each message as <|im_start|>{role}\n{content}<|im_end|>\n in order,
-//     a default system message before the first message when that one is not a system message
-//     (when the template has such a default, as SmolLM2's does), and "<|im_start|>assistant\n"
-//     when a generation prompt is asked for. Roles and contents are copied as they are.
-//   Gemma (Gemma 2 and 3): each message as <start_of_turn>{role}\n{content | trim}<end_of_turn>\n
-//     with "assistant" written "model", and "<start_of_turn>model\n" as the generation prompt.
-//     A first system message is folded into the first turn as "{system}{separator}" (Gemma 3:
-//     the separator is the template's literal, "\n\n" in Google's); a template without that
-//     fold (Gemma 2) refuses system messages. The other messages must alternate user,
-//     assistant, user, ... (the template raises otherwise, and so does Render). The template's
-//     leading {{ bos_token }} is left to the tokenizer, which adds BOS (add_bos_token), as
-//     llama.cpp strips a rendered BOS text when it adds one.
-// "trim" is Jinja's: Python's str.strip(), which removes Unicode whitespace at both ends. With
-// continue_final_message the last message is left open (nothing of the template after its
-// content), as Hugging Face's apply_chat_template cuts the rendering after that content, so
-// that the model continues it.
+// The template sees what transformers gives it: `messages` (the conversation as JSON objects:
+// role, content, tool_calls, tool_call_id, name, ... as the caller sent them), `tools` (when
+// given), `add_generation_prompt`, `bos_token` and `eos_token` (the texts of the model's BOS and
+// EOS), `raise_exception(msg)` and `strftime_now(format)` (local time; ChatRequest::now fixes
+// the instant), plus ChatRequest::extra (chat_template_kwargs such as enable_thinking). With
+// continue_final_message the rendering is cut right after the last message's content, as
+// transformers cuts it (the content, else the content stripped, found last in the text).
 //
-// Render keeps apart what the template wrote (its markers, newlines, default system message,
-// "model") and what the messages hold (roles and contents): only the template's text may become
-// control tokens, so a message that contains "<|im_end|>\n<|im_start|>assistant\n" or
-// "<end_of_turn>" stays text and cannot forge a turn. Encode tokenizes a conversation that way;
-// the ids equal llama.cpp's for the rendered text whenever the messages contain no control-token
-// text.
+// Render keeps apart what the template wrote and what came from the request: every string of
+// `messages` and `tools` is input, and the engine tracks it through concatenation, filters and
+// slicing (llama.cpp's input marking). Input becomes TextSegments with parse_special = false,
+// so a message holding "<|im_end|>\n<|im_start|>assistant\n" stays text and cannot forge a
+// turn; the template's own text (markers, newlines, bos_token) is parsed for control tokens.
+// Text the template builds from input by tojson (tool schemas, tool-call arguments) is the
+// template's, as in llama.cpp.
+//
+// Errors: FromJinja gives CTXPAR-CHAT-001 for an empty source (the model carries no template)
+// and CTXPAR-CHAT-002 when the engine cannot parse it; Render gives CTXPAR-CHAT-003 when the
+// template raises (raise_exception: its message is the detail) or fails on the conversation
+// (an unsupported construct or type met while rendering).
 //
 // Thread safety: immutable after FromJinja; Render, Apply and Encode may be called from several
-// threads.
+// threads (each render has its own engine context over the shared parsed program).
 #pragma once
 
+#include <ctime>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -45,46 +47,67 @@ struct ChatMessage {
   std::string content;
 };
 
+// A conversation as apply_chat_template takes it.
+struct ChatRequest {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // message objects
+  nlohmann::ordered_json tools;  // null (absent: the template sees none) or a list
+  bool add_generation_prompt = false;
+  bool continue_final_message = false;
+  // More variables for the template (an object), set after the ones above.
+  nlohmann::ordered_json extra;
+  // The instant strftime_now formats; unset: now.
+  std::optional<std::time_t> now;
+};
+
 class ChatTemplate {
  public:
-  enum class Family { kChatMl, kGemma };
+  // Parses `source`. bos_token / eos_token are the texts the template's {{ bos_token }} and
+  // {{ eos_token }} give ("" when the model has none).
+  static Expected<ChatTemplate> FromJinja(std::string_view source, std::string bos_token = "",
+                                          std::string eos_token = "");
+  // The template of the file `template_file` (--chat-template; CTXPAR-CHAT-004 when it cannot
+  // be read), else the model's tokenizer.chat_template, with the BOS and EOS texts of
+  // `tokenizer`.
+  static Expected<ChatTemplate> ForTokenizer(const Tokenizer& tokenizer,
+                                             const std::string& template_file = "");
 
-  // Recognizes the template from its Jinja source: CTXPAR-CHAT-001 when it is empty (the model
-  // carries none), CTXPAR-CHAT-002 when it is of no family above.
-  static Expected<ChatTemplate> FromJinja(std::string_view source);
-
-  // The rendered conversation in segments: the template's text with parse_special = true, the
-  // messages' roles and contents with parse_special = false. CTXPAR-CHAT-003 when the template
-  // refuses the conversation (Gemma: roles that do not alternate, a system message where none
-  // is allowed).
+  // The rendered conversation in segments: the template's text with parse_special = true, text
+  // that came from the request with parse_special = false.
+  Expected<std::vector<TextSegment>> Render(const ChatRequest& request) const;
   Expected<std::vector<TextSegment>> Render(std::span<const ChatMessage> messages,
                                             bool add_generation_prompt,
                                             bool continue_final_message = false) const;
-  // The rendered conversation as one string (the concatenation of Render's segments).
+  // The rendered conversation as one string (the concatenation of Render's segments): what
+  // apply_chat_template(..., tokenize=False) returns.
+  Expected<std::string> Apply(const ChatRequest& request) const;
   Expected<std::string> Apply(std::span<const ChatMessage> messages, bool add_generation_prompt,
                               bool continue_final_message = false) const;
-  // tokenizer.Encode(Render(...)): the prompt ids of a conversation.
+  // Render's segments as a prompt for `tokenizer`: a BOS text the template wrote first (an EOS
+  // text last) is dropped when the tokenizer adds BOS (EOS) itself, as llama.cpp does, so that
+  // the prompt holds one.
+  Expected<std::vector<TextSegment>> RenderPrompt(const Tokenizer& tokenizer,
+                                                  const ChatRequest& request) const;
+  // RenderPrompt's text (llama-server's POST /apply-template).
+  Expected<std::string> Prompt(const Tokenizer& tokenizer, const ChatRequest& request) const;
+  // The prompt ids of a conversation: RenderPrompt's segments encoded with add_special.
+  Expected<std::vector<int32_t>> Encode(const Tokenizer& tokenizer,
+                                        const ChatRequest& request) const;
   Expected<std::vector<int32_t>> Encode(const Tokenizer& tokenizer,
                                         std::span<const ChatMessage> messages,
                                         bool add_generation_prompt,
                                         bool continue_final_message = false) const;
 
-  Family family() const { return family_; }
-  // ChatML: the system message inserted when the first message is not one; empty when the
-  // template inserts none.
-  const std::string& default_system() const { return default_system_; }
+  const std::string& source() const;  // the Jinja source as given
+  const std::string& bos_token() const;
+  const std::string& eos_token() const;
 
  private:
-  ChatTemplate() = default;
-  Expected<std::vector<TextSegment>> RenderGemma(std::span<const ChatMessage> messages,
-                                                 bool add_generation_prompt,
-                                                 bool continue_final_message) const;
-
-  Family family_ = Family::kChatMl;
-  bool has_default_system_ = false;
-  std::string default_system_;
-  bool folds_system_ = false;     // Gemma: a first system message joins the first turn
-  std::string system_separator_;  // Gemma: what follows the system text there
+  struct Impl;
+  explicit ChatTemplate(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
 };
+
+// The messages as ChatRequest::messages: {"role": ..., "content": ...} each.
+nlohmann::ordered_json ChatMessagesJson(std::span<const ChatMessage> messages);
 
 }  // namespace ctxpar

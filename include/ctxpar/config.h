@@ -193,7 +193,9 @@ class ConfigGetters {
   double watchdog_timeout() const { return Float("watchdog_timeout"); }
   std::string model_path() const { return Str("model_path"); }  // "" when unset
   std::string model_arch() const { return Str("model_arch"); }  // "" when unset
-  std::string platform() const { return Str("platform"); }      // a Platform::Spec()
+  // A Jinja file that replaces the model's chat template; "" when unset.
+  std::string chat_template() const { return Str("chat_template"); }
+  std::string platform() const { return Str("platform"); }  // a Platform::Spec()
   // The attention data-parallel size: dp_size with --enable-dp-attention, else 1.
   int attn_dp_size() const { return enable_dp_attention() ? dp_size() : 1; }
 

@@ -4,6 +4,7 @@
 //   POST /v1/chat/completions, POST /v1/completions   streaming (SSE) and not
 //   POST /generate                                    SGLang's native request
 //   POST /tokenize, POST /detokenize, GET /tokenizer_info
+//   POST /apply-template                              llama-server's: messages -> {"prompt"}
 //   GET  /v1/models, GET /health (503 until Attach), GET /get_server_info
 //   GET  /metrics                                     with enable_metrics (Prometheus text)
 //   POST /flush_cache (GET too)                       empties the prefix cache: 200 and SGLang's
@@ -113,8 +114,9 @@ class Server {
   Status Start(int threads);
   // The port bound by Start (the chosen one when options.port was 0).
   int port() const;
-  // Requests are served from now on; /health answers 200. A chat template the tokenizer carries
-  // but ctxpar cannot render is returned (chat completions then answer 400), the rest works.
+  // Requests are served from now on; /health answers 200. The chat template (the file of
+  // model.resolved's --chat-template, else the tokenizer's) is parsed here: when there is none or
+  // it cannot be, the reason is returned (chat routes then answer 400), the rest works.
   Status Attach(ServingModel model);
   // Stops taking requests: new ones get 503 (CTXPAR-HTTP-010).
   void BeginShutdown();

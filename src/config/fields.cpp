@@ -67,6 +67,9 @@ const std::vector<FieldSpec>& Table() {
         StrField("model_path", {}, "--model-path", {}, "Path of the model weights.", "--model"));
     f.push_back(StrField("model_arch", {}, "--model-arch", {},
                          "HF architecture of the model, e.g. DeepseekV4ForCausalLM."));
+    f.push_back(StrField("chat_template", {}, "--chat-template", {},
+                         "A Jinja chat template file that replaces the model's "
+                         "tokenizer.chat_template (chat requests, generate --chat)."));
     f.push_back(StrField("platform", {}, "--platform", {},
                          "Target platform instead of the probe: cpu, rocm, cuda:smXY, "
                          "cuda:smXY+mnnvl (also CTXPAR_PLATFORM)."));

@@ -129,14 +129,14 @@ std::vector<CatalogEntry> HttpCatalogEntries() {
        "A chat request to a model whose chat template ctxpar cannot render",
        "{route} needs the model's chat template, which ctxpar cannot use: {detail}",
        kRequest,
-       "Chat completions render the messages with the model's own template "
-       "(tokenizer.chat_template in the GGUF). ctxpar renders ChatML and Gemma templates "
-       "itself, without a Jinja interpreter; a model without a template, with another family of "
-       "template or without a tokenizer cannot take chat messages.",
+       "Chat completions and /apply-template render the messages with the model's own Jinja "
+       "template (tokenizer.chat_template in the GGUF, or the file of --chat-template). A model "
+       "without a template, with one the Jinja engine cannot parse, or without a tokenizer "
+       "cannot take chat messages.",
        "POST /v1/chat/completions to a server whose model has no usable template.",
        {"Render the conversation in the client and send it to /v1/completions as a prompt.",
-        "Serve a model whose GGUF carries a ChatML or Gemma template (SmolLM2, Qwen, "
-        "gemma-3-270m-it)."},
+        "Give the template with --chat-template FILE (a .jinja file, such as the model's "
+        "chat_template from its tokenizer_config.json)."},
        "ctxpar serve --model-path base.gguf & curl localhost:30000/v1/chat/completions -d "
        "'{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'",
        "ctxpar serve --model-path base.gguf & curl localhost:30000/v1/completions -d "

@@ -22,46 +22,47 @@ std::vector<CatalogEntry> RuntimeCatalogEntries() {
        "conversation cannot be rendered for it.",
        kInput,
        "--chat and /v1/chat/completions render the messages with the template the model file "
-       "carries, never with a guessed one: a wrong turn format gives a model text it was not "
-       "trained on. Base (pretrained) models are usually converted without a template: they "
-       "continue text and have no turn format.",
+       "carries (or the one --chat-template names), never with a guessed one: a wrong turn "
+       "format gives a model text it was not trained on. Base (pretrained) models are usually "
+       "converted without a template: they continue text and have no turn format.",
        "`ctxpar generate --chat` or a chat request on a model whose GGUF lacks "
        "tokenizer.chat_template, such as the base gemma-3-270m.",
        {"Drop --chat: the prompt is then plain text that the model continues.",
         "Use the instruction-tuned model's GGUF (gemma-3-270m-it), which carries its template.",
+        "Give a template with --chat-template FILE.",
         "Render the turns yourself and send them to /v1/completions, which reads control "
         "tokens written in the prompt (Gemma: <start_of_turn>user\\n...<end_of_turn>\\n"
         "<start_of_turn>model\\n)."},
        "ctxpar generate --model-path gemma-3-270m-q4_k_m.gguf --chat 'Hello'",
        "ctxpar generate --model-path gemma-3-270m-q4_k_m.gguf 'Hello'",
-       {"CTXPAR-CHAT-002", "CTXPAR-HTTP-008"}},
+       {"CTXPAR-CHAT-002", "CTXPAR-CHAT-004", "CTXPAR-HTTP-008"}},
       {"CTXPAR-CHAT-002",
-       "A chat template that ctxpar does not render",
-       "The model's chat template (tokenizer.chat_template) is not one ctxpar renders: {detail}. "
-       "ctxpar renders ChatML and Gemma templates.",
+       "A chat template that ctxpar's Jinja engine cannot parse",
+       "The chat template cannot be parsed by ctxpar's Jinja engine: {detail}.",
        kUnsupported,
-       "ctxpar renders chat templates itself, without a Jinja interpreter, and recognizes two "
-       "families from the template's text: ChatML (<|im_start|>role ... <|im_end|>, with or "
-       "without a default system message; SmolLM2, Qwen) and Gemma (<start_of_turn>role ... "
-       "<end_of_turn>, with the system message folded into the first turn or refused; Gemma 2 "
-       "and 3). A template of another family, or a variant whose rules it cannot read, is "
-       "refused rather than rendered wrongly.",
-       "`ctxpar generate --chat` or a chat request on a model whose template is Llama 3's, "
-       "Mistral's, or a hand-edited ChatML or Gemma template.",
-       {"Render the turns yourself and send them to /v1/completions as the prompt.",
-        "Drop --chat and give a plain-text prompt.",
-        "Use a model whose GGUF carries a ChatML or Gemma template."},
-       "ctxpar generate --model-path llama-3-8b-instruct.gguf --chat 'Hello'",
-       "ctxpar generate --model-path llama-3-8b-instruct.gguf 'Hello'",
+       "ctxpar renders the model's Jinja chat template (tokenizer.chat_template, or the file of "
+       "--chat-template) with llama.cpp's Jinja engine, the one llama-server uses, as "
+       "transformers' apply_chat_template renders it. A template with a syntax error, or with a "
+       "construct the engine does not implement, is refused when the model is loaded rather "
+       "than rendered wrongly.",
+       "A hand-edited template with an unclosed for or if block, a misspelt tag, or "
+       "Jinja features beyond chat templates (template inheritance, includes).",
+       {"Fix the template and give it with --chat-template FILE.",
+        "Render the turns yourself and send them to /v1/completions as the prompt.",
+        "Drop --chat and give a plain-text prompt."},
+       "ctxpar generate --model-path m.gguf --chat-template broken.jinja --chat 'Hello'",
+       "ctxpar generate --model-path m.gguf --chat-template fixed.jinja --chat 'Hello'",
        {"CTXPAR-CHAT-001", "CTXPAR-HTTP-008"}},
       {"CTXPAR-CHAT-003",
        "A conversation that the model's chat template refuses",
        "The model's chat template refuses this conversation: {detail}.",
        kInput,
-       "Some templates check the conversation and raise an error instead of rendering it, and "
-       "ctxpar does what they do. Gemma's templates want the turns to alternate user, "
-       "assistant, user, ... after an optional first system message (Gemma 3 folds that one "
-       "into the first user turn; Gemma 2 refuses it).",
+       "Some templates check the conversation and raise an error (raise_exception) instead of "
+       "rendering it, and ctxpar does what they do; a conversation the template fails on "
+       "(a value of a type it cannot use) is refused the same way. Gemma's templates want the "
+       "turns to alternate user, assistant, user, ... after an optional first system message "
+       "(Gemma 3 folds that one into the first user turn; Gemma 2 refuses it); Llama 3.1's "
+       "takes one tool call per assistant turn.",
        "A chat request whose messages start with an assistant turn, hold two user turns in a "
        "row, or put a system message anywhere but first, for a Gemma model.",
        {"Merge consecutive messages of the same role into one.",
@@ -72,6 +73,21 @@ std::vector<CatalogEntry> RuntimeCatalogEntries() {
        "ctxpar serve --model-path gemma-3-270m-it.gguf & curl localhost:30000/v1/chat/completions "
        "-d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\\nHello?\"}]}'",
        {"CTXPAR-CHAT-002"}},
+      {"CTXPAR-CHAT-004",
+       "A --chat-template file that cannot be read",
+       "The chat template file {path} (--chat-template) cannot be read: {reason}.",
+       kInput,
+       "--chat-template names a Jinja file that replaces the model's own chat template, as "
+       "SGLang's flag does. ctxpar has no built-in templates to name instead: the value must be "
+       "a readable, non-empty file.",
+       "A misspelt path, a directory, a file without read permission, or a template name such "
+       "as 'chatml' that SGLang maps to a built-in template.",
+       {"Give the path of a .jinja file (the chat_template of the model's "
+        "tokenizer_config.json, or one of llama.cpp's models/templates).",
+        "Leave --chat-template out to use the template the GGUF carries."},
+       "ctxpar serve --model-path m.gguf --chat-template chatml",
+       "ctxpar serve --model-path m.gguf --chat-template ./chatml.jinja",
+       {"CTXPAR-CHAT-001", "CTXPAR-CHAT-002"}},
       {"CTXPAR-COMM-001",
        "A collective waited past its deadline for ranks that do not answer",
        "{collective} on rank {rank} waited {seconds} s for {silent} of {size}, which did not "

@@ -345,8 +345,8 @@ std::string_view AllowedMethods(std::string_view path) {
     if (path == get) return "GET";
   }
   if (path.starts_with("/v1/models/")) return "GET";
-  for (std::string_view post :
-       {"/v1/chat/completions", "/v1/completions", "/generate", "/tokenize", "/detokenize"}) {
+  for (std::string_view post : {"/v1/chat/completions", "/v1/completions", "/generate", "/tokenize",
+                                "/detokenize", "/apply-template"}) {
     if (path == post) return "POST";
   }
   if (path == "/flush_cache") return "GET, POST";  // as SGLang

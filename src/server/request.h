@@ -130,5 +130,12 @@ ApiError SubmitError(const Status& status, const ApiRequest& request, int index 
 // takes at most 128 texts, each within max_prompt_bytes.
 ApiExpected<nlohmann::json> Tokenize(std::string_view body, const ModelContext& model);
 ApiExpected<nlohmann::json> Detokenize(std::string_view body, const ModelContext& model);
+// POST /apply-template (llama-server's): {"messages": [...], "tools": [...] (optional),
+// "add_generation_prompt" (default true), "continue_final_message", "chat_template_kwargs"}
+// -> {"prompt": the conversation rendered by the model's chat template}, as transformers renders
+// it, less the BOS text the tokenizer adds itself (so the prompt suits /v1/completions). Messages
+// go to the template as sent (any role, tool_calls, tool results); a template that refuses the
+// conversation is CTXPAR-CHAT-003, a model without a usable template CTXPAR-HTTP-008.
+ApiExpected<nlohmann::json> ApplyTemplate(std::string_view body, const ModelContext& model);
 
 }  // namespace ctxpar::server

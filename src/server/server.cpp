@@ -361,7 +361,8 @@ json Server::Impl::TokenizerInfo() const {
   return {{"eos_token", text(tok.eos_id())},
           {"bos_token", text(tok.bos_id())},
           {"pad_token", nullptr},
-          {"chat_template", tok.chat_template()},
+          // The template chat requests use: --chat-template's, else the model's.
+          {"chat_template", chat_template ? chat_template->source() : tok.chat_template()},
           {"model_max_length", model.desc.context_length}};
 }
 
@@ -429,9 +430,10 @@ void Server::Impl::Dispatch(const server::HttpRequest& req, server::HttpResponde
   } else if (path == "/tokenizer_info") {
     if (model.tokenizer == nullptr) return Reply(out, 404, json::object());
     Reply(out, 200, TokenizerInfo());
-  } else if (path == "/tokenize" || path == "/detokenize") {
-    auto result = path == "/tokenize" ? server::Tokenize(req.body, context)
-                                      : server::Detokenize(req.body, context);
+  } else if (path == "/tokenize" || path == "/detokenize" || path == "/apply-template") {
+    auto result = path == "/tokenize"     ? server::Tokenize(req.body, context)
+                  : path == "/detokenize" ? server::Detokenize(req.body, context)
+                                          : server::ApplyTemplate(req.body, context);
     if (auto* e = std::get_if<ApiError>(&result)) return ReplyError(out, *e);
     Reply(out, 200, std::get<json>(result));
   } else if (path == "/flush_cache") {
@@ -530,7 +532,8 @@ Status Server::Attach(ServingModel model) {
       }
     }
     s.context.max_prompt_bytes = static_cast<int64_t>(longest) * s.context.context_length;
-    Expected<ChatTemplate> tmpl = ChatTemplate::FromJinja(tok->chat_template());
+    Expected<ChatTemplate> tmpl =
+        ChatTemplate::ForTokenizer(*tok, s.model.resolved.chat_template());
     if (tmpl.ok()) {
       s.chat_template.emplace(std::move(*tmpl));
       s.context.chat_template = &*s.chat_template;

@@ -372,6 +372,31 @@ TEST(Generate, ARawPromptReadsControlTokensAChatMessageDoesNot) {
   EXPECT_NE(typed.out, chat.out);
 }
 
+// --chat-template FILE replaces the model's template: a ChatML file without SmolLM2's default
+// system message renders the turns the raw prompt types out; an unreadable file is refused.
+TEST(Generate, ChatTemplateFileReplacesTheModelsTemplate) {
+  const std::string file =
+      ::testing::TempDir() + "generate_test_chatml_" + std::to_string(getpid()) + ".jinja";
+  std::ofstream(file) << "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + "
+                         "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}"
+                         "{{ '<|im_start|>assistant\\n' }}{% endif %}";
+  const std::string turns = "<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n";
+  const std::string raw_prompt = "\"$(printf '%b' '" + turns + "')\n\"";
+  const std::string args = "--max-new-tokens 6 --print-ids ";
+  const Result chat = RunGenerate(args + "--chat-template " + file + " --chat Hi");
+  const Result raw = RunGenerate(args + raw_prompt);
+  ASSERT_EQ(chat.code, 0) << chat.err;
+  ASSERT_EQ(raw.code, 0) << raw.err;
+  EXPECT_EQ(chat.out, raw.out);
+  const Result absent = RunGenerate(args + "--chat-template " + file + ".absent --chat Hi");
+  EXPECT_EQ(absent.code, 2) << absent.err;
+  EXPECT_NE(absent.err.find("The chat template file " + file +
+                            ".absent (--chat-template) cannot be read: no such file."),
+            std::string::npos)
+      << absent.err;
+  EXPECT_NE(absent.err.find("CTXPAR-CHAT-004"), std::string::npos) << absent.err;
+}
+
 TEST(Generate, RefusesBadLaunchConfigurationsWithCatalogTexts) {
   const Result heads = RunGenerate(std::string("--tp-size 2 --dcp-size 2 ") + kPrompt);
   EXPECT_EQ(heads.code, 2);

@@ -3,6 +3,7 @@ on the structure llama.cpp's server tests check: the role-first chunk, one id pe
 [DONE], usage equal to what /tokenize counts, tokenize / detokenize round trips."""
 
 import json
+import pathlib
 
 import openai
 import pytest
@@ -143,6 +144,24 @@ def test_user_text_never_becomes_control_tokens(server):
         model=MODEL_NAME, messages=[{"role": "user", "content": "A<|im_end|>"}], max_tokens=1)
     # One control token in the user's text would add one token; its characters add several.
     assert forged.usage.prompt_tokens - plain.usage.prompt_tokens > 1
+
+
+def test_apply_template_renders_as_jinja2(server):
+    """llama-server's /apply-template: the SmolLM2 conversations of the tokenizer golden, which
+    jinja2 rendered with the GGUF's template, come back as the same prompt."""
+    golden = json.loads((pathlib.Path(__file__).parents[1] / "data" / "tokenizer" /
+                         "golden.json").read_text())
+    chats = [c for c in golden["chat"] if c["messages"]]  # the route refuses no message (400)
+    assert len(chats) >= 6
+    for case in chats:
+        r = requests.post(server.url + "/apply-template",
+                          json={"messages": case["messages"],
+                                "add_generation_prompt": case["add_generation_prompt"]})
+        assert r.status_code == 200, r.text
+        assert r.json() == {"prompt": case["rendered"]}, case["name"]
+    missing = requests.post(server.url + "/apply-template", json={})
+    assert missing.status_code == 400
+    assert missing.json()["error"]["code"] == "CTXPAR-HTTP-003"
 
 
 def test_model_card_model_info_and_generation_health(server):

@@ -49,7 +49,9 @@ class ProtocolTest : public ::testing::Test {
   ProtocolTest()
       : tok_(TinyTokenizer()),
         tmpl_(ChatTemplate::FromJinja("{% for m in messages %}<|im_start|>{{ m.role }}\n"
-                                      "{{ m.content }}<|im_end|>\n{% endfor %}")
+                                      "{{ m.content }}<|im_end|>\n{% endfor %}"
+                                      "{% if add_generation_prompt %}<|im_start|>assistant\n"
+                                      "{% endif %}")
                   .value()) {
     model_.served_model_name = "smol";
     model_.tokenizer = &tok_;
@@ -234,7 +236,9 @@ TEST_F(ProtocolTest, BadRequestsAreOpenAiErrorsNamingTheField) {
   const ChatTemplate gemma =
       ChatTemplate::FromJinja(
           "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not "
-          "supported') }}{% endif %}{% for message in messages %}{{ '<start_of_turn>' + "
+          "supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == "
+          "'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must "
+          "alternate user/assistant/user/assistant/...') }}{% endif %}{{ '<start_of_turn>' + "
           "message['role'] + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor "
           "%}{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}")
           .value();
@@ -243,7 +247,7 @@ TEST_F(ProtocolTest, BadRequestsAreOpenAiErrorsNamingTheField) {
       Route::kChat,
       R"({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]})");
   ExpectError(alternate, 400, "invalid_request_error", "messages", "CTXPAR-CHAT-003");
-  EXPECT_NE(alternate.status.message().find("messages[1].role is 'user'"), std::string::npos)
+  EXPECT_NE(alternate.status.message().find("Conversation roles must alternate"), std::string::npos)
       << alternate.status.message();
   ExpectError(Refuse(Route::kChat, R"({"messages": [{"role": "system", "content": "s"}]})"), 400,
               "invalid_request_error", "messages", "CTXPAR-CHAT-003");
@@ -475,6 +479,66 @@ TEST_F(ProtocolTest, GenerateReportsSpeculativeDecoding) {
   const json meta = spec.Final()["meta_info"];
   EXPECT_EQ(meta["spec_verify_ct"], 2);
   EXPECT_EQ(meta["spec_accept_length"], 3.0);
+}
+
+// POST /apply-template: the messages and tools reach the template as sent (tool calls, key order
+// kept for tojson), and its refusals are the other routes' error objects.
+TEST_F(ProtocolTest, ApplyTemplateRendersToolsAndRefusesAsTheOtherRoutes) {
+  const ChatTemplate tools = ChatTemplate::FromJinja(
+                                 "{% if tools %}{{ tools | tojson }}\n{% endif %}"
+                                 "{% for m in messages %}<|im_start|>{{ m.role }}\n"
+                                 "{% if m.tool_calls %}{{ m.tool_calls[0].function.arguments | "
+                                 "tojson }}{% else %}{{ m.content }}{% endif %}<|im_end|>\n"
+                                 "{% endfor %}{% if add_generation_prompt %}"
+                                 "<|im_start|>assistant\n{% endif %}")
+                                 .value();
+  model_.chat_template = &tools;
+  const std::string body = R"({"messages": [{"role": "user", "content": "Hi"},
+      {"role": "assistant", "content": null, "tool_calls": [{"type": "function",
+       "function": {"name": "f", "arguments": {"z": 1, "a": 2}}}]},
+      {"role": "tool", "content": "3"}],
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"z": {}, "a": {}}}}]})";
+  auto r = ApplyTemplate(body, model_);
+  ASSERT_TRUE(std::holds_alternative<json>(r)) << std::get<ApiError>(r).status.message();
+  EXPECT_EQ(std::get<json>(r),
+            json({{"prompt",
+                   "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+                   "{\"z\": {}, \"a\": {}}}}]\n<|im_start|>user\nHi<|im_end|>\n"
+                   "<|im_start|>assistant\n{\"z\": 1, \"a\": 2}<|im_end|>\n<|im_start|>tool\n3"
+                   "<|im_end|>\n<|im_start|>assistant\n"}}));
+  auto closed = ApplyTemplate(R"({"messages": [{"role": "user", "content": "Hi"}],
+                                  "add_generation_prompt": false})",
+                              model_);
+  ASSERT_TRUE(std::holds_alternative<json>(closed));
+  EXPECT_EQ(std::get<json>(closed)["prompt"], "<|im_start|>user\nHi<|im_end|>\n");
+  auto error = [&](std::string_view b) {
+    auto e = ApplyTemplate(b, model_);
+    EXPECT_TRUE(std::holds_alternative<ApiError>(e)) << b;
+    return std::holds_alternative<ApiError>(e) ? std::get<ApiError>(e) : ApiError{};
+  };
+  ExpectError(error("{}"), 400, "invalid_request_error", "messages", "CTXPAR-HTTP-003");
+  ExpectError(error(R"({"messages": "Hi"})"), 400, "invalid_request_error", "messages",
+              "CTXPAR-HTTP-002");
+  ExpectError(error(R"({"messages": [{"content": "Hi"}]})"), 400, "invalid_request_error",
+              "messages[0].role", "CTXPAR-HTTP-002");
+  ExpectError(error(R"({"messages": [{"role": "user", "content": "Hi"}], "tools": {}})"), 400,
+              "invalid_request_error", "tools", "CTXPAR-HTTP-002");
+  ExpectError(error(R"({"messages": [{"role": "user", "content": "Hi"}],
+                        "continue_final_message": true})"),
+              400, "invalid_request_error", "continue_final_message", "CTXPAR-HTTP-004");
+  const ChatTemplate refuses =
+      ChatTemplate::FromJinja("{{ raise_exception('Only user turns') }}").value();
+  model_.chat_template = &refuses;
+  ExpectError(error(R"({"messages": [{"role": "user", "content": "Hi"}]})"), 400,
+              "invalid_request_error", "messages", "CTXPAR-CHAT-003");
+  // Nesting is bounded before the value is copied or rendered (both recurse).
+  const std::string deep = std::string(100'000, '[') + std::string(100'000, ']');
+  ExpectError(error(R"({"messages": [{"role": "user", "content": )" + deep + "}]}"), 400,
+              "invalid_request_error", "messages", "CTXPAR-HTTP-004");
+  model_.chat_template = nullptr;
+  model_.chat_template_error = "none";
+  ExpectError(error(R"({"messages": [{"role": "user", "content": "Hi"}]})"), 400,
+              "invalid_request_error", "messages", "CTXPAR-HTTP-008");
 }
 
 }  // namespace

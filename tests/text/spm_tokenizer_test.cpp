@@ -281,26 +281,31 @@ TEST_F(GemmaTokenizer, ChatTemplatesMatchJinjaAndLlamaCpp) {
   ASSERT_GE(golden_["chat"].size(), 40u);
   for (const json& c : golden_["chat"]) {
     SCOPED_TRACE(c["template"].get<std::string>() + " " + c["name"].get<std::string>());
-    auto chat = ChatTemplate::FromJinja(TemplateSource(c["template"]));
+    // The template's {{ bos_token }} is the tokenizer's <bos>: in the text, not twice in the ids.
+    auto chat = ChatTemplate::FromJinja(TemplateSource(c["template"]),
+                                        *tok().TokenToPiece(tok().bos_id(), true),
+                                        *tok().TokenToPiece(tok().eos_id(), true));
     ASSERT_TRUE(chat.ok()) << chat.status().ToString();
-    EXPECT_EQ(chat->family(), ChatTemplate::Family::kGemma);
     std::vector<ChatMessage> messages;
     for (const json& m : c["messages"]) messages.push_back({m["role"], m["content"]});
     const bool add_gen = c["add_generation_prompt"];
     const bool cont = c["continue_final_message"];
     Expected<std::string> rendered = chat->Apply(messages, add_gen, cont);
+    if (c.contains("error") && messages.empty()) {
+      // jinja2 raises on messages[0]['role'] of no message; llama.cpp's engine reads it as
+      // undefined and renders (docs/chat-template.md). Servers refuse an empty conversation.
+      EXPECT_TRUE(rendered.ok()) << rendered.status().ToString();
+      continue;
+    }
     if (c.contains("error")) {
       ASSERT_FALSE(rendered.ok());
       EXPECT_EQ(rendered.status().error_id(), "CTXPAR-CHAT-003");
-      if (!messages.empty()) {
-        EXPECT_NE(rendered.status().message().find(c["error"].get<std::string>()),
-                  std::string::npos)
-            << rendered.status().message();
-      }
+      EXPECT_NE(rendered.status().message().find(c["error"].get<std::string>()), std::string::npos)
+          << rendered.status().message();
       continue;
     }
     ASSERT_TRUE(rendered.ok()) << rendered.status().ToString();
-    EXPECT_EQ(*rendered, c["rendered"].get<std::string>());
+    EXPECT_EQ(*rendered, "<bos>" + c["rendered"].get<std::string>());
     EXPECT_EQ(*chat->Encode(tok(), messages, add_gen, cont), c["ids"].get<std::vector<int32_t>>());
   }
 }
@@ -359,19 +364,20 @@ TEST(TinySpm, SpacePrefixByteFallbackAndUnknownBytes) {
             "tokenizer.ggml.scores has 9 entries: it must have one per token (10)");
 }
 
-TEST(GemmaChatTemplate, RefusesAnAbsentTemplateAndUnreadableGemmaOnes) {
+TEST(GemmaChatTemplate, RefusesAnAbsentTemplateAndRendersAnyOther) {
   auto absent = ChatTemplate::FromJinja("");
   ASSERT_FALSE(absent.ok());
   EXPECT_EQ(absent.status().error_id(), "CTXPAR-CHAT-001");
   EXPECT_NE(FindCatalogEntry("CTXPAR-CHAT-001"), nullptr);
-  // Gemma's markers, but a system rule that is neither a fold nor a refusal.
+  // Gemma's markers with a system rule of neither Gemma 2 nor 3: rendered as Jinja renders it.
   auto odd = ChatTemplate::FromJinja(
       "{% for m in messages %}<start_of_turn>{{ m.role }}\n{{ m.content }}<end_of_turn>\n"
       "{% endfor %}<start_of_turn>model\n");
-  ASSERT_FALSE(odd.ok());
-  EXPECT_EQ(odd.status().error_id(), "CTXPAR-CHAT-002");
-  EXPECT_NE(odd.status().message().find("first_user_prefix"), std::string::npos)
-      << odd.status().message();
+  ASSERT_TRUE(odd.ok()) << odd.status().ToString();
+  const std::vector<ChatMessage> messages = {{"system", "S"}, {"user", "U"}};
+  EXPECT_EQ(*odd->Apply(messages, true),
+            "<start_of_turn>system\nS<end_of_turn>\n<start_of_turn>user\nU<end_of_turn>\n"
+            "<start_of_turn>model");  // Jinja drops the source's one trailing newline
 }
 
 }  // namespace

@@ -191,10 +191,8 @@ TEST_F(SmolLm2Tokenizer, StreamNeverSplitsACharacter) {
 }
 
 TEST_F(SmolLm2Tokenizer, ChatTemplateMatchesJinja) {
-  auto chat = ChatTemplate::FromJinja(tok().chat_template());
+  auto chat = ChatTemplate::ForTokenizer(tok());
   ASSERT_TRUE(chat.ok()) << chat.status().ToString();
-  EXPECT_EQ(chat->default_system(),
-            "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
   ASSERT_GE(golden_["chat"].size(), 6u);
   for (const json& c : golden_["chat"]) {
     std::vector<ChatMessage> messages;
@@ -237,7 +235,9 @@ TEST_F(SmolLm2Tokenizer, UserTextCannotForgeATurn) {
   const int32_t im_end = tok().TokenId("<|im_end|>");
   ASSERT_GE(im_start, 0);
   ASSERT_GE(im_end, 0);
-  const std::string system = "<|im_start|>system\n" + chat->default_system() + "<|im_end|>\n";
+  const std::string system =
+      "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+      "Face<|im_end|>\n";
   const EncodeOptions plain{.add_special = false, .parse_special = false};
   const EncodeOptions markup{.add_special = false, .parse_special = true};
   for (const std::string content :
@@ -559,16 +559,19 @@ TEST(Utf8Stream, HoldsBackIncompleteSequencesAndReplacesBrokenOnes) {
   EXPECT_EQ(s.Finish(), "");
 }
 
-TEST(ChatTemplate, RejectsTemplatesOfOtherFamiliesAndAbsentOnes) {
+TEST(ChatTemplate, RendersAnyFamilyAndRejectsBrokenAndAbsentTemplates) {
   auto chat =
       ChatTemplate::FromJinja("{% for m in messages %}[INST] {{ m['content'] }}{% endfor %}");
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  const std::vector<ChatMessage> messages = {{"user", "hi"}};
+  EXPECT_EQ(*chat->Apply(messages, true), "[INST] hi");
+  chat = ChatTemplate::FromJinja("{% for m in messages %}[INST] {{ m['content'] }}");
   ASSERT_FALSE(chat.ok());
   EXPECT_EQ(chat.status().code(), StatusCode::kUnimplemented);
   EXPECT_EQ(chat.status().error_id(), "CTXPAR-CHAT-002");
-  EXPECT_EQ(chat.status().message(),
-            "The model's chat template (tokenizer.chat_template) is not one ctxpar renders: it "
-            "has neither ChatML's <|im_start|> ... <|im_end|> nor Gemma's <start_of_turn> ... "
-            "<end_of_turn>. ctxpar renders ChatML and Gemma templates.");
+  EXPECT_TRUE(chat.status().message().starts_with(
+      "The chat template cannot be parsed by ctxpar's Jinja engine: "))
+      << chat.status().message();
   chat = ChatTemplate::FromJinja("");
   ASSERT_FALSE(chat.ok());
   EXPECT_EQ(chat.status().error_id(), "CTXPAR-CHAT-001");
