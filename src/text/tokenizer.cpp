@@ -139,10 +139,10 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Expected<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
-  if (spec.model != "gpt2" && spec.model != "llama") {
+  if (spec.model != "gpt2" && spec.model != "llama" && spec.model != "gemma4") {
     return Unimplemented(fmt::format(
-        "tokenizer.ggml.model = '{}' is not supported: byte-level BPE ('gpt2') and SentencePiece "
-        "('llama') are",
+        "tokenizer.ggml.model = '{}' is not supported: byte-level BPE ('gpt2'), SentencePiece "
+        "('llama') and Gemma 4's BPE ('gemma4') are",
         spec.model));
   }
   auto impl = std::make_unique<Impl>();
@@ -184,9 +184,9 @@ Expected<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
   }
   vocab.tokens = std::move(spec.tokens);
   CorrectTypesByText(vocab, &vocab.types);
-  CTXPAR_ASSIGN_OR_RETURN(ti::TextModelParts parts, spec.model == "gpt2"
-                                                        ? ti::MakeBpeModel(spec, vocab)
-                                                        : ti::MakeSpmModel(spec, vocab));
+  CTXPAR_ASSIGN_OR_RETURN(ti::TextModelParts parts, spec.model == "llama"
+                                                        ? ti::MakeSpmModel(spec, vocab)
+                                                        : ti::MakeBpeModel(spec, vocab));
   impl->model = std::move(parts.model);
   impl->pieces = std::move(parts.normal_pieces);
   for (int32_t i = 0; i < n; ++i) {
@@ -289,7 +289,9 @@ std::vector<int32_t> Tokenizer::Impl::Encode(
     int32_t id;
     size_t begin, end;
   };
-  std::vector<Fragment> fragments{{-1, 0, text.size()}};
+  // An empty text is no fragment (a SentencePiece space prefix needs some text).
+  std::vector<Fragment> fragments;
+  if (!text.empty()) fragments.push_back({-1, 0, text.size()});
   std::vector<Fragment> next;
   for (int32_t rank : special_trie.Find(text)) {
     const int32_t sid = specials[rank];

@@ -7,6 +7,7 @@
 #include "ctxpar/gguf.h"
 #include "ctxpar/gguf_hparams.h"
 #include "ctxpar/tokenizer.h"
+#include "text/tokenizer_model.h"
 
 namespace ctxpar {
 namespace {
@@ -55,8 +56,11 @@ Expected<Tokenizer> Tokenizer::FromGguf(const GgufFile& file) {
     }
     *dst = static_cast<int32_t>(id);
   }
-  CTXPAR_ASSIGN_OR_RETURN(spec.add_bos,
-                          Optional<bool>(file, "tokenizer.ggml.add_bos_token", spm, get_bool));
+  const bool bos_by_default = spm || tokenizer_internal::BpeAddsBosByDefault(spec.model, spec.pre);
+  CTXPAR_ASSIGN_OR_RETURN(
+      spec.add_bos, Optional<bool>(file, "tokenizer.ggml.add_bos_token", bos_by_default, get_bool));
+  // llama.cpp adds BOS for Gemma 4 even where the file says not to.
+  if (spec.model == "gemma4") spec.add_bos = true;
   CTXPAR_ASSIGN_OR_RETURN(spec.add_eos,
                           Optional<bool>(file, "tokenizer.ggml.add_eos_token", false, get_bool));
   CTXPAR_ASSIGN_OR_RETURN(spec.add_space_prefix,

@@ -8,7 +8,17 @@
 
 namespace ctxpar::tokenizer_internal {
 
-enum CodepointClass : uint8_t { kOther = 0, kLetter = 1, kNumber = 2, kWhitespace = 3 };
+// A codepoint's class for the pre-tokenizer regexes: White_Space first, else its general
+// category's first letter (L, N, P, S, M); the rest (C*, unassigned) is kOther.
+enum CodepointClass : uint8_t {
+  kOther = 0,
+  kLetter = 1,
+  kNumber = 2,
+  kWhitespace = 3,
+  kPunctuation = 4,
+  kSymbol = 5,
+  kMark = 6,
+};
 
 struct CodepointRun {
   uint32_t first;

@@ -1,0 +1,103 @@
+// llama.cpp's own tokenizer tests (tests/test-tokenizer-0.cpp): for each vocabulary-only GGUF
+// in the llama-cpp-python sdist's vendor/llama.cpp/models with a .inp / .out pair, the ids of
+// every input (add_special false, parse_special false) must be the .out line's. The sdist comes
+// from scripts/fetch-llama-sdist.sh; scripts/test.sh exports its path as CTXPAR_LLAMA_SDIST.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ctxpar/gguf.h"
+#include "ctxpar/tokenizer.h"
+
+namespace ctxpar {
+namespace {
+
+// The models folder of the sdist's llama.cpp, or "" without the sdist.
+std::string ModelsDir() {
+  const char* sdist = std::getenv("CTXPAR_LLAMA_SDIST");
+  if (sdist == nullptr || *sdist == '\0') return "";
+  const std::string dir = std::string(sdist) + "/vendor/llama.cpp/models";
+  return std::filesystem::is_directory(dir) ? dir : "";
+}
+
+constexpr const char* kSkip =
+    "needs the llama-cpp-python sdist: set CTXPAR_LLAMA_SDIST to the path that "
+    "scripts/fetch-llama-sdist.sh prints (scripts/test.sh does)";
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+struct Case {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+// test-tokenizer-0's reading: inputs separated by "\n__ggml_vocab_test__\n", one line of
+// space-separated ids per input.
+std::vector<Case> ReadCases(const std::string& gguf) {
+  const std::string raw = ReadAll(gguf + ".inp");
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> inputs;
+  for (size_t pos = 0; pos < raw.size();) {
+    const size_t next = raw.find(sep, pos);
+    if (next == std::string::npos) {
+      inputs.push_back(raw.substr(pos));
+      break;
+    }
+    inputs.push_back(raw.substr(pos, next - pos));
+    pos = next + sep.size();
+  }
+  std::ifstream out(gguf + ".out");
+  std::vector<Case> cases;
+  size_t i = 0;
+  for (std::string line; std::getline(out, line); ++i) {
+    EXPECT_LT(i, inputs.size()) << gguf << ": more .out lines than inputs";
+    if (i >= inputs.size()) break;
+    Case c{inputs[i], {}};
+    std::istringstream ids(line);
+    for (int32_t id; ids >> id;) c.ids.push_back(id);
+    cases.push_back(std::move(c));
+  }
+  EXPECT_EQ(cases.size(), inputs.size()) << gguf;
+  return cases;
+}
+
+class LlamaVocab : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LlamaVocab, EveryPairOfLlamaCppsTestsPasses) {
+  const std::string dir = ModelsDir();
+  if (dir.empty()) GTEST_SKIP() << kSkip;
+  const std::string path = dir + "/ggml-vocab-" + GetParam() + ".gguf";
+  auto file = GgufFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  auto tok = Tokenizer::FromGguf(*file);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  const std::vector<Case> cases = ReadCases(path);
+  ASSERT_FALSE(cases.empty()) << path;
+  for (const Case& c : cases) {
+    EXPECT_EQ(tok->Encode(c.text, {.add_special = false, .parse_special = false}), c.ids)
+        << GetParam() << ": '" << c.text << "'";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sdist, LlamaVocab,
+                         ::testing::Values("llama-bpe", "qwen2", "qwen35", "deepseek-llm",
+                                           "deepseek-coder", "falcon", "mpt", "gpt-2", "starcoder",
+                                           "refact", "command-r", "llama-spm", "phi-3", "gemma-4"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name)
+                             c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace ctxpar
