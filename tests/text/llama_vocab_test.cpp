@@ -99,5 +99,30 @@ INSTANTIATE_TEST_SUITE_P(Sdist, LlamaVocab,
                            return name;
                          });
 
+// The sdist's vocabularies without test pairs: the BPE and SentencePiece ones load (Aquila and
+// GPT-NeoX name no pre-tokenizer: llama.cpp's "default"); WordPiece (BERT) and Unigram (T5) are
+// refused with the catalog ID before any compute.
+TEST(LlamaVocabFiles, LoadOrAreRefusedWithTheCatalogId) {
+  const std::string dir = ModelsDir();
+  if (dir.empty()) GTEST_SKIP() << kSkip;
+  for (const char* name : {"aquila", "baichuan", "gpt-neox"}) {
+    auto file = GgufFile::Open(dir + "/ggml-vocab-" + name + ".gguf");
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    auto tok = Tokenizer::FromGguf(*file);
+    EXPECT_TRUE(tok.ok()) << name << ": " << tok.status().ToString();
+  }
+  for (const auto& [name, model] : {std::pair{"bert-bge", "bert"}, {"nomic-bert-moe", "t5"}}) {
+    auto file = GgufFile::Open(dir + "/ggml-vocab-" + name + ".gguf");
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    auto tok = Tokenizer::FromGguf(*file);
+    ASSERT_FALSE(tok.ok()) << name;
+    EXPECT_EQ(tok.status().error_id(), "CTXPAR-GGUF-008");
+    EXPECT_NE(tok.status().message().find(std::string("tokenizer.ggml.model = '") + model +
+                                          "' is not supported"),
+              std::string::npos)
+        << tok.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace ctxpar
