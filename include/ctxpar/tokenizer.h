@@ -75,7 +75,7 @@ enum class TokenType : int32_t {
 
 // Everything the tokenizer needs, as plain values; the GGUF keys are named beside each field.
 struct TokenizerSpec {
-  std::string model = "gpt2";        // tokenizer.ggml.model: "gpt2", "gemma4" or "llama"
+  std::string model = "gpt2";        // tokenizer.ggml.model: "gpt2", "gemma4", "llama", "bert"
   std::string pre = "smollm";        // tokenizer.ggml.pre (gpt2; the others ignore it)
   std::vector<std::string> tokens;   // tokenizer.ggml.tokens (gpt2: byte-level alphabet)
   std::vector<int32_t> token_types;  // tokenizer.ggml.token_type; empty: all kNormal
@@ -87,6 +87,8 @@ struct TokenizerSpec {
   bool add_bos = false;              // tokenizer.ggml.add_bos_token
   bool add_eos = false;              // tokenizer.ggml.add_eos_token
   bool add_space_prefix = false;     // tokenizer.ggml.add_space_prefix (llama)
+  bool lowercase = true;             // tokenizer.ggml.normalizer.lowercase (bert)
+  bool strip_accents = true;         // tokenizer.ggml.normalizer.strip_accents (bert)
   std::string chat_template;         // tokenizer.chat_template (Jinja source), may be empty
 };
 

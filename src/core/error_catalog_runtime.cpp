@@ -297,12 +297,13 @@ std::vector<CatalogEntry> RuntimeCatalogEntries() {
        kInput,
        "ctxpar builds the model's tokenizer from the tokenizer.ggml.* metadata and checks it "
        "before any compute: the model type must be byte-level BPE ('gpt2'), Gemma 4's BPE "
-       "('gemma4') or SentencePiece ('llama'); a BPE vocabulary needs its merges, each joining "
+       "('gemma4'), SentencePiece ('llama') or WordPiece ('bert'); a BPE vocabulary needs its "
+       "merges, each joining "
        "two tokens into a third, and a pre-tokenizer ctxpar implements (tokenizer.ggml.pre: "
        "llama-bpe, qwen2, qwen35, deepseek-llm, deepseek-coder, deepseek-v3, falcon, gpt-2, mpt, "
        "starcoder, smollm, command-r, default, ...); a SentencePiece vocabulary needs one score "
        "per token, none NaN (the scores order its merges); token ids must be in range.",
-       "A model with another tokenizer (tokenizer.ggml.model = 'bert', 't5', 'rwkv', ...), a "
+       "A model with another tokenizer (tokenizer.ggml.model = 't5', 'rwkv', 'plamo2', ...), a "
        "pre-tokenizer ctxpar does not implement, or a damaged vocabulary (merges or scores "
        "removed, NaN scores).",
        {"Use a model with a byte-level BPE tokenizer (Llama 3, Qwen, DeepSeek, SmolLM2, ...), "

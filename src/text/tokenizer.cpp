@@ -139,10 +139,11 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Expected<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
-  if (spec.model != "gpt2" && spec.model != "llama" && spec.model != "gemma4") {
+  if (spec.model != "gpt2" && spec.model != "llama" && spec.model != "gemma4" &&
+      spec.model != "bert") {
     return Unimplemented(fmt::format(
         "tokenizer.ggml.model = '{}' is not supported: byte-level BPE ('gpt2'), SentencePiece "
-        "('llama') and Gemma 4's BPE ('gemma4') are",
+        "('llama'), Gemma 4's BPE ('gemma4') and WordPiece ('bert') are",
         spec.model));
   }
   auto impl = std::make_unique<Impl>();
@@ -184,9 +185,10 @@ Expected<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
   }
   vocab.tokens = std::move(spec.tokens);
   CorrectTypesByText(vocab, &vocab.types);
-  CTXPAR_ASSIGN_OR_RETURN(ti::TextModelParts parts, spec.model == "llama"
-                                                        ? ti::MakeSpmModel(spec, vocab)
-                                                        : ti::MakeBpeModel(spec, vocab));
+  CTXPAR_ASSIGN_OR_RETURN(ti::TextModelParts parts,
+                          spec.model == "llama"  ? ti::MakeSpmModel(spec, vocab)
+                          : spec.model == "bert" ? ti::MakeWpmModel(spec, vocab)
+                                                 : ti::MakeBpeModel(spec, vocab));
   impl->model = std::move(parts.model);
   impl->pieces = std::move(parts.normal_pieces);
   for (int32_t i = 0; i < n; ++i) {

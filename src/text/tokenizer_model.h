@@ -49,9 +49,10 @@ struct TextModelParts {
   std::unique_ptr<TextModel> model;
   std::vector<std::string> normal_pieces;  // one per token; used for NORMAL tokens only
 };
-// "gpt2" and "gemma4"; "llama".
+// "gpt2" and "gemma4"; "llama"; "bert".
 Expected<TextModelParts> MakeBpeModel(const TokenizerSpec& spec, const Vocab& vocab);
 Expected<TextModelParts> MakeSpmModel(const TokenizerSpec& spec, const Vocab& vocab);
+Expected<TextModelParts> MakeWpmModel(const TokenizerSpec& spec, const Vocab& vocab);
 
 // Whether llama.cpp adds BOS for a BPE model whose file has no tokenizer.ggml.add_bos_token
 // (Llama 3's pre-tokenizer, Gemma 4).

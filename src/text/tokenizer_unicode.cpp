@@ -54,6 +54,22 @@ CodepointClass ClassOf(uint32_t cp) {
   return cp < 0x80 ? ascii[cp] : LookUp(cp);
 }
 
+uint32_t ToLower(uint32_t cp) {
+  const CodepointPair* end = kLowercase + kLowercaseCount;
+  const CodepointPair* it = std::lower_bound(
+      kLowercase, end, cp, [](const CodepointPair& p, uint32_t c) { return p.from < c; });
+  return it != end && it->from == cp ? it->to : cp;
+}
+
+uint32_t NfdFirst(uint32_t cp) {
+  const NfdRun* end = kNfdRuns + kNfdRunCount;
+  const NfdRun* it =
+      std::upper_bound(kNfdRuns, end, cp, [](uint32_t c, const NfdRun& r) { return c < r.first; });
+  if (it == kNfdRuns) return cp;
+  --it;
+  return cp <= it->last ? it->nfd : cp;
+}
+
 uint32_t NextCodepoint(std::string_view text, size_t* pos) {
   const size_t i = *pos;
   const auto byte = [&](size_t k) { return static_cast<uint8_t>(text[k]); };

@@ -342,13 +342,13 @@ TEST(TinyBpe, CreateRejectsBadSpecsNamingTheField) {
             "tokenizer.ggml.merges[0] = 'ab': a merge must be two tokens separated by a space");
 
   auto spec = TinySpec({});
-  spec.model = "bert";
+  spec.model = "t5";
   t = Tokenizer::Create(spec);
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kUnimplemented);
   EXPECT_EQ(t.status().message(),
-            "tokenizer.ggml.model = 'bert' is not supported: byte-level BPE ('gpt2'), "
-            "SentencePiece ('llama') and Gemma 4's BPE ('gemma4') are");
+            "tokenizer.ggml.model = 't5' is not supported: byte-level BPE ('gpt2'), "
+            "SentencePiece ('llama'), Gemma 4's BPE ('gemma4') and WordPiece ('bert') are");
 
   spec = TinySpec({});
   spec.pre = "tekken";
