@@ -2,12 +2,17 @@
 // in the llama-cpp-python sdist's vendor/llama.cpp/models with a .inp / .out pair, the ids of
 // every input (add_special false, parse_special false) must be the .out line's. The sdist comes
 // from scripts/fetch-llama-sdist.sh; scripts/test.sh exports its path as CTXPAR_LLAMA_SDIST.
+// Beyond the pairs, tests/data/tokenizer/llama_vocab_golden.json holds llama.cpp's ids of 461
+// more strings on each of those vocabularies and on two pre-tokenizers without one (made by
+// tools/golden/llama_cpp/make_vocab_golden.py).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -99,6 +104,53 @@ INSTANTIATE_TEST_SUITE_P(Sdist, LlamaVocab,
                              c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
                            return name;
                          });
+
+// A copy of a GGUF v3 image with tokenizer.ggml.pre's string value replaced (as
+// make_vocab_golden.py writes it for llama.cpp).
+std::vector<uint8_t> WithPre(const std::string& path, const std::string& pre) {
+  const std::string data = ReadAll(path);
+  const std::string key = "tokenizer.ggml.pre";
+  std::string needle(8, '\0');
+  const uint64_t key_size = key.size();
+  std::memcpy(needle.data(), &key_size, 8);
+  needle += key;
+  const size_t at = data.find(needle) + needle.size();
+  EXPECT_NE(data.find(needle), std::string::npos) << path;
+  uint64_t n = 0;
+  std::memcpy(&n, data.data() + at + 4, 8);  // after the u32 type
+  std::string out = data.substr(0, at + 4);
+  const uint64_t size = pre.size();
+  out.append(reinterpret_cast<const char*>(&size), 8);
+  out += pre;
+  out += data.substr(at + 12 + n);
+  return {out.begin(), out.end()};
+}
+
+TEST(LlamaVocabGolden, EveryVocabularyGivesLlamaCppsIdsOnMoreStrings) {
+  const std::string dir = ModelsDir();
+  if (dir.empty()) GTEST_SKIP() << kSkip;
+  const auto golden = nlohmann::json::parse(
+      ReadAll(std::string(CTXPAR_TEST_DATA_DIR) + "/tokenizer/llama_vocab_golden.json"));
+  const auto texts = golden["texts"].get<std::vector<std::string>>();
+  ASSERT_GT(texts.size(), 400u);
+  for (const auto& v : golden["vocabs"]) {
+    const std::string name = v["name"].get<std::string>();
+    const std::string path = dir + "/" + v["file"].get<std::string>();
+    Expected<GgufFile> file =
+        v["pre"].is_null() ? GgufFile::Open(path) : GgufFile::FromBytes(WithPre(path, v["pre"]));
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    auto tok = Tokenizer::FromGguf(*file);
+    ASSERT_TRUE(tok.ok()) << name << ": " << tok.status().ToString();
+    const auto ids = v["ids"].get<std::vector<std::vector<int32_t>>>();
+    ASSERT_EQ(ids.size(), texts.size()) << name;
+    int failures = 0;
+    for (size_t i = 0; i < texts.size() && failures < 5; ++i) {
+      const auto got = tok->Encode(texts[i], {.add_special = false, .parse_special = false});
+      EXPECT_EQ(got, ids[i]) << name << ": " << nlohmann::json(texts[i]).dump();
+      failures += got != ids[i];
+    }
+  }
+}
 
 // The sdist's vocabularies without test pairs: the BPE and SentencePiece ones load (Aquila and
 // GPT-NeoX name no pre-tokenizer: llama.cpp's "default"); Unigram (T5) is refused with the
