@@ -90,6 +90,9 @@ struct TokenizerSpec {
   bool lowercase = true;             // tokenizer.ggml.normalizer.lowercase (bert)
   bool strip_accents = true;         // tokenizer.ggml.normalizer.strip_accents (bert)
   std::string chat_template;         // tokenizer.chat_template (Jinja source), may be empty
+  // general.name: llama.cpp strips the whitespace after Phi-3's special tokens and before
+  // ModernBERT's [MASK] when it cuts them out of a text, by the model's name.
+  std::string name;
 };
 
 struct EncodeOptions {

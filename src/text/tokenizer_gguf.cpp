@@ -91,6 +91,9 @@ Expected<Tokenizer> Tokenizer::FromGguf(const GgufFile& file) {
                                                                     "", [&](std::string_view k) {
                                                                       return file.GetString(k);
                                                                     }));
+  CTXPAR_ASSIGN_OR_RETURN(
+      spec.name, Optional<std::string>(file, "general.name", "",
+                                       [&](std::string_view k) { return file.GetString(k); }));
   Expected<Tokenizer> tokenizer = Create(std::move(spec));
   if (!tokenizer.ok()) {
     const Status& s = tokenizer.status();
