@@ -3,8 +3,9 @@
 // every input (add_special false, parse_special false) must be the .out line's. The sdist comes
 // from scripts/fetch-llama-sdist.sh; scripts/test.sh exports its path as CTXPAR_LLAMA_SDIST.
 // Beyond the pairs, tests/data/tokenizer/llama_vocab_golden.json holds llama.cpp's ids of 461
-// more strings on each of those vocabularies and on two pre-tokenizers without one (made by
-// tools/golden/llama_cpp/make_vocab_golden.py).
+// more strings on each of those vocabularies and on two pre-tokenizers without one, and of 80
+// strings with each vocabulary's special tokens read as a raw prompt (add_special and
+// parse_special true), made by tools/golden/llama_cpp/make_vocab_golden.py.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -148,6 +149,15 @@ TEST(LlamaVocabGolden, EveryVocabularyGivesLlamaCppsIdsOnMoreStrings) {
       const auto got = tok->Encode(texts[i], {.add_special = false, .parse_special = false});
       EXPECT_EQ(got, ids[i]) << name << ": " << nlohmann::json(texts[i]).dump();
       failures += got != ids[i];
+    }
+    // The vocabulary's own special tokens among the pieces, read as a raw prompt is.
+    const auto special_texts = v["special_texts"].get<std::vector<std::string>>();
+    const auto special_ids = v["special_ids"].get<std::vector<std::vector<int32_t>>>();
+    ASSERT_EQ(special_ids.size(), special_texts.size()) << name;
+    for (size_t i = 0; i < special_texts.size() && failures < 5; ++i) {
+      const auto got = tok->Encode(special_texts[i], {.add_special = true, .parse_special = true});
+      EXPECT_EQ(got, special_ids[i]) << name << ": " << nlohmann::json(special_texts[i]).dump();
+      failures += got != special_ids[i];
     }
   }
 }

@@ -9,10 +9,14 @@ ggml-vocab-deepseek-llm.gguf, and "default" is ggml-vocab-gpt-neox.gguf (it name
 
 llama.cpp is the reference: tokenize_corpus.cpp (beside this file) is built against the libllama
 of bench/llama_cpp/build.sh's build tree and runs llama_tokenize(add_special = false,
-parse_special = false) on each string, as test-tokenizer-0 and `ctxpar tokenize` do.
+parse_special = false) on each string, as test-tokenizer-0 and `ctxpar tokenize` do. A second,
+per-vocabulary corpus mixes up to 24 of the vocabulary's special tokens (CONTROL, UNKNOWN,
+USER_DEFINED: read with the sdist's gguf-py) into the pieces, tokenized with add_special and
+parse_special true, as a raw prompt is.
 
     bash bench/llama_cpp/build.sh        # or: cmake --build <its build tree> --target llama
-    python3 tools/golden/llama_cpp/make_vocab_golden.py > tests/data/tokenizer/llama_vocab_golden.json
+    ~/.cache/ctxpar/venv/bin/python tools/golden/llama_cpp/make_vocab_golden.py \
+        > tests/data/tokenizer/llama_vocab_golden.json     # the venv needs numpy (gguf-py)
 
 Options (environment): LLAMA_CPP_SRC (the vendored llama.cpp source tree) and LLAMA_CPP_BUILD
 (its build tree), by default build.sh's places under ~/.cache/ctxpar/llama.cpp.
@@ -126,13 +130,44 @@ def build_tool(workdir: pathlib.Path) -> pathlib.Path:
     return exe
 
 
-def run(exe: pathlib.Path, model: pathlib.Path, texts) -> list:
-    stdin = b"".join(b"\x00" + struct.pack("<I", len(t.encode())) + t.encode() for t in texts)
-    r = subprocess.run([str(exe), str(model), "plain"], input=stdin, capture_output=True,
-                       check=True)
+def run(exe: pathlib.Path, model: pathlib.Path, texts, special=False) -> list:
+    """plain: add_special and parse_special false; special: both true."""
+    flag = b"\x01" if special else b"\x00"
+    stdin = b"".join(flag + struct.pack("<I", len(t.encode())) + t.encode() for t in texts)
+    r = subprocess.run([str(exe), str(model), "corpus" if special else "plain"], input=stdin,
+                       capture_output=True, check=True)
     lines = r.stdout.decode().split("\n")[:-1]
     assert len(lines) == len(texts), (model, len(lines), len(texts))
-    return [[int(x) for x in line.split()] for line in lines]
+    return [[int(x) for x in line.split(";")[0].split()] for line in lines]
+
+
+def special_corpus(model: pathlib.Path, name: str) -> list:
+    sys.path.insert(0, str(SRC / "gguf-py"))
+    from gguf import GGUFReader  # noqa: E402 (the sdist's gguf-py)
+    fields = GGUFReader(str(model)).fields
+    tokens = [bytes(fields["tokenizer.ggml.tokens"].parts[i]).decode("utf-8", "replace")
+              for i in fields["tokenizer.ggml.tokens"].data]
+    types = ([int(fields["tokenizer.ggml.token_type"].parts[i][0])
+              for i in fields["tokenizer.ggml.token_type"].data]
+             if "tokenizer.ggml.token_type" in fields else [1] * len(tokens))
+    specials = [t for t, ty in zip(tokens, types) if ty in (2, 3, 4) and t]
+    rng = random.Random(f"{SEED}-{name}")
+    specials = rng.sample(specials, min(24, len(specials)))
+    texts = []
+    while len(texts) < 80:
+        parts = []
+        for _ in range(rng.randint(1, 8)):
+            x = rng.random()
+            if x < 0.35:
+                parts.append(rng.choice(specials))
+            elif x < 0.5:
+                parts.append(rng.choice([" ", "  ", "\n", " \n ", "\t"]))
+            else:
+                parts.append(rng.choice(PIECES))
+        text = "".join(parts)
+        if text not in texts:
+            texts.append(text)
+    return texts
 
 
 def main() -> None:
@@ -146,8 +181,11 @@ def main() -> None:
             path = SRC / "models" / f"ggml-vocab-{vocab}.gguf"
             if pre is not None:
                 path = with_pre(path, pre, workdir)
+            special_texts = special_corpus(path, name)
             golden["vocabs"].append({"name": name, "file": f"ggml-vocab-{vocab}.gguf",
-                                     "pre": pre, "ids": run(exe, path, texts)})
+                                     "pre": pre, "ids": run(exe, path, texts),
+                                     "special_texts": special_texts,
+                                     "special_ids": run(exe, path, special_texts, True)})
             print(f"{name}: {len(texts)} texts", file=sys.stderr)
     json.dump(golden, sys.stdout, ensure_ascii=False, separators=(",", ":"))
     sys.stdout.write("\n")
