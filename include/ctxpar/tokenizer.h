@@ -113,15 +113,16 @@ struct TextSegment {
 
 class Tokenizer {
  public:
-  // Validates the spec: model "gpt2", "gemma4" or "llama", ids in range, unique token texts,
-  // BYTE tokens that read <0xHH>; for gpt2 a supported pre-tokenizer; for gpt2 and gemma4 at
-  // least one merge and every merge "a b" with a, b and ab in the vocabulary; for llama one
-  // score per token, none NaN.
+  // Validates the spec: model "gpt2", "gemma4", "llama" or "bert", ids in range, unique texts,
+  // BYTE tokens that read <0xHH>; for gpt2 a supported pre-tokenizer; for gpt2 and gemma4
+  // every merge "a b" with a, b and ab in the vocabulary; for llama one score per token, none
+  // NaN.
   static Expected<Tokenizer> Create(TokenizerSpec spec);
   // Reads the tokenizer.* keys of a GGUF file and calls Create; keys a file leaves out take
   // llama.cpp's defaults for its model (llama: BOS 1, EOS 2, unknown 0, add_bos and
   // add_space_prefix true; add_bos true for Llama 3's pre-tokenizer and always for gemma4).
-  // Errors carry CTXPAR-GGUF-008. The one constructor a model source needs, for every kind.
+  // A BPE file without merges (the key missing or empty) is refused. Errors carry
+  // CTXPAR-GGUF-008. The one constructor a model source needs, for every kind.
   static Expected<Tokenizer> FromGguf(const GgufFile& file);
 
   Tokenizer(Tokenizer&&) noexcept;

@@ -308,10 +308,6 @@ Expected<TextModelParts> MakeBpeModel(const TokenizerSpec& spec, const Vocab& vo
     model->regexes.push_back(std::move(regex));
   }
   model->whole_word = pre->whole_word;
-  if (spec.merges.empty()) {
-    return InvalidArgument(
-        "tokenizer.ggml.merges is missing or empty: a BPE vocabulary needs its merges");
-  }
   for (int b = 0; b < 256; ++b) {
     if (model->byte_level) {
       model->byte_token[b] = vocab.Find(Utf8Of(ByteToCodepoint(static_cast<uint8_t>(b))));

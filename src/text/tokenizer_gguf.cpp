@@ -94,7 +94,13 @@ Expected<Tokenizer> Tokenizer::FromGguf(const GgufFile& file) {
   CTXPAR_ASSIGN_OR_RETURN(
       spec.name, Optional<std::string>(file, "general.name", "",
                                        [&](std::string_view k) { return file.GetString(k); }));
-  Expected<Tokenizer> tokenizer = Create(std::move(spec));
+  // A BPE file without merges would tokenize byte by byte (llama.cpp refuses it too).
+  const bool bpe = spec.model == "gpt2" || spec.model == "gemma4";
+  Expected<Tokenizer> tokenizer =
+      bpe && spec.merges.empty()
+          ? Expected<Tokenizer>(InvalidArgument(
+                "tokenizer.ggml.merges is missing or empty: a BPE vocabulary needs its merges"))
+          : Create(std::move(spec));
   if (!tokenizer.ok()) {
     const Status& s = tokenizer.status();
     return Status(
