@@ -7,6 +7,8 @@ bash scripts/install-python.sh >/dev/null
 export CTXPAR_MODEL="${CTXPAR_MODEL:-$(bash scripts/fetch-model.sh)}"
 # Gemma 3's tests skip with a message when it cannot be fetched.
 export CTXPAR_GEMMA3_MODEL="${CTXPAR_GEMMA3_MODEL:-$(bash scripts/fetch-model.sh gemma3 || true)}"
+# llama.cpp's tokenizer test pairs; those tests skip with a message when it cannot be fetched.
+export CTXPAR_LLAMA_SDIST="${CTXPAR_LLAMA_SDIST:-$(bash scripts/fetch-llama-sdist.sh | tail -n 1 || true)}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 cmake --preset default
 cmake --build --preset default

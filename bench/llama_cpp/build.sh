@@ -15,7 +15,6 @@ set -euo pipefail
 version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 jobs="${JOBS:-2}"
 root="${XDG_CACHE_HOME:-$HOME/.cache}/ctxpar/llama.cpp"
-src="$root/llama-cpp-python-$version"
 build="$root/build-$version"
 bin="$build/bin"
 
@@ -24,17 +23,7 @@ if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-cli" ] && [ -x "$bin/llama-serv
   exit 0
 fi
 
-mkdir -p "$root"
-if [ ! -f "$src/vendor/llama.cpp/CMakeLists.txt" ]; then
-  dl="$root/download-$version"
-  rm -rf "$dl" "$src"
-  mkdir -p "$dl"
-  python3 -m pip download --quiet --no-deps --no-binary :all: -d "$dl" \
-    "llama-cpp-python==$version" >&2
-  tar -xzf "$dl"/llama_cpp_python-"$version".tar.gz -C "$dl"
-  mv "$dl/llama_cpp_python-$version" "$src"
-  rm -rf "$dl"
-fi
+src="$(LLAMA_CPP_PYTHON_VERSION="$version" bash "$(dirname "$0")/../../scripts/fetch-llama-sdist.sh" | tail -n 1)"
 
 no_amx=""
 for f in -mno-amx-tile -mno-amx-int8 -mno-amx-bf16; do

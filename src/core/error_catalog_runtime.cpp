@@ -311,14 +311,19 @@ std::vector<CatalogEntry> RuntimeCatalogEntries() {
        "The model's tokenizer cannot be used",
        "The model file {file} holds a tokenizer that ctxpar cannot use: {detail}.",
        kInput,
-       "ctxpar builds the model's tokenizer from the tokenizer.ggml.* metadata and checks it: "
-       "the model type must be byte-level BPE ('gpt2') or SentencePiece ('llama'), a BPE "
-       "pre-tokenizer must be supported and every merge must join two tokens into a third, a "
-       "SentencePiece vocabulary needs one score per token, and token ids must be in range.",
-       "A model with another tokenizer (tokenizer.ggml.model = 'bert', 't5', 'rwkv', ...), a "
-       "pre-tokenizer ctxpar does not implement, or a damaged vocabulary.",
-       {"Use a model with a GPT-2 style byte-level BPE tokenizer (SmolLM2, StarCoder, ...) or a "
-        "SentencePiece one (Gemma 3, Llama 2).",
+       "ctxpar builds the model's tokenizer from the tokenizer.ggml.* metadata and checks it "
+       "before any compute: the model type must be byte-level BPE ('gpt2'), Gemma 4's BPE "
+       "('gemma4'), SentencePiece ('llama') or WordPiece ('bert'); a BPE vocabulary needs its "
+       "merges, each joining "
+       "two tokens into a third, and a pre-tokenizer ctxpar implements (tokenizer.ggml.pre: "
+       "llama-bpe, qwen2, qwen35, deepseek-llm, deepseek-coder, deepseek-v3, falcon, gpt-2, mpt, "
+       "starcoder, smollm, command-r, default, ...); a SentencePiece vocabulary needs one score "
+       "per token, none NaN (the scores order its merges); token ids must be in range.",
+       "A model with another tokenizer (tokenizer.ggml.model = 't5', 'rwkv', 'plamo2', ...), a "
+       "pre-tokenizer ctxpar does not implement, or a damaged vocabulary (merges or scores "
+       "removed, NaN scores).",
+       {"Use a model with a byte-level BPE tokenizer (Llama 3, Qwen, DeepSeek, SmolLM2, ...), "
+        "Gemma 4's, or a SentencePiece one (Gemma 3, Llama 2, Phi-3).",
         "Convert the model again with a current llama.cpp if the vocabulary is damaged."},
        "ctxpar generate --model-path t5-unigram.gguf 'Hello'",
        "ctxpar generate --model-path SmolLM2-135M-Instruct.Q4_1.gguf 'Hello'",

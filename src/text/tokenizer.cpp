@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <span>
 #include <utility>
@@ -109,6 +110,36 @@ class SpecialTrie {
   std::vector<Node> nodes_{1};
 };
 
+constexpr uint8_t kLstrip = 1;
+constexpr uint8_t kRstrip = 2;
+
+// llama.cpp sets these by the model's name (llama_vocab::load): Phi-3's special tokens take the
+// whitespace after them, except <unk>, <s> and <|endoftext|>; ModernBERT's [MASK] the whitespace
+// before it.
+std::vector<uint8_t> StripAttributes(const tokenizer_internal::Vocab& vocab,
+                                     std::string_view name) {
+  std::vector<uint8_t> strip(vocab.tokens.size(), 0);
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const auto set = [&](std::string_view text, uint8_t bit, bool on) {
+    const int32_t id = vocab.Find(text);
+    if (id >= 0) strip[id] = on ? (strip[id] | bit) : (strip[id] & ~bit);
+  };
+  if (lower.find("phi-3") != std::string::npos || lower.find("phi3") != std::string::npos) {
+    for (size_t i = 0; i < strip.size(); ++i) {
+      const TokenType t = vocab.types[i];
+      if (t == TokenType::kControl || t == TokenType::kUnknown || t == TokenType::kUserDefined) {
+        strip[i] |= kRstrip;
+      }
+    }
+    set("</s>", kRstrip, true);
+    for (std::string_view text : {"<unk>", "<s>", "<|endoftext|>"}) set(text, kRstrip, false);
+  } else if (lower.find("modern-bert") != std::string::npos) {
+    set("[MASK]", kLstrip, true);
+  }
+  return strip;
+}
+
 }  // namespace
 
 struct Tokenizer::Impl {
@@ -117,7 +148,10 @@ struct Tokenizer::Impl {
   std::vector<std::string> pieces;  // the bytes each normal/user-defined/byte token stands for
   std::unique_ptr<ti::TextModel> model;
   std::vector<int32_t> specials;  // CONTROL, UNKNOWN, USER_DEFINED ids, longest text first
-  SpecialTrie special_trie;       // their texts; a text's rank is its index in `specials`
+  // Per token: 1 when the whitespace before it (lstrip), 2 when the whitespace after it (rstrip)
+  // goes with it when it is cut out of a text (llama.cpp's token attributes).
+  std::vector<uint8_t> strip;
+  SpecialTrie special_trie;  // their texts; a text's rank is its index in `specials`
   std::vector<bool> end_of_generation;
   int32_t bos_id = -1;
   int32_t eos_id = -1;
@@ -139,10 +173,11 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Expected<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
-  if (spec.model != "gpt2" && spec.model != "llama") {
+  if (spec.model != "gpt2" && spec.model != "llama" && spec.model != "gemma4" &&
+      spec.model != "bert") {
     return Unimplemented(fmt::format(
-        "tokenizer.ggml.model = '{}' is not supported: byte-level BPE ('gpt2') and SentencePiece "
-        "('llama') are",
+        "tokenizer.ggml.model = '{}' is not supported: byte-level BPE ('gpt2'), SentencePiece "
+        "('llama'), Gemma 4's BPE ('gemma4') and WordPiece ('bert') are",
         spec.model));
   }
   auto impl = std::make_unique<Impl>();
@@ -184,9 +219,10 @@ Expected<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
   }
   vocab.tokens = std::move(spec.tokens);
   CorrectTypesByText(vocab, &vocab.types);
-  CTXPAR_ASSIGN_OR_RETURN(ti::TextModelParts parts, spec.model == "gpt2"
-                                                        ? ti::MakeBpeModel(spec, vocab)
-                                                        : ti::MakeSpmModel(spec, vocab));
+  CTXPAR_ASSIGN_OR_RETURN(ti::TextModelParts parts,
+                          spec.model == "llama"  ? ti::MakeSpmModel(spec, vocab)
+                          : spec.model == "bert" ? ti::MakeWpmModel(spec, vocab)
+                                                 : ti::MakeBpeModel(spec, vocab));
   impl->model = std::move(parts.model);
   impl->pieces = std::move(parts.normal_pieces);
   for (int32_t i = 0; i < n; ++i) {
@@ -233,6 +269,7 @@ Expected<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
   impl->add_eos = spec.add_eos;
   impl->add_space_prefix = spec.add_space_prefix;
   impl->chat_template = std::move(spec.chat_template);
+  impl->strip = StripAttributes(vocab, spec.name);
   if (impl->add_bos && impl->bos_id < 0) {
     return InvalidArgument(
         "tokenizer.ggml.add_bos_token = true but tokenizer.ggml.bos_token_id is absent");
@@ -289,7 +326,9 @@ std::vector<int32_t> Tokenizer::Impl::Encode(
     int32_t id;
     size_t begin, end;
   };
-  std::vector<Fragment> fragments{{-1, 0, text.size()}};
+  // An empty text is no fragment (a SentencePiece space prefix needs some text).
+  std::vector<Fragment> fragments;
+  if (!text.empty()) fragments.push_back({-1, 0, text.size()});
   std::vector<Fragment> next;
   for (int32_t rank : special_trie.Find(text)) {
     const int32_t sid = specials[rank];
@@ -310,9 +349,21 @@ std::vector<int32_t> Tokenizer::Impl::Encode(
           from = hit + 1;  // the user's text: these characters stay text
           continue;
         }
-        if (hit > pos) next.push_back({-1, pos, hit});
+        // C isspace, as llama.cpp trims.
+        const auto space = [&](size_t i) {
+          return text[i] == ' ' || (text[i] >= 9 && text[i] <= 13);
+        };
+        size_t left_end = hit;
+        if (strip[sid] & kLstrip) {
+          while (left_end > pos && space(left_end - 1)) --left_end;
+        }
+        if (left_end > pos) next.push_back({-1, pos, left_end});
         next.push_back({sid, hit, hit + st.size()});
         pos = from = hit + st.size();
+        if (strip[sid] & kRstrip) {
+          while (pos < f.end && space(pos)) ++pos;
+          from = pos;
+        }
       }
       if (pos < f.end) next.push_back({-1, pos, f.end});
     }

@@ -49,7 +49,16 @@ struct TextModelParts {
   std::unique_ptr<TextModel> model;
   std::vector<std::string> normal_pieces;  // one per token; used for NORMAL tokens only
 };
+// "gpt2" and "gemma4"; "llama"; "bert".
 Expected<TextModelParts> MakeBpeModel(const TokenizerSpec& spec, const Vocab& vocab);
 Expected<TextModelParts> MakeSpmModel(const TokenizerSpec& spec, const Vocab& vocab);
+Expected<TextModelParts> MakeWpmModel(const TokenizerSpec& spec, const Vocab& vocab);
+
+// Whether llama.cpp adds BOS for a BPE model whose file has no tokenizer.ggml.add_bos_token
+// (Llama 3's pre-tokenizer, Gemma 4).
+bool BpeAddsBosByDefault(std::string_view model, std::string_view pre);
+
+// A SentencePiece-style token's bytes: U+2581 is a space.
+std::string SpaceEscapedPiece(std::string_view text);
 
 }  // namespace ctxpar::tokenizer_internal

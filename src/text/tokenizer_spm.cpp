@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cmath>
 #include <queue>
 
 #include "text/tokenizer_model.h"
@@ -113,12 +114,35 @@ void SpmModel::Encode(std::string_view raw, bool after_special, std::vector<int3
 
 }  // namespace
 
+std::string SpaceEscapedPiece(std::string_view text) {
+  std::string piece;
+  for (size_t pos = 0; pos < text.size();) {
+    if (text.compare(pos, kSpace.size(), kSpace) == 0) {
+      piece.push_back(' ');
+      pos += kSpace.size();
+    } else {
+      piece.push_back(text[pos++]);
+    }
+  }
+  return piece;
+}
+
 Expected<TextModelParts> MakeSpmModel(const TokenizerSpec& spec, const Vocab& vocab) {
   const size_t n = vocab.tokens.size();
-  if (!spec.scores.empty() && spec.scores.size() != n) {
+  // Scores decide the order of merges: without them (or with NaN, which compares false with
+  // everything) the ids would be some order's, not the model's.
+  if (spec.scores.size() != n) {
     return InvalidArgument(
-        fmt::format("tokenizer.ggml.scores has {} entries: it must have one per token ({})",
+        fmt::format("tokenizer.ggml.scores has {} entries: a SentencePiece vocabulary needs one "
+                    "score per token ({})",
                     spec.scores.size(), n));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (std::isnan(spec.scores[i])) {
+      return InvalidArgument(
+          fmt::format("tokenizer.ggml.scores[{}] (token '{}') is NaN: scores must be numbers", i,
+                      vocab.tokens[i]));
+    }
   }
   if (spec.unk_id < -1 || spec.unk_id >= static_cast<int64_t>(n)) {
     return InvalidArgument(fmt::format(
@@ -126,7 +150,7 @@ Expected<TextModelParts> MakeSpmModel(const TokenizerSpec& spec, const Vocab& vo
         spec.unk_id, n));
   }
   auto model = std::make_unique<SpmModel>(vocab);
-  model->scores = spec.scores.empty() ? std::vector<float>(n, 0.0f) : spec.scores;
+  model->scores = spec.scores;
   model->unk_id = spec.unk_id;
   model->add_space_prefix = spec.add_space_prefix;
   // Byte fallback: <0xXX> (upper-case hex), else a token that is the byte itself, as llama.cpp's
@@ -139,16 +163,7 @@ Expected<TextModelParts> MakeSpmModel(const TokenizerSpec& spec, const Vocab& vo
   parts.normal_pieces.resize(n);
   for (size_t i = 0; i < n; ++i) {
     if (vocab.types[i] != TokenType::kNormal) continue;
-    const std::string& text = vocab.tokens[i];
-    std::string& piece = parts.normal_pieces[i];
-    for (size_t pos = 0; pos < text.size();) {
-      if (text.compare(pos, kSpace.size(), kSpace) == 0) {
-        piece.push_back(' ');
-        pos += kSpace.size();
-      } else {
-        piece.push_back(text[pos++]);
-      }
-    }
+    parts.normal_pieces[i] = SpaceEscapedPiece(vocab.tokens[i]);
   }
   parts.model = std::move(model);
   return parts;

@@ -33,19 +33,41 @@ const ByteAlphabet& Alphabet() {
 
 }  // namespace
 
-CodepointClass ClassOf(uint32_t cp) {
-  if (cp < 0x80) {
-    if (cp >= 'a' && cp <= 'z') return kLetter;
-    if (cp >= 'A' && cp <= 'Z') return kLetter;
-    if (cp >= '0' && cp <= '9') return kNumber;
-    if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return kWhitespace;
-    return kOther;
-  }
+namespace {
+
+CodepointClass LookUp(uint32_t cp) {
   const CodepointRun* end = kCodepointRuns + kCodepointRunCount;
   const CodepointRun* it = std::upper_bound(
       kCodepointRuns, end, cp, [](uint32_t c, const CodepointRun& run) { return c < run.first; });
   // Codepoints past U+10FFFF fall in the last run, which is unassigned (kOther).
   return static_cast<CodepointClass>((it - 1)->cls);
+}
+
+}  // namespace
+
+CodepointClass ClassOf(uint32_t cp) {
+  static const std::array<CodepointClass, 128> ascii = [] {
+    std::array<CodepointClass, 128> a{};
+    for (uint32_t c = 0; c < 128; ++c) a[c] = LookUp(c);
+    return a;
+  }();
+  return cp < 0x80 ? ascii[cp] : LookUp(cp);
+}
+
+uint32_t ToLower(uint32_t cp) {
+  const CodepointPair* end = kLowercase + kLowercaseCount;
+  const CodepointPair* it = std::lower_bound(
+      kLowercase, end, cp, [](const CodepointPair& p, uint32_t c) { return p.from < c; });
+  return it != end && it->from == cp ? it->to : cp;
+}
+
+uint32_t NfdFirst(uint32_t cp) {
+  const NfdRun* end = kNfdRuns + kNfdRunCount;
+  const NfdRun* it =
+      std::upper_bound(kNfdRuns, end, cp, [](uint32_t c, const NfdRun& r) { return c < r.first; });
+  if (it == kNfdRuns) return cp;
+  --it;
+  return cp <= it->last ? it->nfd : cp;
 }
 
 uint32_t NextCodepoint(std::string_view text, size_t* pos) {

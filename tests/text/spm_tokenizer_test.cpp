@@ -361,7 +361,8 @@ TEST(TinySpm, SpacePrefixByteFallbackAndUnknownBytes) {
   auto bad = TinySpm();
   bad.scores.pop_back();
   EXPECT_EQ(Tokenizer::Create(bad).status().message(),
-            "tokenizer.ggml.scores has 9 entries: it must have one per token (10)");
+            "tokenizer.ggml.scores has 9 entries: a SentencePiece vocabulary needs one score per "
+            "token (10)");
 }
 
 TEST(GemmaChatTemplate, RefusesAnAbsentTemplateAndRendersAnyOther) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -16,11 +17,13 @@
 #include "ctxpar/chat_template.h"
 #include "ctxpar/gguf.h"
 #include "text/byte_level.h"
+#include "text/gguf_image.h"
 
 namespace ctxpar {
 namespace {
 
 using nlohmann::json;
+using testing::GgufImage;
 
 std::string FromHex(const std::string& hex) {
   std::string out;
@@ -336,22 +339,25 @@ TEST(TinyBpe, CreateRejectsBadSpecsNamingTheField) {
   t = Tokenizer::Create(TinySpec({"ab"}));
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().message(),
-            "tokenizer.ggml.merges[0] = 'ab': a merge must be two tokens separated by one space");
+            "tokenizer.ggml.merges[0] = 'ab': a merge must be two tokens separated by a space");
 
   auto spec = TinySpec({});
-  spec.model = "bert";
+  spec.model = "t5";
   t = Tokenizer::Create(spec);
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kUnimplemented);
   EXPECT_EQ(t.status().message(),
-            "tokenizer.ggml.model = 'bert' is not supported: byte-level BPE ('gpt2') and "
-            "SentencePiece ('llama') are");
+            "tokenizer.ggml.model = 't5' is not supported: byte-level BPE ('gpt2'), "
+            "SentencePiece ('llama'), Gemma 4's BPE ('gemma4') and WordPiece ('bert') are");
 
   spec = TinySpec({});
-  spec.pre = "default";
+  spec.pre = "tekken";
   t = Tokenizer::Create(spec);
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kUnimplemented);
+  EXPECT_TRUE(t.status().message().starts_with(
+      "tokenizer.ggml.pre = 'tekken' is not supported: the supported pre-tokenizers are llama3 "))
+      << t.status().message();
 
   spec = TinySpec({});
   spec.eos_id = 260;
@@ -405,64 +411,6 @@ TEST(TinyBpe, BytesWithoutATokenAreDropped) {
             (std::vector<int32_t>{Id(*t, "a"), Id(*t, "b"), Id(*t, "\xC4\xA0"), Id(*t, "\xC4\xA0"),
                                   Id(*t, "ab")}));
 }
-
-// A GGUF v3 image with metadata only, written by hand after the GGUF specification.
-class GgufImage {
- public:
-  GgufImage& String(const std::string& key, const std::string& value) {
-    Key(key, 8);
-    Str(value);
-    return Count();
-  }
-  GgufImage& Strings(const std::string& key, const std::vector<std::string>& values) {
-    Key(key, 9);
-    Pod<uint32_t>(8);
-    Pod<uint64_t>(values.size());
-    for (const auto& v : values) Str(v);
-    return Count();
-  }
-  GgufImage& I32s(const std::string& key, const std::vector<int32_t>& values) {
-    Key(key, 9);
-    Pod<uint32_t>(5);
-    Pod<uint64_t>(values.size());
-    for (int32_t v : values) Pod(v);
-    return Count();
-  }
-  GgufImage& U32(const std::string& key, uint32_t value) {
-    Key(key, 4);
-    Pod(value);
-    return Count();
-  }
-  std::vector<uint8_t> Bytes() const {
-    std::vector<uint8_t> out = {'G', 'G', 'U', 'F', 3, 0, 0, 0};
-    const uint64_t header[2] = {0, kv_count_};  // tensor count, metadata count
-    out.insert(out.end(), reinterpret_cast<const uint8_t*>(header),
-               reinterpret_cast<const uint8_t*>(header) + sizeof(header));
-    out.insert(out.end(), body_.begin(), body_.end());
-    return out;
-  }
-
- private:
-  template <typename T>
-  void Pod(T v) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&v);
-    body_.insert(body_.end(), p, p + sizeof(T));
-  }
-  void Str(const std::string& s) {
-    Pod<uint64_t>(s.size());
-    body_.insert(body_.end(), s.begin(), s.end());
-  }
-  void Key(const std::string& key, uint32_t type) {
-    Str(key);
-    Pod(type);
-  }
-  GgufImage& Count() {
-    ++kv_count_;
-    return *this;
-  }
-  std::vector<uint8_t> body_;
-  uint64_t kv_count_ = 0;
-};
 
 TEST(TokenizerFromGguf, ReadsTheTokenizerKeys) {
   const TokenizerSpec spec = TinySpec({"a b"});
@@ -524,8 +472,57 @@ TEST(TokenizerFromGguf, NamesMissingAndMistypedKeys) {
       << t.status().message();
 }
 
+// Item 7 of issue 35: vocabularies that would tokenize in some order other than the model's are
+// refused with CTXPAR-GGUF-008 when the file is read, before any compute.
+void ExpectRefused(const std::vector<uint8_t>& image, const std::string& detail) {
+  auto file = GgufFile::FromBytes(image);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  auto t = Tokenizer::FromGguf(*file);
+  ASSERT_FALSE(t.ok()) << detail;
+  EXPECT_EQ(t.status().error_id(), "CTXPAR-GGUF-008");
+  EXPECT_NE(t.status().message().find(detail), std::string::npos) << t.status().message();
+}
+
+TEST(TokenizerFromGguf, RefusesABpeVocabularyWithoutMerges) {
+  const TokenizerSpec spec = TinySpec({});
+  const auto image = [&](bool empty_merges) {
+    GgufImage g;
+    g.String("tokenizer.ggml.model", "gpt2")
+        .String("tokenizer.ggml.pre", "qwen2")
+        .Strings("tokenizer.ggml.tokens", spec.tokens);
+    if (empty_merges) g.Strings("tokenizer.ggml.merges", {});
+    return g.Bytes();
+  };
+  ExpectRefused(image(false),
+                "tokenizer.ggml.merges is missing or empty: a BPE vocabulary needs its merges");
+  ExpectRefused(image(true),
+                "tokenizer.ggml.merges is missing or empty: a BPE vocabulary needs its merges");
+}
+
+TEST(TokenizerFromGguf, RefusesASentencePieceVocabularyWithoutScoresOrWithNaNScores) {
+  const std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", "\u2581a", "a"};
+  const auto image = [&](const std::vector<float>* scores) {
+    GgufImage g;
+    g.String("tokenizer.ggml.model", "llama").Strings("tokenizer.ggml.tokens", tokens);
+    if (scores != nullptr) g.F32s("tokenizer.ggml.scores", *scores);
+    return g.Bytes();
+  };
+  ExpectRefused(image(nullptr),
+                "tokenizer.ggml.scores has 0 entries: a SentencePiece vocabulary needs one score "
+                "per token (5)");
+  const std::vector<float> nan = {0, 0, 0, std::nanf(""), -1};
+  ExpectRefused(image(&nan),
+                "tokenizer.ggml.scores[3] (token '\u2581a') is NaN: scores must be numbers");
+  const std::vector<float> good = {0, 0, 0, -1, -2};
+  auto file = GgufFile::FromBytes(image(&good));
+  ASSERT_TRUE(file.ok());
+  auto t = Tokenizer::FromGguf(*file);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->Encode("a", {.add_special = false}), std::vector<int32_t>{3});
+}
+
 TEST(TinyBpe, AddsBosAndEosWhenTheMetadataAsks) {
-  auto spec = TinySpec({});
+  auto spec = TinySpec({"a b"});
   spec.bos_id = 256;
   spec.eos_id = 257;
   spec.add_bos = true;
@@ -539,7 +536,7 @@ TEST(TinyBpe, AddsBosAndEosWhenTheMetadataAsks) {
 // Expected outputs follow the Unicode "maximal subpart" practice (one U+FFFD per broken
 // sequence, one per byte that cannot start one), as Python's bytes.decode(errors="replace").
 TEST(Utf8Stream, HoldsBackIncompleteSequencesAndReplacesBrokenOnes) {
-  auto t = Tokenizer::Create(TinySpec({}));
+  auto t = Tokenizer::Create(TinySpec({"a b"}));
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   Utf8StreamDecoder s(*t);
   EXPECT_EQ(s.PushBytes("a\xE4"), "a");

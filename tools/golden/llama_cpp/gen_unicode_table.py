@@ -1,37 +1,95 @@
 #!/usr/bin/env python3
-"""Writes src/text/tokenizer_unicode_table.cpp: the codepoint classes the BPE pre-tokenizer needs.
+"""Writes src/text/tokenizer_unicode_table.cpp: the codepoint classes the pre-tokenizers need, and
+the lowercase and NFD maps of BERT's WordPiece normalizer.
 
-The pre-tokenizer regexes use \\p{L}, \\p{N} and \\s only, so each codepoint falls in one of four
-classes: letter (general category L*), number (N*), whitespace (the Unicode White_Space property,
-the set llama.cpp uses) or other. The table is the list of runs (first codepoint, class) in
-ascending order; a run ends where the next begins, and the last runs to U+10FFFF.
+The pre-tokenizer regexes (llama.cpp's, per tokenizer.ggml.pre) use \\p{L}, \\p{N}, \\p{P},
+\\p{S}, \\p{M} and \\s, so each codepoint falls in one class: whitespace (the Unicode White_Space
+property, the set llama.cpp uses; it wins over the general category), letter (L*), number (N*),
+punctuation (P*), symbol (S*), mark (M*), control (Cc, Cf, Co, Cs) or other (unassigned). The table is the list
+of runs (first codepoint, class) in ascending order; a run ends where the next begins, and the
+last runs to U+10FFFF.
 
-Run with the newest Python at hand (its unicodedata fixes the Unicode version, written into the
-file): python3.13 tools/golden/llama_cpp/gen_unicode_table.py > src/text/tokenizer_unicode_table.cpp
+WordPiece lowercases with the simple lowercase mapping (UnicodeData.txt's field 13: str.lower()
+where it gives one codepoint, and U+0130 -> U+0069) and strips accents by mapping a codepoint to
+the first codepoint of its NFD. Both agree with llama.cpp's tables (unicode_map_lowercase: 1433
+pairs, unicode_ranges_nfd: 13233 codepoints) when run as below.
+
+The Unicode version must be llama.cpp's: the vendored llama.cpp of llama-cpp-python 0.3.36
+classifies by Unicode 15.1 (its src/unicode-data.cpp agrees with unicodedata2 15.1.0 on every
+codepoint's category; Unicode 16 adds letters and marks it does not know). Run in a venv outside
+the repository:
+
+    python3 -m venv ~/.cache/ctxpar/unicode-venv
+    ~/.cache/ctxpar/unicode-venv/bin/pip install unicodedata2==15.1.0
+    ~/.cache/ctxpar/unicode-venv/bin/python tools/golden/llama_cpp/gen_unicode_table.py \\
+        > src/text/tokenizer_unicode_table.cpp
 """
 import sys
-import unicodedata
+
+import unicodedata2 as unicodedata
+
+UNICODE_VERSION = "15.1.0"
 
 # Unicode PropList.txt, White_Space=yes (unchanged since Unicode 6.3). unicodedata does not expose
 # the property, and str.isspace() also accepts U+001C..U+001F, which \s in PCRE/Rust does not.
 WHITE_SPACE = {0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B),
                0x2028, 0x2029, 0x202F, 0x205F, 0x3000}
 # The values of ctxpar::tokenizer_internal::CodepointClass.
-OTHER, LETTER, NUMBER, WHITESPACE = 0, 1, 2, 3
+OTHER, LETTER, NUMBER, WHITESPACE, PUNCTUATION, SYMBOL, MARK, CONTROL = range(8)
+BY_CATEGORY = {"L": LETTER, "N": NUMBER, "P": PUNCTUATION, "S": SYMBOL, "M": MARK}
 
 
 def classify(cp: int) -> int:
     if cp in WHITE_SPACE:
         return WHITESPACE
-    cat = unicodedata.category(chr(cp))
-    if cat[0] == "L":
-        return LETTER
-    if cat[0] == "N":
-        return NUMBER
-    return OTHER
+    category = unicodedata.category(chr(cp))
+    if category[0] == "C":
+        return OTHER if category == "Cn" else CONTROL
+    return BY_CATEGORY.get(category[0], OTHER)
+
+
+def lowercase_pairs():
+    pairs = []
+    for cp in range(0x110000):
+        lower = chr(cp).lower()
+        if len(lower) == 1 and lower != chr(cp):
+            pairs.append((cp, ord(lower)))
+    pairs.append((0x130, 0x69))
+    return sorted(pairs)
+
+
+def nfd_runs():
+    """(first, last, nfd): runs of consecutive codepoints whose NFD starts with the same one."""
+    runs = []
+    for cp in range(0x110000):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        first = ord(unicodedata.normalize("NFD", chr(cp))[0])
+        if first == cp:
+            continue
+        if runs and runs[-1][1] == cp - 1 and runs[-1][2] == first:
+            runs[-1] = (runs[-1][0], cp, first)
+        else:
+            runs.append((cp, cp, first))
+    return runs
+
+
+def write_array(out, declaration, items, hex_fields):
+    out.write(f"{declaration} = {{\n")
+    line = "   "
+    for item in items:
+        text = " {" + ", ".join(f"0x{v:X}" if i < hex_fields else str(v) for i, v in enumerate(item)) + "},"
+        if len(line) + len(text) > 100:
+            out.write(line + "\n")
+            line = "   "
+        line += text
+    out.write(line + "\n};\n")
 
 
 def main() -> None:
+    if unicodedata.unidata_version != UNICODE_VERSION:
+        sys.exit(f"unicodedata2 is Unicode {unicodedata.unidata_version}: install "
+                 f"unicodedata2=={UNICODE_VERSION} (llama.cpp's version)")
     runs = []
     for cp in range(0x110000):
         c = classify(cp)
@@ -40,18 +98,16 @@ def main() -> None:
     out = sys.stdout
     out.write("// Generated by tools/golden/llama_cpp/gen_unicode_table.py from Unicode "
               f"{unicodedata.unidata_version}; do not edit.\n")
-    out.write("#include \"model/tokenizer_unicode.h\"\n\n")
+    out.write("#include \"text/tokenizer_unicode.h\"\n\n")
     out.write("namespace ctxpar::tokenizer_internal {\n\n")
-    out.write(f"const CodepointRun kCodepointRuns[{len(runs)}] = {{\n")
-    line = "   "
-    for cp, c in runs:
-        item = f" {{0x{cp:X}, {c}}},"
-        if len(line) + len(item) > 100:
-            out.write(line + "\n")
-            line = "   "
-        line += item
-    out.write(line + "\n};\n")
+    write_array(out, f"const CodepointRun kCodepointRuns[{len(runs)}]", runs, 1)
     out.write(f"const int kCodepointRunCount = {len(runs)};\n\n")
+    lower = lowercase_pairs()
+    write_array(out, f"const CodepointPair kLowercase[{len(lower)}]", lower, 2)
+    out.write(f"const int kLowercaseCount = {len(lower)};\n\n")
+    nfd = nfd_runs()
+    write_array(out, f"const NfdRun kNfdRuns[{len(nfd)}]", nfd, 3)
+    out.write(f"const int kNfdRunCount = {len(nfd)};\n\n")
     out.write("}  // namespace ctxpar::tokenizer_internal\n")
 
 

@@ -8,6 +8,9 @@
 //     llama_token_to_piece(lstrip 0, special = false) of those ids, <pieces_special> the same
 //     with special = true, and the hex of llama_detokenize(remove_special = false,
 //     unparse_special = false) after a fourth ';'.
+//   tokenize_corpus MODEL.gguf plain   < records  > lines
+//     the same records; per record one line of llama_tokenize(add_special = false,
+//     parse_special) ids, as llama.cpp's test-tokenizer-0 and `ctxpar tokenize` take them.
 //   tokenize_corpus MODEL.gguf vocab    > lines
 //     per token id: "<hex piece>;<hex piece special>;<ids of its text>" (add_special = false,
 //     parse_special = false).
@@ -78,8 +81,10 @@ bool ReadExact(void* dst, size_t n) { return std::fread(dst, 1, n, stdin) == n; 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3 || (std::strcmp(argv[2], "corpus") != 0 && std::strcmp(argv[2], "vocab") != 0)) {
-    std::fprintf(stderr, "usage: %s MODEL.gguf corpus|vocab\n", argv[0]);
+  const bool plain = argc == 3 && std::strcmp(argv[2], "plain") == 0;
+  if (argc != 3 ||
+      (std::strcmp(argv[2], "corpus") != 0 && std::strcmp(argv[2], "vocab") != 0 && !plain)) {
+    std::fprintf(stderr, "usage: %s MODEL.gguf corpus|plain|vocab\n", argv[0]);
     return 2;
   }
   llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
@@ -109,7 +114,12 @@ int main(int argc, char** argv) {
       if (!ReadExact(&len, 4)) return 1;
       std::string text(len, '\0');
       if (len > 0 && !ReadExact(text.data(), len)) return 1;
-      const std::vector<llama_token> ids = Tokenize(vocab, text, true, parse_special != 0);
+      const std::vector<llama_token> ids = Tokenize(vocab, text, !plain, parse_special != 0);
+      if (plain) {
+        PrintIds(ids);
+        std::printf("\n");
+        continue;
+      }
       std::string pieces, pieces_special;
       for (llama_token id : ids) {
         pieces += Piece(vocab, id, false);
