@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's llama-bench, llama-cli and llama-server for CPU into a cache outside the
+# Builds llama.cpp's llama-bench, llama-cli, llama-server and llama-batched-bench for CPU into a cache outside the
 # repository, from the llama.cpp sources that the PyPI source package of llama-cpp-python vendors
 # (PyPI is the one registry these machines reach). Prints the directory of the binaries on its
 # last line; a second run with the binaries present only prints it.
@@ -18,7 +18,8 @@ root="${XDG_CACHE_HOME:-$HOME/.cache}/ctxpar/llama.cpp"
 build="$root/build-$version"
 bin="$build/bin"
 
-if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-cli" ] && [ -x "$bin/llama-server" ]; then
+if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-cli" ] && [ -x "$bin/llama-server" ] &&
+  [ -x "$bin/llama-batched-bench" ]; then
   echo "$bin"
   exit 0
 fi
@@ -39,5 +40,6 @@ cmake -S "$src/vendor/llama.cpp" -B "$build" -DCMAKE_BUILD_TYPE=Release \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
   -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF >&2
-cmake --build "$build" -j "$jobs" --target llama-bench llama-cli llama-server >&2
+cmake --build "$build" -j "$jobs" --target llama-bench llama-cli llama-server \
+  llama-batched-bench >&2
 echo "$bin"

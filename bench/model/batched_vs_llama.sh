@@ -4,24 +4,26 @@
 # tokens/s of all sequences. ctxpar: `ctxpar generate --prompts-file` with every request
 # submitted at once (its "decode ... tokens/s" line counts the steps after every request has its
 # first token); llama.cpp: S_TG of llama-batched-bench (-npp 500 -ntg 64 -npl B). Both on the
-# same threads, alternating per batch size, best of REPEATS each. Prints a markdown table.
+# same threads, alternating per batch size, median of REPEATS each. llama.cpp runs at its own
+# defaults (its OpenMP threads spin at barriers, OMP_WAIT_POLICY unset: what its users get) and
+# again with OMP_WAIT_POLICY=PASSIVE (which a host shared with other work favours, and which on a
+# quiet host halves its rate at one sequence); the ratio is against its defaults. Prints a
+# markdown table.
 #
 #   bash bench/model/batched_vs_llama.sh   # env: CTXPAR_MODEL, CTXPAR_BIN, LLAMA_BIN (the bin
-#                                          #      directory, default: /tmp/llama-build.done's),
+#                                          #      directory, default: bench/llama_cpp/build.sh's),
 #                                          #      THREADS (cores), REPEATS (3), BATCHES ("1 4 16"),
-#                                          #      FLAGS (more generate flags), OMP_WAIT_POLICY
-#                                          #      (PASSIVE: llama.cpp's OpenMP threads spin at
-#                                          #      barriers otherwise, which a shared host punishes)
+#                                          #      FLAGS (more generate flags)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 model="${CTXPAR_MODEL:-$HOME/.cache/ctxpar/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
 bin="${CTXPAR_BIN:-build/default/cli/ctxpar}"
-llama="${LLAMA_BIN:-$(cat /tmp/llama-build.done)}"
+llama="${LLAMA_BIN:-$(bash bench/llama_cpp/build.sh | tail -n 1)}"
 threads="${THREADS:-$(nproc)}"
 repeats="${REPEATS:-3}"
 batches="${BATCHES:-1 4 16}"
 read -r -a flags <<<"${FLAGS:-}"
-export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+unset OMP_WAIT_POLICY
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 # About 500 tokens of text per request, different per request.
@@ -35,22 +37,26 @@ for n in (1, 4, 16):
         for i in range(n):
             f.write(f"Request {i}: " + (t * 12)[:2300] + "\n")
 PY
-best() { python3 -c "import sys; print(max(float(x) for x in sys.argv[1:]))" "$@"; }
-echo "| sequences | ctxpar decode tok/s | llama-batched-bench S_TG tok/s | ratio | load avg |"
-echo "|---|---|---|---|---|"
+median() { python3 -c "import statistics, sys; print(statistics.median(float(x) for x in sys.argv[1:]))" "$@"; }
+llama_tg() {  # S_TG of the row of B = $1: | PP | TG | B | N_KV | T_PP | S_PP | T_TG | S_TG | T | S |
+  row=$("$llama/llama-batched-bench" -m "$model" -c $(($1 * 600 + 64)) -b 2048 -ub 512 \
+          -npp 500 -ntg 64 -npl "$1" -t "$threads" 2>/dev/null | grep -E '^\|\s+500 \|')
+  awk -F'|' '{gsub(/ /, "", $9); print $9}' <<<"$row"
+}
+echo "| sequences | ctxpar decode tok/s | llama-batched-bench S_TG tok/s | ratio | llama.cpp, OMP_WAIT_POLICY=PASSIVE | load avg |"
+echo "|---|---|---|---|---|---|"
 for n in $batches; do
-  ours=() theirs=()
+  ours=() theirs=() passive=()
   for _ in $(seq "$repeats"); do
     line=$("$bin" generate --model-path "$model" --threads "$threads" --ignore-eos \
              --max-new-tokens 64 --prompts-file "$dir/prompts$n.txt" "${flags[@]}" \
              2>&1 >/dev/null | grep 'tokens/s' | tail -1)
     ours+=("$(sed -E 's/.*decode [0-9]+ tokens in [0-9.]+ s \(([0-9.]+) tokens\/s\).*/\1/' <<<"$line")")
-    # The row of B = n: | PP | TG | B | N_KV | T_PP | S_PP | T_TG | S_TG | T | S |
-    row=$("$llama/llama-batched-bench" -m "$model" -c $((n * 600 + 64)) -b 2048 -ub 512 \
-            -npp 500 -ntg 64 -npl "$n" -t "$threads" 2>/dev/null | grep -E '^\|\s+500 \|')
-    theirs+=("$(awk -F'|' '{gsub(/ /, "", $9); print $9}' <<<"$row")")
+    theirs+=("$(llama_tg "$n")")
+    passive+=("$(OMP_WAIT_POLICY=PASSIVE llama_tg "$n")")
   done
-  o=$(best "${ours[@]}")
-  l=$(best "${theirs[@]}")
-  echo "| $n | $o | $l | $(python3 -c "print(f'{$o / $l:.2f}')") | $(cut -d' ' -f1 /proc/loadavg) |"
+  o=$(median "${ours[@]}")
+  l=$(median "${theirs[@]}")
+  p=$(median "${passive[@]}")
+  echo "| $n | $o | $l | $(python3 -c "print(f'{$o / $l:.2f}')") | $p | $(cut -d' ' -f1 /proc/loadavg) |"
 done
