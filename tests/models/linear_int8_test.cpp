@@ -18,6 +18,7 @@
 
 #include "ctxpar/cpu_features.h"
 #include "models/linear.h"
+#include "models/random_weights.h"
 
 namespace ctxpar::model {
 namespace {
@@ -25,56 +26,10 @@ namespace {
 const WeightType kTypes[] = {WeightType::kQ4_1, WeightType::kQ8_0, WeightType::kQ5_0,
                              WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K};
 
-std::string Name(WeightType type) { return std::string(GgmlTypeName(GgmlTypeOf(type))); }
-
-struct Matrix {
-  std::vector<std::uint8_t> bytes;
-  QuantMatrix m;
-};
-
-void PutHalf(std::uint8_t* p, float v) {
-  const std::uint16_t h = Fp32ToFp16(v);
-  std::memcpy(p, &h, 2);
-}
-
-// Random bytes, then each block's fp16 scales (and Q4_1's min) set to finite values of a
-// trained model's size.
-Matrix RandomMatrix(WeightType type, int rows, int cols, std::mt19937& rng) {
-  Matrix r;
-  const std::size_t row_bytes = cols / BlockSize(type) * BlockBytes(type);
-  r.bytes.resize(row_bytes * rows);
-  std::uniform_int_distribution<int> byte(0, 255);
-  for (auto& b : r.bytes) b = std::uint8_t(byte(rng));
-  std::uniform_real_distribution<float> scale(0.0005f, 0.05f);
-  for (std::size_t at = 0; at < r.bytes.size(); at += BlockBytes(type)) {
-    std::uint8_t* blk = r.bytes.data() + at;
-    switch (type) {
-      case WeightType::kQ6_K:
-        PutHalf(blk + offsetof(BlockQ6K, d), scale(rng) / 16);
-        break;
-      case WeightType::kQ4_K:
-      case WeightType::kQ5_K:
-        PutHalf(blk, scale(rng) / 8);
-        PutHalf(blk + 2, scale(rng) / 8);
-        break;
-      case WeightType::kQ4_1:
-        PutHalf(blk, scale(rng));
-        PutHalf(blk + 2, -8.0f * scale(rng));
-        break;
-      default:
-        PutHalf(blk, scale(rng));
-    }
-  }
-  r.m = QuantMatrix{type, r.bytes.data(), rows, cols, row_bytes};
-  return r;
-}
-
-std::vector<float> Normal(std::size_t count, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(count);
-  for (float& x : v) x = normal(rng);
-  return v;
-}
+using test_weights::Matrix;
+using test_weights::Name;
+using test_weights::Normal;
+using test_weights::RandomMatrix;
 
 // The int8 ISAs this CPU runs, lowest first, as CTXPAR_INT8_ISA names them.
 std::vector<std::string> Isas() {
