@@ -377,7 +377,7 @@ std::vector<CatalogEntry> RuntimeCatalogEntries() {
        {"CTXPAR-RUN-001"}},
       {"CTXPAR-RUN-003",
        "A rank died",
-       "Rank {rank} (pid {pid}) on host {host} {how}; the job stops.",
+       "Rank {rank} (pid {pid}, host {host}) {how}; the job stops.",
        kSystem,
        "`ctxpar serve` and `ctxpar generate` over several ranks need every one of them for each "
        "step. Rank 0 watches the other ranks: those of its machine through their pids, those of "
@@ -396,7 +396,7 @@ std::vector<CatalogEntry> RuntimeCatalogEntries() {
        {"CTXPAR-ENGINE-014", "CTXPAR-COMM-001"}},
       {"CTXPAR-RUN-004",
        "A rank on another host went silent",
-       "Rank {rank} (pid {pid}) on host {host} has not been heard from for {seconds} s: the link "
+       "Rank {rank} (pid {pid}, host {host}) has not been heard from for {seconds} s: the link "
        "to its host is down or the host has stalled; the job stops.",
        kSystem,
        "Every rank on another host than rank 0 sends rank 0 a heartbeat twice a second over "
