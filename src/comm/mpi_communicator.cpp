@@ -11,6 +11,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -103,19 +104,22 @@ Expected<int> ToInt(std::string_view collective, std::size_t count) {
 
 class MpiCommunicator;
 
-// A duplicate of MPI_COMM_WORLD for the liveness probes of timed-out collectives, shared by the
-// world communicator and every communicator split from it, so that a rank waiting in any of
-// them answers.
+// A duplicate of MPI_COMM_WORLD for the liveness probes of timed-out collectives, shared by
+// every communicator of the process, so that a rank waiting in any of them answers. It lives
+// until MPI_Finalize: a probe may still be in flight to a rank that never receives it, and
+// freeing the channel would let a later communicator reuse its context id and receive the stale
+// message as its own (Open MPI then holds that communicator's real traffic out of sequence).
 struct ProbeChannel {
   MPI_Comm comm = MPI_COMM_NULL;
   // The machine runs more ranks than it has cores (MachineOversubscribed): a waiting rank
   // yields its core between polls instead of spinning.
   bool yield = false;
-  ~ProbeChannel() {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized && comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
-  }
+  // Each timeout's pings carry a new serial, which the pongs echo: an answer to an earlier
+  // timeout's ping does not vouch for a rank now.
+  int serial = 0;
+  // The payloads of sends still possibly in flight (freed requests): they must outlive the send.
+  std::deque<int> payloads;
+  const int* Payload(int value) { return &payloads.emplace_back(value); }
 };
 
 class MpiWindow final : public SharedWindow {
@@ -156,10 +160,9 @@ class MpiCommunicator final : public Communicator {
   friend class MpiWindow;
 
  public:
-  // Takes `comm`; `timeout` <= 0: no deadline. `probes` is the world's probe channel, shared by
-  // every communicator of the process.
-  MpiCommunicator(MPI_Comm comm, double timeout_seconds, std::shared_ptr<ProbeChannel> probes)
-      : comm_(comm), timeout_seconds_(timeout_seconds), probes_(std::move(probes)) {
+  // Takes `comm`; `timeout` <= 0: no deadline. `probes` is the process's probe channel.
+  MpiCommunicator(MPI_Comm comm, double timeout_seconds, ProbeChannel* probes)
+      : comm_(comm), timeout_seconds_(timeout_seconds), probes_(probes) {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
@@ -481,7 +484,7 @@ class MpiCommunicator final : public Communicator {
       int payload = 0;
       MPI_Recv(&payload, 1, MPI_INT, st.MPI_SOURCE, kPingTag, c, MPI_STATUS_IGNORE);
       MPI_Request r = MPI_REQUEST_NULL;
-      MPI_Isend(&kProbePayload, 1, MPI_INT, st.MPI_SOURCE, kPongTag, c, &r);
+      MPI_Isend(probes_->Payload(payload), 1, MPI_INT, st.MPI_SOURCE, kPongTag, c, &r);
       MPI_Request_free(&r);
     }
   }
@@ -492,10 +495,11 @@ class MpiCommunicator final : public Communicator {
   Status TimedOut(std::string_view collective, MPI_Request* requests, int n,
                   Clock::time_point start) {
     const MPI_Comm c = probes_->comm;
+    const int serial = ++probes_->serial;
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
       MPI_Request r = MPI_REQUEST_NULL;
-      MPI_Isend(&kProbePayload, 1, MPI_INT, world_ranks_[p], kPingTag, c, &r);
+      MPI_Isend(probes_->Payload(serial), 1, MPI_INT, world_ranks_[p], kPingTag, c, &r);
       MPI_Request_free(&r);
     }
     int world_size = 0;
@@ -510,6 +514,7 @@ class MpiCommunicator final : public Communicator {
       while (MPI_Iprobe(MPI_ANY_SOURCE, kPongTag, c, &flag, &st) == MPI_SUCCESS && flag) {
         int payload = 0;
         MPI_Recv(&payload, 1, MPI_INT, st.MPI_SOURCE, kPongTag, c, MPI_STATUS_IGNORE);
+        if (payload != serial) continue;
         const bool member = std::find(world_ranks_.begin(), world_ranks_.end(), st.MPI_SOURCE) !=
                             world_ranks_.end();
         if (member && !answered[st.MPI_SOURCE]) --missing;
@@ -542,11 +547,9 @@ class MpiCommunicator final : public Communicator {
                                             {"size", std::to_string(world_size)}});
   }
 
-  static constexpr int kProbePayload = 0;
-
   MPI_Comm comm_;
   double timeout_seconds_;
-  std::shared_ptr<ProbeChannel> probes_;
+  ProbeChannel* probes_;
   std::vector<int> world_ranks_;  // world rank of each rank of comm_
   bool unbounded_next_ = false;
   bool abandoned_ = false;  // a call timed out with its request pending
@@ -625,10 +628,13 @@ Expected<std::unique_ptr<Communicator>> MakeMpiWorld() {
   MPI_Comm world = MPI_COMM_NULL;
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   CTXPAR_MPI_CALL("MakeMpiWorld", MPI_Comm_dup(MPI_COMM_WORLD, &world));
-  auto probes = std::make_shared<ProbeChannel>();
-  CTXPAR_MPI_CALL("MakeMpiWorld", MPI_Comm_dup(MPI_COMM_WORLD, &probes->comm));
-  CTXPAR_ASSIGN_OR_RETURN(probes->yield, MachineOversubscribed(world));
-  return std::unique_ptr<Communicator>(new MpiCommunicator(world, timeout, std::move(probes)));
+  // Every world of the process shares it, up to and past MPI_Finalize (ProbeChannel).
+  static ProbeChannel& probes = *new ProbeChannel;
+  if (probes.comm == MPI_COMM_NULL) {
+    CTXPAR_MPI_CALL("MakeMpiWorld", MPI_Comm_dup(MPI_COMM_WORLD, &probes.comm));
+  }
+  CTXPAR_ASSIGN_OR_RETURN(probes.yield, MachineOversubscribed(world));
+  return std::unique_ptr<Communicator>(new MpiCommunicator(world, timeout, &probes));
 }
 
 }  // namespace ctxpar

@@ -74,7 +74,10 @@ std::unique_ptr<Communicator> WorldWithTimeout(const char* seconds) {
 TEST(Mpi, ACollectiveThatWaitsPastTheDeadlineNamesTheSilentRank) {
   std::unique_ptr<Communicator> comm = WorldWithTimeout("1");
   ASSERT_NE(comm, nullptr);
-  ASSERT_TRUE(comm->Barrier().ok());
+  {
+    const Status barrier = comm->Barrier();
+    ASSERT_TRUE(barrier.ok()) << barrier.ToString();
+  }
   static float value = 1;  // MPI may still write it after the failed call returns
   if (comm->rank() == 1) {
     sleep(5);
@@ -104,7 +107,10 @@ TEST(Mpi, ACollectiveThatWaitsPastTheDeadlineNamesTheSilentRank) {
 TEST(Mpi, AnUnboundedWaitOutlastsTheDeadline) {
   std::unique_ptr<Communicator> comm = WorldWithTimeout("1");
   ASSERT_NE(comm, nullptr);
-  ASSERT_TRUE(comm->Barrier().ok());
+  {
+    const Status barrier = comm->Barrier();
+    ASSERT_TRUE(barrier.ok()) << barrier.ToString();
+  }
   if (comm->rank() == 1) sleep(2);
   int x = 1;
   comm->AllowUnboundedWait();
