@@ -100,6 +100,15 @@ Json CandidateJson(const Candidate& c, int rank) {
             {"requests_per_s", s.requests_per_s},
             {"duration_s", s.duration_s},
             {"meets_slo", c.meets_slo}});
+  if (c.plain) {
+    j["spec_accept_length"] = s.accept_length;
+    j["without_speculation"] = {{"decode_step_ms", c.plain->decode_step_ms},
+                                {"ttft_ms_p50", c.plain->ttft_ms_p50},
+                                {"itl_ms_p50", c.plain->itl_ms_p50},
+                                {"itl_ms_p90", c.plain->itl_ms_p90},
+                                {"output_tokens_per_s", c.plain->output_tokens_per_s}};
+    j["speculation_gain"] = s.output_tokens_per_s / c.plain->output_tokens_per_s;
+  }
   return j;
 }
 
@@ -113,15 +122,24 @@ void PrintTable(const plan::PlanModel& m, const plan::Hardware& hw, const plan::
               static_cast<long long>(w.output.lo), static_cast<long long>(w.output.hi),
               w.concurrency > 0 ? ("concurrency " + std::to_string(w.concurrency)).c_str()
                                 : ("rate " + std::to_string(w.request_rate) + "/s").c_str());
-  std::printf("%-4s %-72s %12s %6s %5s %8s %10s %8s %9s %4s\n", "rank", "flags", "KV tokens",
-              "fits", "peak", "step ms", "TTFT p50", "ITL p50", "out tok/s", "SLO");
+  // Under speculation: tokens per verify step, and output tokens/s against the same candidate
+  // without it (below 1: speculation does not pay).
+  const bool spec = w.spec_accept_rate.has_value();
+  std::printf("%-4s %-72s %12s %6s %5s %8s %10s %8s %9s %4s%s\n", "rank", "flags", "KV tokens",
+              "fits", "peak", "step ms", "TTFT p50", "ITL p50", "out tok/s", "SLO",
+              spec ? "  accept  vs plain" : "");
   int rank = 1;
   for (const Candidate& c : r.ranked) {
-    std::printf("%-4d %-72s %12lld %6lld %5d %8.2f %10.1f %8.2f %9.1f %4s\n", rank++,
-                c.flags.c_str(), static_cast<long long>(c.max_total_num_tokens),
+    std::printf("%-4d %-72s %12lld %6lld %5d %8.2f %10.1f %8.2f %9.1f %4s", rank++, c.flags.c_str(),
+                static_cast<long long>(c.max_total_num_tokens),
                 static_cast<long long>(c.fits_at_once), c.sim.peak_batch, c.sim.decode_step_ms,
                 c.sim.ttft_ms_p50, c.sim.itl_ms_p50, c.sim.output_tokens_per_s,
                 c.meets_slo ? "yes" : "no");
+    if (c.plain) {
+      std::printf("  %6.2f %7.2fx", c.sim.accept_length,
+                  c.sim.output_tokens_per_s / c.plain->output_tokens_per_s);
+    }
+    std::printf("\n");
   }
   if (!r.refused.empty()) std::printf("\nrefused:\n");
   for (const Candidate& c : r.refused) {
@@ -151,6 +169,9 @@ int RunPlan(const std::vector<std::string>& args) {
   app.add_option("--num-requests", w.num_requests, "Requests (default 4 x concurrency, >= 16).");
   app.add_option("--ttft-slo-ms", w.ttft_slo_ms, "TTFT objective on the p90.");
   app.add_option("--itl-slo-ms", w.itl_slo_ms, "Inter-token latency objective on the p90.");
+  app.add_option(
+      "--speculative-accept-rate", w.spec_accept_rate,
+      "With --speculative-algorithm NGRAM: the chance that a drafted token is accepted.");
   app.add_option("--seed", w.seed, "Seed of the lengths and arrivals.");
   app.add_option("--mem-fraction-static", mem_fraction,
                  "GPUs: the share of memory for weights and KV (default 0.85).");
@@ -225,35 +246,37 @@ int RunPlan(const std::vector<std::string>& args) {
     std::fflush(stdout);
     return none.ok() ? kExitOk : ReportError(none);
   }
-  Json j = {{"model",
-             {{"name", model->name},
-              {"source", model->source},
-              {"architecture", model->desc.architecture},
-              {"context_length", model->desc.context_length},
-              {"num_layers", model->num_layers},
-              {"params", model->TotalParams()},
-              {"active_params", model->ActiveParams()},
-              {"weight_gib", model->weight_bytes / (1024.0 * 1024 * 1024)}}},
-            {"hardware",
-             {{"name", hw.name},
-              {"source", hw.source},
-              {"platform", hw.platform.Spec()},
-              {"devices", req.devices},
-              {"memory_gib", hw.memory_gib},
-              {"mem_gbps", hw.mem_gbps},
-              {"flops", hw.flops}}},
-            {"workload",
-             {{"input_len", {w.input.lo, w.input.hi}},
-              {"output_len", {w.output.lo, w.output.hi}},
-              {"concurrency", w.concurrency},
-              {"request_rate", w.request_rate},
-              {"num_requests", w.num_requests ? Json(*w.num_requests) : Json(nullptr)},
-              {"ttft_slo_ms", w.ttft_slo_ms ? Json(*w.ttft_slo_ms) : Json(nullptr)},
-              {"itl_slo_ms", w.itl_slo_ms ? Json(*w.itl_slo_ms) : Json(nullptr)},
-              {"seed", w.seed}}},
-            {"candidates", Json::array()},
-            {"refused", Json::array()},
-            {"elapsed_s", elapsed}};
+  Json j = {
+      {"model",
+       {{"name", model->name},
+        {"source", model->source},
+        {"architecture", model->desc.architecture},
+        {"context_length", model->desc.context_length},
+        {"num_layers", model->num_layers},
+        {"params", model->TotalParams()},
+        {"active_params", model->ActiveParams()},
+        {"weight_gib", model->weight_bytes / (1024.0 * 1024 * 1024)}}},
+      {"hardware",
+       {{"name", hw.name},
+        {"source", hw.source},
+        {"platform", hw.platform.Spec()},
+        {"devices", req.devices},
+        {"memory_gib", hw.memory_gib},
+        {"mem_gbps", hw.mem_gbps},
+        {"flops", hw.flops}}},
+      {"workload",
+       {{"input_len", {w.input.lo, w.input.hi}},
+        {"output_len", {w.output.lo, w.output.hi}},
+        {"concurrency", w.concurrency},
+        {"request_rate", w.request_rate},
+        {"num_requests", w.num_requests ? Json(*w.num_requests) : Json(nullptr)},
+        {"ttft_slo_ms", w.ttft_slo_ms ? Json(*w.ttft_slo_ms) : Json(nullptr)},
+        {"itl_slo_ms", w.itl_slo_ms ? Json(*w.itl_slo_ms) : Json(nullptr)},
+        {"speculative_accept_rate", w.spec_accept_rate ? Json(*w.spec_accept_rate) : Json(nullptr)},
+        {"seed", w.seed}}},
+      {"candidates", Json::array()},
+      {"refused", Json::array()},
+      {"elapsed_s", elapsed}};
   int rank = 1;
   for (const Candidate& c : report->ranked) j["candidates"].push_back(CandidateJson(c, rank++));
   for (const Candidate& c : report->refused) j["refused"].push_back(CandidateJson(c, 0));

@@ -146,6 +146,13 @@ struct Workload {
   std::optional<int> num_requests;    // unset: 4 x concurrency (at least 16)
   std::optional<double> ttft_slo_ms;  // p90 objectives; unset: none
   std::optional<double> itl_slo_ms;
+  // With --speculative-algorithm NGRAM: the chance that the target accepts a drafted token given
+  // the drafts before it were accepted (0 to 1; SGLang's accept length over a verify step of k
+  // drafts is (1 - p^(k+1)) / (1 - p)). Each simulated request drafts as the engine's adaptive
+  // rule says and accepts each draft with this chance, from its own seeded stream; the n-gram
+  // lookup is assumed to find a draft whenever the rule asks for one. Required with speculation,
+  // refused without it.
+  std::optional<double> spec_accept_rate;
   uint64_t seed = 0;
 };
 
@@ -158,7 +165,8 @@ struct SimRequest {
 };
 // CTXPAR-PLAN-004 naming the first field of `workload` out of its range: lengths 1 <= LO <= HI
 // <= 2^30; exactly one of concurrency (>= 1) and request_rate (> 0, finite); num_requests 1 to
-// 10^6; each SLO > 0 and finite. MakeRequests and MakePlan check it before anything else.
+// 10^6; each SLO > 0 and finite; spec_accept_rate in [0, 1]. MakeRequests and MakePlan check it
+// before anything else.
 Status CheckWorkload(const Workload& workload);
 // The workload's requests (CheckWorkload first).
 Expected<std::vector<SimRequest>> MakeRequests(const Workload& workload);
@@ -170,7 +178,10 @@ struct SimResult {
   double decode_step_ms = 0;  // median step time of steps that only decode
   double duration_s = 0;
   double ttft_ms_p50 = 0, ttft_ms_p90 = 0;
+  // A verify step that gives n tokens counts n gaps, each 1/n of the time since the request's
+  // previous tokens.
   double itl_ms_p50 = 0, itl_ms_p90 = 0;
+  double accept_length = 0;  // speculative: tokens per verify step (SGLang's spec_accept_length)
   double output_tokens_per_s = 0;
   double requests_per_s = 0;
 };
@@ -206,6 +217,8 @@ struct Candidate {
   double kv_gib_per_rank = 0;
   int64_t fits_at_once = 0;  // requests of the longest input + output the pool holds at once
   SimResult sim;
+  // Under speculative decoding: the same candidate simulated without it, to say whether it pays.
+  std::optional<SimResult> plain;
   bool meets_slo = true;
 };
 
@@ -215,7 +228,10 @@ struct PlanReport {
   std::vector<Candidate> refused;  // in enumeration order
 };
 
-// Enumerates, resolves, sizes and simulates every candidate.
+// Enumerates, resolves, sizes and simulates every candidate. CTXPAR-PLAN-004 first when the
+// workload is out of range, when speculation (--speculative-algorithm) and
+// workload.spec_accept_rate are not given together, or for STANDALONE (the step model has no
+// draft model).
 Expected<PlanReport> MakePlan(const PlanModel& model, const Hardware& hw, const PlanRequest& req);
 
 }  // namespace ctxpar::plan

@@ -55,10 +55,15 @@ std::vector<CatalogEntry> PlanCatalogEntries() {
        "a Poisson arrival rate (--request-rate, an open loop).",
        "A zero or reversed length range, both or neither of --concurrency and --request-rate, "
        "a count below 1 (--concurrency 0, --num-requests 0), an SLO that is not a positive time "
-       "(--ttft-slo-ms 0 would mark every candidate as meeting it), or NaN.",
+       "(--ttft-slo-ms 0 would mark every candidate as meeting it), NaN, or speculative "
+       "decoding without the chance that a draft is accepted (or that chance without "
+       "--speculative-algorithm NGRAM, the one algorithm the step model prices).",
        {"Give lengths as N or LO:HI with 1 <= LO <= HI.",
         "Give exactly one of --concurrency and --request-rate.",
-        "Leave out an SLO you do not want checked rather than giving it 0."},
+        "Leave out an SLO you do not want checked rather than giving it 0.",
+        "With --speculative-algorithm NGRAM give --speculative-accept-rate P (0 to 1): a served "
+        "model's sglang:spec_accept_length L over k drafts gives P from L = (1 - P^(k+1)) / "
+        "(1 - P)."},
        "ctxpar plan --model deepseek-v3 --hardware h200 --gpus 8 --input-len 0",
        "ctxpar plan --model deepseek-v3 --hardware h200 --gpus 8 --input-len 32768 "
        "--concurrency 64",

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -19,6 +18,7 @@
 #include "ctxpar/error_catalog.h"
 #include "ctxpar/thread_pool.h"
 #include "ctxpar/tokenizer.h"
+#include "engine/draft_record.h"
 #include "engine/ngram.h"
 #include "engine/plan_codec.h"
 #include "engine/scheduler.h"
@@ -47,26 +47,9 @@ struct Request {
   bool prompt_counted = false;
   int spec_verify_ct = 0;      // decode steps under speculative decoding
   int spec_verify_tokens = 0;  // the tokens those steps gave
-  // Its drafts' record (SpeculativeDraftLength): drafted tokens accepted, and tried (accepted, and
-  // the first rejected one), each decayed per verify step; steps since it last drafted.
-  double spec_accepted = 1.0, spec_tried = 2.0;
-  int spec_idle = 0;
-  RequestUpdate update;  // what this step adds
+  engine::DraftRecord drafts;  // sets its draft lengths
+  RequestUpdate update;        // what this step adds
 };
-
-// How many tokens to draft for a request whose drafts were accepted at the per-token rate p: a
-// verify row costs about a fifth of a decode step on the CPU (docs/engine.md measures it), and
-// draft k is accepted with probability p^k, so drafting pays while p^k > 1/5. Below one token, a
-// request drafts one token every kProbeSteps steps, so that a text that turns repetitive is
-// noticed.
-int SpeculativeDraftLength(const Request& r, int max_tokens) {
-  constexpr double kRowCost = 0.2;
-  constexpr int kProbeSteps = 8;
-  const double p = r.spec_accepted / r.spec_tried;
-  const double k = p >= 0.999 ? max_tokens : std::floor(std::log(kRowCost) / std::log(p));
-  if (k >= 1) return static_cast<int>(std::min<double>(k, max_tokens));
-  return r.spec_idle + 1 >= kProbeSteps ? std::min(1, max_tokens) : 0;
-}
 
 // The request's seed when it gives none: the engine's, mixed with the request id (splitmix64).
 uint64_t DefaultSeed(uint64_t random_seed, uint64_t id) {
@@ -593,10 +576,10 @@ void Engine::Impl::Draft() {
     engine::SeqState& s = r->seq;
     if (s.slot < 0 || s.kv_len == 0 || s.pending() != 1) continue;
     // No draft past max_new_tokens: the verify step's last row gives one more token.
-    const int budget = SpeculativeDraftLength(*r, std::min(config.speculative_num_draft_tokens - 1,
-                                                           s.max_new_tokens - s.output_len() - 1));
+    const int budget = r->drafts.Length(
+        std::min(config.speculative_num_draft_tokens - 1, s.max_new_tokens - s.output_len() - 1));
     s.draft = budget > 0 ? engine::NgramDraft(s.tokens, options, budget) : std::vector<int32_t>();
-    r->spec_idle = s.draft.empty() ? r->spec_idle + 1 : 0;
+    r->drafts.Drafted(!s.draft.empty());
   }
 }
 
@@ -687,11 +670,8 @@ Status Engine::Impl::Sample(const engine::StepPlan& plan) {
       draft_tokens += verify ? drafted : 0;
       if (!finished) {
         if (drafted > 0) {
-          const int accepted = emitted - 1;
-          constexpr double kDecay = 0.9;
-          r.spec_accepted = kDecay * r.spec_accepted + accepted;
-          r.spec_tried = kDecay * r.spec_tried + accepted + (accepted < drafted ? 1 : 0);
-          CTXPAR_RETURN_IF_ERROR(scheduler->Accept(&r.seq, accepted));
+          r.drafts.Verified(emitted - 1, drafted);
+          CTXPAR_RETURN_IF_ERROR(scheduler->Accept(&r.seq, emitted - 1));
         }
         Deliver(r);
       }

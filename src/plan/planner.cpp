@@ -87,9 +87,42 @@ void Evaluate(const PlanModel& m, const Hardware& hw, const PlanRequest& req, Ca
   Expected<SimResult> sim = Simulate(m, hw, c.config, c.pool, req.workload);
   if (!sim.ok()) return Refuse(c, sim.status());
   c.sim = *sim;
+  if (c.config.speculative_ngram) {
+    EngineConfig plain = c.config;
+    plain.speculative_ngram = false;
+    Expected<SimResult> without = Simulate(m, hw, plain, c.pool, req.workload);
+    if (!without.ok()) return Refuse(c, without.status());
+    c.plain = *without;
+  }
   const Workload& w = req.workload;
   c.meets_slo = (!w.ttft_slo_ms || c.sim.ttft_ms_p90 <= *w.ttft_slo_ms) &&
                 (!w.itl_slo_ms || c.sim.itl_ms_p90 <= *w.itl_slo_ms);
+}
+
+// The step model prices a verify step's rows but has no draft model, and the acceptance is the
+// user's to give.
+Status CheckSpeculation(const PlanRequest& req) {
+  const bool given = req.base.given("speculative_algorithm");
+  const std::string algorithm = given ? FieldValueStr(req.base.raw("speculative_algorithm")) : "";
+  auto bad = [](std::string field, std::string value, std::string rule) {
+    return CatalogError("CTXPAR-PLAN-004",
+                        {{"field", std::move(field)}, {"value", std::move(value)}, {"rule", rule}});
+  };
+  if (given && algorithm != "NGRAM") {
+    return bad("--speculative-algorithm", algorithm,
+               "NGRAM: the step model has no draft model's steps to price");
+  }
+  const std::optional<double>& rate = req.workload.spec_accept_rate;
+  if (given && !rate) {
+    return bad("--speculative-accept-rate", "(not given)",
+               "given with --speculative-algorithm: the chance that a drafted token is accepted, "
+               "which only the text can tell (SGLang's spec_accept_length measures it)");
+  }
+  if (!given && rate) {
+    return bad("--speculative-accept-rate", fmt::format("{}", *rate),
+               "given only with --speculative-algorithm NGRAM");
+  }
+  return Status::Ok();
 }
 
 std::string Flags(const Candidate& c) {
@@ -114,6 +147,7 @@ Expected<PlanReport> MakePlan(const PlanModel& m, const Hardware& hw, const Plan
                                             {"value", fmt::format("{}", hw.mem_fraction_static)},
                                             {"rule", "a fraction in (0, 1]"}});
   }
+  CTXPAR_RETURN_IF_ERROR(CheckSpeculation(req));
   const FieldSpec* backends = FindField("dcp_comm_backend");
   PlanReport report;
   report.model = m.name;

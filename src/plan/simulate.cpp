@@ -8,6 +8,7 @@
 
 #include "ctxpar/error_catalog.h"
 #include "ctxpar/plan.h"
+#include "engine/draft_record.h"
 #include "engine/scheduler.h"
 
 namespace ctxpar::plan {
@@ -65,6 +66,10 @@ Status CheckWorkload(const Workload& w) {
                fmt::format("{} / {}", w.concurrency, Num(w.request_rate)),
                "exactly one of them: a count >= 1 (a closed loop) or a finite rate > 0 (an open "
                "loop)");
+  }
+  if (w.spec_accept_rate && !(*w.spec_accept_rate >= 0 && *w.spec_accept_rate <= 1)) {
+    return bad("--speculative-accept-rate", Num(*w.spec_accept_rate),
+               "a chance from 0 to 1 that the target accepts a drafted token");
   }
   if (w.num_requests && (*w.num_requests < 1 || *w.num_requests > 1000000)) {
     return bad("--num-requests", std::to_string(*w.num_requests), "a count from 1 to 10^6");
@@ -166,7 +171,9 @@ double StepSeconds(const PlanModel& m, const Hardware& hw, const EngineConfig& c
   for (const BatchSeq& s : batch.seqs) {
     const double end = double(s.pos0 + s.num_tokens);
     const double rows_ctx = s.num_tokens * (double(s.pos0) + (s.num_tokens + 1) / 2.0);
-    const bool decode = s.num_tokens == 1;
+    // A verify step's rows (speculative decoding, all_logits) attend as decode rows do: SGLang's
+    // target_verify runs the decode kernels, and on the CPU every row combines anyway.
+    const bool decode = s.num_tokens == 1 || (c.speculative_ngram && s.all_logits);
     // MLA decodes absorbed (latent width) and prefills as multi-head attention.
     const double dqk = m.mla ? (decode ? m.kv_lora_rank + m.qk_rope_head_dim
                                        : m.qk_nope_head_dim + m.qk_rope_head_dim)
@@ -261,6 +268,12 @@ Expected<SimResult> Simulate(const PlanModel& m, const Hardware& hw, const Engin
   std::vector<double> arrival(reqs.size()), last(reqs.size(), -1.0);
   std::vector<double> ttft, itl, decode_steps;
   std::size_t submitted = 0, finished = 0;
+  // Speculative decoding: each request's draft record (the engine's rule) and accept stream.
+  const bool speculative = c.speculative_ngram && w.spec_accept_rate.has_value();
+  std::vector<engine::DraftRecord> records(reqs.size());
+  std::mt19937_64 accept_rng(w.seed ^ 0x5bd1e9955bd1e995ull);
+  std::bernoulli_distribution accepts(speculative ? *w.spec_accept_rate : 0.0);
+  uint64_t verify_steps = 0, verify_tokens = 0;
   double now = 0;
   auto submit = [&](double t) {
     const std::size_t i = submitted++;
@@ -298,6 +311,18 @@ Expected<SimResult> Simulate(const PlanModel& m, const Hardware& hw, const Engin
     if (scheduler.running() == 0 && scheduler.queued() == 0) {
       for (double t : std::exchange(in_flight, {})) submit(t);  // an idle engine waits for them
     }
+    if (speculative) {
+      // The engine's Draft: every decoding request drafts what its record says, short of
+      // max_new_tokens (the verify step's last row gives one more token).
+      for (engine::SeqState& s : seqs) {
+        if (s.slot < 0 || s.kv_len == 0 || s.pending() != 1) continue;
+        engine::DraftRecord& record = records[s.id - 1];
+        const int budget = record.Length(
+            std::min(c.speculative_num_draft_tokens - 1, s.max_new_tokens - s.output_len() - 1));
+        s.draft.assign(std::max(budget, 0), 1);
+        record.Drafted(budget > 0);
+      }
+    }
     CTXPAR_ASSIGN_OR_RETURN(engine::StepPlan plan, scheduler.Plan());
     if (plan.batch.seqs.empty()) return Internal("the simulated scheduler planned an empty step");
     // Requests that arrive while this step runs: the other clients' first ones, the successors.
@@ -309,27 +334,43 @@ Expected<SimResult> Simulate(const PlanModel& m, const Hardware& hw, const Engin
     ++out.steps;
     CTXPAR_RETURN_IF_ERROR(scheduler.Commit(plan));
     int decoding = 0;
-    for (const BatchSeq& b : plan.batch.seqs) decoding += b.num_tokens == 1;
+    for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
+      decoding += plan.batch.seqs[i].num_tokens == 1 + int64_t(plan.seqs[i]->draft.size());
+    }
     out.peak_batch = std::max(out.peak_batch, decoding);
     if (decoding == int(plan.batch.seqs.size())) decode_steps.push_back(dt);
     std::vector<engine::SeqState*> done;
     for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
       engine::SeqState* s = plan.seqs[i];
       const BatchSeq& b = plan.batch.seqs[i];
-      const bool ends = b.pos0 + b.num_tokens == int64_t(s->tokens.size());
+      const auto drafted = int32_t(s->draft.size());
+      const bool ends = b.pos0 + b.num_tokens - drafted == int64_t(s->tokens.size());
       if (!ends || plan.batch.LogitRows(i) == 0) continue;
       // The engine's rule (engine.cpp Sample): the last row samples a token unless the request
-      // has all its tokens; it finishes at max_new_tokens (ignore_eos: no stop token).
+      // has all its tokens; it finishes at max_new_tokens (ignore_eos: no stop token). A verify
+      // step gives one token and the drafts accepted before the first rejected one.
       if (s->output_len() < s->max_new_tokens) {
-        s->tokens.push_back(1);
-        ++generated;
+        int32_t accepted = 0;
+        while (accepted < drafted && accepts(accept_rng)) ++accepted;
+        const int32_t emitted = std::min(accepted + 1, s->max_new_tokens - s->output_len());
+        s->tokens.insert(s->tokens.end(), emitted, 1);
+        generated += emitted;
         const std::size_t r = s->id - 1;
         if (last[r] < 0) {
           ttft.push_back(now - arrival[r]);
+          itl.insert(itl.end(), emitted - 1, 0.0);
         } else {
-          itl.push_back(now - last[r]);
+          itl.insert(itl.end(), emitted, (now - last[r]) / emitted);
         }
         last[r] = now;
+        if (speculative && i < std::size_t(plan.decode_seqs)) {
+          ++verify_steps;
+          verify_tokens += emitted;
+        }
+        if (drafted > 0 && s->output_len() < s->max_new_tokens) {
+          records[r].Verified(accepted, drafted);
+          CTXPAR_RETURN_IF_ERROR(scheduler.Accept(s, accepted));
+        }
       }
       if (s->output_len() >= s->max_new_tokens) done.push_back(s);
     }
@@ -352,6 +393,7 @@ Expected<SimResult> Simulate(const PlanModel& m, const Hardware& hw, const Engin
   out.ttft_ms_p90 = Percentile(ttft, 0.9) * 1e3;
   out.itl_ms_p50 = Percentile(itl, 0.5) * 1e3;
   out.itl_ms_p90 = Percentile(itl, 0.9) * 1e3;
+  out.accept_length = verify_steps > 0 ? double(verify_tokens) / double(verify_steps) : 0;
   out.output_tokens_per_s = now > 0 ? double(generated) / now : 0;
   out.requests_per_s = now > 0 ? double(reqs.size()) / now : 0;
   return out;

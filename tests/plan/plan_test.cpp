@@ -467,5 +467,102 @@ TEST(PlanWorkload, AServersNextRequestJoinsTheStepAfterTheNext) {
   }
 }
 
+// One request of 64 output tokens at tp 8 on H200 (weight-bound decode), 3 drafts a step at most.
+struct SpeculativeRun {
+  SimResult sim, plain;
+  std::vector<int32_t> drafts;  // per decode step
+};
+SpeculativeRun RunSpeculative(double accept_rate, int clients = 1, int requests = 1,
+                              int output = 64, int dcp = 1, int input = 256) {
+  Expected<PlanModel> m = PresetModel("llama-3.1-70b");
+  Expected<Hardware> h = PresetHardware("h200");
+  EXPECT_TRUE(m.ok() && h.ok());
+  PlanRequest req = ClosedLoop(input, output, clients, requests);
+  req.workload.in_process = true;
+  Expected<PlanReport> report = MakePlan(*m, *h, req);
+  EXPECT_TRUE(report.ok()) << report.status().ToString();
+  auto c_it = std::find_if(report->ranked.begin(), report->ranked.end(),
+                           [&](const Candidate& c) { return c.dcp_size == dcp; });
+  EXPECT_NE(c_it, report->ranked.end());
+  const Candidate& c = *c_it;
+  EngineConfig config = c.config;
+  config.speculative_ngram = true;
+  config.speculative_num_draft_tokens = 4;
+  req.workload.spec_accept_rate = accept_rate;
+  SpeculativeRun run;
+  Expected<SimResult> sim =
+      Simulate(*m, *h, config, c.pool, req.workload, [&](const StepRecord& r) {
+        if (r.batch.size() == 1 && r.batch[0].pos0 > 0) run.drafts.push_back(r.batch[0].drafts);
+      });
+  EXPECT_TRUE(sim.ok()) << sim.status().ToString();
+  if (sim.ok()) run.sim = *sim;
+  run.plain = c.sim;
+  return run;
+}
+
+// Every draft accepted: the record's prior (one half) drafts 2 tokens, then the cap of 3; the
+// 63 tokens after the prefill's come 3 + 15 x 4, in 16 verify steps.
+TEST(PlanSpeculation, AVerifyStepGivesItsAcceptedDraftsAndOneToken) {
+  const SpeculativeRun all = RunSpeculative(1.0);
+  EXPECT_EQ(all.sim.steps, 1 + 16);
+  EXPECT_DOUBLE_EQ(all.sim.accept_length, 63.0 / 16);
+  ASSERT_EQ(all.drafts.size(), 16u);
+  EXPECT_EQ(all.drafts.front(), 2);
+  for (std::size_t i = 1; i < all.drafts.size(); ++i) EXPECT_EQ(all.drafts[i], 3) << i;
+  // Decode reads the weights once a step whatever its rows: four rows cost about one.
+  EXPECT_GT(all.sim.output_tokens_per_s, 2.5 * all.plain.output_tokens_per_s);
+  EXPECT_EQ(all.plain.steps, 1 + 63);
+  // Under DCP the verify rows combine as decode rows do: no context all-gather of a prefill.
+  const SpeculativeRun dcp8 = RunSpeculative(1.0, 8, 8, 64, 8, 16384);
+  EXPECT_LT(dcp8.sim.decode_step_ms, 1.5 * dcp8.plain.decode_step_ms);
+}
+
+// Nothing accepted: one token a step as without drafts, and the rule stops drafting after three
+// rejections (p = 0.9 / 2.8, 0.81 / 3.52, 0.73 / 4.17: 1, 1, then under one token), probing one
+// token every 8 steps; the rows it paid for make it slower than plain decoding, but not by much.
+TEST(PlanSpeculation, DraftsThatAreNeverAcceptedCostLittle) {
+  const SpeculativeRun none = RunSpeculative(0.0);
+  EXPECT_EQ(none.sim.steps, none.plain.steps);
+  EXPECT_DOUBLE_EQ(none.sim.accept_length, 1.0);
+  ASSERT_EQ(none.drafts.size(), 63u);
+  EXPECT_EQ(std::vector<int32_t>(none.drafts.begin(), none.drafts.begin() + 4),
+            (std::vector<int32_t>{2, 1, 1, 0}));
+  int drafting = 0;
+  for (int32_t d : none.drafts) drafting += d > 0;
+  EXPECT_LE(drafting, 3 + 63 / 8);
+  EXPECT_LE(none.sim.output_tokens_per_s, none.plain.output_tokens_per_s);
+  EXPECT_GT(none.sim.output_tokens_per_s, 0.9 * none.plain.output_tokens_per_s);
+}
+
+// Each draft accepted with p = 0.9 (the rule keeps 3 drafts while its estimate stays above 0.585):
+// a verify step gives (1 - p^4) / (1 - p) = 3.439 tokens, a little less where a run of
+// rejections shortens the drafts and at the ends of the requests.
+TEST(PlanSpeculation, TheAcceptLengthIsTheGeometricSeriesOfTheRate) {
+  const SpeculativeRun run = RunSpeculative(0.9, 8, 64, 128);
+  EXPECT_LE(run.sim.accept_length, 3.439);
+  EXPECT_GT(run.sim.accept_length, 0.95 * 3.439);
+}
+
+TEST(PlanSpeculation, RefusesWhatItCannotPrice) {
+  Expected<PlanModel> m = PresetModel("llama-3.1-70b");
+  Expected<Hardware> h = PresetHardware("h200");
+  ASSERT_TRUE(m.ok() && h.ok());
+  auto refusal = [&](std::optional<std::string> algorithm, std::optional<double> rate) {
+    PlanRequest req = ClosedLoop(256, 16, 1, 1);
+    if (algorithm) EXPECT_TRUE(req.base.Set("speculative_algorithm", *algorithm).ok());
+    req.workload.spec_accept_rate = rate;
+    const Status st = MakePlan(*m, *h, req).status();
+    EXPECT_EQ(st.error_id(), "CTXPAR-PLAN-004") << st.ToString();
+    return st.message();
+  };
+  EXPECT_NE(refusal("NGRAM", std::nullopt).find("--speculative-accept-rate = (not given)"),
+            std::string::npos);
+  EXPECT_NE(refusal(std::nullopt, 0.5).find("--speculative-accept-rate = 0.5"), std::string::npos);
+  EXPECT_NE(refusal("STANDALONE", 0.5).find("--speculative-algorithm = STANDALONE"),
+            std::string::npos);
+  EXPECT_NE(refusal("NGRAM", 1.5).find("--speculative-accept-rate = 1.5"), std::string::npos);
+  EXPECT_NE(refusal("NGRAM", std::nan("")).find("--speculative-accept-rate"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ctxpar::plan

@@ -104,6 +104,14 @@ BASE = ["--model", "llama-3.1-70b", "--hardware", "h200", "--gpus", "8"]
     (["--itl-slo-ms", "inf"], "CTXPAR-PLAN-004", "--itl-slo-ms"),
     (["--input-len", "0"], "CTXPAR-PLAN-004", "--input-len"),
     (["--output-len", "9:3"], "CTXPAR-PLAN-004", "--output-len"),
+    (["--speculative-algorithm", "NGRAM"], "CTXPAR-PLAN-004", "--speculative-accept-rate"),
+    (["--speculative-accept-rate", "0.5"], "CTXPAR-PLAN-004", "--speculative-accept-rate"),
+    (["--speculative-algorithm", "NGRAM", "--speculative-accept-rate", "1.5"], "CTXPAR-PLAN-004",
+     "--speculative-accept-rate"),
+    (["--speculative-algorithm", "NGRAM", "--speculative-accept-rate", "nan"], "CTXPAR-PLAN-004",
+     "--speculative-accept-rate"),
+    (["--speculative-algorithm", "STANDALONE", "--speculative-accept-rate", "0.5"],
+     "CTXPAR-PLAN-004", "--speculative-algorithm"),
 ])
 def test_an_input_out_of_range_is_refused_before_any_simulation(flags, error_id, field):
     for json_flag in ([], ["--json"]):
@@ -120,3 +128,21 @@ def test_the_bounds_themselves_are_taken():
     validate(doc)
     assert doc["workload"]["num_requests"] == 1
     assert all(not c["meets_slo"] for c in doc["candidates"])
+
+
+def test_speculation_is_priced_beside_plain_decoding():
+    doc = plan(*BASE, "--input-len", "2048", "--output-len", "128", "--concurrency", "4",
+               "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "4",
+               "--speculative-accept-rate", "0.8")
+    validate(doc)
+    assert doc["workload"]["speculative_accept_rate"] == 0.8
+    for c in doc["candidates"]:
+        # 3 drafts accepted at 0.8 each: at most 1 + .8 + .64 + .512 tokens a verify step.
+        assert 1 < c["spec_accept_length"] <= 2.952 + 1e-9
+        plain = c["without_speculation"]["output_tokens_per_s"]
+        assert c["speculation_gain"] == pytest.approx(c["output_tokens_per_s"] / plain)
+    plain_doc = plan(*BASE, "--input-len", "2048", "--output-len", "128", "--concurrency", "4")
+    assert "spec_accept_length" not in plain_doc["candidates"][0]
+    by_flags = {c["flags"]: c["output_tokens_per_s"] for c in plain_doc["candidates"]}
+    for c in doc["candidates"]:
+        assert c["without_speculation"]["output_tokens_per_s"] == pytest.approx(by_flags[c["flags"]])

@@ -1,0 +1,31 @@
+// A request's record of its drafts under speculative decoding, and the draft length it sets.
+//
+// A verify row costs about a fifth of a decode step on the CPU (docs/engine.md measures it), and
+// with per-token acceptance p the k-th draft is accepted with probability p^k, so drafting pays
+// while p^k > 1/5. p is the record's accepted / tried (tried: the accepted drafts and the first
+// rejected one), both decayed by 0.9 per verify step from a prior of one half. Below one token, a
+// request drafts one token every 8 steps, so that a text that turns repetitive is noticed.
+//
+// The engine keeps one per request; the planner's simulation keeps one per simulated request, so
+// that it drafts as the engine would.
+//
+// Thread safety: none (one owner).
+#pragma once
+
+namespace ctxpar::engine {
+
+class DraftRecord {
+ public:
+  // Tokens to draft next, at most max_tokens (>= 0).
+  int Length(int max_tokens) const;
+  // A step drafted for the request, `any` tokens or none.
+  void Drafted(bool any) { idle_ = any ? 0 : idle_ + 1; }
+  // Its verify step accepted `accepted` of `drafted` (> 0) drafts.
+  void Verified(int accepted, int drafted);
+
+ private:
+  double accepted_ = 1.0, tried_ = 2.0;
+  int idle_ = 0;  // steps since it last drafted
+};
+
+}  // namespace ctxpar::engine
