@@ -13,7 +13,7 @@ a finish_reason on the last choice chunk, the usage chunk when asked, then "data
     python bench/serve/loadgen.py --url http://127.0.0.1:30000 --concurrency 4 --requests 8
     python bench/serve/loadgen.py --url ... --rate 0.5 --requests 16 --json out.json
 
-It also makes the prefix-cache traces that run.py --workload prefix sends: SGLang bench_serving's
+It also makes the repetitive ledgers that run.py --workload spec sends, and the prefix-cache traces that run.py --workload prefix sends: SGLang bench_serving's
 generated-shared-prefix (groups of prompts sharing a long system prompt) and multi-turn
 conversations (each turn resends the history with the answers).
 """
@@ -43,6 +43,27 @@ def make_prompts(count, words, seed):
     for i in range(count):
         body = " ".join(rng.choice(WORDS) for _ in range(words))
         prompts.append(f"Document {i}: {body}\nSummary:")
+    return prompts
+
+
+def make_ledgers(count, rows, seed):
+    """Repetitive prompts for speculative decoding (run.py --workload spec): ledgers of `rows`
+    deliveries, one a line in a fixed shape, ending where the next line starts. A model continues
+    them line by line, repeating what the prompt and its own output already hold; each prompt
+    draws its own warehouses, goods and clerks."""
+    rng = random.Random(seed)
+    goods = ["apples", "pears", "plums", "cherries", "lemons", "oranges", "melons", "grapes"]
+    clerks = ["J. Smith", "M. Jones", "A. Brown", "K. Lee", "R. Patel", "S. Garcia"]
+    prompts = []
+    for i in range(count):
+        month = rng.randrange(1, 13)
+        lines = [f"Deliveries ledger {i}, 2024-{month:02d}"]
+        for day in range(1, rows + 1):
+            lines.append(f"2024-{month:02d}-{day:02d} | Warehouse {rng.choice('ABCD')} | "
+                         f"{rng.randrange(2, 30)} crates of {rng.choice(goods)} | received by "
+                         f"{rng.choice(clerks)} | status: complete")
+        lines.append(f"2024-{month:02d}-{rows + 1:02d} |")
+        prompts.append("\n".join(lines))
     return prompts
 
 

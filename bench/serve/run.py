@@ -21,6 +21,12 @@ writes prefix.json, prefix.md and prefix.png (TTFT p50 per turn, and first again
 requests of a group).
 
     python bench/serve/run.py --workload prefix --small-kv-mib 160 --out /tmp/prefix-bench
+
+With --workload spec it measures speculative decoding (spec.py): ctxpar serve with and without
+--speculative-algorithm NGRAM beside llama-server with and without its n-gram speculation, on
+repetitive ledgers, at concurrency 1 and 16 by default, medians of --repeats runs.
+
+    python bench/serve/run.py --workload spec --llama-omp-wait "" --out /tmp/spec-bench
 """
 
 
@@ -136,7 +142,7 @@ def run_llama(args, levels):
                "127.0.0.1", "--port", str(port), "--parallel", str(slots), "-c",
                str(slots * args.slot_context), "-t", str(args.threads), "--cont-batching"]
         p = Process(cmd, url, os.path.join(args.out, f"llama-server-{c}.log"),
-                    env={"OMP_WAIT_POLICY": args.llama_omp_wait})
+                    env=llama_env(args))
         try:
             if c == "poisson":
                 results.append(poisson(url, args, "llama.cpp"))
@@ -145,6 +151,11 @@ def run_llama(args, levels):
         finally:
             p.stop()
     return results
+
+
+def llama_env(args):
+    """llama-server's OMP_WAIT_POLICY, unless "" (its own default)."""
+    return {"OMP_WAIT_POLICY": args.llama_omp_wait} if args.llama_omp_wait else None
 
 
 def poisson(url, args, tag):
@@ -219,7 +230,7 @@ def run_prefix(args):
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         p = Process(cmd(port), url, os.path.join(args.out, f"{log}.log"),
-                    env={"OMP_WAIT_POLICY": args.llama_omp_wait} if "llama" in tag else None)
+                    env=llama_env(args) if "llama" in tag else None)
         try:
             warm = loadgen.make_prompts(1, 16, args.seed + 7)
             asyncio.run(loadgen.run_load(url, None, warm, 4, concurrency=1))
@@ -365,7 +376,7 @@ def main():
                    "by bench/llama_cpp/build.sh)")
     p.add_argument("--model", default=os.environ.get("CTXPAR_MODEL"))
     p.add_argument("--out", required=True)
-    p.add_argument("--levels", default="1,4,16,64")
+    p.add_argument("--levels", default=None, help="concurrencies (default 1,4,16,64; spec: 1,16)")
     p.add_argument("--requests", type=int, default=0,
                    help="requests per level (default: max(4, concurrency))")
     p.add_argument("--rate", type=float, default=0.25, help="Poisson arrivals per second")
@@ -378,9 +389,14 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--llama-omp-wait", default="PASSIVE",
                    help="OMP_WAIT_POLICY of llama-server: its OpenMP threads spin at barriers "
-                   "when ACTIVE, which on a shared 2-core machine costs it 5-10x")
+                   "when ACTIVE, which on a shared 2-core machine costs it 5-10x (\"\": its "
+                   "own default)")
     p.add_argument("--skip-llama", action="store_true")
-    p.add_argument("--workload", choices=["serve", "prefix"], default="serve")
+    p.add_argument("--workload", choices=["serve", "prefix", "spec"], default="serve")
+    p.add_argument("--repeats", type=int, default=3, help="spec: runs per level")
+    p.add_argument("--ledger-rows", type=int, default=16, help="spec: lines of each ledger")
+    p.add_argument("--draft-tokens", type=int, default=8,
+                   help="spec: --speculative-num-draft-tokens (llama-server drafts one fewer)")
     p.add_argument("--groups", type=int, default=4, help="prefix: system prompts")
     p.add_argument("--prompts-per-group", type=int, default=8)
     p.add_argument("--system-words", type=int, default=512)
@@ -395,6 +411,8 @@ def main():
     if not args.model:
         args.model = subprocess.check_output(["bash", os.path.join(ROOT, "scripts/fetch-model.sh")],
                                              text=True).strip()
+    if args.levels is None:
+        args.levels = "1,16" if args.workload == "spec" else "1,4,16,64"
     try:
         levels = [int(x) for x in args.levels.split(",")]
     except ValueError:
@@ -407,8 +425,17 @@ def main():
         p.error("--requests must be >= 0, --prompt-words and --max-tokens >= 1")
     args.requests_per_level = (lambda c: args.requests or max(4, c))
     os.makedirs(args.out, exist_ok=True)
+    if args.workload == "spec" and (args.repeats < 1 or args.ledger_rows < 1
+                                    or args.draft_tokens < 2):
+        p.error("spec: --repeats and --ledger-rows must be >= 1, --draft-tokens >= 2")
     if args.workload == "prefix":
         return main_prefix(args)
+    if args.workload == "spec":
+        import spec
+        if not args.skip_llama and args.llama_bin is None:
+            args.llama_bin = subprocess.check_output(
+                ["bash", os.path.join(ROOT, "bench/llama_cpp/build.sh")], text=True).split()[-1]
+        return spec.main_spec(args, levels)
     results = run_ctxpar(args, levels)
     if not args.skip_llama:
         if args.llama_bin is None:
