@@ -344,15 +344,16 @@ Status RunRank(Communicator& world, const Launch& launch, const GenerateOptions&
       static_cast<long long>(decoded), decode_s,
       decoded > 0 && decode_s > 0 ? double(decoded) / decode_s : 0.0,
       static_cast<long long>(generated), total_s, total_s > 0 ? double(generated) / total_s : 0.0);
-  if (c.speculative_ngram) {
+  if (c.speculative_algorithm != SpeculativeAlgorithm::kNone) {
     const EngineSnapshot after = engine->Snapshot();
     const uint64_t steps = after.spec_verify_steps_total - before.spec_verify_steps_total;
     const uint64_t tokens = after.spec_verify_tokens_total - before.spec_verify_tokens_total;
     const uint64_t drafts = after.spec_draft_tokens_total - before.spec_draft_tokens_total;
     std::fprintf(
         stderr,
-        "ctxpar generate: speculative NGRAM: %llu verify step(s), accept len %.2f, "
+        "ctxpar generate: speculative %s: %llu verify step(s), accept len %.2f, "
         "accept rate %.2f (%llu of %llu drafted tokens)\n",
+        std::string(SpeculativeAlgorithmName(c.speculative_algorithm)).c_str(),
         static_cast<unsigned long long>(steps), steps > 0 ? double(tokens) / double(steps) : 0.0,
         drafts > 0 ? double(tokens - steps) / double(drafts) : 0.0,
         static_cast<unsigned long long>(tokens - steps), static_cast<unsigned long long>(drafts));

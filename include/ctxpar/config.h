@@ -38,10 +38,14 @@
 //                                         platform.
 //   7. _handle_speculative_decoding       --speculative-algorithm: NGRAM resolves
 //                                         speculative_num_draft_tokens (unset: the max match
-//                                         window) and max_bfs_breadth (unset: 1); the other
-//                                         algorithms (CTXPAR-SPEC-001), draft trees, PROB matching
-//                                         and the shared cache's capacity (CTXPAR-SPEC-002) and a
-//                                         min window above the max (CTXPAR-SPEC-003) are refused.
+//                                         window) and max_bfs_breadth (unset: 1); STANDALONE
+//                                         needs a draft model path (CTXPAR-SPEC-004) and resolves
+//                                         speculative_num_draft_tokens to speculative_num_steps
+//                                         + 1 (unset: 6); the other algorithms (CTXPAR-SPEC-001),
+//                                         a draft path with NGRAM (CTXPAR-SPEC-005), draft trees,
+//                                         PROB matching and the shared cache's capacity
+//                                         (CTXPAR-SPEC-002) and a min window above the max
+//                                         (CTXPAR-SPEC-003) are refused.
 //
 // Sources are the handler names above, the hook names, "user" (given on the command line and
 // not overridden) or "default".

@@ -24,11 +24,14 @@
 // prefilling its prompt and the tokens it had generated; by batch invariance (batch.h) its
 // output is the one it would have had without the retraction.
 //
-// Speculative decoding (config.speculative_ngram, docs/engine.md): before each step the leader
-// drafts the next tokens of every decoding request from its own tokens (n-gram lookup), and the
-// step verifies them as extra rows of the request; the sampler accepts drafts while they equal
-// what it samples, so tokens and log-probabilities are those of plain decoding, and the KV pages
-// of rejected drafts are given back on every rank.
+// Speculative decoding (config.speculative_algorithm, docs/engine.md): before each step the leader
+// drafts the next tokens of every decoding request, from its own tokens (NGRAM: n-gram lookup) or
+// with a draft model (STANDALONE: config.speculative_draft_model_path, loaded on rank 0 alone at
+// tp 1 / dcp 1, with a KV pool of its own of at most max_total_num_tokens tokens within
+// config.kv_cache_mib), and the step verifies them as extra rows of the request; the sampler
+// accepts drafts while they equal what it samples, so tokens and log-probabilities are those of
+// plain decoding whatever was drafted, and the KV pages of rejected drafts are given back on
+// every rank.
 //
 // Thread safety: Submit, Cancel, Stop and Snapshot are safe from any thread; Run is called by one
 // thread per rank.
@@ -150,9 +153,11 @@ class Engine {
   };
 
   // Collective over `world` (tp_size ranks): creates the thread pool, the model (source's
-  // CreateModel) and the KV pool sized by config.kv_cache_mib (capped by max_total_tokens).
-  // `log` receives the start-up lines (SGLang's "KV Cache is allocated. #tokens: ..." and
-  // "max_total_num_tokens=..."); it may be null. `world` and `source` must outlive the engine.
+  // CreateModel) and the KV pool sized by config.kv_cache_mib (capped by max_total_tokens); with
+  // STANDALONE, on rank 0, the draft model and its pool (CTXPAR-SPEC-006 / -007 as PrepareLaunch
+  // gives them, which refuses such a launch line first on every rank). `log` receives the start-up
+  // lines (SGLang's "KV Cache is allocated. #tokens: ..." and "max_total_num_tokens=..."); it may
+  // be null. `world` and `source` must outlive the engine.
   static Expected<std::unique_ptr<Engine>> Create(const EngineConfig& config,
                                                   const ModelSource& source, Communicator& world,
                                                   std::function<void(std::string_view)> log);

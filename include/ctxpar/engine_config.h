@@ -34,9 +34,14 @@ enum class MoeA2aBackend {
 // --schedule-policy: fcfs admits queued requests by arrival, lpm by longest cached prefix.
 enum class SchedulePolicy { kFcfs, kLpm };
 
-// The --cp-strategy and --moe-a2a-backend spellings ("none" for CpStrategy::kNone).
+// --speculative-algorithm: drafts from the request's own tokens (NGRAM) or from a draft model
+// (STANDALONE); kNone decodes one token per step.
+enum class SpeculativeAlgorithm { kNone, kNgram, kStandalone };
+
+// The --cp-strategy, --moe-a2a-backend and --speculative-algorithm spellings ("none" for kNone).
 std::string_view CpStrategyName(CpStrategy strategy);
 std::string_view MoeA2aBackendName(MoeA2aBackend backend);
+std::string_view SpeculativeAlgorithmName(SpeculativeAlgorithm algorithm);
 
 struct EngineConfig {
   std::string model_path;
@@ -77,11 +82,12 @@ struct EngineConfig {
   bool llama_cpp_numerics = false;  // int8 activations in the matmuls (GGUF models)
   bool int8_matmuls = false;        // --dtype auto: the matrix units' int8 path (GGUF models)
 
-  // Speculative decoding (--speculative-algorithm NGRAM; docs/engine.md): each decoding request
+  // Speculative decoding (--speculative-algorithm; docs/engine.md): each decoding request
   // verifies the last token and up to speculative_num_draft_tokens - 1 drafted tokens in one step.
-  bool speculative_ngram = false;
+  SpeculativeAlgorithm speculative_algorithm = SpeculativeAlgorithm::kNone;
   int speculative_num_draft_tokens = 0;
-  int ngram_min_match_window = 1;  // suffix lengths a draft matches, longest first
+  std::string speculative_draft_model_path;  // kStandalone: the draft model
+  int ngram_min_match_window = 1;            // suffix lengths a draft matches, longest first
   int ngram_max_match_window = 12;
   int ngram_branch_length = 18;  // most tokens one match drafts
 };

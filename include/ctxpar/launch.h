@@ -5,7 +5,9 @@
 // Steps: the platform (--platform, CTXPAR_PLATFORM or the probe), the model path (--model-path,
 // else $CTXPAR_MODEL, else the default SmolLM2 file in the model cache), OpenModelSource, the
 // resolution pipeline with the model's ModelInfo (its hook included), the typed EngineConfig,
-// and rank 0's KV pool plan (KvPoolFor), whose capacity is max_total_num_tokens.
+// with --speculative-algorithm STANDALONE the draft model (opened and its vocabulary compared
+// with the target's: CTXPAR-SPEC-006, CTXPAR-SPEC-007), and rank 0's KV pool plan (KvPoolFor),
+// whose capacity is max_total_num_tokens.
 //
 // Thread safety: a function of its arguments and the environment.
 #pragma once

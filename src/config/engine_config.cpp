@@ -51,6 +51,18 @@ std::string_view MoeA2aBackendName(MoeA2aBackend backend) {
   return "?";
 }
 
+std::string_view SpeculativeAlgorithmName(SpeculativeAlgorithm algorithm) {
+  switch (algorithm) {
+    case SpeculativeAlgorithm::kNone:
+      return "none";
+    case SpeculativeAlgorithm::kNgram:
+      return "NGRAM";
+    case SpeculativeAlgorithm::kStandalone:
+      return "STANDALONE";
+  }
+  return "?";
+}
+
 Expected<EngineConfig> MakeEngineConfig(const ResolvedConfig& c, const Platform& platform) {
   static constexpr CpStrategy kStrategies[] = {CpStrategy::kNone, CpStrategy::kInterleave,
                                                CpStrategy::kZigzag};
@@ -102,9 +114,16 @@ Expected<EngineConfig> MakeEngineConfig(const ResolvedConfig& c, const Platform&
   e.random_seed = static_cast<uint64_t>(c.random_seed());
   e.llama_cpp_numerics = c.llama_cpp_numerics();
   e.int8_matmuls = c.dtype() == "auto";
-  e.speculative_ngram = c.Str("speculative_algorithm") == "NGRAM";
-  if (e.speculative_ngram) {
+  if (const std::string algorithm = c.Str("speculative_algorithm"); !algorithm.empty()) {
+    static constexpr SpeculativeAlgorithm kAlgorithms[] = {SpeculativeAlgorithm::kNgram,
+                                                           SpeculativeAlgorithm::kStandalone};
+    CTXPAR_ASSIGN_OR_RETURN(
+        e.speculative_algorithm,
+        ParseChoice("speculative_algorithm", algorithm, kAlgorithms, &SpeculativeAlgorithmName));
     e.speculative_num_draft_tokens = c.Int("speculative_num_draft_tokens");
+    e.speculative_draft_model_path = c.Str("speculative_draft_model_path");
+  }
+  if (e.speculative_algorithm == SpeculativeAlgorithm::kNgram) {
     e.ngram_min_match_window = c.Int("speculative_ngram_min_match_window_size");
     e.ngram_max_match_window = c.Int("speculative_ngram_max_match_window_size");
     e.ngram_branch_length = c.Int("speculative_ngram_branch_length");

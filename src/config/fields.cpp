@@ -177,11 +177,19 @@ const std::vector<FieldSpec>& Table() {
     // what is not implemented.
     f.push_back(StrField("speculative_algorithm", {}, "--speculative-algorithm",
                          {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"},
-                         "Speculative decoding: NGRAM drafts from the request's own tokens (the "
-                         "others are refused)."));
+                         "Speculative decoding: NGRAM drafts from the request's own tokens, "
+                         "STANDALONE with a smaller draft model (the others are refused)."));
+    f.push_back(StrField("speculative_draft_model_path", {}, "--speculative-draft-model-path", {},
+                         "The draft model of STANDALONE: a GGUF file or HF checkpoint with the "
+                         "target model's vocabulary.",
+                         "--speculative-draft-model"));
+    f.push_back(IntField("speculative_num_steps", {}, "--speculative-num-steps", 1,
+                         "STANDALONE: draft model steps per verify step (the draft is one chain: "
+                         "speculative_num_draft_tokens becomes this plus one)."));
     f.push_back(IntField("speculative_num_draft_tokens", {}, "--speculative-num-draft-tokens", 1,
                          "Rows of a verify step: the last token and up to this minus one drafted "
-                         "tokens (unset with NGRAM: the max match window)."));
+                         "tokens (unset with NGRAM: the max match window; with STANDALONE: "
+                         "speculative_num_steps + 1, 6 without it)."));
     f.push_back(IntField("speculative_ngram_min_match_window_size", int64_t{1},
                          "--speculative-ngram-min-match-window-size", 1,
                          "Shortest suffix of the sequence that an n-gram draft matches."));

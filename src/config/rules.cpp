@@ -187,15 +187,42 @@ Status HandleCpuEngine(Resolution& r, const ResolveContext& ctx) {
   return Status::Ok();
 }
 
-// SGLang's _handle_speculative_decoding for NGRAM, on ctxpar's engine: drafts are chains from
-// the request's own tokens (docs/engine.md), so what needs a draft model, a draft tree or the
-// shared n-gram cache is refused rather than ignored.
+// STANDALONE: a draft model, one chain of speculative_num_steps tokens. SGLang's chains
+// (speculative_eagle_topk 1) verify speculative_num_steps + 1 rows, and it adjusts
+// speculative_num_draft_tokens to that; its default is 5 steps (auto_choose_speculative_params).
+Status HandleStandalone(Resolution& r) {
+  constexpr std::string_view kSource = "_handle_speculative_decoding";
+  constexpr int64_t kDefaultSteps = 5;
+  ResolvingView cfg = r.view();
+  if (!cfg.IsSet("speculative_draft_model_path") ||
+      cfg.Str("speculative_draft_model_path").empty()) {
+    return CatalogError("CTXPAR-SPEC-004", {});
+  }
+  if (cfg.IsSet("speculative_num_steps")) {
+    return r.Declare(
+        kSource, {{"speculative_num_draft_tokens", int64_t{cfg.Int("speculative_num_steps")} + 1}});
+  }
+  if (!cfg.IsSet("speculative_num_draft_tokens")) {
+    return r.Declare(kSource, {{"speculative_num_draft_tokens", kDefaultSteps + 1}});
+  }
+  return Status::Ok();
+}
+
+// SGLang's _handle_speculative_decoding for NGRAM and STANDALONE, on ctxpar's engine: drafts are
+// chains (docs/engine.md), from the request's own tokens or from a draft model, so what needs a
+// trained draft head, a draft tree or the shared n-gram cache is refused rather than ignored.
+// Opening the draft model and comparing its vocabulary wait for PrepareLaunch (CTXPAR-SPEC-006,
+// CTXPAR-SPEC-007): the flags alone name a path only.
 Status HandleSpeculativeDecoding(Resolution& r, const ResolveContext&) {
   constexpr std::string_view kSource = "_handle_speculative_decoding";
   ResolvingView cfg = r.view();
   const std::optional<std::string> algorithm = cfg.OptStr("speculative_algorithm");
   if (!algorithm) return Status::Ok();
+  if (*algorithm == "STANDALONE") return HandleStandalone(r);
   if (*algorithm != "NGRAM") return CatalogError("CTXPAR-SPEC-001", {{"algorithm", *algorithm}});
+  if (cfg.IsSet("speculative_draft_model_path")) {
+    return CatalogError("CTXPAR-SPEC-005", {{"algorithm", *algorithm}});
+  }
   auto unsupported = [](std::string option, std::string why) {
     return CatalogError("CTXPAR-SPEC-002",
                         {{"option", std::move(option)}, {"why", std::move(why)}});

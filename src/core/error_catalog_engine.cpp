@@ -360,22 +360,23 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "--swa-full-tokens-ratio 0.1 'Hello'",
        {"CTXPAR-ENGINE-006", "CTXPAR-KV-002"}},
       {"CTXPAR-SPEC-001",
-       "A speculative algorithm that needs a draft model",
+       "A speculative algorithm that needs a trained draft head",
        "--speculative-algorithm {algorithm} is not implemented by ctxpar's engine: only NGRAM "
-       "drafts (from the request's own prompt and output, no draft model).",
+       "(from the request's own prompt and output) and STANDALONE (with a draft model) draft.",
        kConfig,
-       "EAGLE, EAGLE3 and NEXTN draft with a trained head of the model (MTP) and STANDALONE with "
-       "a second, smaller model; ctxpar loads neither. NGRAM looks the sequence's last tokens up "
-       "in the tokens it already has and verifies what followed them, with output identical to "
-       "plain decoding.",
-       "`check`, `generate` or `serve` with --speculative-algorithm EAGLE, EAGLE3, NEXTN or "
-       "STANDALONE.",
+       "EAGLE, EAGLE3 and NEXTN draft with a head trained on the model's hidden states (MTP); "
+       "ctxpar loads none. NGRAM looks the sequence's last tokens up in the tokens it already has "
+       "and STANDALONE runs a smaller model with the same vocabulary; both verify the drafts with "
+       "output identical to plain decoding.",
+       "`check`, `generate` or `serve` with --speculative-algorithm EAGLE, EAGLE3 or NEXTN.",
        {"Use --speculative-algorithm NGRAM (pays on repetitive output: code edits, tables, "
         "quoted documents).",
+        "Use --speculative-algorithm STANDALONE --speculative-draft-model-path with a smaller "
+        "model of the same vocabulary.",
         "Drop --speculative-algorithm to decode one token per step."},
        "ctxpar check --speculative-algorithm EAGLE",
        "ctxpar check --speculative-algorithm NGRAM",
-       {"CTXPAR-SPEC-002"}},
+       {"CTXPAR-SPEC-002", "CTXPAR-SPEC-004"}},
       {"CTXPAR-SPEC-002",
        "An NGRAM option ctxpar does not implement",
        "{option} asks for {why}; leave it unset.",
@@ -407,6 +408,68 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "ctxpar check --speculative-algorithm NGRAM --speculative-ngram-min-match-window-size 16",
        "ctxpar check --speculative-algorithm NGRAM --speculative-ngram-min-match-window-size 4",
        {"CTXPAR-SPEC-002"}},
+      {"CTXPAR-SPEC-004",
+       "STANDALONE speculative decoding without a draft model",
+       "STANDALONE speculative decoding requires setting --speculative-draft-model-path.",
+       kConfig,
+       "STANDALONE drafts the next tokens of each request with a second, smaller model that "
+       "shares the target model's vocabulary; the target verifies them. Without a draft model "
+       "there is nothing to draft with.",
+       "--speculative-algorithm STANDALONE without --speculative-draft-model-path.",
+       {"Add --speculative-draft-model-path with a smaller model of the same vocabulary (a GGUF "
+        "file or a HF checkpoint directory).",
+        "Or use --speculative-algorithm NGRAM, which drafts from the request's own tokens."},
+       "ctxpar check --speculative-algorithm STANDALONE",
+       "ctxpar check --speculative-algorithm STANDALONE --speculative-draft-model-path draft.gguf",
+       {"CTXPAR-SPEC-005", "CTXPAR-SPEC-006", "CTXPAR-SPEC-007"}},
+      {"CTXPAR-SPEC-005",
+       "A draft model for an algorithm that drafts without one",
+       "--speculative-draft-model-path is only read by --speculative-algorithm STANDALONE; "
+       "--speculative-algorithm {algorithm} drafts without a draft model.",
+       kConfig,
+       "NGRAM drafts from the request's own prompt and output and never loads a draft model; a "
+       "draft model given beside it would silently mean nothing, so the launch line is refused.",
+       "--speculative-algorithm NGRAM with --speculative-draft-model-path.",
+       {"Drop --speculative-draft-model-path to draft from the request's own tokens.",
+        "Or use --speculative-algorithm STANDALONE to draft with that model."},
+       "ctxpar check --speculative-algorithm NGRAM --speculative-draft-model-path draft.gguf",
+       "ctxpar check --speculative-algorithm STANDALONE --speculative-draft-model-path draft.gguf",
+       {"CTXPAR-SPEC-004"}},
+      {"CTXPAR-SPEC-006",
+       "A draft model that cannot be opened",
+       "The draft model --speculative-draft-model-path {path} cannot be opened: {error}",
+       kConfig,
+       "STANDALONE opens the draft model when the engine is launched, as it opens the target "
+       "model: a GGUF file of an architecture ctxpar runs, or a HF checkpoint directory. The "
+       "reason after the colon is the one the target model would get for the same file.",
+       "`check --model-path`, `generate` or `serve` with --speculative-algorithm STANDALONE and "
+       "a draft path that does not exist, is not a model, or is of an architecture ctxpar does "
+       "not run.",
+       {"Check the path, or point it at a model `ctxpar check --model-path PATH` accepts."},
+       "ctxpar generate --speculative-algorithm STANDALONE --speculative-draft-model-path "
+       "missing.gguf 'Hello'",
+       "ctxpar generate --speculative-algorithm STANDALONE --speculative-draft-model-path "
+       "SmolLM2-135M-Instruct.Q4_1.gguf 'Hello'",
+       {"CTXPAR-SPEC-004", "CTXPAR-SPEC-007"}},
+      {"CTXPAR-SPEC-007",
+       "A draft model whose vocabulary is not the target model's",
+       "The draft model {draft} does not share the vocabulary of the target model {target}: "
+       "{difference}.",
+       kConfig,
+       "The draft model proposes token ids that the target model verifies: an id must mean the "
+       "same token to both, so the two vocabularies must have the same size and, where both "
+       "models carry a tokenizer, the same text for every id. A draft of another tokenizer "
+       "(another model family) would propose ids that mean other tokens and never be accepted.",
+       "--speculative-algorithm STANDALONE with a draft model of another family or another "
+       "tokenizer than the target model.",
+       {"Use a draft model of the target's family, converted with the same tokenizer (for "
+        "SmolLM2-1.7B, SmolLM2-135M).",
+        "Or use --speculative-algorithm NGRAM, which needs no draft model."},
+       "ctxpar generate --speculative-algorithm STANDALONE --speculative-draft-model-path "
+       "gemma-3-270m-q4_k_m.gguf 'Hello'",
+       "ctxpar generate --speculative-algorithm STANDALONE --speculative-draft-model-path "
+       "SmolLM2-135M-Instruct.Q4_1.gguf 'Hello'",
+       {"CTXPAR-SPEC-004", "CTXPAR-SPEC-006"}},
       {"CTXPAR-MODEL-001",
        "--model-arch that contradicts the model",
        "--model-arch {given} does not match the model, whose architecture is {architecture}.",

@@ -19,7 +19,7 @@
 #include "ctxpar/thread_pool.h"
 #include "ctxpar/tokenizer.h"
 #include "engine/draft_record.h"
-#include "engine/ngram.h"
+#include "engine/drafter.h"
 #include "engine/plan_codec.h"
 #include "engine/scheduler.h"
 
@@ -188,6 +188,7 @@ struct Engine::Impl {
   std::unique_ptr<Model> model;
   std::optional<KvPool> kv;
   std::optional<engine::Scheduler> scheduler;
+  std::unique_ptr<engine::Drafter> drafter;  // the leader's, with speculative decoding
   std::vector<int32_t> eos;
   std::vector<float> logits;
 
@@ -227,7 +228,7 @@ struct Engine::Impl {
   // decoding would (a stop, max_new_tokens); true when it finished (it is gone then).
   Expected<bool> Emit(Request& r, std::span<const float> row);
   // Drafts the next tokens of every decoding request (speculative decoding).
-  void Draft();
+  Status Draft();
   void Publish();
   void PublishLocked();  // mu held
   void BeginStep(const engine::StepPlan& step);
@@ -257,6 +258,15 @@ Expected<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config,
                                config.schedule_policy},
       &*impl->kv);
   const bool radix_cache = impl->scheduler->cache() != nullptr;
+  if (world.rank() == 0 && config.speculative_algorithm == SpeculativeAlgorithm::kNgram) {
+    impl->drafter = engine::MakeNgramDrafter(
+        {config.ngram_min_match_window, config.ngram_max_match_window, config.ngram_branch_length});
+  }
+  if (world.rank() == 0 && config.speculative_algorithm == SpeculativeAlgorithm::kStandalone) {
+    CTXPAR_ASSIGN_OR_RETURN(
+        impl->drafter, engine::MakeModelDrafter(impl->config, source, impl->kv->capacity_tokens(),
+                                                impl->threads.get()));
+  }
   impl->eos = source.desc().eos_token_ids;
   EngineSnapshot& s = impl->stats;
   s.max_total_num_tokens = impl->kv->capacity_tokens();
@@ -553,8 +563,11 @@ Status Engine::Impl::Lead(RunUntil until) {
       engine::WirePlan bye{true, scheduler->TakePendingOps(), {}};
       return engine::BroadcastPlan(*world, &bye);
     }
-    if (config.speculative_ngram) Draft();
+    if (drafter) CTXPAR_RETURN_IF_ERROR(Draft());
     CTXPAR_ASSIGN_OR_RETURN(engine::StepPlan step, scheduler->Plan());
+    if (drafter) {
+      for (const engine::SeqState* s : step.retracted) drafter->Forget(s->id);
+    }
     if (observer) observer(engine::RecordStep(step));
     // The step's view (admitted, queued, pages) holds while it runs, which may take seconds.
     Publish();
@@ -569,18 +582,22 @@ Status Engine::Impl::Lead(RunUntil until) {
   }
 }
 
-void Engine::Impl::Draft() {
-  const engine::NgramOptions options{config.ngram_min_match_window, config.ngram_max_match_window,
-                                     config.ngram_branch_length};
+Status Engine::Impl::Draft() {
+  std::vector<engine::DraftWant> wants;
+  std::vector<Request*> decoding;  // drafting this step or not
   for (auto& [id, r] : requests) {
     engine::SeqState& s = r->seq;
     if (s.slot < 0 || s.kv_len == 0 || s.pending() != 1) continue;
     // No draft past max_new_tokens: the verify step's last row gives one more token.
     const int budget = r->drafts.Length(
         std::min(config.speculative_num_draft_tokens - 1, s.max_new_tokens - s.output_len() - 1));
-    s.draft = budget > 0 ? engine::NgramDraft(s.tokens, options, budget) : std::vector<int32_t>();
-    r->drafts.Drafted(!s.draft.empty());
+    s.draft.clear();
+    if (budget > 0) wants.push_back({&s, budget});
+    decoding.push_back(r.get());
   }
+  CTXPAR_RETURN_IF_ERROR(drafter->Draft(wants));
+  for (Request* r : decoding) r->drafts.Drafted(!r->seq.draft.empty());
+  return Status::Ok();
 }
 
 Expected<bool> Engine::Impl::Emit(Request& r, std::span<const float> row) {
@@ -654,7 +671,7 @@ Status Engine::Impl::Sample(const engine::StepPlan& plan) {
       // after the last one that holds gives one more token. The sampler draws once per token, so
       // seeded sampling gives plain decoding's tokens too.
       // Under speculative decoding every decode step is a verify step (of zero drafts or more).
-      const bool verify = config.speculative_ngram && i < plan.decode_seqs;
+      const bool verify = drafter != nullptr && i < plan.decode_seqs;
       verify_steps += verify;
       r.spec_verify_ct += verify;
       int32_t emitted = 0;
@@ -709,6 +726,7 @@ void Engine::Impl::Finish(Request& r, FinishReason reason, std::string detail) {
   // A failed release means the slot was not the pool's: the ranks' pools have diverged, which
   // the next plan's replay reports.
   (void)scheduler->Remove(&r.seq);
+  if (drafter) drafter->Forget(r.seq.id);
   if (r.detokenizer && !r.detokenizer->stopped()) r.update.text += r.detokenizer->Finish();
   r.update.finish = reason;
   r.update.finish_detail = std::move(detail);

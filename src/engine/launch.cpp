@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "ctxpar/engine.h"
+#include "engine/drafter.h"
 
 namespace ctxpar {
 
@@ -37,6 +38,10 @@ Expected<Launch> PrepareLaunch(const LaunchConfig& raw) {
   CTXPAR_ASSIGN_OR_RETURN(launch.resolved, Resolve(raw, launch.platform, &launch.source->info()));
   CTXPAR_ASSIGN_OR_RETURN(launch.config, MakeEngineConfig(launch.resolved, launch.platform));
   launch.config.model_path = path;
+  if (launch.config.speculative_algorithm == SpeculativeAlgorithm::kStandalone) {
+    // Refused here rather than when the engine loads it: `check --model-path` answers too.
+    CTXPAR_RETURN_IF_ERROR(engine::OpenDraftModel(launch.config, *launch.source).status());
+  }
   CTXPAR_ASSIGN_OR_RETURN(launch.kv, KvPoolFor(launch.config, *launch.source, 0));
   launch.config.max_running_requests = launch.kv.max_slots;
   launch.max_total_num_tokens = KvPool::GroupTokens(launch.kv, 0);

@@ -87,9 +87,9 @@ void Evaluate(const PlanModel& m, const Hardware& hw, const PlanRequest& req, Ca
   Expected<SimResult> sim = Simulate(m, hw, c.config, c.pool, req.workload);
   if (!sim.ok()) return Refuse(c, sim.status());
   c.sim = *sim;
-  if (c.config.speculative_ngram) {
+  if (c.config.speculative_algorithm == SpeculativeAlgorithm::kNgram) {
     EngineConfig plain = c.config;
-    plain.speculative_ngram = false;
+    plain.speculative_algorithm = SpeculativeAlgorithm::kNone;
     Expected<SimResult> without = Simulate(m, hw, plain, c.pool, req.workload);
     if (!without.ok()) return Refuse(c, without.status());
     c.plain = *without;

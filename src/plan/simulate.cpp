@@ -173,7 +173,8 @@ double StepSeconds(const PlanModel& m, const Hardware& hw, const EngineConfig& c
     const double rows_ctx = s.num_tokens * (double(s.pos0) + (s.num_tokens + 1) / 2.0);
     // A verify step's rows (speculative decoding, all_logits) attend as decode rows do: SGLang's
     // target_verify runs the decode kernels, and on the CPU every row combines anyway.
-    const bool decode = s.num_tokens == 1 || (c.speculative_ngram && s.all_logits);
+    const bool decode = s.num_tokens == 1 ||
+                        (c.speculative_algorithm != SpeculativeAlgorithm::kNone && s.all_logits);
     // MLA decodes absorbed (latent width) and prefills as multi-head attention.
     const double dqk = m.mla ? (decode ? m.kv_lora_rank + m.qk_rope_head_dim
                                        : m.qk_nope_head_dim + m.qk_rope_head_dim)
@@ -269,7 +270,8 @@ Expected<SimResult> Simulate(const PlanModel& m, const Hardware& hw, const Engin
   std::vector<double> ttft, itl, decode_steps;
   std::size_t submitted = 0, finished = 0;
   // Speculative decoding: each request's draft record (the engine's rule) and accept stream.
-  const bool speculative = c.speculative_ngram && w.spec_accept_rate.has_value();
+  const bool speculative =
+      c.speculative_algorithm == SpeculativeAlgorithm::kNgram && w.spec_accept_rate.has_value();
   std::vector<engine::DraftRecord> records(reqs.size());
   std::mt19937_64 accept_rng(w.seed ^ 0x5bd1e9955bd1e995ull);
   std::bernoulli_distribution accepts(speculative ? *w.spec_accept_rate : 0.0);

@@ -522,7 +522,7 @@ Status Server::Attach(ServingModel model) {
   s.context.tokenizer = s.model.tokenizer;
   s.context.context_length = s.model.desc.context_length;
   s.context.max_total_num_tokens = s.model.backend->Snapshot().max_total_num_tokens;
-  s.context.speculative = s.model.config.speculative_ngram;
+  s.context.speculative = s.model.config.speculative_algorithm != SpeculativeAlgorithm::kNone;
   Status status;
   if (const Tokenizer* tok = s.model.tokenizer) {
     std::size_t longest = 1;

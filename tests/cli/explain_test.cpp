@@ -51,7 +51,8 @@ TEST(CliExplain, ExampleFixesOfCheckErrorsBehaveAsTheySay) {
         "CTXPAR-LAYOUT-001", "CTXPAR-LAYOUT-002", "CTXPAR-DSV4-001", "CTXPAR-DSV4-002",
         "CTXPAR-DSV4-003",   "CTXPAR-DSV4-004",   "CTXPAR-FLAG-001", "CTXPAR-FLAG-002",
         "CTXPAR-FLAG-003",   "CTXPAR-FLAG-004",   "CTXPAR-FLAG-005", "CTXPAR-FLAG-006",
-        "CTXPAR-MOE-001",    "CTXPAR-SPEC-001",   "CTXPAR-SPEC-002", "CTXPAR-SPEC-003"}) {
+        "CTXPAR-MOE-001",    "CTXPAR-SPEC-001",   "CTXPAR-SPEC-002", "CTXPAR-SPEC-003",
+        "CTXPAR-SPEC-004",   "CTXPAR-SPEC-005"}) {
     SCOPED_TRACE(id);
     json entry = json::parse(RunCtxpar({"explain", id, "--json"}).out);
     for (const char* which : {"before", "after"}) {

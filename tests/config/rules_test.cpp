@@ -427,13 +427,47 @@ TEST(SpeculativeRules, NgramResolvesItsDefaults) {
   EXPECT_FALSE(c.IsSet("speculative_num_draft_tokens"));
 }
 
+// STANDALONE drafts one chain of speculative_num_steps tokens with the draft model: SGLang's
+// default of 5 steps, and speculative_num_draft_tokens = steps + 1 as SGLang adjusts it for chains
+// (topk 1), even over a given value.
+TEST(SpeculativeRules, StandaloneResolvesItsDraftLength) {
+  const std::pair<std::string, FieldValue> draft = {"speculative_draft_model_path", S("d.gguf")};
+  const std::pair<std::string, FieldValue> standalone = {"speculative_algorithm", S("STANDALONE")};
+  ResolvedConfig c = Passes(Launch({standalone, draft}), kCpu);
+  EXPECT_EQ(c.Int("speculative_num_draft_tokens"), 6);
+  EXPECT_EQ(c.Provenance("speculative_num_draft_tokens")->source, "_handle_speculative_decoding");
+  c = Passes(Launch({standalone, draft, {"speculative_num_steps", I(3)}}), kCpu);
+  EXPECT_EQ(c.Int("speculative_num_draft_tokens"), 4);
+  c = Passes(Launch({standalone,
+                     draft,
+                     {"speculative_num_steps", I(3)},
+                     {"speculative_num_draft_tokens", I(8)}}),
+             kCpu);
+  EXPECT_EQ(c.Int("speculative_num_draft_tokens"), 4);
+  c = Passes(Launch({standalone, draft, {"speculative_num_draft_tokens", I(3)}}), kCpu);
+  EXPECT_EQ(c.Int("speculative_num_draft_tokens"), 3);
+  // The draft model itself is opened by PrepareLaunch (engine_standalone_test).
+  Failure f = Fails(Launch({standalone}), kCpu);
+  EXPECT_EQ(f.id, "CTXPAR-SPEC-004");
+  EXPECT_EQ(f.message,
+            "STANDALONE speculative decoding requires setting --speculative-draft-model-path.");
+  f = Fails(Launch({{"speculative_algorithm", S("NGRAM")}, draft}), kCpu);
+  EXPECT_EQ(f.id, "CTXPAR-SPEC-005");
+  EXPECT_EQ(f.message,
+            "--speculative-draft-model-path is only read by --speculative-algorithm STANDALONE; "
+            "--speculative-algorithm NGRAM drafts without a draft model.");
+  // Without an algorithm the draft model is inert, as in SGLang.
+  EXPECT_FALSE(Passes(Launch({draft}), kCpu).IsSet("speculative_num_draft_tokens"));
+}
+
 TEST(SpeculativeRules, WhatIsNotImplementedIsRefused) {
-  for (const char* algorithm : {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"}) {
+  for (const char* algorithm : {"EAGLE", "EAGLE3", "NEXTN"}) {
     Failure f = Fails(Launch({{"speculative_algorithm", S(algorithm)}}), kCpu);
     EXPECT_EQ(f.id, "CTXPAR-SPEC-001");
     EXPECT_EQ(f.message, std::string("--speculative-algorithm ") + algorithm +
-                             " is not implemented by ctxpar's engine: only NGRAM drafts (from "
-                             "the request's own prompt and output, no draft model).");
+                             " is not implemented by ctxpar's engine: only NGRAM (from the "
+                             "request's own prompt and output) and STANDALONE (with a draft "
+                             "model) draft.");
   }
   Failure f = Fails(
       Launch({{"speculative_algorithm", S("NGRAM")}, {"speculative_ngram_max_bfs_breadth", I(10)}}),

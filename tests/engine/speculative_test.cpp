@@ -9,38 +9,20 @@
 // window layers slide during verify steps, at tp 1 and tp 4 / dcp 4.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <filesystem>
-#include <map>
-#include <memory>
-#include <mutex>
 #include <string>
-#include <tuple>
 #include <vector>
 
-#include "ctxpar/communicator.h"
-#include "ctxpar/engine.h"
-#include "ctxpar/launch.h"
 #include "ctxpar/tokenizer.h"
-#include "models/sequence_runner.h"
+#include "engine/speculative_run.h"
 
 namespace ctxpar {
 namespace {
 
-using Flags = std::vector<std::pair<std::string, FieldValue>>;
-
-struct Outcome {
-  std::vector<int32_t> tokens;
-  std::vector<TokenLogprob> logprobs;
-  int spec_verify_ct = 0;
-  int spec_verify_tokens = 0;
-  FinishReason finish = FinishReason::kNone;
-};
-
-struct RunResult {
-  std::map<int, Outcome> out;
-  EngineSnapshot stats;
-};
+using testing::CancelAt;
+using testing::Flags;
+using testing::RunResult;
+using testing::SameLogprobs;
 
 constexpr int kCancelled = 5;  // the request cancelled after kCancelAfter tokens
 constexpr int kCancelAfter = 6;
@@ -84,53 +66,6 @@ std::vector<GenerateRequest> Requests(const std::string& model,
   return out;
 }
 
-RunResult RunRequests(const std::string& model, const std::vector<GenerateRequest>& requests,
-                      int tp, const Flags& flags, Status* status) {
-  RunResult run;
-  std::mutex mu;
-  *status = RunInProcess(tp, [&](Communicator& comm) -> Status {
-    Flags all = {{"threads", int64_t{1}}, {"tp_size", int64_t{tp}}};
-    all.insert(all.end(), flags.begin(), flags.end());
-    CTXPAR_ASSIGN_OR_RETURN(Launch launch, testing::TestLaunch(model, all));
-    CTXPAR_ASSIGN_OR_RETURN(auto engine,
-                            Engine::Create(launch.config, *launch.source, comm, nullptr));
-    Engine* e = engine.get();
-    if (comm.rank() == 0) {
-      for (int i = 0; i < static_cast<int>(requests.size()); ++i) {
-        auto ids = std::make_shared<uint64_t>(0);
-        CTXPAR_ASSIGN_OR_RETURN(
-            *ids, engine->Submit(requests[i], [&, i, ids, e](const RequestUpdate& u) {
-              std::lock_guard<std::mutex> lock(mu);
-              Outcome& o = run.out[i];
-              o.tokens.insert(o.tokens.end(), u.tokens.begin(), u.tokens.end());
-              o.logprobs.insert(o.logprobs.end(), u.logprobs.begin(), u.logprobs.end());
-              o.spec_verify_ct = u.spec_verify_ct;
-              o.spec_verify_tokens = u.spec_verify_tokens;
-              o.finish = u.finish;
-              if (i == kCancelled && o.tokens.size() >= kCancelAfter) e->Cancel(*ids);
-            }));
-      }
-    }
-    CTXPAR_RETURN_IF_ERROR(engine->Run(Engine::RunUntil::kIdle));
-    if (comm.rank() == 0) {
-      CTXPAR_RETURN_IF_ERROR(engine->FlushCache());
-      run.stats = engine->Snapshot();
-    }
-    return Status::Ok();
-  });
-  return run;
-}
-
-bool SameLogprobs(const std::vector<TokenLogprob>& a, const std::vector<TokenLogprob>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (a[i].token != b[i].token || a[i].logprob != b[i].logprob || a[i].top != b[i].top) {
-      return false;
-    }
-  }
-  return true;
-}
-
 struct Config {
   int tp, dcp;
   const char* backend;
@@ -167,30 +102,21 @@ TEST_P(SpeculativeTest, TokensAndLogprobsAreThoseOfPlainDecoding) {
   const std::vector<GenerateRequest> requests =
       Requests(DefaultModelPath(), std::vector<std::string>(std::begin(kTexts), std::end(kTexts)));
   Status st;
-  const RunResult plain = RunRequests(DefaultModelPath(), requests, c.tp, flags, &st);
+  const CancelAt cancel{kCancelled, kCancelAfter};
+  const RunResult plain =
+      testing::RunRequests(DefaultModelPath(), requests, c.tp, flags, cancel, &st);
   ASSERT_TRUE(st.ok()) << st.ToString();
-  const RunResult fast = RunRequests(DefaultModelPath(), requests, c.tp, spec, &st);
+  const RunResult fast =
+      testing::RunRequests(DefaultModelPath(), requests, c.tp, spec, cancel, &st);
   ASSERT_TRUE(st.ok()) << st.ToString();
 
   const int n = static_cast<int>(std::size(kTexts));
   for (int i = 0; i < n; ++i) {
     SCOPED_TRACE("request " + std::to_string(i));
     ASSERT_EQ(fast.out.count(i), 1u);
-    const Outcome &a = plain.out.at(i), &b = fast.out.at(i);
+    const testing::Outcome &a = plain.out.at(i), &b = fast.out.at(i);
     if (i == kCancelled) {
-      // Cancelled once it had kCancelAfter tokens (a verify step may give several at once): the
-      // tokens it had agree.
-      EXPECT_EQ(a.finish, FinishReason::kAbort);
-      EXPECT_EQ(b.finish, FinishReason::kAbort);
-      const std::size_t common = std::min(a.tokens.size(), b.tokens.size());
-      ASSERT_GE(common, std::size_t{kCancelAfter});
-      auto head = [&](const Outcome& o) {
-        return std::make_pair(
-            std::vector<int32_t>(o.tokens.begin(), o.tokens.begin() + common),
-            std::vector<TokenLogprob>(o.logprobs.begin(), o.logprobs.begin() + common));
-      };
-      EXPECT_EQ(head(a).first, head(b).first);
-      EXPECT_TRUE(SameLogprobs(head(a).second, head(b).second));
+      testing::ExpectSameHead(a, b, kCancelAfter);
       continue;
     }
     EXPECT_EQ(a.tokens, b.tokens);
@@ -256,9 +182,9 @@ TEST_P(Gemma3SpeculativeTest, WindowLayersVerifyTheDraftsOfPlainDecoding) {
   Flags spec = flags;
   spec.push_back({"speculative_algorithm", std::string("NGRAM")});
   Status st;
-  const RunResult plain = RunRequests(model, requests, tp, flags, &st);
+  const RunResult plain = testing::RunRequests(model, requests, tp, flags, {}, &st);
   ASSERT_TRUE(st.ok()) << st.ToString();
-  const RunResult fast = RunRequests(model, requests, tp, spec, &st);
+  const RunResult fast = testing::RunRequests(model, requests, tp, spec, {}, &st);
   ASSERT_TRUE(st.ok()) << st.ToString();
   ASSERT_GT(requests[0].prompt.size() + 1, std::size_t{512}) << "the ledger must pass the window";
   for (int i = 0; i < static_cast<int>(requests.size()); ++i) {

@@ -486,7 +486,7 @@ SpeculativeRun RunSpeculative(double accept_rate, int clients = 1, int requests 
   EXPECT_NE(c_it, report->ranked.end());
   const Candidate& c = *c_it;
   EngineConfig config = c.config;
-  config.speculative_ngram = true;
+  config.speculative_algorithm = SpeculativeAlgorithm::kNgram;
   config.speculative_num_draft_tokens = 4;
   req.workload.spec_accept_rate = accept_rate;
   SpeculativeRun run;

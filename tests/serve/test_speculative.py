@@ -1,8 +1,11 @@
 """Speculative decoding through the server: /generate answers a repetitive prompt with the same
-output ids and log-probabilities with --speculative-algorithm NGRAM as without, meta_info has
-SGLang's spec_verify_ct and spec_accept_length, /metrics sglang:spec_accept_length, and the step
-log's decode lines the accept length and rate."""
+output ids and log-probabilities with --speculative-algorithm NGRAM, and with STANDALONE and the
+model as its own draft, as without; meta_info has SGLang's spec_verify_ct and spec_accept_length,
+/metrics sglang:spec_accept_length, and the step log's decode lines the accept length and rate."""
 
+import os
+
+import pytest
 import requests
 
 from conftest import start
@@ -24,10 +27,16 @@ def generate(server):
     return r.json()
 
 
-def test_ngram_answers_as_plain_decoding_and_reports_its_acceptance(request):
-    plain = start(request)
+@pytest.fixture(scope="module")
+def plain(request):
+    server = start(request)
+    return server, generate(server)
+
+
+def test_ngram_answers_as_plain_decoding_and_reports_its_acceptance(request, plain):
+    plain, a = plain
     spec = start(request, "--speculative-algorithm", "NGRAM", "--decode-log-interval", "1")
-    a, b = generate(plain), generate(spec)
+    b = generate(spec)
     assert a["output_ids"] == b["output_ids"]
     assert a["meta_info"]["output_token_logprobs"] == b["meta_info"]["output_token_logprobs"]
     assert a["meta_info"]["output_top_logprobs"] == b["meta_info"]["output_top_logprobs"]
@@ -39,3 +48,19 @@ def test_ngram_answers_as_plain_decoding_and_reports_its_acceptance(request):
     assert spec.metrics()["sglang:spec_accept_length"] > 1.5
     assert plain.metrics()["sglang:spec_accept_length"] == 0
     assert "accept len: " in spec.output() and "accept rate: " in spec.output()
+
+
+def test_standalone_answers_as_plain_decoding_and_reports_its_acceptance(request, plain):
+    # The model drafting for itself at tp 1: its greedy drafts are what the target samples.
+    _, a = plain
+    spec = start(request, "--speculative-algorithm", "STANDALONE",
+                 "--speculative-draft-model-path", os.environ["CTXPAR_MODEL"],
+                 "--speculative-num-steps", "4")
+    b = generate(spec)
+    assert a["output_ids"] == b["output_ids"]
+    assert a["meta_info"]["output_token_logprobs"] == b["meta_info"]["output_token_logprobs"]
+    assert a["meta_info"]["output_top_logprobs"] == b["meta_info"]["output_top_logprobs"]
+    meta = b["meta_info"]
+    assert 0 < meta["spec_verify_ct"] < 47
+    assert abs(meta["spec_accept_length"] - 47 / meta["spec_verify_ct"]) < 1e-9
+    assert spec.metrics()["sglang:spec_accept_length"] > 1.5

@@ -1,0 +1,71 @@
+#include "engine/drafter.h"
+
+#include <fmt/format.h>
+
+#include <string>
+
+#include "ctxpar/error_catalog.h"
+#include "ctxpar/tokenizer.h"
+
+namespace ctxpar::engine {
+
+namespace {
+
+class NgramDrafter final : public Drafter {
+ public:
+  explicit NgramDrafter(const NgramOptions& options) : options_(options) {}
+
+  Status Draft(std::span<const DraftWant> wants) override {
+    for (const DraftWant& w : wants)
+      w.seq->draft = NgramDraft(w.seq->tokens, options_, w.max_tokens);
+    return Status::Ok();
+  }
+  void Forget(uint64_t) override {}
+
+ private:
+  NgramOptions options_;
+};
+
+// How the draft's vocabulary differs from the target's, or "" when an id means the same token to
+// both: the same size, and the same text for every id where both carry a tokenizer.
+std::string VocabularyDifference(const ModelSource& draft, const ModelSource& target) {
+  const int a = draft.desc().vocab_size, b = target.desc().vocab_size;
+  if (a != b) return fmt::format("the draft's vocabulary has {} tokens, the target's {}", a, b);
+  const Tokenizer* x = draft.tokenizer();
+  const Tokenizer* y = target.tokenizer();
+  if (x == nullptr || y == nullptr) return "";
+  if (x->vocab_size() != y->vocab_size()) {
+    return fmt::format("the draft's tokenizer has {} tokens, the target's {}", x->vocab_size(),
+                       y->vocab_size());
+  }
+  for (int32_t id = 0; id < x->vocab_size(); ++id) {
+    if (x->token_text(id) != y->token_text(id)) {
+      return fmt::format("token {} is {} to the draft and {} to the target", id,
+                         PyRepr(x->token_text(id)), PyRepr(y->token_text(id)));
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+std::unique_ptr<Drafter> MakeNgramDrafter(const NgramOptions& options) {
+  return std::make_unique<NgramDrafter>(options);
+}
+
+Expected<std::unique_ptr<ModelSource>> OpenDraftModel(const EngineConfig& config,
+                                                      const ModelSource& target) {
+  const std::string& path = config.speculative_draft_model_path;
+  Expected<std::unique_ptr<ModelSource>> draft = OpenModelSource(path);
+  if (!draft.ok()) {
+    return CatalogError("CTXPAR-SPEC-006", {{"path", path}, {"error", draft.status().message()}});
+  }
+  if (std::string difference = VocabularyDifference(**draft, target); !difference.empty()) {
+    return CatalogError(
+        "CTXPAR-SPEC-007",
+        {{"draft", path}, {"target", target.path()}, {"difference", std::move(difference)}});
+  }
+  return std::move(*draft);
+}
+
+}  // namespace ctxpar::engine
