@@ -1,7 +1,6 @@
 #include "engine/draft_record.h"
 
 #include <algorithm>
-#include <cmath>
 
 namespace ctxpar::engine {
 namespace {
@@ -14,8 +13,20 @@ constexpr double kDecay = 0.9;
 
 int DraftRecord::Length(int max_tokens) const {
   const double p = accepted_ / tried_;
-  const double k = p >= 0.999 ? max_tokens : std::floor(std::log(kRowCost) / std::log(p));
-  if (k >= 1) return static_cast<int>(std::min<double>(k, max_tokens));
+  // k drafts give 1 + p + ... + p^k tokens for a step of 1 + kRowCost k: the k with the most
+  // tokens per step (the fewest drafts among equals).
+  int best = 0;
+  double best_rate = 1.0, tokens = 1.0, pk = 1.0;
+  for (int k = 1; k <= max_tokens; ++k) {
+    pk *= p;
+    tokens += pk;
+    const double rate = tokens / (1.0 + kRowCost * k);
+    if (rate > best_rate) {
+      best = k;
+      best_rate = rate;
+    }
+  }
+  if (best > 0) return best;
   return idle_ + 1 >= kProbeSteps ? std::min(1, max_tokens) : 0;
 }
 

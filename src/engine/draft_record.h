@@ -1,10 +1,12 @@
 // A request's record of its drafts under speculative decoding, and the draft length it sets.
 //
 // A verify row costs about a fifth of a decode step on the CPU (docs/engine.md measures it), and
-// with per-token acceptance p the k-th draft is accepted with probability p^k, so drafting pays
-// while p^k > 1/5. p is the record's accepted / tried (tried: the accepted drafts and the first
-// rejected one), both decayed by 0.9 per verify step from a prior of one half. Below one token, a
-// request drafts one token every 8 steps, so that a text that turns repetitive is noticed.
+// with per-token acceptance p the k-th draft is accepted with probability p^k: k drafts give
+// 1 + p + ... + p^k tokens in a step of 1 + k / 5, and the record drafts the k with the most
+// tokens per step. p is the record's accepted / tried (tried: the accepted drafts and the first
+// rejected one), both decayed by 0.9 per verify step from a prior of one half. Where no draft
+// pays, a request drafts one token every 8 steps, so that a text that turns repetitive is
+// noticed.
 //
 // The engine keeps one per request; the planner's simulation keeps one per simulated request, so
 // that it drafts as the engine would.

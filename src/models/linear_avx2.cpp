@@ -31,6 +31,7 @@ struct Avx2Isa {
   // 126-132 against 115-126; n = 16: 134-141 against 126-137; n = 64: 179-184 against 150-153).
   static constexpr int kDirectGroup = 5;
   static constexpr int kDirectRows[kDirectGroup] = {4, 2, 1, 1, 1};
+  static constexpr bool kDirectWeightsFirst = false;
   static constexpr int kDirectMaxTokens = 8;
   static constexpr int kWideRows = 4;
   static constexpr int kWideTokens = 3;

@@ -23,9 +23,10 @@ struct Avx512Isa {
     __m512 v[kParts];
   };
   // 32 registers: the widened path's 4 x 6 outputs, four weight parts and one activation part.
-  static constexpr int kDirectGroup = 3;
-  static constexpr int kDirectRows[kDirectGroup] = {8, 4, 4};
-  static constexpr int kDirectMaxTokens = 3;
+  static constexpr int kDirectGroup = 8;
+  static constexpr int kDirectRows[kDirectGroup] = {8, 6, 6, 4, 4, 3, 3, 2};
+  static constexpr bool kDirectWeightsFirst = true;
+  static constexpr int kDirectMaxTokens = 8;
   static constexpr int kWideRows = 4;
   static constexpr int kWideTokens = 6;
   // Gemma 3's o rows (32 blocks) whole: in pieces of 24 and 8 they ran 10-19 % slower.

@@ -22,6 +22,8 @@
 //   Reduce4(a, b, c, d, out)  optional: four outputs by that tree at once, into out[0..3]
 //   kDirectGroup       the most tokens per register tile of the direct path
 //   kDirectRows[k]     output rows per register tile of the direct path for k + 1 tokens
+//   kDirectWeightsFirst  the direct path dequantizes a group of all its rows before the FMAs
+//                      (registers for R blocks beside the R x T accumulators), or row by row
 //   kDirectMaxTokens   n (of the whole MatMul) up to which a tile reads the quantized blocks
 //                      directly, dequantizing each block in registers once per group of tokens
 //   kWideRows, kWideTokens  the register tile of the widened path (larger n), in chains: one
@@ -221,13 +223,29 @@ void Panel(const F32Tile& j, int r0, int t0) {
     }
     ForGroups<kGroups>([&]<int G>() {
       const int col = (b * kGroups + G) * kBlock;
-      for (int r = 0; r < R; ++r) {
-        Isa::Prefetch(blks[r] + G * (kBytes / kGroups) + kPrefetchRows * j.row_stride);
-        const typename Isa::Block w = DequantGroup<Isa, S, G>(blks[r], scales[r]);
+      if constexpr (Isa::kDirectWeightsFirst) {
+        // Every row's group in registers first, then each activation part loaded once for the
+        // R rows: a load per R FMAs instead of one per FMA (the load ports bound it otherwise).
+        typename Isa::Block w[R];
+        for (int r = 0; r < R; ++r) {
+          Isa::Prefetch(blks[r] + G * (kBytes / kGroups) + kPrefetchRows * j.row_stride);
+          w[r] = DequantGroup<Isa, S, G>(blks[r], scales[r]);
+        }
         for (int t = 0; t < T; ++t) {
-          const float* xg = xs[t] + col;
           for (int p = 0; p < Isa::kParts; ++p) {
-            Isa::Fma(acc[r][t], p, w.v[p], Isa::Load(xg + p * kLanes));
+            const auto x = Isa::Load(xs[t] + col + p * kLanes);
+            for (int r = 0; r < R; ++r) Isa::Fma(acc[r][t], p, w[r].v[p], x);
+          }
+        }
+      } else {
+        for (int r = 0; r < R; ++r) {
+          Isa::Prefetch(blks[r] + G * (kBytes / kGroups) + kPrefetchRows * j.row_stride);
+          const typename Isa::Block w = DequantGroup<Isa, S, G>(blks[r], scales[r]);
+          for (int t = 0; t < T; ++t) {
+            const float* xg = xs[t] + col;
+            for (int p = 0; p < Isa::kParts; ++p) {
+              Isa::Fma(acc[r][t], p, w.v[p], Isa::Load(xg + p * kLanes));
+            }
           }
         }
       }

@@ -29,6 +29,7 @@ struct ScalarIsa {
   };
   static constexpr int kDirectGroup = 1;
   static constexpr int kDirectRows[kDirectGroup] = {1};
+  static constexpr bool kDirectWeightsFirst = false;
   static constexpr int kDirectMaxTokens = 1;
   static constexpr int kWideRows = 1;
   static constexpr int kWideTokens = 1;

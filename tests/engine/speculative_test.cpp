@@ -130,9 +130,9 @@ TEST_P(SpeculativeTest, TokensAndLogprobsAreThoseOfPlainDecoding) {
     EXPECT_LE(b.spec_verify_ct, b.spec_verify_tokens);
   }
   // The ledger and the list of days repeat what came before: drafts were accepted (a verify step
-  // gave more than 1.5 tokens on average).
+  // gave more than 1.5 and 1.25 tokens on average; without an accepted draft it gives 1).
   EXPECT_LT(fast.out.at(0).spec_verify_ct * 3, fast.out.at(0).spec_verify_tokens * 2);
-  EXPECT_LT(fast.out.at(4).spec_verify_ct * 3, fast.out.at(4).spec_verify_tokens * 2);
+  EXPECT_LT(fast.out.at(4).spec_verify_ct * 5, fast.out.at(4).spec_verify_tokens * 4);
   EXPECT_GT(fast.stats.spec_verify_tokens_total, fast.stats.spec_verify_steps_total);
   EXPECT_EQ(plain.stats.spec_verify_steps_total, 0u);
   // The trace retracted requests (a small pool), and every page came back.
