@@ -70,12 +70,14 @@ struct Config {
   int tp, dcp;
   const char* backend;
   int interleave;
+  const char* dtype =
+      "float32";  // auto: int8 activations on the matrix units (batch-invariant too)
 };
 
 std::string ConfigName(const ::testing::TestParamInfo<Config>& info) {
   const Config& c = info.param;
   return "tp" + std::to_string(c.tp) + "_dcp" + std::to_string(c.dcp) + "_" + c.backend + "_i" +
-         std::to_string(c.interleave);
+         std::to_string(c.interleave) + "_" + c.dtype;
 }
 
 class SpeculativeTest : public ::testing::TestWithParam<Config> {
@@ -95,7 +97,8 @@ TEST_P(SpeculativeTest, TokensAndLogprobsAreThoseOfPlainDecoding) {
                        {"dcp_kv_cache_interleave_size", int64_t{c.interleave}},
                        {"chunked_prefill_size", int64_t{37}},
                        {"max_total_tokens", int64_t{240}},
-                       {"schedule_conservativeness", 0.2}};
+                       {"schedule_conservativeness", 0.2},
+                       {"dtype", std::string(c.dtype)}};
   Flags spec = flags;
   spec.push_back({"speculative_algorithm", std::string("NGRAM")});
   spec.push_back({"speculative_num_draft_tokens", int64_t{6}});
@@ -145,7 +148,9 @@ INSTANTIATE_TEST_SUITE_P(Layouts, SpeculativeTest,
                          ::testing::Values(Config{1, 1, "ag_rs", 1}, Config{3, 3, "ag_rs", 1},
                                            Config{3, 3, "ag_rs", 16}, Config{3, 3, "a2a", 1},
                                            Config{3, 3, "a2a", 16}, Config{3, 3, "shm_a2a", 1},
-                                           Config{3, 3, "shm_a2a", 16}),
+                                           Config{3, 3, "shm_a2a", 16},
+                                           Config{1, 1, "ag_rs", 1, "auto"},
+                                           Config{3, 3, "a2a", 16, "auto"}),
                          ConfigName);
 
 // Gemma 3 270M: its sliding-window layers (W = 512) keep only the window's pages, and a verify
