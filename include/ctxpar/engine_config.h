@@ -89,7 +89,8 @@ struct EngineConfig {
   std::string speculative_draft_model_path;  // kStandalone: the draft model
   int ngram_min_match_window = 1;            // suffix lengths a draft matches, longest first
   int ngram_max_match_window = 12;
-  int ngram_branch_length = 18;  // most tokens one match drafts
+  int ngram_branch_length = 18;         // most tokens one match drafts
+  int64_t ngram_capacity = 10'000'000;  // finished requests' tokens kept to draft from
 };
 
 // Converts a resolved configuration; fails only on a value outside its enum (a bug).

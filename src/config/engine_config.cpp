@@ -127,6 +127,7 @@ Expected<EngineConfig> MakeEngineConfig(const ResolvedConfig& c, const Platform&
     e.ngram_min_match_window = c.Int("speculative_ngram_min_match_window_size");
     e.ngram_max_match_window = c.Int("speculative_ngram_max_match_window_size");
     e.ngram_branch_length = c.Int("speculative_ngram_branch_length");
+    e.ngram_capacity = c.Int("speculative_ngram_capacity");
   }
   if (e.page_size < 1 || e.max_running_requests < 1 || e.threads < 1) {
     return Internal(fmt::format(

@@ -209,8 +209,8 @@ const std::vector<FieldSpec>& Table() {
                          "--speculative-ngram-branch-length", 1, "Most tokens one match drafts."));
     f.push_back(IntField("speculative_ngram_capacity", int64_t{10 * 1000 * 1000},
                          "--speculative-ngram-capacity", 1,
-                         "Nodes of SGLang's n-gram cache shared across requests (not implemented: "
-                         "ctxpar drafts from each request's own tokens)."));
+                         "Tokens of finished requests kept to draft from when a request's own "
+                         "tokens draft nothing (SGLang's n-gram cache shared across requests)."));
     return f;
   }();
   return fields;

@@ -242,12 +242,6 @@ Status HandleSpeculativeDecoding(Resolution& r, const ResolveContext&) {
                        "drafts ranked by the shared n-gram cache's frequencies; ctxpar drafts "
                        "the most recent continuation of the longest match (BFS)");
   }
-  if (r.raw().given("speculative_ngram_capacity")) {
-    return unsupported(
-        "--speculative-ngram-capacity " + Int(cfg.Int("speculative_ngram_capacity")),
-        "the n-gram cache shared across requests; ctxpar drafts from each request's own prompt "
-        "and output, which keeps no cache to size");
-  }
   const int min_window = cfg.Int("speculative_ngram_min_match_window_size");
   const int max_window = cfg.Int("speculative_ngram_max_match_window_size");
   if (min_window > max_window) {

@@ -381,14 +381,14 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "An NGRAM option ctxpar does not implement",
        "{option} asks for {why}; leave it unset.",
        kConfig,
-       "SGLang's NGRAM grows draft trees from an n-gram cache shared by every request. ctxpar "
-       "drafts one chain per step from the request's own tokens: the longest suffix of the "
-       "sequence, within the match window, that occurred before, and the tokens that followed "
-       "its most recent occurrence. An option that would change what SGLang drafts is refused "
-       "instead of silently meaning nothing.",
+       "SGLang's NGRAM grows draft trees from an n-gram cache shared by every request, ranked by "
+       "frequency with PROB. ctxpar drafts one chain per step: from the request's own tokens "
+       "(the longest suffix of the sequence, within the match window, that occurred before, and "
+       "the tokens that followed its most recent occurrence), else from the finished requests' "
+       "tokens (--speculative-ngram-capacity of them). An option that would change what SGLang "
+       "drafts is refused instead of silently meaning nothing.",
        "--speculative-algorithm NGRAM with --speculative-ngram-max-bfs-breadth or "
-       "--speculative-ngram-min-bfs-breadth above 1, --speculative-ngram-match-type PROB, or "
-       "--speculative-ngram-capacity.",
+       "--speculative-ngram-min-bfs-breadth above 1, or --speculative-ngram-match-type PROB.",
        {"Drop the option: chains of up to --speculative-num-draft-tokens - 1 drafted tokens are "
         "what ctxpar verifies."},
        "ctxpar check --speculative-algorithm NGRAM --speculative-ngram-max-bfs-breadth 10",

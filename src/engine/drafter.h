@@ -4,7 +4,8 @@
 // So a drafter decides speed only: whatever it drafts, the output is plain decoding's.
 //
 //   NGRAM       the continuation of the longest earlier occurrence of the sequence's last tokens
-//               (ngram.h): no state, no model.
+//               (ngram.h), else of its last tokens in the finished requests (NgramStore, at most
+//               config.ngram_capacity tokens).
 //   STANDALONE  a smaller draft model with the target's vocabulary, on the leader only (tp 1,
 //               dcp 1: a one-rank in-process group), with its own KV pool and a slot per request.
 //               Per call it feeds each request the tokens its KV lacks (after truncating the KV of
@@ -47,9 +48,12 @@ class Drafter {
   // The request ended or was retracted: whatever the drafter keeps for it goes (a no-op for an
   // unknown id).
   virtual void Forget(uint64_t id) = 0;
+  // A request ended with these tokens (prompt and output), which a drafter may draft from later.
+  virtual void Learn(std::span<const int32_t> tokens) { (void)tokens; }
 };
 
-std::unique_ptr<Drafter> MakeNgramDrafter(const NgramOptions& options);
+// `capacity`: the tokens of finished requests kept to draft from (0: none).
+std::unique_ptr<Drafter> MakeNgramDrafter(const NgramOptions& options, int64_t capacity);
 
 // Opens config.speculative_draft_model_path: CTXPAR-SPEC-006 with the reason when it cannot be
 // opened, CTXPAR-SPEC-007 when its vocabulary is not the target's (another vocab_size or, where

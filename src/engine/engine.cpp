@@ -260,7 +260,8 @@ Expected<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config,
   const bool radix_cache = impl->scheduler->cache() != nullptr;
   if (world.rank() == 0 && config.speculative_algorithm == SpeculativeAlgorithm::kNgram) {
     impl->drafter = engine::MakeNgramDrafter(
-        {config.ngram_min_match_window, config.ngram_max_match_window, config.ngram_branch_length});
+        {config.ngram_min_match_window, config.ngram_max_match_window, config.ngram_branch_length},
+        config.ngram_capacity);
   }
   if (world.rank() == 0 && config.speculative_algorithm == SpeculativeAlgorithm::kStandalone) {
     CTXPAR_ASSIGN_OR_RETURN(
@@ -726,7 +727,10 @@ void Engine::Impl::Finish(Request& r, FinishReason reason, std::string detail) {
   // A failed release means the slot was not the pool's: the ranks' pools have diverged, which
   // the next plan's replay reports.
   (void)scheduler->Remove(&r.seq);
-  if (drafter) drafter->Forget(r.seq.id);
+  if (drafter) {
+    drafter->Learn(r.seq.tokens);
+    drafter->Forget(r.seq.id);
+  }
   if (r.detokenizer && !r.detokenizer->stopped()) r.update.text += r.detokenizer->Finish();
   r.update.finish = reason;
   r.update.finish_detail = std::move(detail);

@@ -1,7 +1,8 @@
 """Speculative decoding through the server: /generate answers a repetitive prompt with the same
 output ids and log-probabilities with --speculative-algorithm NGRAM, and with STANDALONE and the
 model as its own draft, as without; meta_info has SGLang's spec_verify_ct and spec_accept_length,
-/metrics sglang:spec_accept_length, and the step log's decode lines the accept length and rate."""
+/metrics sglang:spec_accept_length, and the step log's decode lines the accept length and rate; a
+finished request drafts for the next one (the shared n-gram cache)."""
 
 import os
 
@@ -64,3 +65,20 @@ def test_standalone_answers_as_plain_decoding_and_reports_its_acceptance(request
     assert 0 < meta["spec_verify_ct"] < 47
     assert abs(meta["spec_accept_length"] - 47 / meta["spec_verify_ct"]) < 1e-9
     assert spec.metrics()["sglang:spec_accept_length"] > 1.5
+
+
+def test_a_finished_request_drafts_for_the_next(request):
+    # A text that hardly repeats itself: its own tokens draft little. The second request of the
+    # same prompt drafts from the first one's prompt and output (the shared n-gram cache).
+    spec = start(request, "--speculative-algorithm", "NGRAM")
+    body = {"text": "The history of the lighthouse on the northern island began in",
+            "sampling_params": {"max_new_tokens": 64, "temperature": 0, "ignore_eos": True}}
+    first, second = (requests.post(spec.url + "/generate", json=body, timeout=300).json()
+                     for _ in range(2))
+    assert first["output_ids"] == second["output_ids"]
+    assert first["meta_info"]["spec_accept_length"] < 1.5
+    assert second["meta_info"]["spec_accept_length"] > 2
+    off = start(request, "--speculative-algorithm", "NGRAM", "--speculative-ngram-capacity", "1")
+    _, again = (requests.post(off.url + "/generate", json=body, timeout=300).json()
+                for _ in range(2))
+    assert again["meta_info"]["spec_accept_length"] < 1.5
