@@ -186,7 +186,8 @@ class Engine {
   // Rank 0. Makes Run return after ending every request with kAbort.
   void Stop();
   // Rank 0, while another thread runs Run(kStopped) or between Run calls: empties the prefix
-  // cache (SGLang's /flush_cache) and returns once the engine has; between Runs, the next Run's
+  // cache (SGLang's /flush_cache) and NGRAM's n-gram cache shared across requests, and returns
+  // once the engine has; between Runs, the next Run's
   // first plan drops the pages on the other ranks. Refused with CTXPAR-ENGINE-015 while any
   // request runs or waits, CTXPAR-ENGINE-008 once the engine has stopped. Ok with the cache off.
   Status FlushCache();

@@ -28,6 +28,7 @@ class NgramDrafter final : public Drafter {
   }
   void Forget(uint64_t) override {}
   void Learn(std::span<const int32_t> tokens) override { store_.Add(tokens); }
+  void Clear() override { store_ = NgramStore(store_.capacity()); }
 
  private:
   NgramOptions options_;

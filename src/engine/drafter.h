@@ -50,6 +50,8 @@ class Drafter {
   virtual void Forget(uint64_t id) = 0;
   // A request ended with these tokens (prompt and output), which a drafter may draft from later.
   virtual void Learn(std::span<const int32_t> tokens) { (void)tokens; }
+  // Drops what Learn kept (the engine's FlushCache).
+  virtual void Clear() {}
 };
 
 // `capacity`: the tokens of finished requests kept to draft from (0: none).

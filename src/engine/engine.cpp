@@ -435,6 +435,7 @@ Status Engine::FlushCache() {
   if (!m.in_run) {
     // No engine thread to ask: nothing runs or waits (checked above), so the scheduler is idle.
     (void)m.scheduler->FlushCache();
+    if (m.drafter) m.drafter->Clear();
     m.PublishLocked();
     return Status::Ok();
   }
@@ -532,6 +533,7 @@ void Engine::Impl::Absorb(bool* stop_now) {
                        : CatalogError("CTXPAR-ENGINE-015",
                                       {{"queued", std::to_string(queued + int(inbox.size()))},
                                        {"running", std::to_string(running)}});
+    if (flush_result->ok() && drafter) drafter->Clear();
     PublishLocked();  // /metrics shows the empty cache once the flush has answered
     flushed.notify_all();
   }

@@ -47,6 +47,7 @@ class NgramStore {
   std::vector<int32_t> Draft(std::span<const int32_t> tokens, int branch_length,
                              int max_tokens) const;
   int64_t size() const { return held_; }
+  int64_t capacity() const { return capacity_; }
 
  private:
   struct Where {
