@@ -83,7 +83,6 @@ Status DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n);
 // even, NaN kept quiet, as ggml_compute_fp32_to_bf16); dst holds raw bf16 bits.
 Status DequantizeRowBf16(GgmlType type, const void* src, uint16_t* dst, int64_t n);
 
-
 // Block layouts (ggml-common.h). QK = elements per block.
 inline constexpr int kQK4_0 = 32;
 inline constexpr int kQK4_1 = 32;
@@ -163,6 +162,22 @@ struct BlockQ6K {
   int8_t scales[kQK_K / 16];
   uint16_t d;
 };
+// The non-linear 4-bit grid of IQ4_NL and IQ4_XS: a quant q (0-15) stands for d * kIq4Values[q].
+inline constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                          1,    13,   25,  38,  53,  69,  89,  113};
+// x[j] = d * kIq4Values[qs[j] & 15], x[16 + j] = d * kIq4Values[qs[j] >> 4].
+struct BlockIQ4NL {
+  uint16_t d;
+  uint8_t qs[16];
+};
+// 8 sub-blocks of 32 as IQ4_NL's, each with d * (its 6-bit scale - 32): the scale's low 4 bits in
+// scales_l (sub-block 2i in the low nibble of byte i), its high 2 in bits 2i..2i+1 of scales_h.
+struct BlockIQ4XS {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[kQK_K / 64];
+  uint8_t qs[kQK_K / 2];
+};
 // The activation format of ggml's K-quant dot products: fp32 scale, bsums = sums of 16.
 struct BlockQ8K {
   float d;
@@ -180,6 +195,8 @@ static_assert(sizeof(BlockQ2K) == 84 && alignof(BlockQ2K) == 2);
 static_assert(sizeof(BlockQ3K) == 110 && alignof(BlockQ3K) == 2);
 static_assert(sizeof(BlockQ4K) == 144 && alignof(BlockQ4K) == 2);
 static_assert(sizeof(BlockQ5K) == 176 && alignof(BlockQ5K) == 2);
+static_assert(sizeof(BlockIQ4NL) == 18 && alignof(BlockIQ4NL) == 2);
+static_assert(sizeof(BlockIQ4XS) == 136 && alignof(BlockIQ4XS) == 2);
 static_assert(sizeof(BlockQ6K) == 210 && alignof(BlockQ6K) == 2);
 static_assert(sizeof(BlockQ8K) == 292 && alignof(BlockQ8K) == 4);
 

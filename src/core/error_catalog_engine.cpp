@@ -593,8 +593,8 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "general.* and tokenizer.* keys are the file's description and the tokenizer's. `ctxpar "
        "check --model-path` applies the same checks as generate and serve.",
        "A weight type without a matmul kernel (the matmuls take F32, F16, BF16, Q4_0, Q4_1, "
-       "Q5_0, Q5_1, Q8_0 and Q2_K to Q6_K; requantize others, such as the IQ types, with "
-       "llama-quantize); a tensor of another "
+       "Q5_0, Q5_1, Q8_0, Q2_K to Q6_K, IQ4_NL and IQ4_XS; requantize others, such as IQ2 and "
+       "IQ3, with llama-quantize); a tensor of another "
        "architecture or of a layer past block_count; a shape that disagrees with the "
        "hyperparameters; a norm vector that is not F32; a key of a feature the architecture's "
        "model does not implement.",

@@ -30,10 +30,10 @@ constexpr std::array<GgmlTypeTraits, 32> kTypes = {{
     {GgmlType::kIQ2_XS, "IQ2_XS", 256, 74, false},
     {GgmlType::kIQ3_XXS, "IQ3_XXS", 256, 98, false},
     {GgmlType::kIQ1_S, "IQ1_S", 256, 50, false},
-    {GgmlType::kIQ4_NL, "IQ4_NL", 32, 18, false},
+    {GgmlType::kIQ4_NL, "IQ4_NL", 32, 18, true},
     {GgmlType::kIQ3_S, "IQ3_S", 256, 110, false},
     {GgmlType::kIQ2_S, "IQ2_S", 256, 82, false},
-    {GgmlType::kIQ4_XS, "IQ4_XS", 256, 136, false},
+    {GgmlType::kIQ4_XS, "IQ4_XS", 256, 136, true},
     {GgmlType::kI8, "I8", 1, 1, false},
     {GgmlType::kI16, "I16", 1, 2, false},
     {GgmlType::kI32, "I32", 1, 4, false},
@@ -137,6 +137,35 @@ void RowQ8_1(const uint8_t* src, float* y, int64_t nb) {
     const auto b = LoadBlock<BlockQ8_1>(src, i);
     const float d = Fp16ToFp32(b.d);
     for (int j = 0; j < kQK8_1; ++j) y[j] = static_cast<float>(b.qs[j]) * d;
+  }
+}
+
+// gguf-py's order of roundings: d * q, and (d * scale) * q.
+void RowIQ4NL(const uint8_t* src, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += 32) {
+    const auto b = LoadBlock<BlockIQ4NL>(src, i);
+    const float d = Fp16ToFp32(b.d);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = d * static_cast<float>(kIq4Values[b.qs[j] & 0x0F]);
+      y[j + 16] = d * static_cast<float>(kIq4Values[b.qs[j] >> 4]);
+    }
+  }
+}
+
+void RowIQ4XS(const uint8_t* src, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const auto b = LoadBlock<BlockIQ4XS>(src, i);
+    const float d = Fp16ToFp32(b.d);
+    for (int ib = 0; ib < kQK_K / 32; ++ib, y += 32) {
+      const int low = (b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0F;
+      const int high = (b.scales_h >> (2 * ib)) & 0x03;
+      const float dl = d * static_cast<float>((low | (high << 4)) - 32);
+      const uint8_t* q = b.qs + 16 * ib;
+      for (int j = 0; j < 16; ++j) {
+        y[j] = dl * static_cast<float>(kIq4Values[q[j] & 0x0F]);
+        y[j + 16] = dl * static_cast<float>(kIq4Values[q[j] >> 4]);
+      }
+    }
   }
 }
 
@@ -361,6 +390,12 @@ Status DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n) {
       return Status::Ok();
     case GgmlType::kQ8_K:
       RowQ8K(s, dst, nb);
+      return Status::Ok();
+    case GgmlType::kIQ4_NL:
+      RowIQ4NL(s, dst, nb);
+      return Status::Ok();
+    case GgmlType::kIQ4_XS:
+      RowIQ4XS(s, dst, nb);
       return Status::Ok();
     default:
       return Unimplemented(

@@ -40,6 +40,10 @@ Expected<WeightType> WeightTypeFor(GgmlType type) {
       return WeightType::kQ4_0;
     case GgmlType::kQ5_1:
       return WeightType::kQ5_1;
+    case GgmlType::kIQ4_NL:
+      return WeightType::kIQ4_NL;
+    case GgmlType::kIQ4_XS:
+      return WeightType::kIQ4_XS;
     case GgmlType::kF32:
       return WeightType::kF32;
     case GgmlType::kF16:
@@ -74,6 +78,10 @@ GgmlType GgmlTypeOf(WeightType type) {
       return GgmlType::kQ4_0;
     case WeightType::kQ5_1:
       return GgmlType::kQ5_1;
+    case WeightType::kIQ4_NL:
+      return GgmlType::kIQ4_NL;
+    case WeightType::kIQ4_XS:
+      return GgmlType::kIQ4_XS;
     case WeightType::kF32:
       return GgmlType::kF32;
     case WeightType::kF16:

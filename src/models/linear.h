@@ -29,8 +29,8 @@
 //   is exact, so this is gguf-py's d * q + m); Q8_0 q * d, Q4_0 (q - 8) * d and Q5_0
 //   (q - 16) * d, exact; the K-quants bitwise as gguf-py (ctxpar/quant.h's DequantizeRow):
 //   Q4_K and Q5_K (d * sc) * q - dmin * m, Q6_K (d * sc) * (q - 32), each operation rounded;
-//   F16 and BF16 widened to fp32 (exact), F32 as stored; Q2_K and Q3_K by DequantizeRow itself
-//   (a block at a time, then each group loaded).
+//   F16 and BF16 widened to fp32 (exact), F32 as stored; Q2_K, Q3_K, IQ4_NL and IQ4_XS by
+//   DequantizeRow itself (a block at a time, then each group loaded).
 //   16 lanes start at +0; for each group g in order, lane l does acc[l] = fma(w[l], x[l],
 //   acc[l]) and then acc[l] = fma(w[16 + l], x[16 + l], acc[l]) (elements of group g). The
 //   lanes then reduce as r[l] = acc[l] + acc[l + 8], r[l] += r[l + 4], r[l] += r[l + 2],
@@ -69,7 +69,9 @@ enum class WeightType {
   kQ4_0,
   kQ5_1,
   kQ2_K,
-  kQ3_K
+  kQ3_K,
+  kIQ4_NL,
+  kIQ4_XS
 };
 
 // Elements of a group: the unit of the fp32 sequence and of the int8 activations.
@@ -78,7 +80,8 @@ inline constexpr int kBlock = 32;
 // Elements of one block of `type`: 32, or 256 (8 groups) for the K-quants.
 constexpr int BlockSize(WeightType type) {
   return type == WeightType::kQ4_K || type == WeightType::kQ5_K || type == WeightType::kQ6_K ||
-                 type == WeightType::kQ2_K || type == WeightType::kQ3_K
+                 type == WeightType::kQ2_K || type == WeightType::kQ3_K ||
+                 type == WeightType::kIQ4_XS
              ? 256
              : 32;
 }
@@ -108,6 +111,10 @@ constexpr std::size_t BlockBytes(WeightType type) {
       return sizeof(BlockQ4_0);
     case WeightType::kQ5_1:
       return sizeof(BlockQ5_1);
+    case WeightType::kIQ4_NL:
+      return sizeof(BlockIQ4NL);
+    case WeightType::kIQ4_XS:
+      return sizeof(BlockIQ4XS);
     case WeightType::kF32:
       return 4 * kBlock;
     case WeightType::kF16:
@@ -119,7 +126,8 @@ constexpr std::size_t BlockBytes(WeightType type) {
 
 // The ggml types the matmuls take, for messages.
 inline constexpr const char* kMatMulTypes =
-    "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K";
+    "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and "
+    "IQ4_XS";
 
 // The WeightType of a GGUF tensor's type: InvalidArgument naming the type when the kernels do
 // not take it.

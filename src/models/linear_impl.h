@@ -48,6 +48,8 @@ enum class Src {
   kQ51,
   kQ2K,
   kQ3K,
+  kIQ4NL,
+  kIQ4XS,
   kWide,
   kPiece
 };
@@ -60,10 +62,11 @@ inline std::uint16_t HalfBitsOf(const std::uint8_t* p) {
 
 template <Src S>
 constexpr WeightType TypeOf() {
-  constexpr WeightType kTypes[] = {
-      WeightType::kQ4_1, WeightType::kQ8_0, WeightType::kQ5_0, WeightType::kQ4_K, WeightType::kQ5_K,
-      WeightType::kQ6_K, WeightType::kF32,  WeightType::kF16,  WeightType::kBF16, WeightType::kQ4_0,
-      WeightType::kQ5_1, WeightType::kQ2_K, WeightType::kQ3_K};
+  constexpr WeightType kTypes[] = {WeightType::kQ4_1, WeightType::kQ8_0,   WeightType::kQ5_0,
+                                   WeightType::kQ4_K, WeightType::kQ5_K,   WeightType::kQ6_K,
+                                   WeightType::kF32,  WeightType::kF16,    WeightType::kBF16,
+                                   WeightType::kQ4_0, WeightType::kQ5_1,   WeightType::kQ2_K,
+                                   WeightType::kQ3_K, WeightType::kIQ4_NL, WeightType::kIQ4_XS};
   return kTypes[static_cast<int>(S)];
 }
 
@@ -79,20 +82,23 @@ constexpr int GroupsPerBlock() {
 struct BlockScales {
   float f[16];
 };
-// Q2_K and Q3_K: the whole block by ctxpar/quant.h's DequantizeRow (gguf-py's bits); each group is
-// then loaded from it.
+// Q2_K, Q3_K, IQ4_NL and IQ4_XS: the whole block by ctxpar/quant.h's DequantizeRow (gguf-py's
+// bits); each group is then loaded from it.
 struct BlockFloats {
   float f[256];
 };
 template <Src S>
-using ScalesFor = std::conditional_t<S == Src::kQ2K || S == Src::kQ3K, BlockFloats, BlockScales>;
+constexpr bool kDequantizedWhole =
+    S == Src::kQ2K || S == Src::kQ3K || S == Src::kIQ4NL || S == Src::kIQ4XS;
+template <Src S>
+using ScalesFor = std::conditional_t<kDequantizedWhole<S>, BlockFloats, BlockScales>;
 
 template <Src S>
 void ScalesOf(const std::uint8_t* blk, ScalesFor<S>* s) {
-  if constexpr (S == Src::kQ2K || S == Src::kQ3K) {
+  if constexpr (kDequantizedWhole<S>) {
     const Status ok =
-        ctxpar::DequantizeRow(S == Src::kQ2K ? GgmlType::kQ2_K : GgmlType::kQ3_K, blk, s->f, 256);
-    (void)ok;  // ok for these types and 256 elements
+        ctxpar::DequantizeRow(GgmlTypeOf(TypeOf<S>()), blk, s->f, BlockSize(TypeOf<S>()));
+    (void)ok;  // ok for these types and a whole block
   } else if constexpr (S == Src::kQ4K || S == Src::kQ5K) {
     // The 12 bytes to 8 scales then 8 mins in one pass (UnpackScaleMinK4 for every group, as
     // ggml's dot products unpack them); the loops vectorize.
@@ -124,7 +130,7 @@ void ScalesOf(const std::uint8_t* blk, ScalesFor<S>* s) {
 // positions are immediates: a shift by a register count costs two micro-ops on x86.
 template <class Isa, Src S, int G>
 typename Isa::Block DequantGroup(const std::uint8_t* blk, const ScalesFor<S>& s) {
-  if constexpr (S == Src::kQ2K || S == Src::kQ3K) {
+  if constexpr (kDequantizedWhole<S>) {
     (void)blk;
     return Isa::LoadGroup(s.f + G * kBlock);
   } else if constexpr (S == Src::kQ41) {
@@ -430,6 +436,10 @@ void F32TileImpl(const F32Tile& j) {
       return F32TileOf<Isa, Src::kQ2K>(j);
     case WeightType::kQ3_K:
       return F32TileOf<Isa, Src::kQ3K>(j);
+    case WeightType::kIQ4_NL:
+      return F32TileOf<Isa, Src::kIQ4NL>(j);
+    case WeightType::kIQ4_XS:
+      return F32TileOf<Isa, Src::kIQ4XS>(j);
     case WeightType::kQ4_0:
       return F32TileOf<Isa, Src::kQ40>(j);
     case WeightType::kQ5_1:

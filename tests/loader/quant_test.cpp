@@ -182,9 +182,9 @@ TEST(DequantizeTest, RejectsBadLengthsAndUnsupportedTypes) {
   EXPECT_EQ(s.message(),
             "row length n=48 must be a non-negative multiple of the Q4_1 block size 32");
   EXPECT_EQ(DequantizeRow(GgmlType::kF32, in, out, -1).code(), StatusCode::kInvalidArgument);
-  s = DequantizeRow(GgmlType::kIQ4_NL, in, out, 32);
+  s = DequantizeRow(GgmlType::kIQ2_XXS, in, out, 256);
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
-  EXPECT_EQ(s.message(), "dequantization of ggml type IQ4_NL is not implemented");
+  EXPECT_EQ(s.message(), "dequantization of ggml type IQ2_XXS is not implemented");
   uint16_t bf[32];
   EXPECT_EQ(DequantizeRowBf16(GgmlType::kI32, in, bf, 0).code(), StatusCode::kUnimplemented);
   EXPECT_TRUE(DequantizeRow(GgmlType::kQ6_K, in, out, 0).ok());

@@ -67,6 +67,12 @@ inline Matrix RandomMatrix(WeightType type, int rows, int cols, std::mt19937& rn
       case WeightType::kQ3_K:
         PutHalf(blk + offsetof(BlockQ3K, d), scale(rng) / 16);
         break;
+      case WeightType::kIQ4_NL:  // grid values up to 127
+        PutHalf(blk, scale(rng) / 64);
+        break;
+      case WeightType::kIQ4_XS:  // and 6-bit scales up to 32
+        PutHalf(blk, scale(rng) / 2048);
+        break;
       case WeightType::kQ4_1:
         PutHalf(blk, scale(rng));
         PutHalf(blk + 2, -8 * scale(rng));

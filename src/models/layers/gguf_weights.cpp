@@ -162,6 +162,10 @@ std::optional<FloatSlots> SlotsOf(GgmlType type) {
       return FloatSlots{sizeof(BlockQ4_1), 0, 2, 2, false};
     case GgmlType::kQ5_1:
       return FloatSlots{sizeof(BlockQ5_1), 0, 2, 2, false};
+    case GgmlType::kIQ4_NL:
+      return FloatSlots{sizeof(BlockIQ4NL), 0, 1, 2, false};
+    case GgmlType::kIQ4_XS:
+      return FloatSlots{sizeof(BlockIQ4XS), 0, 1, 2, false};
     case GgmlType::kQ8_0:
       return FloatSlots{sizeof(BlockQ8_0), 0, 1, 2, false};
     case GgmlType::kQ5_0:

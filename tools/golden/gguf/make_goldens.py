@@ -26,15 +26,18 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFValueType as V
 
-OUT = Path(__file__).resolve().parents[3] / "tests" / "model" / "data" / "gguf"
+OUT = Path(__file__).resolve().parents[3] / "tests" / "data" / "gguf"
 SEED = 20261130
 
 # Byte ranges of the fp16 scale fields inside one block (ggml-common.h); they are drawn finite.
 HALF_FIELDS = {
     Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q8_0: [0],
     Q.Q2_K: [80, 82], Q.Q3_K: [108], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208],
+    Q.IQ4_NL: [0], Q.IQ4_XS: [0],
 }
-BLOCK_TYPES = [Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K]
+# Types are appended: each draws from the stream after the ones before it.
+BLOCK_TYPES = [Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K,
+               Q.IQ4_NL, Q.IQ4_XS]
 TYPE_NAMES = {V.UINT8: "u8", V.INT8: "i8", V.UINT16: "u16", V.INT16: "i16", V.UINT32: "u32",
               V.INT32: "i32", V.FLOAT32: "f32", V.BOOL: "bool", V.STRING: "string",
               V.UINT64: "u64", V.INT64: "i64", V.FLOAT64: "f64"}
