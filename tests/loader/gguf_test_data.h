@@ -39,9 +39,10 @@ class Image {
   }
   template <typename T>
   Image& Put(T v) {
-    uint8_t b[sizeof(T)];
-    std::memcpy(b, &v, sizeof(T));
-    bytes_.insert(bytes_.end(), b, b + sizeof(T));
+    // resize + memcpy: GCC 12 warns (-Wstringop-overflow) on a range insert of the bytes.
+    const std::size_t at = bytes_.size();
+    bytes_.resize(at + sizeof(T));
+    std::memcpy(bytes_.data() + at, &v, sizeof(T));
     return *this;
   }
   Image& Str(std::string_view s) { return Put<uint64_t>(s.size()).Raw(s); }
