@@ -145,7 +145,7 @@ struct QuantMatrix {
   std::size_t row_stride = 0;  // bytes between rows
   // These rows repacked for ActFormat::kInt8 (WithInt8Pack), shared by the copies; null: MatMul
   // with kInt8 repacks them per call.
-  std::shared_ptr<const Int8Pack> int8;
+  std::shared_ptr<const Int8Pack> int8{};
 
   // Rows [begin, begin + count): a rank's shard of a projection (without the int8 pack).
   QuantMatrix RowRange(int begin, int count) const;

@@ -19,7 +19,7 @@ struct Node {
   int32_t char_class = 0;  // kChar
   int min = 0, max = 0;    // kRepeat; max -1: unbounded
   bool negate = false;     // kLookahead
-  std::vector<std::unique_ptr<Node>> children;
+  std::vector<std::unique_ptr<Node>> children{};
 };
 
 class Parser {
