@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <string>
+#include <system_error>
 
 #include "ctxpar/error_catalog.h"
 #include "ctxpar/tokenizer.h"
@@ -65,6 +67,12 @@ std::unique_ptr<Drafter> MakeNgramDrafter(const NgramOptions& options, int64_t c
 Expected<std::unique_ptr<ModelSource>> OpenDraftModel(const EngineConfig& config,
                                                       const ModelSource& target) {
   const std::string& path = config.speculative_draft_model_path;
+  // OpenModelSource sends a missing file to fetch the target model, which is no help here.
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    return CatalogError("CTXPAR-SPEC-006",
+                        {{"path", path}, {"error", "no such file or directory"}});
+  }
   Expected<std::unique_ptr<ModelSource>> draft = OpenModelSource(path);
   if (!draft.ok()) {
     return CatalogError("CTXPAR-SPEC-006", {{"path", path}, {"error", draft.status().message()}});
