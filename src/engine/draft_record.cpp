@@ -11,7 +11,9 @@ constexpr double kDecay = 0.9;
 
 }  // namespace
 
-int DraftRecord::Length(int max_tokens) const {
+int DraftRecord::Length(const SeqState& seq, int num_draft_tokens) const {
+  const int max_tokens =
+      std::max(0, std::min(num_draft_tokens - 1, seq.max_new_tokens - seq.output_len() - 1));
   const double p = accepted_ / tried_;
   // k drafts give 1 + p + ... + p^k tokens for a step of 1 + kRowCost k: the k with the most
   // tokens per step (the fewest drafts among equals).

@@ -14,12 +14,20 @@
 // Thread safety: none (one owner).
 #pragma once
 
+#include "engine/scheduler.h"
+
 namespace ctxpar::engine {
+
+// Whether `seq` decodes next (its KV holds every token but its last), so that it may draft.
+inline bool Drafts(const SeqState& seq) {
+  return seq.slot >= 0 && seq.kv_len > 0 && seq.pending() == 1;
+}
 
 class DraftRecord {
  public:
-  // Tokens to draft next, at most max_tokens (>= 0).
-  int Length(int max_tokens) const;
+  // Tokens `seq` (Drafts) drafts next: at most num_draft_tokens - 1, and none past its
+  // max_new_tokens (the verify step's last row gives one more token).
+  int Length(const SeqState& seq, int num_draft_tokens) const;
   // A step drafted for the request, `any` tokens or none.
   void Drafted(bool any) { idle_ = any ? 0 : idle_ + 1; }
   // Its verify step accepted `accepted` of `drafted` (> 0) drafts.

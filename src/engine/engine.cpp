@@ -590,10 +590,8 @@ Status Engine::Impl::Draft() {
   std::vector<Request*> decoding;  // drafting this step or not
   for (auto& [id, r] : requests) {
     engine::SeqState& s = r->seq;
-    if (s.slot < 0 || s.kv_len == 0 || s.pending() != 1) continue;
-    // No draft past max_new_tokens: the verify step's last row gives one more token.
-    const int budget = r->drafts.Length(
-        std::min(config.speculative_num_draft_tokens - 1, s.max_new_tokens - s.output_len() - 1));
+    if (!engine::Drafts(s)) continue;
+    const int budget = r->drafts.Length(s, config.speculative_num_draft_tokens);
     s.draft.clear();
     if (budget > 0) wants.push_back({&s, budget});
     decoding.push_back(r.get());

@@ -314,14 +314,12 @@ Expected<SimResult> Simulate(const PlanModel& m, const Hardware& hw, const Engin
       for (double t : std::exchange(in_flight, {})) submit(t);  // an idle engine waits for them
     }
     if (speculative) {
-      // The engine's Draft: every decoding request drafts what its record says, short of
-      // max_new_tokens (the verify step's last row gives one more token).
+      // The engine's Draft: every decoding request drafts what its record says.
       for (engine::SeqState& s : seqs) {
-        if (s.slot < 0 || s.kv_len == 0 || s.pending() != 1) continue;
+        if (!engine::Drafts(s)) continue;
         engine::DraftRecord& record = records[s.id - 1];
-        const int budget = record.Length(
-            std::min(c.speculative_num_draft_tokens - 1, s.max_new_tokens - s.output_len() - 1));
-        s.draft.assign(std::max(budget, 0), 1);
+        const int budget = record.Length(s, c.speculative_num_draft_tokens);
+        s.draft.assign(budget, 1);
         record.Drafted(budget > 0);
       }
     }
