@@ -573,12 +573,12 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "A GGUF file names its network in general.architecture, and ctxpar picks the model code "
        "by that name from its architecture registry. A file of another architecture has tensors "
        "and hyperparameters that no registered model reads.",
-       "--model-path naming a GGUF file of an architecture outside the list (gemma2, olmo2, "
-       "qwen3moe, deepseek2, ...).",
+       "--model-path naming a GGUF file of an architecture outside the list (qwen3moe, "
+       "deepseek2, gpt-oss, ...).",
        {"Use a GGUF file of one of the listed architectures (SmolLM2 is llama, Gemma 3 is "
         "gemma3).",
         "`ctxpar check --model-path FILE` tells at once whether a file is one ctxpar runs."},
-       "ctxpar generate --model-path olmo-2-0425-1b-q4_k_m.gguf 'Hello'",
+       "ctxpar generate --model-path Qwen3-30B-A3B-Q4_K_M.gguf 'Hello'",
        "ctxpar generate --model-path gemma-3-270m-q4_k_m.gguf 'Hello'",
        {"CTXPAR-MODEL-008", "CTXPAR-GGUF-004"}},
       {"CTXPAR-MODEL-011",

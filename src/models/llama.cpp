@@ -169,15 +169,7 @@ Status CheckLlamaTensors(const GgufFile& f, const LlamaHparams& hp) {
   const model::HeadShard shard = model::MakeHeadShard(model::DenseHeadLayout(hp), one_rank, 0);
   std::vector<Layer> layers;
   CTXPAR_RETURN_IF_ERROR(LoadLayers(f, hp, shard, model::ActFormat::kF32, layers));
-  CTXPAR_RETURN_IF_ERROR(
-      model::GgufMatrix(f, "token_embd.weight", hp.dim, hp.vocab_size, model::ActFormat::kF32)
-          .status());
-  if (!hp.tied_embeddings) {
-    CTXPAR_RETURN_IF_ERROR(
-        model::GgufMatrix(f, "output.weight", hp.dim, hp.vocab_size, model::ActFormat::kF32)
-            .status());
-  }
-  return GgufVector(f, "output_norm.weight", hp.dim).status();
+  return model::VocabHead::CheckGguf(f, hp.dim, hp.vocab_size, hp.tied_embeddings);
 }
 
 Expected<std::unique_ptr<Model>> CreateLlamaModel(std::shared_ptr<const GgufFile> file,

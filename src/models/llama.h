@@ -31,8 +31,16 @@
 namespace ctxpar {
 
 class ThreadPool;
+struct LlamaHparams;
 
-// What an architecture of the family adds to the Llama block.
+// A variant whose block is not Llama's (its own model file): the checks of the file's tensors
+// that its loading makes, and its factory.
+using LlamaTensorCheck = Status (*)(const GgufFile& file, const LlamaHparams& hp);
+using LlamaModelFactory = Expected<std::unique_ptr<Model>> (*)(
+    std::shared_ptr<const GgufFile> file, const LlamaHparams& hp, ModelDesc desc,
+    const EngineConfig& config, Communicator& world, ThreadPool* pool);
+
+// What an architecture of the family adds to the Llama block, or the block that replaces it.
 struct LlamaVariant {
   std::string_view gguf_name;  // general.architecture
   std::string_view hf_name;    // ModelDesc::architecture
@@ -44,6 +52,9 @@ struct LlamaVariant {
   // attn_qkv holds the q, k, v rows and ffn_up the gate then up rows; attention.sliding_window
   // is written 0 for "none" and read (Phi-3).
   bool fused = false;
+  // Null: the Llama block (CheckLlamaTensors, CreateLlamaModel).
+  LlamaTensorCheck check_tensors = nullptr;
+  LlamaModelFactory create = nullptr;
 };
 inline constexpr LlamaVariant kLlamaVariant = {"llama", "LlamaForCausalLM"};
 

@@ -38,7 +38,9 @@ class LlamaSource final : public GgufDenseSource<LlamaHparams> {
 
   Expected<std::unique_ptr<Model>> CreateModel(const EngineConfig& config, Communicator& world,
                                                ThreadPool* pool) const override {
-    return CreateLlamaModel(file_, hp_, desc_, config, world, pool);
+    const LlamaModelFactory create =
+        hp_.variant.create != nullptr ? hp_.variant.create : CreateLlamaModel;
+    return create(file_, hp_, desc_, config, world, pool);
   }
 };
 
@@ -147,7 +149,9 @@ Expected<std::unique_ptr<ModelSource>> OpenLlamaFamilySource(const std::string& 
   std::vector<std::string_view> keys(std::begin(kReadKeys), std::end(kReadKeys));
   if (variant.fused) keys.push_back("attention.sliding_window");
   CTXPAR_RETURN_IF_ERROR(model::CheckGgufKeys(*file, variant.hf_name, hp.architecture + ".", keys));
-  CTXPAR_RETURN_IF_ERROR(CheckLlamaTensors(*file, hp));
+  const LlamaTensorCheck check =
+      variant.check_tensors != nullptr ? variant.check_tensors : CheckLlamaTensors;
+  CTXPAR_RETURN_IF_ERROR(check(*file, hp));
   CTXPAR_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::FromGguf(*file));
   return std::unique_ptr<ModelSource>(
       new LlamaSource(path, std::move(file), std::move(hp), std::move(tokenizer)));

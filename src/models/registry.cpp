@@ -20,6 +20,7 @@ constexpr Architecture kArchitectures[] = {
     {"qwen2", "Qwen2ForCausalLM", OpenQwen2Source, nullptr},
     {"qwen3", "Qwen3ForCausalLM", OpenQwen3Source, nullptr},
     {"phi3", "Phi3ForCausalLM", OpenPhi3Source, nullptr},
+    {"olmo2", "Olmo2ForCausalLM", OpenOlmo2Source, nullptr},
     {"", "DeepseekV3ForCausalLM", nullptr, OpenDeepseekSource},
     {"", "DeepseekV4ForCausalLM", nullptr, OpenDeepseekSource},
 };

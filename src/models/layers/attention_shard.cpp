@@ -28,6 +28,9 @@ HeadShard MakeHeadShard(const HeadLayout& l, const EngineConfig& config, int tp_
   const int per_kv = l.num_heads / l.num_kv_heads;
   s.kv_first = s.group * group_heads / per_kv;
   s.kv_heads = GqaKvHeadsPerRank(l.num_heads, l.num_kv_heads, tp, dcp);
+  const int below_end = tp_rank == 0 ? 0 : (tp_rank - 1) / dcp * group_heads / per_kv + s.kv_heads;
+  s.kv_owned_first = std::max(s.kv_first, below_end);
+  s.kv_owned = s.kv_first + s.kv_heads - s.kv_owned_first;
   const int blocks = l.ffn_dim / kBlock;
   for (int i = 0; i <= tp; ++i) {
     s.head_bounds.push_back(i * s.heads * l.head_dim);

@@ -53,6 +53,11 @@ struct HeadShard {
   int q_first = 0;   // first of them
   int kv_heads = 0;  // KV heads of the DCP group (the rank's pool stores its shard of them)
   int kv_first = 0;
+  // The KV heads no lower rank holds, [kv_owned_first, kv_owned_first + kv_owned): each KV head
+  // has one owner (head_split_norm.h's sums). The rank's own query heads are heads from
+  // tp_rank * heads.
+  int kv_owned_first = 0;
+  int kv_owned = 0;
   std::vector<int> head_bounds;  // tp + 1 columns of the attention output: rank r's heads
   std::vector<int> ffn_bounds;   // tp + 1 MLP features: rank r's gate / up rows
   std::vector<int> dim_bounds;   // tp + 1 hidden features: rank r's o_proj / ffn_down rows

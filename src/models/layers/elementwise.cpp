@@ -169,6 +169,8 @@ __attribute__((target("avx2,fma"))) double SumOfSquaresAvx2(const float* x, int 
 }
 #endif
 
+}  // namespace
+
 double SumOfSquares(const float* x, int dim) {
 #if defined(CTXPAR_X86_KERNELS)
   static const bool avx2 = BestCpuIsa(DetectCpuFeatures()) >= CpuIsa::kAvx2;
@@ -176,8 +178,6 @@ double SumOfSquares(const float* x, int dim) {
 #endif
   return SumOfSquaresScalar(x, dim);
 }
-
-}  // namespace
 
 void RmsNorm(const float* x, const float* weight, int n, int dim, float eps, float* y) {
   for (int t = 0; t < n; ++t) {

@@ -17,6 +17,8 @@ namespace ctxpar::model {
 // y may alias x. Per-head norms (Gemma 3's q/k norms) are the same over [n * heads, head_dim].
 // Gemma's (1 + w) scaling needs no variant: llama.cpp's converter stores 1 + w in the GGUF.
 void RmsNorm(const float* x, const float* weight, int n, int dim, float eps, float* y);
+// sum(x[i]^2) over [0, dim) in double, by RmsNorm's sequence.
+double SumOfSquares(const float* x, int dim);
 
 // RoPE in two pieces: the angles (RopeAngles, built once at model load) and one rotation
 // (Rope) for both pair conventions. Pair i of the first rope_dims dims of a head rotates by

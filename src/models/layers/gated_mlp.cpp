@@ -1,5 +1,7 @@
 #include "models/layers/gated_mlp.h"
 
+#include <algorithm>
+
 #include "models/layers/elementwise.h"
 #include "models/layers/rows.h"
 
@@ -9,7 +11,11 @@ Expected<const float*> GatedMlp::Forward(const DenseBlockWeights& w, const float
                                          const float* x, int n) {
   const int ffn_shard = w.gate.rows;
   xn_.resize(std::size_t(n) * dim_);
-  RmsNormRows(pool_, x, ffn_norm, n, dim_, rms_eps_, xn_.data());
+  if (ffn_norm != nullptr) {
+    RmsNormRows(pool_, x, ffn_norm, n, dim_, rms_eps_, xn_.data());
+  } else {
+    std::copy(x, x + xn_.size(), xn_.data());
+  }
   gate_.resize(std::size_t(n) * ffn_shard);
   up_.resize(gate_.size());
   act_out_.resize(gate_.size());

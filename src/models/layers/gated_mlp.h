@@ -1,5 +1,5 @@
 // The gated MLP of a dense decoder layer (Llama's SwiGLU, Gemma 3's GeGLU), on one rank:
-//   xn = RmsNorm(x) with the layer's ffn_norm
+//   xn = RmsNorm(x) with the layer's ffn_norm (none: x, OLMo 2)
 //   gate, up = xn times the rank's rows of gate and up (column-parallel: its ffn_bounds features)
 //   a = act(gate) * up (elementwise.h)
 //   y = a times down (row-parallel: every output row over all the features)
@@ -35,7 +35,8 @@ class GatedMlp {
         dim_bounds_(shard.dim_bounds),
         pool_(pool) {}
 
-  // The gate, up and down of `w` over x [n, dim], normed with ffn_norm [dim] (collective).
+  // The gate, up and down of `w` over x [n, dim], normed with ffn_norm [dim] unless it is null
+  // (collective).
   // Returns [n, dim], valid until the TP group's next layer runs.
   Expected<const float*> Forward(const DenseBlockWeights& w, const float* ffn_norm, const float* x,
                                  int n);

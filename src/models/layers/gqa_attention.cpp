@@ -1,5 +1,7 @@
 #include "models/layers/gqa_attention.h"
 
+#include <algorithm>
+
 #include "models/layers/rows.h"
 
 namespace ctxpar::model {
@@ -23,7 +25,11 @@ Expected<const float*> GqaAttention::Forward(const GqaLayer& layer, int index, c
   const int n = static_cast<int>(batch.num_tokens());
   const HeadShard& s = shard_;
   xn_.resize(std::size_t(n) * opt_.dim);
-  RmsNormRows(pool_, x, layer.attn_norm, n, opt_.dim, opt_.rms_eps, xn_.data());
+  if (layer.attn_norm != nullptr) {
+    RmsNormRows(pool_, x, layer.attn_norm, n, opt_.dim, opt_.rms_eps, xn_.data());
+  } else {
+    std::copy(x, x + xn_.size(), xn_.data());
+  }
   const std::size_t q_row = std::size_t(s.q_heads) * hd, kv_row = std::size_t(s.kv_heads) * hd;
   q_.resize(n * q_row);
   k_.resize(n * kv_row);
@@ -48,10 +54,16 @@ Expected<const float*> GqaAttention::Forward(const GqaLayer& layer, int index, c
       }
     });
   }
-  if (layer.q_norm != nullptr) {
+  if (opt_.whole_row_qk_norm) {
+    const HeadRows parts[] = {{q_.data(), s.q_first, s.q_heads, s.tp_rank * s.heads, s.heads,
+                               opt_.num_heads, layer.q_norm},
+                              {k_.data(), s.kv_first, s.kv_heads, s.kv_owned_first, s.kv_owned,
+                               opt_.num_kv_heads, layer.k_norm}};
+    CTXPAR_RETURN_IF_ERROR(whole_row_norm_.Run(tp_->world(), pool_, parts, n, hd, opt_.rms_eps));
+  } else if (layer.q_norm != nullptr) {
     RmsNormRows(pool_, q_.data(), layer.q_norm, n * s.q_heads, hd, opt_.rms_eps, q_.data());
   }
-  if (layer.k_norm != nullptr) {
+  if (layer.k_norm != nullptr && !opt_.whole_row_qk_norm) {
     RmsNormRows(pool_, k_.data(), layer.k_norm, n * s.kv_heads, hd, opt_.rms_eps, k_.data());
   }
   ForRows(pool_, n, [&](int begin, int end) {

@@ -1,9 +1,10 @@
 // The attention of a dense decoder layer with grouped-query heads (Llama, Gemma 3), on one rank:
-//   xn = RmsNorm(x) with the layer's attn_norm
+//   xn = RmsNorm(x) with the layer's attn_norm (none: x, OLMo 2)
 //   q, k, v = xn times the rank's rows of wq, wk, wv (column-parallel, tp_linear.h), plus the
 //             rank's part of their biases (optional: Qwen2's)
-//   q, k = per-head RmsNorm (optional: Gemma 3's q_norm / k_norm), then RoPE per row at its
-//          position with the layer's RopeAngles in the model's pairing (elementwise.h)
+//   q, k = RmsNorm per head (optional: Gemma 3's q_norm / k_norm) or over all the model's heads
+//          (OLMo 2: head_split_norm.h), then RoPE per row at its position with the layer's
+//          RopeAngles in the model's pairing (elementwise.h)
 //   k, v written to each sequence's slot of the pool; o = BatchAttention over the DCP group
 //   y = o times wo (row-parallel: every output row over the whole attention row)
 // The heads, KV heads and rows are the rank's HeadShard (attention_shard.h); the block owns the
@@ -29,6 +30,7 @@
 #include "models/layers/attention_shard.h"
 #include "models/layers/elementwise.h"
 #include "models/layers/gguf_weights.h"
+#include "models/layers/head_split_norm.h"
 #include "models/layers/tp_linear.h"
 
 namespace ctxpar::model {
@@ -40,14 +42,19 @@ struct GqaOptions {
   float scale = 0.0f;
   float rms_eps = 0.0f;  // of attn_norm and the per-head norms
   RopeStyle rope_style = RopeStyle::kNormal;
+  // q_norm and k_norm span every head of the model: [num_heads * head_dim] and
+  // [num_kv_heads * head_dim] (OLMo 2).
+  bool whole_row_qk_norm = false;
+  int num_kv_heads = 0;  // of the whole model; read with whole_row_qk_norm only
 };
 
 // One layer's weights: its projections (wq, wk, wv, wo of `w`), its norms and its angles.
 struct GqaLayer {
   const DenseBlockWeights& w;
-  const float* attn_norm;  // [dim]
+  const float* attn_norm;  // [dim], or null: no norm
   const RopeAngles& rope;
-  const float* q_norm = nullptr;  // [head_dim] or null: no per-head norm
+  // [head_dim] (GqaOptions::whole_row_qk_norm: the whole row's) or null: no norm.
+  const float* q_norm = nullptr;
   const float* k_norm = nullptr;
   // [num_heads * head_dim] and [num_kv_heads * head_dim] of the whole model, or null: no bias.
   const float* q_bias = nullptr;
@@ -76,6 +83,7 @@ class GqaAttention {
   ThreadPool* pool_;
   std::unique_ptr<Communicator> dcp_;
   std::unique_ptr<BatchAttention> attend_;
+  HeadSplitRmsNorm whole_row_norm_;
   LineVector<float> xn_, o_;  // matmul inputs: aligned, read in place
   std::vector<float> q_, k_, v_;
 };

@@ -47,4 +47,15 @@ inline void RmsNormRows(ThreadPool* pool, const float* in, const float* weight, 
   });
 }
 
+// x += RmsNorm(y) with `weight` over n rows of `dim` (the post-norm residual of Gemma and OLMo 2),
+// split over the pool; `normed` [n, dim] is scratch.
+inline void AddRmsNormedRows(ThreadPool* pool, const float* y, const float* weight, int n, int dim,
+                             float eps, float* normed, float* x) {
+  ForRows(pool, n, [&](int begin, int end) {
+    const std::size_t first = std::size_t(begin) * dim, count = std::size_t(end - begin) * dim;
+    RmsNorm(y + first, weight, end - begin, dim, eps, normed + first);
+    for (std::size_t i = first; i < first + count; ++i) x[i] += normed[i];
+  });
+}
+
 }  // namespace ctxpar::model

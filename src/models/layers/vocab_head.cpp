@@ -36,6 +36,14 @@ Expected<VocabHead> VocabHead::FromGguf(const GgufFile& f, int dim, int vocab, b
   return h;
 }
 
+Status VocabHead::CheckGguf(const GgufFile& f, int dim, int vocab, bool tied) {
+  CTXPAR_RETURN_IF_ERROR(GgufMatrix(f, "token_embd.weight", dim, vocab, ActFormat::kF32).status());
+  if (!tied) {
+    CTXPAR_RETURN_IF_ERROR(GgufMatrix(f, "output.weight", dim, vocab, ActFormat::kF32).status());
+  }
+  return GgufVector(f, "output_norm.weight", dim).status();
+}
+
 void VocabHead::Embed(const Batch& batch, float scale, float* x) const {
   EmbedTokens(embd_, batch, scale, x);
 }

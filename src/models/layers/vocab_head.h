@@ -57,6 +57,8 @@ class VocabHead {
   // The weights of `f` for rank tp.rank() of tp.size(), in tp's activation format.
   static Expected<VocabHead> FromGguf(const GgufFile& f, int dim, int vocab, bool tied,
                                       float rms_eps, const TpLinear& tp);
+  // The checks of the tensors FromGguf reads (names, shapes, types with a kernel), loading nothing.
+  static Status CheckGguf(const GgufFile& f, int dim, int vocab, bool tied);
 
   // x [T, dim]: the embeddings of batch.tokens times `scale` (vocab.h's EmbedTokens).
   void Embed(const Batch& batch, float scale, float* x) const;

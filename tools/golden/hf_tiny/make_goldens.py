@@ -73,7 +73,25 @@ ARCHS = {
     "phi3": ("Phi3Config", "Phi3ForCausalLM",
              {"hidden_size": 128, "head_dim": None, "original_max_position_embeddings": 1024,
               "pad_token_id": 0, "sliding_window": None}, {"rope_type": "default"}),
+    # Post-norms only, and q / k RMSNorms over every head of the model; head size hidden / heads
+    # (llama.cpp's olmo2 has no key_length).
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {"hidden_size": 128, "head_dim": None},
+              {"rope_type": "default"}),
 }
+
+# The architectures whose converter takes the vocabulary from a BPE tokenizer.json only (TextModel's
+# default): converted with the SentencePiece reader that the others use, since the tests compare
+# token ids and this checkpoint has no BPE tokenizer.
+SPM_VOCAB = {"olmo2"}
+CONVERT_WITH_SPM = """
+import runpy, sys
+convert = sys.argv[1]
+sys.argv = sys.argv[1:]
+sys.path.insert(0, str(__import__("pathlib").Path(convert).parent))
+from conversion import base
+base.TextModel.set_vocab = base.TextModel._set_vocab_sentencepiece
+runpy.run_path(convert, run_name="__main__")
+"""
 
 CORPUS = (
     "The history of computing is a story of abstraction. Early machines were programmed by "
@@ -166,9 +184,13 @@ def make(name: str, llama_cpp: pathlib.Path, out_root: pathlib.Path, seed: int) 
         files = {}
         for out_type in ONE_TYPE.get(name, OUT_TYPES):
             gguf = out_dir / f"{name}-{out_type}.gguf"
-            subprocess.run([sys.executable, str(llama_cpp / "convert_hf_to_gguf.py"), str(hf_dir),
-                            "--outtype", out_type, "--outfile", str(gguf)], check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            args = [str(hf_dir), "--outtype", out_type, "--outfile", str(gguf)]
+            convert = llama_cpp / "convert_hf_to_gguf.py"
+            command = [sys.executable, str(convert), *args]
+            if name in SPM_VOCAB:
+                command = [sys.executable, "-c", CONVERT_WITH_SPM, str(convert), *args]
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
             files[out_type] = {"file": gguf.name, "sha256": sha256(gguf)}
     rng = torch.Generator().manual_seed(1000 + seed)
     prompts = []
@@ -275,7 +297,7 @@ def make_refused(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> None:
 
 
 # Fixed per name, so that adding an architecture changes no other golden.
-SEEDS = {"llama": 0, "llama3": 1, "qwen2": 2, "qwen3": 3, "phi3": 4, "llama_linear": 5}
+SEEDS = {"llama": 0, "llama3": 1, "qwen2": 2, "qwen3": 3, "phi3": 4, "llama_linear": 5, "gemma2": 6, "olmo2": 7}
 
 
 def main() -> None:

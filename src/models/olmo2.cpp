@@ -1,0 +1,175 @@
+// OLMo 2 from GGUF: the Llama family's hyperparameters and source (llama.h) with OLMo 2's block,
+// as HF transformers' Olmo2DecoderLayer and llama.cpp's olmo2 graph compute it:
+//   h = x + RmsNorm(o(attn(rope(RmsNorm(q(x))), rope(RmsNorm(k(x))), v(x))))  (post_attention_norm)
+//   x = h + RmsNorm(down(silu(gate(h)) * up(h)))                              (post_ffw_norm)
+// No norm before the attention or the MLP; the q and k norms span all the model's heads, which
+// the TP group holds in parts (layers/head_split_norm.h); RoPE in the NeoX pairing.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "models/check_finite.h"
+#include "models/gguf_dense_source.h"
+#include "models/layers/gated_mlp.h"
+#include "models/layers/gguf_weights.h"
+#include "models/layers/gqa_attention.h"
+#include "models/layers/rows.h"
+#include "models/layers/vocab_head.h"
+#include "models/llama.h"
+#include "models/registry.h"
+
+namespace ctxpar {
+
+namespace {
+
+using model::GgufVector;
+
+struct Layer : model::DenseBlockWeights {
+  const float* q_norm = nullptr;  // [num_heads * head_dim]
+  const float* k_norm = nullptr;  // [num_kv_heads * head_dim]
+  const float* post_attn_norm = nullptr;
+  const float* post_ffn_norm = nullptr;
+};
+
+constexpr std::string_view kGlobalTensors[] = {"token_embd.weight", "output_norm.weight",
+                                               "output.weight"};
+constexpr std::string_view kBlockTensors[] = {"attn_q.weight",       "attn_k.weight",
+                                              "attn_v.weight",       "attn_output.weight",
+                                              "attn_q_norm.weight",  "attn_k_norm.weight",
+                                              "ffn_gate.weight",     "ffn_up.weight",
+                                              "ffn_down.weight",     "post_attention_norm.weight",
+                                              "post_ffw_norm.weight"};
+
+Status LoadLayers(const GgufFile& f, const LlamaHparams& hp, const model::HeadShard& shard,
+                  model::ActFormat format, std::vector<Layer>& layers) {
+  const model::HeadLayout layout = model::DenseHeadLayout(hp);
+  for (int l = 0; l < hp.num_layers; ++l) {
+    const std::string b = fmt::format("blk.{}.", l);
+    CTXPAR_ASSIGN_OR_RETURN(model::DenseBlockWeights w,
+                            model::GgufDenseBlock(f, b, layout, shard, format));
+    Layer layer{w};
+    CTXPAR_ASSIGN_OR_RETURN(layer.q_norm,
+                            GgufVector(f, b + "attn_q_norm.weight", hp.num_heads * hp.head_dim));
+    CTXPAR_ASSIGN_OR_RETURN(layer.k_norm,
+                            GgufVector(f, b + "attn_k_norm.weight", hp.num_kv_heads * hp.head_dim));
+    CTXPAR_ASSIGN_OR_RETURN(layer.post_attn_norm,
+                            GgufVector(f, b + "post_attention_norm.weight", hp.dim));
+    CTXPAR_ASSIGN_OR_RETURN(layer.post_ffn_norm, GgufVector(f, b + "post_ffw_norm.weight", hp.dim));
+    layers.push_back(std::move(layer));
+  }
+  return Status::Ok();
+}
+
+class Olmo2Model final : public Model {
+ public:
+  Olmo2Model(std::shared_ptr<const GgufFile> file, const LlamaHparams& hp, ModelDesc desc,
+             const EngineConfig& config, Communicator& world, ThreadPool* pool,
+             const model::HeadShard& shard)
+      : file_(std::move(file)),
+        hp_(hp),
+        desc_(std::move(desc)),
+        pool_(pool),
+        tp_(&world, pool, model::ActFormatFor(config)),
+        attention_({.num_heads = hp.num_heads,
+                    .head_dim = hp.head_dim,
+                    .dim = hp.dim,
+                    .scale = 1.0f / std::sqrt(float(hp.head_dim)),
+                    .rms_eps = hp.rms_eps,
+                    .rope_style = model::RopeStyle::kNeox,
+                    .whole_row_qk_norm = true,
+                    .num_kv_heads = hp.num_kv_heads},
+                   &tp_, shard, pool),
+        mlp_(model::GatedActivation::kSwiGlu, hp.dim, hp.rms_eps, &tp_, shard, pool) {}
+
+  Status Init(const EngineConfig& config, const model::HeadShard& shard) {
+    CTXPAR_RETURN_IF_ERROR(LoadLayers(*file_, hp_, shard, tp_.format(), layers_));
+    rope_ = model::RopeAngles::Ggml(hp_.rope_dims, hp_.rope_base, hp_.rope_freq_factors,
+                                    hp_.rope_freq_scale);
+    CTXPAR_ASSIGN_OR_RETURN(
+        head_, model::VocabHead::FromGguf(*file_, hp_.dim, hp_.vocab_size, hp_.tied_embeddings,
+                                          hp_.rms_eps, tp_));
+    return attention_.Init(config);
+  }
+
+  const ModelDesc& desc() const override { return desc_; }
+
+  Status Forward(const Batch& batch, KvPool& kv, std::vector<float>& logits) override {
+    CTXPAR_RETURN_IF_ERROR(model::CheckTokenIds(batch, hp_.vocab_size));
+    const int n = static_cast<int>(batch.num_tokens());
+    model::BatchPositions(batch, positions_);
+    x_.resize(std::size_t(n) * hp_.dim);
+    normed_.resize(x_.size());
+    head_.Embed(batch, 1.0f, x_.data());
+    for (int l = 0; l < hp_.num_layers; ++l) {
+      const Layer& layer = layers_[l];
+      const model::GqaLayer attn_layer{.w = layer,
+                                       .attn_norm = nullptr,
+                                       .rope = rope_,
+                                       .q_norm = layer.q_norm,
+                                       .k_norm = layer.k_norm};
+      CTXPAR_ASSIGN_OR_RETURN(const float* attn,
+                              attention_.Forward(attn_layer, l, batch, positions_, x_.data(), kv));
+      AddNormed(attn, layer.post_attn_norm, n);
+      CTXPAR_ASSIGN_OR_RETURN(const float* mlp, mlp_.Forward(layer, nullptr, x_.data(), n));
+      AddNormed(mlp, layer.post_ffn_norm, n);
+      CTXPAR_RETURN_IF_ERROR(CheckFinite(x_.data(), x_.size(),
+                                         fmt::format("the output of layer {}", l), file_->path()));
+    }
+    return head_.Logits(tp_, batch, x_.data(), file_->path(), logits);
+  }
+
+ private:
+  void AddNormed(const float* y, const float* weight, int n) {
+    model::AddRmsNormedRows(pool_, y, weight, n, hp_.dim, hp_.rms_eps, normed_.data(), x_.data());
+  }
+
+  std::shared_ptr<const GgufFile> file_;
+  LlamaHparams hp_;
+  ModelDesc desc_;
+  ThreadPool* pool_;
+  model::TpLinear tp_;
+  model::GqaAttention attention_;
+  model::GatedMlp mlp_;
+  std::vector<Layer> layers_;
+  model::RopeAngles rope_;
+  model::VocabHead head_;
+  std::vector<float> x_, normed_;
+  std::vector<int> positions_;
+};
+
+Status CheckOlmo2Tensors(const GgufFile& f, const LlamaHparams& hp) {
+  CTXPAR_RETURN_IF_ERROR(
+      model::CheckGgufTensors(f, hp.variant.hf_name, hp.num_layers, kGlobalTensors, kBlockTensors));
+  EngineConfig one_rank;
+  const model::HeadShard shard = model::MakeHeadShard(model::DenseHeadLayout(hp), one_rank, 0);
+  std::vector<Layer> layers;
+  CTXPAR_RETURN_IF_ERROR(LoadLayers(f, hp, shard, model::ActFormat::kF32, layers));
+  return model::VocabHead::CheckGguf(f, hp.dim, hp.vocab_size, hp.tied_embeddings);
+}
+
+Expected<std::unique_ptr<Model>> CreateOlmo2Model(std::shared_ptr<const GgufFile> file,
+                                                  const LlamaHparams& hp, ModelDesc desc,
+                                                  const EngineConfig& config, Communicator& world,
+                                                  ThreadPool* pool) {
+  return CreateDenseModel<Olmo2Model>(std::move(file), hp, std::move(desc), hp.variant.hf_name,
+                                      config, world, pool);
+}
+
+constexpr LlamaVariant kOlmo2 = {.gguf_name = "olmo2",
+                                 .hf_name = "Olmo2ForCausalLM",
+                                 .rope_style = model::RopeStyle::kNeox,
+                                 .check_tensors = CheckOlmo2Tensors,
+                                 .create = CreateOlmo2Model};
+
+}  // namespace
+
+Expected<std::unique_ptr<ModelSource>> OpenOlmo2Source(const std::string& path,
+                                                       std::shared_ptr<const GgufFile> file) {
+  return OpenLlamaFamilySource(path, std::move(file), kOlmo2);
+}
+
+}  // namespace ctxpar
