@@ -43,6 +43,19 @@ constexpr std::string_view kDeepSeek3Cjk = R"re([一-龥぀-ゟ゠-ヿ]+)re";
 constexpr std::string_view kDeepSeek3 =
     R"re([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+|)re"
     R"re( ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
+// Mistral's tekken and GPT-4o's: a word is upper-case letters then lower-case ones, or upper-case
+// ones alone. llama.cpp writes "upper" as a letter outside a-z and "lower" as one outside A-Z
+// (std::regex has no \p{Lu}), which this follows.
+constexpr std::string_view kTekken =
+    R"re([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|)re"
+    R"re([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|)re"
+    R"re(\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
+constexpr std::string_view kGpt4o =
+    R"re([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+)re"
+    R"re((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|)re"
+    R"re([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*)re"
+    R"re((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|)re"
+    R"re(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
 
 // What a word is split into before merging, and the defaults that come with the name.
 enum class WholeWord : uint8_t {
@@ -66,6 +79,8 @@ const std::vector<PreTokenizer>& PreTokenizers() {
       {"dbrx smaug-bpe", {kLlama3}},
       {"qwen2 deepseek-r1-qwen kormo f2llmv2 megrez stablelm2 hunyuan solar-open", {kQwen2}},
       {"qwen35", {kQwen35}},
+      {"tekken", {kTekken}, WholeWord::kIfToken, true},
+      {"gpt-4o llama4 kanana2 talkie minimax-m2", {kGpt4o}},
       {"deepseek-llm",
        {R"re([\r\n])re", kDeepSeekLetters, kDeepSeekPunctuation, R"re(\s+$)re", kDeepSeekCjk,
         R"re(\p{N}+)re"}},

@@ -3,9 +3,10 @@
 of strings on every vocabulary-only GGUF of the llama-cpp-python sdist that ctxpar reads, beyond
 the .inp / .out pairs llama.cpp ships (which tests/text/llama_vocab_test.cpp runs as they are).
 
-Two pre-tokenizers have no vocabulary of their own in the sdist; they run on another's tokens with
+Four pre-tokenizers have no vocabulary of their own in the sdist; they run on another's tokens with
 tokenizer.ggml.pre rewritten, in llama.cpp here and in the test alike: "deepseek-v3" on
-ggml-vocab-deepseek-llm.gguf, and "default" is ggml-vocab-gpt-neox.gguf (it names none).
+ggml-vocab-deepseek-llm.gguf, Mistral's "tekken" and "gpt-4o" (also Llama 4's) on
+ggml-vocab-llama-bpe.gguf, and "default" is ggml-vocab-gpt-neox.gguf (it names none).
 
 llama.cpp is the reference: tokenize_corpus.cpp (beside this file) is built against the libllama
 of bench/llama_cpp/build.sh's build tree and runs llama_tokenize(add_special = false,
@@ -47,7 +48,8 @@ VOCABS = [
     ("mpt", "mpt", None), ("gpt-2", "gpt-2", None), ("starcoder", "starcoder", None),
     ("refact", "refact", None), ("command-r", "command-r", None), ("default", "gpt-neox", None),
     ("llama-spm", "llama-spm", None), ("phi-3", "phi-3", None), ("gemma-4", "gemma-4", None),
-    ("bert-bge", "bert-bge", None),
+    ("bert-bge", "bert-bge", None), ("tekken", "llama-bpe", "tekken"),
+    ("gpt-4o", "llama-bpe", "gpt-4o"),
 ]
 
 # Pieces the regexes treat differently: each pre-tokenizer's classes, the boundaries of its
@@ -83,6 +85,9 @@ HAND = [
     "def main():\n\tprint('hi')\n", "    indented\n        more\n", "<|im_start|>user\nhi<|im_end|>",
     "<s>[INST] hi [/INST]</s>", "[CLS] x [SEP]", "\u2581hello", "a\u200bb", "\ufeffBOM",
     "\x00nul", "tab\tsep\tvalues", "word-word_word.word/word", "ALL CAPS SENTENCE.",
+    # Case changes inside a word, where tekken and gpt-4o split and llama-bpe merges across.
+    "JavaScript and TypeScript", "iPhone macOS eBay jQuery", "getElementById", "McDonald's",
+    "YouTube PowerPoint", "XMLHttpRequest", "ÉcoleNormale naïveÜber", "IT'S We'LL",
 ]
 
 
