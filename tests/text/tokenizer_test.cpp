@@ -351,12 +351,12 @@ TEST(TinyBpe, CreateRejectsBadSpecsNamingTheField) {
             "SentencePiece ('llama'), Gemma 4's BPE ('gemma4') and WordPiece ('bert') are");
 
   spec = TinySpec({});
-  spec.pre = "tekken";
+  spec.pre = "kimi-k2";
   t = Tokenizer::Create(spec);
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kUnimplemented);
   EXPECT_TRUE(t.status().message().starts_with(
-      "tokenizer.ggml.pre = 'tekken' is not supported: the supported pre-tokenizers are llama3 "))
+      "tokenizer.ggml.pre = 'kimi-k2' is not supported: the supported pre-tokenizers are llama3 "))
       << t.status().message();
 
   spec = TinySpec({});
