@@ -62,6 +62,25 @@ struct KvSpec {
   std::vector<KvGroupSpec> groups = {};  // empty: one full-attention group of every layer
 };
 
+// The dimensions that size a model's weights, KV and compute: what `ctxpar plan` reads of a
+// checkpoint, stated by the model source that knows its architecture.
+struct ModelShape {
+  int num_layers = 0;
+  int hidden = 0;
+  int vocab = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;  // GQA; MLA stores one latent head
+  int head_dim = 0;      // GQA: Q, K and V head width; MLA: v_head_dim
+  bool mla = false;
+  int q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0;
+  int dense_layers = 0;  // layers with a dense MLP of width ffn; the others route to experts
+  int ffn = 0;
+  int experts = 0, experts_per_token = 0, shared_experts = 0, expert_ffn = 0;
+  int sliding_window = 0;  // window layers attend over the last W positions ...
+  int global_every = 0;    // ... and every global_every-th layer over all of them
+  bool tied_embeddings = false;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -82,6 +101,7 @@ class ModelSource {
   // For the resolution pipeline: architecture, head counts and the model's hook (config.h).
   virtual const ModelInfo& info() const = 0;
   virtual const ModelDesc& desc() const = 0;
+  virtual const ModelShape& shape() const = 0;
   // Null when the checkpoint has no tokenizer: such a model takes and returns token ids only.
   virtual const Tokenizer* tokenizer() const = 0;
   // What each rank stores per token for `config` (a configuration the hook accepted).

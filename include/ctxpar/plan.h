@@ -38,7 +38,9 @@ namespace ctxpar::plan {
 
 // A model as the planner sees it: what the resolution pipeline needs, its KV per token, and
 // the dimensions the step-time model counts bytes and FLOPs with.
-struct PlanModel {
+// A model as the planner sees it: its shape (model.h), from a preset's config.json figures or
+// from the checkpoint's own source.
+struct PlanModel : ModelShape {
   std::string name;
   std::string source;  // where the dimensions come from (a config.json's address, or a path)
   ModelInfo info;      // architecture, heads, the model's layout rules (hook)
@@ -46,22 +48,7 @@ struct PlanModel {
   std::function<KvSpec(const EngineConfig&)> kv_spec;
   // A checkpoint: the engine's own ModelSource (capacity through KvPoolFor); null for presets.
   std::shared_ptr<const ModelSource> checkpoint;
-
-  int num_layers = 0;
-  int hidden = 0;
-  int vocab = 0;
-  int num_heads = 0;
-  int num_kv_heads = 0;  // GQA; MLA stores one latent head
-  int head_dim = 0;      // GQA: Q, K and V head width; MLA: v_head_dim
-  bool mla = false;
-  int q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0;
-  int dense_layers = 0;  // layers with a dense MLP of width ffn; the others route to experts
-  int ffn = 0;
-  int experts = 0, experts_per_token = 0, shared_experts = 0, expert_ffn = 0;
-  int sliding_window = 0;   // Gemma 3: window layers attend over the last W positions ...
-  int global_every = 0;     // ... and every global_every-th layer over all of them
   double weight_bytes = 0;  // the checkpoint's weights in bytes (all ranks together)
-  bool tied_embeddings = false;
 
   double TotalParams() const;
   // Parameters a token multiplies by in one forward (routed experts: experts_per_token).

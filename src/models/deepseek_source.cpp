@@ -104,11 +104,30 @@ class DeepseekSource final : public ModelSource {
     info_.hook = [c = c_](Resolution& r, const ResolveContext&) {
       return ApplyDeepseekRules(c, r);
     };
+    shape_ = {.num_layers = c_.num_hidden_layers,
+              .hidden = c_.hidden_size,
+              .vocab = c_.vocab_size,
+              .num_heads = c_.num_attention_heads,
+              .num_kv_heads = 1,
+              .head_dim = c_.v_head_dim,
+              .mla = true,
+              .q_lora_rank = c_.q_lora_rank,
+              .kv_lora_rank = c_.kv_lora_rank,
+              .qk_nope_head_dim = c_.qk_nope_head_dim,
+              .qk_rope_head_dim = c_.qk_rope_head_dim,
+              .dense_layers = c_.first_k_dense_replace,
+              .ffn = c_.intermediate_size,
+              .experts = c_.n_routed_experts,
+              .experts_per_token = c_.num_experts_per_tok,
+              .shared_experts = c_.n_shared_experts,
+              .expert_ffn = c_.moe_intermediate_size,
+              .tied_embeddings = c_.tie_word_embeddings};
   }
 
   const std::string& path() const override { return path_; }
   const ModelInfo& info() const override { return info_; }
   const ModelDesc& desc() const override { return desc_; }
+  const ModelShape& shape() const override { return shape_; }
   const Tokenizer* tokenizer() const override { return nullptr; }
 
   // fp32: ApplyDeepseekRules says why.
@@ -127,6 +146,7 @@ class DeepseekSource final : public ModelSource {
   DeepseekV3Config c_;
   ModelDesc desc_;
   ModelInfo info_;
+  ModelShape shape_;
 };
 
 }  // namespace

@@ -27,6 +27,8 @@ class Gemma3Source final : public GgufDenseSource<Gemma3Hparams> {
                Tokenizer tokenizer)
       : GgufDenseSource(kArchitecture, kHookName, std::move(path), std::move(file), std::move(hp),
                         std::move(tokenizer)) {
+    shape_.sliding_window = hp_.window;
+    shape_.global_every = hp_.window_pattern;
     const bool int8_weights = model::Int8Weights(*file_);
     info_.hook = [hp = hp_, int8_weights](Resolution& r, const ResolveContext&) {
       ResolvingView cfg = r.view();

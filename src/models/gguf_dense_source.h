@@ -38,6 +38,7 @@ class GgufDenseSource : public ModelSource {
   const std::string& path() const override { return path_; }
   const ModelInfo& info() const override { return info_; }
   const ModelDesc& desc() const override { return desc_; }
+  const ModelShape& shape() const override { return shape_; }
   const Tokenizer* tokenizer() const override { return &tokenizer_; }
 
   KvSpec KvSpecFor(const EngineConfig& c) const override {
@@ -67,6 +68,15 @@ class GgufDenseSource : public ModelSource {
     info_.num_attention_heads = hp_.num_heads;
     info_.num_key_value_heads = hp_.num_kv_heads;
     info_.hook_name = std::string(hook_name);
+    shape_ = {.num_layers = hp_.num_layers,
+              .hidden = hp_.dim,
+              .vocab = hp_.vocab_size,
+              .num_heads = hp_.num_heads,
+              .num_kv_heads = hp_.num_kv_heads,
+              .head_dim = hp_.head_dim,
+              .dense_layers = hp_.num_layers,
+              .ffn = hp_.ffn_dim,
+              .tied_embeddings = !file_->FindTensor("output.weight").ok()};
   }
 
   std::string path_;
@@ -75,6 +85,7 @@ class GgufDenseSource : public ModelSource {
   Tokenizer tokenizer_;
   ModelDesc desc_;
   ModelInfo info_;
+  ModelShape shape_;  // a source with window layers adds them
 };
 
 // How the layers' activations enter the quantized matmuls: int8 as llama.cpp does with

@@ -5,11 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ctxpar/error_catalog.h"
-#include "ctxpar/gguf.h"
-#include "ctxpar/hf_config.h"
 #include "ctxpar/plan.h"
-#include "models/gemma3.h"
-#include "models/llama.h"
 
 namespace ctxpar::plan {
 
@@ -75,47 +71,8 @@ Expected<PlanModel> CheckpointModel(const std::string& path) {
   m.desc = source->desc();
   m.kv_spec = [source](const EngineConfig& c) { return source->KvSpecFor(c); };
   m.checkpoint = source;
+  static_cast<ModelShape&>(m) = source->shape();
   m.weight_bytes = double(FileBytes(path));
-  if (std::filesystem::is_regular_file(path)) {
-    CTXPAR_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(path));
-    CTXPAR_ASSIGN_OR_RETURN(LlamaHparams hp, ReadLlamaHparams(file));
-    m.num_layers = hp.num_layers;
-    m.hidden = hp.dim;
-    m.vocab = hp.vocab_size;
-    m.num_heads = hp.num_heads;
-    m.num_kv_heads = hp.num_kv_heads;
-    m.head_dim = hp.head_dim;
-    m.dense_layers = hp.num_layers;
-    m.ffn = hp.ffn_dim;
-    m.tied_embeddings = hp.tied_embeddings;
-    if (const Expected<std::string> arch = file.GetString("general.architecture");
-        arch.ok() && *arch == "gemma3") {
-      CTXPAR_ASSIGN_OR_RETURN(Gemma3Hparams g, ReadGemma3Hparams(file));
-      m.head_dim = g.head_dim;
-      m.sliding_window = g.window;
-      m.global_every = g.window_pattern;
-    }
-    return m;
-  }
-  CTXPAR_ASSIGN_OR_RETURN(DeepseekV3Config c, ReadDeepseekV3Config(path));
-  m.num_layers = c.num_hidden_layers;
-  m.hidden = c.hidden_size;
-  m.vocab = c.vocab_size;
-  m.num_heads = c.num_attention_heads;
-  m.num_kv_heads = 1;
-  m.head_dim = c.v_head_dim;
-  m.mla = true;
-  m.q_lora_rank = c.q_lora_rank;
-  m.kv_lora_rank = c.kv_lora_rank;
-  m.qk_nope_head_dim = c.qk_nope_head_dim;
-  m.qk_rope_head_dim = c.qk_rope_head_dim;
-  m.dense_layers = c.first_k_dense_replace;
-  m.ffn = c.intermediate_size;
-  m.experts = c.n_routed_experts;
-  m.experts_per_token = c.num_experts_per_tok;
-  m.shared_experts = c.n_shared_experts;
-  m.expert_ffn = c.moe_intermediate_size;
-  m.tied_embeddings = c.tie_word_embeddings;
   return m;
 }
 

@@ -31,6 +31,7 @@ class SyntheticSource : public ModelSource {
   const std::string& path() const override { return path_; }
   const ModelInfo& info() const override { return info_; }
   const ModelDesc& desc() const override { return desc_; }
+  const ModelShape& shape() const override { return shape_; }
   const Tokenizer* tokenizer() const override { return nullptr; }
   KvSpec KvSpecFor(const EngineConfig&) const override {
     KvSpec spec{.num_layers = 18, .num_kv_heads = 1, .head_dim_k = 256, .head_dim_v = 256};
@@ -51,6 +52,7 @@ class SyntheticSource : public ModelSource {
   std::string path_ = "synthetic";
   ModelInfo info_;
   ModelDesc desc_;
+  ModelShape shape_;
 };
 
 EngineConfig Config(int tp, int dcp, int64_t mib, double ratio = 0.8) {

@@ -137,6 +137,26 @@ TEST(PlanCapacity, EqualsTheEnginesOverASweepOfTheTinyDeepseek) {
                         {{1, 1, 1, 16}, {2, 2, 1, 16}, {4, 4, 2, 64}, {4, 2, 1, 8}, {4, 1, 3, 1}});
 }
 
+// The tiny checkpoints of every GGUF architecture (tests/data/hf_tiny): plan reads the shape the
+// golden script gave transformers (2 layers, 4 heads of 32 over 2 KV heads) from the model's own
+// source, and its KV capacity is the engine's.
+TEST(PlanCapacity, EveryTinyArchitectureHasItsShapeAndTheEnginesCapacity) {
+  for (const char* arch : {"llama", "qwen2", "qwen3", "phi3", "olmo2"}) {
+    SCOPED_TRACE(arch);
+    const std::string path =
+        std::string(CTXPAR_TEST_DATA_DIR) + "/hf_tiny/" + arch + "/" + arch + "-q8_0.gguf";
+    Expected<PlanModel> model = CheckpointModel(path);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ(model->num_layers, 2);
+    EXPECT_EQ(model->num_heads, 4);
+    EXPECT_EQ(model->num_kv_heads, 2);
+    EXPECT_EQ(model->head_dim, 32);
+    EXPECT_EQ(model->vocab, 128);
+    EXPECT_FALSE(model->tied_embeddings);
+    ExpectCapacityMatches(path, {{1, 1, 1, 16}, {2, 2, 1, 16}, {4, 2, 1, 8}});
+  }
+}
+
 // A closed loop of 4 clients over a pool too small for them: the engine admits, chunks, retracts
 // and resumes; the simulation must plan the very same steps.
 void ExpectSameTrace(const std::string& path, const Config& c, Workload w, int vocab) {
