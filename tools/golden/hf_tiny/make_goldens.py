@@ -73,6 +73,13 @@ ARCHS = {
     "phi3": ("Phi3Config", "Phi3ForCausalLM",
              {"hidden_size": 128, "head_dim": None, "original_max_position_embeddings": 1024,
               "pad_token_id": 0, "sliding_window": None}, {"rope_type": "default"}),
+    # Tied embeddings (the converter drops lm_head), even layers in a window of 64 positions,
+    # query scale head_dim^-1/2 (the GGUF has no key for query_pre_attn_scalar), and softcaps
+    # small enough to change the scores and logits of this model.
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
+               {"tie_word_embeddings": True, "query_pre_attn_scalar": 32, "sliding_window": 64,
+                "attn_logit_softcapping": 10.0, "final_logit_softcapping": 15.0},
+               {"rope_type": "default"}),
 }
 
 CORPUS = (
@@ -114,7 +121,10 @@ def set_weights(model, gen: torch.Generator) -> None:
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 2:
-                big = "embed_tokens" in name or "lm_head" in name
+                # A tied embedding is also Gemma's input, scaled by sqrt(hidden): at 2^-7 it
+                # drowns what the layers add, and every prompt continues with one token.
+                big = ("embed_tokens" in name or "lm_head" in name) and \
+                    not model.config.tie_word_embeddings
                 p.copy_(grid_weight(tuple(p.shape), 7 if big else 9, gen))
             elif name.endswith("bias"):
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen))
@@ -275,7 +285,8 @@ def make_refused(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> None:
 
 
 # Fixed per name, so that adding an architecture changes no other golden.
-SEEDS = {"llama": 0, "llama3": 1, "qwen2": 2, "qwen3": 3, "phi3": 4, "llama_linear": 5}
+SEEDS = {"llama": 0, "llama3": 1, "qwen2": 2, "qwen3": 3, "phi3": 4, "llama_linear": 5,
+         "gemma2": 6}
 
 
 def main() -> None:
