@@ -573,7 +573,7 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "A GGUF file names its network in general.architecture, and ctxpar picks the model code "
        "by that name from its architecture registry. A file of another architecture has tensors "
        "and hyperparameters that no registered model reads.",
-       "--model-path naming a GGUF file of an architecture outside the list (gemma2, olmo2, "
+       "--model-path naming a GGUF file of an architecture outside the list (olmo2, "
        "qwen3moe, deepseek2, ...).",
        {"Use a GGUF file of one of the listed architectures (SmolLM2 is llama, Gemma 3 is "
         "gemma3).",
