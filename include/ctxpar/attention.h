@@ -27,8 +27,10 @@
 //               horizontal sums or shuffles. Needs a separate V (GQA) and page_size % 16 == 0.
 //     kv.block_table [num_seqs, max_pages_per_seq]: local row r of sequence s lives in page
 //           block_table[s * max_pages_per_seq + r / page_size], slot r % page_size.
-//   Scores are s_j = scale * dot(q, k_j); query head h reads KV head h / (num_q_heads /
-//   num_kv_heads) (GQA; num_q_heads must be a multiple of num_kv_heads).
+//   Scores are s_j = scale * dot(q, k_j), or softcap * tanh(s_j / softcap) when softcap > 0
+//   (Gemma 2's attention logit softcapping; elementwise, so the merge of partials is unchanged);
+//   query head h reads KV head h / (num_q_heads / num_kv_heads) (GQA; num_q_heads must be a
+//   multiple of num_kv_heads).
 // - A row that sees no key gets O = 0 and lse = -inf, so the merge (merge.h) gives it weight 0.
 // - Numerics: online softmax with a running max and sum in fp32, accumulation in fp32. bf16 K/V
 //   are widened exactly to fp32, except on the avx512_bf16 path (cpu_features.h), which feeds
@@ -100,6 +102,7 @@ struct PartialAttentionParams {
   // [num_rows], each in [0, row_kv_len[i]], or null (every row starts at local row 0).
   const int32_t* row_kv_start = nullptr;
   float scale = 1.0f;
+  float softcap = 0.0f;  // > 0: scores capped to (-softcap, softcap) by tanh; 0: none
   PagedKv kv;
   int num_threads = 0;
   // When set, the tasks run on this pool and num_threads is its size; the caller must be the one

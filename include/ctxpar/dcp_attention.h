@@ -52,6 +52,7 @@ struct DcpOptions {
   int head_dim_qk = 0;
   int head_dim_v = 0;
   float scale = 0.0f;                // softmax scale, > 0 (e.g. 1/sqrt(head_dim))
+  float softcap = 0.0f;              // attention logit softcapping (attention.h); 0: none
   DataType o_wire = DataType::kF32;  // O element type on the a2a / shm_a2a wire
   int num_threads = 0;               // attention threads; <= 0: all hardware threads
   ThreadPool* pool = nullptr;        // not owned; when set, the attention runs on it (attention.h)
@@ -64,7 +65,8 @@ class DcpAttention {
  public:
   // Checks dcp_rules.h's CheckDcpRules (fi_a2a is CTXPAR-DCP-003: this operator runs on the
   // CPU), CTXPAR-LAYOUT-003 (num_heads % dcp_size), CTXPAR-LAYOUT-001 (tp_size % dcp_size), then
-  // num_heads % tp_size, the communicator's size, the head dims, scale and interleave_size.
+  // num_heads % tp_size, the communicator's size, the head dims, scale, softcap and
+  // interleave_size.
   // `dcp_comm` (not owned) is the DCP group, of dcp_size ranks; it must outlive the operator.
   static Expected<std::unique_ptr<DcpAttention>> Create(const DcpOptions& options,
                                                         Communicator* dcp_comm);

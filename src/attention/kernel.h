@@ -49,6 +49,7 @@ struct KernelArgs {
   int head_dim_qk = 0;
   int head_dim_v = 0;
   float scale = 1.0f;
+  float softcap = 0.0f;  // > 0: s = softcap * tanh(s / softcap) on each score (attention.h)
   // K row of local position r and the task's KV head i: k + (page(r) * page_size + r %
   // page_size) * k_row_stride + i * k_head_stride, page(r) = pages[r / page_size]; likewise V
   // (v null: V rows are the K rows).

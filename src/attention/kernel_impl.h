@@ -256,6 +256,15 @@ struct TaskScratch {
   float* rest;  // what follows l
 };
 
+// Attention logit softcapping (KernelArgs::softcap > 0) on n scores in the kernels' base 2 (Q
+// carries log2(e)): softcap * tanh(s / softcap) times log2(e) is c * tanh(s2 / c), c = softcap *
+// log2(e). Scalar tanhf, so that every ISA gives the same bits.
+inline void SoftcapScores(float* s, int n, float softcap) {
+  if (softcap == 0.0f) return;
+  const float c = softcap * kLog2e;
+  for (int j = 0; j < n; ++j) s[j] = c * __builtin_tanhf(s[j] / c);
+}
+
 // Zeroes the task's O. An empty key range gets lse = -inf and false; otherwise Q is scaled by
 // scale * log2(e) (the softmax runs in base 2) and the running max and sum are reset.
 template <class T>
@@ -379,6 +388,7 @@ void Attend(const KernelArgs& a) {
       Scores<T, KElem>(q + static_cast<int64_t>(h0) * dqk, group, dqk, kp, n4, s, &pf);
       for (int g = 0; g < group; ++g) {
         float* sg = s + g * kKeyBlock;
+        SoftcapScores(sg, n, a.softcap);
         for (int j = n; j < kKeyBlock; ++j) sg[j] = -__builtin_inff();
         SoftmaxBlock<T>(sg, t.m[h0 + g], t.l[h0 + g], o + static_cast<int64_t>(g) * dv, dv);
       }

@@ -440,7 +440,8 @@ void AttendTilesD(const KernelArgs& a) {
     float* s = st.s;
     GroupScores<T, KElem, T::kTileHeads, kD>(st.q + (p0 + act) * dqk, kvh_pairs - act, dqk, kt,
                                              &k_pf, s + act * kTileKeys);
-    // Keys outside a row's range get score -inf; see VRows for their V.
+    // Capped before the keys outside a row's range get score -inf; see VRows for their V.
+    for (int i = act; i < kvh_pairs; ++i) SoftcapScores(s + i * kTileKeys, kTileKeys, a.softcap);
     for (int r = first; r < nr; ++r) {
       const int hi = std::min(rows[r].key_end - key0, kTileKeys);
       if (lo == 0 && hi == kTileKeys) continue;

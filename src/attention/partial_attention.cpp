@@ -87,6 +87,10 @@ Status Validate(const PartialAttentionParams& p) {
     return InvalidArgument("PartialAttentionParams.scale = " + std::to_string(p.scale) +
                            ": must be finite");
   }
+  if (!(p.softcap >= 0.0f) || !std::isfinite(p.softcap)) {
+    return InvalidArgument("PartialAttentionParams.softcap = " + std::to_string(p.softcap) +
+                           ": must be finite and >= 0 (0: no softcapping)");
+  }
   if (p.num_rows == 0) return Status::Ok();
   if (p.q == nullptr) return NullField("q");
   if (p.o == nullptr) return NullField("o");
@@ -359,6 +363,7 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
   base.head_dim_qk = dqk;
   base.head_dim_v = dv;
   base.scale = p.scale;
+  base.softcap = p.softcap;
   base.k = kv.k;
   base.v = kv.v;
   base.k_row_stride = static_cast<int64_t>(kv.num_kv_heads) * dqk;

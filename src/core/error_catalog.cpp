@@ -199,6 +199,27 @@ std::vector<CatalogEntry> ConfigEntries() {
        "mpiexec -n 4 --host a:2,b:2 ctxpar generate --tp-size 4 --dcp-size 4 --dcp-comm-backend "
        "a2a 'Hello'",
        {"CTXPAR-DCP-006", "CTXPAR-DCP-002"}},
+      {"CTXPAR-DCP-008",
+       "Attention logit softcapping on the CUDA attention kernels",
+       "The CUDA attention kernels do not apply attention logit softcapping (softcap = "
+       "{softcap}); the CPU kernels do.",
+       kConfig,
+       "Gemma 2 caps every attention score as softcap * tanh(score / softcap) before the "
+       "softmax. The CPU partial-attention kernels apply it on every path; the CUDA kernels "
+       "(sm_90a, GQA and MLA) compute plain scores, so a layer with a softcap is refused there "
+       "rather than run with uncapped scores, which would change every output.",
+       "A program calling PlanPartialAttentionCuda or PartialAttentionCuda (cuda_attention.h: "
+       "the GPU benchmark, a port of a model's attention to the GPU) with "
+       "PartialAttentionParams.softcap > 0. ctxpar generate and serve run every model's "
+       "attention, gemma2's included, on the CPU kernels, which apply the softcap.",
+       {"Run the attention on the CPU kernels (PartialAttentionCpu, DcpAttention).",
+        "Pass softcap = 0 only for models without attention softcapping (llama, gemma3, qwen2, "
+        "qwen3, phi3)."},
+       "ctxpar generate --model-path gemma-2-2b-it-q8_0.gguf 'Hello'  # attention ported to "
+       "PartialAttentionCuda",
+       "ctxpar generate --model-path gemma-2-2b-it-q8_0.gguf 'Hello'  # attention on the CPU "
+       "kernels",
+       {"CTXPAR-DCP-003", "CTXPAR-MODEL-010"}},
       {"CTXPAR-DSV4-001",
        "DeepSeek-V4 prefill CP with a strategy other than interleave",
        "DeepSeekV4 only supports interleave CP strategy, got {strategy}",

@@ -8,6 +8,7 @@
 
 #include "ctxpar/cuda_attention.h"
 #include "ctxpar/cuda_combine.h"
+#include "ctxpar/error_catalog.h"
 #include "cuda/attention_kernels.h"
 #include "cuda/cuda_check.h"
 
@@ -55,6 +56,10 @@ Expected<Shape> ValidateShape(const PartialAttentionParams& p) {
   }
   if (!std::isfinite(p.scale)) {
     return InvalidArgument("PartialAttentionCuda: scale must be finite");
+  }
+  // The kernels compute plain scores: a softcap is refused rather than ignored.
+  if (p.softcap != 0.0f) {
+    return CatalogError("CTXPAR-DCP-008", {{"softcap", std::to_string(p.softcap)}});
   }
   if (kv.head_dim_qk == kMlaDqk) {
     if (kv.head_dim_v != kMlaDv) {

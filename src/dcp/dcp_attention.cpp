@@ -42,6 +42,10 @@ Status CheckOptions(const DcpOptions& o, Communicator* comm) {
     return InvalidArgument(
         fmt::format("DcpAttention: scale must be finite and > 0, got scale={}", o.scale));
   }
+  if (!(o.softcap >= 0.0f) || !std::isfinite(o.softcap)) {
+    return InvalidArgument(fmt::format(
+        "DcpAttention: softcap must be finite and >= 0 (0: none), got softcap={}", o.softcap));
+  }
   if (o.interleave_size < 1) {
     return InvalidArgument(fmt::format(
         "DcpAttention: interleave_size must be >= 1, got interleave_size={}", o.interleave_size));
@@ -100,6 +104,7 @@ Status DcpAttention::Forward(const float* q, const PagedKv& kv, const int32_t* r
   p.row_kv_len = row_kv_len;
   p.row_kv_start = row_kv_start;
   p.scale = options_.scale;
+  p.softcap = options_.softcap;
   p.kv = kv;
   p.num_threads = options_.num_threads;
   p.pool = options_.pool;

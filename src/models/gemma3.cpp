@@ -58,9 +58,6 @@ class Gemma3Model final : public Model {
   Status Forward(const Batch& batch, KvPool& kv, std::vector<float>& logits) override;
 
  private:
-  // x_ += RmsNorm(y) with `weight` (the post-attention and post-FFN norms).
-  void AddNormed(const float* y, const float* weight, int n);
-
   std::shared_ptr<const GgufFile> file_;
   Gemma3Hparams hp_;
   ModelDesc desc_;
@@ -101,16 +98,6 @@ Status Gemma3Model::Init(const EngineConfig& config, const model::HeadShard& sha
   return attention_.Init(config);
 }
 
-void Gemma3Model::AddNormed(const float* y, const float* weight, int n) {
-  const int dim = hp_.dim;
-  normed_.resize(std::size_t(n) * dim);
-  model::ForRows(pool_, n, [&](int begin, int end) {
-    const std::size_t first = std::size_t(begin) * dim, count = std::size_t(end - begin) * dim;
-    model::RmsNorm(y + first, weight, end - begin, dim, hp_.rms_eps, normed_.data() + first);
-    for (std::size_t i = first; i < first + count; ++i) x_[i] += normed_[i];
-  });
-}
-
 Status Gemma3Model::Forward(const Batch& batch, KvPool& kv, std::vector<float>& logits) {
   const Gemma3Hparams& hp = hp_;
   CTXPAR_RETURN_IF_ERROR(model::CheckTokenIds(batch, hp.vocab_size));
@@ -127,9 +114,11 @@ Status Gemma3Model::Forward(const Batch& batch, KvPool& kv, std::vector<float>& 
                                      .k_norm = layer.k_norm};
     CTXPAR_ASSIGN_OR_RETURN(const float* attn,
                             attention_.Forward(attn_layer, l, batch, positions_, x_.data(), kv));
-    AddNormed(attn, layer.post_attn_norm, n);
+    model::AddRmsNormRows(pool_, attn, layer.post_attn_norm, n, hp.dim, hp.rms_eps, normed_,
+                          x_.data());
     CTXPAR_ASSIGN_OR_RETURN(const float* mlp, mlp_.Forward(layer, layer.ffn_norm, x_.data(), n));
-    AddNormed(mlp, layer.post_ffn_norm, n);
+    model::AddRmsNormRows(pool_, mlp, layer.post_ffn_norm, n, hp.dim, hp.rms_eps, normed_,
+                          x_.data());
     CTXPAR_RETURN_IF_ERROR(
         CheckFinite(x_.data(), x_.size(), fmt::format("the output of layer {}", l), file_->path()));
   }
@@ -138,14 +127,7 @@ Status Gemma3Model::Forward(const Batch& batch, KvPool& kv, std::vector<float>& 
 
 }  // namespace
 
-std::vector<KvGroupSpec> Gemma3KvGroups(const Gemma3Hparams& hp) {
-  KvGroupSpec global{.layers = {}, .window = 0, .dcp_sharded = true};
-  KvGroupSpec window{.layers = {}, .window = hp.window, .dcp_sharded = true};
-  for (int l = 0; l < hp.num_layers; ++l)
-    (hp.IsWindowLayer(l) ? window : global).layers.push_back(l);
-  if (window.layers.empty()) return {};
-  return {std::move(global), std::move(window)};
-}
+std::vector<KvGroupSpec> Gemma3KvGroups(const Gemma3Hparams& hp) { return WindowKvGroups(hp); }
 
 Expected<std::unique_ptr<Model>> CreateGemma3Model(std::shared_ptr<const GgufFile> file,
                                                    const Gemma3Hparams& hp, ModelDesc desc,

@@ -27,24 +27,7 @@ class Gemma3Source final : public GgufDenseSource<Gemma3Hparams> {
                Tokenizer tokenizer)
       : GgufDenseSource(kArchitecture, kHookName, std::move(path), std::move(file), std::move(hp),
                         std::move(tokenizer)) {
-    shape_.sliding_window = hp_.window;
-    shape_.global_every = hp_.window_pattern;
-    const bool int8_weights = model::Int8Weights(*file_);
-    info_.hook = [hp = hp_, int8_weights](Resolution& r, const ResolveContext&) {
-      ResolvingView cfg = r.view();
-      CTXPAR_RETURN_IF_ERROR(model::CheckHeadLayout(model::DenseHeadLayout(hp), kArchitecture,
-                                                    cfg.tp_size(), cfg.dcp_size()));
-      CTXPAR_RETURN_IF_ERROR(
-          model::CheckInt8Activations(cfg.llama_cpp_numerics(), int8_weights, kArchitecture));
-      return model::CheckDenseFlags(cfg, kArchitecture);
-    };
-  }
-
-  // The pool applies each layer's window in BatchAttention.
-  KvSpec KvSpecFor(const EngineConfig& c) const override {
-    KvSpec spec = GgufDenseSource::KvSpecFor(c);
-    spec.groups = Gemma3KvGroups(hp_);
-    return spec;
+    SetDenseLayoutHook();
   }
 
   Expected<std::unique_ptr<Model>> CreateModel(const EngineConfig& config, Communicator& world,
@@ -59,16 +42,7 @@ Expected<Gemma3Hparams> ReadGemma3Hparams(const GgufFile& f) {
   Gemma3Hparams hp;
   const std::string a = "gemma3.";
   CTXPAR_RETURN_IF_ERROR(ReadDenseHparams(f, a, hp));
-  CTXPAR_ASSIGN_OR_RETURN(hp.head_dim, ReadIntHparam(f, a + "attention.key_length", 2, 512));
-  CTXPAR_ASSIGN_OR_RETURN(const int value_length,
-                          ReadIntHparam(f, a + "attention.value_length", 1, 1 << 30, hp.head_dim));
-  if (value_length != hp.head_dim) {
-    return HparamError(f, a + "attention.value_length", value_length,
-                       fmt::format("it must equal {}attention.key_length ({})", a, hp.head_dim));
-  }
-  if (hp.head_dim % 2 != 0) {
-    return HparamError(f, a + "attention.key_length", hp.head_dim, "it must be even (RoPE pairs)");
-  }
+  CTXPAR_RETURN_IF_ERROR(ReadHeadDim(f, a, hp));
   CTXPAR_RETURN_IF_ERROR(CheckKvHeads(f, a, hp));
   CTXPAR_ASSIGN_OR_RETURN(
       hp.rope_base, ReadFloatHparam(f, a + "rope.freq_base", kRopeFreqBaseRange, hp.rope_base));

@@ -1,10 +1,11 @@
-// What the ModelSources of the dense GGUF architectures (Llama, Gemma 3) share: the file, its
-// hyperparameters and tokenizer, the ModelDesc (architecture, vocabulary, context, the
+// What the ModelSources of the dense GGUF architectures (Llama, Gemma 2 and 3) share: the file,
+// its hyperparameters and tokenizer, the ModelDesc (architecture, vocabulary, context, the
 // tokenizer's end-of-generation ids), the ModelInfo (head counts, the hook's name) and the KV a
-// rank stores per token (its KV heads of head_dim, layers/attention_shard.h). An architecture's
-// source derives from GgufDenseSource and states what differs: its hook's rules (info_.hook),
-// its KV groups, its factory (CreateDenseModel); its hyperparameter reader starts from the keys
-// they share.
+// rank stores per token (its KV heads of head_dim, layers/attention_shard.h; the window groups of
+// WindowKvGroups). An architecture's
+// source derives from GgufDenseSource and states what differs: its hook's rules (info_.hook, or
+// SetDenseLayoutHook's), its factory (CreateDenseModel); its
+// hyperparameter reader starts from the keys they share (ReadDenseHparams, ReadHeadDim).
 //
 // Hparams: an architecture's hyperparameters, with DenseHeadLayout's fields, num_layers,
 // vocab_size and context_length.
@@ -19,18 +20,40 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "ctxpar/communicator.h"
 #include "ctxpar/engine_config.h"
 #include "ctxpar/gguf.h"
 #include "ctxpar/gguf_hparams.h"
+#include "ctxpar/kv_pool.h"
 #include "ctxpar/model.h"
 #include "ctxpar/thread_pool.h"
 #include "ctxpar/tokenizer.h"
 #include "models/layers/attention_shard.h"
+#include "models/layers/gguf_weights.h"
 #include "models/linear.h"
 
 namespace ctxpar {
+
+// The KV groups (kv_pool.h) of a model whose layers l with hp.IsWindowLayer(l) keep their last
+// hp.window positions (Gemma 2 and 3; the pool applies each layer's window in BatchAttention):
+// the global layers' group first, as the pool wants, then the window layers'; DCP shards both.
+// Empty when no layer has a window, or the Hparams have no IsWindowLayer.
+template <class Hparams>
+std::vector<KvGroupSpec> WindowKvGroups(const Hparams& hp) {
+  if constexpr (requires { hp.IsWindowLayer(0); }) {
+    KvGroupSpec global{.layers = {}, .window = 0, .dcp_sharded = true};
+    KvGroupSpec window{.layers = {}, .window = hp.window, .dcp_sharded = true};
+    for (int l = 0; l < hp.num_layers; ++l) {
+      (hp.IsWindowLayer(l) ? window : global).layers.push_back(l);
+    }
+    if (window.layers.empty()) return {};
+    return {std::move(global), std::move(window)};
+  } else {
+    return {};
+  }
+}
 
 template <class Hparams>
 class GgufDenseSource : public ModelSource {
@@ -48,7 +71,8 @@ class GgufDenseSource : public ModelSource {
             .head_dim_k = hp_.head_dim,
             .head_dim_v = hp_.head_dim,
             .v_in_k = false,
-            .dtype = c.kv_cache_dtype};
+            .dtype = c.kv_cache_dtype,
+            .groups = WindowKvGroups(hp_)};
   }
 
  protected:
@@ -77,6 +101,29 @@ class GgufDenseSource : public ModelSource {
               .dense_layers = hp_.num_layers,
               .ffn = hp_.ffn_dim,
               .tied_embeddings = !file_->FindTensor("output.weight").ok()};
+    if constexpr (requires { hp_.IsWindowLayer(0); }) {
+      // Every global_every-th layer is global: the first global layer's place.
+      for (int l = 0; hp_.window > 0 && l < hp_.num_layers; ++l) {
+        if (hp_.IsWindowLayer(l)) continue;
+        shape_.sliding_window = hp_.window;
+        shape_.global_every = l + 1;
+        break;
+      }
+    }
+  }
+
+  // The hook of a dense model (Gemma 2, Gemma 3): CheckHeadLayout over tp and dcp, int8
+  // activations only where every weight takes them, CheckDenseFlags.
+  void SetDenseLayoutHook() {
+    info_.hook = [hp = hp_, arch = desc_.architecture, int8_weights = model::Int8Weights(*file_)](
+                     Resolution& r, const ResolveContext&) {
+      ResolvingView cfg = r.view();
+      CTXPAR_RETURN_IF_ERROR(
+          model::CheckHeadLayout(model::DenseHeadLayout(hp), arch, cfg.tp_size(), cfg.dcp_size()));
+      CTXPAR_RETURN_IF_ERROR(
+          model::CheckInt8Activations(cfg.llama_cpp_numerics(), int8_weights, arch));
+      return model::CheckDenseFlags(cfg, arch);
+    };
   }
 
   std::string path_;
@@ -85,7 +132,7 @@ class GgufDenseSource : public ModelSource {
   Tokenizer tokenizer_;
   ModelDesc desc_;
   ModelInfo info_;
-  ModelShape shape_;  // a source with window layers adds them
+  ModelShape shape_;
 };
 
 // How the layers' activations enter the quantized matmuls: int8 as llama.cpp does with
@@ -109,6 +156,26 @@ Status ReadDenseHparams(const GgufFile& f, const std::string& prefix, Hparams& h
   CTXPAR_ASSIGN_OR_RETURN(hp.num_kv_heads, positive("attention.head_count_kv"));
   CTXPAR_ASSIGN_OR_RETURN(hp.ffn_dim, positive("feed_forward_length"));
   CTXPAR_ASSIGN_OR_RETURN(hp.context_length, positive("context_length"));
+  return Status::Ok();
+}
+
+// hp.head_dim from <prefix>attention.key_length, even (RoPE pairs) and in [2, 512];
+// attention.value_length, where the file has it, must equal it (CTXPAR-GGUF-006).
+template <class Hparams>
+Status ReadHeadDim(const GgufFile& f, const std::string& prefix, Hparams& hp) {
+  CTXPAR_ASSIGN_OR_RETURN(hp.head_dim, ReadIntHparam(f, prefix + "attention.key_length", 2, 512));
+  CTXPAR_ASSIGN_OR_RETURN(
+      const int value_length,
+      ReadIntHparam(f, prefix + "attention.value_length", 1, 1 << 30, hp.head_dim));
+  if (value_length != hp.head_dim) {
+    return HparamError(
+        f, prefix + "attention.value_length", value_length,
+        fmt::format("it must equal {}attention.key_length ({})", prefix, hp.head_dim));
+  }
+  if (hp.head_dim % 2 != 0) {
+    return HparamError(f, prefix + "attention.key_length", hp.head_dim,
+                       "it must be even (RoPE pairs)");
+  }
   return Status::Ok();
 }
 

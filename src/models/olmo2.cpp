@@ -102,7 +102,6 @@ class Olmo2Model final : public Model {
     const int n = static_cast<int>(batch.num_tokens());
     model::BatchPositions(batch, positions_);
     x_.resize(std::size_t(n) * hp_.dim);
-    normed_.resize(x_.size());
     head_.Embed(batch, 1.0f, x_.data());
     for (int l = 0; l < hp_.num_layers; ++l) {
       const Layer& layer = layers_[l];
@@ -124,7 +123,7 @@ class Olmo2Model final : public Model {
 
  private:
   void AddNormed(const float* y, const float* weight, int n) {
-    model::AddRmsNormedRows(pool_, y, weight, n, hp_.dim, hp_.rms_eps, normed_.data(), x_.data());
+    model::AddRmsNormRows(pool_, y, weight, n, hp_.dim, hp_.rms_eps, normed_, x_.data());
   }
 
   std::shared_ptr<const GgufFile> file_;

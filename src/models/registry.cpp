@@ -17,6 +17,7 @@ namespace {
 constexpr Architecture kArchitectures[] = {
     {"llama", "LlamaForCausalLM", OpenLlamaSource, nullptr},
     {"gemma3", "Gemma3ForCausalLM", OpenGemma3Source, nullptr},
+    {"gemma2", "Gemma2ForCausalLM", OpenGemma2Source, nullptr},
     {"qwen2", "Qwen2ForCausalLM", OpenQwen2Source, nullptr},
     {"qwen3", "Qwen3ForCausalLM", OpenQwen3Source, nullptr},
     {"phi3", "Phi3ForCausalLM", OpenPhi3Source, nullptr},

@@ -171,6 +171,7 @@ class Problem {
           for (int d = 0; d < dqk; ++d)
             dot += static_cast<double>(q[d]) * Read(false, row_seq_[i], j, kvh, d);
           s[j] = static_cast<double>(p.scale) * dot;
+          if (p.softcap > 0.0f) s[j] = p.softcap * std::tanh(s[j] / p.softcap);
           m = std::max(m, s[j]);
         }
         std::vector<double> o(dv, 0.0);

@@ -7,6 +7,7 @@
 // compared with the same bounds relative to max(1, |lse|).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -209,6 +210,47 @@ TEST_P(PartialAttention, LargeScoresStayFinite) {
   prob.Check(p, 1e-4, "large scores");
 }
 
+// Gemma 2's attention logit softcapping against float64 with the cap, on both page formats and
+// both KV types: decode rows (split-KV off and on, chunks inside a tile), causal prefill rows
+// (several to a kTiles16 task) and window rows, with scores of about 3 (up to 15) against a cap of
+// 1, so that the cap moves O by more than four times the widest tolerance: the uncapped kernel
+// would fail the check.
+TEST_P(PartialAttention, SoftcapOnEveryFormatAndKvType) {
+  for (DataType dtype : {DataType::kF32, DataType::kBF16}) {
+    for (KvPageFormat format : {KvPageFormat::kRows, kTiles16}) {
+      const Shape shape{8, 2, 64, 64, false, dtype, 16, format};
+      Problem prob(shape, {0, 5, 37, 100, 300}, 70);
+      prob.DecodeRows();
+      for (int t = 1; t <= 40; ++t) prob.AddRow(3, t);
+      for (int t = 60; t <= 100; t += 7) prob.AddRow(4, t, t - 33);
+      for (float& x : prob.q()) x *= 8.0f;
+      const std::string what = std::string(dtype == DataType::kF32 ? "f32" : "bf16") +
+                               (format == kTiles16 ? " tiles16" : " rows");
+      for (int split : {0, 16, 24}) {
+        for (int threads : {1, 3}) {
+          PartialAttentionParams p = prob.Params();
+          p.softcap = 1.0f;
+          p.num_threads = threads;
+          p.split_kv_keys = split;
+          ASSERT_TRUE(PartialAttentionCpu(p).ok());
+          prob.Check(p, Tol(shape), what + " softcap split " + std::to_string(split));
+        }
+      }
+      PartialAttentionParams capped = prob.Params();
+      capped.softcap = 1.0f;
+      ASSERT_TRUE(PartialAttentionCpu(capped).ok());
+      const std::vector<float> o_capped(capped.o, capped.o + capped.num_rows * 8 * 64);
+      PartialAttentionParams plain = prob.Params();
+      ASSERT_TRUE(PartialAttentionCpu(plain).ok());
+      double diff = 0.0;
+      for (std::size_t i = 0; i < o_capped.size(); ++i) {
+        diff = std::max(diff, double(std::abs(o_capped[i] - plain.o[i])));
+      }
+      EXPECT_GT(diff, 4e-2) << what;
+    }
+  }
+}
+
 // kTiles16: the GQA cases above on 16-slot tiles (pages of 16 and 64), and query groups of 1, 3,
 // 4 and 8 heads per KV head.
 
@@ -372,6 +414,10 @@ TEST(PartialAttentionParamsTest, BadFieldsAreRejectedByName) {
        "PartialAttentionParams.kv.block_table is null: it must point to data"},
       {"scale", [](PartialAttentionParams& p) { p.scale = NAN; },
        "PartialAttentionParams.scale = nan: must be finite"},
+      {"softcap", [](PartialAttentionParams& p) { p.softcap = -1.0f; },
+       "PartialAttentionParams.softcap = -1.000000: must be finite and >= 0 (0: no softcapping)"},
+      {"softcap nan", [](PartialAttentionParams& p) { p.softcap = NAN; },
+       "PartialAttentionParams.softcap = nan: must be finite and >= 0 (0: no softcapping)"},
       {"split", [](PartialAttentionParams& p) { p.split_kv_keys = -3; },
        "PartialAttentionParams.split_kv_keys = -3: must be >= 0 (0: chosen automatically)"},
       {"len", [](PartialAttentionParams& p) { p.row_kv_len = bad_len; },

@@ -398,6 +398,16 @@ TEST(CudaAttentionPlanTest, RejectsWhatTheKernelsCannotServe) {
             "latent prefix of each K row)");
   p.kv.v = nullptr;
   EXPECT_TRUE(PlanPartialAttentionCuda(p, 10, 132).ok());
+  // Gemma 2's attention softcap: refused on both shapes, not ignored.
+  for (PartialAttentionParams capped : {ValidGqa(), p}) {
+    capped.softcap = 10.0f;
+    const Status s = PlanPartialAttentionCuda(capped, 10, 132).status();
+    EXPECT_EQ(s.error_id(), "CTXPAR-DCP-008") << s.ToString();
+    EXPECT_EQ(s.message(),
+              "The CUDA attention kernels do not apply attention logit softcapping (softcap = "
+              "10.000000); the CPU kernels do.");
+    EXPECT_EQ(PartialAttentionCuda(capped, {}, nullptr, nullptr).error_id(), "CTXPAR-DCP-008");
+  }
   EXPECT_EQ(message(ValidGqa(), 64 * 16 + 1),
             "PartialAttentionCuda: max_kv_len=1025 must be <= kv.max_pages_per_seq * "
             "kv.page_size (1024)");

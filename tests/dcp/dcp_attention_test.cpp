@@ -146,6 +146,27 @@ std::vector<DcpCase> Cases() {
        .lengths = {9, 66},
        .prefill_rows = 20,
        .window = 21});
+  // Gemma 2's attention softcap (scores about N(0, 1) here, capped at 1): elementwise on each
+  // rank's scores, so the combine is unchanged; decode and windowed prefill, every backend.
+  add({.name = "softcap_n2_a2a",
+       .n = 2,
+       .backend = CombineBackend::kA2a,
+       .lengths = {1, 17, 300},
+       .softcap = 1.0f});
+  add({.name = "softcap_window_prefill_n4_shm_repq",
+       .n = 4,
+       .backend = CombineBackend::kShmA2a,
+       .replicate_q = true,
+       .lengths = {9, 70},
+       .prefill_rows = 40,
+       .window = 13,
+       .softcap = 1.0f});
+  add({.name = "softcap_bf16kv_n3_agrs",
+       .n = 3,
+       .kv_dtype = DataType::kBF16,
+       .lengths = {5, 64},
+       .prefill_rows = 20,
+       .softcap = 1.0f});
   return cases;
 }
 
@@ -203,6 +224,8 @@ TEST(DcpAttentionCreate, RefusesWithCatalogErrors) {
             "tp_size=4");
   s = CreateStatus({.dcp_size = 2, .num_heads = 8, .scale = -1.0f});
   EXPECT_EQ(s.message(), "DcpAttention: scale must be finite and > 0, got scale=-1");
+  s = CreateStatus({.dcp_size = 2, .num_heads = 8, .softcap = -1.0f});
+  EXPECT_EQ(s.message(), "DcpAttention: softcap must be finite and >= 0 (0: none), got softcap=-1");
 }
 
 TEST(DcpAttentionCreate, CommunicatorMustMatchDcpSize) {

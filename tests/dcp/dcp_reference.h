@@ -36,6 +36,7 @@ struct DcpCase {
   int h = 2;                 // query heads per rank
   int kv_heads = 2;          // GQA KV heads of the group (a divisor of h * n)
   int window = 0;            // > 0: a sliding window (row t sees t - window < p <= t)
+  float softcap = 0.0f;      // > 0: scores s -> softcap * tanh(s / softcap) (Gemma 2)
 };
 
 inline void PrintTo(const DcpCase& c, std::ostream* os) { *os << c.name; }
@@ -115,6 +116,7 @@ inline DcpProblem MakeProblem(const DcpCase& c) {
         const float* kr = k.data() + (j * p.kvh + kh) * p.dq;
         for (int d = 0; d < p.dq; ++d) dot += static_cast<double>(q[d]) * kr[d];
         s[j] = dot * p.scale;
+        if (c.softcap > 0.0f) s[j] = c.softcap * std::tanh(s[j] / c.softcap);
         m = std::max(m, s[j]);
       }
       double sum = 0;
@@ -230,6 +232,7 @@ inline void RunRankAndCheck(const DcpCase& c, const DcpProblem& p, Communicator&
                      .head_dim_qk = p.dq,
                      .head_dim_v = p.dv,
                      .scale = p.scale,
+                     .softcap = c.softcap,
                      .o_wire = c.o_wire,
                      .num_threads = 1};
   auto attn = DcpAttention::Create(options, &comm);

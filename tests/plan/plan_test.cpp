@@ -139,9 +139,9 @@ TEST(PlanCapacity, EqualsTheEnginesOverASweepOfTheTinyDeepseek) {
 
 // The tiny checkpoints of every GGUF architecture (tests/data/hf_tiny): plan reads the shape the
 // golden script gave transformers (2 layers, 4 heads of 32 over 2 KV heads) from the model's own
-// source, and its KV capacity is the engine's.
+// source, and its KV capacity is the engine's (Gemma 2's two KV groups included).
 TEST(PlanCapacity, EveryTinyArchitectureHasItsShapeAndTheEnginesCapacity) {
-  for (const char* arch : {"llama", "qwen2", "qwen3", "phi3", "olmo2"}) {
+  for (const char* arch : {"llama", "qwen2", "qwen3", "phi3", "olmo2", "gemma2"}) {
     SCOPED_TRACE(arch);
     const std::string path =
         std::string(CTXPAR_TEST_DATA_DIR) + "/hf_tiny/" + arch + "/" + arch + "-q8_0.gguf";
@@ -152,7 +152,11 @@ TEST(PlanCapacity, EveryTinyArchitectureHasItsShapeAndTheEnginesCapacity) {
     EXPECT_EQ(model->num_kv_heads, 2);
     EXPECT_EQ(model->head_dim, 32);
     EXPECT_EQ(model->vocab, 128);
-    EXPECT_FALSE(model->tied_embeddings);
+    // Gemma 2's: tied embeddings, a window of 64 on the even layers (make_goldens.py).
+    const bool gemma2 = std::string_view(arch) == "gemma2";
+    EXPECT_EQ(model->tied_embeddings, gemma2);
+    EXPECT_EQ(model->sliding_window, gemma2 ? 64 : 0);
+    EXPECT_EQ(model->global_every, gemma2 ? 2 : 0);
     ExpectCapacityMatches(path, {{1, 1, 1, 16}, {2, 2, 1, 16}, {4, 2, 1, 8}});
   }
 }

@@ -286,4 +286,8 @@ void GeGlu(const float* gate, const float* up, int n, float* out) {
   GeGluScalar(gate, up, n, out);
 }
 
+void Softcap(float* x, std::size_t n, float cap) {
+  for (std::size_t i = 0; i < n; ++i) x[i] = std::tanh(x[i] / cap) * cap;
+}
+
 }  // namespace ctxpar::model

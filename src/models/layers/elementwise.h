@@ -5,6 +5,7 @@
 // change once built, so one serves every thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -85,5 +86,9 @@ void SwiGlu(const float* gate, const float* up, int n, float* out);
 // (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), HF's gelu_pytorch_tanh, as Gemma uses),
 // computed as x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3))) with std::exp's bits on every path.
 void GeGlu(const float* gate, const float* up, int n, float* out);
+
+// x[i] = cap * tanh(x[i] / cap) for i < n, in float in that order, as HF transformers computes
+// Gemma 2's final logit softcapping; cap > 0.
+void Softcap(float* x, std::size_t n, float cap);
 
 }  // namespace ctxpar::model

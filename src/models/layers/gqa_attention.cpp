@@ -14,6 +14,7 @@ Status GqaAttention::Init(const EngineConfig& config) {
   o.head_dim_qk = opt_.head_dim;
   o.head_dim_v = opt_.head_dim;
   o.scale = opt_.scale;
+  o.softcap = opt_.softcap;
   CTXPAR_ASSIGN_OR_RETURN(attend_, BatchAttention::Create(o, dcp_.get()));
   return Status::Ok();
 }

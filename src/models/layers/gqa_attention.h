@@ -40,6 +40,7 @@ struct GqaOptions {
   int head_dim = 0;   // of q, k and v
   int dim = 0;        // hidden size
   float scale = 0.0f;
+  float softcap = 0.0f;  // attention logit softcapping (Gemma 2; attention.h); 0: none
   float rms_eps = 0.0f;  // of attn_norm and the per-head norms
   RopeStyle rope_style = RopeStyle::kNormal;
   // q_norm and k_norm span every head of the model: [num_heads * head_dim] and

@@ -47,13 +47,14 @@ inline void RmsNormRows(ThreadPool* pool, const float* in, const float* weight, 
   });
 }
 
-// x += RmsNorm(y) with `weight` over n rows of `dim` (the post-norm residual of Gemma and OLMo 2),
-// split over the pool; `normed` [n, dim] is scratch.
-inline void AddRmsNormedRows(ThreadPool* pool, const float* y, const float* weight, int n, int dim,
-                             float eps, float* normed, float* x) {
+// x += RmsNorm(y) with `weight` over n rows of `dim` (Gemma's post-attention and post-FFN norms
+// before the residual add), split over the pool; `normed` is scratch.
+inline void AddRmsNormRows(ThreadPool* pool, const float* y, const float* weight, int n, int dim,
+                           float eps, std::vector<float>& normed, float* x) {
+  normed.resize(std::size_t(n) * dim);
   ForRows(pool, n, [&](int begin, int end) {
     const std::size_t first = std::size_t(begin) * dim, count = std::size_t(end - begin) * dim;
-    RmsNorm(y + first, weight, end - begin, dim, eps, normed + first);
+    RmsNorm(y + first, weight, end - begin, dim, eps, normed.data() + first);
     for (std::size_t i = first; i < first + count; ++i) x[i] += normed[i];
   });
 }

@@ -77,6 +77,13 @@ ARCHS = {
     # (llama.cpp's olmo2 has no key_length).
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {"hidden_size": 128, "head_dim": None},
               {"rope_type": "default"}),
+    # Tied embeddings (the converter drops lm_head), even layers in a window of 64 positions,
+    # query scale head_dim^-1/2 (the GGUF has no key for query_pre_attn_scalar), and softcaps
+    # small enough to change the scores and logits of this model.
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
+               {"tie_word_embeddings": True, "query_pre_attn_scalar": 32, "sliding_window": 64,
+                "attn_logit_softcapping": 10.0, "final_logit_softcapping": 15.0},
+               {"rope_type": "default"}),
 }
 
 # The architectures whose converter takes the vocabulary from a BPE tokenizer.json only (TextModel's
@@ -132,7 +139,10 @@ def set_weights(model, gen: torch.Generator) -> None:
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 2:
-                big = "embed_tokens" in name or "lm_head" in name
+                # A tied embedding is also Gemma's input, scaled by sqrt(hidden): at 2^-7 it
+                # drowns what the layers add, and every prompt continues with one token.
+                big = ("embed_tokens" in name or "lm_head" in name) and \
+                    not model.config.tie_word_embeddings
                 p.copy_(grid_weight(tuple(p.shape), 7 if big else 9, gen))
             elif name.endswith("bias"):
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen))
@@ -297,7 +307,8 @@ def make_refused(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> None:
 
 
 # Fixed per name, so that adding an architecture changes no other golden.
-SEEDS = {"llama": 0, "llama3": 1, "qwen2": 2, "qwen3": 3, "phi3": 4, "llama_linear": 5, "gemma2": 6, "olmo2": 7}
+SEEDS = {"llama": 0, "llama3": 1, "qwen2": 2, "qwen3": 3, "phi3": 4, "llama_linear": 5,
+         "gemma2": 6, "olmo2": 7}
 
 
 def main() -> None:

@@ -1,0 +1,199 @@
+// Gemma 2 from GGUF (general.architecture "gemma2", HF Gemma2ForCausalLM) as HF transformers'
+// Gemma2DecoderLayer and llama.cpp's gemma2 graph compute it: Gemma 3's block (gemma3.h) without
+// q/k norms, one RoPE base for every layer, a sliding window on the even layers (HF's
+// layer_types, llama.cpp's swa pattern 2), and softcaps s -> c * tanh(s / c) on every attention
+// score before the softmax (in the attention kernels, attention.h) and on every logit. Query
+// scale key_length^-1/2: the GGUF has no query_pre_attn_scalar, which is head_dim in the 2B and
+// 9B (the 27B's, hidden / heads, llama.cpp guesses from its 46 layers; this file does not).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ctxpar/gguf_hparams.h"
+#include "models/check_finite.h"
+#include "models/gguf_dense_source.h"
+#include "models/layers/elementwise.h"
+#include "models/layers/gated_mlp.h"
+#include "models/layers/gguf_weights.h"
+#include "models/layers/gqa_attention.h"
+#include "models/layers/rows.h"
+#include "models/layers/vocab.h"
+#include "models/layers/vocab_head.h"
+#include "models/registry.h"
+
+namespace ctxpar {
+
+namespace {
+
+constexpr std::string_view kArchitecture = "Gemma2ForCausalLM";
+constexpr FloatRange kSoftcapRange = {0.0, 1e6, true, false, "in (0, 1e6]"};
+
+struct Gemma2Hparams {
+  int vocab_size = 0, dim = 0, num_layers = 0, num_heads = 0, num_kv_heads = 0;
+  int head_dim = 0, ffn_dim = 0, context_length = 0;
+  float rope_base = 1e4f, rms_eps = 0.0f, attn_softcap = 0.0f, final_softcap = 0.0f;
+  int window = 0;
+
+  bool IsWindowLayer(int l) const { return l % 2 == 0; }
+};
+
+// The rank's rows of the projections (gguf_weights.h) and the layer's norms.
+struct Layer : model::DenseBlockWeights {
+  const float *attn_norm = nullptr, *post_attn_norm = nullptr, *ffn_norm = nullptr,
+              *post_ffn_norm = nullptr;
+};
+
+class Gemma2Model final : public Model {
+ public:
+  Gemma2Model(std::shared_ptr<const GgufFile> file, const Gemma2Hparams& hp, ModelDesc desc,
+              const EngineConfig& config, Communicator& world, ThreadPool* pool,
+              const model::HeadShard& shard)
+      : file_(std::move(file)),
+        hp_(hp),
+        desc_(std::move(desc)),
+        pool_(pool),
+        tp_(&world, pool, model::ActFormatFor(config)),
+        attention_({.num_heads = hp.num_heads,
+                    .head_dim = hp.head_dim,
+                    .dim = hp.dim,
+                    .scale = 1.0f / std::sqrt(float(hp.head_dim)),
+                    .softcap = hp.attn_softcap,
+                    .rms_eps = hp.rms_eps,
+                    .rope_style = model::RopeStyle::kNeox},
+                   &tp_, shard, pool),
+        mlp_(model::GatedActivation::kGeGlu, hp.dim, hp.rms_eps, &tp_, shard, pool),
+        rope_(model::RopeAngles::Ggml(hp.head_dim, hp.rope_base)) {}
+
+  Status Init(const EngineConfig& config, const model::HeadShard& shard) {
+    const GgufFile& f = *file_;
+    for (int l = 0; l < hp_.num_layers; ++l) {
+      const std::string b = fmt::format("blk.{}.", l);
+      CTXPAR_ASSIGN_OR_RETURN(
+          model::DenseBlockWeights w,
+          model::GgufDenseBlock(f, b, model::DenseHeadLayout(hp_), shard, tp_.format()));
+      Layer& layer = layers_.emplace_back(Layer{w});
+      for (auto [norm, name] : {std::pair{&layer.attn_norm, "attn_norm"},
+                                {&layer.post_attn_norm, "post_attention_norm"},
+                                {&layer.ffn_norm, "ffn_norm"},
+                                {&layer.post_ffn_norm, "post_ffw_norm"}}) {
+        CTXPAR_ASSIGN_OR_RETURN(*norm, model::GgufVector(f, b + name + ".weight", hp_.dim));
+      }
+    }
+    CTXPAR_ASSIGN_OR_RETURN(head_, model::VocabHead::FromGguf(f, hp_.dim, hp_.vocab_size,
+                                                              /*tied=*/true, hp_.rms_eps, tp_));
+    return attention_.Init(config);
+  }
+
+  const ModelDesc& desc() const override { return desc_; }
+
+  Status Forward(const Batch& batch, KvPool& kv, std::vector<float>& logits) override {
+    const Gemma2Hparams& hp = hp_;
+    CTXPAR_RETURN_IF_ERROR(model::CheckTokenIds(batch, hp.vocab_size));
+    const int n = static_cast<int>(batch.num_tokens());
+    model::BatchPositions(batch, positions_);
+    x_.resize(std::size_t(n) * hp.dim);
+    head_.Embed(batch, std::sqrt(float(hp.dim)), x_.data());
+    for (int l = 0; l < hp.num_layers; ++l) {
+      const Layer& layer = layers_[l];
+      const model::GqaLayer attn_layer{.w = layer, .attn_norm = layer.attn_norm, .rope = rope_};
+      CTXPAR_ASSIGN_OR_RETURN(const float* attn,
+                              attention_.Forward(attn_layer, l, batch, positions_, x_.data(), kv));
+      model::AddRmsNormRows(pool_, attn, layer.post_attn_norm, n, hp.dim, hp.rms_eps, normed_,
+                            x_.data());
+      CTXPAR_ASSIGN_OR_RETURN(const float* mlp, mlp_.Forward(layer, layer.ffn_norm, x_.data(), n));
+      model::AddRmsNormRows(pool_, mlp, layer.post_ffn_norm, n, hp.dim, hp.rms_eps, normed_,
+                            x_.data());
+      CTXPAR_RETURN_IF_ERROR(CheckFinite(x_.data(), x_.size(),
+                                         fmt::format("the output of layer {}", l), file_->path()));
+    }
+    CTXPAR_RETURN_IF_ERROR(head_.Logits(tp_, batch, x_.data(), file_->path(), logits));
+    // Every rank holds the gathered logits, so each caps the same values.
+    model::Softcap(logits.data(), logits.size(), hp.final_softcap);
+    return Status::Ok();
+  }
+
+ private:
+  std::shared_ptr<const GgufFile> file_;
+  Gemma2Hparams hp_;
+  ModelDesc desc_;
+  ThreadPool* pool_;
+  model::TpLinear tp_;
+  model::GqaAttention attention_;
+  model::GatedMlp mlp_;
+  model::RopeAngles rope_;
+  std::vector<Layer> layers_;
+  model::VocabHead head_;
+  std::vector<float> x_, normed_;
+  std::vector<int> positions_;
+};
+
+class Gemma2Source final : public GgufDenseSource<Gemma2Hparams> {
+ public:
+  Gemma2Source(std::string path, std::shared_ptr<const GgufFile> file, Gemma2Hparams hp,
+               Tokenizer tokenizer)
+      : GgufDenseSource(kArchitecture, "gemma2_layout_rules", std::move(path), std::move(file),
+                        std::move(hp), std::move(tokenizer)) {
+    SetDenseLayoutHook();
+  }
+
+  Expected<std::unique_ptr<Model>> CreateModel(const EngineConfig& config, Communicator& world,
+                                               ThreadPool* pool) const override {
+    return CreateDenseModel<Gemma2Model>(file_, hp_, desc_, kArchitecture, config, world, pool);
+  }
+};
+
+constexpr std::string_view kGlobalTensors[] = {"token_embd.weight", "output_norm.weight"};
+constexpr std::string_view kBlockTensors[] = {
+    "attn_norm.weight", "attn_q.weight",       "attn_k.weight",
+    "attn_v.weight",    "attn_output.weight",  "post_attention_norm.weight",
+    "ffn_norm.weight",  "ffn_gate.weight",     "ffn_up.weight",
+    "ffn_down.weight",  "post_ffw_norm.weight"};
+constexpr std::string_view kReadKeys[] = {
+    "embedding_length",         "block_count",
+    "attention.head_count",     "attention.head_count_kv",
+    "feed_forward_length",      "context_length",
+    "attention.key_length",     "attention.value_length",
+    "rope.freq_base",           "attention.layer_norm_rms_epsilon",
+    "attention.sliding_window", "attn_logit_softcapping",
+    "final_logit_softcapping"};
+
+// The hyperparameters, then every key and every tensor's name and type (layers/gguf_weights.h).
+Expected<Gemma2Hparams> ReadGemma2Hparams(const GgufFile& f) {
+  Gemma2Hparams hp;
+  const std::string a = "gemma2.";
+  CTXPAR_RETURN_IF_ERROR(ReadDenseHparams(f, a, hp));
+  CTXPAR_RETURN_IF_ERROR(ReadHeadDim(f, a, hp));
+  CTXPAR_RETURN_IF_ERROR(CheckKvHeads(f, a, hp));
+  // The layers alternate window and global from layer 0: one layer would leave no global group.
+  if (hp.num_layers < 2) {
+    return HparamError(f, a + "block_count", hp.num_layers, "it must be at least 2");
+  }
+  CTXPAR_ASSIGN_OR_RETURN(
+      hp.rope_base, ReadFloatHparam(f, a + "rope.freq_base", kRopeFreqBaseRange, hp.rope_base));
+  CTXPAR_ASSIGN_OR_RETURN(
+      hp.rms_eps, ReadFloatHparam(f, a + "attention.layer_norm_rms_epsilon", kRmsEpsilonRange));
+  // A window of 0 or 1 would leave a token nothing or only itself to attend to.
+  CTXPAR_ASSIGN_OR_RETURN(hp.window, ReadIntHparam(f, a + "attention.sliding_window", 2, 1 << 30));
+  CTXPAR_ASSIGN_OR_RETURN(hp.attn_softcap,
+                          ReadFloatHparam(f, a + "attn_logit_softcapping", kSoftcapRange));
+  CTXPAR_ASSIGN_OR_RETURN(hp.final_softcap,
+                          ReadFloatHparam(f, a + "final_logit_softcapping", kSoftcapRange));
+  CTXPAR_RETURN_IF_ERROR(model::CheckGgufKeys(f, kArchitecture, a, kReadKeys));
+  CTXPAR_ASSIGN_OR_RETURN(hp.vocab_size, model::GgufVocabSize(f, hp.dim));
+  CTXPAR_RETURN_IF_ERROR(
+      model::CheckGgufTensors(f, kArchitecture, hp.num_layers, kGlobalTensors, kBlockTensors));
+  return hp;
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<ModelSource>> OpenGemma2Source(const std::string& path,
+                                                        std::shared_ptr<const GgufFile> file) {
+  return OpenGgufDenseSource<Gemma2Source, ReadGemma2Hparams>(path, std::move(file));
+}
+
+}  // namespace ctxpar
