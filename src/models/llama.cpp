@@ -50,8 +50,9 @@ std::vector<std::string_view> BlockTensors(const LlamaVariant& v) {
   if (v.qk_norm) names.insert(names.end(), {"attn_q_norm.weight", "attn_k_norm.weight"});
   return names;
 }
-constexpr std::string_view kGlobalTensors[] = {"token_embd.weight", "output_norm.weight",
-                                               "output.weight", "rope_freqs.weight"};
+constexpr std::string_view kGlobalTensors[] = {
+    "token_embd.weight", "output_norm.weight",       "output.weight",
+    "rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"};
 
 // Every layer's weights, the rank's rows of the projections (`shard`).
 Status LoadLayers(const GgufFile& f, const LlamaHparams& hp, const model::HeadShard& shard,
@@ -125,8 +126,8 @@ Status LlamaModel::Init(const EngineConfig& config, const model::HeadShard& shar
   const GgufFile& f = *file_;
   const LlamaHparams& hp = hp_;
   CTXPAR_RETURN_IF_ERROR(LoadLayers(f, hp, shard, tp_.format(), layers_));
-  rope_ =
-      model::RopeAngles::Ggml(hp.rope_dims, hp.rope_base, hp.rope_freq_factors, hp.rope_freq_scale);
+  rope_ = model::RopeAngles::Ggml(hp.rope_dims, hp.rope_base, hp.rope_freq_factors,
+                                  hp.rope_freq_scale, hp.rope_attn_factor);
   CTXPAR_ASSIGN_OR_RETURN(head_, model::VocabHead::FromGguf(f, hp.dim, hp.vocab_size,
                                                             hp.tied_embeddings, hp.rms_eps, tp_));
   return attention_.Init(config);

@@ -60,11 +60,36 @@ constexpr std::string_view kReadKeys[] = {"embedding_length",
                                           "vocab_size",
                                           "rope.scaling.type",
                                           "rope.scaling.factor",
-                                          "rope.scaling.original_context_length"};
+                                          "rope.scaling.original_context_length",
+                                          "rope.scaling.attn_factor"};
 
-// RoPE scaling: none, "linear" (rope.scaling.factor), or Llama 3's rope_freqs.weight (the
-// converter writes no scaling type for it). YaRN and the others change the angles and the
-// attention scale in ways this block does not implement: refused.
+// A table of RoPE frequency divisors (rope_freqs, rope_factors_long / _short): F32, rope dims / 2
+// of them, each finite and positive. nullopt when the file has no such tensor.
+Expected<std::optional<std::vector<float>>> ReadRopeFactors(const GgufFile& f,
+                                                            const std::string& name,
+                                                            int rope_dims) {
+  const Expected<const GgufTensor*> found = f.FindTensor(name);
+  if (!found.ok()) return std::optional<std::vector<float>>();
+  const GgufTensor& t = **found;
+  if (t.type != GgmlType::kF32 || t.num_elements() != rope_dims / 2) {
+    return HparamError(
+        f, "tensor " + name, std::string(GgmlTypeName(t.type)),
+        fmt::format("it must be F32 with {} elements (rope dims / 2)", rope_dims / 2));
+  }
+  const auto* v = reinterpret_cast<const float*>(t.data);
+  std::vector<float> factors(v, v + rope_dims / 2);
+  for (float factor : factors) {
+    if (!(factor > 0.0f) || !std::isfinite(factor)) {
+      return HparamError(f, "tensor " + name, std::to_string(factor),
+                         "every factor must be finite and positive");
+    }
+  }
+  return std::optional<std::vector<float>>(std::move(factors));
+}
+
+// RoPE scaling: none, "linear" (rope.scaling.factor), Llama 3's rope_freqs.weight (the converter
+// writes no scaling type for it), or Phi-3's LongRoPE tables. YaRN and the others change the
+// angles and the attention scale in ways this block does not implement: refused.
 Status ReadRopeScaling(const GgufFile& f, const std::string& a, LlamaHparams& hp) {
   const std::string type_key = a + "rope.scaling.type";
   std::string type = "none";
@@ -79,23 +104,31 @@ Status ReadRopeScaling(const GgufFile& f, const std::string& a, LlamaHparams& hp
   } else if (type != "none") {
     return HparamError(f, type_key, type,
                        "ctxpar runs RoPE scaling none and linear (and Llama 3's "
-                       "rope_freqs.weight)");
+                       "rope_freqs.weight, Phi-3's LongRoPE tables)");
   }
-  const Expected<const GgufTensor*> freqs = f.FindTensor("rope_freqs.weight");
-  if (!freqs.ok()) return Status::Ok();
-  const GgufTensor& t = **freqs;
-  if (t.type != GgmlType::kF32 || t.num_elements() != hp.rope_dims / 2) {
-    return HparamError(
-        f, "tensor rope_freqs.weight", std::string(GgmlTypeName(t.type)),
-        fmt::format("it must be F32 with {} elements (rope dims / 2)", hp.rope_dims / 2));
+  CTXPAR_ASSIGN_OR_RETURN(hp.rope_attn_factor,
+                          ReadFloatHparam(f, a + "rope.scaling.attn_factor",
+                                          {0.0, 100.0, true, false, "in (0, 100]"}, 1.0f));
+  CTXPAR_ASSIGN_OR_RETURN(auto freqs, ReadRopeFactors(f, "rope_freqs.weight", hp.rope_dims));
+  CTXPAR_ASSIGN_OR_RETURN(auto long_factors,
+                          ReadRopeFactors(f, "rope_factors_long.weight", hp.rope_dims));
+  CTXPAR_ASSIGN_OR_RETURN(auto short_factors,
+                          ReadRopeFactors(f, "rope_factors_short.weight", hp.rope_dims));
+  if (long_factors.has_value() != short_factors.has_value() ||
+      (freqs.has_value() && long_factors.has_value())) {
+    return HparamError(f, "tensor rope_factors_long.weight",
+                       long_factors.has_value() ? "present" : "absent",
+                       "LongRoPE needs rope_factors_long and rope_factors_short, and no "
+                       "rope_freqs beside them");
   }
-  const auto* v = reinterpret_cast<const float*>(t.data);
-  hp.rope_freq_factors.assign(v, v + hp.rope_dims / 2);
-  for (float factor : hp.rope_freq_factors) {
-    if (!(factor > 0.0f) || !std::isfinite(factor)) {
-      return HparamError(f, "tensor rope_freqs.weight", std::to_string(factor),
-                         "every factor must be finite and positive");
-    }
+  if (freqs.has_value()) hp.rope_freq_factors = std::move(*freqs);
+  if (long_factors.has_value()) {
+    // llama.cpp takes the long factors when its context passes the original one; ctxpar runs at
+    // the file's context_length (HF picks by the current sequence length instead).
+    CTXPAR_ASSIGN_OR_RETURN(const int original,
+                            ReadIntHparam(f, a + "rope.scaling.original_context_length", 1, 1 << 30,
+                                          hp.context_length));
+    hp.rope_freq_factors = std::move(hp.context_length > original ? *long_factors : *short_factors);
   }
   return Status::Ok();
 }
@@ -133,9 +166,17 @@ Expected<LlamaHparams> ReadLlamaHparams(const GgufFile& f, const LlamaVariant& v
       hp.rms_eps, ReadFloatHparam(f, a + "attention.layer_norm_rms_epsilon", kRmsEpsilonRange));
   CTXPAR_RETURN_IF_ERROR(ReadRopeScaling(f, a, hp));
   if (variant.fused) {
-    // Phi-3's converter writes 0 for "no window"; a window on every layer is not implemented
-    // (the KV pool's window groups need a full-attention group beside them).
-    CTXPAR_RETURN_IF_ERROR(ReadIntHparam(f, a + "attention.sliding_window", 0, 0, 0).status());
+    // Phi-3's converter writes 0 for "no window", and Phi-3.5's 262144 binds no token of its 128k
+    // context. A window that binds, on every layer, is not implemented (the KV pool's window
+    // groups need a full-attention group beside them).
+    CTXPAR_ASSIGN_OR_RETURN(const int window,
+                            ReadIntHparam(f, a + "attention.sliding_window", 0, 1 << 30, 0));
+    if (window != 0 && window < hp.context_length) {
+      return HparamError(f, a + "attention.sliding_window", window,
+                         fmt::format("ctxpar runs a window on every layer only where it is 0 or at "
+                                     "least the context length ({})",
+                                     hp.context_length));
+    }
   }
   CTXPAR_ASSIGN_OR_RETURN(hp.vocab_size, model::GgufVocabSize(f, hp.dim));
   hp.tied_embeddings = !f.FindTensor("output.weight").ok();

@@ -28,8 +28,8 @@ namespace {
 // prompt), 4e-5 elsewhere; the goldens' smallest top-2 margin is 0.0076.
 constexpr double kLogitTolerance = 1e-3;
 
-const char* const kArchs[] = {"llama", "llama3", "llama_linear", "qwen2",
-                              "qwen3", "phi3",   "olmo2",        "gemma2"};
+const char* const kArchs[] = {"llama", "llama3", "llama_linear", "qwen2",        "qwen3",
+                              "phi3",  "olmo2",  "gemma2",       "phi3_longrope"};
 
 struct Layout {
   int tp;

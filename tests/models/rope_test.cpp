@@ -57,6 +57,25 @@ TEST(RopeAngles, GgmlRecurrenceMatchesFloat64) {
   }
 }
 
+// With frequency divisors (Llama 3's rope_freqs, LongRoPE's tables) and LongRoPE's attn_factor,
+// which multiplies cos and sin: angle i is theta_i / factor_i (one more rounding).
+TEST(RopeAngles, GgmlFactorsAndAttnFactorMatchFloat64) {
+  const int dims = 32;
+  const double base = 1e4, attn = 1.2909944487358056;
+  std::vector<float> factors;
+  for (int i = 0; i < dims / 2; ++i) factors.push_back(1.0f + 0.5f * float(i));
+  const RopeAngles a = RopeAngles::Ggml(dims, float(base), factors, 1.0f, float(attn));
+  for (int64_t pos : {0, 1, 63, 64, 700, 4095}) {
+    const std::vector<float> cs = CosSin(a, pos);
+    for (int i = 0; i < dims / 2; ++i) {
+      const double angle = Angle(pos, base, i, dims) / factors[i];
+      const double tol = attn * (3.0 * (i + 2) * kFloatEps * angle + 2.4e-7);
+      EXPECT_NEAR(cs[2 * i], attn * std::cos(angle), tol) << pos << " " << i;
+      EXPECT_NEAR(cs[2 * i + 1], attn * std::sin(angle), tol) << pos << " " << i;
+    }
+  }
+}
+
 // HF's table: inv_freq within an ulp (pow, then the division), the product half an ulp more.
 TEST(RopeAngles, HfTableMatchesFloat64) {
   const int rope_dims = 64;

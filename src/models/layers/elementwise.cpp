@@ -197,10 +197,11 @@ RopeAngles RopeAngles::Ggml(int rope_dims, float base) {
 }
 
 RopeAngles RopeAngles::Ggml(int rope_dims, float base, std::vector<float> freq_factors,
-                            float freq_scale) {
+                            float freq_scale, float attn_factor) {
   RopeAngles a = Ggml(rope_dims, base);
   a.freq_factors_ = std::move(freq_factors);
   a.freq_scale_ = freq_scale;
+  a.attn_factor_ = attn_factor;
   return a;
 }
 
@@ -227,12 +228,12 @@ void RopeAngles::CosSin(int64_t pos, float* cos_sin) const {
     return;
   }
   float theta = float(pos);
-  if (!freq_factors_.empty() || freq_scale_ != 1.0f) {
+  if (!freq_factors_.empty() || freq_scale_ != 1.0f || attn_factor_ != 1.0f) {
     for (int i = 0; i < half; ++i) {
       float angle = freq_factors_.empty() ? theta : theta / freq_factors_[i];
       angle *= freq_scale_;
-      cos_sin[2 * i] = std::cos(angle);
-      cos_sin[2 * i + 1] = std::sin(angle);
+      cos_sin[2 * i] = std::cos(angle) * attn_factor_;
+      cos_sin[2 * i + 1] = std::sin(angle) * attn_factor_;
       theta *= theta_scale_;
     }
     return;

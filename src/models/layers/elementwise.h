@@ -32,8 +32,9 @@ double SumOfSquares(const float* x, int dim);
 //   checkpoint's bf16 or f16 (kF32 keeps it), and angle_i = inv_freq[i] * pos in float.
 // Both give cos and sin in float through std::cos and std::sin. Ggml also takes llama.cpp's RoPE
 // scaling of a non-YaRN file: angle_i = theta_i / freq_factors[i] * freq_scale, in float, in that
-// order (ggml's rope with freq factors: Llama 3's rope_freqs.weight; freq_scale: 1 / the linear
-// scaling factor).
+// order (ggml's rope with freq factors: Llama 3's rope_freqs.weight, Phi-3's LongRoPE factors;
+// freq_scale: 1 / the linear scaling factor), and ggml's attn_factor, which multiplies cos and sin
+// (LongRoPE's magnitude scaling).
 class RopeAngles {
  public:
   static constexpr int kMaxDims = 1024;
@@ -43,9 +44,9 @@ class RopeAngles {
   // Both: rope_dims even, in [2, kMaxDims]; base > 0 (the loaders validate both). HfTable's
   // dtype is kF32, kBF16 or kF16.
   static RopeAngles Ggml(int rope_dims, float base);
-  // freq_factors: empty, or rope_dims / 2 positive values.
+  // freq_factors: empty, or rope_dims / 2 positive values; attn_factor > 0.
   static RopeAngles Ggml(int rope_dims, float base, std::vector<float> freq_factors,
-                         float freq_scale);
+                         float freq_scale, float attn_factor = 1.0f);
   static RopeAngles HfTable(int rope_dims, float base, DataType dtype);
 
   int rope_dims() const { return rope_dims_; }
@@ -57,6 +58,7 @@ class RopeAngles {
   float theta_scale_ = 0.0f;         // Ggml
   std::vector<float> freq_factors_;  // Ggml, scaled (empty: none)
   float freq_scale_ = 1.0f;          // Ggml, scaled
+  float attn_factor_ = 1.0f;         // Ggml, scaled
   std::vector<float> inv_freq_;      // HfTable (empty for Ggml)
 };
 

@@ -55,7 +55,15 @@ BASE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_
 # name -> (config class, HF architecture, extra config, rope parameters beside rope_theta).
 # A name in ONE_TYPE gets its Q8_0 file only (a RoPE variant of an architecture tested at every
 # type already).
-ONE_TYPE = {"llama_linear": ("q8_0",)}
+ONE_TYPE = {"llama_linear": ("q8_0",), "phi3_longrope": ("q8_0",)}
+# Prompt lengths of a name where not PROMPT_LENGTHS: LongRoPE's factors follow the context (ctxpar
+# and llama.cpp: the configured one, HF: the sequence's), so its prompts all pass the original
+# context (64), where both take the long factors.
+PROMPTS = {"phi3_longrope": (100, 700)}
+# LongRoPE's per-pair divisors (16 pairs of head_dim 32): short within the original context, long
+# past it.
+LONG_FACTORS = [1.0 + 0.5 * i for i in range(16)]
+SHORT_FACTORS = [1.0 + 0.05 * i for i in range(16)]
 ARCHS = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}, {"rope_type": "default"}),
     # Llama 3.x: wavelengths above 64 positions scaled (rope_freqs.weight in the GGUF).
@@ -73,6 +81,13 @@ ARCHS = {
     "phi3": ("Phi3Config", "Phi3ForCausalLM",
              {"hidden_size": 128, "head_dim": None, "original_max_position_embeddings": 1024,
               "pad_token_id": 0, "sliding_window": None}, {"rope_type": "default"}),
+    # LongRoPE: 1024 positions over an original 64, so cos and sin scale by
+    # sqrt(1 + ln 16 / ln 64) and past 64 positions the long factors divide the frequencies.
+    "phi3_longrope": ("Phi3Config", "Phi3ForCausalLM",
+                      {"hidden_size": 128, "head_dim": None, "original_max_position_embeddings": 64,
+                       "pad_token_id": 0, "sliding_window": None},
+                      {"rope_type": "longrope", "long_factor": LONG_FACTORS,
+                       "short_factor": SHORT_FACTORS, "original_max_position_embeddings": 64}),
     # Post-norms only, and q / k RMSNorms over every head of the model; head size hidden / heads
     # (llama.cpp's olmo2 has no key_length).
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {"hidden_size": 128, "head_dim": None},
@@ -204,7 +219,7 @@ def make(name: str, llama_cpp: pathlib.Path, out_root: pathlib.Path, seed: int) 
             files[out_type] = {"file": gguf.name, "sha256": sha256(gguf)}
     rng = torch.Generator().manual_seed(1000 + seed)
     prompts = []
-    for n in PROMPT_LENGTHS:
+    for n in PROMPTS.get(name, PROMPT_LENGTHS):
         ids = torch.randint(3, VOCAB, (n,), generator=rng).tolist()
         prompts.append(dict(name=f"ids_{n}", **run(model, ids)))
     golden = {
@@ -219,6 +234,9 @@ def make(name: str, llama_cpp: pathlib.Path, out_root: pathlib.Path, seed: int) 
             "attn_implementation": "eager",
         },
         "config": config.to_diff_dict(),
+        # What transformers' rotary embedding multiplies cos and sin by (LongRoPE: not 1).
+        "rope_attention_scaling": float(getattr(getattr(model.model, "rotary_emb", None),
+                                                "attention_scaling", 1.0)),
         "settings": {"n_new": N_NEW, "top_k": TOP_K,
                      "top": "at the last prompt position, then at each generated token"},
         "prompts": prompts,
@@ -308,7 +326,7 @@ def make_refused(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> None:
 
 # Fixed per name, so that adding an architecture changes no other golden.
 SEEDS = {"llama": 0, "llama3": 1, "qwen2": 2, "qwen3": 3, "phi3": 4, "llama_linear": 5,
-         "gemma2": 6, "olmo2": 7}
+         "gemma2": 6, "olmo2": 7, "phi3_longrope": 8}
 
 
 def main() -> None:
