@@ -126,8 +126,7 @@ Status LlamaModel::Init(const EngineConfig& config, const model::HeadShard& shar
   const GgufFile& f = *file_;
   const LlamaHparams& hp = hp_;
   CTXPAR_RETURN_IF_ERROR(LoadLayers(f, hp, shard, tp_.format(), layers_));
-  rope_ = model::RopeAngles::Ggml(hp.rope_dims, hp.rope_base, hp.rope_freq_factors,
-                                  hp.rope_freq_scale, hp.rope_attn_factor);
+  rope_ = model::RopeAngles::Ggml(hp.rope_dims, hp.rope_base, hp.rope_scaling);
   CTXPAR_ASSIGN_OR_RETURN(head_, model::VocabHead::FromGguf(f, hp.dim, hp.vocab_size,
                                                             hp.tied_embeddings, hp.rms_eps, tp_));
   return attention_.Init(config);

@@ -70,13 +70,9 @@ struct LlamaHparams {
   int ffn_dim = 0;
   int rope_dims = 0;
   float rope_base = 10000.0f;
-  // RoPE scaling (elementwise.h's RopeAngles::Ggml): Llama 3's rope_freqs.weight or Phi-3's
-  // LongRoPE factors (rope_dims / 2 divisors of the frequencies, empty: none) and
-  // 1 / rope.scaling.factor of a "linear" file.
-  std::vector<float> rope_freq_factors;
-  float rope_freq_scale = 1.0f;
-  // rope.scaling.attn_factor: cos and sin times it (LongRoPE's sqrt(1 + ln s / ln n_orig)).
-  float rope_attn_factor = 1.0f;
+  // RoPE scaling (elementwise.h's RopeScaling): Llama 3's rope_freqs.weight or Phi-3's LongRoPE
+  // tables, 1 / rope.scaling.factor of a linear or YaRN file, YaRN's mix, attn_factor.
+  model::RopeScaling rope_scaling;
   float rms_eps = 1e-5f;
   int context_length = 0;
   bool tied_embeddings = false;  // no output.weight: lm_head is token_embd

@@ -61,7 +61,10 @@ constexpr std::string_view kReadKeys[] = {"embedding_length",
                                           "rope.scaling.type",
                                           "rope.scaling.factor",
                                           "rope.scaling.original_context_length",
-                                          "rope.scaling.attn_factor"};
+                                          "rope.scaling.attn_factor",
+                                          "rope.scaling.yarn_ext_factor",
+                                          "rope.scaling.yarn_beta_fast",
+                                          "rope.scaling.yarn_beta_slow"};
 
 // A table of RoPE frequency divisors (rope_freqs, rope_factors_long / _short): F32, rope dims / 2
 // of them, each finite and positive. nullopt when the file has no such tensor.
@@ -87,26 +90,47 @@ Expected<std::optional<std::vector<float>>> ReadRopeFactors(const GgufFile& f,
   return std::optional<std::vector<float>>(std::move(factors));
 }
 
-// RoPE scaling: none, "linear" (rope.scaling.factor), Llama 3's rope_freqs.weight (the converter
-// writes no scaling type for it), or Phi-3's LongRoPE tables. YaRN and the others change the
-// angles and the attention scale in ways this block does not implement: refused.
+// YaRN (rope.scaling.type yarn): ggml's mix of interpolated and extrapolated angles. The keys
+// llama.cpp overrides or reads for DeepSeek only (yarn_attn_factor, yarn_log_multiplier) are not
+// read, so a file with them is refused by CheckGgufKeys.
+Status ReadYarn(const GgufFile& f, const std::string& a, LlamaHparams& hp) {
+  model::RopeScaling& s = hp.rope_scaling;
+  CTXPAR_ASSIGN_OR_RETURN(s.ext_factor,
+                          ReadFloatHparam(f, a + "rope.scaling.yarn_ext_factor",
+                                          {0.0, 1.0, true, false, "in (0, 1]"}, 1.0f));
+  CTXPAR_ASSIGN_OR_RETURN(s.beta_fast,
+                          ReadFloatHparam(f, a + "rope.scaling.yarn_beta_fast",
+                                          {0.0, 1e6, true, false, "in (0, 1e6]"}, 32.0f));
+  CTXPAR_ASSIGN_OR_RETURN(s.beta_slow,
+                          ReadFloatHparam(f, a + "rope.scaling.yarn_beta_slow",
+                                          {0.0, 1e6, true, false, "in (0, 1e6]"}, 1.0f));
+  CTXPAR_ASSIGN_OR_RETURN(s.orig_ctx,
+                          ReadIntHparam(f, a + "rope.scaling.original_context_length", 1, 1 << 30));
+  return Status::Ok();
+}
+
+// RoPE scaling: none, "linear" or "yarn" (rope.scaling.factor), Llama 3's rope_freqs.weight (the
+// converter writes no scaling type for it), or Phi-3's LongRoPE tables. The other types change
+// the angles and the attention scale in ways this block does not implement: refused.
 Status ReadRopeScaling(const GgufFile& f, const std::string& a, LlamaHparams& hp) {
   const std::string type_key = a + "rope.scaling.type";
   std::string type = "none";
   if (f.Find(type_key) != nullptr) {
     CTXPAR_ASSIGN_OR_RETURN(type, f.GetString(type_key));
   }
-  if (type == "linear") {
+  model::RopeScaling& s = hp.rope_scaling;
+  if (type == "linear" || type == "yarn") {
     CTXPAR_ASSIGN_OR_RETURN(
         const float factor,
         ReadFloatHparam(f, a + "rope.scaling.factor", {1.0, 1e6, false, false, "in [1, 1e6]"}));
-    hp.rope_freq_scale = 1.0f / factor;
+    s.freq_scale = 1.0f / factor;
+    if (type == "yarn") CTXPAR_RETURN_IF_ERROR(ReadYarn(f, a, hp));
   } else if (type != "none") {
     return HparamError(f, type_key, type,
-                       "ctxpar runs RoPE scaling none and linear (and Llama 3's "
+                       "ctxpar runs RoPE scaling none, linear and yarn (and Llama 3's "
                        "rope_freqs.weight, Phi-3's LongRoPE tables)");
   }
-  CTXPAR_ASSIGN_OR_RETURN(hp.rope_attn_factor,
+  CTXPAR_ASSIGN_OR_RETURN(s.attn_factor,
                           ReadFloatHparam(f, a + "rope.scaling.attn_factor",
                                           {0.0, 100.0, true, false, "in (0, 100]"}, 1.0f));
   CTXPAR_ASSIGN_OR_RETURN(auto freqs, ReadRopeFactors(f, "rope_freqs.weight", hp.rope_dims));
@@ -121,14 +145,14 @@ Status ReadRopeScaling(const GgufFile& f, const std::string& a, LlamaHparams& hp
                        "LongRoPE needs rope_factors_long and rope_factors_short, and no "
                        "rope_freqs beside them");
   }
-  if (freqs.has_value()) hp.rope_freq_factors = std::move(*freqs);
+  if (freqs.has_value()) s.freq_factors = std::move(*freqs);
   if (long_factors.has_value()) {
     // llama.cpp takes the long factors when its context passes the original one; ctxpar runs at
     // the file's context_length (HF picks by the current sequence length instead).
     CTXPAR_ASSIGN_OR_RETURN(const int original,
                             ReadIntHparam(f, a + "rope.scaling.original_context_length", 1, 1 << 30,
                                           hp.context_length));
-    hp.rope_freq_factors = std::move(hp.context_length > original ? *long_factors : *short_factors);
+    s.freq_factors = std::move(hp.context_length > original ? *long_factors : *short_factors);
   }
   return Status::Ok();
 }

@@ -87,8 +87,7 @@ class Olmo2Model final : public Model {
 
   Status Init(const EngineConfig& config, const model::HeadShard& shard) {
     CTXPAR_RETURN_IF_ERROR(LoadLayers(*file_, hp_, shard, tp_.format(), layers_));
-    rope_ = model::RopeAngles::Ggml(hp_.rope_dims, hp_.rope_base, hp_.rope_freq_factors,
-                                    hp_.rope_freq_scale, hp_.rope_attn_factor);
+    rope_ = model::RopeAngles::Ggml(hp_.rope_dims, hp_.rope_base, hp_.rope_scaling);
     CTXPAR_ASSIGN_OR_RETURN(
         head_, model::VocabHead::FromGguf(*file_, hp_.dim, hp_.vocab_size, hp_.tied_embeddings,
                                           hp_.rms_eps, tp_));

@@ -2,9 +2,10 @@
 // (tests/data/hf_tiny/refused, written by gguf-py from tools/golden/hf_tiny/make_goldens.py) are
 // refused when the source opens, before any compute, with the catalog ID and the tensor or key
 // that refused.json names: a bias and a tensor the model does not read, a layer past
-// block_count, a vocab_size and a key (a sliding window, an expert count) it does not read, YaRN
-// scaling, a weight type without a kernel, a NaN norm and an infinite Q8_0 scale. The copy with
-// no fault opens. OpenModelSource is what `ctxpar check --model-path` and generate both run.
+// block_count, a vocab_size and a key (a sliding window, an expert count) it does not read, a
+// RoPE scaling type it does not run, a weight type without a kernel, a NaN norm and an infinite
+// Q8_0 scale. The copy with no fault opens. OpenModelSource is what `ctxpar check --model-path` and
+// generate both run.
 #include <gtest/gtest.h>
 
 #include <fstream>

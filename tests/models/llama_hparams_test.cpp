@@ -57,8 +57,9 @@ TEST(LlamaHparams, LongRopeTakesTransformersLongFactorsAndScaling) {
   Expected<LlamaHparams> hp = ReadLlamaHparams(*file);
   ASSERT_TRUE(hp.ok()) << hp.status().ToString();
   EXPECT_EQ(hp->context_length, 1024);
-  EXPECT_EQ(hp->rope_freq_factors, Factors(golden, "long_factor"));
-  EXPECT_NEAR(hp->rope_attn_factor, golden.at("rope_attention_scaling").get<double>(), 1e-6);
+  EXPECT_EQ(hp->rope_scaling.freq_factors, Factors(golden, "long_factor"));
+  EXPECT_NEAR(hp->rope_scaling.attn_factor, golden.at("rope_attention_scaling").get<double>(),
+              1e-6);
 }
 
 TEST(LlamaHparams, LongRopeWithinTheOriginalContextTakesTheShortFactors) {
@@ -67,7 +68,27 @@ TEST(LlamaHparams, LongRopeWithinTheOriginalContextTakesTheShortFactors) {
   ASSERT_TRUE(file.ok()) << file.status().ToString();
   Expected<LlamaHparams> hp = ReadLlamaHparams(*file);
   ASSERT_TRUE(hp.ok()) << hp.status().ToString();
-  EXPECT_EQ(hp->rope_freq_factors, Factors(golden, "short_factor"));
+  EXPECT_EQ(hp->rope_scaling.freq_factors, Factors(golden, "short_factor"));
+}
+
+// YaRN from the converter's keys (tests/data/hf_tiny/qwen2_yarn): transformers' factor and
+// original context, ggml's default betas and ext_factor 1.
+TEST(LlamaHparams, YarnTakesTheConvertersKeys) {
+  const std::string dir = std::string(CTXPAR_TEST_DATA_DIR) + "/hf_tiny/qwen2_yarn/";
+  std::ifstream in(dir + "golden.json");
+  const nlohmann::json rope = nlohmann::json::parse(in).at("config").at("rope_parameters");
+  Expected<GgufFile> file = GgufFile::FromBytes(FileBytes(dir + "qwen2_yarn-q8_0.gguf"));
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  Expected<LlamaHparams> hp = ReadLlamaHparams(*file);
+  ASSERT_TRUE(hp.ok()) << hp.status().ToString();
+  const model::RopeScaling& s = hp->rope_scaling;
+  EXPECT_EQ(s.freq_scale, float(1.0 / rope.at("factor").get<double>()));
+  EXPECT_EQ(s.orig_ctx, rope.at("original_max_position_embeddings").get<int>());
+  EXPECT_EQ(s.ext_factor, 1.0f);
+  EXPECT_EQ(s.beta_fast, 32.0f);
+  EXPECT_EQ(s.beta_slow, 1.0f);
+  EXPECT_EQ(s.attn_factor, 1.0f);
+  EXPECT_TRUE(s.freq_factors.empty());
 }
 
 // Phi-3's window on every layer: 0 (the converter's "none") and one no token of the context can

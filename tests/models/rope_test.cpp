@@ -64,7 +64,8 @@ TEST(RopeAngles, GgmlFactorsAndAttnFactorMatchFloat64) {
   const double base = 1e4, attn = 1.2909944487358056;
   std::vector<float> factors;
   for (int i = 0; i < dims / 2; ++i) factors.push_back(1.0f + 0.5f * float(i));
-  const RopeAngles a = RopeAngles::Ggml(dims, float(base), factors, 1.0f, float(attn));
+  const RopeAngles a =
+      RopeAngles::Ggml(dims, float(base), {.freq_factors = factors, .attn_factor = float(attn)});
   for (int64_t pos : {0, 1, 63, 64, 700, 4095}) {
     const std::vector<float> cs = CosSin(a, pos);
     for (int i = 0; i < dims / 2; ++i) {
@@ -72,6 +73,35 @@ TEST(RopeAngles, GgmlFactorsAndAttnFactorMatchFloat64) {
       const double tol = attn * (3.0 * (i + 2) * kFloatEps * angle + 2.4e-7);
       EXPECT_NEAR(cs[2 * i], attn * std::cos(angle), tol) << pos << " " << i;
       EXPECT_NEAR(cs[2 * i + 1], attn * std::sin(angle), tol) << pos << " " << i;
+    }
+  }
+}
+
+// YaRN as transformers defines it (_compute_yarn_parameters): pair i's frequency mixes the
+// interpolated base^(-2i/d) / factor and the extrapolated base^(-2i/d) by a ramp over the
+// correction dims [floor(c(beta_fast)), ceil(c(beta_slow))], c(b) = d ln(n_orig / (2 pi b)) /
+// (2 ln base); cos and sin scale by 1 + 0.1 ln factor.
+TEST(RopeAngles, GgmlYarnMatchesFloat64) {
+  const int dims = 64;
+  const double base = 1e4, factor = 4.0;
+  const int orig = 256;
+  const RopeAngles a = RopeAngles::Ggml(
+      dims, float(base), {.freq_scale = float(1.0 / factor), .ext_factor = 1.0f, .orig_ctx = orig});
+  auto corr = [&](double beta) {
+    return dims * std::log(orig / (2.0 * M_PI * beta)) / (2.0 * std::log(base));
+  };
+  const double low = std::max(0.0, std::floor(corr(32.0)));
+  const double high = std::min(dims - 1.0, std::ceil(corr(1.0)));
+  const double mscale = 1.0 + 0.1 * std::log(factor);
+  for (int64_t pos : {0, 1, 100, 700, 4095}) {
+    const std::vector<float> cs = CosSin(a, pos);
+    for (int i = 0; i < dims / 2; ++i) {
+      const double extrapolated = Angle(pos, base, i, dims);
+      const double keep = 1.0 - std::clamp((i - low) / std::max(0.001, high - low), 0.0, 1.0);
+      const double angle = extrapolated / factor * (1.0 - keep) + extrapolated * keep;
+      const double tol = mscale * (3.0 * (i + 3) * kFloatEps * extrapolated + 3.6e-7);
+      EXPECT_NEAR(cs[2 * i], mscale * std::cos(angle), tol) << pos << " " << i;
+      EXPECT_NEAR(cs[2 * i + 1], mscale * std::sin(angle), tol) << pos << " " << i;
     }
   }
 }

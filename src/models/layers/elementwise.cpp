@@ -1,5 +1,6 @@
 #include "models/layers/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -196,12 +197,20 @@ RopeAngles RopeAngles::Ggml(int rope_dims, float base) {
   return a;
 }
 
-RopeAngles RopeAngles::Ggml(int rope_dims, float base, std::vector<float> freq_factors,
-                            float freq_scale, float attn_factor) {
+RopeAngles RopeAngles::Ggml(int rope_dims, float base, RopeScaling scaling) {
   RopeAngles a = Ggml(rope_dims, base);
-  a.freq_factors_ = std::move(freq_factors);
-  a.freq_scale_ = freq_scale;
-  a.attn_factor_ = attn_factor;
+  a.scaled_ = !scaling.freq_factors.empty() || scaling.freq_scale != 1.0f ||
+              scaling.attn_factor != 1.0f || scaling.ext_factor != 0.0f;
+  if (scaling.ext_factor != 0.0f) {
+    // ggml_rope_yarn_corr_dims: the dims whose wavelength fits orig_ctx beta times.
+    auto corr_dim = [&](float beta) {
+      return float(rope_dims) * std::log(float(scaling.orig_ctx) / (beta * 2.0f * float(M_PI))) /
+             (2.0f * std::log(base));
+    };
+    a.corr_dims_[0] = std::max(0.0f, std::floor(corr_dim(scaling.beta_fast)));
+    a.corr_dims_[1] = std::min(float(rope_dims - 1), std::ceil(corr_dim(scaling.beta_slow)));
+  }
+  a.scaling_ = std::move(scaling);
   return a;
 }
 
@@ -228,12 +237,21 @@ void RopeAngles::CosSin(int64_t pos, float* cos_sin) const {
     return;
   }
   float theta = float(pos);
-  if (!freq_factors_.empty() || freq_scale_ != 1.0f || attn_factor_ != 1.0f) {
+  if (scaled_) {
+    const RopeScaling& s = scaling_;
     for (int i = 0; i < half; ++i) {
-      float angle = freq_factors_.empty() ? theta : theta / freq_factors_[i];
-      angle *= freq_scale_;
-      cos_sin[2 * i] = std::cos(angle) * attn_factor_;
-      cos_sin[2 * i + 1] = std::sin(angle) * attn_factor_;
+      const float extrap = s.freq_factors.empty() ? theta : theta / s.freq_factors[i];
+      float angle = s.freq_scale * extrap;
+      float mscale = s.attn_factor;
+      if (s.ext_factor != 0.0f) {
+        const float y =
+            (float(i) - corr_dims_[0]) / std::max(0.001f, corr_dims_[1] - corr_dims_[0]);
+        const float mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * s.ext_factor;
+        angle = angle * (1.0f - mix) + extrap * mix;
+        mscale *= 1.0f + 0.1f * std::log(1.0f / s.freq_scale);
+      }
+      cos_sin[2 * i] = std::cos(angle) * mscale;
+      cos_sin[2 * i + 1] = std::sin(angle) * mscale;
       theta *= theta_scale_;
     }
     return;

@@ -31,10 +31,25 @@ double SumOfSquares(const float* x, int dim);
 //   in float, rounded to `dtype` as transformers' inv_freq buffer is when the model runs in its
 //   checkpoint's bf16 or f16 (kF32 keeps it), and angle_i = inv_freq[i] * pos in float.
 // Both give cos and sin in float through std::cos and std::sin. Ggml also takes llama.cpp's RoPE
-// scaling of a non-YaRN file: angle_i = theta_i / freq_factors[i] * freq_scale, in float, in that
-// order (ggml's rope with freq factors: Llama 3's rope_freqs.weight, Phi-3's LongRoPE factors;
-// freq_scale: 1 / the linear scaling factor), and ggml's attn_factor, which multiplies cos and sin
-// (LongRoPE's magnitude scaling).
+// scaling (RopeScaling), each step in float in ggml's order.
+//
+// RopeScaling, as ggml's rope_yarn applies it: theta_extrap = theta_i / freq_factors[i] (Llama 3's
+// rope_freqs.weight, Phi-3's LongRoPE tables), theta_interp = freq_scale * theta_extrap
+// (freq_scale: 1 / the linear or YaRN factor); with ext_factor (YaRN) the angle mixes them,
+// theta = theta_interp * (1 - m) + theta_extrap * m with m = ramp(i) * ext_factor, ramp 1 below
+// the correction dims and 0 above them (ggml_rope_yarn_corr_dims of orig_ctx, beta_fast and
+// beta_slow), and cos and sin scale by attn_factor * (1 + 0.1 ln(1 / freq_scale)); without it by
+// attn_factor (LongRoPE's magnitude scaling).
+struct RopeScaling {
+  std::vector<float> freq_factors;  // empty, or rope_dims / 2 positive values
+  float freq_scale = 1.0f;
+  float attn_factor = 1.0f;
+  float ext_factor = 0.0f;  // YaRN: 1
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+  int orig_ctx = 0;  // YaRN: the context the model was trained at
+};
+
 class RopeAngles {
  public:
   static constexpr int kMaxDims = 1024;
@@ -44,9 +59,8 @@ class RopeAngles {
   // Both: rope_dims even, in [2, kMaxDims]; base > 0 (the loaders validate both). HfTable's
   // dtype is kF32, kBF16 or kF16.
   static RopeAngles Ggml(int rope_dims, float base);
-  // freq_factors: empty, or rope_dims / 2 positive values; attn_factor > 0.
-  static RopeAngles Ggml(int rope_dims, float base, std::vector<float> freq_factors,
-                         float freq_scale, float attn_factor = 1.0f);
+  // scaling: freq_scale and attn_factor > 0; with ext_factor != 0, orig_ctx >= 1 and betas > 0.
+  static RopeAngles Ggml(int rope_dims, float base, RopeScaling scaling);
   static RopeAngles HfTable(int rope_dims, float base, DataType dtype);
 
   int rope_dims() const { return rope_dims_; }
@@ -55,11 +69,11 @@ class RopeAngles {
 
  private:
   int rope_dims_ = 0;
-  float theta_scale_ = 0.0f;         // Ggml
-  std::vector<float> freq_factors_;  // Ggml, scaled (empty: none)
-  float freq_scale_ = 1.0f;          // Ggml, scaled
-  float attn_factor_ = 1.0f;         // Ggml, scaled
-  std::vector<float> inv_freq_;      // HfTable (empty for Ggml)
+  float theta_scale_ = 0.0f;           // Ggml
+  RopeScaling scaling_;                // Ggml
+  bool scaled_ = false;                // Ggml: scaling_ is not the identity
+  float corr_dims_[2] = {0.0f, 0.0f};  // Ggml with ext_factor
+  std::vector<float> inv_freq_;        // HfTable (empty for Ggml)
 };
 
 // The two pairings of the rotation (ggml's modes; HF's rope_interleave and rotate_half):

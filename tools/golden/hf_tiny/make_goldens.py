@@ -18,7 +18,8 @@ top-5 (id, logit) at each step (the last prompt position, then each generated to
 
 Beside them, tests/data/hf_tiny/refused/: copies of the llama Q8_0 file with one fault each (a
 tensor or key the model does not read, a layer past block_count, a vocab_size that disagrees, a
-weight type without a kernel (F64), a NaN norm, a NaN scale, YaRN scaling), written by gguf-py, and
+weight type without a kernel (F64), a NaN norm, a NaN scale, a RoPE scaling type it does not run),
+written by gguf-py, and
 refused.json, the catalog ID and the tensor or key each must be refused for, and one copy with no
 fault, which must open (tests/models/gguf_refusal_test.cpp).
 
@@ -55,7 +56,7 @@ BASE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_
 # name -> (config class, HF architecture, extra config, rope parameters beside rope_theta).
 # A name in ONE_TYPE gets its Q8_0 file only (a RoPE variant of an architecture tested at every
 # type already).
-ONE_TYPE = {"llama_linear": ("q8_0",), "phi3_longrope": ("q8_0",)}
+ONE_TYPE = {"llama_linear": ("q8_0",), "phi3_longrope": ("q8_0",), "qwen2_yarn": ("q8_0",)}
 # Prompt lengths of a name where not PROMPT_LENGTHS: LongRoPE's factors follow the context (ctxpar
 # and llama.cpp: the configured one, HF: the sequence's), so its prompts all pass the original
 # context (64), where both take the long factors.
@@ -76,6 +77,9 @@ ARCHS = {
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {"hidden_size": 128, "head_dim": None},
               {"rope_type": "default"}),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {}, {"rope_type": "default"}),
+    # YaRN by 4 over an original 256 positions: rope.scaling.type yarn in the GGUF.
+    "qwen2_yarn": ("Qwen2Config", "Qwen2ForCausalLM", {"hidden_size": 128, "head_dim": None},
+                   {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256}),
     # Fused qkv_proj and gate_up_proj; head size hidden / heads; no window (the converter writes
     # sliding_window 0).
     "phi3": ("Phi3Config", "Phi3ForCausalLM",
@@ -301,8 +305,8 @@ def make_refused(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> None:
         "sliding_window": ({"llama.attention.sliding_window": (16, U32)}, {},
                            "key llama.attention.sliding_window"),
         "expert_count": ({"llama.expert_count": (4, U32)}, {}, "key llama.expert_count"),
-        "yarn": ({"llama.rope.scaling.type": ("yarn", STR), "llama.rope.scaling.factor": (4.0, F32)},
-                 {}, "llama.rope.scaling.type"),
+        "rope_type": ({"llama.rope.scaling.type": ("longrope", STR),
+                       "llama.rope.scaling.factor": (4.0, F32)}, {}, "llama.rope.scaling.type"),
         "f64_weight": ({}, {"blk.0.ffn_up.weight": (up.astype(np.float64), None)},
                        "tensor blk.0.ffn_up.weight"),
         "nan_norm": ({}, {"blk.0.attn_norm.weight": (norm, gguf.GGMLQuantizationType.F32)},
@@ -317,16 +321,17 @@ def make_refused(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> None:
         copy_gguf(gguf, base, out_dir / f"{name}.gguf", keys, tensors)
         expected[name] = {"names": names,
                           "id": "" if not names else "CTXPAR-GGUF-006"
-                          if name in ("vocab_size", "yarn") else "CTXPAR-MODEL-011"}
+                          if name in ("vocab_size", "rope_type") else "CTXPAR-MODEL-011"}
     with open(out_dir / "refused.json", "w") as f:
         json.dump({"generator": "tools/golden/hf_tiny/make_goldens.py", "base": base.name,
                    "cases": expected}, f, indent=1)
         f.write("\n")
 
 
-# Fixed per name, so that adding an architecture changes no other golden.
+# Fixed per name, so that adding an architecture changes no other golden (qwen2_yarn's 9 gave a
+# top-2 margin of 3e-4, under the tests' logit tolerance).
 SEEDS = {"llama": 0, "llama3": 1, "qwen2": 2, "qwen3": 3, "phi3": 4, "llama_linear": 5,
-         "gemma2": 6, "olmo2": 7, "phi3_longrope": 8}
+         "gemma2": 6, "olmo2": 7, "phi3_longrope": 8, "qwen2_yarn": 10}
 
 
 def main() -> None:
