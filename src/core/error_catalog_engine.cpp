@@ -573,14 +573,27 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "A GGUF file names its network in general.architecture, and ctxpar picks the model code "
        "by that name from its architecture registry. A file of another architecture has tensors "
        "and hyperparameters that no registered model reads.",
-       "--model-path naming a GGUF file of an architecture outside the list (qwen3moe, "
-       "deepseek2, gpt-oss, ...).",
+       "--model-path naming a GGUF file of an architecture outside the list (deepseek2, "
+       "gpt-oss, mistral3, ...).",
        {"Use a GGUF file of one of the listed architectures (SmolLM2 is llama, Gemma 3 is "
         "gemma3).",
         "`ctxpar check --model-path FILE` tells at once whether a file is one ctxpar runs."},
-       "ctxpar generate --model-path Qwen3-30B-A3B-Q4_K_M.gguf 'Hello'",
+       "ctxpar generate --model-path gpt-oss-20b-mxfp4.gguf 'Hello'",
        "ctxpar generate --model-path gemma-3-270m-q4_k_m.gguf 'Hello'",
        {"CTXPAR-MODEL-008", "CTXPAR-GGUF-004"}},
+      {"CTXPAR-MODEL-012",
+       "An expert-parallel size the model cannot place",
+       "--ep-size {ep_size}: {architecture} places whole experts on the tp_size ({tp_size}) "
+       "ranks, so --ep-size must be 1 or {tp_size}.",
+       kConfig,
+       "A GGUF mixture-of-experts model (Qwen3-MoE) gives each rank of the TP group whole "
+       "experts, expert e to rank e * tp_size / experts, and adds their outputs exactly, so the "
+       "tokens do not depend on tp_size. Expert groups of another size are not implemented.",
+       "--ep-size other than 1 or --tp-size on a GGUF mixture-of-experts model.",
+       {"Pass --ep-size equal to --tp-size, or leave it at 1: both run the same placement."},
+       "ctxpar generate --model-path Qwen3-30B-A3B-Q4_K_M.gguf --tp-size 4 --ep-size 2 'Hello'",
+       "ctxpar generate --model-path Qwen3-30B-A3B-Q4_K_M.gguf --tp-size 4 --ep-size 4 'Hello'",
+       {"CTXPAR-MODEL-005", "CTXPAR-DSV3-002"}},
       {"CTXPAR-MODEL-011",
        "A tensor or key of the file that the model cannot take",
        "The model file {path} holds {item}, which {problem}.",

@@ -101,6 +101,14 @@ class GgufDenseSource : public ModelSource {
               .dense_layers = hp_.num_layers,
               .ffn = hp_.ffn_dim,
               .tied_embeddings = !file_->FindTensor("output.weight").ok()};
+    if constexpr (requires { hp_.experts; }) {
+      if (hp_.experts > 0) {
+        shape_.experts = hp_.experts;
+        shape_.experts_per_token = hp_.experts_used;
+        shape_.expert_ffn = hp_.expert_ffn;
+        shape_.dense_layers = 0;
+      }
+    }
     if constexpr (requires { hp_.IsWindowLayer(0); }) {
       // Every global_every-th layer is global: the first global layer's place.
       for (int l = 0; hp_.window > 0 && l < hp_.num_layers; ++l) {

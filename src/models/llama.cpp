@@ -12,6 +12,7 @@
 #include "models/layers/gated_mlp.h"
 #include "models/layers/gguf_weights.h"
 #include "models/layers/gqa_attention.h"
+#include "models/layers/routed_moe.h"
 #include "models/layers/rows.h"
 #include "models/layers/tp_linear.h"
 #include "models/layers/vocab.h"
@@ -33,18 +34,31 @@ struct Layer : model::DenseBlockWeights {
   const float* v_bias = nullptr;
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
+  model::MoeWeights moe{};  // variant.moe: the router and the rank's experts
 };
+
+model::MoeShape MoeShapeOf(const LlamaHparams& hp) {
+  return {.dim = hp.dim,
+          .experts = hp.experts,
+          .experts_used = hp.experts_used,
+          .expert_ffn = hp.expert_ffn};
+}
 
 // The tensors of a variant's blocks (blk.N. + these): the Llama block's (or Phi-3's fused ones),
 // the variant's biases and norms. Any other is refused (CheckGgufTensors).
 std::vector<std::string_view> BlockTensors(const LlamaVariant& v) {
   std::vector<std::string_view> names = {"attn_norm.weight", "attn_output.weight",
-                                         "ffn_norm.weight", "ffn_up.weight", "ffn_down.weight"};
+                                         "ffn_norm.weight"};
   if (v.fused) {
-    names.push_back("attn_qkv.weight");
+    names.insert(names.end(), {"attn_qkv.weight", "ffn_up.weight", "ffn_down.weight"});
   } else {
-    names.insert(names.end(),
-                 {"attn_q.weight", "attn_k.weight", "attn_v.weight", "ffn_gate.weight"});
+    names.insert(names.end(), {"attn_q.weight", "attn_k.weight", "attn_v.weight"});
+  }
+  if (v.moe) {
+    names.insert(names.end(), {"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight",
+                               "ffn_down_exps.weight"});
+  } else if (!v.fused) {
+    names.insert(names.end(), {"ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"});
   }
   if (v.qkv_bias) names.insert(names.end(), {"attn_q.bias", "attn_k.bias", "attn_v.bias"});
   if (v.qk_norm) names.insert(names.end(), {"attn_q_norm.weight", "attn_k_norm.weight"});
@@ -60,9 +74,18 @@ Status LoadLayers(const GgufFile& f, const LlamaHparams& hp, const model::HeadSh
   const model::HeadLayout layout = model::DenseHeadLayout(hp);
   for (int l = 0; l < hp.num_layers; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
-    CTXPAR_ASSIGN_OR_RETURN(model::DenseBlockWeights w,
-                            model::GgufDenseBlock(f, b, layout, shard, format, hp.variant.fused));
+    CTXPAR_ASSIGN_OR_RETURN(
+        model::DenseBlockWeights w,
+        model::GgufDenseBlock(f, b, layout, shard, format, hp.variant.fused, !hp.variant.moe));
     Layer layer{w};
+    if (hp.variant.moe) {
+      const int tp = static_cast<int>(shard.head_bounds.size()) - 1;
+      const int first = model::FirstExpert(hp.experts, tp, shard.tp_rank);
+      CTXPAR_ASSIGN_OR_RETURN(
+          layer.moe, model::GgufMoeWeights(
+                         f, b, MoeShapeOf(hp), first,
+                         model::FirstExpert(hp.experts, tp, shard.tp_rank + 1) - first, format));
+    }
     CTXPAR_ASSIGN_OR_RETURN(layer.attn_norm, GgufVector(f, b + "attn_norm.weight", hp.dim));
     CTXPAR_ASSIGN_OR_RETURN(layer.ffn_norm, GgufVector(f, b + "ffn_norm.weight", hp.dim));
     if (hp.variant.qkv_bias) {
@@ -96,7 +119,8 @@ class LlamaModel final : public Model {
                     .rms_eps = hp.rms_eps,
                     .rope_style = hp.variant.rope_style},
                    &tp_, shard, pool),
-        mlp_(model::GatedActivation::kSwiGlu, hp.dim, hp.rms_eps, &tp_, shard, pool) {}
+        mlp_(model::GatedActivation::kSwiGlu, hp.dim, hp.rms_eps, &tp_, shard, pool),
+        moe_(MoeShapeOf(hp), hp.rms_eps, &tp_, pool) {}
 
   Status Init(const EngineConfig& config, const model::HeadShard& shard);
   const ModelDesc& desc() const override { return desc_; }
@@ -114,6 +138,7 @@ class LlamaModel final : public Model {
   model::TpLinear tp_;
   model::GqaAttention attention_;
   model::GatedMlp mlp_;
+  model::RoutedMoe moe_;
   std::vector<Layer> layers_;
   model::RopeAngles rope_;
   model::VocabHead head_;
@@ -152,7 +177,9 @@ Status LlamaModel::Forward(const Batch& batch, KvPool& kv, std::vector<float>& l
                                                 .v_bias = layer.v_bias},
                                                l, batch, positions_, x_.data(), kv));
     AddResidual(attn);
-    CTXPAR_ASSIGN_OR_RETURN(const float* mlp, mlp_.Forward(layer, layer.ffn_norm, x_.data(), n));
+    CTXPAR_ASSIGN_OR_RETURN(const float* mlp,
+                            hp.variant.moe ? moe_.Forward(layer.moe, layer.ffn_norm, x_.data(), n)
+                                           : mlp_.Forward(layer, layer.ffn_norm, x_.data(), n));
     AddResidual(mlp);
     CTXPAR_RETURN_IF_ERROR(
         CheckFinite(x_.data(), x_.size(), fmt::format("the output of layer {}", l), file_->path()));

@@ -52,6 +52,9 @@ struct LlamaVariant {
   // attn_qkv holds the q, k, v rows and ffn_up the gate then up rows; attention.sliding_window
   // is written 0 for "none" and read (Phi-3).
   bool fused = false;
+  // Routed experts instead of the MLP (layers/routed_moe.h): ffn_gate_inp and ffn_*_exps, the
+  // expert_count, expert_used_count and expert_feed_forward_length keys (Qwen3-MoE).
+  bool moe = false;
   // Null: the Llama block (CheckLlamaTensors, CreateLlamaModel).
   LlamaTensorCheck check_tensors = nullptr;
   LlamaModelFactory create = nullptr;
@@ -76,6 +79,9 @@ struct LlamaHparams {
   float rms_eps = 1e-5f;
   int context_length = 0;
   bool tied_embeddings = false;  // no output.weight: lm_head is token_embd
+  int experts = 0;               // variant.moe: expert_count, else 0
+  int experts_used = 0;
+  int expert_ffn = 0;
 };
 
 // Reads `<arch>.*` metadata (and rope_freqs.weight), naming the key of anything missing or out of

@@ -32,7 +32,7 @@ class LlamaSource final : public GgufDenseSource<LlamaHparams> {
           model::CheckHeadLayout(model::DenseHeadLayout(hp), arch, cfg.tp_size(), cfg.dcp_size()));
       CTXPAR_RETURN_IF_ERROR(
           model::CheckInt8Activations(cfg.llama_cpp_numerics(), int8_weights, arch));
-      return model::CheckDenseFlags(cfg, arch);
+      return model::CheckDenseFlags(cfg, arch, hp.variant.moe);
     };
   }
 
@@ -202,6 +202,13 @@ Expected<LlamaHparams> ReadLlamaHparams(const GgufFile& f, const LlamaVariant& v
                                      hp.context_length));
     }
   }
+  if (variant.moe) {
+    CTXPAR_ASSIGN_OR_RETURN(hp.experts, ReadIntHparam(f, a + "expert_count", 1, 1 << 16));
+    CTXPAR_ASSIGN_OR_RETURN(hp.experts_used,
+                            ReadIntHparam(f, a + "expert_used_count", 1, hp.experts));
+    CTXPAR_ASSIGN_OR_RETURN(hp.expert_ffn,
+                            ReadIntHparam(f, a + "expert_feed_forward_length", 1, 1 << 30));
+  }
   CTXPAR_ASSIGN_OR_RETURN(hp.vocab_size, model::GgufVocabSize(f, hp.dim));
   hp.tied_embeddings = !f.FindTensor("output.weight").ok();
   return hp;
@@ -213,6 +220,9 @@ Expected<std::unique_ptr<ModelSource>> OpenLlamaFamilySource(const std::string& 
   CTXPAR_ASSIGN_OR_RETURN(LlamaHparams hp, ReadLlamaHparams(*file, variant));
   std::vector<std::string_view> keys(std::begin(kReadKeys), std::end(kReadKeys));
   if (variant.fused) keys.push_back("attention.sliding_window");
+  if (variant.moe) {
+    keys.insert(keys.end(), {"expert_count", "expert_used_count", "expert_feed_forward_length"});
+  }
   CTXPAR_RETURN_IF_ERROR(model::CheckGgufKeys(*file, variant.hf_name, hp.architecture + ".", keys));
   const LlamaTensorCheck check =
       variant.check_tensors != nullptr ? variant.check_tensors : CheckLlamaTensors;

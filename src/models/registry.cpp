@@ -20,6 +20,7 @@ constexpr Architecture kArchitectures[] = {
     {"gemma2", "Gemma2ForCausalLM", OpenGemma2Source, nullptr},
     {"qwen2", "Qwen2ForCausalLM", OpenQwen2Source, nullptr},
     {"qwen3", "Qwen3ForCausalLM", OpenQwen3Source, nullptr},
+    {"qwen3moe", "Qwen3MoeForCausalLM", OpenQwen3MoeSource, nullptr},
     {"phi3", "Phi3ForCausalLM", OpenPhi3Source, nullptr},
     {"olmo2", "Olmo2ForCausalLM", OpenOlmo2Source, nullptr},
     {"", "DeepseekV3ForCausalLM", nullptr, OpenDeepseekSource},

@@ -38,6 +38,8 @@ Expected<std::unique_ptr<ModelSource>> OpenQwen2Source(const std::string& path,
                                                        std::shared_ptr<const GgufFile> file);
 Expected<std::unique_ptr<ModelSource>> OpenQwen3Source(const std::string& path,
                                                        std::shared_ptr<const GgufFile> file);
+Expected<std::unique_ptr<ModelSource>> OpenQwen3MoeSource(const std::string& path,
+                                                          std::shared_ptr<const GgufFile> file);
 Expected<std::unique_ptr<ModelSource>> OpenPhi3Source(const std::string& path,
                                                       std::shared_ptr<const GgufFile> file);
 Expected<std::unique_ptr<ModelSource>> OpenOlmo2Source(const std::string& path,

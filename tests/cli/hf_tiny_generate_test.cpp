@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "run_ctxpar.h"
@@ -32,8 +33,9 @@ struct Case {
   const char* type;
 };
 
-const Case kCases[] = {{"llama", "f32"}, {"llama3", "q8_0"}, {"qwen2", "bf16"}, {"qwen3", "f16"},
-                       {"phi3", "q8_0"}, {"olmo2", "bf16"},  {"gemma2", "bf16"}};
+const Case kCases[] = {{"llama", "f32"},   {"llama3", "q8_0"},  {"qwen2", "bf16"},
+                       {"qwen3", "f16"},   {"phi3", "q8_0"},    {"olmo2", "bf16"},
+                       {"gemma2", "bf16"}, {"qwen3moe", "q8_0"}};
 
 TEST(HfTinyCli, GreedyIdsOfTheLongPromptAreTransformersOnOneAndTwoRanks) {
   for (const Case& c : kCases) {
@@ -65,10 +67,36 @@ TEST(HfTinyCli, GreedyIdsOfTheLongPromptAreTransformersOnOneAndTwoRanks) {
     if (std::string(CTXPAR_MPIEXEC).empty()) continue;
     args.insert(args.end(), {"--tp-size", "2", "--dcp-size", "2", "--dcp-comm-backend", "a2a",
                              "--threads", "1", "--chunked-prefill-size", "128"});
+    // Qwen3-MoE's experts sit whole on the ranks: --ep-size 2 says so (1 runs the same).
+    if (std::string_view(c.arch) == "qwen3moe") args.insert(args.end(), {"--ep-size", "2"});
     const RunResult two = RunCtxpar(args, kMpiEnv);
     ASSERT_EQ(two.exit_status, 0) << path << ": " << two.err;
     EXPECT_EQ(Trim(two.out), want) << path << " over 2 ranks";
   }
+}
+
+// Expert parallelism: a MoE model takes --ep-size 1 or tp_size and refuses another size; a
+// dense one refuses the flag.
+TEST(HfTinyCli, ExpertParallelSizeIsOneOrTheTpSize) {
+  const std::string dir = std::string(CTXPAR_TEST_DATA_DIR) + "/hf_tiny/";
+  const std::string moe = dir + "qwen3moe/qwen3moe-q8_0.gguf";
+  for (const char* ep : {"1", "4"}) {
+    const RunResult ok =
+        RunCtxpar({"check", "--model-path", moe, "--tp-size", "4", "--ep-size", ep});
+    EXPECT_EQ(ok.exit_status, 0) << ep << ": " << ok.err;
+  }
+  const RunResult two =
+      RunCtxpar({"check", "--model-path", moe, "--tp-size", "4", "--ep-size", "2"});
+  EXPECT_EQ(two.exit_status, 2);
+  EXPECT_NE(two.err.find("CTXPAR-MODEL-012"), std::string::npos) << two.err;
+  EXPECT_NE(two.err.find("--ep-size 2: Qwen3MoeForCausalLM places whole experts on the tp_size "
+                         "(4) ranks, so --ep-size must be 1 or 4."),
+            std::string::npos)
+      << two.err;
+  const RunResult dense = RunCtxpar(
+      {"check", "--model-path", dir + "qwen3/qwen3-q8_0.gguf", "--tp-size", "2", "--ep-size", "2"});
+  EXPECT_EQ(dense.exit_status, 2);
+  EXPECT_NE(dense.err.find("CTXPAR-MODEL-005"), std::string::npos) << dense.err;
 }
 
 TEST(HfTinyCli, CheckAndGenerateRefuseTheSameFileAlike) {

@@ -32,8 +32,9 @@ constexpr double kLogitTolerance = 1e-3;
 // their magnitude scaling sharpens the scores; measured at most 1.2e-3 (qwen2_yarn) and 5.5e-4.
 constexpr double kScaledRopeTolerance = 2e-3;
 
-const char* const kArchs[] = {"llama", "llama3", "llama_linear", "qwen2",         "qwen3",
-                              "phi3",  "olmo2",  "gemma2",       "phi3_longrope", "qwen2_yarn"};
+const char* const kArchs[] = {"llama",    "llama3",        "llama_linear", "qwen2",
+                              "qwen3moe", "qwen3",         "phi3",         "olmo2",
+                              "gemma2",   "phi3_longrope", "qwen2_yarn"};
 
 struct Layout {
   int tp;

@@ -139,9 +139,10 @@ TEST(PlanCapacity, EqualsTheEnginesOverASweepOfTheTinyDeepseek) {
 
 // The tiny checkpoints of every GGUF architecture (tests/data/hf_tiny): plan reads the shape the
 // golden script gave transformers (2 layers, 4 heads of 32 over 2 KV heads) from the model's own
-// source, and its KV capacity is the engine's (Gemma 2's two KV groups included).
+// source, and its KV capacity is the engine's (Gemma 2's two KV groups included); Qwen3-MoE's
+// experts as its config states them.
 TEST(PlanCapacity, EveryTinyArchitectureHasItsShapeAndTheEnginesCapacity) {
-  for (const char* arch : {"llama", "qwen2", "qwen3", "phi3", "olmo2", "gemma2"}) {
+  for (const char* arch : {"llama", "qwen2", "qwen3", "phi3", "olmo2", "gemma2", "qwen3moe"}) {
     SCOPED_TRACE(arch);
     const std::string path =
         std::string(CTXPAR_TEST_DATA_DIR) + "/hf_tiny/" + arch + "/" + arch + "-q8_0.gguf";
@@ -157,6 +158,12 @@ TEST(PlanCapacity, EveryTinyArchitectureHasItsShapeAndTheEnginesCapacity) {
     EXPECT_EQ(model->tied_embeddings, gemma2);
     EXPECT_EQ(model->sliding_window, gemma2 ? 64 : 0);
     EXPECT_EQ(model->global_every, gemma2 ? 2 : 0);
+    // Qwen3-MoE's: 8 experts of 64 features, 2 a token, no dense layer.
+    const bool moe = std::string_view(arch) == "qwen3moe";
+    EXPECT_EQ(model->experts, moe ? 8 : 0);
+    EXPECT_EQ(model->experts_per_token, moe ? 2 : 0);
+    EXPECT_EQ(model->expert_ffn, moe ? 64 : 0);
+    EXPECT_EQ(model->dense_layers, moe ? 0 : 2);
     ExpectCapacityMatches(path, {{1, 1, 1, 16}, {2, 2, 1, 16}, {4, 2, 1, 8}});
   }
 }

@@ -89,16 +89,25 @@ Status CheckHeadLayout(const HeadLayout& l, std::string_view architecture, int t
   return Status::Ok();
 }
 
-Status CheckDenseFlags(const ResolvingView& cfg, std::string_view architecture) {
+Status CheckDenseFlags(const ResolvingView& cfg, std::string_view architecture,
+                       bool routed_experts) {
+  if (routed_experts && cfg.ep_size() != 1 && cfg.ep_size() != cfg.tp_size()) {
+    return CatalogError("CTXPAR-MODEL-012", {{"ep_size", std::to_string(cfg.ep_size())},
+                                             {"architecture", std::string(architecture)},
+                                             {"tp_size", std::to_string(cfg.tp_size())}});
+  }
   struct Flag {
     bool given;
     std::string_view flag;
     std::string_view feature;
   };
   const Flag flags[] = {
-      {cfg.ep_size() != 1, "--ep-size", "mixture-of-experts models (expert parallelism)"},
-      {cfg.moe_a2a_backend() != "none", "--moe-a2a-backend", "mixture-of-experts models"},
-      {cfg.moe_dense_tp_size().has_value(), "--moe-dense-tp-size", "mixture-of-experts models"},
+      {cfg.ep_size() != 1 && !routed_experts, "--ep-size",
+       "mixture-of-experts models (expert parallelism)"},
+      {cfg.moe_a2a_backend() != "none", "--moe-a2a-backend",
+       routed_experts ? "the DeepSeek models' expert dispatch" : "mixture-of-experts models"},
+      {cfg.moe_dense_tp_size().has_value(), "--moe-dense-tp-size",
+       routed_experts ? "the DeepSeek models' dense layers" : "mixture-of-experts models"},
       {cfg.enable_prefill_cp(), "--enable-prefill-cp",
        "the DeepSeek models (prefill context parallelism)"},
       {cfg.attn_cp_size() != 1, "--attn-cp-size",

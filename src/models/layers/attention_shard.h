@@ -81,7 +81,10 @@ Expected<HeadShard> DenseModelShard(const HeadLayout& l, std::string_view archit
                                     const EngineConfig& config, const Communicator& world);
 
 // The flags a dense model cannot honour (expert parallelism, the MoE backends, prefill CP,
-// DP attention): CTXPAR-MODEL-005 naming the flag and `architecture`.
-Status CheckDenseFlags(const ResolvingView& cfg, std::string_view architecture);
+// DP attention): CTXPAR-MODEL-005 naming the flag and `architecture`. With `routed_experts` (a
+// GGUF MoE model, layers/routed_moe.h, whose experts sit whole on the TP ranks) --ep-size may be
+// 1 or tp_size (CTXPAR-MODEL-012 otherwise).
+Status CheckDenseFlags(const ResolvingView& cfg, std::string_view architecture,
+                       bool routed_experts = false);
 
 }  // namespace ctxpar::model

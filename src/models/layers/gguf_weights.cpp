@@ -39,7 +39,7 @@ Expected<int> GgufVocabSize(const GgufFile& f, int dim) {
 
 Expected<DenseBlockWeights> GgufDenseBlock(const GgufFile& f, const std::string& prefix,
                                            const HeadLayout& l, const HeadShard& s,
-                                           ActFormat format, bool fused) {
+                                           ActFormat format, bool fused, bool with_mlp) {
   const int hd = l.head_dim;
   const int q_width = l.num_heads * hd, kv_width = l.num_kv_heads * hd;
   const int ffn_first = s.ffn_bounds[s.tp_rank];
@@ -70,14 +70,20 @@ Expected<DenseBlockWeights> GgufDenseBlock(const GgufFile& f, const std::string&
   CTXPAR_ASSIGN_OR_RETURN(auto wk, GgufMatrix(f, b + "attn_k.weight", l.dim, kv_width, format));
   CTXPAR_ASSIGN_OR_RETURN(auto wv, GgufMatrix(f, b + "attn_v.weight", l.dim, kv_width, format));
   CTXPAR_ASSIGN_OR_RETURN(auto wo, GgufMatrix(f, b + "attn_output.weight", q_width, l.dim, format));
+  auto rows = [&](const QuantMatrix& m, int first, int count) {
+    return WithInt8Pack(m.RowRange(first, count), format);
+  };
+  if (!with_mlp) {
+    return DenseBlockWeights{.wq = rows(wq, s.q_first * hd, s.q_heads * hd),
+                             .wk = rows(wk, s.kv_first * hd, s.kv_heads * hd),
+                             .wv = rows(wv, s.kv_first * hd, s.kv_heads * hd),
+                             .wo = rows(wo, dim_first, dim_count)};
+  }
   CTXPAR_ASSIGN_OR_RETURN(auto gate,
                           GgufMatrix(f, b + "ffn_gate.weight", l.dim, l.ffn_dim, format));
   CTXPAR_ASSIGN_OR_RETURN(auto up, GgufMatrix(f, b + "ffn_up.weight", l.dim, l.ffn_dim, format));
   CTXPAR_ASSIGN_OR_RETURN(auto down,
                           GgufMatrix(f, b + "ffn_down.weight", l.ffn_dim, l.dim, format));
-  auto rows = [&](const QuantMatrix& m, int first, int count) {
-    return WithInt8Pack(m.RowRange(first, count), format);
-  };
   return DenseBlockWeights{.wq = rows(wq, s.q_first * hd, s.q_heads * hd),
                            .wk = rows(wk, s.kv_first * hd, s.kv_heads * hd),
                            .wv = rows(wv, s.kv_first * hd, s.kv_heads * hd),
@@ -272,6 +278,25 @@ Expected<QuantMatrix> GgufMatrix(const GgufFile& f, const std::string& name, int
   }
   m.data = t->data;
   m.rows = static_cast<int>(rows);
+  m.cols = static_cast<int>(cols);
+  m.row_stride = t->row_bytes();
+  return m;
+}
+
+Expected<QuantMatrix> GgufExperts(const GgufFile& f, const std::string& name, int64_t cols,
+                                  int64_t rows, int64_t experts) {
+  CTXPAR_ASSIGN_OR_RETURN(const GgufTensor* t, f.FindTensor(name));
+  if (t->shape.size() != 3 || t->shape[0] != cols || t->shape[1] != rows ||
+      t->shape[2] != experts) {
+    return TensorError(f, name,
+                       fmt::format("has shape {}, but the hyperparameters make it [{}, {}, {}]",
+                                   ShapeText(*t), cols, rows, experts));
+  }
+  CTXPAR_RETURN_IF_ERROR(CheckMatrixType(f, *t));
+  QuantMatrix m;
+  m.type = *WeightTypeFor(t->type);
+  m.data = t->data;
+  m.rows = static_cast<int>(rows * experts);
   m.cols = static_cast<int>(cols);
   m.row_stride = t->row_bytes();
   return m;

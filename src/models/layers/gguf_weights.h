@@ -61,11 +61,18 @@ Expected<int> GgufVocabSize(const GgufFile& f, int dim);
 // of their columns) by dim_bounds. fused: q, k, v are the row ranges of attn_qkv, gate and up
 // those of ffn_up (gate first), as Phi-3's converter writes them.
 struct DenseBlockWeights {
-  QuantMatrix wq, wk, wv, wo, gate, up, down;
+  QuantMatrix wq{}, wk{}, wv{}, wo{}, gate{}, up{}, down{};
 };
 Expected<DenseBlockWeights> GgufDenseBlock(const GgufFile& f, const std::string& prefix,
                                            const HeadLayout& l, const HeadShard& s,
-                                           ActFormat format, bool fused = false);
+                                           ActFormat format, bool fused = false,
+                                           bool with_mlp = true);
+
+// The experts of a MoE layer, [cols, rows, experts] (ggml's ne0, ne1, ne2): one matrix of
+// experts * rows rows, expert e's being rows [e * rows, (e + 1) * rows) (QuantMatrix::RowRange).
+// Its type is checked as GgufMatrix checks it; CheckActFormat is the caller's.
+Expected<QuantMatrix> GgufExperts(const GgufFile& f, const std::string& name, int64_t cols,
+                                  int64_t rows, int64_t experts);
 
 // An F32 vector of `dim` elements.
 Expected<const float*> GgufVector(const GgufFile& f, const std::string& name, int64_t dim);

@@ -77,6 +77,11 @@ ARCHS = {
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {"hidden_size": 128, "head_dim": None},
               {"rope_type": "default"}),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {}, {"rope_type": "default"}),
+    # 8 routed experts of 64 features, 2 per token, their weights renormalized.
+    "qwen3moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                 {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+                  "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": []},
+                 {"rope_type": "default"}),
     # YaRN by 4 over an original 256 positions: rope.scaling.type yarn in the GGUF.
     "qwen2_yarn": ("Qwen2Config", "Qwen2ForCausalLM", {"hidden_size": 128, "head_dim": None},
                    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256}),
@@ -108,7 +113,7 @@ ARCHS = {
 # The architectures whose converter takes the vocabulary from a BPE tokenizer.json only (TextModel's
 # default): converted with the SentencePiece reader that the others use, since the tests compare
 # token ids and this checkpoint has no BPE tokenizer.
-SPM_VOCAB = {"olmo2"}
+SPM_VOCAB = {"olmo2", "qwen3moe"}
 CONVERT_WITH_SPM = """
 import runpy, sys
 convert = sys.argv[1]
@@ -157,7 +162,13 @@ def grid_weight(shape, exponent: int, gen: torch.Generator) -> torch.Tensor:
 def set_weights(model, gen: torch.Generator) -> None:
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() == 2:
+            if p.dim() == 3:  # fused experts [experts, rows, cols]: each expert a grid matrix
+                for e in range(p.shape[0]):
+                    p[e].copy_(grid_weight(tuple(p.shape[1:]), 9, gen))
+            elif name.endswith("mlp.gate.weight"):
+                # A router at 2^-9 scores the experts so alike that the top-k hangs on rounding.
+                p.copy_(grid_weight(tuple(p.shape), 4, gen))
+            elif p.dim() == 2:
                 # A tied embedding is also Gemma's input, scaled by sqrt(hidden): at 2^-7 it
                 # drowns what the layers add, and every prompt continues with one token.
                 big = ("embed_tokens" in name or "lm_head" in name) and \
@@ -331,7 +342,8 @@ def make_refused(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> None:
 # Fixed per name, so that adding an architecture changes no other golden (qwen2_yarn's 9 gave a
 # top-2 margin of 3e-4, under the tests' logit tolerance).
 SEEDS = {"llama": 0, "llama3": 1, "qwen2": 2, "qwen3": 3, "phi3": 4, "llama_linear": 5,
-         "gemma2": 6, "olmo2": 7, "phi3_longrope": 8, "qwen2_yarn": 10}
+         "gemma2": 6, "olmo2": 7, "phi3_longrope": 8, "qwen2_yarn": 10,
+         "qwen3moe": 11}
 
 
 def main() -> None:

@@ -1,0 +1,116 @@
+#include "models/layers/routed_moe.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "models/layers/elementwise.h"
+#include "models/layers/gguf_weights.h"
+#include "models/layers/rows.h"
+
+namespace ctxpar::model {
+
+Expected<MoeWeights> GgufMoeWeights(const GgufFile& f, const std::string& prefix, const MoeShape& s,
+                                    int first, int count, ActFormat format) {
+  MoeWeights w;
+  w.first_expert = first;
+  CTXPAR_ASSIGN_OR_RETURN(w.router,
+                          GgufMatrix(f, prefix + "ffn_gate_inp.weight", s.dim, s.experts, format));
+  CTXPAR_ASSIGN_OR_RETURN(const QuantMatrix gate, GgufExperts(f, prefix + "ffn_gate_exps.weight",
+                                                              s.dim, s.expert_ffn, s.experts));
+  CTXPAR_ASSIGN_OR_RETURN(const QuantMatrix up, GgufExperts(f, prefix + "ffn_up_exps.weight", s.dim,
+                                                            s.expert_ffn, s.experts));
+  CTXPAR_ASSIGN_OR_RETURN(const QuantMatrix down, GgufExperts(f, prefix + "ffn_down_exps.weight",
+                                                              s.expert_ffn, s.dim, s.experts));
+  for (const QuantMatrix* m : {&gate, &up, &down}) {
+    CTXPAR_RETURN_IF_ERROR(CheckActFormat(format, m->type));
+  }
+  for (int e = first; e < first + count; ++e) {
+    w.gate.push_back(WithInt8Pack(gate.RowRange(e * s.expert_ffn, s.expert_ffn), format));
+    w.up.push_back(WithInt8Pack(up.RowRange(e * s.expert_ffn, s.expert_ffn), format));
+    w.down.push_back(WithInt8Pack(down.RowRange(e * s.dim, s.dim), format));
+  }
+  return w;
+}
+
+void RoutedMoe::Route(int n) {
+  const int experts = shape_.experts, used = shape_.experts_used;
+  choices_.resize(std::size_t(n) * used);
+  picked_.resize(experts);
+  std::vector<float> p(experts);
+  for (int t = 0; t < n; ++t) {
+    const float* l = logits_.data() + std::size_t(t) * experts;
+    const float max = *std::max_element(l, l + experts);
+    float sum = 0.0f;
+    for (int e = 0; e < experts; ++e) sum += p[e] = std::exp(l[e] - max);
+    for (int e = 0; e < experts; ++e) p[e] /= sum;
+    // The most probable first, the lower id among equals.
+    std::iota(picked_.begin(), picked_.end(), 0);
+    std::partial_sort(picked_.begin(), picked_.begin() + used, picked_.end(),
+                      [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float total = 0.0f;
+    for (int k = 0; k < used; ++k) total += p[picked_[k]];
+    std::sort(picked_.begin(), picked_.begin() + used);
+    Choice* c = choices_.data() + std::size_t(t) * used;
+    for (int k = 0; k < used; ++k) c[k] = {picked_[k], p[picked_[k]] / total};
+  }
+}
+
+Expected<const float*> RoutedMoe::Forward(const MoeWeights& w, const float* ffn_norm,
+                                          const float* x, int n) {
+  const int dim = shape_.dim, ffn = shape_.expert_ffn, used = shape_.experts_used;
+  xn_.resize(std::size_t(n) * dim);
+  RmsNormRows(pool_, x, ffn_norm, n, dim, rms_eps_, xn_.data());
+  logits_.resize(std::size_t(n) * shape_.experts);
+  const MatMulOut router[] = {{w.router, logits_.data(), shape_.experts}};
+  tp_->ColumnParallel(router, xn_.data(), n, dim);
+  Route(n);
+  // rows_[(t * used + k) * dim]: choice k of token t, weighted, where this rank holds its expert.
+  rows_.assign(std::size_t(n) * used * dim, 0.0f);
+  std::vector<int> slots;
+  for (int i = 0; i < static_cast<int>(w.gate.size()); ++i) {
+    const int expert = w.first_expert + i;
+    slots.clear();
+    for (int s = 0; s < n * used; ++s) {
+      if (choices_[s].expert == expert) slots.push_back(s);
+    }
+    if (slots.empty()) continue;
+    const int m = static_cast<int>(slots.size());
+    xs_.resize(std::size_t(m) * dim);
+    for (int r = 0; r < m; ++r) {
+      const float* src = xn_.data() + std::size_t(slots[r] / used) * dim;
+      std::copy(src, src + dim, xs_.data() + std::size_t(r) * dim);
+    }
+    gate_.resize(std::size_t(m) * ffn);
+    up_.resize(gate_.size());
+    act_.resize(gate_.size());
+    const MatMulOut gate_up[] = {{w.gate[i], gate_.data(), ffn}, {w.up[i], up_.data(), ffn}};
+    tp_->ColumnParallel(gate_up, xs_.data(), m, dim);
+    SwiGlu(gate_.data(), up_.data(), m * ffn, act_.data());
+    out_.resize(std::size_t(m) * dim);
+    const MatMulOut down[] = {{w.down[i], out_.data(), dim}};
+    tp_->ColumnParallel(down, act_.data(), m, ffn);
+    for (int r = 0; r < m; ++r) {
+      const float weight = choices_[slots[r]].weight;
+      float* dst = rows_.data() + std::size_t(slots[r]) * dim;
+      for (int c = 0; c < dim; ++c) dst[c] = out_[std::size_t(r) * dim + c] * weight;
+    }
+  }
+  if (tp_->size() > 1) {
+    CTXPAR_RETURN_IF_ERROR(tp_->world().AllReduce(rows_.data(), rows_.data(), rows_.size(),
+                                                  DataType::kF32, ReduceOp::kSum));
+  }
+  y_.assign(std::size_t(n) * dim, 0.0f);
+  for (int t = 0; t < n; ++t) {
+    float* y = y_.data() + std::size_t(t) * dim;
+    for (int k = 0; k < used; ++k) {
+      const float* row = rows_.data() + (std::size_t(t) * used + k) * dim;
+      for (int c = 0; c < dim; ++c) y[c] += row[c];
+    }
+  }
+  return y_.data();
+}
+
+}  // namespace ctxpar::model
