@@ -199,6 +199,7 @@ class ConfigGetters {
   std::string model_arch() const { return Str("model_arch"); }  // "" when unset
   // A Jinja file that replaces the model's chat template; "" when unset.
   std::string chat_template() const { return Str("chat_template"); }
+  std::optional<std::string> tool_call_parser() const { return OptStr("tool_call_parser"); }
   std::string platform() const { return Str("platform"); }  // a Platform::Spec()
   // The attention data-parallel size: dp_size with --enable-dp-attention, else 1.
   int attn_dp_size() const { return enable_dp_attention() ? dp_size() : 1; }

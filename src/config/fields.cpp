@@ -70,6 +70,10 @@ const std::vector<FieldSpec>& Table() {
     f.push_back(StrField("chat_template", {}, "--chat-template", {},
                          "A Jinja chat template file that replaces the model's "
                          "tokenizer.chat_template (chat requests, generate --chat)."));
+    f.push_back(StrField("tool_call_parser", {}, "--tool-call-parser",
+                         {"qwen25", "qwen", "hermes", "llama3"},
+                         "Parse the tool calls of chat completions in this model family's "
+                         "format (qwen25 = qwen = hermes: <tool_call> JSON; llama3: JSON)."));
     f.push_back(StrField("platform", {}, "--platform", {},
                          "Target platform instead of the probe: cpu, rocm, cuda:smXY, "
                          "cuda:smXY+mnnvl (also CTXPAR_PLATFORM)."));

@@ -114,11 +114,12 @@ std::vector<CatalogEntry> HttpCatalogEntries() {
        "{field} is not supported by ctxpar serve: {detail}",
        kRequest,
        "Some OpenAI fields change what a response means and ctxpar does not implement them "
-       "(tools, response_format other than text, logit_bias, suffix, best_of, images in "
-       "messages, text prompts to a model without a tokenizer). They are refused instead of "
+       "(a forced tool_choice, functions, response_format other than text, logit_bias, suffix, "
+       "best_of, images in messages, text prompts to a model without a tokenizer). They are "
+       "refused instead of "
        "ignored, so that a client never takes an answer for what it did not ask.",
        "A client sends one of these fields with a value other than its neutral one.",
-       {"Leave the field out, or send its neutral value (tool_choice 'none', response_format "
+       {"Leave the field out, or send its neutral value (tool_choice 'auto', response_format "
         "{'type': 'text'}, an empty logit_bias).",
         "Send token ids to a model that has no tokenizer."},
        "ctxpar serve & curl localhost:30000/v1/completions -d '{\"prompt\": \"Hi\", "

@@ -14,22 +14,6 @@ namespace ctxpar::server {
 namespace {
 
 constexpr std::string_view kPath = "/apply-template";
-// Deeper than any chat request (a tool schema is a handful of levels); copying and rendering
-// recurse over the value, so a body nested 100,000 deep must be refused first.
-constexpr int kMaxDepth = 64;
-
-// Whether v nests deeper than kMaxDepth, found without recursion.
-bool TooDeep(const nlohmann::json& v) {
-  std::vector<std::pair<const nlohmann::json*, int>> stack = {{&v, 1}};
-  while (!stack.empty()) {
-    const auto [node, depth] = stack.back();
-    stack.pop_back();
-    if (!node->is_structured()) continue;
-    if (depth > kMaxDepth) return true;
-    for (const nlohmann::json& child : *node) stack.emplace_back(&child, depth + 1);
-  }
-  return false;
-}
 
 }  // namespace
 
@@ -56,8 +40,8 @@ ApiExpected<nlohmann::json> ApplyTemplate(std::string_view body, const ModelCont
     return TypeError("chat_template_kwargs", "an object", kwargs);
   }
   for (const char* field : {"messages", "tools", "chat_template_kwargs"}) {
-    if (TooDeep(Field(checked, field))) {
-      return RangeError(kPath, field, fmt::format("nested at most {} levels deep", kMaxDepth),
+    if (NestedTooDeep(Field(checked, field))) {
+      return RangeError(kPath, field, fmt::format("nested at most {} levels deep", kMaxJsonDepth),
                         "a value nested deeper");
     }
   }

@@ -207,4 +207,16 @@ ApiExpected<json> ParseObject(std::string_view path, std::string_view body) {
       CatalogError("CTXPAR-HTTP-001", {{"route", std::string(path)}, {"detail", detail}}));
 }
 
+bool NestedTooDeep(const nlohmann::json& v) {
+  std::vector<std::pair<const nlohmann::json*, int>> stack = {{&v, 1}};
+  while (!stack.empty()) {
+    const auto [node, depth] = stack.back();
+    stack.pop_back();
+    if (!node->is_structured()) continue;
+    if (depth > kMaxJsonDepth) return true;
+    for (const nlohmann::json& child : *node) stack.emplace_back(&child, depth + 1);
+  }
+  return false;
+}
+
 }  // namespace ctxpar::server

@@ -59,4 +59,10 @@ MaybeError NeedTokenizer(const ModelContext& model, std::string_view param);
 // The body of `path` as one JSON object, else CTXPAR-HTTP-001.
 ApiExpected<nlohmann::json> ParseObject(std::string_view path, std::string_view body);
 
+// Deeper than any chat request (a tool schema is a handful of levels): copying and rendering
+// recurse over a value, so one nested 100,000 deep is refused first.
+inline constexpr int kMaxJsonDepth = 64;
+// Whether v nests deeper than kMaxJsonDepth, found without recursion.
+bool NestedTooDeep(const nlohmann::json& v);
+
 }  // namespace ctxpar::server

@@ -93,14 +93,12 @@ MaybeError ReadSampling(const json& obj, std::string_view prefix, Route route, A
 
 // Fields that change what a response means and that ctxpar does not implement.
 MaybeError RefuseUnsupported(const json& body) {
-  if (const json& v = Field(body, "tools"); !v.is_null() && !v.empty()) {
-    return Unsupported("tools", "tool calls are not implemented");
-  }
   if (const json& v = Field(body, "functions"); !v.is_null() && !v.empty()) {
     return Unsupported("functions", "function calls are not implemented");
   }
   if (const json& v = Field(body, "tool_choice"); !v.is_null() && v != "none" && v != "auto") {
-    return Unsupported("tool_choice", "tool calls are not implemented");
+    return Unsupported("tool_choice",
+                       "forcing a tool call (constrained decoding) is not implemented");
   }
   if (const json& v = Field(body, "response_format");
       !v.is_null() && !(v.is_object() && Field(v, "type") == "text")) {
@@ -195,7 +193,68 @@ MaybeError ReadPrompts(const json& v, std::string_view param, const ModelContext
   return std::nullopt;
 }
 
-MaybeError ReadMessages(const json& v, const ModelContext& model, ApiRequest* r) {
+// A message's text content (a string or a list of text parts) into *out; null only where
+// `null_ok` (an assistant message that made tool calls).
+MaybeError ReadContent(const json& content, const std::string& at, bool null_ok, std::string* out) {
+  if (content.is_string()) {
+    *out = content.get<std::string>();
+    return std::nullopt;
+  }
+  if (content.is_array()) {
+    for (size_t j = 0; j < content.size(); ++j) {
+      const json& part = content[j];
+      const std::string part_at = fmt::format("{}.content[{}]", at, j);
+      if (!part.is_object()) return TypeError(part_at, "a content part object", part);
+      if (Field(part, "type") != "text") {
+        return Unsupported(part_at + ".type", "only text content parts are implemented, not " +
+                                                  Quote(Field(part, "type")));
+      }
+      const json& text = Field(part, "text");
+      if (!text.is_string()) return TypeError(part_at + ".text", "a string", text);
+      *out += text.get<std::string>();
+    }
+    return std::nullopt;
+  }
+  if (content.is_null() && null_ok) return std::nullopt;
+  return TypeError(at + ".content", "a string or a list of text parts", content);
+}
+
+// A value nested deeper than kMaxJsonDepth, refused before it is copied or rendered.
+MaybeError RefuseTooDeep(const json& v, const std::string& at) {
+  if (!NestedTooDeep(v)) return std::nullopt;
+  return RangeError(Route::kChat, at, fmt::format("nested at most {} levels deep", kMaxJsonDepth),
+                    "a value nested deeper");
+}
+
+// An assistant message's tool_calls as templates read them (`ordered`: the same list in the
+// client's key order): OpenAI sends each call's arguments as a JSON string, the templates
+// (transformers' convention) expect the object.
+MaybeError ReadToolCalls(const json& calls, const nlohmann::ordered_json& ordered,
+                         const std::string& at, size_t* text_bytes, nlohmann::ordered_json* out) {
+  if (!calls.is_array()) return TypeError(at, "a list of tool calls", calls);
+  *out = nlohmann::ordered_json::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const std::string call_at = fmt::format("{}[{}]", at, k);
+    const json& call = calls[k];
+    const json& function = Field(call, "function");
+    if (!call.is_object() || !function.is_object() || !Field(function, "name").is_string()) {
+      return TypeError(call_at, "{\"type\": \"function\", \"function\": {\"name\", ...}}", call);
+    }
+    nlohmann::ordered_json c = ordered[k];
+    if (const json& args = Field(function, "arguments"); args.is_string()) {
+      const nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(
+          args.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      if (parsed.is_object()) c["function"]["arguments"] = parsed;
+    }
+    *text_bytes += call.dump().size();
+    out->push_back(std::move(c));
+  }
+  return std::nullopt;
+}
+
+MaybeError ReadMessages(const json& body, std::string_view raw, const ModelContext& model,
+                        ApiRequest* r) {
+  const json& v = Field(body, "messages");
   if (model.tokenizer == nullptr || model.chat_template == nullptr) {
     const std::string detail =
         model.tokenizer == nullptr ? "the model has no tokenizer" : model.chat_template_error;
@@ -210,7 +269,11 @@ MaybeError ReadMessages(const json& v, const ModelContext& model, ApiRequest* r)
         fmt::format("at most {} messages (the context's tokens)", model.context_length),
         fmt::format("a list of {}", v.size()));
   }
-  std::vector<ChatMessage> messages;
+  // The body in the client's key order, read once a tool or a tool call needs it.
+  nlohmann::ordered_json ordered;
+  ChatRequest chat;
+  chat.add_generation_prompt = r->add_generation_prompt;
+  chat.continue_final_message = r->continue_final_message;
   std::size_t text_bytes = 0;
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string at = fmt::format("messages[{}]", i);
@@ -218,39 +281,59 @@ MaybeError ReadMessages(const json& v, const ModelContext& model, ApiRequest* r)
     if (!m.is_object()) return TypeError(at, "an object with role and content", m);
     const json& role = Field(m, "role");
     if (!role.is_string()) return TypeError(at + ".role", "a string", role);
-    ChatMessage message{role.get<std::string>(), ""};
-    if (message.role == "developer") message.role = "system";
-    if (message.role != "system" && message.role != "user" && message.role != "assistant") {
-      return RangeError(Route::kChat, at + ".role", "one of system, developer, user, assistant",
-                        Quote(role));
+    std::string name = role.get<std::string>();
+    if (name == "developer") name = "system";
+    if (name != "system" && name != "user" && name != "assistant" && name != "tool") {
+      return RangeError(Route::kChat, at + ".role",
+                        "one of system, developer, user, assistant, tool", Quote(role));
     }
-    const json& content = Field(m, "content");
-    if (content.is_string()) {
-      message.content = content.get<std::string>();
-    } else if (content.is_array()) {
-      for (size_t j = 0; j < content.size(); ++j) {
-        const json& part = content[j];
-        const std::string part_at = fmt::format("{}.content[{}]", at, j);
-        if (!part.is_object()) return TypeError(part_at, "a content part object", part);
-        if (Field(part, "type") != "text") {
-          return Unsupported(part_at + ".type", "only text content parts are implemented, not " +
-                                                    Quote(Field(part, "type")));
-        }
-        const json& text = Field(part, "text");
-        if (!text.is_string()) return TypeError(part_at + ".text", "a string", text);
-        message.content += text.get<std::string>();
+    nlohmann::ordered_json message = {{"role", name}};
+    const json& calls = Field(m, "tool_calls");
+    const bool has_calls = name == "assistant" && !calls.is_null();
+    std::string content;
+    // OpenAI's schema: only an assistant message (one that made tool calls) may have none.
+    CTXPAR_RETURN_IF_API_ERROR(ReadContent(Field(m, "content"), at, name == "assistant", &content));
+    message["content"] = Field(m, "content").is_null() && has_calls
+                             ? nlohmann::ordered_json()
+                             : nlohmann::ordered_json(content);
+    text_bytes += content.size();
+    if (has_calls) {
+      CTXPAR_RETURN_IF_API_ERROR(RefuseTooDeep(calls, at + ".tool_calls"));
+      if (ordered.is_null()) ordered = nlohmann::ordered_json::parse(raw);
+      CTXPAR_RETURN_IF_API_ERROR(ReadToolCalls(calls, ordered["messages"][i]["tool_calls"],
+                                               at + ".tool_calls", &text_bytes,
+                                               &message["tool_calls"]));
+    }
+    for (const char* key : {"tool_call_id", "name"}) {
+      if (const json& value = Field(m, key); value.is_string()) {
+        message[key] = value.get<std::string>();
+        text_bytes += value.get<std::string>().size();
       }
-    } else if (!content.is_null() || message.role != "assistant") {
-      // OpenAI's schema: only an assistant message (one that made tool calls) may have none.
-      return TypeError(at + ".content", "a string or a list of text parts", content);
     }
-    text_bytes += message.content.size();
     CTXPAR_RETURN_IF_API_ERROR(
         CheckTextBytes(RoutePath(Route::kChat), "messages", text_bytes, model));
-    messages.push_back(std::move(message));
+    chat.messages.push_back(std::move(message));
   }
-  Expected<std::vector<int32_t>> ids = model.chat_template->Encode(
-      *model.tokenizer, messages, r->add_generation_prompt, r->continue_final_message);
+  const json& tools = Field(body, "tools");
+  const bool use_tools = !tools.is_null() && !tools.empty() && Field(body, "tool_choice") != "none";
+  if (use_tools) {
+    if (!tools.is_array()) return TypeError("tools", "a list of tools", tools);
+    for (size_t k = 0; k < tools.size(); ++k) {
+      const json& tool = tools[k];
+      if (!tool.is_object() || Field(tool, "type") != "function" ||
+          !Field(Field(tool, "function"), "name").is_string()) {
+        return TypeError(fmt::format("tools[{}]", k),
+                         "{\"type\": \"function\", \"function\": {\"name\", ...}}", tool);
+      }
+    }
+    CTXPAR_RETURN_IF_API_ERROR(RefuseTooDeep(tools, "tools"));
+    text_bytes += tools.dump().size();
+    CTXPAR_RETURN_IF_API_ERROR(CheckTextBytes(RoutePath(Route::kChat), "tools", text_bytes, model));
+    if (ordered.is_null()) ordered = nlohmann::ordered_json::parse(raw);
+    chat.tools = ordered["tools"];
+    r->parse_tool_calls = model.tool_call_parser != ToolCallParser::kNone;
+  }
+  Expected<std::vector<int32_t>> ids = model.chat_template->Encode(*model.tokenizer, chat);
   if (!ids.ok()) return ToApiError(ids.status(), "messages");
   r->prompts.push_back({std::move(*ids), ""});
   return std::nullopt;
@@ -410,7 +493,7 @@ ApiExpected<ApiRequest> ParseApiRequest(Route route, std::string_view body,
                           "\"add_generation_prompt\": false to continue the last message)",
                           "true");
       }
-      CTXPAR_RETURN_IF_API_ERROR(ReadMessages(Field(b, "messages"), model, &r));
+      CTXPAR_RETURN_IF_API_ERROR(ReadMessages(b, body, model, &r));
     } else {
       if (Field(b, "prompt").is_null()) return Missing(RoutePath(route), "prompt");
       CTXPAR_RETURN_IF_API_ERROR(ReadPrompts(Field(b, "prompt"), "prompt", model, r.echo, &r));

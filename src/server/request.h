@@ -49,6 +49,7 @@
 #include "ctxpar/engine.h"
 #include "ctxpar/sampling.h"
 #include "server/api_error.h"
+#include "server/tool_calls.h"
 
 namespace ctxpar {
 class Tokenizer;
@@ -71,6 +72,7 @@ struct ModelContext {
   int context_length = 0;
   int64_t max_total_num_tokens = 0;
   bool speculative = false;  // --speculative-algorithm: meta_info has spec_verify_ct
+  ToolCallParser tool_call_parser = ToolCallParser::kNone;  // --tool-call-parser
   // The most bytes of text a prompt may have: context_length tokens of the longest token's bytes.
   // A longer text cannot fit the context, so it is refused before it is tokenized (bounded work
   // for any input). 0: no tokenizer.
@@ -104,6 +106,9 @@ struct ApiRequest {
   std::vector<SamplingParams> prompt_sampling;
   bool add_generation_prompt = true;    // chat: open an assistant turn after the messages
   bool continue_final_message = false;  // chat: leave the last message open to continue it
+  // chat: the request gave tools (tool_choice not "none") and the server has a parser: the
+  // output's calls become message.tool_calls (tool_calls.h).
+  bool parse_tool_calls = false;
   bool max_tokens_given = false;
   std::vector<PromptInput> prompts;  // choice i runs prompts[i / n]
   SamplingParams sampling;

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "ctxpar/tokenizer.h"
+#include "server/tool_calls.h"
 
 namespace ctxpar::server {
 namespace {
@@ -255,6 +256,22 @@ std::string ResponseBuilder::StreamUpdate(int index, const RequestUpdate& u) {
                                        {"finish_reason", nullptr}}});
       frames += SseFrame(chunk);
     }
+    if (request_.parse_tool_calls) {
+      // The calls are known once the text is whole: the content and the calls in one delta.
+      if (u.finish == FinishReason::kNone) return frames;
+      chunk["choices"] = json::array({{{"index", index},
+                                       {"delta", ChatMessage(c)},
+                                       {"logprobs", nullptr},
+                                       {"finish_reason", nullptr}}});
+      chunk["choices"][0]["delta"].erase("role");
+      frames += SseFrame(chunk);
+      chunk["choices"] = json::array({{{"index", index},
+                                       {"delta", json::object()},
+                                       {"logprobs", nullptr},
+                                       {"finish_reason", ChoiceFinish(c)},
+                                       {"matched_stop", MatchedStop(c)}}});
+      return frames + SseFrame(chunk);
+    }
     if (!u.text.empty() || (request_.logprobs && !u.logprobs.empty())) {
       chunk["choices"] =
           json::array({{{"index", index},
@@ -303,6 +320,31 @@ std::string ResponseBuilder::StreamEnd() const {
   return frames;
 }
 
+json ResponseBuilder::ChatMessage(const ChoiceOutput& c) const {
+  if (!request_.parse_tool_calls) return {{"role", "assistant"}, {"content", c.text}};
+  ToolCalls calls = ExtractToolCalls(model_.tool_call_parser, c.text);
+  json message = {{"role", "assistant"}};
+  message["content"] = calls.calls.empty() || !calls.content.empty() ? json(calls.content) : json();
+  if (!calls.calls.empty()) {
+    json list = json::array();
+    for (size_t k = 0; k < calls.calls.size(); ++k) {
+      json call = calls.calls[k];
+      call["index"] = k;
+      list.push_back(std::move(call));
+    }
+    message["tool_calls"] = std::move(list);
+  }
+  return message;
+}
+
+json ResponseBuilder::ChoiceFinish(const ChoiceOutput& c) const {
+  if (request_.parse_tool_calls && c.finish == FinishReason::kStop &&
+      !ExtractToolCalls(model_.tool_call_parser, c.text).calls.empty()) {
+    return "tool_calls";
+  }
+  return FinishName(c.finish);
+}
+
 json ResponseBuilder::Final() {
   if (request_.route == Route::kGenerate) {
     if (choices_.size() == 1) return GenerateObject(0);
@@ -316,7 +358,7 @@ json ResponseBuilder::Final() {
     const int index = static_cast<int>(i);
     json choice = {{"index", index}};
     if (request_.route == Route::kChat) {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      choice["message"] = ChatMessage(c);
       choice["logprobs"] = request_.logprobs ? ChatLogprobs(c.logprobs) : json();
     } else {
       const PromptInput& prompt = request_.prompts[index / request_.n];
@@ -327,7 +369,7 @@ json ResponseBuilder::Final() {
               ? CompletionLogprobs(index, request_.echo ? &c.prompt_logprobs : nullptr, c.logprobs)
               : json();
     }
-    choice["finish_reason"] = FinishName(c.finish);
+    choice["finish_reason"] = ChoiceFinish(c);
     choice["matched_stop"] = MatchedStop(c);
     choices.push_back(std::move(choice));
   }

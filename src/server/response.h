@@ -11,6 +11,10 @@
 // then, with stream_options.include_usage, one chunk with empty choices and the usage (every
 // other chunk then has "usage": null), then "data: [DONE]".
 //
+// Chat with tools and --tool-call-parser: the content and message.tool_calls come once the choice
+// has finished (one delta when streaming), and finish_reason is "tool_calls" when a choice that
+// stopped made calls (tool_calls.h).
+//
 // finish_reason is "stop", "length" or "abort"; matched_stop is the stop token id (a number) or
 // the stop string that ended the choice, else null. Usage counts each prompt once and every
 // choice's completion tokens.
@@ -80,6 +84,11 @@ class ResponseBuilder {
                                             const std::vector<std::optional<TokenLogprob>>* prompt,
                                             const std::vector<TokenLogprob>& output);
   nlohmann::ordered_json GenerateObject(int index) const;
+  // The chat message of a finished choice: with parse_tool_calls, its calls (tool_calls.h) as
+  // message.tool_calls and the rest as content (null when the calls are all).
+  nlohmann::ordered_json ChatMessage(const ChoiceOutput& c) const;
+  // "tool_calls" where a choice that stopped made calls, else finish_reason.
+  nlohmann::ordered_json ChoiceFinish(const ChoiceOutput& c) const;
   nlohmann::ordered_json MatchedStop(const ChoiceOutput& c) const;
   std::string Piece(int32_t token) const;
 

@@ -523,6 +523,9 @@ Status Server::Attach(ServingModel model) {
   s.context.context_length = s.model.desc.context_length;
   s.context.max_total_num_tokens = s.model.backend->Snapshot().max_total_num_tokens;
   s.context.speculative = s.model.config.speculative_algorithm != SpeculativeAlgorithm::kNone;
+  s.context.tool_call_parser =
+      server::ToolCallParserByName(s.model.resolved.tool_call_parser().value_or(""))
+          .value_or(server::ToolCallParser::kNone);
   Status status;
   if (const Tokenizer* tok = s.model.tokenizer) {
     std::size_t longest = 1;

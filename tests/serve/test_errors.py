@@ -59,7 +59,7 @@ def test_bad_chat_requests(server):
     check_error(post(server, "/v1/chat/completions", {"messages": "hi"}), 400, "messages",
                 "CTXPAR-HTTP-002")
     check_error(post(server, "/v1/chat/completions",
-                     {"messages": [{"role": "tool", "content": "x"}]}),
+                     {"messages": [{"role": "function", "content": "x"}]}),
                 400, "messages[0].role", "CTXPAR-HTTP-004")
 
 

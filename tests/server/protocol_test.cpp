@@ -216,7 +216,7 @@ TEST_F(ProtocolTest, BadRequestsAreOpenAiErrorsNamingTheField) {
               "invalid_request_error", "n", "CTXPAR-HTTP-004");
   ExpectError(Refuse(Route::kCompletions, R"({"prompt": "a", "logprobs": 21})"), 400,
               "invalid_request_error", "logprobs", "CTXPAR-HTTP-004");
-  ExpectError(Refuse(Route::kChat, R"({"messages": [{"role": "tool", "content": "x"}]})"), 400,
+  ExpectError(Refuse(Route::kChat, R"({"messages": [{"role": "function", "content": "x"}]})"), 400,
               "invalid_request_error", "messages[0].role", "CTXPAR-HTTP-004");
   ExpectError(
       Refuse(Route::kCompletions, R"({"prompt": "a", "stream_options": {"include_usage": true}})"),
@@ -479,6 +479,114 @@ TEST_F(ProtocolTest, GenerateReportsSpeculativeDecoding) {
   const json meta = spec.Final()["meta_info"];
   EXPECT_EQ(meta["spec_verify_ct"], 2);
   EXPECT_EQ(meta["spec_accept_length"], 3.0);
+}
+
+// Chat with tools: the tools and the tool-call / tool-result messages reach the template as
+// /apply-template sends them (arguments given as a JSON string become the object transformers'
+// templates read), tool_choice "none" leaves the tools out, a forced call is refused; with a
+// parser the calls come back as OpenAI's message.tool_calls, whole or streamed, and without one
+// the text stays the content.
+TEST_F(ProtocolTest, ChatToolsReachTheTemplateAndCallsComeBackParsed) {
+  const ChatTemplate tools = ChatTemplate::FromJinja(
+                                 "{% if tools %}{{ tools | tojson }}\n{% endif %}"
+                                 "{% for m in messages %}<|im_start|>{{ m.role }}\n"
+                                 "{% if m.tool_calls %}{{ m.tool_calls[0].function.arguments | "
+                                 "tojson }}{% else %}{{ m.content }}{% endif %}<|im_end|>\n"
+                                 "{% endfor %}{% if add_generation_prompt %}"
+                                 "<|im_start|>assistant\n{% endif %}")
+                                 .value();
+  model_.chat_template = &tools;
+  const std::string messages = R"("messages": [{"role": "user", "content": "Hi"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+       "function": {"name": "f", "arguments": "{\"z\": 1, \"a\": 2}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "3"}])";
+  const std::string tool_list =
+      R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {"z": {}, "a": {}}}}])";
+  auto ids = [&](const std::string& body) {
+    auto r = ParseApiRequest(Route::kChat, body, model_);
+    EXPECT_TRUE(std::holds_alternative<ApiRequest>(r)) << body;
+    return std::holds_alternative<ApiRequest>(r) ? std::get<ApiRequest>(r).prompts[0].ids
+                                                 : std::vector<int32_t>{};
+  };
+  auto prompt = [&](std::string_view text) {
+    std::vector<int32_t> out;
+    for (size_t at = 0; at < text.size();) {
+      const size_t start = text.find("<|im_start|>", at), end = text.find("<|im_end|>", at);
+      const size_t next = std::min(start, end);
+      const std::vector<int32_t> plain = Bytes(text.substr(at, next - at));
+      out.insert(out.end(), plain.begin(), plain.end());
+      if (next == std::string_view::npos) break;
+      out.push_back(next == start ? kImStart : kImEnd);
+      at = next + (next == start ? 12 : 10);
+    }
+    return out;
+  };
+  const std::string rendered =
+      "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n{\"z\": 1, \"a\": 2}<|im_end|>\n"
+      "<|im_start|>tool\n3<|im_end|>\n<|im_start|>assistant\n";
+  EXPECT_EQ(ids("{" + messages + ", " + tool_list + "}"),
+            prompt("[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+                   "{\"z\": {}, \"a\": {}}}}]\n" +
+                   rendered));
+  EXPECT_EQ(ids("{" + messages + ", " + tool_list + R"(, "tool_choice": "none"})"),
+            prompt(rendered));
+  ExpectError(
+      Refuse(Route::kChat, "{" + messages + ", " + tool_list + R"(, "tool_choice": "required"})"),
+      400, "invalid_request_error", "tool_choice", "CTXPAR-HTTP-007");
+  const std::string deep = std::string(100'000, '[') + std::string(100'000, ']');
+  ExpectError(Refuse(Route::kChat, "{" + messages + R"(, "tools": [{"type": "function",
+                     "function": {"name": "f", "parameters": )" +
+                                       deep + "}}]}"),
+              400, "invalid_request_error", "tools", "CTXPAR-HTTP-004");
+
+  const std::string call = R"(<tool_call>
+{"name": "f", "arguments": {"z": 1}}
+</tool_call>)";
+  for (const bool stream : {false, true}) {
+    for (const bool parser : {false, true}) {
+      model_.tool_call_parser = parser ? ToolCallParser::kHermes : ToolCallParser::kNone;
+      const ApiRequest r =
+          Parse(Route::kChat, json::parse("{" + messages + ", " + tool_list +
+                                          ", \"stream\": " + (stream ? "true" : "false") + "}"));
+      ResponseBuilder b(r, model_, "chatcmpl-t", 7);
+      json message, delta_calls;
+      std::string content, finish;
+      if (stream) {
+        std::string frames = b.StreamUpdate(0, Update({65}, "On it.\n", FinishReason::kNone, 1));
+        frames += b.StreamUpdate(0, Update({66, kImEnd}, call, FinishReason::kStop, 2, "", kImEnd));
+        for (const std::string& p : Payloads(frames + b.StreamEnd())) {
+          if (p == "[DONE]") continue;
+          const json chunk = json::parse(p);
+          const json& c = chunk["choices"][0];
+          if (c["delta"].contains("content")) content += c["delta"]["content"].get<std::string>();
+          if (c["delta"].contains("tool_calls")) delta_calls = c["delta"]["tool_calls"];
+          if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+        }
+      } else {
+        b.Apply(0, Update({65}, "On it.\n", FinishReason::kNone, 1));
+        b.Apply(0, Update({66, kImEnd}, call, FinishReason::kStop, 2, "", kImEnd));
+        const json out = b.Final();
+        message = out["choices"][0]["message"];
+        content = message["content"].get<std::string>();
+        delta_calls = message.value("tool_calls", json());
+        finish = out["choices"][0]["finish_reason"];
+      }
+      SCOPED_TRACE(::testing::Message() << "stream " << stream << " parser " << parser);
+      if (!parser) {
+        EXPECT_EQ(content, "On it.\n" + call);
+        EXPECT_TRUE(delta_calls.is_null());
+        EXPECT_EQ(finish, "stop");
+        continue;
+      }
+      EXPECT_EQ(content, "On it.");
+      ASSERT_EQ(delta_calls.size(), 1u) << delta_calls;
+      EXPECT_EQ(delta_calls[0]["index"], 0);
+      EXPECT_EQ(delta_calls[0]["type"], "function");
+      EXPECT_TRUE(delta_calls[0]["id"].get<std::string>().starts_with("call_"));
+      EXPECT_EQ(delta_calls[0]["function"], json({{"name", "f"}, {"arguments", "{\"z\":1}"}}));
+      EXPECT_EQ(finish, "tool_calls");
+    }
+  }
 }
 
 // POST /apply-template: the messages and tools reach the template as sent (tool calls, key order
