@@ -57,6 +57,20 @@ struct Result {
   bool dpbf16;
 };
 
+// The KV type as the kinds name it.
+std::string KvName(DataType dtype) {
+  switch (dtype) {
+    case DataType::kBF16:
+      return "bf16";
+    case DataType::kF8E4M3:
+      return "fp8e4m3";
+    case DataType::kF8E5M2:
+      return "fp8e5m2";
+    default:
+      return "fp32";
+  }
+}
+
 // One sequence of `context` tokens in pages of 64 slots, pages shuffled over the pool, in the
 // given page format (MLA: always kRows); one decode row, or the last `prefill` tokens as rows.
 // Threads are started per call rather than taken from a pool, so that every thread works for the
@@ -66,7 +80,7 @@ Result RunOne(const Kind& kind, KvPageFormat format, int context, int prefill, i
               int reps, Rate read_ceiling, Rate fp32_peak, Rate dpbf16_peak, CpuIsa isa) {
   constexpr int kPage = 64;
   const int pages = (context + kPage - 1) / kPage;
-  const size_t elem = kind.dtype == DataType::kF32 ? 4 : 2;
+  const size_t elem = DataTypeSize(kind.dtype);
   const size_t k_elems = static_cast<size_t>(pages) * kPage * kind.num_kv_heads * kind.head_dim_qk;
   const size_t v_elems =
       kind.mla ? 0 : static_cast<size_t>(pages) * kPage * kind.num_kv_heads * kind.head_dim_v;
@@ -87,8 +101,11 @@ Result RunOne(const Kind& kind, KvPageFormat format, int context, int prefill, i
       const float f = static_cast<float>(x >> 8) * (2.0f / 16777216.0f) - 1.0f;
       if (kind.dtype == DataType::kF32) {
         reinterpret_cast<float*>(p)[i] = f;
-      } else {
+      } else if (kind.dtype == DataType::kBF16) {
         reinterpret_cast<uint16_t*>(p)[i] = FloatToBf16(f);
+      } else {
+        reinterpret_cast<uint8_t*>(p)[i] =
+            kind.dtype == DataType::kF8E4M3 ? FloatToFp8E4M3(f) : FloatToFp8E5M2(f);
       }
     }
   };
@@ -153,7 +170,7 @@ Result RunOne(const Kind& kind, KvPageFormat format, int context, int prefill, i
   const double gflop = 2.0 * keys * kind.num_q_heads * (kind.head_dim_qk + kind.head_dim_v) / 1e9;
   const bool dpbf16 = kind.dtype == DataType::kBF16 && isa == CpuIsa::kAvx512Bf16;
   return {kind.name,
-          kind.dtype == DataType::kF32 ? "fp32" : "bf16",
+          KvName(kind.dtype),
           p.kv.format == KvPageFormat::kRows ? "rows" : "tiles16",
           threads,
           context,
@@ -171,8 +188,10 @@ int RunAttentionBench(const std::vector<std::string>& args) {
   std::string thread_list = "1,2";
   std::vector<std::string> kinds = {"gqa-bf16", "gqa-fp32", "mla-fp32", "mla-bf16"};
   const std::vector<std::string> known = {
-      "gqa-bf16",     "gqa-fp32",    "mla-fp32",    "mla-bf16",      "smollm2-fp32",
-      "smollm2-bf16", "gemma3-fp32", "gemma3-bf16", "gemma3h1-fp32", "gemma3h1-bf16"};
+      "gqa-bf16",        "gqa-fp32",        "mla-fp32",       "mla-bf16",
+      "smollm2-fp32",    "smollm2-bf16",    "gemma3-fp32",    "gemma3-bf16",
+      "gemma3h1-fp32",   "gemma3h1-bf16",   "gqa-fp8e4m3",    "gqa-fp8e5m2",
+      "smollm2-fp8e4m3", "smollm2-fp8e5m2", "gemma3-fp8e4m3", "gemma3-fp8e5m2"};
   int reps = 3;
   int ceiling_mib = 1024;
   bool json = false;
@@ -189,7 +208,7 @@ int RunAttentionBench(const std::vector<std::string>& args) {
                  "mla-bf16 (128 heads, 576/512) smollm2-fp32 smollm2-bf16 (9 q heads, 3 KV "
                  "heads, D 64: the served model's) gemma3-fp32 gemma3-bf16 (Gemma 3 270M: 4 q "
                  "heads, 1 KV head, D 256) gemma3h1-fp32 gemma3h1-bf16 (one of its q heads: a "
-                 "rank's at tp 4)")
+                 "rank's at tp 4); gqa, smollm2 and gemma3 also with -fp8e4m3 and -fp8e5m2 KV")
       ->check(CLI::IsMember(known));
   app.add_option("--prefill", prefill,
                  "query rows: 0 one decode row; N the last N tokens of each context, causally "
@@ -233,6 +252,12 @@ int RunAttentionBench(const std::vector<std::string>& args) {
       {"gemma3", DataType::kBF16, 4, 1, 256, 256, false},
       {"gemma3h1", DataType::kF32, 1, 1, 256, 256, false},
       {"gemma3h1", DataType::kBF16, 1, 1, 256, 256, false},
+      {"gqa", DataType::kF8E4M3, 32, 8, 128, 128, false},
+      {"gqa", DataType::kF8E5M2, 32, 8, 128, 128, false},
+      {"smollm2", DataType::kF8E4M3, 9, 3, 64, 64, false},
+      {"smollm2", DataType::kF8E5M2, 9, 3, 64, 64, false},
+      {"gemma3", DataType::kF8E4M3, 4, 1, 256, 256, false},
+      {"gemma3", DataType::kF8E5M2, 4, 1, 256, 256, false},
   };
   nlohmann::json out = {{"isa", std::string(CpuIsaName(*isa))},
                         {"gqa_page_format", format_name},
@@ -267,12 +292,12 @@ int RunAttentionBench(const std::vector<std::string>& args) {
           "(%.1f)",
           threads, read.wall, read.cpu, fma.wall, fma.cpu);
       if (dp.wall > 0) std::printf(", dpbf16 peak %.1f GFLOP/s (%.1f)", dp.wall, dp.cpu);
-      std::printf("\n%-4s %-4s %7s %9s %7s %6s %8s %6s | %7s %6s %8s %6s\n", "kind", "kv",
+      std::printf("\n%-4s %-7s %7s %9s %7s %6s %8s %6s | %7s %6s %8s %6s\n", "kind", "kv",
                   "context", "time ms", "GB/s", "%read", "GFLOP/s", "%peak", "cpu:GB/s", "%read",
                   "GFLOP/s", "%peak");
     }
     for (const Kind& kind : all) {
-      const std::string name = kind.name + (kind.dtype == DataType::kF32 ? "-fp32" : "-bf16");
+      const std::string name = kind.name + "-" + KvName(kind.dtype);
       if (std::find(kinds.begin(), kinds.end(), name) == kinds.end()) continue;
       for (int ctx : *ctx_list) {
         const Result r = RunOne(kind, format, ctx, prefill, threads, reps, read, fma, dp, *isa);
@@ -295,7 +320,7 @@ int RunAttentionBench(const std::vector<std::string>& args) {
                                     {"compute_peak_gflops", r.compute_peak.cpu}}}});
         if (!json) {
           std::printf(
-              "%-4s %-4s %7d %9.3f %7.1f %5.0f%% %8.1f %5.0f%% | %8.1f %5.0f%% %8.1f %5.0f%%\n",
+              "%-4s %-7s %7d %9.3f %7.1f %5.0f%% %8.1f %5.0f%% | %8.1f %5.0f%% %8.1f %5.0f%%\n",
               r.kind.c_str(), r.dtype.c_str(), r.context, r.time.wall * 1e3, r.gbps.wall,
               100 * r.gbps.wall / r.read_ceiling.wall, r.gflops.wall,
               100 * r.gflops.wall / r.compute_peak.wall, r.gbps.cpu,

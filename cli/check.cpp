@@ -14,6 +14,7 @@
 
 #include "command.h"
 #include "ctxpar/config.h"
+#include "ctxpar/dtype.h"
 #include "ctxpar/launch.h"
 #include "launch_flags.h"
 #include "models/linear.h"
@@ -51,6 +52,7 @@ int Report(bool json, const Status& status, const ResolvedConfig* config, const 
       out["model"] = {{"path", launch->source->path()},
                       {"architecture", launch->source->desc().architecture}};
       out["max_total_num_tokens"] = launch->max_total_num_tokens;
+      out["kv_cache_dtype"] = DataTypeName(launch->kv.dtype);
       if (launch->swa_max_total_num_tokens > 0) {
         out["swa_max_total_num_tokens"] = launch->swa_max_total_num_tokens;
       }
@@ -78,11 +80,11 @@ int Report(bool json, const Status& status, const ResolvedConfig* config, const 
   if (launch != nullptr) {
     std::printf(
         "model: %s (%s)\nmax_total_num_tokens: %lld (KV pool: %lld pages of %d tokens "
-        "per rank, dcp_size %d)\nmax_running_requests: %d%s\n",
+        "per rank, dcp_size %d, K/V in %s)\nmax_running_requests: %d%s\n",
         launch->source->path().c_str(), launch->source->desc().architecture.c_str(),
         static_cast<long long>(launch->max_total_num_tokens),
         static_cast<long long>(launch->kv.num_pages), launch->kv.page_size, launch->kv.dcp_size,
-        launch->config.max_running_requests,
+        std::string(DataTypeName(launch->kv.dtype)).c_str(), launch->config.max_running_requests,
         launch->config.max_running_requests < config->max_running_requests().value_or(0)
             ? " (one per page of the pool at most)"
             : "");

@@ -11,7 +11,7 @@
 //     q   [num_rows, num_q_heads, head_dim_qk]
 //     o   [num_rows, num_q_heads, head_dim_v]          written
 //     lse [num_rows, num_q_heads]                      written, NATURAL log of sum_j exp(s_j)
-//     kv.k  pages of page_size * num_kv_heads * head_dim_qk elements (fp32 or bf16)
+//     kv.k  pages of page_size * num_kv_heads * head_dim_qk elements (fp32, bf16 or fp8)
 //     kv.v  pages of page_size * num_kv_heads * head_dim_v elements, or null: then V is the
 //           first head_dim_v elements of each K row (absorbed MLA: K = 512 latent + 64 rope,
 //           V = latent)
@@ -19,11 +19,11 @@
 //   (KvElementOffset computes it):
 //     kRows:    [page_size, num_kv_heads, D] for K and V: a token's row is contiguous.
 //     kTiles16: [num_kv_heads, page_size / 16, tile]: a KV head's 16 consecutive slots form one
-//               tile of 16 * D elements. With e = 4 / sizeof(element) (fp32 1, bf16 2) elements
-//               per 32-bit word, the K tile is key-major, [D / e, 16 keys, e] (a word holds e
-//               consecutive d of one key), and the V tile holds keys in groups of e, [16 / e, D,
-//               e] (a word holds one d of e consecutive keys). A 64-byte line is then one vector
-//               of 16 keys for q . k and one of 16 d for P V, so the CPU kernels need no
+//               tile of 16 * D elements. With e = 4 / sizeof(element) (fp32 1, bf16 2, fp8 4)
+//               elements per 32-bit word, the K tile is key-major, [D / e, 16 keys, e] (a word
+//               holds e consecutive d of one key), and the V tile holds keys in groups of e, [16 /
+//               e, D, e] (a word holds one d of e consecutive keys). A 64-byte line is then one
+//               vector of 16 keys for q . k and one of 16 d for P V, so the CPU kernels need no
 //               horizontal sums or shuffles. Needs a separate V (GQA) and page_size % 16 == 0.
 //     kv.block_table [num_seqs, max_pages_per_seq]: local row r of sequence s lives in page
 //           block_table[s * max_pages_per_seq + r / page_size], slot r % page_size.
@@ -32,8 +32,9 @@
 //   query head h reads KV head h / (num_q_heads / num_kv_heads) (GQA; num_q_heads must be a
 //   multiple of num_kv_heads).
 // - A row that sees no key gets O = 0 and lse = -inf, so the merge (merge.h) gives it weight 0.
-// - Numerics: online softmax with a running max and sum in fp32, accumulation in fp32. bf16 K/V
-//   are widened exactly to fp32, except on the avx512_bf16 path (cpu_features.h), which feeds
+// - Numerics: online softmax with a running max and sum in fp32, accumulation in fp32. bf16 and
+//   fp8 K/V are widened exactly to fp32 (fp8 by dtype.h's Fp8*ToFloat steps, the same bits on
+//   every path), except bf16 on the avx512_bf16 path (cpu_features.h), which feeds
 //   vdpbf16ps: Q (times scale) is rounded to bf16 once per row and each block of softmax
 //   weights p_j to bf16 before O += p V (the sum of the weights stays fp32). Each rounding is a
 //   relative error of at most 2^-9, so O and lse agree with an exact computation to about 1e-2
@@ -68,7 +69,8 @@ namespace ctxpar {
 // kTiles16 is the fast layout for the CPU kernels.
 enum class KvPageFormat { kRows, kTiles16 };
 
-// bf16 elements are uint16_t bit patterns (the upper half of an IEEE fp32).
+// bf16 elements are uint16_t bit patterns (the upper half of an IEEE fp32); fp8 (kF8E4M3,
+// kF8E5M2) elements are uint8_t codes, read with a scale of 1.
 struct PagedKv {
   const void* k = nullptr;
   const void* v = nullptr;  // null: V is the prefix of K (absorbed MLA)

@@ -65,10 +65,11 @@ struct EngineConfig {
 
   // Memory and scheduling.
   int page_size = 16;
-  DataType kv_cache_dtype = DataType::kF32;  // kF32 (auto) or kBF16
-  int64_t kv_cache_mib = 0;                  // KV memory budget per rank
-  std::optional<int64_t> max_total_tokens;   // cap on the pool's tokens
-  double swa_full_tokens_ratio = 0.8;        // window-group tokens per full-group token
+  // kF32 (auto), kBF16, kF8E4M3 (fp8_e4m3, e4m3fn) or kF8E5M2; fp8 with a scale of 1.
+  DataType kv_cache_dtype = DataType::kF32;
+  int64_t kv_cache_mib = 0;                 // KV memory budget per rank
+  std::optional<int64_t> max_total_tokens;  // cap on the pool's tokens
+  double swa_full_tokens_ratio = 0.8;       // window-group tokens per full-group token
   int max_running_requests = 0;
   std::optional<int> max_queued_requests;  // unset: no limit
   int chunked_prefill_size = 0;            // prefill tokens per step; -1: whole prompts

@@ -48,7 +48,8 @@
 // Writes. Write(layer, slot, pos0, n, k, v) stores the K/V of positions [pos0, pos0 + n) in the
 // layer's group; every rank passes the K/V of all n tokens (every rank can compute them) and
 // stores only the positions it owns (all of them in a group DCP does not shard). K/V arrive in
-// fp32 and are stored in `dtype` (bf16: rounded to nearest even).
+// fp32 and are stored in `dtype` (bf16: rounded to nearest even; fp8: rounded to nearest even
+// with a scale of 1 and saturated to the largest finite value, dtype.h).
 // Shapes: k [n, num_kv_heads, head_dim_k], v [n, num_kv_heads, head_dim_v], fp32 row-major.
 // GQA: v separate. Absorbed MLA: v_in_k, one KV head, V = the first head_dim_v elements of each K
 // row, v is null.
@@ -88,7 +89,7 @@ struct KvPoolOptions {
   int head_dim_k = 0;
   int head_dim_v = 0;
   bool v_in_k = false;
-  DataType dtype = DataType::kF32;  // kF32 or kBF16
+  DataType dtype = DataType::kF32;  // kF32, kBF16, kF8E4M3 or kF8E5M2
   // kTiles16 (the CPU kernels' fastest) needs v_in_k false and page_size % 16 == 0.
   KvPageFormat format = KvPageFormat::kRows;
   int page_size = 16;

@@ -14,6 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <type_traits>
+#include <utility>
 
 #include "ctxpar/attention.h"
 #include "ctxpar/cpu_features.h"
@@ -81,6 +83,16 @@ struct KernelArgs {
 
 using KernelFn = void (*)(const KernelArgs& args);
 
+// fp8 K/V elements, one type per format so that each kernel's copy knows how to widen them.
+struct Fp8E4M3 {
+  uint8_t bits;
+};
+struct Fp8E5M2 {
+  uint8_t bits;
+};
+template <class E>
+inline constexpr bool kIsFp8 = std::is_same_v<E, Fp8E4M3> || std::is_same_v<E, Fp8E5M2>;
+
 // Floats rounded up to whole 64-byte lines.
 inline size_t ScratchLines(size_t floats) { return (floats + 15) / 16 * 16; }
 
@@ -99,11 +111,17 @@ inline size_t KernelScratchFloats(int kv_heads, int group, int head_dim_qk, int 
 
 void AttendScalarF32(const KernelArgs& args);
 void AttendScalarBf16(const KernelArgs& args);
+void AttendScalarFp8E4M3(const KernelArgs& args);
+void AttendScalarFp8E5M2(const KernelArgs& args);
 #if defined(CTXPAR_X86_KERNELS)
 void AttendAvx2F32(const KernelArgs& args);
 void AttendAvx2Bf16(const KernelArgs& args);
+void AttendAvx2Fp8E4M3(const KernelArgs& args);
+void AttendAvx2Fp8E5M2(const KernelArgs& args);
 void AttendAvx512F32(const KernelArgs& args);
 void AttendAvx512Bf16(const KernelArgs& args);
+void AttendAvx512Fp8E4M3(const KernelArgs& args);
+void AttendAvx512Fp8E5M2(const KernelArgs& args);
 void AttendAvx512DpBf16(const KernelArgs& args);
 #endif
 

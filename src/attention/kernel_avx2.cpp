@@ -24,13 +24,53 @@ struct Avx2Isa {
   static constexpr int kTileSplit = 1;
   static constexpr int kTilePvVecs = 2;
   static constexpr bool kDpTiles = false;
-  static __m256i LoadWords(const uint16_t* p) {
+  template <class KElem>
+  static __m256i LoadWords(const KElem* p) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   }
-  static V Lo(__m256i w) { return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)); }
-  static V Hi(__m256i w) {
-    return _mm256_castsi256_ps(
-        _mm256_and_si256(w, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+  template <class KElem, int x>
+  static V Part(__m256i w) {
+    if constexpr (std::is_same_v<KElem, uint16_t>) {
+      return _mm256_castsi256_ps(x == 0 ? _mm256_slli_epi32(w, 16)
+                                        : _mm256_and_si256(w, I(static_cast<int>(0xffff0000u))));
+    } else {
+      return Widen(KElem{}, _mm256_srli_epi32(w, 8 * x));
+    }
+  }
+  static __m256i I(int x) { return _mm256_set1_epi32(x); }
+  // fp8 codes in the low byte of each 32-bit lane (bits above ignored) to fp32: dtype.h's
+  // Fp8E4M3ToFloat and Fp8E5M2ToFloat step for step, so the same bits for every code.
+  static V Widen(Fp8E4M3, __m256i c) {
+    const __m256i mag = _mm256_and_si256(c, I(0x7f));
+    const __m256i m20 = _mm256_slli_epi32(mag, 20);
+    const V normal = _mm256_castsi256_ps(_mm256_add_epi32(m20, I(120 << 23)));
+    const V sub = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_add_epi32(m20, I(121 << 23))),
+                                _mm256_set1_ps(0x1.0p-6f));
+    V r = _mm256_blendv_ps(normal, sub, _mm256_castsi256_ps(_mm256_cmpgt_epi32(I(8), mag)));
+    r = _mm256_blendv_ps(r, _mm256_castsi256_ps(I(0x7fc00000)),
+                         _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, I(0x7f))));
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, I(0x80)), 24);
+    return _mm256_or_ps(r, _mm256_castsi256_ps(sign));
+  }
+  static V Widen(Fp8E5M2, __m256i c) {
+    const __m256i w = _mm256_slli_epi32(c, 24);
+    const __m256i sign = _mm256_and_si256(w, I(static_cast<int>(0x80000000u)));
+    const __m256i two_w = _mm256_add_epi32(w, w);
+    const V normal =
+        _mm256_mul_ps(_mm256_castsi256_ps(_mm256_add_epi32(_mm256_srli_epi32(two_w, 4),
+                                                           I(static_cast<int>(0xE0u << 23)))),
+                      _mm256_set1_ps(0x1.0p-112f));
+    const V denormal = _mm256_sub_ps(
+        _mm256_castsi256_ps(_mm256_or_si256(_mm256_srli_epi32(two_w, 17), I(126 << 23))),
+        _mm256_set1_ps(0.5f));
+    const __m256i small = _mm256_cmpeq_epi32(_mm256_srli_epi32(two_w, 27), I(0));
+    const V r = _mm256_blendv_ps(normal, denormal, _mm256_castsi256_ps(small));
+    return _mm256_or_ps(r, _mm256_castsi256_ps(sign));
+  }
+  template <class F8>
+  requires kIsFp8<F8>
+  static V Load(const F8* p) {
+    return Widen(F8{}, _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
   }
   static V Zero() { return _mm256_setzero_ps(); }
   static V Set1(float x) { return _mm256_set1_ps(x); }
@@ -96,6 +136,12 @@ void AttendAvx2F32(const KernelArgs& args) {
 }
 void AttendAvx2Bf16(const KernelArgs& args) {
   args.tiles ? AttendTiles<Avx2Isa, uint16_t>(args) : Attend<Avx2Isa, uint16_t>(args);
+}
+void AttendAvx2Fp8E4M3(const KernelArgs& args) {
+  args.tiles ? AttendTiles<Avx2Isa, Fp8E4M3>(args) : Attend<Avx2Isa, Fp8E4M3>(args);
+}
+void AttendAvx2Fp8E5M2(const KernelArgs& args) {
+  args.tiles ? AttendTiles<Avx2Isa, Fp8E5M2>(args) : Attend<Avx2Isa, Fp8E5M2>(args);
 }
 
 }  // namespace ctxpar::attention_internal

@@ -1,4 +1,6 @@
 // The portable path: one lane, no SIMD (the reference for the others, and the fallback).
+#include <cstring>
+
 #include "attention/kernel.h"
 #include "ctxpar/dtype.h"
 
@@ -20,13 +22,26 @@ struct ScalarIsa {
   static constexpr int kTileSplit = 1;
   static constexpr int kTilePvVecs = 4;
   static constexpr bool kDpTiles = false;
-  static uint32_t LoadWords(const uint16_t* p) { return p[0] | static_cast<uint32_t>(p[1]) << 16; }
-  static V Lo(uint32_t w) { return Bf16ToFloat(static_cast<uint16_t>(w)); }
-  static V Hi(uint32_t w) { return Bf16ToFloat(static_cast<uint16_t>(w >> 16)); }
+  template <class KElem>
+  static uint32_t LoadWords(const KElem* p) {
+    uint32_t w;
+    std::memcpy(&w, p, sizeof(w));
+    return w;
+  }
+  // Element x of a word: its bytes from 8 * sizeof(KElem) * x on (little-endian, as stored).
+  template <class KElem, int x>
+  static V Part(uint32_t w) {
+    const uint32_t bits = w >> (8 * sizeof(KElem) * x);
+    KElem e;
+    std::memcpy(&e, &bits, sizeof(e));
+    return Load(&e);
+  }
   static V Zero() { return 0.0f; }
   static V Set1(float x) { return x; }
   static V Load(const float* p) { return *p; }
   static V Load(const uint16_t* p) { return Bf16ToFloat(*p); }
+  static V Load(const Fp8E4M3* p) { return Fp8E4M3ToFloat(p->bits); }
+  static V Load(const Fp8E5M2* p) { return Fp8E5M2ToFloat(p->bits); }
   static void Store(float* p, V v) { *p = v; }
   static V Add(V a, V b) { return a + b; }
   static V Mul(V a, V b) { return a * b; }
@@ -57,6 +72,12 @@ void AttendScalarF32(const KernelArgs& args) {
 }
 void AttendScalarBf16(const KernelArgs& args) {
   args.tiles ? AttendTiles<ScalarIsa, uint16_t>(args) : Attend<ScalarIsa, uint16_t>(args);
+}
+void AttendScalarFp8E4M3(const KernelArgs& args) {
+  args.tiles ? AttendTiles<ScalarIsa, Fp8E4M3>(args) : Attend<ScalarIsa, Fp8E4M3>(args);
+}
+void AttendScalarFp8E5M2(const KernelArgs& args) {
+  args.tiles ? AttendTiles<ScalarIsa, Fp8E5M2>(args) : Attend<ScalarIsa, Fp8E5M2>(args);
 }
 
 }  // namespace ctxpar::attention_internal

@@ -16,8 +16,8 @@
 //
 // Extra traits used here: kTileHeads (query heads per register tile), kTileSplit (independent
 // partial sums per score vector, to cover the multiply-add latency), kTilePvVecs (vectors of d
-// per P V register tile), LoadWords(p) (kLanes 32-bit words), Lo(w) and Hi(w) (the low and high
-// bf16 of each word as fp32), and kDpTiles: when true the traits supply TileScores and TilePv
+// per P V register tile), LoadWords(p) (kLanes 32-bit words), Part<KElem, x>(w) (element x of
+// each word, bf16 or fp8, as fp32), and kDpTiles: when true the traits supply TileScores and TilePv
 // themselves (vdpbf16ps on bf16 pairs).
 
 // No include guard on purpose: each ISA's file includes this once inside its own namespace.
@@ -66,6 +66,18 @@ struct TilePrefetch {
   const char* far_hi_ = nullptr;  // after - half: the far line of the second half
 };
 
+// The e elements of each of kLanes words, widened to fp32: part[x][at] lane l = element x of word
+// l (x = 0 the lowest address).
+template <class T, class KElem, class Words, int kN>
+__attribute__((always_inline)) inline void Unpack(
+    const Words& words, typename T::V (&part)[sizeof(float) / sizeof(KElem)][kN], int at) {
+  constexpr int e = sizeof(float) / sizeof(KElem);
+  [&]<int... x>(std::integer_sequence<int, x...>) {
+    ((part[x][at] = T::template Part<KElem, x>(words)), ...);
+  }
+  (std::make_integer_sequence<int, e>());
+}
+
 // Scores of HB heads for the 16 keys of a K tile: s[i * kTileKeys + j] = q_i . k_j.
 // Steps `pf` (when kPf) at each K line consumed; TileScoresFma picks kPf.
 template <class T, class KElem, int HB, int kD, bool kPf>
@@ -107,23 +119,21 @@ void TileScoresLines(const float* q, int dqk_arg, const KElem* kt, const TilePre
           for (int v = 0; v < kVecs; ++v) acc[i][v][sp] = T::Fma(qb, kv[v], acc[i][v][sp]);
         }
       } else {
-        V lo[kVecs];
-        V hi[kVecs];
+        V part[e][kVecs];
 #pragma GCC unroll 64
         for (int v = 0; v < kVecs; ++v) {
           const auto words = T::LoadWords(line + v * T::kLanes * e);
-          lo[v] = T::Lo(words);
-          hi[v] = T::Hi(words);
+          Unpack<T, KElem>(words, part, v);
         }
 #pragma GCC unroll 64
         for (int i = 0; i < HB; ++i) {
           const float* qi = q + i * dqk + (w + sp) * e;
-          const V q0 = T::Set1(qi[0]);
 #pragma GCC unroll 64
-          for (int v = 0; v < kVecs; ++v) acc[i][v][sp] = T::Fma(q0, lo[v], acc[i][v][sp]);
-          const V q1 = T::Set1(qi[1]);
+          for (int x = 0; x < e; ++x) {
+            const V qx = T::Set1(qi[x]);
 #pragma GCC unroll 64
-          for (int v = 0; v < kVecs; ++v) acc[i][v][sp] = T::Fma(q1, hi[v], acc[i][v][sp]);
+            for (int v = 0; v < kVecs; ++v) acc[i][v][sp] = T::Fma(qx, part[x][v], acc[i][v][sp]);
+          }
         }
       }
     }
@@ -190,22 +200,20 @@ void TilePvFmaChunk(const float* p, const VRows<KElem>& v, int dv, int d0, const
         for (int b = 0; b < DB; ++b) acc[i][b] = T::Fma(pb, vv[b], acc[i][b]);
       }
     } else {
-      V lo[DB];
-      V hi[DB];
+      V part[e][DB];
 #pragma GCC unroll 64
       for (int b = 0; b < DB; ++b) {
         const auto words = T::LoadWords(row + b * T::kLanes * e);
-        lo[b] = T::Lo(words);
-        hi[b] = T::Hi(words);
+        Unpack<T, KElem>(words, part, b);
       }
 #pragma GCC unroll 64
       for (int i = 0; i < HB; ++i) {
-        const V p0 = T::Set1(p[i * kTileKeys + j]);
 #pragma GCC unroll 64
-        for (int b = 0; b < DB; ++b) acc[i][b] = T::Fma(p0, lo[b], acc[i][b]);
-        const V p1 = T::Set1(p[i * kTileKeys + j + 1]);
+        for (int x = 0; x < e; ++x) {
+          const V px = T::Set1(p[i * kTileKeys + j + x]);
 #pragma GCC unroll 64
-        for (int b = 0; b < DB; ++b) acc[i][b] = T::Fma(p1, hi[b], acc[i][b]);
+          for (int b = 0; b < DB; ++b) acc[i][b] = T::Fma(px, part[x][b], acc[i][b]);
+        }
       }
     }
   }

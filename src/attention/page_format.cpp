@@ -11,7 +11,7 @@ int64_t KvElementOffset(const PagedKv& kv, bool value, int64_t page, int slot, i
     return page * page_elems + (static_cast<int64_t>(slot) * kv.num_kv_heads + head) * row_dim + d;
   }
   // kTiles16: e elements per 32-bit word.
-  const int e = kv.dtype == DataType::kBF16 ? 2 : 1;
+  const int e = 4 / static_cast<int>(DataTypeSize(kv.dtype));
   const int64_t tile = static_cast<int64_t>(head) * (kv.page_size / 16) + slot / 16;
   const int key = slot % 16;
   const int64_t in_tile = !value ? (static_cast<int64_t>(d / e) * 16 + key) * e + d % e

@@ -63,8 +63,10 @@ Status Validate(const PartialAttentionParams& p) {
                "must be <= kv.head_dim_qk = " + std::to_string(kv.head_dim_qk) +
                    " when kv.v is null (V is the prefix of the K row)");
   }
-  if (kv.dtype != DataType::kF32 && kv.dtype != DataType::kBF16) {
-    return Bad("kv.dtype", static_cast<int>(kv.dtype), "must be DataType::kF32 or kBF16");
+  if (kv.dtype != DataType::kF32 && kv.dtype != DataType::kBF16 && kv.dtype != DataType::kF8E4M3 &&
+      kv.dtype != DataType::kF8E5M2) {
+    return Bad("kv.dtype", static_cast<int>(kv.dtype),
+               "must be DataType::kF32, kBF16, kF8E4M3 or kF8E5M2");
   }
   if (kv.page_size < 1) return Bad("kv.page_size", kv.page_size, "must be >= 1");
   if (kv.format != KvPageFormat::kRows && kv.format != KvPageFormat::kTiles16) {
@@ -205,23 +207,33 @@ float* ThreadScratch(size_t floats) {
 namespace attention_internal {
 
 KernelFn SelectKernel(CpuIsa isa, DataType dtype) {
-  const bool bf16 = dtype == DataType::kBF16;
+  // [f32, bf16, fp8 e4m3, fp8 e5m2]
+  const int t = dtype == DataType::kBF16     ? 1
+                : dtype == DataType::kF8E4M3 ? 2
+                : dtype == DataType::kF8E5M2 ? 3
+                                             : 0;
 #if defined(CTXPAR_X86_KERNELS)
+  static constexpr KernelFn kAvx512[] = {&AttendAvx512F32, &AttendAvx512Bf16, &AttendAvx512Fp8E4M3,
+                                         &AttendAvx512Fp8E5M2};
+  static constexpr KernelFn kAvx2[] = {&AttendAvx2F32, &AttendAvx2Bf16, &AttendAvx2Fp8E4M3,
+                                       &AttendAvx2Fp8E5M2};
   switch (isa) {
     case CpuIsa::kAvx512Bf16:
-      if (bf16) return &AttendAvx512DpBf16;
+      if (t == 1) return &AttendAvx512DpBf16;
       [[fallthrough]];
     case CpuIsa::kAvx512:
-      return bf16 ? &AttendAvx512Bf16 : &AttendAvx512F32;
+      return kAvx512[t];
     case CpuIsa::kAvx2:
-      return bf16 ? &AttendAvx2Bf16 : &AttendAvx2F32;
+      return kAvx2[t];
     case CpuIsa::kScalar:
       break;
   }
 #else
   (void)isa;
 #endif
-  return bf16 ? &AttendScalarBf16 : &AttendScalarF32;
+  static constexpr KernelFn kScalar[] = {&AttendScalarF32, &AttendScalarBf16, &AttendScalarFp8E4M3,
+                                         &AttendScalarFp8E5M2};
+  return kScalar[t];
 }
 
 }  // namespace attention_internal

@@ -54,31 +54,39 @@ MPI_Datatype ToMpi(DataType dtype) {
     case DataType::kI32:
       return MPI_INT32_T;
     case DataType::kU8:
+    case DataType::kF8E4M3:
+    case DataType::kF8E5M2:
       return MPI_UINT8_T;
   }
   return MPI_DATATYPE_NULL;
 }
 
-// MPI has no bf16 or fp16: their sums and maxima are user operations on uint16 storage.
+// MPI has no bf16, fp16 or fp8: their sums and maxima are user operations on their storage.
 template <DataType kType, ReduceOp kOp>
-void HalfOp(void* in, void* inout, int* len, MPI_Datatype*) {
+void UserOp(void* in, void* inout, int* len, MPI_Datatype*) {
   comm_internal::ReduceInto(inout, in, static_cast<std::size_t>(*len), kType, kOp);
 }
 
 MPI_Op ToMpiOp(DataType dtype, ReduceOp op) {
-  if (dtype != DataType::kBF16 && dtype != DataType::kF16) {
-    return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX;
-  }
-  // [bf16, f16][sum, max]
-  static MPI_Op ops[2][2] = {{MPI_OP_NULL, MPI_OP_NULL}, {MPI_OP_NULL, MPI_OP_NULL}};
+  constexpr DataType kUserTypes[] = {DataType::kBF16, DataType::kF16, DataType::kF8E4M3,
+                                     DataType::kF8E5M2};
+  int t = 0;
+  while (t < 4 && kUserTypes[t] != dtype) ++t;
+  if (t == 4) return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX;
+  // [kUserTypes][sum, max]
+  static MPI_Op ops[4][2];
   static std::once_flag once;
   std::call_once(once, [] {
-    MPI_Op_create(&HalfOp<DataType::kBF16, ReduceOp::kSum>, 1, &ops[0][0]);
-    MPI_Op_create(&HalfOp<DataType::kBF16, ReduceOp::kMax>, 1, &ops[0][1]);
-    MPI_Op_create(&HalfOp<DataType::kF16, ReduceOp::kSum>, 1, &ops[1][0]);
-    MPI_Op_create(&HalfOp<DataType::kF16, ReduceOp::kMax>, 1, &ops[1][1]);
+    MPI_Op_create(&UserOp<DataType::kBF16, ReduceOp::kSum>, 1, &ops[0][0]);
+    MPI_Op_create(&UserOp<DataType::kBF16, ReduceOp::kMax>, 1, &ops[0][1]);
+    MPI_Op_create(&UserOp<DataType::kF16, ReduceOp::kSum>, 1, &ops[1][0]);
+    MPI_Op_create(&UserOp<DataType::kF16, ReduceOp::kMax>, 1, &ops[1][1]);
+    MPI_Op_create(&UserOp<DataType::kF8E4M3, ReduceOp::kSum>, 1, &ops[2][0]);
+    MPI_Op_create(&UserOp<DataType::kF8E4M3, ReduceOp::kMax>, 1, &ops[2][1]);
+    MPI_Op_create(&UserOp<DataType::kF8E5M2, ReduceOp::kSum>, 1, &ops[3][0]);
+    MPI_Op_create(&UserOp<DataType::kF8E5M2, ReduceOp::kMax>, 1, &ops[3][1]);
   });
-  return ops[dtype == DataType::kF16][op == ReduceOp::kMax];
+  return ops[t][op == ReduceOp::kMax];
 }
 
 Status MpiError(std::string_view collective, int code) {

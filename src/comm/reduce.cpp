@@ -41,6 +41,19 @@ void ReduceInto(void* inout, const void* in, std::size_t count, DataType dtype, 
       }
       return;
     }
+    case DataType::kF8E4M3:
+    case DataType::kF8E5M2: {
+      const bool e4m3 = dtype == DataType::kF8E4M3;
+      auto* a = static_cast<uint8_t*>(inout);
+      const auto* b = static_cast<const uint8_t*>(in);
+      for (std::size_t i = 0; i < count; ++i) {
+        const float x = e4m3 ? Fp8E4M3ToFloat(a[i]) : Fp8E5M2ToFloat(a[i]);
+        const float y = e4m3 ? Fp8E4M3ToFloat(b[i]) : Fp8E5M2ToFloat(b[i]);
+        const float r = op == ReduceOp::kSum ? x + y : std::max(x, y);
+        a[i] = e4m3 ? FloatToFp8E4M3(r) : FloatToFp8E5M2(r);
+      }
+      return;
+    }
   }
 }
 

@@ -94,6 +94,10 @@ Expected<EngineConfig> MakeEngineConfig(const ResolvedConfig& c, const Platform&
   const std::string kv_dtype = c.kv_cache_dtype();
   if (kv_dtype == "bf16" || kv_dtype == "bfloat16") {
     e.kv_cache_dtype = DataType::kBF16;
+  } else if (kv_dtype == "fp8_e4m3") {
+    e.kv_cache_dtype = DataType::kF8E4M3;
+  } else if (kv_dtype == "fp8_e5m2") {
+    e.kv_cache_dtype = DataType::kF8E5M2;
   } else if (kv_dtype != "auto") {
     return Internal(fmt::format(
         "MakeEngineConfig: kv_cache_dtype {} must have been refused by _handle_cpu_engine",

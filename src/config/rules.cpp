@@ -135,9 +135,12 @@ Status HandlePlatformChecks(Resolution& r, const ResolveContext& ctx) {
   return Status::Ok();
 }
 
-// The CPU engine stores K/V in fp32 or bf16 (its attention kernels read those two).
+// The CPU engine stores K/V in fp32, bf16 or fp8 (its attention kernels read those); fp4 no.
 Status CheckCpuKvCacheDtype(std::string_view dtype) {
-  if (dtype == "auto" || dtype == "bf16" || dtype == "bfloat16") return Status::Ok();
+  if (dtype == "auto" || dtype == "bf16" || dtype == "bfloat16" || dtype == "fp8_e4m3" ||
+      dtype == "fp8_e5m2") {
+    return Status::Ok();
+  }
   return CatalogError("CTXPAR-KV-003", {{"dtype", std::string(dtype)}});
 }
 

@@ -13,6 +13,8 @@ std::size_t DataTypeSize(DataType dtype) {
     case DataType::kF64:
       return 8;
     case DataType::kU8:
+    case DataType::kF8E4M3:
+    case DataType::kF8E5M2:
       return 1;
   }
   return 0;
@@ -32,6 +34,10 @@ std::string_view DataTypeName(DataType dtype) {
       return "i32";
     case DataType::kU8:
       return "u8";
+    case DataType::kF8E4M3:
+      return "f8_e4m3";
+    case DataType::kF8E5M2:
+      return "f8_e5m2";
   }
   return "?";
 }

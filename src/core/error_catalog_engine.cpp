@@ -290,20 +290,24 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
       {"CTXPAR-KV-003",
        "A KV cache data type the CPU engine does not store",
        "--kv-cache-dtype {dtype} is not available on ctxpar's CPU engine, which stores the KV "
-       "cache in fp32 (auto) or bf16: use --kv-cache-dtype bf16 to halve the KV memory of a token, "
-       "or leave it at auto.",
+       "cache in fp32 (auto), bf16, fp8_e4m3 or fp8_e5m2: use --kv-cache-dtype fp8_e4m3 to "
+       "quarter the KV memory of a token, bf16 to halve it, or leave it at auto.",
        kConfig,
-       "SGLang's fp8 and fp4 KV caches are read by GPU attention kernels that dequantize them on "
-       "the fly. ctxpar's CPU attention kernels read fp32 or bf16 K/V; an fp8 cache would be "
-       "silently widened, so it is refused.",
+       "SGLang's fp4 KV cache is read by GPU attention kernels that dequantize it on the fly. "
+       "ctxpar's CPU attention kernels read fp32, bf16 or fp8 (e4m3fn or e5m2, widened exactly "
+       "with a scale of 1) K/V and have no fp4 path; an fp4 cache would be silently widened, so "
+       "it is refused.",
        "`ctxpar generate`, `ctxpar serve` or `ctxpar check --model-path M` with --kv-cache-dtype "
-       "fp8_e5m2, fp8_e4m3 or fp4_e2m1.",
-       {"Use --kv-cache-dtype bf16 (half the memory of fp32; K and V rounded to bf16 once, when "
+       "fp4_e2m1.",
+       {"Use --kv-cache-dtype fp8_e4m3 (a quarter of fp32's memory; K and V rounded to nearest "
+        "even once, when written, and saturated at +-448) or fp8_e5m2 (range +-57344, one "
+        "mantissa bit fewer).",
+        "Use --kv-cache-dtype bf16 (half the memory of fp32; K and V rounded to bf16 once, when "
         "written).",
         "Or leave --kv-cache-dtype at auto (fp32).",
         "To check a launch line for a GPU, run `ctxpar check` without --model-path."},
+       "ctxpar generate --kv-cache-dtype fp4_e2m1 'Hello'",
        "ctxpar generate --kv-cache-dtype fp8_e4m3 'Hello'",
-       "ctxpar generate --kv-cache-dtype bf16 'Hello'",
        {"CTXPAR-KV-002", "CTXPAR-ENGINE-001"}},
       {"CTXPAR-KV-004",
        "A KV budget beyond what a rank can hold",

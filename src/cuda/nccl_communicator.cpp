@@ -38,6 +38,10 @@ ncclDataType_t ToNccl(DataType dtype) {
       return ncclInt32;
     case DataType::kU8:
       return ncclUint8;
+    case DataType::kF8E4M3:
+    case DataType::kF8E5M2:
+      // Moved as bytes only: nothing reduces an fp8 buffer on the GPU (the KV cache is local).
+      return ncclUint8;
   }
   return ncclUint8;
 }

@@ -39,9 +39,10 @@ Status CheckOptions(const KvPoolOptions& o) {
         "physical page on every rank, got page_size={} and interleave_size={}",
         o.page_size, o.interleave_size));
   }
-  if (o.dtype != DataType::kF32 && o.dtype != DataType::kBF16) {
-    return InvalidArgument(
-        fmt::format("KvPool: dtype must be f32 or bf16, got {}", DataTypeName(o.dtype)));
+  if (o.dtype != DataType::kF32 && o.dtype != DataType::kBF16 && o.dtype != DataType::kF8E4M3 &&
+      o.dtype != DataType::kF8E5M2) {
+    return InvalidArgument(fmt::format(
+        "KvPool: dtype must be f32, bf16, f8_e4m3 or f8_e5m2, got {}", DataTypeName(o.dtype)));
   }
   if (o.v_in_k && o.head_dim_v > o.head_dim_k) {
     return InvalidArgument(fmt::format(
@@ -407,9 +408,15 @@ void KvPool::Store(const PagedKv& kv, void* base, bool value, int64_t page, int 
     if (options_.dtype == DataType::kF32) {
       float* out = static_cast<float*>(base) + at;
       for (int d = 0; d < dim; ++d) out[d_at[d]] = x[d];
-    } else {
+    } else if (options_.dtype == DataType::kBF16) {
       uint16_t* out = static_cast<uint16_t*>(base) + at;
       for (int d = 0; d < dim; ++d) out[d_at[d]] = FloatToBf16(x[d]);
+    } else {
+      // fp8 with a per-tensor scale of 1 (our GGUFs carry no k_scale / v_scale).
+      uint8_t* out = static_cast<uint8_t*>(base) + at;
+      const bool e4m3 = options_.dtype == DataType::kF8E4M3;
+      for (int d = 0; d < dim; ++d)
+        out[d_at[d]] = e4m3 ? FloatToFp8E4M3(x[d]) : FloatToFp8E5M2(x[d]);
     }
   }
 }

@@ -208,8 +208,10 @@ Status ApplyDeepseekRules(const DeepseekV3Config& c, Resolution& r) {
     return CatalogError("CTXPAR-DSV3-004", {{"attn_cp_size", Int(cfg.attn_cp_size())}});
   }
   // The latent cache stays fp32: prefill attends over the chunk's own latents as computed, so a
-  // rounded cache would make a chunked prompt differ from a whole one (fp8 / fp4: CTXPAR-KV-003).
-  if (const std::string dtype = cfg.kv_cache_dtype(); dtype == "bf16" || dtype == "bfloat16") {
+  // rounded cache (bf16 or fp8; fp4: CTXPAR-KV-003) would make a chunked prompt differ from a
+  // whole one.
+  if (const std::string dtype = cfg.kv_cache_dtype();
+      dtype == "bf16" || dtype == "bfloat16" || dtype == "fp8_e4m3" || dtype == "fp8_e5m2") {
     return CatalogError("CTXPAR-MODEL-005",
                         {{"flag", "--kv-cache-dtype " + dtype},
                          {"feature", "the Llama models' KV cache"},

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ctxpar/attention.h"
+#include "ctxpar/dtype.h"
 
 namespace ctxpar::testing {
 
@@ -62,10 +63,8 @@ class Problem {
     Fill(slots * shape_.head_dim_qk, kf_, kb_);
     if (!shape_.mla) Fill(slots * shape_.head_dim_v, vf_, vb_);
 
-    kv_.k = shape_.dtype == DataType::kF32 ? static_cast<const void*>(kf_.data()) : kb_.data();
-    if (!shape_.mla) {
-      kv_.v = shape_.dtype == DataType::kF32 ? static_cast<const void*>(vf_.data()) : vb_.data();
-    }
+    kv_.k = Data(kf_, kb_);
+    if (!shape_.mla) kv_.v = Data(vf_, vb_);
     kv_.dtype = shape_.dtype;
     kv_.page_size = ps;
     kv_.num_kv_heads = shape_.num_kv_heads;
@@ -80,8 +79,9 @@ class Problem {
   Problem(const Problem&) = delete;
   Problem& operator=(const Problem&) = delete;
 
-  // Writes NaN (fp32 0x7fc00000, bf16 0x7fc0) into every K and V element that is not a key of a
-  // sequence: the slots past each sequence's length, and the pages no block table names.
+  // Writes NaN (fp32 0x7fc00000, bf16 0x7fc0, fp8 e4m3 0x7f, e5m2 0x7e) into every K and V element
+  // that is not a key of a sequence: the slots past each sequence's length, and the pages no block
+  // table names.
   void PoisonUnusedKeys() {
     const int ps = shape_.page_size;
     std::vector<bool> key(static_cast<size_t>(num_pages_) * ps, false);
@@ -219,12 +219,36 @@ class Problem {
     for (float& e : x) e = u(rng_);
     return x;
   }
+  bool Fp8() const {
+    return shape_.dtype == DataType::kF8E4M3 || shape_.dtype == DataType::kF8E5M2;
+  }
+  const void* Data(const std::vector<float>& f, const std::vector<uint16_t>& b) const {
+    if (shape_.dtype == DataType::kF32) return f.data();
+    return b.data();
+  }
   void Fill(int64_t n, std::vector<float>& f, std::vector<uint16_t>& b) {
     f = Random(n);
     if (shape_.dtype == DataType::kF32) return;
-    b.resize(n);
-    for (int64_t i = 0; i < n; ++i) b[i] = ToBf16(f[i]);
+    b.assign(Fp8() ? (n + 1) / 2 : n, 0);
+    for (int64_t i = 0; i < n; ++i) Set(b, i, Encode(f[i]));
     f.clear();
+  }
+  uint16_t Encode(float x) const {
+    if (shape_.dtype == DataType::kF8E4M3) return FloatToFp8E4M3(x);
+    if (shape_.dtype == DataType::kF8E5M2) return FloatToFp8E5M2(x);
+    return ToBf16(x);
+  }
+  void Set(std::vector<uint16_t>& b, int64_t i, uint16_t x) const {
+    if (Fp8()) {
+      reinterpret_cast<uint8_t*>(b.data())[i] = static_cast<uint8_t>(x);
+    } else {
+      b[i] = x;
+    }
+  }
+  double Decode(const std::vector<uint16_t>& b, int64_t i) const {
+    if (!Fp8()) return FromBf16(b[i]);
+    const uint8_t c = reinterpret_cast<const uint8_t*>(b.data())[i];
+    return shape_.dtype == DataType::kF8E4M3 ? Fp8E4M3ToFloat(c) : Fp8E5M2ToFloat(c);
   }
   void Poison(bool value, int page, int slot, int h, int d, std::vector<float>& f,
               std::vector<uint16_t>& b) {
@@ -232,7 +256,10 @@ class Problem {
     if (shape_.dtype == DataType::kF32) {
       f[at] = std::numeric_limits<float>::quiet_NaN();
     } else {
-      b[at] = 0x7fc0;
+      Set(b, at,
+          shape_.dtype == DataType::kF8E4M3   ? 0x7f
+          : shape_.dtype == DataType::kF8E5M2 ? 0x7e
+                                              : 0x7fc0);
     }
   }
 
@@ -244,7 +271,7 @@ class Problem {
         KvElementOffset(kv_, value, block_table_[seq * max_pages_ + r / ps], r % ps, kvh, d);
     const bool in_v = value && !shape_.mla;
     if (shape_.dtype == DataType::kF32) return in_v ? vf_[at] : kf_[at];
-    return FromBf16(in_v ? vb_[at] : kb_[at]);
+    return Decode(in_v ? vb_ : kb_, at);
   }
 
   Shape shape_;
@@ -254,8 +281,8 @@ class Problem {
   int num_pages_ = 0;
   std::vector<int32_t> block_table_;
   std::vector<float> kf_, vf_;
-  std::vector<uint16_t> kb_, vb_;
-  PagedKv kv_;  // the pools above, in shape_.format
+  std::vector<uint16_t> kb_, vb_;  // bf16, or fp8 codes two to an entry
+  PagedKv kv_;                     // the pools above, in shape_.format
   std::vector<float> q_, o_, lse_;
   std::vector<int32_t> row_seq_, row_kv_len_, row_kv_start_;
 };

@@ -34,17 +34,17 @@ PagedKv Pool(DataType dtype, KvPageFormat format, int page_size, int heads, int 
 }
 
 std::string Describe(const PagedKv& kv, bool value) {
-  return std::string(value ? "V" : "K") + (kv.dtype == DataType::kBF16 ? " bf16" : " fp32") +
+  return std::string(value ? "V" : "K") + " " + std::string(DataTypeName(kv.dtype)) +
          (kv.format == KvPageFormat::kRows ? " rows" : " tiles16") + " page " +
          std::to_string(kv.page_size) + " heads " + std::to_string(kv.num_kv_heads) + " dqk " +
          std::to_string(kv.head_dim_qk) + " dv " + std::to_string(kv.head_dim_v);
 }
 
-// Every shape of the test for the given formats: both dtypes, pages of 16/32/64, 1/3/8 KV heads,
+// Every shape of the test for the given formats: every KV dtype, pages of 16/32/64, 1/3/8 KV heads,
 // K and V head dims each of 16/64/128. Stops at the first failure, which says enough.
 void ForEachPool(std::initializer_list<KvPageFormat> formats,
                  const std::function<void(const PagedKv&)>& fn) {
-  for (DataType dtype : {DataType::kF32, DataType::kBF16}) {
+  for (DataType dtype : {DataType::kF32, DataType::kBF16, DataType::kF8E4M3}) {
     for (KvPageFormat format : formats) {
       for (int page_size : {16, 32, 64}) {
         for (int heads : {1, 3, 8}) {
@@ -63,8 +63,8 @@ void ForEachPool(std::initializer_list<KvPageFormat> formats,
 
 int Dim(const PagedKv& kv, bool value) { return value ? kv.head_dim_v : kv.head_dim_qk; }
 
-// Elements per 32-bit word: fp32 1, bf16 2.
-int64_t Elems(const PagedKv& kv) { return kv.dtype == DataType::kBF16 ? 2 : 1; }
+// Elements per 32-bit word: fp32 1, bf16 2, fp8 4.
+int64_t Elems(const PagedKv& kv) { return 4 / static_cast<int64_t>(DataTypeSize(kv.dtype)); }
 
 ::testing::AssertionResult IsBijectionOntoPool(const PagedKv& kv, bool value) {
   const int dim = Dim(kv, value);

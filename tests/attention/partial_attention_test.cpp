@@ -4,7 +4,9 @@
 // Tolerances: O is a convex combination of V rows, so its error is measured against the largest
 // |V| (1 here): within 1e-5, except bf16 KV on the avx512_bf16 path within 1e-2 (it rounds Q
 // and the softmax weights to bf16, attention.h; the errors seen are 3e-4..2e-3). The lse is
-// compared with the same bounds relative to max(1, |lse|).
+// compared with the same bounds relative to max(1, |lse|). fp8 KV (e4m3fn and e5m2) is widened
+// exactly on every path, so the reference reads the same fp8 values and the bound is fp32's 1e-5;
+// the widening itself is held bitwise to dtype.h's conversions for all 256 codes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,12 +15,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <numeric>
 #include <string>
 #include <vector>
 
 #include "attention/attention_problem.h"
 #include "ctxpar/attention.h"
 #include "ctxpar/cpu_features.h"
+#include "ctxpar/dtype.h"
 
 namespace ctxpar {
 namespace {
@@ -27,6 +31,9 @@ using testing::Problem;
 using testing::Shape;
 
 constexpr KvPageFormat kTiles16 = KvPageFormat::kTiles16;
+constexpr DataType kE4M3 = DataType::kF8E4M3;
+constexpr DataType kE5M2 = DataType::kF8E5M2;
+const std::initializer_list<DataType> kKvTypes = {DataType::kF32, DataType::kBF16, kE4M3, kE5M2};
 
 std::vector<CpuIsa> AvailableIsas() {
   std::vector<CpuIsa> out;
@@ -150,6 +157,8 @@ TEST_P(PartialAttention, RowsAreBatchInvariant) {
     CheckRowsAreBatchInvariant({9, 3, 64, 64, false, DataType::kF32, 16, kTiles16}, split, 40);
     CheckRowsAreBatchInvariant({8, 2, 128, 128, false, DataType::kBF16, 16, kTiles16}, split, 41);
     CheckRowsAreBatchInvariant({6, 2, 64, 64, false, DataType::kF32, 8}, split, 42);
+    CheckRowsAreBatchInvariant({9, 3, 64, 64, false, kE4M3, 16, kTiles16}, split, 43);
+    CheckRowsAreBatchInvariant({6, 2, 64, 64, false, kE5M2, 8}, split, 44);
   }
 }
 
@@ -197,6 +206,94 @@ TEST_P(PartialAttention, LongSingleSequenceAllThreads) {
   RunLongSequence({8, 2, 128, 128, false, DataType::kBF16, 16}, 11);
 }
 
+// fp8 K/V on both page formats: GQA with 3 and 4 query heads per KV head, MHA, MLA (kRows), a
+// causal prefill (an fp8 V word holds four keys, so rows end inside one at three places) and one
+// long sequence over all threads.
+TEST_P(PartialAttention, Fp8EveryShape) {
+  for (DataType dtype : {kE4M3, kE5M2}) {
+    SCOPED_TRACE(std::string(DataTypeName(dtype)));
+    RunDecode({9, 3, 64, 64, false, dtype, 16}, kMixedLens, 81);
+    RunDecode({9, 3, 64, 64, false, dtype, 16, kTiles16}, kMixedLens, 82);
+    RunDecode({32, 8, 128, 128, false, dtype, 64, kTiles16}, {0, 1, 33, 250}, 83);
+    RunDecode({4, 4, 64, 64, false, dtype, 64, kTiles16}, {1, 2, 70}, 84);
+    RunDecode({16, 1, 576, 512, true, dtype, 64}, {0, 1, 40, 130}, 85);
+    RunPrefill({6, 2, 64, 64, false, dtype, 16, kTiles16}, {0, 16, 24}, 86);
+    RunPrefill({6, 2, 64, 64, false, dtype, 4}, {0, 4}, 87);
+    RunLongSequence({8, 2, 128, 128, false, dtype, 16, kTiles16}, 88);
+  }
+}
+
+// Each path widens every fp8 code to the bits of dtype.h's Fp8E4M3ToFloat / Fp8E5M2ToFloat. One
+// key per sequence makes O that key's V row (weight 1) and, for a one-hot q of head h and scale 1,
+// the lse the single product log2(e) * K[h] times ln 2: 16 sequences of 16 elements hold all 256
+// codes in V and every finite code in K, on both page formats.
+TEST_P(PartialAttention, Fp8WideningIsTheScalarConversionBitwise) {
+  constexpr int kD = 16;
+  constexpr int kSeqs = 16;
+  constexpr float kLog2e = 1.4426950408889634f;  // the kernels' constants
+  constexpr float kLn2 = 0.6931471805599453f;
+  for (DataType dtype : {kE4M3, kE5M2}) {
+    const auto widen = dtype == kE4M3 ? &Fp8E4M3ToFloat : &Fp8E5M2ToFloat;
+    for (KvPageFormat format : {KvPageFormat::kRows, kTiles16}) {
+      const std::string what =
+          std::string(DataTypeName(dtype)) + (format == kTiles16 ? " tiles16" : " rows");
+      PartialAttentionParams p;
+      p.kv.dtype = dtype;
+      p.kv.page_size = 16;
+      p.kv.num_kv_heads = 1;
+      p.kv.head_dim_qk = kD;
+      p.kv.head_dim_v = kD;
+      p.kv.format = format;
+      p.kv.max_pages_per_seq = 1;
+      p.kv.num_pages = kSeqs;
+      std::vector<uint8_t> k(kSeqs * 16 * kD, 0), v(kSeqs * 16 * kD, 0);
+      p.kv.k = k.data();
+      p.kv.v = v.data();
+      for (int s = 0; s < kSeqs; ++s) {
+        for (int d = 0; d < kD; ++d) {
+          const auto code = static_cast<uint8_t>(s * kD + d);
+          v[KvElementOffset(p.kv, true, s, 0, 0, d)] = code;
+          k[KvElementOffset(p.kv, false, s, 0, 0, d)] = std::isfinite(widen(code)) ? code : 0;
+        }
+      }
+      std::vector<int32_t> table(kSeqs), lens(kSeqs, 1);
+      std::iota(table.begin(), table.end(), 0);
+      std::vector<float> q(kSeqs * kD * kD, 0.0f), o(kSeqs * kD * kD), lse(kSeqs * kD);
+      for (int s = 0; s < kSeqs; ++s) {
+        for (int h = 0; h < kD; ++h) q[(s * kD + h) * kD + h] = 1.0f;
+      }
+      p.kv.block_table = table.data();
+      p.q = q.data();
+      p.o = o.data();
+      p.lse = lse.data();
+      p.num_rows = kSeqs;
+      p.num_seqs = kSeqs;
+      p.num_q_heads = kD;
+      p.row_kv_len = lens.data();
+      p.scale = 1.0f;
+      p.num_threads = 1;
+      ASSERT_TRUE(PartialAttentionCpu(p).ok()) << what;
+      for (int s = 0; s < kSeqs; ++s) {
+        for (int h = 0; h < kD; ++h) {
+          const float kx = widen(k[KvElementOffset(p.kv, false, s, 0, 0, h)]);
+          const float s2 = kLog2e * kx;
+          EXPECT_EQ(lse[s * kD + h], s2 * kLn2) << what << " K code " << s * kD + h;
+          for (int d = 0; d < kD; ++d) {
+            const float want = widen(static_cast<uint8_t>(s * kD + d));
+            const float got = o[(s * kD + h) * kD + d];
+            // O = 0 + 1 * v: -0 comes out +0; NaN stays NaN.
+            if (std::isnan(want)) {
+              EXPECT_TRUE(std::isnan(got)) << what << " V code " << s * kD + d;
+            } else {
+              EXPECT_EQ(got, want) << what << " V code " << s * kD + d;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_P(PartialAttention, LargeScoresStayFinite) {
   // Scores of several hundred: exp overflows without the running max.
   const Shape shape{4, 1, 64, 64, false, DataType::kF32, 8};
@@ -216,7 +313,7 @@ TEST_P(PartialAttention, LargeScoresStayFinite) {
 // 1, so that the cap moves O by more than four times the widest tolerance: the uncapped kernel
 // would fail the check.
 TEST_P(PartialAttention, SoftcapOnEveryFormatAndKvType) {
-  for (DataType dtype : {DataType::kF32, DataType::kBF16}) {
+  for (DataType dtype : kKvTypes) {
     for (KvPageFormat format : {KvPageFormat::kRows, kTiles16}) {
       const Shape shape{8, 2, 64, 64, false, dtype, 16, format};
       Problem prob(shape, {0, 5, 37, 100, 300}, 70);
@@ -224,8 +321,8 @@ TEST_P(PartialAttention, SoftcapOnEveryFormatAndKvType) {
       for (int t = 1; t <= 40; ++t) prob.AddRow(3, t);
       for (int t = 60; t <= 100; t += 7) prob.AddRow(4, t, t - 33);
       for (float& x : prob.q()) x *= 8.0f;
-      const std::string what = std::string(dtype == DataType::kF32 ? "f32" : "bf16") +
-                               (format == kTiles16 ? " tiles16" : " rows");
+      const std::string what =
+          std::string(DataTypeName(dtype)) + (format == kTiles16 ? " tiles16" : " rows");
       for (int split : {0, 16, 24}) {
         for (int threads : {1, 3}) {
           PartialAttentionParams p = prob.Params();
@@ -297,7 +394,7 @@ TEST_P(PartialAttention, Tiles16LongSingleSequenceAllThreads) {
 // A kernel that reads whole tiles must mask the keys past a sequence's end, not only weight them
 // by 0: 0 * NaN is NaN. Every element that is not a key holds NaN here.
 TEST_P(PartialAttention, Tiles16NaNOutsideTheSequencesStaysOut) {
-  for (DataType dtype : {DataType::kF32, DataType::kBF16}) {
+  for (DataType dtype : kKvTypes) {
     Problem prob({8, 2, 128, 128, false, dtype, 16, kTiles16}, kMixedLens, 33);
     prob.PoisonUnusedKeys();
     CheckDecode(prob);
@@ -333,8 +430,8 @@ void CheckWindowRows(const Shape& shape, uint32_t seed, double tol) {
   }
 }
 
-TEST_P(PartialAttention, WindowRowsF32AndBf16) {
-  for (DataType dtype : {DataType::kF32, DataType::kBF16}) {
+TEST_P(PartialAttention, WindowRowsEveryKvType) {
+  for (DataType dtype : kKvTypes) {
     const Shape rows{6, 2, 64, 64, false, dtype, 16};
     CheckWindowRows(rows, 50, Tol(rows));
     const Shape tiles{4, 1, 256, 256, false, dtype, 16, kTiles16};  // Gemma 3: one KV head of 256
@@ -349,6 +446,7 @@ TEST_P(PartialAttention, WindowRowsF32AndBf16) {
 TEST_P(PartialAttention, WindowRowsAreBatchInvariant) {
   for (const Shape& shape : {Shape{4, 1, 256, 256, false, DataType::kF32, 16, kTiles16},
                              Shape{6, 2, 64, 64, false, DataType::kBF16, 16, kTiles16},
+                             Shape{6, 2, 64, 64, false, kE4M3, 16, kTiles16},
                              Shape{6, 2, 64, 64, false, DataType::kF32, 8}}) {
     Problem prob(shape, {300, 90}, 60);
     for (int w : {5, 40, 100}) prob.AddRow(0, 300, 300 - w);

@@ -118,9 +118,14 @@ TEST(DeepseekCli, LayoutRulesRefuseWithCatalogTexts) {
        "latent cache is fp32) has none: drop --kv-cache-dtype bf16.\nrun: ctxpar explain "
        "CTXPAR-MODEL-005\n"},
       {{"--kv-cache-dtype", "fp8_e5m2"},
-       "--kv-cache-dtype fp8_e5m2 is not available on ctxpar's CPU engine, which stores the KV "
-       "cache in fp32 (auto) or bf16: use --kv-cache-dtype bf16 to halve the KV memory of a "
-       "token, or leave it at auto.\nrun: ctxpar explain CTXPAR-KV-003\n"},
+       "--kv-cache-dtype fp8_e5m2 applies to the Llama models' KV cache; DeepseekV3ForCausalLM "
+       "(its latent cache is fp32) has none: drop --kv-cache-dtype fp8_e5m2.\nrun: ctxpar "
+       "explain CTXPAR-MODEL-005\n"},
+      {{"--kv-cache-dtype", "fp4_e2m1"},
+       "--kv-cache-dtype fp4_e2m1 is not available on ctxpar's CPU engine, which stores the KV "
+       "cache in fp32 (auto), bf16, fp8_e4m3 or fp8_e5m2: use --kv-cache-dtype fp8_e4m3 to "
+       "quarter the KV memory of a token, bf16 to halve it, or leave it at auto.\nrun: ctxpar "
+       "explain CTXPAR-KV-003\n"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"check", "--model-path", kReference};

@@ -68,7 +68,6 @@ TEST(LaunchAgreement, CheckWithTheModelAndGenerateAgreeOverASweep) {
       "--platform cuda:sm90",
       "--platform rocm",
       "--threads 100000",
-      "--kv-cache-dtype fp8_e4m3",
       "--kv-cache-dtype fp4_e2m1 --tp-size 3 --dcp-size 3",
       "--chunked-prefill-size 0",
       "--dcp-size 0",
@@ -97,6 +96,8 @@ TEST(LaunchAgreement, CheckWithTheModelAndGenerateAgreeOverASweep) {
        {std::string("--page-size 32 --dcp-kv-cache-interleave-size 8"),
         std::string("--kv-cache-mib 64 --max-running-requests 4 --chunked-prefill-size 3"),
         std::string("--kv-cache-dtype bf16 --kv-cache-mib 8"),
+        std::string("--kv-cache-dtype fp8_e4m3 --kv-cache-mib 8"),
+        std::string("--kv-cache-dtype fp8_e5m2 --kv-cache-mib 8"),
         std::string("--max-running-requests 100000000 --max-queued-requests 1")}) {
     SCOPED_TRACE(flags);
     EXPECT_EQ(Check(flags).exit_status, 0) << Check(flags).err;

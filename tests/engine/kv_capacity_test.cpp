@@ -33,8 +33,12 @@ class SyntheticSource : public ModelSource {
   const ModelDesc& desc() const override { return desc_; }
   const ModelShape& shape() const override { return shape_; }
   const Tokenizer* tokenizer() const override { return nullptr; }
-  KvSpec KvSpecFor(const EngineConfig&) const override {
-    KvSpec spec{.num_layers = 18, .num_kv_heads = 1, .head_dim_k = 256, .head_dim_v = 256};
+  KvSpec KvSpecFor(const EngineConfig& c) const override {
+    KvSpec spec{.num_layers = 18,
+                .num_kv_heads = 1,
+                .head_dim_k = 256,
+                .head_dim_v = 256,
+                .dtype = c.kv_cache_dtype};
     if (!windows_) return spec;
     KvGroupSpec global{.layers = {}, .window = 0};
     KvGroupSpec local{.layers = {}, .window = 512, .dcp_sharded = sharded_};
@@ -55,8 +59,10 @@ class SyntheticSource : public ModelSource {
   ModelShape shape_;
 };
 
-EngineConfig Config(int tp, int dcp, int64_t mib, double ratio = 0.8) {
+EngineConfig Config(int tp, int dcp, int64_t mib, double ratio = 0.8,
+                    DataType kv = DataType::kF32) {
   EngineConfig c;
+  c.kv_cache_dtype = kv;
   c.tp_size = tp;
   c.dcp_size = dcp;
   c.page_size = 16;
@@ -138,6 +144,33 @@ TEST(KvCapacity, NoGroupsIsThePoolAsItWas) {
   EXPECT_EQ(o->num_pages, 64 * kMiB / int64_t(16 * 18 * kLayerTokenBytes));
   EXPECT_EQ(KvPool::GroupTokens(*o, 0), o->num_pages * 16 * 2);
   EXPECT_EQ(KvPool::FirstWindowGroup(*o), -1);
+}
+
+// --kv-cache-dtype fp8_e4m3 / fp8_e5m2 store a byte per element: at the same budget twice bf16's
+// tokens and four times fp32's, exactly where the budget is whole pages of each (a page of 16
+// tokens over 18 layers is 9 * 2^16 bytes in fp32, so budgets of 9k MiB), and otherwise up to the
+// rounding down to pages (and, with a window group, to its share).
+TEST(KvCapacity, Fp8HoldsTwiceBf16AndFourTimesFp32) {
+  const SyntheticSource plain(false), windowed(true);
+  auto tokens = [](const SyntheticSource& source, int64_t mib, DataType dtype) {
+    const Expected<KvPoolOptions> o = KvPoolFor(Config(4, 2, mib, 0.8, dtype), source, 1);
+    EXPECT_TRUE(o.ok()) << o.status().ToString();
+    return o.ok() ? KvPool::GroupTokens(*o, 0) : int64_t{-1};
+  };
+  for (DataType fp8 : {DataType::kF8E4M3, DataType::kF8E5M2}) {
+    for (int64_t mib : {9, 63, 576}) {
+      const int64_t f32 = tokens(plain, mib, DataType::kF32);
+      EXPECT_EQ(tokens(plain, mib, DataType::kBF16), 2 * f32) << mib;
+      EXPECT_EQ(tokens(plain, mib, fp8), 4 * f32) << mib;
+    }
+    for (int64_t mib : {16, 100, 1024}) {
+      const int64_t bf16 = tokens(windowed, mib, DataType::kBF16);
+      const int64_t got = tokens(windowed, mib, fp8);
+      // dcp 2: a page of the pool is 2 * 16 tokens.
+      EXPECT_GE(got, 2 * bf16) << mib;
+      EXPECT_LT(got, 2 * bf16 + 2 * 32) << mib;
+    }
+  }
 }
 
 // A budget whose window share holds no page is refused like one that holds no page at all.

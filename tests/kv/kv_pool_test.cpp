@@ -43,8 +43,16 @@ float Read(const PagedKv& kv, bool value, int slot, int64_t r, int h, int d) {
   const int32_t page = kv.block_table[slot * kv.max_pages_per_seq + r / kv.page_size];
   const int64_t at = KvElementOffset(kv, value, page, static_cast<int>(r % kv.page_size), h, d);
   const void* base = value && kv.v != nullptr ? kv.v : kv.k;
-  return kv.dtype == DataType::kF32 ? static_cast<const float*>(base)[at]
-                                    : Bf16ToFloat(static_cast<const uint16_t*>(base)[at]);
+  switch (kv.dtype) {
+    case DataType::kF32:
+      return static_cast<const float*>(base)[at];
+    case DataType::kF8E4M3:
+      return Fp8E4M3ToFloat(static_cast<const uint8_t*>(base)[at]);
+    case DataType::kF8E5M2:
+      return Fp8E5M2ToFloat(static_cast<const uint8_t*>(base)[at]);
+    default:
+      return Bf16ToFloat(static_cast<const uint16_t*>(base)[at]);
+  }
 }
 
 // Reserve + Write of positions [pos0, pos0 + n) in every layer.
@@ -188,16 +196,18 @@ TEST_P(KvPoolFormatTest, VirtualPagesAreSharedReservedAllOrNothingAndReusedLowes
   EXPECT_EQ(pool->Write(0, b, 4 * page, 1, k.data(), k.data()).code(), StatusCode::kOutOfRange);
 }
 
-// GQA K and V in bf16, every d of every head: kTiles16 packs two bf16 per 32-bit word, in K along
-// d and in V along the keys, so a swapped pair shows here.
-TEST_P(KvPoolFormatTest, GqaBf16RoundsToNearestEven) {
-  const int page = Page(), heads = 3, dim = 32, tokens = 2 * page - 3;
+// GQA K and V in bf16 and fp8, every d of every head: kTiles16 packs two bf16 (four fp8) per
+// 32-bit word, in K along d and in V along the keys, so a swapped pair shows here. The fp8 values
+// span past the largest finite ones, which saturate.
+void CheckRounding(DataType dtype, KvPageFormat format, int page, float spread,
+                   float (*round)(float)) {
+  const int heads = 3, dim = 32, tokens = 2 * page - 3;
   auto pool = KvPool::Create({.num_layers = 1,
                               .num_kv_heads = heads,
                               .head_dim_k = dim,
                               .head_dim_v = dim,
-                              .dtype = DataType::kBF16,
-                              .format = GetParam(),
+                              .dtype = dtype,
+                              .format = format,
                               .page_size = page,
                               .num_pages = 2,
                               .max_slots = 1,
@@ -205,7 +215,7 @@ TEST_P(KvPoolFormatTest, GqaBf16RoundsToNearestEven) {
   ASSERT_TRUE(pool.ok());
   std::vector<float> k(tokens * heads * dim), v(k.size());
   std::mt19937 rng(5);
-  std::normal_distribution<float> dist;
+  std::normal_distribution<float> dist(0.0f, spread);
   for (float& x : k) x = dist(rng);
   for (float& x : v) x = dist(rng);
   ASSERT_EQ(*pool->AcquireSlot(), 0);
@@ -216,11 +226,20 @@ TEST_P(KvPoolFormatTest, GqaBf16RoundsToNearestEven) {
     for (int h = 0; h < heads; ++h) {
       for (int d = 0; d < dim; ++d) {
         const size_t i = (static_cast<size_t>(t) * heads + h) * dim + d;
-        ASSERT_EQ(Read(kv, false, 0, t, h, d), Bf16ToFloat(FloatToBf16(k[i]))) << t << " " << h;
-        ASSERT_EQ(Read(kv, true, 0, t, h, d), Bf16ToFloat(FloatToBf16(v[i]))) << t << " " << h;
+        ASSERT_EQ(Read(kv, false, 0, t, h, d), round(k[i])) << DataTypeName(dtype) << " " << t;
+        ASSERT_EQ(Read(kv, true, 0, t, h, d), round(v[i])) << DataTypeName(dtype) << " " << t;
       }
     }
   }
+}
+
+TEST_P(KvPoolFormatTest, GqaBf16AndFp8RoundToNearestEven) {
+  CheckRounding(DataType::kBF16, GetParam(), Page(), 1.0f,
+                [](float x) { return Bf16ToFloat(FloatToBf16(x)); });
+  CheckRounding(DataType::kF8E4M3, GetParam(), Page(), 300.0f,
+                [](float x) { return Fp8E4M3ToFloat(FloatToFp8E4M3(x)); });
+  CheckRounding(DataType::kF8E5M2, GetParam(), Page(), 40000.0f,
+                [](float x) { return Fp8E5M2ToFloat(FloatToFp8E5M2(x)); });
 }
 
 TEST_P(KvPoolFormatTest, RejectsBadOptionsNamingTheField) {
@@ -254,7 +273,8 @@ TEST_P(KvPoolFormatTest, RejectsBadOptionsNamingTheField) {
             "KvPool: num_layers must be >= 1, got num_layers=0");
   o.num_layers = 1;
   o.dtype = DataType::kF16;
-  EXPECT_EQ(KvPool::Create(o).status().message(), "KvPool: dtype must be f32 or bf16, got f16");
+  EXPECT_EQ(KvPool::Create(o).status().message(),
+            "KvPool: dtype must be f32, bf16, f8_e4m3 or f8_e5m2, got f16");
   o.dtype = DataType::kF32;
   o.dcp_size = 0;
   EXPECT_EQ(KvPool::Create(o).status().message(),

@@ -30,6 +30,7 @@ struct Config {
   int dcp;
   const char* backend;
   bool replicate_q;
+  const char* kv_cache_dtype = "auto";
 };
 
 const Config kConfigs[] = {
@@ -55,6 +56,7 @@ class Gemma3Invariance : public ::testing::Test {
                                        {"dcp_size", int64_t{c.dcp}},
                                        {"dcp_comm_backend", std::string(c.backend)},
                                        {"dcp_replicate_q_proj", c.replicate_q},
+                                       {"kv_cache_dtype", std::string(c.kv_cache_dtype)},
                                        {"threads", int64_t{1}}});
   }
 
@@ -146,6 +148,22 @@ TEST_F(Gemma3Invariance, GreedyTokensAcrossLayoutsAndBackends) {
     ASSERT_TRUE(st.ok()) << st.ToString();
     EXPECT_EQ(got, base) << "tp " << c.tp << " dcp " << c.dcp << " " << c.backend
                          << (c.replicate_q ? " replicated Q" : "");
+  }
+}
+
+// fp8 KV (both formats): tp 2 / dcp 2 (a2a, ag_rs) give tp 1's greedy tokens.
+TEST_F(Gemma3Invariance, GreedyTokensWithFp8Kv) {
+  for (const char* dtype : {"fp8_e4m3", "fp8_e5m2"}) {
+    Status st;
+    const std::vector<int32_t> base = Generate({1, 1, "ag_rs", false, dtype}, &st);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    for (const Config& c : {Config{2, 2, "a2a", false, dtype}, Config{2, 2, "ag_rs", false, dtype},
+                            Config{2, 2, "a2a", true, dtype}}) {
+      const std::vector<int32_t> got = Generate(c, &st);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      EXPECT_EQ(got, base) << "tp " << c.tp << " dcp " << c.dcp << " " << c.backend << " " << dtype
+                           << (c.replicate_q ? " replicated Q" : "");
+    }
   }
 }
 

@@ -32,12 +32,12 @@ struct Config {
   int dcp;
   const char* backend;
   bool replicate_q;
+  const char* kv_cache_dtype = "auto";
 };
 
 const Config kConfigs[] = {
-    {3, 1, "ag_rs", false}, {3, 3, "ag_rs", false},   {3, 3, "a2a", false},
-    {3, 3, "a2a", true},    {3, 3, "shm_a2a", false}, {3, 3, "shm_a2a", true},
-    {9, 1, "ag_rs", false}, {9, 3, "a2a", true},
+    {3, 1, "ag_rs", false},   {3, 3, "ag_rs", false},  {3, 3, "a2a", false},   {3, 3, "a2a", true},
+    {3, 3, "shm_a2a", false}, {3, 3, "shm_a2a", true}, {9, 1, "ag_rs", false}, {9, 3, "a2a", true},
 };
 
 const Config kLongConfigs[] = {
@@ -79,6 +79,7 @@ class DcpInvariance : public ::testing::Test {
                                             {"dcp_size", int64_t{c.dcp}},
                                             {"dcp_comm_backend", std::string(c.backend)},
                                             {"dcp_replicate_q_proj", c.replicate_q},
+                                            {"kv_cache_dtype", std::string(c.kv_cache_dtype)},
                                             {"threads", int64_t{1}}}));
       CTXPAR_ASSIGN_OR_RETURN(testing::SequenceRunner model,
                               testing::SequenceRunner::Create(*launch.source, launch.config, comm));
@@ -98,16 +99,17 @@ class DcpInvariance : public ::testing::Test {
     return tokens;
   }
 
-  void CheckConfigs(const std::vector<int32_t>& prompt, std::span<const Config> configs) {
+  void CheckConfigs(const std::vector<int32_t>& prompt, std::span<const Config> configs,
+                    const char* kv_cache_dtype = "auto") {
     Status st;
-    const std::vector<int32_t> base = Generate({1, 1, "ag_rs", false}, prompt, &st);
+    const std::vector<int32_t> base = Generate({1, 1, "ag_rs", false, kv_cache_dtype}, prompt, &st);
     ASSERT_TRUE(st.ok()) << st.ToString();
     ASSERT_EQ(base.size(), std::size_t(kNewTokens));
     for (const Config& c : configs) {
       const std::vector<int32_t> got = Generate(c, prompt, &st);
       ASSERT_TRUE(st.ok()) << st.ToString();
       EXPECT_EQ(got, base) << "tp " << c.tp << " dcp " << c.dcp << " " << c.backend
-                           << (c.replicate_q ? " replicated Q" : "");
+                           << (c.replicate_q ? " replicated Q" : "") << " " << c.kv_cache_dtype;
     }
   }
 
@@ -121,6 +123,51 @@ TEST_F(DcpInvariance, PromptOf2025Tokens) {
   const std::vector<int32_t> prompt = Prompt("long_history", 9);
   ASSERT_GE(prompt.size(), 2000u);
   CheckConfigs(prompt, kLongConfigs);
+}
+
+// fp8 KV: e4m3 (--kv-cache-dtype fp8_e4m3) keeps the invariance over tp 3 / dcp 3 with every
+// combine backend and replicated Q. e5m2 keeps it over TP (tp 3 and 9, dcp 1), but at dcp 3 its
+// greedy tokens measured to part from tp 1's after 21 (ag_rs) and 5 (a2a) of 128: not asserted.
+TEST_F(DcpInvariance, ChatPromptFp8Kv) {
+  const Config e4m3[] = {{3, 1, "ag_rs", false, "fp8_e4m3"},
+                         {3, 3, "ag_rs", false, "fp8_e4m3"},
+                         {3, 3, "a2a", false, "fp8_e4m3"},
+                         {3, 3, "a2a", true, "fp8_e4m3"}};
+  CheckConfigs(Prompt("chat_poem", 1), e4m3, "fp8_e4m3");
+  const Config e5m2[] = {{3, 1, "ag_rs", false, "fp8_e5m2"}, {9, 1, "ag_rs", false, "fp8_e5m2"}};
+  CheckConfigs(Prompt("chat_poem", 1), e5m2, "fp8_e5m2");
+}
+
+// fp8 KV against fp32 KV at tp 1: the greedy tokens that agree before the first difference,
+// measured out of 128 (bf16 KV: 128 on all but plain_code's 75):
+//   prompt         e4m3  e5m2
+//   long_history    128   128
+//   plain_france     71    10
+//   plain_code       51     6
+//   plain_story       8    10
+//   chat_sky          1     1
+//   chat_poem         0     0
+// SmolLM2-135M's K reach |22| (no saturation), but 3 or 2 mantissa bits move scores enough to
+// swap near-tied tokens of the chat prompts at once. Asserted, with margin: half of the measured
+// long_history and plain_france (e4m3) runs.
+TEST_F(DcpInvariance, Fp8KvKeepsFp32sFirstTokens) {
+  struct Want {
+    const char* prompt;
+    const char* dtype;
+    size_t min_same;
+  };
+  for (const Want& w : {Want{"long_history", "fp8_e4m3", 64}, Want{"long_history", "fp8_e5m2", 64},
+                        Want{"plain_france", "fp8_e4m3", 35}}) {
+    Status st;
+    const std::vector<int32_t> prompt = Prompt(w.prompt, 1);
+    const std::vector<int32_t> f32 = Generate({1, 1, "ag_rs", false}, prompt, &st);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    const std::vector<int32_t> got = Generate({1, 1, "ag_rs", false, w.dtype}, prompt, &st);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    size_t same = 0;
+    while (same < got.size() && got[same] == f32[same]) ++same;
+    EXPECT_GE(same, w.min_same) << w.prompt << " " << w.dtype;
+  }
 }
 
 }  // namespace

@@ -120,6 +120,9 @@ TEST(PlanCapacity, EqualsTheEnginesOverASweepOfSmolLM2) {
                                {3, 1, 5, 16},
                                {3, 3, 5, 16},
                                {3, 3, 3, 48, "bf16"},
+                               {1, 1, 7, 32, "fp8_e4m3"},
+                               {3, 3, 3, 48, "fp8_e5m2"},
+                               {9, 3, 2, 16, "fp8_e4m3"},
                                {9, 3, 2, 16},
                                {1, 1, 64, 16, "auto", 1000}});
 }
@@ -128,7 +131,12 @@ TEST(PlanCapacity, EqualsTheEnginesOverASweepOfSmolLM2) {
 TEST(PlanCapacity, EqualsTheEnginesOverASweepOfGemma3) {
   const std::string path = testing::Gemma3ModelPath();
   if (!Have(path)) GTEST_SKIP() << "Gemma 3 is not at " << path;
-  ExpectCapacityMatches(path, {{1, 1, 8, 16}, {4, 1, 8, 16}, {4, 4, 8, 16}, {4, 2, 6, 32, "bf16"}});
+  ExpectCapacityMatches(path, {{1, 1, 8, 16},
+                               {4, 1, 8, 16},
+                               {4, 4, 8, 16},
+                               {4, 2, 6, 32, "bf16"},
+                               {4, 2, 6, 32, "fp8_e4m3"},
+                               {1, 1, 8, 16, "fp8_e5m2"}});
 }
 
 TEST(PlanCapacity, EqualsTheEnginesOverASweepOfTheTinyDeepseek) {
