@@ -12,10 +12,11 @@
 //             most 64), stop_token_ids (at most 1024), ignore_eos, skip_special_tokens,
 //             no_stop_trim; refused: constrained decoding (regex, ebnf, json_schema,
 //             structural_tag) and min_new_tokens / min_tokens above 0
-//   chat      messages (role system / developer / user / assistant, content a string or text
-//             parts; null only for an assistant), logprobs (bool), top_logprobs (0..20, with
-//             logprobs only), add_generation_prompt (default true), continue_final_message (default
-//             false; not both true)
+//   chat      messages (role system / developer / user / assistant / tool, content a string or
+//             text parts; null only for an assistant; an assistant's tool_calls, a tool's
+//             tool_call_id and name), tools and tool_choice (none / auto: tool_calls.h),
+//             logprobs (bool), top_logprobs (0..20, with logprobs only), add_generation_prompt
+//             (default true), continue_final_message (default false; not both true)
 //   completion prompt (text, list of texts, token ids, list of token-id lists), echo,
 //             logprobs (0..20 alternatives)
 //   generate  text or input_ids (one or a list; not both), sampling_params {max_new_tokens, ...
