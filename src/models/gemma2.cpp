@@ -3,8 +3,8 @@
 // q/k norms, one RoPE base for every layer, a sliding window on the even layers (HF's
 // layer_types, llama.cpp's swa pattern 2), and softcaps s -> c * tanh(s / c) on every attention
 // score before the softmax (in the attention kernels, attention.h) and on every logit. Query
-// scale key_length^-1/2: the GGUF has no query_pre_attn_scalar, which is head_dim in the 2B and
-// 9B (the 27B's, hidden / heads, llama.cpp guesses from its 46 layers; this file does not).
+// scale query_pre_attn_scalar^-1/2, a key the GGUF lacks: head_dim in the 2B and 9B, hidden /
+// heads in the 27B, which llama.cpp (and so this file) knows by its 46 layers.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -60,7 +60,8 @@ class Gemma2Model final : public Model {
         attention_({.num_heads = hp.num_heads,
                     .head_dim = hp.head_dim,
                     .dim = hp.dim,
-                    .scale = 1.0f / std::sqrt(float(hp.head_dim)),
+                    .scale = 1.0f / std::sqrt(float(hp.num_layers == 46 ? hp.dim / hp.num_heads
+                                                                        : hp.head_dim)),
                     .softcap = hp.attn_softcap,
                     .rms_eps = hp.rms_eps,
                     .rope_style = model::RopeStyle::kNeox},
