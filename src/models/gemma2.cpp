@@ -37,7 +37,6 @@ struct Gemma2Hparams {
   int head_dim = 0, ffn_dim = 0, context_length = 0;
   float rope_base = 1e4f, rms_eps = 0.0f, attn_softcap = 0.0f, final_softcap = 0.0f;
   int window = 0;
-
   bool IsWindowLayer(int l) const { return l % 2 == 0; }
 };
 
