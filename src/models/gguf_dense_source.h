@@ -120,17 +120,18 @@ class GgufDenseSource : public ModelSource {
     }
   }
 
-  // The hook of a dense model (Gemma 2, Gemma 3): CheckHeadLayout over tp and dcp, int8
-  // activations only where every weight takes them, CheckDenseFlags.
-  void SetDenseLayoutHook() {
-    info_.hook = [hp = hp_, arch = desc_.architecture, int8_weights = model::Int8Weights(*file_)](
-                     Resolution& r, const ResolveContext&) {
+  // The hook of a dense model (the Llama family, Gemma 2, Gemma 3): CheckHeadLayout over tp and
+  // dcp, int8 activations only where every weight takes them, CheckDenseFlags (with
+  // `routed_experts`: Qwen3-MoE's --ep-size rule).
+  void SetDenseLayoutHook(bool routed_experts = false) {
+    info_.hook = [hp = hp_, arch = desc_.architecture, int8_weights = model::Int8Weights(*file_),
+                  routed_experts](Resolution& r, const ResolveContext&) {
       ResolvingView cfg = r.view();
       CTXPAR_RETURN_IF_ERROR(
           model::CheckHeadLayout(model::DenseHeadLayout(hp), arch, cfg.tp_size(), cfg.dcp_size()));
       CTXPAR_RETURN_IF_ERROR(
           model::CheckInt8Activations(cfg.llama_cpp_numerics(), int8_weights, arch));
-      return model::CheckDenseFlags(cfg, arch);
+      return model::CheckDenseFlags(cfg, arch, routed_experts);
     };
   }
 

@@ -25,15 +25,7 @@ class LlamaSource final : public GgufDenseSource<LlamaHparams> {
               Tokenizer tokenizer)
       : GgufDenseSource(hp.variant.hf_name, fmt::format("{}_layout_rules", hp.variant.gguf_name),
                         std::move(path), std::move(file), std::move(hp), std::move(tokenizer)) {
-    info_.hook = [hp = hp_, arch = desc_.architecture, int8_weights = model::Int8Weights(*file_)](
-                     Resolution& r, const ResolveContext&) {
-      ResolvingView cfg = r.view();
-      CTXPAR_RETURN_IF_ERROR(
-          model::CheckHeadLayout(model::DenseHeadLayout(hp), arch, cfg.tp_size(), cfg.dcp_size()));
-      CTXPAR_RETURN_IF_ERROR(
-          model::CheckInt8Activations(cfg.llama_cpp_numerics(), int8_weights, arch));
-      return model::CheckDenseFlags(cfg, arch, hp.variant.moe);
-    };
+    SetDenseLayoutHook(hp_.variant.moe);
   }
 
   Expected<std::unique_ptr<Model>> CreateModel(const EngineConfig& config, Communicator& world,

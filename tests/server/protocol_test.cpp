@@ -481,20 +481,22 @@ TEST_F(ProtocolTest, GenerateReportsSpeculativeDecoding) {
   EXPECT_EQ(meta["spec_accept_length"], 3.0);
 }
 
+// ChatML that writes the tools as JSON first and an assistant's first tool call's arguments in
+// place of its content.
+constexpr std::string_view kToolsTemplate =
+    "{% if tools %}{{ tools | tojson }}\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n"
+    "{% if m.tool_calls %}{{ m.tool_calls[0].function.arguments | tojson }}"
+    "{% else %}{{ m.content }}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
 // Chat with tools: the tools and the tool-call / tool-result messages reach the template as
 // /apply-template sends them (arguments given as a JSON string become the object transformers'
 // templates read), tool_choice "none" leaves the tools out, a forced call is refused; with a
 // parser the calls come back as OpenAI's message.tool_calls, whole or streamed, and without one
 // the text stays the content.
 TEST_F(ProtocolTest, ChatToolsReachTheTemplateAndCallsComeBackParsed) {
-  const ChatTemplate tools = ChatTemplate::FromJinja(
-                                 "{% if tools %}{{ tools | tojson }}\n{% endif %}"
-                                 "{% for m in messages %}<|im_start|>{{ m.role }}\n"
-                                 "{% if m.tool_calls %}{{ m.tool_calls[0].function.arguments | "
-                                 "tojson }}{% else %}{{ m.content }}{% endif %}<|im_end|>\n"
-                                 "{% endfor %}{% if add_generation_prompt %}"
-                                 "<|im_start|>assistant\n{% endif %}")
-                                 .value();
+  const ChatTemplate tools = ChatTemplate::FromJinja(kToolsTemplate).value();
   model_.chat_template = &tools;
   const std::string messages = R"("messages": [{"role": "user", "content": "Hi"},
       {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
@@ -592,14 +594,7 @@ TEST_F(ProtocolTest, ChatToolsReachTheTemplateAndCallsComeBackParsed) {
 // POST /apply-template: the messages and tools reach the template as sent (tool calls, key order
 // kept for tojson), and its refusals are the other routes' error objects.
 TEST_F(ProtocolTest, ApplyTemplateRendersToolsAndRefusesAsTheOtherRoutes) {
-  const ChatTemplate tools = ChatTemplate::FromJinja(
-                                 "{% if tools %}{{ tools | tojson }}\n{% endif %}"
-                                 "{% for m in messages %}<|im_start|>{{ m.role }}\n"
-                                 "{% if m.tool_calls %}{{ m.tool_calls[0].function.arguments | "
-                                 "tojson }}{% else %}{{ m.content }}{% endif %}<|im_end|>\n"
-                                 "{% endfor %}{% if add_generation_prompt %}"
-                                 "<|im_start|>assistant\n{% endif %}")
-                                 .value();
+  const ChatTemplate tools = ChatTemplate::FromJinja(kToolsTemplate).value();
   model_.chat_template = &tools;
   const std::string body = R"({"messages": [{"role": "user", "content": "Hi"},
       {"role": "assistant", "content": null, "tool_calls": [{"type": "function",
