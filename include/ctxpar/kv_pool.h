@@ -202,8 +202,10 @@ class KvPool {
     return static_cast<int32_t>(layout_.VisibleLocalRows(options_.dcp_rank, t));
   }
   // Local rows of this rank that a query at global position t sees in layer `layer`'s group: the
-  // positions (t - W, t] of a window group of W, [0, t] of a full one, as local rows.
-  LocalRange VisibleRange(int layer, int64_t t) const;
+  // positions (t - W, t] of a window group of W, [0, t] of a full one, as local rows. A full
+  // group's layer may still attend through a window of its own (`window` > 0: a model whose every
+  // layer has one keeps them in group 0, which retains every position): (t - window, t].
+  LocalRange VisibleRange(int layer, int64_t t, int window = 0) const;
   const KvLayout& layout() const { return layout_; }
   const KvPoolOptions& options() const { return options_; }
   // The pages of `layer` and the block table [max_slots, max_pages_per_slot] of its group

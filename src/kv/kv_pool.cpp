@@ -468,9 +468,10 @@ Status KvPool::Write(int layer, int32_t slot, int64_t pos0, int32_t n, const flo
   return Status::Ok();
 }
 
-LocalRange KvPool::VisibleRange(int layer, int64_t t) const {
+LocalRange KvPool::VisibleRange(int layer, int64_t t, int window) const {
   const Group& g = groups_[layer_group_[layer]];
-  return g.layout.WindowLocalRows(g.spec.dcp_sharded ? options_.dcp_rank : 0, t, g.spec.window);
+  return g.layout.WindowLocalRows(g.spec.dcp_sharded ? options_.dcp_rank : 0, t,
+                                  g.spec.window > 0 ? g.spec.window : window);
 }
 
 PagedKv KvPool::View(int layer) const {

@@ -23,13 +23,13 @@ Expected<std::unique_ptr<BatchAttention>> BatchAttention::Create(const DcpOption
 }
 
 Status BatchAttention::Run(const Batch& batch, const KvPool& pool, int layer, const float* q,
-                           float* o) {
+                           float* o, int window) {
   row_seq_.clear();
   row_start_.clear();
   row_len_.clear();
   for (const BatchSeq& s : batch.seqs) {
     for (int32_t t = 0; t < s.num_tokens; ++t) {
-      const LocalRange rows = pool.VisibleRange(layer, s.pos0 + t);
+      const LocalRange rows = pool.VisibleRange(layer, s.pos0 + t, window);
       row_seq_.push_back(s.slot);
       row_start_.push_back(static_cast<int32_t>(rows.begin));
       row_len_.push_back(static_cast<int32_t>(rows.end));

@@ -10,7 +10,8 @@
 // Windows: the layer's group in the pool (KvSpec::groups, kv_pool.h) sets what a row sees. In a
 // window group of W, the row at position t sees only the positions t - W < p <= t
 // (KvPool::VisibleRange); so a model passes the layer index and nothing else, and the window its
-// pool retains is the window its attention applies.
+// pool retains is the window its attention applies. A model with a window on every layer keeps
+// them all in the full group 0 (the pool needs one) and passes its window to Run.
 //
 // Thread safety: used by the rank's thread only; Run is collective over the DCP group.
 #pragma once
@@ -42,7 +43,10 @@ class BatchAttention {
   // `dcp` (not owned) is the DCP group, of options.dcp_size ranks.
   static Expected<std::unique_ptr<BatchAttention>> Create(const DcpOptions& options,
                                                           Communicator* dcp);
-  Status Run(const Batch& batch, const KvPool& pool, int layer, const float* q, float* o);
+  // window > 0: the layer's own window where its group retains every position (KvPool::
+  // VisibleRange).
+  Status Run(const Batch& batch, const KvPool& pool, int layer, const float* q, float* o,
+             int window = 0);
   const DcpAttention& attention() const { return *attention_; }
 
  private:

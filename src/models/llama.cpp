@@ -117,7 +117,10 @@ class LlamaModel final : public Model {
                     .dim = hp.dim,
                     .scale = 1.0f / std::sqrt(float(hp.head_dim)),
                     .rms_eps = hp.rms_eps,
-                    .rope_style = hp.variant.rope_style},
+                    .rope_style = hp.variant.rope_style,
+                    .window = hp.window,
+                    .temperature_beta = hp.temperature_beta,
+                    .temperature_floor = hp.temperature_floor},
                    &tp_, shard, pool),
         mlp_(model::GatedActivation::kSwiGlu, hp.dim, hp.rms_eps, &tp_, shard, pool),
         moe_(MoeShapeOf(hp), hp.rms_eps, &tp_, pool) {}

@@ -2,7 +2,7 @@
 // ModelSource, which OpenModelSource returns for a GGUF file): the architectures whose block is
 // Llama's, pre-norm grouped-query attention and a SwiGLU MLP, each stating what its block adds
 // in a LlamaVariant (llama; qwen2: q/k/v biases; qwen3: per-head q/k norms; phi3: fused q/k/v
-// and gate/up matrices):
+// and gate/up matrices; mistral3: an attention temperature; any of them a window on every layer):
 //   h = x + o(attn(rope(norm_qk(q(n(x)) + bq)), rope(norm_qk(k(n(x)) + bk)), v(n(x)) + bv))
 //   x = h + down(silu(gate(n(h))) * up(n(h)))
 //
@@ -49,12 +49,14 @@ struct LlamaVariant {
   model::RopeStyle rope_style = model::RopeStyle::kNormal;
   bool qkv_bias = false;  // attn_q.bias, attn_k.bias, attn_v.bias (Qwen2)
   bool qk_norm = false;   // attn_q_norm, attn_k_norm over each head (Qwen3)
-  // attn_qkv holds the q, k, v rows and ffn_up the gate then up rows; attention.sliding_window
-  // is written 0 for "none" and read (Phi-3).
+  // attn_qkv holds the q, k, v rows and ffn_up the gate then up rows (Phi-3).
   bool fused = false;
   // Routed experts instead of the MLP (layers/routed_moe.h): ffn_gate_inp and ffn_*_exps, the
   // expert_count, expert_used_count and expert_feed_forward_length keys (Qwen3-MoE).
   bool moe = false;
+  // Llama 4's attention temperature (attention.temperature_scale) and YaRN's
+  // rope.scaling.yarn_log_multiplier (Mistral 3).
+  bool attn_temperature = false;
   // Null: the Llama block (CheckLlamaTensors, CreateLlamaModel).
   LlamaTensorCheck check_tensors = nullptr;
   LlamaModelFactory create = nullptr;
@@ -78,6 +80,12 @@ struct LlamaHparams {
   model::RopeScaling rope_scaling;
   float rms_eps = 1e-5f;
   int context_length = 0;
+  // attention.sliding_window: every layer sees the positions (t - window, t]; 0: all of them.
+  int window = 0;
+  // variant.attn_temperature: q scaled by 1 + beta * log(1 + floor(pos / floor)) after RoPE, with
+  // floor the original context (gqa_attention.h); beta 0: none.
+  float temperature_beta = 0.0f;
+  int temperature_floor = 0;
   bool tied_embeddings = false;  // no output.weight: lm_head is token_embd
   int experts = 0;               // variant.moe: expert_count, else 0
   int experts_used = 0;

@@ -56,7 +56,8 @@ constexpr std::string_view kReadKeys[] = {"embedding_length",
                                           "rope.scaling.attn_factor",
                                           "rope.scaling.yarn_ext_factor",
                                           "rope.scaling.yarn_beta_fast",
-                                          "rope.scaling.yarn_beta_slow"};
+                                          "rope.scaling.yarn_beta_slow",
+                                          "attention.sliding_window"};
 
 // A table of RoPE frequency divisors (rope_freqs, rope_factors_long / _short): F32, rope dims / 2
 // of them, each finite and positive. nullopt when the file has no such tensor.
@@ -82,10 +83,11 @@ Expected<std::optional<std::vector<float>>> ReadRopeFactors(const GgufFile& f,
   return std::optional<std::vector<float>>(std::move(factors));
 }
 
-// YaRN (rope.scaling.type yarn): ggml's mix of interpolated and extrapolated angles. The keys
-// llama.cpp overrides or reads for DeepSeek only (yarn_attn_factor, yarn_log_multiplier) are not
-// read, so a file with them is refused by CheckGgufKeys.
-Status ReadYarn(const GgufFile& f, const std::string& a, LlamaHparams& hp) {
+// YaRN (rope.scaling.type yarn): ggml's mix of interpolated and extrapolated angles. Returns the
+// factor llama.cpp gives ggml's attn_factor: mscale(1) / mscale(log_mul) over the (1 + 0.1 ln
+// factor) that ggml applies itself, where rope.scaling.yarn_log_multiplier (DeepSeek's
+// mscale_all_dim; Mistral 3 alone in this family) is log_mul, else mscale(1).
+Expected<float> ReadYarn(const GgufFile& f, const std::string& a, float factor, LlamaHparams& hp) {
   model::RopeScaling& s = hp.rope_scaling;
   CTXPAR_ASSIGN_OR_RETURN(s.ext_factor,
                           ReadFloatHparam(f, a + "rope.scaling.yarn_ext_factor",
@@ -97,6 +99,29 @@ Status ReadYarn(const GgufFile& f, const std::string& a, LlamaHparams& hp) {
                           ReadFloatHparam(f, a + "rope.scaling.yarn_beta_slow",
                                           {0.0, 1e6, true, false, "in (0, 1e6]"}, 1.0f));
   CTXPAR_ASSIGN_OR_RETURN(s.orig_ctx,
+                          ReadIntHparam(f, a + "rope.scaling.original_context_length", 1, 1 << 30));
+  float log_mul = 0.0f;
+  if (hp.variant.attn_temperature) {
+    CTXPAR_ASSIGN_OR_RETURN(log_mul,
+                            ReadFloatHparam(f, a + "rope.scaling.yarn_log_multiplier",
+                                            {0.0, 100.0, false, false, "in [0, 100]"}, 0.0f));
+  }
+  auto mscale = [](float scale, float m) {
+    return scale <= 1.0f ? 1.0f : 0.1f * m * std::log(scale) + 1.0f;
+  };
+  const float magnitude =
+      log_mul != 0.0f ? mscale(factor, 1.0f) / mscale(factor, log_mul) : mscale(factor, 1.0f);
+  return magnitude * (1.0f / (1.0f + 0.1f * std::log(factor)));
+}
+
+// Mistral 3's attention temperature (attention.temperature_scale, over the original context's
+// positions; llama.cpp requires that context).
+Status ReadTemperature(const GgufFile& f, const std::string& a, LlamaHparams& hp) {
+  CTXPAR_ASSIGN_OR_RETURN(hp.temperature_beta,
+                          ReadFloatHparam(f, a + "attention.temperature_scale",
+                                          {0.0, 100.0, false, false, "in [0, 100]"}, 0.0f));
+  if (hp.temperature_beta == 0.0f) return Status::Ok();
+  CTXPAR_ASSIGN_OR_RETURN(hp.temperature_floor,
                           ReadIntHparam(f, a + "rope.scaling.original_context_length", 1, 1 << 30));
   return Status::Ok();
 }
@@ -111,12 +136,15 @@ Status ReadRopeScaling(const GgufFile& f, const std::string& a, LlamaHparams& hp
     CTXPAR_ASSIGN_OR_RETURN(type, f.GetString(type_key));
   }
   model::RopeScaling& s = hp.rope_scaling;
+  float yarn_magnitude = 1.0f;
   if (type == "linear" || type == "yarn") {
     CTXPAR_ASSIGN_OR_RETURN(
         const float factor,
         ReadFloatHparam(f, a + "rope.scaling.factor", {1.0, 1e6, false, false, "in [1, 1e6]"}));
     s.freq_scale = 1.0f / factor;
-    if (type == "yarn") CTXPAR_RETURN_IF_ERROR(ReadYarn(f, a, hp));
+    if (type == "yarn") {
+      CTXPAR_ASSIGN_OR_RETURN(yarn_magnitude, ReadYarn(f, a, factor, hp));
+    }
   } else if (type != "none") {
     return HparamError(f, type_key, type,
                        "ctxpar runs RoPE scaling none, linear and yarn (and Llama 3's "
@@ -125,6 +153,7 @@ Status ReadRopeScaling(const GgufFile& f, const std::string& a, LlamaHparams& hp
   CTXPAR_ASSIGN_OR_RETURN(s.attn_factor,
                           ReadFloatHparam(f, a + "rope.scaling.attn_factor",
                                           {0.0, 100.0, true, false, "in (0, 100]"}, 1.0f));
+  s.attn_factor *= yarn_magnitude;
   CTXPAR_ASSIGN_OR_RETURN(auto freqs, ReadRopeFactors(f, "rope_freqs.weight", hp.rope_dims));
   CTXPAR_ASSIGN_OR_RETURN(auto long_factors,
                           ReadRopeFactors(f, "rope_factors_long.weight", hp.rope_dims));
@@ -181,19 +210,16 @@ Expected<LlamaHparams> ReadLlamaHparams(const GgufFile& f, const LlamaVariant& v
   CTXPAR_ASSIGN_OR_RETURN(
       hp.rms_eps, ReadFloatHparam(f, a + "attention.layer_norm_rms_epsilon", kRmsEpsilonRange));
   CTXPAR_RETURN_IF_ERROR(ReadRopeScaling(f, a, hp));
-  if (variant.fused) {
-    // Phi-3's converter writes 0 for "no window", and Phi-3.5's 262144 binds no token of its 128k
-    // context. A window that binds, on every layer, is not implemented (the KV pool's window
-    // groups need a full-attention group beside them).
-    CTXPAR_ASSIGN_OR_RETURN(const int window,
-                            ReadIntHparam(f, a + "attention.sliding_window", 0, 1 << 30, 0));
-    if (window != 0 && window < hp.context_length) {
-      return HparamError(f, a + "attention.sliding_window", window,
-                         fmt::format("ctxpar runs a window on every layer only where it is 0 or at "
-                                     "least the context length ({})",
-                                     hp.context_length));
-    }
+  if (variant.attn_temperature) CTXPAR_RETURN_IF_ERROR(ReadTemperature(f, a, hp));
+  // A window on every layer (Phi-3, Mistral): 0 is "none" (what Phi-3's converter writes), and one
+  // that reaches past the context binds no token.
+  CTXPAR_ASSIGN_OR_RETURN(hp.window,
+                          ReadIntHparam(f, a + "attention.sliding_window", 0, 1 << 30, 0));
+  if (hp.window == 1) {
+    return HparamError(f, a + "attention.sliding_window", hp.window,
+                       "a window of 1 leaves each token only itself to attend to; 0 is none");
   }
+  if (hp.window >= hp.context_length) hp.window = 0;
   if (variant.moe) {
     CTXPAR_ASSIGN_OR_RETURN(hp.experts, ReadIntHparam(f, a + "expert_count", 1, 1 << 16));
     CTXPAR_ASSIGN_OR_RETURN(hp.experts_used,
@@ -211,7 +237,9 @@ Expected<std::unique_ptr<ModelSource>> OpenLlamaFamilySource(const std::string& 
                                                              const LlamaVariant& variant) {
   CTXPAR_ASSIGN_OR_RETURN(LlamaHparams hp, ReadLlamaHparams(*file, variant));
   std::vector<std::string_view> keys(std::begin(kReadKeys), std::end(kReadKeys));
-  if (variant.fused) keys.push_back("attention.sliding_window");
+  if (variant.attn_temperature) {
+    keys.insert(keys.end(), {"attention.temperature_scale", "rope.scaling.yarn_log_multiplier"});
+  }
   if (variant.moe) {
     keys.insert(keys.end(), {"expert_count", "expert_used_count", "expert_feed_forward_length"});
   }

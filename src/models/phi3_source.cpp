@@ -1,7 +1,7 @@
 // Phi-3 from GGUF: the Llama block (llama.h) with the HF rotate_half RoPE pairs and its fused
 // matrices (attn_qkv: q, k, v rows; ffn_up: gate then up rows), which the layer's GgufDenseBlock
 // cuts into the same row ranges as separate ones. LongRoPE files (rope_factors_long / short) run
-// with the family's RoPE scaling; sliding windows are refused (llama_source.cpp).
+// with the family's RoPE scaling, and a window the file states on every layer.
 #include <memory>
 #include <string>
 #include <utility>

@@ -23,6 +23,7 @@ constexpr Architecture kArchitectures[] = {
     {"qwen3moe", "Qwen3MoeForCausalLM", OpenQwen3MoeSource, nullptr},
     {"phi3", "Phi3ForCausalLM", OpenPhi3Source, nullptr},
     {"olmo2", "Olmo2ForCausalLM", OpenOlmo2Source, nullptr},
+    {"mistral3", "Ministral3ForCausalLM", OpenMistral3Source, nullptr},
     {"", "DeepseekV3ForCausalLM", nullptr, OpenDeepseekSource},
     {"", "DeepseekV4ForCausalLM", nullptr, OpenDeepseekSource},
 };

@@ -33,9 +33,10 @@ struct Case {
   const char* type;
 };
 
-const Case kCases[] = {{"llama", "f32"},   {"llama3", "q8_0"},  {"qwen2", "bf16"},
-                       {"qwen3", "f16"},   {"phi3", "q8_0"},    {"olmo2", "bf16"},
-                       {"gemma2", "bf16"}, {"qwen3moe", "q8_0"}};
+const Case kCases[] = {{"llama", "f32"},   {"llama3", "q8_0"},   {"qwen2", "bf16"},
+                       {"qwen3", "f16"},   {"phi3", "q8_0"},     {"olmo2", "bf16"},
+                       {"gemma2", "bf16"}, {"qwen3moe", "q8_0"}, {"ministral3", "f16"},
+                       {"mistral", "q8_0"}};
 
 TEST(HfTinyCli, GreedyIdsOfTheLongPromptAreTransformersOnOneAndTwoRanks) {
   for (const Case& c : kCases) {

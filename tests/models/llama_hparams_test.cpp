@@ -91,28 +91,30 @@ TEST(LlamaHparams, YarnTakesTheConvertersKeys) {
   EXPECT_TRUE(s.freq_factors.empty());
 }
 
-// Phi-3's window on every layer: 0 (the converter's "none") and one no token of the context can
-// pass (Phi-3.5's 262144 over 128k) run; one that binds (Phi-3-mini-4k's 2047) is refused.
-TEST(LlamaHparams, PhiWindowRunsOnlyWhereItCannotBind) {
+// A window on every layer: 0 (the converter's "none") and one no token of the context can pass
+// (Phi-3.5's 262144 over 128k) are none; one that binds (Phi-3-mini-4k's 2047) is kept; 1 would
+// leave a token only itself and is refused.
+TEST(LlamaHparams, WindowBindsOnlyWithinTheContext) {
   const LlamaVariant phi3 = {.gguf_name = "phi3",
                              .hf_name = "Phi3ForCausalLM",
                              .rope_style = model::RopeStyle::kNeox,
                              .fused = true};
   const std::vector<uint8_t> bytes =
       FileBytes(std::string(CTXPAR_TEST_DATA_DIR) + "/hf_tiny/phi3/phi3-q8_0.gguf");
-  for (const uint32_t window : {0u, 1024u, 262144u, 1023u, 2u}) {
+  for (const uint32_t window : {0u, 1024u, 262144u, 1023u, 2u, 1u}) {
     Expected<GgufFile> file =
         GgufFile::FromBytes(WithU32(bytes, "phi3.attention.sliding_window", window));
     ASSERT_TRUE(file.ok()) << file.status().ToString();
     Expected<LlamaHparams> hp = ReadLlamaHparams(*file, phi3);
-    if (window == 0 || window >= 1024) {
-      EXPECT_TRUE(hp.ok()) << window << ": " << hp.status().ToString();
+    if (window == 1) {
+      ASSERT_FALSE(hp.ok());
+      EXPECT_EQ(hp.status().error_id(), "CTXPAR-GGUF-006");
+      EXPECT_NE(hp.status().message().find("phi3.attention.sliding_window"), std::string::npos)
+          << hp.status().message();
       continue;
     }
-    ASSERT_FALSE(hp.ok()) << window;
-    EXPECT_EQ(hp.status().error_id(), "CTXPAR-GGUF-006");
-    EXPECT_NE(hp.status().message().find("phi3.attention.sliding_window"), std::string::npos)
-        << hp.status().message();
+    ASSERT_TRUE(hp.ok()) << window << ": " << hp.status().ToString();
+    EXPECT_EQ(hp->window, window >= 1024 ? 0 : static_cast<int>(window)) << window;
   }
 }
 

@@ -150,7 +150,8 @@ TEST(PlanCapacity, EqualsTheEnginesOverASweepOfTheTinyDeepseek) {
 // source, and its KV capacity is the engine's (Gemma 2's two KV groups included); Qwen3-MoE's
 // experts as its config states them.
 TEST(PlanCapacity, EveryTinyArchitectureHasItsShapeAndTheEnginesCapacity) {
-  for (const char* arch : {"llama", "qwen2", "qwen3", "phi3", "olmo2", "gemma2", "qwen3moe"}) {
+  for (const char* arch :
+       {"llama", "qwen2", "qwen3", "phi3", "olmo2", "gemma2", "qwen3moe", "ministral3"}) {
     SCOPED_TRACE(arch);
     const std::string path =
         std::string(CTXPAR_TEST_DATA_DIR) + "/hf_tiny/" + arch + "/" + arch + "-q8_0.gguf";

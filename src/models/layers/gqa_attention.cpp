@@ -1,10 +1,16 @@
 #include "models/layers/gqa_attention.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "models/layers/rows.h"
 
 namespace ctxpar::model {
+
+float AttentionTemperature(float beta, int floor_scale, int pos) {
+  const float steps = std::floor(static_cast<float>(pos) / static_cast<float>(floor_scale));
+  return static_cast<float>(std::log(steps + 1.0) * beta + 1.0);
+}
 
 Status GqaAttention::Init(const EngineConfig& config) {
   CTXPAR_ASSIGN_OR_RETURN(dcp_,
@@ -74,6 +80,11 @@ Expected<const float*> GqaAttention::Forward(const GqaLayer& layer, int index, c
       const int dims = layer.rope.rope_dims();
       Rope(opt_.rope_style, q_.data() + row * q_row, s.q_heads, hd, cos_sin, dims);
       Rope(opt_.rope_style, k_.data() + row * kv_row, s.kv_heads, hd, cos_sin, dims);
+      if (opt_.temperature_beta != 0.0f) {
+        const float t =
+            AttentionTemperature(opt_.temperature_beta, opt_.temperature_floor, positions[row]);
+        for (std::size_t c = 0; c < q_row; ++c) q_[row * q_row + c] *= t;
+      }
     }
   });
   for (const BatchSeq& seq : batch.seqs) {
@@ -82,7 +93,7 @@ Expected<const float*> GqaAttention::Forward(const GqaLayer& layer, int index, c
                                     v_.data() + seq.token_offset * kv_row));
   }
   o_.resize(std::size_t(n) * s.heads * hd);
-  CTXPAR_RETURN_IF_ERROR(attend_->Run(batch, kv, index, q_.data(), o_.data()));
+  CTXPAR_RETURN_IF_ERROR(attend_->Run(batch, kv, index, q_.data(), o_.data(), opt_.window));
   return tp_->RowParallel(layer.w.wo, o_.data(), n, s.head_bounds, s.dim_bounds);
 }
 

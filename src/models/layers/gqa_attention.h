@@ -5,7 +5,10 @@
 //   q, k = RmsNorm per head (optional: Gemma 3's q_norm / k_norm) or over all the model's heads
 //          (OLMo 2: head_split_norm.h), then RoPE per row at its position with the layer's
 //          RopeAngles in the model's pairing (elementwise.h)
-//   k, v written to each sequence's slot of the pool; o = BatchAttention over the DCP group
+//   q *= 1 + beta * log(1 + floor(pos / floor_scale)) (optional: Llama 4's attention temperature,
+//        Mistral 3's)
+//   k, v written to each sequence's slot of the pool; o = BatchAttention over the DCP group (in a
+//        window of its own where the model has one on every layer)
 //   y = o times wo (row-parallel: every output row over the whole attention row)
 // The heads, KV heads and rows are the rank's HeadShard (attention_shard.h); the block owns the
 // DCP communicator (split from the TP group) and the attention built from EngineDcpOptions.
@@ -47,7 +50,16 @@ struct GqaOptions {
   // [num_kv_heads * head_dim] (OLMo 2).
   bool whole_row_qk_norm = false;
   int num_kv_heads = 0;  // of the whole model; read with whole_row_qk_norm only
+  // A window on every layer, kept by the pool's full group (batch_attention.h); 0: none.
+  int window = 0;
+  // The attention temperature's beta and floor_scale; beta 0: none.
+  float temperature_beta = 0.0f;
+  int temperature_floor = 0;
 };
+
+// The temperature of a query at `pos`, as llama.cpp computes it (a float position and quotient,
+// the logarithm in double).
+float AttentionTemperature(float beta, int floor_scale, int pos);
 
 // One layer's weights: its projections (wq, wk, wv, wo of `w`), its norms and its angles.
 struct GqaLayer {

@@ -18,7 +18,8 @@ top-5 (id, logit) at each step (the last prompt position, then each generated to
 
 Beside them, tests/data/hf_tiny/refused/: copies of the llama Q8_0 file with one fault each (a
 tensor or key the model does not read, a layer past block_count, a vocab_size that disagrees, a
-weight type without a kernel (F64), a NaN norm, a NaN scale, a RoPE scaling type it does not run),
+weight type without a kernel (F64), a NaN norm, a NaN scale, a RoPE scaling type it does not run,
+a window of 1),
 written by gguf-py, and
 refused.json, the catalog ID and the tensor or key each must be refused for, and one copy with no
 fault, which must open (tests/models/gguf_refusal_test.cpp).
@@ -56,7 +57,8 @@ BASE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_
 # name -> (config class, HF architecture, extra config, rope parameters beside rope_theta).
 # A name in ONE_TYPE gets its Q8_0 file only (a RoPE variant of an architecture tested at every
 # type already).
-ONE_TYPE = {"llama_linear": ("q8_0",), "phi3_longrope": ("q8_0",), "qwen2_yarn": ("q8_0",)}
+ONE_TYPE = {"llama_linear": ("q8_0",), "phi3_longrope": ("q8_0",), "qwen2_yarn": ("q8_0",),
+            "mistral": ("q8_0",), "phi3_window": ("q8_0",)}
 # Prompt lengths of a name where not PROMPT_LENGTHS: LongRoPE's factors follow the context (ctxpar
 # and llama.cpp: the configured one, HF: the sequence's), so its prompts all pass the original
 # context (64), where both take the long factors.
@@ -108,7 +110,26 @@ ARCHS = {
                {"tie_word_embeddings": True, "query_pre_attn_scalar": 32, "sliding_window": 64,
                 "attn_logit_softcapping": 10.0, "final_logit_softcapping": 15.0},
                {"rope_type": "default"}),
+    # Phi-3 with a window of 64 positions on every layer (the converter writes the config's).
+    "phi3_window": ("Phi3Config", "Phi3ForCausalLM",
+                    {"hidden_size": 128, "head_dim": None, "original_max_position_embeddings": 1024,
+                     "pad_token_id": 0, "sliding_window": 64}, {"rope_type": "default"}),
+    # A window of 64 positions on every layer. The converter writes none for Mistral (llama.cpp
+    # runs its files without one): the key is added to the converted file (GGUF_KEYS), as a file
+    # that states its window has it.
+    "mistral": ("MistralConfig", "MistralForCausalLM", {"sliding_window": 64},
+                {"rope_type": "default"}),
+    # Ministral 3: YaRN by 4 over an original 64 positions with mscale_all_dim 0.5 (the GGUF's
+    # yarn_log_multiplier, cos and sin scaled by 1.139 / 1.069), and Llama 4's attention temperature
+    # 1 + 0.1 ln(1 + floor(pos / 64)) on the queries.
+    "ministral3": ("Ministral3Config", "Ministral3ForCausalLM", {},
+                   {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+                    "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.5,
+                    "llama_4_scaling_beta": 0.1}),
 }
+
+# Keys added to a name's converted files: (value, gguf-py value type name).
+GGUF_KEYS = {"mistral": {"llama.attention.sliding_window": (64, "UINT32")}}
 
 # The architectures whose converter takes the vocabulary from a BPE tokenizer.json only (TextModel's
 # default): converted with the SentencePiece reader that the others use, since the tests compare
@@ -231,6 +252,8 @@ def make(name: str, llama_cpp: pathlib.Path, out_root: pathlib.Path, seed: int) 
                 command = [sys.executable, "-c", CONVERT_WITH_SPM, str(convert), *args]
             subprocess.run(command, check=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
+            if name in GGUF_KEYS:
+                add_keys(llama_cpp, gguf, GGUF_KEYS[name])
             files[out_type] = {"file": gguf.name, "sha256": sha256(gguf)}
     rng = torch.Generator().manual_seed(1000 + seed)
     prompts = []
@@ -291,6 +314,15 @@ def copy_gguf(gguf, src: pathlib.Path, dst: pathlib.Path, keys=None, tensors=Non
     w.close()
 
 
+def add_keys(llama_cpp: pathlib.Path, path: pathlib.Path, keys: dict) -> None:
+    sys.path.insert(0, str(llama_cpp / "gguf-py"))
+    import gguf
+    tmp = path.with_suffix(".tmp")
+    copy_gguf(gguf, path, tmp,
+              keys={k: (v, getattr(gguf.GGUFValueType, t)) for k, (v, t) in keys.items()})
+    tmp.replace(path)
+
+
 def make_refused(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> None:
     sys.path.insert(0, str(llama_cpp / "gguf-py"))
     import gguf
@@ -313,8 +345,8 @@ def make_refused(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> None:
                            "tensor blk.0.attn_rot_embd"),
         "past_block_count": ({"llama.block_count": (1, U32)}, {}, "tensor blk.1."),
         "vocab_size": ({"llama.vocab_size": (100, U32)}, {}, "llama.vocab_size"),
-        "sliding_window": ({"llama.attention.sliding_window": (16, U32)}, {},
-                           "key llama.attention.sliding_window"),
+        "sliding_window": ({"llama.attention.sliding_window": (1, U32)}, {},
+                           "llama.attention.sliding_window"),
         "expert_count": ({"llama.expert_count": (4, U32)}, {}, "key llama.expert_count"),
         "rope_type": ({"llama.rope.scaling.type": ("longrope", STR),
                        "llama.rope.scaling.factor": (4.0, F32)}, {}, "llama.rope.scaling.type"),
@@ -332,7 +364,8 @@ def make_refused(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> None:
         copy_gguf(gguf, base, out_dir / f"{name}.gguf", keys, tensors)
         expected[name] = {"names": names,
                           "id": "" if not names else "CTXPAR-GGUF-006"
-                          if name in ("vocab_size", "rope_type") else "CTXPAR-MODEL-011"}
+                          if name in ("vocab_size", "rope_type", "sliding_window")
+                          else "CTXPAR-MODEL-011"}
     with open(out_dir / "refused.json", "w") as f:
         json.dump({"generator": "tools/golden/hf_tiny/make_goldens.py", "base": base.name,
                    "cases": expected}, f, indent=1)
@@ -343,7 +376,7 @@ def make_refused(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> None:
 # top-2 margin of 3e-4, under the tests' logit tolerance).
 SEEDS = {"llama": 0, "llama3": 1, "qwen2": 2, "qwen3": 3, "phi3": 4, "llama_linear": 5,
          "gemma2": 6, "olmo2": 7, "phi3_longrope": 8, "qwen2_yarn": 10,
-         "qwen3moe": 11}
+         "qwen3moe": 11, "mistral": 20, "ministral3": 21, "phi3_window": 22}
 
 
 def main() -> None:
