@@ -71,9 +71,10 @@ const std::vector<FieldSpec>& Table() {
                          "A Jinja chat template file that replaces the model's "
                          "tokenizer.chat_template (chat requests, generate --chat)."));
     f.push_back(StrField("tool_call_parser", {}, "--tool-call-parser",
-                         {"qwen25", "qwen", "hermes", "llama3"},
+                         {"qwen25", "qwen", "hermes", "llama3", "mistral"},
                          "Parse the tool calls of chat completions in this model family's "
-                         "format (qwen25 = qwen = hermes: <tool_call> JSON; llama3: JSON)."));
+                         "format (qwen25 = qwen = hermes: <tool_call> JSON; llama3: JSON; "
+                         "mistral: [TOOL_CALLS])."));
     f.push_back(StrField("platform", {}, "--platform", {},
                          "Target platform instead of the probe: cpu, rocm, cuda:smXY, "
                          "cuda:smXY+mnnvl (also CTXPAR_PLATFORM)."));

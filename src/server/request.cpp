@@ -332,6 +332,8 @@ MaybeError ReadMessages(const json& body, std::string_view raw, const ModelConte
     if (ordered.is_null()) ordered = nlohmann::ordered_json::parse(raw);
     chat.tools = ordered["tools"];
     r->parse_tool_calls = model.tool_call_parser != ToolCallParser::kNone;
+    // Mistral's calls follow a control token that would otherwise decode to nothing.
+    if (model.tool_call_parser == ToolCallParser::kMistral) r->sampling.skip_special_tokens = false;
   }
   Expected<std::vector<int32_t>> ids = model.chat_template->Encode(*model.tokenizer, chat);
   if (!ids.ok()) return ToApiError(ids.status(), "messages");

@@ -24,8 +24,7 @@ std::string_view Trim(std::string_view s) {
 }
 
 // OpenAI's call object of {"name", args_key: object or string}, or nullopt.
-std::optional<json> CallOf(std::string_view text, std::initializer_list<const char*> args_keys) {
-  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+std::optional<json> CallOf(const json& j, std::initializer_list<const char*> args_keys) {
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return std::nullopt;
   json arguments = json::object();
   for (const char* key : args_keys) {
@@ -41,6 +40,10 @@ std::optional<json> CallOf(std::string_view text, std::initializer_list<const ch
       {"function",
        {{"name", j["name"]},
         {"arguments", arguments.is_string() ? arguments.get<std::string>() : arguments.dump()}}}};
+}
+
+std::optional<json> CallOf(std::string_view text, std::initializer_list<const char*> args_keys) {
+  return CallOf(json::parse(text, nullptr, /*allow_exceptions=*/false), args_keys);
 }
 
 ToolCalls Hermes(std::string_view text) {
@@ -106,12 +109,57 @@ ToolCalls Llama3(std::string_view text) {
   return out;
 }
 
+// Mistral's calls after the [TOOL_CALLS] control token: one JSON array of {"name", "arguments"}
+// (v0.3, Nemo), or name[ARGS]{...} after each [TOOL_CALLS] (the v11 tokenizers' format; a
+// [CALL_ID] after the name is skipped).
+ToolCalls Mistral(std::string_view text) {
+  constexpr std::string_view kTag = "[TOOL_CALLS]", kArgs = "[ARGS]";
+  const std::size_t tag = text.find(kTag);
+  if (tag == std::string_view::npos) return {std::string(text), json::array()};
+  std::vector<json> calls;
+  bool whole = true;
+  const std::string_view body = Trim(text.substr(tag + kTag.size()));
+  if (body.starts_with('[')) {
+    const json list = json::parse(body, nullptr, /*allow_exceptions=*/false);
+    whole = list.is_array() && !list.empty();
+    for (std::size_t i = 0; whole && i < list.size(); ++i) {
+      std::optional<json> call = CallOf(list[i], {"arguments"});
+      whole = call.has_value();
+      if (whole) calls.push_back(std::move(*call));
+    }
+  } else {
+    for (std::size_t at = tag; whole && at < text.size();) {
+      const std::size_t next = std::min(text.find(kTag, at + kTag.size()), text.size());
+      const std::string_view part = text.substr(at + kTag.size(), next - at - kTag.size());
+      const std::size_t args = part.find(kArgs);
+      // Some name the call before its arguments: name[CALL_ID]id[ARGS]{...}.
+      const json name = std::string(Trim(part.substr(0, std::min(args, part.find("[CALL_ID]")))));
+      whole = args != std::string_view::npos && !name.get<std::string>().empty();
+      std::optional<json> call;
+      if (whole) {
+        call = CallOf(json{{"name", name},
+                           {"arguments", json::parse(Trim(part.substr(args + kArgs.size())),
+                                                     nullptr, /*allow_exceptions=*/false)}},
+                      {"arguments"});
+      }
+      whole = call.has_value() && !call->at("function").at("arguments").get<std::string>().empty();
+      if (whole) calls.push_back(std::move(*call));
+      at = next;
+    }
+  }
+  if (!whole) return {std::string(text), json::array()};
+  ToolCalls out{std::string(Trim(text.substr(0, tag))), json::array()};
+  for (json& c : calls) out.calls.push_back(std::move(c));
+  return out;
+}
+
 }  // namespace
 
 std::optional<ToolCallParser> ToolCallParserByName(std::string_view name) {
   if (name.empty()) return ToolCallParser::kNone;
   if (name == "qwen25" || name == "qwen" || name == "hermes") return ToolCallParser::kHermes;
   if (name == "llama3") return ToolCallParser::kLlama3;
+  if (name == "mistral") return ToolCallParser::kMistral;
   return std::nullopt;
 }
 
@@ -121,6 +169,8 @@ ToolCalls ExtractToolCalls(ToolCallParser parser, std::string_view text) {
       return Hermes(text);
     case ToolCallParser::kLlama3:
       return Llama3(text);
+    case ToolCallParser::kMistral:
+      return Mistral(text);
     case ToolCallParser::kNone:
       break;
   }

@@ -7,6 +7,11 @@
 // - llama3: the text (after an optional <|python_tag|>) is one JSON object {"name",
 //   "parameters" or "arguments"}, or several separated by ";" (Llama 3.1 / 3.2 / 3.3's JSON
 //   tool calls); text before the first "{" is the content.
+// - mistral: after the [TOOL_CALLS] control token, a JSON array of {"name", "arguments"}
+//   (Mistral v0.3, Nemo, Small 3) or, after each [TOOL_CALLS], name[ARGS] and the arguments' JSON
+//   object (the v11 tokenizers': Magistral, Devstral); text before the first is the content. The
+//   token is a control token: a request with tools decodes with skip_special_tokens false
+//   (request.cpp), as vLLM's Mistral parser asks.
 // A call that is not such JSON stays in the content: nothing the model wrote is lost.
 //
 // Thread safety: pure functions.
@@ -19,9 +24,10 @@
 
 namespace ctxpar::server {
 
-enum class ToolCallParser { kNone, kHermes, kLlama3 };
+enum class ToolCallParser { kNone, kHermes, kLlama3, kMistral };
 
-// "" -> kNone; "qwen25", "qwen", "hermes" -> kHermes; "llama3" -> kLlama3; else nullopt.
+// "" -> kNone; "qwen25", "qwen", "hermes" -> kHermes; "llama3" -> kLlama3; "mistral" ->
+// kMistral; else nullopt.
 std::optional<ToolCallParser> ToolCallParserByName(std::string_view name);
 
 struct ToolCalls {

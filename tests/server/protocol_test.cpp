@@ -591,6 +591,27 @@ TEST_F(ProtocolTest, ChatToolsReachTheTemplateAndCallsComeBackParsed) {
   }
 }
 
+// Mistral's calls follow its [TOOL_CALLS] control token: a chat with tools under the mistral parser
+// decodes with the control tokens (skip_special_tokens false, whatever the client sent); without
+// tools, or under another parser, the client's setting stands.
+TEST_F(ProtocolTest, MistralParserKeepsTheControlTokensOfAChatWithTools) {
+  const ChatTemplate tools = ChatTemplate::FromJinja(kToolsTemplate).value();
+  model_.chat_template = &tools;
+  const std::string messages = R"("messages": [{"role": "user", "content": "Hi"}])";
+  const std::string tool_list =
+      R"(, "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}])";
+  for (const ToolCallParser parser : {ToolCallParser::kMistral, ToolCallParser::kHermes}) {
+    model_.tool_call_parser = parser;
+    for (const bool with_tools : {false, true}) {
+      const ApiRequest r =
+          Parse(Route::kChat, json::parse("{" + messages + (with_tools ? tool_list : "") +
+                                          R"(, "skip_special_tokens": true})"));
+      EXPECT_EQ(r.sampling.skip_special_tokens, !(with_tools && parser == ToolCallParser::kMistral))
+          << static_cast<int>(parser) << " " << with_tools;
+    }
+  }
+}
+
 // POST /apply-template: the messages and tools reach the template as sent (tool calls, key order
 // kept for tojson), and its refusals are the other routes' error objects.
 TEST_F(ProtocolTest, ApplyTemplateRendersToolsAndRefusesAsTheOtherRoutes) {

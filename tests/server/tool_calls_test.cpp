@@ -1,7 +1,9 @@
 // Tool calls taken out of a chat completion's text, in the formats the models' own templates ask
 // for: Qwen 2.5 / Hermes ("<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>", from the
 // Qwen2.5 chat template) and Llama 3.1's JSON calls ({"name": ..., "parameters": ...}, optionally
-// after <|python_tag|>, several separated by ";"). Text that is not such a call stays content.
+// after <|python_tag|>, several separated by ";"), Mistral's after its [TOOL_CALLS] token (a JSON
+// list, as Mistral's tokenizer documentation and the Mistral Nemo template write them, or
+// name[ARGS]{...} per call, the v11 tokenizers'). Text that is not such a call stays content.
 #include "server/tool_calls.h"
 
 #include <gtest/gtest.h>
@@ -21,7 +23,8 @@ TEST(ToolCalls, ParserNamesAreSglangs) {
   EXPECT_EQ(ToolCallParserByName("qwen"), ToolCallParser::kHermes);
   EXPECT_EQ(ToolCallParserByName("hermes"), ToolCallParser::kHermes);
   EXPECT_EQ(ToolCallParserByName("llama3"), ToolCallParser::kLlama3);
-  EXPECT_EQ(ToolCallParserByName("mistral"), std::nullopt);
+  EXPECT_EQ(ToolCallParserByName("mistral"), ToolCallParser::kMistral);
+  EXPECT_EQ(ToolCallParserByName("pythonic"), std::nullopt);
 }
 
 TEST(ToolCalls, HermesTakesEachTaggedCallAndKeepsTheRest) {
@@ -72,6 +75,38 @@ TEST(ToolCalls, Llama3TakesJsonCallsAfterThePythonTag) {
   for (const std::string text : {"The answer is 4.", "Use {braces} like this.",
                                  "{\"name\": \"a\", \"parameters\": {}}; not json"}) {
     const ToolCalls none = ExtractToolCalls(ToolCallParser::kLlama3, text);
+    EXPECT_TRUE(none.calls.empty()) << text;
+    EXPECT_EQ(none.content, text);
+  }
+}
+
+TEST(ToolCalls, MistralTakesTheCallsAfterItsToken) {
+  const ToolCalls list = ExtractToolCalls(
+      ToolCallParser::kMistral,
+      "[TOOL_CALLS] [{\"name\": \"get_current_weather\", \"arguments\": {\"location\": \"Paris, "
+      "France\", \"format\": \"celsius\"}, \"id\": \"a5Bc3dE9f\"}, {\"name\": \"get_time\", "
+      "\"arguments\": {}}]");
+  ASSERT_EQ(list.calls.size(), 2u);
+  EXPECT_EQ(Function(list.calls[0]),
+            json({{"name", "get_current_weather"},
+                  {"arguments", "{\"location\":\"Paris, France\",\"format\":\"celsius\"}"}}));
+  EXPECT_EQ(Function(list.calls[1]), json({{"name", "get_time"}, {"arguments", "{}"}}));
+  EXPECT_EQ(list.content, "");
+  const ToolCalls v11 = ExtractToolCalls(
+      ToolCallParser::kMistral,
+      "Checking both.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time"
+      "[CALL_ID]x1[ARGS]{}");
+  ASSERT_EQ(v11.calls.size(), 2u);
+  EXPECT_EQ(Function(v11.calls[0]),
+            json({{"name", "get_weather"}, {"arguments", "{\"city\":\"Paris\"}"}}));
+  EXPECT_EQ(Function(v11.calls[1]), json({{"name", "get_time"}, {"arguments", "{}"}}));
+  EXPECT_EQ(v11.content, "Checking both.");
+  // Not a call: no token, broken JSON, an empty list, a name without [ARGS], arguments not JSON.
+  for (const std::string text :
+       {"Paris is sunny.", "[TOOL_CALLS] [{\"name\": \"f\", ", "[TOOL_CALLS][]",
+        "[TOOL_CALLS]get_weather{\"city\": 1}", "[TOOL_CALLS]f[ARGS]city=Paris",
+        "[TOOL_CALLS] [{\"arguments\": {}}]"}) {
+    const ToolCalls none = ExtractToolCalls(ToolCallParser::kMistral, text);
     EXPECT_TRUE(none.calls.empty()) << text;
     EXPECT_EQ(none.content, text);
   }
