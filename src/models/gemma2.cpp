@@ -14,15 +14,10 @@
 #include <vector>
 
 #include "ctxpar/gguf_hparams.h"
-#include "models/check_finite.h"
+#include "models/dense_model.h"
 #include "models/gguf_dense_source.h"
 #include "models/layers/elementwise.h"
-#include "models/layers/gated_mlp.h"
 #include "models/layers/gguf_weights.h"
-#include "models/layers/gqa_attention.h"
-#include "models/layers/rows.h"
-#include "models/layers/vocab.h"
-#include "models/layers/vocab_head.h"
 #include "models/registry.h"
 
 namespace ctxpar {
@@ -46,17 +41,13 @@ struct Layer : model::DenseBlockWeights {
               *post_ffn_norm = nullptr;
 };
 
-class Gemma2Model final : public Model {
+class Gemma2Model final : public model::DenseModel<Gemma2Hparams, Layer> {
  public:
   Gemma2Model(std::shared_ptr<const GgufFile> file, const Gemma2Hparams& hp, ModelDesc desc,
               const EngineConfig& config, Communicator& world, ThreadPool* pool,
               const model::HeadShard& shard)
-      : file_(std::move(file)),
-        hp_(hp),
-        desc_(std::move(desc)),
-        pool_(pool),
-        tp_(&world, pool, model::ActFormatFor(config)),
-        attention_({.num_heads = hp.num_heads,
+      : DenseModel(std::move(file), hp, std::move(desc), config, world, pool, shard,
+                   {.num_heads = hp.num_heads,
                     .head_dim = hp.head_dim,
                     .dim = hp.dim,
                     .scale = 1.0f / std::sqrt(float(hp.num_layers == 46 ? hp.dim / hp.num_heads
@@ -64,71 +55,46 @@ class Gemma2Model final : public Model {
                     .softcap = hp.attn_softcap,
                     .rms_eps = hp.rms_eps,
                     .rope_style = model::RopeStyle::kNeox},
-                   &tp_, shard, pool),
-        mlp_(model::GatedActivation::kGeGlu, hp.dim, hp.rms_eps, &tp_, shard, pool),
+                   model::GatedActivation::kGeGlu),
         rope_(model::RopeAngles::Ggml(hp.head_dim, hp.rope_base)) {}
 
   Status Init(const EngineConfig& config, const model::HeadShard& shard) {
-    const GgufFile& f = *file_;
     for (int l = 0; l < hp_.num_layers; ++l) {
       const std::string b = fmt::format("blk.{}.", l);
       CTXPAR_ASSIGN_OR_RETURN(
           model::DenseBlockWeights w,
-          model::GgufDenseBlock(f, b, model::DenseHeadLayout(hp_), shard, tp_.format()));
+          model::GgufDenseBlock(*file_, b, model::DenseHeadLayout(hp_), shard, tp_.format()));
       Layer& layer = layers_.emplace_back(Layer{w});
-      for (auto [norm, name] : {std::pair{&layer.attn_norm, "attn_norm"},
-                                {&layer.post_attn_norm, "post_attention_norm"},
-                                {&layer.ffn_norm, "ffn_norm"},
-                                {&layer.post_ffn_norm, "post_ffw_norm"}}) {
-        CTXPAR_ASSIGN_OR_RETURN(*norm, model::GgufVector(f, b + name + ".weight", hp_.dim));
-      }
+      CTXPAR_RETURN_IF_ERROR(
+          model::GgufVectors(*file_, b,
+                             {{&layer.attn_norm, "attn_norm.weight", hp_.dim},
+                              {&layer.post_attn_norm, "post_attention_norm.weight", hp_.dim},
+                              {&layer.ffn_norm, "ffn_norm.weight", hp_.dim},
+                              {&layer.post_ffn_norm, "post_ffw_norm.weight", hp_.dim}}));
     }
-    CTXPAR_ASSIGN_OR_RETURN(head_, model::VocabHead::FromGguf(f, hp_.dim, hp_.vocab_size,
-                                                              /*tied=*/true, hp_.rms_eps, tp_));
-    return attention_.Init(config);
+    return InitHead(config, /*tied=*/true);
   }
 
-  const ModelDesc& desc() const override { return desc_; }
-
   Status Forward(const Batch& batch, KvPool& kv, std::vector<float>& logits) override {
-    const Gemma2Hparams& hp = hp_;
-    CTXPAR_RETURN_IF_ERROR(model::CheckTokenIds(batch, hp.vocab_size));
-    const int n = static_cast<int>(batch.num_tokens());
-    model::BatchPositions(batch, positions_);
-    x_.resize(std::size_t(n) * hp.dim);
-    head_.Embed(batch, std::sqrt(float(hp.dim)), x_.data());
-    for (int l = 0; l < hp.num_layers; ++l) {
+    CTXPAR_ASSIGN_OR_RETURN(const int n, Embed(batch, std::sqrt(float(hp_.dim))));
+    for (int l = 0; l < hp_.num_layers; ++l) {
       const Layer& layer = layers_[l];
       const model::GqaLayer attn_layer{.w = layer, .attn_norm = layer.attn_norm, .rope = rope_};
       CTXPAR_ASSIGN_OR_RETURN(const float* attn,
                               attention_.Forward(attn_layer, l, batch, positions_, x_.data(), kv));
-      model::AddRmsNormRows(pool_, attn, layer.post_attn_norm, n, hp.dim, hp.rms_eps, normed_,
-                            x_.data());
+      AddNormed(attn, layer.post_attn_norm, n);
       CTXPAR_ASSIGN_OR_RETURN(const float* mlp, mlp_.Forward(layer, layer.ffn_norm, x_.data(), n));
-      model::AddRmsNormRows(pool_, mlp, layer.post_ffn_norm, n, hp.dim, hp.rms_eps, normed_,
-                            x_.data());
-      CTXPAR_RETURN_IF_ERROR(CheckFinite(x_.data(), x_.size(),
-                                         fmt::format("the output of layer {}", l), file_->path()));
+      AddNormed(mlp, layer.post_ffn_norm, n);
+      CTXPAR_RETURN_IF_ERROR(CheckLayer(l));
     }
-    CTXPAR_RETURN_IF_ERROR(head_.Logits(tp_, batch, x_.data(), file_->path(), logits));
+    CTXPAR_RETURN_IF_ERROR(Logits(batch, logits));
     // Every rank holds the gathered logits, so each caps the same values.
-    model::Softcap(logits.data(), logits.size(), hp.final_softcap);
+    model::Softcap(logits.data(), logits.size(), hp_.final_softcap);
     return Status::Ok();
   }
 
  private:
-  std::shared_ptr<const GgufFile> file_;
-  Gemma2Hparams hp_;
-  ModelDesc desc_;
-  ThreadPool* pool_;
-  model::TpLinear tp_;
-  model::GqaAttention attention_;
-  model::GatedMlp mlp_;
   model::RopeAngles rope_;
-  std::vector<Layer> layers_;
-  model::VocabHead head_;
-  std::vector<float> x_, normed_;
-  std::vector<int> positions_;
 };
 
 class Gemma2Source final : public GgufDenseSource<Gemma2Hparams> {

@@ -144,15 +144,6 @@ class GgufDenseSource : public ModelSource {
   ModelShape shape_;
 };
 
-// How the layers' activations enter the quantized matmuls: int8 as llama.cpp does with
-// --llama-cpp-numerics, int8 on the matrix units with --dtype auto, else fp32.
-namespace model {
-inline ActFormat ActFormatFor(const EngineConfig& c) {
-  if (c.llama_cpp_numerics) return ActFormat::kQ8;
-  return c.int8_matmuls ? ActFormat::kInt8 : ActFormat::kF32;
-}
-}  // namespace model
-
 // The keys every dense architecture has, read in this order under `prefix` ("llama."), each in
 // [1, 2^30]: embedding_length, block_count, attention.head_count, attention.head_count_kv,
 // feed_forward_length, context_length.

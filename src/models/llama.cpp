@@ -5,24 +5,15 @@
 
 #include <cmath>
 
-#include "ctxpar/thread_pool.h"
-#include "models/check_finite.h"
+#include "models/dense_model.h"
 #include "models/gguf_dense_source.h"
 #include "models/layers/elementwise.h"
-#include "models/layers/gated_mlp.h"
 #include "models/layers/gguf_weights.h"
-#include "models/layers/gqa_attention.h"
 #include "models/layers/routed_moe.h"
-#include "models/layers/rows.h"
-#include "models/layers/tp_linear.h"
-#include "models/layers/vocab.h"
-#include "models/layers/vocab_head.h"
 
 namespace ctxpar {
 
 namespace {
-
-using model::GgufVector;
 
 // The rank's rows of the projections (gguf_weights.h), the layer's norms and the variant's
 // biases and per-head norms (null where it has none).
@@ -86,33 +77,34 @@ Status LoadLayers(const GgufFile& f, const LlamaHparams& hp, const model::HeadSh
                          f, b, MoeShapeOf(hp), first,
                          model::FirstExpert(hp.experts, tp, shard.tp_rank + 1) - first, format));
     }
-    CTXPAR_ASSIGN_OR_RETURN(layer.attn_norm, GgufVector(f, b + "attn_norm.weight", hp.dim));
-    CTXPAR_ASSIGN_OR_RETURN(layer.ffn_norm, GgufVector(f, b + "ffn_norm.weight", hp.dim));
+    CTXPAR_RETURN_IF_ERROR(model::GgufVectors(f, b,
+                                              {{&layer.attn_norm, "attn_norm.weight", hp.dim},
+                                               {&layer.ffn_norm, "ffn_norm.weight", hp.dim}}));
     if (hp.variant.qkv_bias) {
       const int q_width = hp.num_heads * hp.head_dim, kv_width = hp.num_kv_heads * hp.head_dim;
-      CTXPAR_ASSIGN_OR_RETURN(layer.q_bias, GgufVector(f, b + "attn_q.bias", q_width));
-      CTXPAR_ASSIGN_OR_RETURN(layer.k_bias, GgufVector(f, b + "attn_k.bias", kv_width));
-      CTXPAR_ASSIGN_OR_RETURN(layer.v_bias, GgufVector(f, b + "attn_v.bias", kv_width));
+      CTXPAR_RETURN_IF_ERROR(model::GgufVectors(f, b,
+                                                {{&layer.q_bias, "attn_q.bias", q_width},
+                                                 {&layer.k_bias, "attn_k.bias", kv_width},
+                                                 {&layer.v_bias, "attn_v.bias", kv_width}}));
     }
     if (hp.variant.qk_norm) {
-      CTXPAR_ASSIGN_OR_RETURN(layer.q_norm, GgufVector(f, b + "attn_q_norm.weight", hp.head_dim));
-      CTXPAR_ASSIGN_OR_RETURN(layer.k_norm, GgufVector(f, b + "attn_k_norm.weight", hp.head_dim));
+      CTXPAR_RETURN_IF_ERROR(
+          model::GgufVectors(f, b,
+                             {{&layer.q_norm, "attn_q_norm.weight", hp.head_dim},
+                              {&layer.k_norm, "attn_k_norm.weight", hp.head_dim}}));
     }
     layers.push_back(std::move(layer));
   }
   return Status::Ok();
 }
 
-class LlamaModel final : public Model {
+class LlamaModel final : public model::DenseModel<LlamaHparams, Layer> {
  public:
   LlamaModel(std::shared_ptr<const GgufFile> file, const LlamaHparams& hp, ModelDesc desc,
              const EngineConfig& config, Communicator& world, ThreadPool* pool,
              const model::HeadShard& shard)
-      : file_(std::move(file)),
-        hp_(hp),
-        desc_(std::move(desc)),
-        tp_(&world, pool, model::ActFormatFor(config)),
-        attention_({.num_heads = hp.num_heads,
+      : DenseModel(std::move(file), hp, std::move(desc), config, world, pool, shard,
+                   {.num_heads = hp.num_heads,
                     .head_dim = hp.head_dim,
                     .dim = hp.dim,
                     .scale = 1.0f / std::sqrt(float(hp.head_dim)),
@@ -121,74 +113,43 @@ class LlamaModel final : public Model {
                     .window = hp.window,
                     .temperature_beta = hp.temperature_beta,
                     .temperature_floor = hp.temperature_floor},
-                   &tp_, shard, pool),
-        mlp_(model::GatedActivation::kSwiGlu, hp.dim, hp.rms_eps, &tp_, shard, pool),
+                   model::GatedActivation::kSwiGlu),
         moe_(MoeShapeOf(hp), hp.rms_eps, &tp_, pool) {}
 
-  Status Init(const EngineConfig& config, const model::HeadShard& shard);
-  const ModelDesc& desc() const override { return desc_; }
-  Status Forward(const Batch& batch, KvPool& kv, std::vector<float>& logits) override;
+  Status Init(const EngineConfig& config, const model::HeadShard& shard) {
+    CTXPAR_RETURN_IF_ERROR(LoadLayers(*file_, hp_, shard, tp_.format(), layers_));
+    rope_ = model::RopeAngles::Ggml(hp_.rope_dims, hp_.rope_base, hp_.rope_scaling);
+    return InitHead(config, hp_.tied_embeddings);
+  }
+
+  Status Forward(const Batch& batch, KvPool& kv, std::vector<float>& logits) override {
+    CTXPAR_ASSIGN_OR_RETURN(const int n, Embed(batch, 1.0f));
+    for (int l = 0; l < hp_.num_layers; ++l) {
+      const Layer& layer = layers_[l];
+      CTXPAR_ASSIGN_OR_RETURN(const float* attn,
+                              attention_.Forward({.w = layer,
+                                                  .attn_norm = layer.attn_norm,
+                                                  .rope = rope_,
+                                                  .q_norm = layer.q_norm,
+                                                  .k_norm = layer.k_norm,
+                                                  .q_bias = layer.q_bias,
+                                                  .k_bias = layer.k_bias,
+                                                  .v_bias = layer.v_bias},
+                                                 l, batch, positions_, x_.data(), kv));
+      AddResidual(attn);
+      CTXPAR_ASSIGN_OR_RETURN(
+          const float* mlp, hp_.variant.moe ? moe_.Forward(layer.moe, layer.ffn_norm, x_.data(), n)
+                                            : mlp_.Forward(layer, layer.ffn_norm, x_.data(), n));
+      AddResidual(mlp);
+      CTXPAR_RETURN_IF_ERROR(CheckLayer(l));
+    }
+    return Logits(batch, logits);
+  }
 
  private:
-  // x_ += y [n, dim].
-  void AddResidual(const float* y) {
-    for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += y[i];
-  }
-
-  std::shared_ptr<const GgufFile> file_;
-  LlamaHparams hp_;
-  ModelDesc desc_;
-  model::TpLinear tp_;
-  model::GqaAttention attention_;
-  model::GatedMlp mlp_;
   model::RoutedMoe moe_;
-  std::vector<Layer> layers_;
   model::RopeAngles rope_;
-  model::VocabHead head_;
-
-  std::vector<float> x_;
-  std::vector<int> positions_;  // of the batch's rows
 };
-
-Status LlamaModel::Init(const EngineConfig& config, const model::HeadShard& shard) {
-  const GgufFile& f = *file_;
-  const LlamaHparams& hp = hp_;
-  CTXPAR_RETURN_IF_ERROR(LoadLayers(f, hp, shard, tp_.format(), layers_));
-  rope_ = model::RopeAngles::Ggml(hp.rope_dims, hp.rope_base, hp.rope_scaling);
-  CTXPAR_ASSIGN_OR_RETURN(head_, model::VocabHead::FromGguf(f, hp.dim, hp.vocab_size,
-                                                            hp.tied_embeddings, hp.rms_eps, tp_));
-  return attention_.Init(config);
-}
-
-Status LlamaModel::Forward(const Batch& batch, KvPool& kv, std::vector<float>& logits) {
-  const LlamaHparams& hp = hp_;
-  CTXPAR_RETURN_IF_ERROR(model::CheckTokenIds(batch, hp.vocab_size));
-  const int n = static_cast<int>(batch.num_tokens());
-  model::BatchPositions(batch, positions_);
-  x_.resize(std::size_t(n) * hp.dim);
-  head_.Embed(batch, 1.0f, x_.data());
-  for (int l = 0; l < hp.num_layers; ++l) {
-    const Layer& layer = layers_[l];
-    CTXPAR_ASSIGN_OR_RETURN(const float* attn,
-                            attention_.Forward({.w = layer,
-                                                .attn_norm = layer.attn_norm,
-                                                .rope = rope_,
-                                                .q_norm = layer.q_norm,
-                                                .k_norm = layer.k_norm,
-                                                .q_bias = layer.q_bias,
-                                                .k_bias = layer.k_bias,
-                                                .v_bias = layer.v_bias},
-                                               l, batch, positions_, x_.data(), kv));
-    AddResidual(attn);
-    CTXPAR_ASSIGN_OR_RETURN(const float* mlp,
-                            hp.variant.moe ? moe_.Forward(layer.moe, layer.ffn_norm, x_.data(), n)
-                                           : mlp_.Forward(layer, layer.ffn_norm, x_.data(), n));
-    AddResidual(mlp);
-    CTXPAR_RETURN_IF_ERROR(
-        CheckFinite(x_.data(), x_.size(), fmt::format("the output of layer {}", l), file_->path()));
-  }
-  return head_.Logits(tp_, batch, x_.data(), file_->path(), logits);
-}
 
 }  // namespace
 

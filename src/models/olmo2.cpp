@@ -12,21 +12,15 @@
 #include <utility>
 #include <vector>
 
-#include "models/check_finite.h"
+#include "models/dense_model.h"
 #include "models/gguf_dense_source.h"
-#include "models/layers/gated_mlp.h"
 #include "models/layers/gguf_weights.h"
-#include "models/layers/gqa_attention.h"
-#include "models/layers/rows.h"
-#include "models/layers/vocab_head.h"
 #include "models/llama.h"
 #include "models/registry.h"
 
 namespace ctxpar {
 
 namespace {
-
-using model::GgufVector;
 
 struct Layer : model::DenseBlockWeights {
   const float* q_norm = nullptr;  // [num_heads * head_dim]
@@ -52,29 +46,24 @@ Status LoadLayers(const GgufFile& f, const LlamaHparams& hp, const model::HeadSh
     CTXPAR_ASSIGN_OR_RETURN(model::DenseBlockWeights w,
                             model::GgufDenseBlock(f, b, layout, shard, format));
     Layer layer{w};
-    CTXPAR_ASSIGN_OR_RETURN(layer.q_norm,
-                            GgufVector(f, b + "attn_q_norm.weight", hp.num_heads * hp.head_dim));
-    CTXPAR_ASSIGN_OR_RETURN(layer.k_norm,
-                            GgufVector(f, b + "attn_k_norm.weight", hp.num_kv_heads * hp.head_dim));
-    CTXPAR_ASSIGN_OR_RETURN(layer.post_attn_norm,
-                            GgufVector(f, b + "post_attention_norm.weight", hp.dim));
-    CTXPAR_ASSIGN_OR_RETURN(layer.post_ffn_norm, GgufVector(f, b + "post_ffw_norm.weight", hp.dim));
+    CTXPAR_RETURN_IF_ERROR(
+        model::GgufVectors(f, b,
+                           {{&layer.q_norm, "attn_q_norm.weight", hp.num_heads * hp.head_dim},
+                            {&layer.k_norm, "attn_k_norm.weight", hp.num_kv_heads * hp.head_dim},
+                            {&layer.post_attn_norm, "post_attention_norm.weight", hp.dim},
+                            {&layer.post_ffn_norm, "post_ffw_norm.weight", hp.dim}}));
     layers.push_back(std::move(layer));
   }
   return Status::Ok();
 }
 
-class Olmo2Model final : public Model {
+class Olmo2Model final : public model::DenseModel<LlamaHparams, Layer> {
  public:
   Olmo2Model(std::shared_ptr<const GgufFile> file, const LlamaHparams& hp, ModelDesc desc,
              const EngineConfig& config, Communicator& world, ThreadPool* pool,
              const model::HeadShard& shard)
-      : file_(std::move(file)),
-        hp_(hp),
-        desc_(std::move(desc)),
-        pool_(pool),
-        tp_(&world, pool, model::ActFormatFor(config)),
-        attention_({.num_heads = hp.num_heads,
+      : DenseModel(std::move(file), hp, std::move(desc), config, world, pool, shard,
+                   {.num_heads = hp.num_heads,
                     .head_dim = hp.head_dim,
                     .dim = hp.dim,
                     .scale = 1.0f / std::sqrt(float(hp.head_dim)),
@@ -82,26 +71,16 @@ class Olmo2Model final : public Model {
                     .rope_style = model::RopeStyle::kNeox,
                     .whole_row_qk_norm = true,
                     .num_kv_heads = hp.num_kv_heads},
-                   &tp_, shard, pool),
-        mlp_(model::GatedActivation::kSwiGlu, hp.dim, hp.rms_eps, &tp_, shard, pool) {}
+                   model::GatedActivation::kSwiGlu) {}
 
   Status Init(const EngineConfig& config, const model::HeadShard& shard) {
     CTXPAR_RETURN_IF_ERROR(LoadLayers(*file_, hp_, shard, tp_.format(), layers_));
     rope_ = model::RopeAngles::Ggml(hp_.rope_dims, hp_.rope_base, hp_.rope_scaling);
-    CTXPAR_ASSIGN_OR_RETURN(
-        head_, model::VocabHead::FromGguf(*file_, hp_.dim, hp_.vocab_size, hp_.tied_embeddings,
-                                          hp_.rms_eps, tp_));
-    return attention_.Init(config);
+    return InitHead(config, hp_.tied_embeddings);
   }
 
-  const ModelDesc& desc() const override { return desc_; }
-
   Status Forward(const Batch& batch, KvPool& kv, std::vector<float>& logits) override {
-    CTXPAR_RETURN_IF_ERROR(model::CheckTokenIds(batch, hp_.vocab_size));
-    const int n = static_cast<int>(batch.num_tokens());
-    model::BatchPositions(batch, positions_);
-    x_.resize(std::size_t(n) * hp_.dim);
-    head_.Embed(batch, 1.0f, x_.data());
+    CTXPAR_ASSIGN_OR_RETURN(const int n, Embed(batch, 1.0f));
     for (int l = 0; l < hp_.num_layers; ++l) {
       const Layer& layer = layers_[l];
       const model::GqaLayer attn_layer{.w = layer,
@@ -114,29 +93,13 @@ class Olmo2Model final : public Model {
       AddNormed(attn, layer.post_attn_norm, n);
       CTXPAR_ASSIGN_OR_RETURN(const float* mlp, mlp_.Forward(layer, nullptr, x_.data(), n));
       AddNormed(mlp, layer.post_ffn_norm, n);
-      CTXPAR_RETURN_IF_ERROR(CheckFinite(x_.data(), x_.size(),
-                                         fmt::format("the output of layer {}", l), file_->path()));
+      CTXPAR_RETURN_IF_ERROR(CheckLayer(l));
     }
-    return head_.Logits(tp_, batch, x_.data(), file_->path(), logits);
+    return Logits(batch, logits);
   }
 
  private:
-  void AddNormed(const float* y, const float* weight, int n) {
-    model::AddRmsNormRows(pool_, y, weight, n, hp_.dim, hp_.rms_eps, normed_, x_.data());
-  }
-
-  std::shared_ptr<const GgufFile> file_;
-  LlamaHparams hp_;
-  ModelDesc desc_;
-  ThreadPool* pool_;
-  model::TpLinear tp_;
-  model::GqaAttention attention_;
-  model::GatedMlp mlp_;
-  std::vector<Layer> layers_;
   model::RopeAngles rope_;
-  model::VocabHead head_;
-  std::vector<float> x_, normed_;
-  std::vector<int> positions_;
 };
 
 Status CheckOlmo2Tensors(const GgufFile& f, const LlamaHparams& hp) {

@@ -312,4 +312,12 @@ Expected<const float*> GgufVector(const GgufFile& f, const std::string& name, in
   return reinterpret_cast<const float*>(t->data);
 }
 
+Status GgufVectors(const GgufFile& f, const std::string& prefix,
+                   std::initializer_list<VectorSlot> slots) {
+  for (const VectorSlot& slot : slots) {
+    CTXPAR_ASSIGN_OR_RETURN(*slot.out, GgufVector(f, prefix + slot.name, slot.dim));
+  }
+  return Status::Ok();
+}
+
 }  // namespace ctxpar::model

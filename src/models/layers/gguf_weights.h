@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <string>
 #include <string_view>
@@ -76,5 +77,15 @@ Expected<QuantMatrix> GgufExperts(const GgufFile& f, const std::string& name, in
 
 // An F32 vector of `dim` elements.
 Expected<const float*> GgufVector(const GgufFile& f, const std::string& name, int64_t dim);
+
+// A layer's 1-D weights (norms, biases) by GgufVector: the tensor prefix + name, `dim` values,
+// into *out.
+struct VectorSlot {
+  const float** out;
+  const char* name;
+  int64_t dim;
+};
+Status GgufVectors(const GgufFile& f, const std::string& prefix,
+                   std::initializer_list<VectorSlot> slots);
 
 }  // namespace ctxpar::model

@@ -1,0 +1,110 @@
+// What every dense GGUF model's forward holds and does alike (the Llama family, OLMo 2, Gemma 2
+// and 3): the file, hyperparameters and desc, the TP group's linear layers, the attention and
+// gated-MLP blocks, the layers' weights, the vocab head and the activations; the embedding, the
+// residual adds, the check of each layer's output and the logits. An architecture derives,
+// passes its GqaOptions and activation, loads its Layers and the head in Init, and writes its
+// block in Forward.
+//
+// Hparams: DenseHeadLayout's fields, dim, rms_eps, vocab_size. Layer: the rank's weights of one
+// layer (usually DenseBlockWeights and its norms).
+//
+// Thread safety: one rank's thread; Forward is collective over the TP group.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ctxpar/batch.h"
+#include "ctxpar/communicator.h"
+#include "ctxpar/engine_config.h"
+#include "ctxpar/gguf.h"
+#include "ctxpar/model.h"
+#include "ctxpar/thread_pool.h"
+#include "models/check_finite.h"
+#include "models/layers/attention_shard.h"
+#include "models/layers/gated_mlp.h"
+#include "models/layers/gqa_attention.h"
+#include "models/layers/rows.h"
+#include "models/layers/tp_linear.h"
+#include "models/layers/vocab.h"
+#include "models/layers/vocab_head.h"
+#include "models/linear.h"
+
+namespace ctxpar::model {
+
+// How the layers' activations enter the quantized matmuls: int8 as llama.cpp does with
+// --llama-cpp-numerics, int8 on the matrix units with --dtype auto, else fp32.
+inline ActFormat ActFormatFor(const EngineConfig& c) {
+  if (c.llama_cpp_numerics) return ActFormat::kQ8;
+  return c.int8_matmuls ? ActFormat::kInt8 : ActFormat::kF32;
+}
+
+template <class Hparams, class Layer>
+class DenseModel : public Model {
+ public:
+  const ModelDesc& desc() const override { return desc_; }
+
+ protected:
+  DenseModel(std::shared_ptr<const GgufFile> file, const Hparams& hp, ModelDesc desc,
+             const EngineConfig& config, Communicator& world, ThreadPool* pool,
+             const HeadShard& shard, const GqaOptions& attention, GatedActivation activation)
+      : file_(std::move(file)),
+        hp_(hp),
+        desc_(std::move(desc)),
+        pool_(pool),
+        tp_(&world, pool, ActFormatFor(config)),
+        attention_(attention, &tp_, shard, pool),
+        mlp_(activation, hp.dim, hp.rms_eps, &tp_, shard, pool) {}
+
+  // The vocab head (tied: token_embd's rows) and the attention's DCP group: the end of Init.
+  Status InitHead(const EngineConfig& config, bool tied) {
+    CTXPAR_ASSIGN_OR_RETURN(
+        head_, VocabHead::FromGguf(*file_, hp_.dim, hp_.vocab_size, tied, hp_.rms_eps, tp_));
+    return attention_.Init(config);
+  }
+
+  // Checks the batch's token ids, sets positions_ and x_ [T, dim] to the embeddings times
+  // `scale`; returns T.
+  Expected<int> Embed(const Batch& batch, float scale) {
+    CTXPAR_RETURN_IF_ERROR(CheckTokenIds(batch, hp_.vocab_size));
+    BatchPositions(batch, positions_);
+    x_.resize(batch.num_tokens() * hp_.dim);
+    head_.Embed(batch, scale, x_.data());
+    return static_cast<int>(batch.num_tokens());
+  }
+
+  // x_ += y [n, dim].
+  void AddResidual(const float* y) {
+    for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += y[i];
+  }
+  // x_ += RmsNorm(y) with `weight` (a post-norm), over n rows.
+  void AddNormed(const float* y, const float* weight, int n) {
+    AddRmsNormRows(pool_, y, weight, n, hp_.dim, hp_.rms_eps, normed_, x_.data());
+  }
+  // The output of layer l is finite (check_finite.h).
+  Status CheckLayer(int l) const {
+    return CheckFinite(x_.data(), x_.size(), fmt::format("the output of layer {}", l),
+                       file_->path());
+  }
+  Status Logits(const Batch& batch, std::vector<float>& logits) {
+    return head_.Logits(tp_, batch, x_.data(), file_->path(), logits);
+  }
+
+  std::shared_ptr<const GgufFile> file_;
+  Hparams hp_;
+  ModelDesc desc_;
+  ThreadPool* pool_;
+  TpLinear tp_;
+  GqaAttention attention_;
+  GatedMlp mlp_;
+  std::vector<Layer> layers_;
+  VocabHead head_;
+  std::vector<float> x_, normed_;
+  std::vector<int> positions_;  // of the batch's rows
+};
+
+}  // namespace ctxpar::model
