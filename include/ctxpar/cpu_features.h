@@ -23,6 +23,7 @@ struct CpuFeatures {
   bool avx512bw = false;
   bool avx512vl = false;
   bool avx512_bf16 = false;  // vdpbf16ps
+  bool avx512_vbmi = false;  // vpermb: the AVX-512 fp8 KV kernels need it (else the AVX2 ones)
   // The int8 matmuls (linear.h's ActFormat::kInt8): vpdpbusd, and AMX tiles where the OS saves
   // their state (XCR0 bits 17, 18; Linux also wants a per-process request, linear_int8.h).
   bool avx512_vnni = false;

@@ -38,6 +38,7 @@ CpuFeatures Detect() {
   f.avx512bw = os_avx512 && ((ebx >> 30) & 1);
   f.avx512vl = os_avx512 && ((ebx >> 31) & 1);
   f.avx512_vnni = f.avx512f && ((ecx >> 11) & 1);
+  f.avx512_vbmi = f.avx512f && ((ecx >> 1) & 1);
   const bool os_amx = (xcr0 & 0x60000) == 0x60000;
   f.amx_bf16 = os_amx && ((edx >> 22) & 1);
   f.amx_tile = os_amx && ((edx >> 24) & 1);

@@ -1,6 +1,6 @@
-// The AVX-512 path (16 lanes), fp32, bf16 and fp8 KV (bf16 widened by a shift, fp8 by
-// dtype.h's bit steps in vector form); compiled with
-// -mavx512f -mavx512bw -mavx512vl, run only where cpuid and the OS allow them.
+// The AVX-512 path (16 lanes), fp32 and bf16 KV (bf16 widened by a shift; fp8 is
+// kernel_avx512_fp8.cpp's); compiled with -mavx512f -mavx512bw -mavx512vl, run only where cpuid
+// and the OS allow them.
 #include <immintrin.h>
 
 #include "attention/kernel.h"
@@ -19,12 +19,6 @@ void AttendAvx512F32(const KernelArgs& args) {
 }
 void AttendAvx512Bf16(const KernelArgs& args) {
   args.tiles ? AttendTiles<Avx512Isa, uint16_t>(args) : Attend<Avx512Isa, uint16_t>(args);
-}
-void AttendAvx512Fp8E4M3(const KernelArgs& args) {
-  args.tiles ? AttendTiles<Avx512Isa, Fp8E4M3>(args) : Attend<Avx512Isa, Fp8E4M3>(args);
-}
-void AttendAvx512Fp8E5M2(const KernelArgs& args) {
-  args.tiles ? AttendTiles<Avx512Isa, Fp8E5M2>(args) : Attend<Avx512Isa, Fp8E5M2>(args);
 }
 
 }  // namespace ctxpar::attention_internal

@@ -217,6 +217,8 @@ KernelFn SelectKernel(CpuIsa isa, DataType dtype) {
                                          &AttendAvx512Fp8E5M2};
   static constexpr KernelFn kAvx2[] = {&AttendAvx2F32, &AttendAvx2Bf16, &AttendAvx2Fp8E4M3,
                                        &AttendAvx2Fp8E5M2};
+  // The AVX-512 fp8 kernels permute bytes with vpermb (AVX512_VBMI).
+  if (isa >= CpuIsa::kAvx512 && t >= 2 && !DetectCpuFeatures().avx512_vbmi) isa = CpuIsa::kAvx2;
   switch (isa) {
     case CpuIsa::kAvx512Bf16:
       if (t == 1) return &AttendAvx512DpBf16;

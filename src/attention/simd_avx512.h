@@ -22,49 +22,12 @@ struct Avx512Isa {
   static __m512i LoadWords(const KElem* p) {
     return _mm512_loadu_si512(p);
   }
+  // bf16 element x of each word (fp8 is Avx512Fp8Isa's, kernel_avx512_fp8.cpp).
   template <class KElem, int x>
   static V Part(__m512i w) {
-    if constexpr (std::is_same_v<KElem, uint16_t>) {
-      return _mm512_castsi512_ps(x == 0 ? _mm512_slli_epi32(w, 16)
-                                        : _mm512_and_si512(w, I(static_cast<int>(0xffff0000u))));
-    } else {
-      return Widen(KElem{}, _mm512_srli_epi32(w, 8 * x));
-    }
-  }
-  static __m512i I(int x) { return _mm512_set1_epi32(x); }
-  // fp8 codes in the low byte of each 32-bit lane (bits above ignored) to fp32: dtype.h's
-  // Fp8E4M3ToFloat and Fp8E5M2ToFloat step for step, so the same bits for every code.
-  static V Widen(Fp8E4M3, __m512i c) {
-    const __m512i mag = _mm512_and_si512(c, I(0x7f));
-    const __m512i normal = _mm512_add_epi32(_mm512_slli_epi32(mag, 20), I(120 << 23));
-    // Subnormal: exponent one higher, minus 2^-6.
-    V r = _mm512_mask_sub_ps(_mm512_castsi512_ps(normal), _mm512_cmplt_epi32_mask(mag, I(8)),
-                             _mm512_castsi512_ps(_mm512_add_epi32(normal, I(1 << 23))),
-                             _mm512_set1_ps(0x1.0p-6f));
-    r = _mm512_mask_mov_ps(r, _mm512_cmpeq_epi32_mask(mag, I(0x7f)),
-                           _mm512_castsi512_ps(I(0x7fc00000)));
-    // r | (c << 24 & sign bit)
-    return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
-        _mm512_castps_si512(r), _mm512_slli_epi32(c, 24), I(static_cast<int>(0x80000000u)), 0xf8));
-  }
-  static V Widen(Fp8E5M2, __m512i c) {
-    const __m512i w = _mm512_slli_epi32(c, 24);
-    const __m512i two_w = _mm512_add_epi32(w, w);
-    const V normal =
-        _mm512_mul_ps(_mm512_castsi512_ps(_mm512_add_epi32(_mm512_srli_epi32(two_w, 4),
-                                                           I(static_cast<int>(0xE0u << 23)))),
-                      _mm512_set1_ps(0x1.0p-112f));
-    const V r = _mm512_mask_sub_ps(
-        normal, _mm512_cmplt_epu32_mask(two_w, I(1 << 27)),
-        _mm512_castsi512_ps(_mm512_or_si512(_mm512_srli_epi32(two_w, 17), I(126 << 23))),
-        _mm512_set1_ps(0.5f));
-    return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_castps_si512(r), w,
-                                                         I(static_cast<int>(0x80000000u)), 0xf8));
-  }
-  template <class F8>
-  requires kIsFp8<F8>
-  static V Load(const F8* p) {
-    return Widen(F8{}, _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+    static_assert(std::is_same_v<KElem, uint16_t>);
+    return _mm512_castsi512_ps(x == 0 ? _mm512_slli_epi32(w, 16)
+                                      : _mm512_and_si512(w, _mm512_set1_epi32(-65536)));
   }
   static V Zero() { return _mm512_setzero_ps(); }
   static V Set1(float x) { return _mm512_set1_ps(x); }
