@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "models/layers/elementwise.h"
@@ -78,7 +79,10 @@ Route RouteToken(const DeepseekV3Config& c, const float* logits, const float* bi
     const std::vector<int> top = TopK(members, 2);
     group_score[g] = members[top[0]] + members[top[1]];
   }
-  std::vector<float> masked(E, 0.0f);
+  // The other groups' experts are out of reach whatever their choice: -inf, as transformers 5
+  // and llama.cpp mask them (transformers 4 wrote 0, which picks a masked expert once the bias
+  // makes a kept choice negative).
+  std::vector<float> masked(E, -std::numeric_limits<float>::infinity());
   for (int g : TopK(group_score, c.topk_group)) {
     std::copy_n(choice.begin() + g * per_group, per_group, masked.begin() + g * per_group);
   }

@@ -56,6 +56,10 @@ TEST(DeepseekRouter, GroupLimitedTopKWithTheCorrectionBias) {
   EXPECT_EQ(r.experts, (std::vector<int>{0, 2}));
   EXPECT_NEAR(r.weights[0], 0.9 / 1.5 * 2.5, 1e-6);
   EXPECT_NEAR(r.weights[1], 0.6 / 1.5 * 2.5, 1e-6);
+  // Choices below 0 in the kept groups ({0,1} sums 0.7, {2,3} -0.2) still beat the experts of
+  // the other groups.
+  const float negative[8] = {0.0f, -0.3f, -0.7f, -0.7f, -0.8f, -0.8f, -0.5f, -0.5f};
+  EXPECT_EQ(RouteToken(c, logits, negative).experts, (std::vector<int>{0, 2}));
   DeepseekV3Config plain = c;
   plain.norm_topk_prob = false;
   EXPECT_NEAR(RouteToken(plain, logits, bias).weights[0], 0.9 * 2.5, 1e-6);
