@@ -19,7 +19,6 @@
 
 #include "ctxpar/communicator.h"
 #include "ctxpar/hf_config.h"
-#include "ctxpar/safetensors.h"
 #include "models/deepseek.h"
 #include "models/layers/tp_linear.h"
 
@@ -41,7 +40,7 @@ struct FfnWeights {
   MlpWeights shared;                // moe: empty without shared experts
 };
 
-Expected<FfnWeights> LoadFfnWeights(const SafetensorsCheckpoint& ckpt, const DeepseekV3Config& c,
+Expected<FfnWeights> LoadFfnWeights(const DeepseekWeights& weights, const DeepseekV3Config& c,
                                     const DeepseekShard& s, int layer);
 
 // The experts of one token, ascending, and their weights.
