@@ -262,6 +262,15 @@ Status ApplyDeepseekRules(const DeepseekV3Config& c, Resolution& r) {
                          {"feature", "the Llama models' KV cache"},
                          {"architecture", c.architecture + " (its latent cache is fp32)"}});
   }
+  // The network computes in fp32 from fp32 weights (a GGUF's dequantized at load): the int8
+  // activations that --llama-cpp-numerics and --dtype auto ask for are not implemented for it.
+  if (cfg.llama_cpp_numerics() || cfg.dtype() == "auto") {
+    return CatalogError(
+        "CTXPAR-MODEL-005",
+        {{"flag", cfg.llama_cpp_numerics() ? "--llama-cpp-numerics" : "--dtype auto"},
+         {"feature", "int8 activations in the matmuls"},
+         {"architecture", c.architecture + " (its matmuls are fp32)"}});
+  }
   return CheckDeepseekLayout(c,
                              {.tp = cfg.tp_size(),
                               .ep = cfg.ep_size(),
