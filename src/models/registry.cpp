@@ -23,7 +23,7 @@ constexpr Architecture kArchitectures[] = {
     {"qwen3moe", "Qwen3MoeForCausalLM", OpenQwen3MoeSource, nullptr},
     {"phi3", "Phi3ForCausalLM", OpenPhi3Source, nullptr},
     {"olmo2", "Olmo2ForCausalLM", OpenOlmo2Source, nullptr},
-    {"", "DeepseekV3ForCausalLM", nullptr, OpenDeepseekSource},
+    {"deepseek2", "DeepseekV3ForCausalLM", OpenDeepseek2Source, OpenDeepseekSource},
     {"", "DeepseekV4ForCausalLM", nullptr, OpenDeepseekSource},
 };
 
