@@ -34,7 +34,7 @@ constexpr double kScaledRopeTolerance = 2e-3;
 
 const char* const kArchs[] = {"llama",    "llama3",        "llama_linear", "qwen2",
                               "qwen3moe", "qwen3",         "phi3",         "olmo2",
-                              "gemma2",   "phi3_longrope", "qwen2_yarn"};
+                              "gemma2",   "phi3_longrope", "qwen2_yarn",   "deepseek_v3"};
 
 struct Layout {
   int tp;
