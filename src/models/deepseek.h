@@ -34,7 +34,8 @@
 //   rank every token.
 // - lm_head is vocab-sharded and all-gathered. The linears, the ordered all-reduce and the head
 //   are the shared layer's (layers/tp_linear.h, layers/vocab_head.h). Numerics: bf16/f16/f32
-//   weights widened to fp32 at load, the fixed-order fp32 matmul (matmul_f32.h), fp32 KV.
+//   weights widened (a GGUF's dequantized) to fp32 at load, the fixed-order fp32 matmul
+//   (matmul_f32.h), fp32 KV.
 #pragma once
 
 #include <cstdint>
