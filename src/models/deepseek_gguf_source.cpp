@@ -295,6 +295,13 @@ class GgufDeepseekWeights final : public DeepseekWeights {
   Status Read(const std::string& name, int64_t first, int64_t count, float* out) const override {
     CTXPAR_ASSIGN_OR_RETURN(const Slot slot, Locate(name));
     CTXPAR_ASSIGN_OR_RETURN(const GgufTensor* t, f_->FindTensor(slot.tensor));
+    CTXPAR_ASSIGN_OR_RETURN(const std::vector<int64_t> shape, Shape(name));
+    int64_t size = 1;
+    for (int64_t dim : shape) size *= dim;
+    if (first < 0 || count < 0 || first > size - count) {
+      return OutOfRange(fmt::format("elements [{}, {}+{}) are not inside weight '{}' of {}", first,
+                                    first, count, name, size));
+    }
     if (!slot.v_tensor.empty()) {
       CTXPAR_ASSIGN_OR_RETURN(const std::vector<float> kv_b, KvB(*t, slot.v_tensor));
       std::copy_n(kv_b.begin() + first, count, out);
