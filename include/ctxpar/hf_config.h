@@ -22,8 +22,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "ctxpar/dtype.h"
@@ -67,6 +69,22 @@ struct DeepseekV3Config {
   int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   bool is_moe_layer(int layer) const { return layer >= first_k_dense_replace; }
 };
+
+// A rule that a DeepSeek configuration's values break, whatever file stated them: the
+// config.json key of the value, the value, the rule (a clause: "it must be at most n_group (8)");
+// `unsupported`: a value ctxpar does not run (CTXPAR-HF-003) rather than a contradiction
+// (CTXPAR-HF-004). The GGUF reader names the key as its file does.
+struct DeepseekConfigFault {
+  std::string key;
+  std::variant<int64_t, double> value;
+  std::string rule;
+  bool unsupported = false;
+};
+// The first of the rules between c's sizes the kernels and the router need: an even rope width,
+// MLA widths the attention kernels take (CTXPAR-HF-003), n_group dividing the experts into groups
+// of at least 2, topk_group at most n_group, num_experts_per_tok within topk_group groups,
+// first_k_dense_replace at most the layers, a positive routed_scaling_factor and rms_norm_eps.
+std::optional<DeepseekConfigFault> FindDeepseekConfigFault(const DeepseekV3Config& c);
 
 // `origin` names the text in messages (the file's path).
 Expected<DeepseekV3Config> ParseDeepseekV3Config(std::string_view json_text,

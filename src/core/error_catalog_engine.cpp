@@ -577,7 +577,7 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "A GGUF file names its network in general.architecture, and ctxpar picks the model code "
        "by that name from its architecture registry. A file of another architecture has tensors "
        "and hyperparameters that no registered model reads.",
-       "--model-path naming a GGUF file of an architecture outside the list (deepseek2, "
+       "--model-path naming a GGUF file of an architecture outside the list (glm4moe, "
        "gpt-oss, mistral3, ...).",
        {"Use a GGUF file of one of the listed architectures (SmolLM2 is llama, Gemma 3 is "
         "gemma3).",

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <variant>
 
 #include "ctxpar/error_catalog.h"
 
@@ -188,20 +189,12 @@ Status CheckSupported(const Reader& r) {
   return Status::Ok();
 }
 
+// FindDeepseekConfigFault's rules, then those between values that only config.json states.
 Status CheckConsistent(const Reader& r, const DeepseekV3Config& c) {
-  if (c.qk_rope_head_dim % 2 != 0) {
-    return r.Inconsistent("qk_rope_head_dim", c.qk_rope_head_dim,
-                          "RoPE rotates pairs: it must be even");
-  }
-  const int latent = c.kv_lora_rank + c.qk_rope_head_dim;
-  if (c.kv_lora_rank % 16 != 0 || latent % 16 != 0 || latent > 1024 || c.qk_head_dim() % 16 != 0 ||
-      c.v_head_dim % 16 != 0 || c.v_head_dim > 1024 || c.qk_head_dim() > 1024) {
-    return r.Unsupported(
-        "kv_lora_rank", c.kv_lora_rank,
-        fmt::format("the attention kernels take head widths that are multiples of 16 up to 1024: "
-                    "kv_lora_rank ({}), kv_lora_rank + qk_rope_head_dim ({}), qk_nope_head_dim + "
-                    "qk_rope_head_dim ({}) and v_head_dim ({})",
-                    c.kv_lora_rank, latent, c.qk_head_dim(), c.v_head_dim));
+  if (const std::optional<DeepseekConfigFault> fault = FindDeepseekConfigFault(c)) {
+    const Json value = std::visit([](auto v) { return Json(v); }, fault->value);
+    return fault->unsupported ? r.Unsupported(fault->key, value, fault->rule)
+                              : r.Inconsistent(fault->key, value, fault->rule);
   }
   if (r.Has("qk_head_dim") && r.At("qk_head_dim") != c.qk_head_dim()) {
     return r.Inconsistent(
@@ -213,37 +206,56 @@ Status CheckConsistent(const Reader& r, const DeepseekV3Config& c) {
         "head_dim", r.At("head_dim"),
         fmt::format("DeepSeek-V3 configs set it to qk_rope_head_dim = {}", c.qk_rope_head_dim));
   }
-  if (c.n_routed_experts % c.n_group != 0 || c.n_routed_experts / c.n_group < 2) {
-    return r.Inconsistent("n_group", c.n_group,
-                          fmt::format("it must divide n_routed_experts ({}) into groups of at "
-                                      "least 2 experts (a group scores by its top 2)",
-                                      c.n_routed_experts));
-  }
-  if (c.topk_group > c.n_group) {
-    return r.Inconsistent("topk_group", c.topk_group,
-                          fmt::format("it must be at most n_group ({})", c.n_group));
-  }
-  const int reachable = c.topk_group * (c.n_routed_experts / c.n_group);
-  if (c.num_experts_per_tok > reachable) {
-    return r.Inconsistent(
-        "num_experts_per_tok", c.num_experts_per_tok,
-        fmt::format("topk_group ({}) groups hold only {} experts", c.topk_group, reachable));
-  }
-  if (c.first_k_dense_replace > c.num_hidden_layers) {
-    return r.Inconsistent(
-        "first_k_dense_replace", c.first_k_dense_replace,
-        fmt::format("it must be at most num_hidden_layers ({})", c.num_hidden_layers));
-  }
-  if (!(c.routed_scaling_factor > 0.0)) {
-    return r.Inconsistent("routed_scaling_factor", c.routed_scaling_factor, "it must be positive");
-  }
-  if (!(c.rms_norm_eps > 0.0)) {
-    return r.Inconsistent("rms_norm_eps", c.rms_norm_eps, "it must be positive");
-  }
   return Status::Ok();
 }
 
 }  // namespace
+
+std::optional<DeepseekConfigFault> FindDeepseekConfigFault(const DeepseekV3Config& c) {
+  auto fault = [](std::string key, std::variant<int64_t, double> value, std::string rule,
+                  bool unsupported = false) {
+    return DeepseekConfigFault{std::move(key), value, std::move(rule), unsupported};
+  };
+  if (c.qk_rope_head_dim % 2 != 0) {
+    return fault("qk_rope_head_dim", c.qk_rope_head_dim, "RoPE rotates pairs: it must be even");
+  }
+  const int latent = c.kv_lora_rank + c.qk_rope_head_dim;
+  if (c.kv_lora_rank % 16 != 0 || latent % 16 != 0 || latent > 1024 || c.qk_head_dim() % 16 != 0 ||
+      c.v_head_dim % 16 != 0 || c.v_head_dim > 1024 || c.qk_head_dim() > 1024) {
+    return fault(
+        "kv_lora_rank", c.kv_lora_rank,
+        fmt::format("the attention kernels take head widths that are multiples of 16 up to 1024: "
+                    "kv_lora_rank ({}), kv_lora_rank + qk_rope_head_dim ({}), qk_nope_head_dim + "
+                    "qk_rope_head_dim ({}) and v_head_dim ({})",
+                    c.kv_lora_rank, latent, c.qk_head_dim(), c.v_head_dim),
+        true);
+  }
+  if (c.n_routed_experts % c.n_group != 0 || c.n_routed_experts / c.n_group < 2) {
+    return fault("n_group", c.n_group,
+                 fmt::format("it must divide n_routed_experts ({}) into groups of at least 2 "
+                             "experts (a group scores by its top 2)",
+                             c.n_routed_experts));
+  }
+  if (c.topk_group > c.n_group) {
+    return fault("topk_group", c.topk_group,
+                 fmt::format("it must be at most n_group ({})", c.n_group));
+  }
+  const int reachable = c.topk_group * (c.n_routed_experts / c.n_group);
+  if (c.num_experts_per_tok > reachable) {
+    return fault(
+        "num_experts_per_tok", c.num_experts_per_tok,
+        fmt::format("topk_group ({}) groups hold only {} experts", c.topk_group, reachable));
+  }
+  if (c.first_k_dense_replace > c.num_hidden_layers) {
+    return fault("first_k_dense_replace", c.first_k_dense_replace,
+                 fmt::format("it must be at most num_hidden_layers ({})", c.num_hidden_layers));
+  }
+  if (!(c.routed_scaling_factor > 0.0)) {
+    return fault("routed_scaling_factor", c.routed_scaling_factor, "it must be positive");
+  }
+  if (!(c.rms_norm_eps > 0.0)) return fault("rms_norm_eps", c.rms_norm_eps, "it must be positive");
+  return std::nullopt;
+}
 
 Expected<DeepseekV3Config> ParseDeepseekV3Config(std::string_view json_text,
                                                  const std::string& origin) {

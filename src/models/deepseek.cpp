@@ -18,6 +18,9 @@ namespace ctxpar {
 
 namespace {
 
+// Read row by row in the forward (by token id), not copied at load.
+constexpr const char* kEmbedding = "model.embed_tokens.weight";
+
 struct Layer {
   model::MlaWeights attn;
   model::FfnWeights ffn;
@@ -25,9 +28,9 @@ struct Layer {
 
 class DeepseekModel final : public Model {
  public:
-  DeepseekModel(std::shared_ptr<const SafetensorsCheckpoint> ckpt, const DeepseekV3Config& c,
+  DeepseekModel(std::shared_ptr<const DeepseekWeights> weights, const DeepseekV3Config& c,
                 ModelDesc desc, Communicator& world, ThreadPool* pool, DeepseekShard shard)
-      : ckpt_(std::move(ckpt)),
+      : weights_(std::move(weights)),
         c_(c),
         desc_(std::move(desc)),
         tp_(&world, pool, model::ActFormat::kF32),
@@ -40,14 +43,13 @@ class DeepseekModel final : public Model {
   model::MlaAttention& attention() const { return *attn_; }
 
  private:
-  std::shared_ptr<const SafetensorsCheckpoint> ckpt_;
+  std::shared_ptr<const DeepseekWeights> weights_;
   DeepseekV3Config c_;
   ModelDesc desc_;
   model::TpLinear tp_;
   ThreadPool* pool_;
   DeepseekShard s_;
   std::vector<Layer> layers_;
-  const SafetensorsTensor* embed_ = nullptr;
   std::vector<float> norm_, lm_head_;  // lm_head: the rank's vocab shard [.., hidden]
   model::LmHead head_;
   std::unique_ptr<model::MlaAttention> attn_;
@@ -56,7 +58,7 @@ class DeepseekModel final : public Model {
 };
 
 Status DeepseekModel::Init(const EngineConfig& config) {
-  const SafetensorsCheckpoint& ck = *ckpt_;
+  const DeepseekWeights& ck = *weights_;
   for (int l = 0; l < c_.num_hidden_layers; ++l) {
     Layer layer;
     CTXPAR_ASSIGN_OR_RETURN(layer.attn, model::LoadMlaWeights(ck, c_, s_, l));
@@ -64,10 +66,9 @@ Status DeepseekModel::Init(const EngineConfig& config) {
     layers_.push_back(std::move(layer));
   }
   const int64_t d = c_.hidden_size, vocab = c_.vocab_size;
-  CTXPAR_ASSIGN_OR_RETURN(embed_, ck.Find("model.embed_tokens.weight"));
   CTXPAR_ASSIGN_OR_RETURN(norm_, model::LoadVector(ck, "model.norm.weight", d));
   const model::VocabShard shard = model::MakeVocabShard(c_.vocab_size, s_.tp_size, s_.tp_rank);
-  const std::string head = c_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  const std::string head = c_.tie_word_embeddings ? kEmbedding : "lm_head.weight";
   CTXPAR_ASSIGN_OR_RETURN(lm_head_, model::LoadRows(ck, head, vocab, d, shard.first, shard.count));
   head_ = model::LmHead(
       c_.hidden_size, c_.vocab_size, float(c_.rms_norm_eps), norm_.data(),
@@ -83,16 +84,16 @@ Status DeepseekModel::Forward(const Batch& batch, KvPool& kv, std::vector<float>
   const int d = c_.hidden_size;
   x_.resize(std::size_t(n) * d);
   for (int t = 0; t < n; ++t) {
-    CTXPAR_RETURN_IF_ERROR(
-        CopyElements(*embed_, int64_t{batch.tokens[t]} * d, d, x_.data() + std::size_t(t) * d));
+    CTXPAR_RETURN_IF_ERROR(weights_->Read(kEmbedding, int64_t{batch.tokens[t]} * d, d,
+                                          x_.data() + std::size_t(t) * d));
   }
   for (int l = 0; l < c_.num_hidden_layers; ++l) {
     CTXPAR_RETURN_IF_ERROR(attn_->Run(layers_[l].attn, l, batch, kv, x_.data()));
     CTXPAR_RETURN_IF_ERROR(ffn_->Run(layers_[l].ffn, n, x_.data()));
-    CTXPAR_RETURN_IF_ERROR(
-        CheckFinite(x_.data(), x_.size(), fmt::format("the output of layer {}", l), ckpt_->dir()));
+    CTXPAR_RETURN_IF_ERROR(CheckFinite(x_.data(), x_.size(),
+                                       fmt::format("the output of layer {}", l), weights_->path()));
   }
-  return head_.Logits(tp_, batch, x_.data(), ckpt_->dir(), logits);
+  return head_.Logits(tp_, batch, x_.data(), weights_->path(), logits);
 }
 
 }  // namespace
@@ -102,9 +103,10 @@ DeepseekGroups GroupsOf(Model& model) {
   return {&a.dcp(), &a.cp()};
 }
 
-Expected<std::unique_ptr<Model>> CreateDeepseekModel(
-    std::shared_ptr<const SafetensorsCheckpoint> ckpt, const DeepseekV3Config& c, ModelDesc desc,
-    const EngineConfig& config, Communicator& world, ThreadPool* pool) {
+Expected<std::unique_ptr<Model>> CreateDeepseekModel(std::shared_ptr<const DeepseekWeights> weights,
+                                                     const DeepseekV3Config& c, ModelDesc desc,
+                                                     const EngineConfig& config,
+                                                     Communicator& world, ThreadPool* pool) {
   if (world.size() != config.tp_size) {
     return InvalidArgument(fmt::format("tp_size ({}) must equal the TP communicator's size ({})",
                                        config.tp_size, world.size()));
@@ -121,7 +123,7 @@ Expected<std::unique_ptr<Model>> CreateDeepseekModel(
         fmt::format("--moe-a2a-backend {}: the DeepSeek model runs none and deepep",
                     MoeA2aBackendName(config.moe_a2a_backend)));
   }
-  auto model = std::make_unique<DeepseekModel>(std::move(ckpt), c, std::move(desc), world, pool,
+  auto model = std::make_unique<DeepseekModel>(std::move(weights), c, std::move(desc), world, pool,
                                                MakeDeepseekShard(c, config, world.rank()));
   CTXPAR_RETURN_IF_ERROR(model->Init(config));
   return std::unique_ptr<Model>(std::move(model));

@@ -34,7 +34,8 @@
 //   rank every token.
 // - lm_head is vocab-sharded and all-gathered. The linears, the ordered all-reduce and the head
 //   are the shared layer's (layers/tp_linear.h, layers/vocab_head.h). Numerics: bf16/f16/f32
-//   weights widened to fp32 at load, the fixed-order fp32 matmul (matmul_f32.h), fp32 KV.
+//   weights widened (a GGUF's dequantized) to fp32 at load, the fixed-order fp32 matmul
+//   (matmul_f32.h), fp32 KV.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +51,7 @@
 #include "ctxpar/model.h"
 #include "ctxpar/safetensors.h"
 #include "ctxpar/status.h"
+#include "ctxpar/tokenizer.h"
 
 namespace ctxpar {
 
@@ -93,6 +95,47 @@ struct DeepseekShard {
 
 DeepseekShard MakeDeepseekShard(const DeepseekV3Config& c, const EngineConfig& config, int tp_rank);
 
+// Where a DeepSeek model reads its weights: by their HF names ("model.layers.3.mlp.gate.weight")
+// and HF shapes (row-major), whatever the file holds them as. A HF checkpoint's safetensors
+// are read in place and widened to fp32; a GGUF (deepseek2) maps each name to its tensors and
+// dequantizes them (deepseek_gguf_source.cpp).
+class DeepseekWeights {
+ public:
+  virtual ~DeepseekWeights() = default;
+  // The file or directory, for messages.
+  virtual const std::string& path() const = 0;
+  // The shape of weight `name`; an error when the file has no such weight.
+  virtual Expected<std::vector<int64_t>> Shape(const std::string& name) const = 0;
+  // Elements [first, first + count) of `name`, row-major, as fp32.
+  virtual Status Read(const std::string& name, int64_t first, int64_t count, float* out) const = 0;
+  // The error for weight `name`, which the network reads with shape `want`: the file has it
+  // with shape `*have`, or not at all (null), in the file's own terms and catalog ID.
+  virtual Status ShapeError(const std::string& name, const std::vector<int64_t>* have,
+                            const std::vector<int64_t>& want) const = 0;
+};
+
+// The weights of a HF checkpoint's safetensors.
+std::shared_ptr<const DeepseekWeights> SafetensorsDeepseekWeights(
+    std::shared_ptr<const SafetensorsCheckpoint> ckpt);
+
+// Every weight the network reads, by HF name, with its shape: the checkpoint's files must hold
+// exactly these (CheckDeepseekTensors).
+struct DeepseekTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+std::vector<DeepseekTensor> DeepseekTensors(const DeepseekV3Config& c);
+// Each of DeepseekTensors(c) exists with its shape, else the weights' ShapeError for the first
+// that does not: the checkpoint is refused when it is opened, before any compute.
+Status CheckDeepseekTensors(const DeepseekWeights& w, const DeepseekV3Config& c);
+
+// The ModelSource of a DeepSeek checkpoint whose weights and configuration are read and checked:
+// `tokenizer` where the file has one (GGUF), else token ids in and out.
+std::unique_ptr<ModelSource> NewDeepseekSource(std::string path,
+                                               std::shared_ptr<const DeepseekWeights> weights,
+                                               DeepseekV3Config c,
+                                               std::optional<Tokenizer> tokenizer);
+
 // The model's rules for a launch (ModelInfo::hook, source kDeepseekHook): with deepep the EP
 // size is the TP size (declared, as SGLang does), --attn-cp-size needs prefill CP
 // (CTXPAR-DSV3-004), then CheckDeepseekLayout.
@@ -116,9 +159,10 @@ struct DeepseekLayoutArgs {
 Status CheckDeepseekLayout(const DeepseekV3Config& c, const DeepseekLayoutArgs& args);
 
 // Collective over `world` (tp_size ranks).
-Expected<std::unique_ptr<Model>> CreateDeepseekModel(
-    std::shared_ptr<const SafetensorsCheckpoint> ckpt, const DeepseekV3Config& c, ModelDesc desc,
-    const EngineConfig& config, Communicator& world, ThreadPool* pool);
+Expected<std::unique_ptr<Model>> CreateDeepseekModel(std::shared_ptr<const DeepseekWeights> weights,
+                                                     const DeepseekV3Config& c, ModelDesc desc,
+                                                     const EngineConfig& config,
+                                                     Communicator& world, ThreadPool* pool);
 
 // A DeepSeek model's own communicators, the DCP group and the prefill-CP group split from the TP
 // group, whose counters tests and benchmarks read. `model` must come from CreateDeepseekModel.
@@ -130,15 +174,15 @@ DeepseekGroups GroupsOf(Model& model);
 
 namespace model {
 
-// Rows [first, first + count) of a 2-D weight [rows, cols] (checked against `name`), widened to
-// fp32, row-major.
-Expected<std::vector<float>> LoadRows(const SafetensorsCheckpoint& ckpt, const std::string& name,
+// Rows [first, first + count) of a 2-D weight [rows, cols] (checked against `name`), as fp32,
+// row-major.
+Expected<std::vector<float>> LoadRows(const DeepseekWeights& w, const std::string& name,
                                       int64_t rows, int64_t cols, int64_t first, int64_t count);
 // Columns [first, first + count) of every row of a 2-D weight [rows, cols]: [rows, count].
-Expected<std::vector<float>> LoadCols(const SafetensorsCheckpoint& ckpt, const std::string& name,
+Expected<std::vector<float>> LoadCols(const DeepseekWeights& w, const std::string& name,
                                       int64_t rows, int64_t cols, int64_t first, int64_t count);
 // A 1-D weight of `size` elements.
-Expected<std::vector<float>> LoadVector(const SafetensorsCheckpoint& ckpt, const std::string& name,
+Expected<std::vector<float>> LoadVector(const DeepseekWeights& w, const std::string& name,
                                         int64_t size);
 
 // out [rows.size(), dim] := the rows of src [.., dim] that `rows` lists, in that order.

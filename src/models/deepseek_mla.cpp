@@ -29,7 +29,7 @@ int CpRankOf(CpStrategy strategy, int cp, int64_t i, int64_t n) {
 
 }  // namespace
 
-Expected<MlaWeights> LoadMlaWeights(const SafetensorsCheckpoint& ckpt, const DeepseekV3Config& c,
+Expected<MlaWeights> LoadMlaWeights(const DeepseekWeights& weights, const DeepseekV3Config& c,
                                     const DeepseekShard& s, int layer) {
   const std::string p = fmt::format("model.layers.{}.", layer);
   const std::string a = p + "self_attn.";
@@ -37,17 +37,18 @@ Expected<MlaWeights> LoadMlaWeights(const SafetensorsCheckpoint& ckpt, const Dee
   const int64_t nope = c.qk_nope_head_dim, dv = c.v_head_dim, lora = c.kv_lora_rank;
   const int64_t L = lora + c.qk_rope_head_dim, kvb = nope + dv;
   MlaWeights w;
-  CTXPAR_ASSIGN_OR_RETURN(w.input_norm, LoadVector(ckpt, p + "input_layernorm.weight", d));
+  CTXPAR_ASSIGN_OR_RETURN(w.input_norm, LoadVector(weights, p + "input_layernorm.weight", d));
   CTXPAR_ASSIGN_OR_RETURN(
-      w.q_a, LoadRows(ckpt, a + "q_a_proj.weight", c.q_lora_rank, d, 0, c.q_lora_rank));
-  CTXPAR_ASSIGN_OR_RETURN(w.q_a_norm, LoadVector(ckpt, a + "q_a_layernorm.weight", c.q_lora_rank));
-  CTXPAR_ASSIGN_OR_RETURN(w.q_b, LoadRows(ckpt, a + "q_b_proj.weight", H * qk, c.q_lora_rank,
+      w.q_a, LoadRows(weights, a + "q_a_proj.weight", c.q_lora_rank, d, 0, c.q_lora_rank));
+  CTXPAR_ASSIGN_OR_RETURN(w.q_a_norm,
+                          LoadVector(weights, a + "q_a_layernorm.weight", c.q_lora_rank));
+  CTXPAR_ASSIGN_OR_RETURN(w.q_b, LoadRows(weights, a + "q_b_proj.weight", H * qk, c.q_lora_rank,
                                           s.span_first * qk, s.span_heads * qk));
-  CTXPAR_ASSIGN_OR_RETURN(w.kv_a, LoadRows(ckpt, a + "kv_a_proj_with_mqa.weight", L, d, 0, L));
-  CTXPAR_ASSIGN_OR_RETURN(w.kv_a_norm, LoadVector(ckpt, a + "kv_a_layernorm.weight", lora));
-  CTXPAR_ASSIGN_OR_RETURN(w.kv_b, LoadRows(ckpt, a + "kv_b_proj.weight", H * kvb, lora,
+  CTXPAR_ASSIGN_OR_RETURN(w.kv_a, LoadRows(weights, a + "kv_a_proj_with_mqa.weight", L, d, 0, L));
+  CTXPAR_ASSIGN_OR_RETURN(w.kv_a_norm, LoadVector(weights, a + "kv_a_layernorm.weight", lora));
+  CTXPAR_ASSIGN_OR_RETURN(w.kv_b, LoadRows(weights, a + "kv_b_proj.weight", H * kvb, lora,
                                            s.span_first * kvb, s.span_heads * kvb));
-  CTXPAR_ASSIGN_OR_RETURN(w.o_proj, LoadCols(ckpt, a + "o_proj.weight", d, H * dv,
+  CTXPAR_ASSIGN_OR_RETURN(w.o_proj, LoadCols(weights, a + "o_proj.weight", d, H * dv,
                                              s.span_first * dv, s.span_heads * dv));
   // kv_b_proj holds, per head, W_UK [nope, lora] then W_UV [dv, lora]. The absorbed form needs
   // W_UK transposed (q_nope -> latent) for the decode Q heads and W_UV for the own heads.

@@ -16,7 +16,6 @@
 #include "ctxpar/communicator.h"
 #include "ctxpar/hf_config.h"
 #include "ctxpar/kv_pool.h"
-#include "ctxpar/safetensors.h"
 #include "models/batch_attention.h"
 #include "models/deepseek.h"
 #include "models/layers/elementwise.h"
@@ -38,7 +37,7 @@ struct MlaWeights {
   std::vector<float> o_proj;      // [dim, span_heads * v_head_dim]
 };
 
-Expected<MlaWeights> LoadMlaWeights(const SafetensorsCheckpoint& ckpt, const DeepseekV3Config& c,
+Expected<MlaWeights> LoadMlaWeights(const DeepseekWeights& weights, const DeepseekV3Config& c,
                                     const DeepseekShard& s, int layer);
 
 class MlaAttention {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "models/layers/elementwise.h"
@@ -24,7 +25,7 @@ std::vector<int> TopK(const std::vector<float>& v, int k) {
 
 }  // namespace
 
-Expected<FfnWeights> LoadFfnWeights(const SafetensorsCheckpoint& ckpt, const DeepseekV3Config& c,
+Expected<FfnWeights> LoadFfnWeights(const DeepseekWeights& weights, const DeepseekV3Config& c,
                                     const DeepseekShard& s, int layer) {
   const std::string p = fmt::format("model.layers.{}.", layer);
   const int64_t d = c.hidden_size;
@@ -33,15 +34,16 @@ Expected<FfnWeights> LoadFfnWeights(const SafetensorsCheckpoint& ckpt, const Dee
     MlpWeights m;
     m.inter = static_cast<int>(count);
     CTXPAR_ASSIGN_OR_RETURN(m.gate,
-                            LoadRows(ckpt, prefix + "gate_proj.weight", total, d, first, count));
+                            LoadRows(weights, prefix + "gate_proj.weight", total, d, first, count));
     CTXPAR_ASSIGN_OR_RETURN(m.up,
-                            LoadRows(ckpt, prefix + "up_proj.weight", total, d, first, count));
+                            LoadRows(weights, prefix + "up_proj.weight", total, d, first, count));
     CTXPAR_ASSIGN_OR_RETURN(m.down,
-                            LoadCols(ckpt, prefix + "down_proj.weight", d, total, first, count));
+                            LoadCols(weights, prefix + "down_proj.weight", d, total, first, count));
     return m;
   };
   FfnWeights w;
-  CTXPAR_ASSIGN_OR_RETURN(w.post_norm, LoadVector(ckpt, p + "post_attention_layernorm.weight", d));
+  CTXPAR_ASSIGN_OR_RETURN(w.post_norm,
+                          LoadVector(weights, p + "post_attention_layernorm.weight", d));
   w.moe = c.is_moe_layer(layer);
   if (!w.moe) {
     CTXPAR_ASSIGN_OR_RETURN(w.dense,
@@ -49,8 +51,8 @@ Expected<FfnWeights> LoadFfnWeights(const SafetensorsCheckpoint& ckpt, const Dee
     return w;
   }
   const int E = c.n_routed_experts;
-  CTXPAR_ASSIGN_OR_RETURN(w.router, LoadRows(ckpt, p + "mlp.gate.weight", E, d, 0, E));
-  CTXPAR_ASSIGN_OR_RETURN(w.bias, LoadVector(ckpt, p + "mlp.gate.e_score_correction_bias", E));
+  CTXPAR_ASSIGN_OR_RETURN(w.router, LoadRows(weights, p + "mlp.gate.weight", E, d, 0, E));
+  CTXPAR_ASSIGN_OR_RETURN(w.bias, LoadVector(weights, p + "mlp.gate.e_score_correction_bias", E));
   for (int e = s.expert_first; e < s.expert_first + s.expert_count; ++e) {
     CTXPAR_ASSIGN_OR_RETURN(MlpWeights m, mlp(fmt::format("{}mlp.experts.{}.", p, e),
                                               c.moe_intermediate_size, s.moe_first, s.moe_count));
@@ -78,7 +80,10 @@ Route RouteToken(const DeepseekV3Config& c, const float* logits, const float* bi
     const std::vector<int> top = TopK(members, 2);
     group_score[g] = members[top[0]] + members[top[1]];
   }
-  std::vector<float> masked(E, 0.0f);
+  // The other groups' experts are out of reach whatever their choice: -inf, as transformers 5
+  // and llama.cpp mask them (transformers 4 wrote 0, which picks a masked expert once the bias
+  // makes a kept choice negative).
+  std::vector<float> masked(E, -std::numeric_limits<float>::infinity());
   for (int g : TopK(group_score, c.topk_group)) {
     std::copy_n(choice.begin() + g * per_group, per_group, masked.begin() + g * per_group);
   }

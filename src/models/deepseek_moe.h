@@ -5,7 +5,7 @@
 //
 // Router (HF's DeepseekV3TopkRouter and route_tokens_to_experts): scores = sigmoid(x W_r^T);
 // the choice adds e_score_correction_bias; each of n_group groups scores the sum of its top 2;
-// the topk_group best groups stay and the others' choices become 0; the num_experts_per_tok
+// the topk_group best groups stay and the others' choices become -inf; the num_experts_per_tok
 // best choices are the experts; their weights are the scores without the bias, divided by their
 // sum (+1e-20) with norm_topk_prob, times routed_scaling_factor. A token's expert outputs are
 // added in ascending expert id (as HF's loop over experts does), then the shared expert's.
@@ -19,7 +19,6 @@
 
 #include "ctxpar/communicator.h"
 #include "ctxpar/hf_config.h"
-#include "ctxpar/safetensors.h"
 #include "models/deepseek.h"
 #include "models/layers/tp_linear.h"
 
@@ -41,7 +40,7 @@ struct FfnWeights {
   MlpWeights shared;                // moe: empty without shared experts
 };
 
-Expected<FfnWeights> LoadFfnWeights(const SafetensorsCheckpoint& ckpt, const DeepseekV3Config& c,
+Expected<FfnWeights> LoadFfnWeights(const DeepseekWeights& weights, const DeepseekV3Config& c,
                                     const DeepseekShard& s, int layer);
 
 // The experts of one token, ascending, and their weights.

@@ -1,4 +1,5 @@
-// The HF-checkpoint ModelSource of the DeepSeek-V3 architecture: the sharding plan, the layout
+// The ModelSource of the DeepSeek-V3 architecture, whatever file its weights come from (a HF
+// checkpoint here, a deepseek2 GGUF in deepseek_gguf_source.cpp): the sharding plan, the layout
 // rules its hook adds to the resolution pipeline, the tensor checks, and the weight loaders.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -29,70 +30,49 @@ bool HasMoeLayers(const DeepseekV3Config& c) {
   return c.first_k_dense_replace < c.num_hidden_layers;
 }
 
-// Every tensor the network reads, with its shape: a checkpoint that lacks one, or holds one of
-// another shape, is refused when it is opened, naming the tensor.
-Status CheckTensors(const SafetensorsCheckpoint& ckpt, const DeepseekV3Config& c) {
-  struct Want {
-    std::string name;
-    std::vector<int64_t> shape;
-  };
-  const int64_t d = c.hidden_size, H = c.num_attention_heads;
-  std::vector<Want> want = {{"model.embed_tokens.weight", {c.vocab_size, d}},
-                            {"model.norm.weight", {d}}};
-  if (!c.tie_word_embeddings) want.push_back({"lm_head.weight", {c.vocab_size, d}});
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = fmt::format("model.layers.{}.", l);
-    const std::string a = p + "self_attn.";
-    const std::vector<Want> layer = {
-        {p + "input_layernorm.weight", {d}},
-        {p + "post_attention_layernorm.weight", {d}},
-        {a + "q_a_proj.weight", {c.q_lora_rank, d}},
-        {a + "q_a_layernorm.weight", {c.q_lora_rank}},
-        {a + "q_b_proj.weight", {H * c.qk_head_dim(), c.q_lora_rank}},
-        {a + "kv_a_proj_with_mqa.weight", {c.kv_lora_rank + c.qk_rope_head_dim, d}},
-        {a + "kv_a_layernorm.weight", {c.kv_lora_rank}},
-        {a + "kv_b_proj.weight", {H * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank}},
-        {a + "o_proj.weight", {d, H * c.v_head_dim}}};
-    want.insert(want.end(), layer.begin(), layer.end());
-    auto mlp = [&](const std::string& m, int64_t inter) {
-      want.push_back({m + "gate_proj.weight", {inter, d}});
-      want.push_back({m + "up_proj.weight", {inter, d}});
-      want.push_back({m + "down_proj.weight", {d, inter}});
-    };
-    if (!c.is_moe_layer(l)) {
-      mlp(p + "mlp.", c.intermediate_size);
-      continue;
-    }
-    want.push_back({p + "mlp.gate.weight", {c.n_routed_experts, d}});
-    want.push_back({p + "mlp.gate.e_score_correction_bias", {c.n_routed_experts}});
-    for (int e = 0; e < c.n_routed_experts; ++e) {
-      mlp(fmt::format("{}mlp.experts.{}.", p, e), c.moe_intermediate_size);
-    }
-    if (c.n_shared_experts > 0) {
-      mlp(p + "mlp.shared_experts.", int64_t{c.moe_intermediate_size} * c.n_shared_experts);
-    }
+// A HF checkpoint's tensors, read in place (bf16, f16, f32) and widened to fp32.
+class SafetensorsWeights final : public DeepseekWeights {
+ public:
+  explicit SafetensorsWeights(std::shared_ptr<const SafetensorsCheckpoint> ckpt)
+      : ckpt_(std::move(ckpt)) {}
+
+  const std::string& path() const override { return ckpt_->dir(); }
+
+  Expected<std::vector<int64_t>> Shape(const std::string& name) const override {
+    CTXPAR_ASSIGN_OR_RETURN(const SafetensorsTensor* t, ckpt_->Find(name));
+    return t->shape;
   }
-  auto mismatch = [&](const std::string& detail) {
-    return CatalogError("CTXPAR-ST-005", {{"dir", PyRepr(ckpt.dir())}, {"detail", detail}});
-  };
-  auto dims = [](const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); };
-  for (const Want& w : want) {
-    Expected<const SafetensorsTensor*> t = ckpt.Find(w.name);
-    if (!t.ok())
-      return mismatch(fmt::format("it has no tensor '{}' of shape {}", w.name, dims(w.shape)));
-    if ((*t)->shape != w.shape) {
-      return mismatch(fmt::format("tensor '{}' has shape {}, where config.json makes it {}", w.name,
-                                  dims((*t)->shape), dims(w.shape)));
-    }
+
+  Status Read(const std::string& name, int64_t first, int64_t count, float* out) const override {
+    CTXPAR_ASSIGN_OR_RETURN(const SafetensorsTensor* t, ckpt_->Find(name));
+    return CopyElements(*t, first, count, out);
   }
-  return Status::Ok();
-}
+
+  Status ShapeError(const std::string& name, const std::vector<int64_t>* have,
+                    const std::vector<int64_t>& want) const override {
+    const std::string detail =
+        have == nullptr ? fmt::format("it has no tensor '{}' of shape {}", name, Dims(want))
+                        : fmt::format("tensor '{}' has shape {}, where config.json makes it {}",
+                                      name, Dims(*have), Dims(want));
+    return CatalogError("CTXPAR-ST-005", {{"dir", PyRepr(ckpt_->dir())}, {"detail", detail}});
+  }
+
+ private:
+  static std::string Dims(const std::vector<int64_t>& s) {
+    return fmt::format("[{}]", fmt::join(s, ", "));
+  }
+
+  std::shared_ptr<const SafetensorsCheckpoint> ckpt_;
+};
 
 class DeepseekSource final : public ModelSource {
  public:
-  DeepseekSource(std::string path, std::shared_ptr<const SafetensorsCheckpoint> ckpt,
-                 DeepseekV3Config c)
-      : path_(std::move(path)), ckpt_(std::move(ckpt)), c_(std::move(c)) {
+  DeepseekSource(std::string path, std::shared_ptr<const DeepseekWeights> weights,
+                 DeepseekV3Config c, std::optional<Tokenizer> tokenizer)
+      : path_(std::move(path)),
+        weights_(std::move(weights)),
+        c_(std::move(c)),
+        tokenizer_(std::move(tokenizer)) {
     desc_.architecture = c_.architecture;
     desc_.vocab_size = c_.vocab_size;
     desc_.context_length = c_.max_position_embeddings;
@@ -128,7 +108,9 @@ class DeepseekSource final : public ModelSource {
   const ModelInfo& info() const override { return info_; }
   const ModelDesc& desc() const override { return desc_; }
   const ModelShape& shape() const override { return shape_; }
-  const Tokenizer* tokenizer() const override { return nullptr; }
+  const Tokenizer* tokenizer() const override {
+    return tokenizer_.has_value() ? &*tokenizer_ : nullptr;
+  }
 
   // fp32: ApplyDeepseekRules says why.
   KvSpec KvSpecFor(const EngineConfig&) const override {
@@ -137,19 +119,82 @@ class DeepseekSource final : public ModelSource {
 
   Expected<std::unique_ptr<Model>> CreateModel(const EngineConfig& config, Communicator& world,
                                                ThreadPool* pool) const override {
-    return CreateDeepseekModel(ckpt_, c_, desc_, config, world, pool);
+    return CreateDeepseekModel(weights_, c_, desc_, config, world, pool);
   }
 
  private:
   std::string path_;
-  std::shared_ptr<const SafetensorsCheckpoint> ckpt_;
+  std::shared_ptr<const DeepseekWeights> weights_;
   DeepseekV3Config c_;
+  std::optional<Tokenizer> tokenizer_;
   ModelDesc desc_;
   ModelInfo info_;
   ModelShape shape_;
 };
 
 }  // namespace
+
+std::shared_ptr<const DeepseekWeights> SafetensorsDeepseekWeights(
+    std::shared_ptr<const SafetensorsCheckpoint> ckpt) {
+  return std::make_shared<const SafetensorsWeights>(std::move(ckpt));
+}
+
+std::vector<DeepseekTensor> DeepseekTensors(const DeepseekV3Config& c) {
+  const int64_t d = c.hidden_size, H = c.num_attention_heads;
+  std::vector<DeepseekTensor> want = {{"model.embed_tokens.weight", {c.vocab_size, d}},
+                                      {"model.norm.weight", {d}}};
+  if (!c.tie_word_embeddings) want.push_back({"lm_head.weight", {c.vocab_size, d}});
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    const std::string a = p + "self_attn.";
+    const std::vector<DeepseekTensor> layer = {
+        {p + "input_layernorm.weight", {d}},
+        {p + "post_attention_layernorm.weight", {d}},
+        {a + "q_a_proj.weight", {c.q_lora_rank, d}},
+        {a + "q_a_layernorm.weight", {c.q_lora_rank}},
+        {a + "q_b_proj.weight", {H * c.qk_head_dim(), c.q_lora_rank}},
+        {a + "kv_a_proj_with_mqa.weight", {c.kv_lora_rank + c.qk_rope_head_dim, d}},
+        {a + "kv_a_layernorm.weight", {c.kv_lora_rank}},
+        {a + "kv_b_proj.weight", {H * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank}},
+        {a + "o_proj.weight", {d, H * c.v_head_dim}}};
+    want.insert(want.end(), layer.begin(), layer.end());
+    auto mlp = [&](const std::string& m, int64_t inter) {
+      want.push_back({m + "gate_proj.weight", {inter, d}});
+      want.push_back({m + "up_proj.weight", {inter, d}});
+      want.push_back({m + "down_proj.weight", {d, inter}});
+    };
+    if (!c.is_moe_layer(l)) {
+      mlp(p + "mlp.", c.intermediate_size);
+      continue;
+    }
+    want.push_back({p + "mlp.gate.weight", {c.n_routed_experts, d}});
+    want.push_back({p + "mlp.gate.e_score_correction_bias", {c.n_routed_experts}});
+    for (int e = 0; e < c.n_routed_experts; ++e) {
+      mlp(fmt::format("{}mlp.experts.{}.", p, e), c.moe_intermediate_size);
+    }
+    if (c.n_shared_experts > 0) {
+      mlp(p + "mlp.shared_experts.", int64_t{c.moe_intermediate_size} * c.n_shared_experts);
+    }
+  }
+  return want;
+}
+
+Status CheckDeepseekTensors(const DeepseekWeights& w, const DeepseekV3Config& c) {
+  for (const DeepseekTensor& t : DeepseekTensors(c)) {
+    const Expected<std::vector<int64_t>> have = w.Shape(t.name);
+    if (!have.ok()) return w.ShapeError(t.name, nullptr, t.shape);
+    if (*have != t.shape) return w.ShapeError(t.name, &*have, t.shape);
+  }
+  return Status::Ok();
+}
+
+std::unique_ptr<ModelSource> NewDeepseekSource(std::string path,
+                                               std::shared_ptr<const DeepseekWeights> weights,
+                                               DeepseekV3Config c,
+                                               std::optional<Tokenizer> tokenizer) {
+  return std::make_unique<DeepseekSource>(std::move(path), std::move(weights), std::move(c),
+                                          std::move(tokenizer));
+}
 
 KvSpec DeepseekKvSpec(const DeepseekV3Config& c, DataType dtype) {
   return {.num_layers = c.num_hidden_layers,
@@ -217,6 +262,15 @@ Status ApplyDeepseekRules(const DeepseekV3Config& c, Resolution& r) {
                          {"feature", "the Llama models' KV cache"},
                          {"architecture", c.architecture + " (its latent cache is fp32)"}});
   }
+  // The network computes in fp32 from fp32 weights (a GGUF's dequantized at load): the int8
+  // activations that --llama-cpp-numerics and --dtype auto ask for are not implemented for it.
+  if (cfg.llama_cpp_numerics() || cfg.dtype() == "auto") {
+    return CatalogError(
+        "CTXPAR-MODEL-005",
+        {{"flag", cfg.llama_cpp_numerics() ? "--llama-cpp-numerics" : "--dtype auto"},
+         {"feature", "int8 activations in the matmuls"},
+         {"architecture", c.architecture + " (its matmuls are fp32)"}});
+  }
   return CheckDeepseekLayout(c,
                              {.tp = cfg.tp_size(),
                               .ep = cfg.ep_size(),
@@ -271,52 +325,51 @@ Status CheckDeepseekLayout(const DeepseekV3Config& c, const DeepseekLayoutArgs& 
 Expected<std::unique_ptr<ModelSource>> OpenDeepseekSource(const std::string& dir) {
   CTXPAR_ASSIGN_OR_RETURN(DeepseekV3Config c, ReadDeepseekV3Config(dir));
   CTXPAR_ASSIGN_OR_RETURN(SafetensorsCheckpoint opened, SafetensorsCheckpoint::Open(dir));
-  auto ckpt = std::make_shared<const SafetensorsCheckpoint>(std::move(opened));
-  CTXPAR_RETURN_IF_ERROR(CheckTensors(*ckpt, c));
-  return std::unique_ptr<ModelSource>(new DeepseekSource(dir, std::move(ckpt), std::move(c)));
+  std::shared_ptr<const DeepseekWeights> weights =
+      SafetensorsDeepseekWeights(std::make_shared<const SafetensorsCheckpoint>(std::move(opened)));
+  CTXPAR_RETURN_IF_ERROR(CheckDeepseekTensors(*weights, c));
+  return NewDeepseekSource(dir, std::move(weights), std::move(c), std::nullopt);
 }
 
 namespace model {
 
 namespace {
 
-Expected<const SafetensorsTensor*> Tensor2d(const SafetensorsCheckpoint& ckpt,
-                                            const std::string& name, int64_t rows, int64_t cols) {
-  CTXPAR_ASSIGN_OR_RETURN(const SafetensorsTensor* t, ckpt.Find(name));
-  if (t->shape != std::vector<int64_t>{rows, cols}) {
-    return InvalidArgument(fmt::format("tensor '{}' must have shape [{}, {}]", name, rows, cols));
+Status CheckShape(const DeepseekWeights& w, const std::string& name,
+                  const std::vector<int64_t>& want) {
+  CTXPAR_ASSIGN_OR_RETURN(const std::vector<int64_t> have, w.Shape(name));
+  if (have != want) {
+    return InvalidArgument(
+        fmt::format("tensor '{}' must have shape [{}]", name, fmt::join(want, ", ")));
   }
-  return t;
+  return Status::Ok();
 }
 
 }  // namespace
 
-Expected<std::vector<float>> LoadRows(const SafetensorsCheckpoint& ckpt, const std::string& name,
+Expected<std::vector<float>> LoadRows(const DeepseekWeights& w, const std::string& name,
                                       int64_t rows, int64_t cols, int64_t first, int64_t count) {
-  CTXPAR_ASSIGN_OR_RETURN(const SafetensorsTensor* t, Tensor2d(ckpt, name, rows, cols));
+  CTXPAR_RETURN_IF_ERROR(CheckShape(w, name, {rows, cols}));
   std::vector<float> out(count * cols);
-  CTXPAR_RETURN_IF_ERROR(CopyElements(*t, first * cols, count * cols, out.data()));
+  CTXPAR_RETURN_IF_ERROR(w.Read(name, first * cols, count * cols, out.data()));
   return out;
 }
 
-Expected<std::vector<float>> LoadCols(const SafetensorsCheckpoint& ckpt, const std::string& name,
+Expected<std::vector<float>> LoadCols(const DeepseekWeights& w, const std::string& name,
                                       int64_t rows, int64_t cols, int64_t first, int64_t count) {
-  CTXPAR_ASSIGN_OR_RETURN(const SafetensorsTensor* t, Tensor2d(ckpt, name, rows, cols));
+  CTXPAR_RETURN_IF_ERROR(CheckShape(w, name, {rows, cols}));
   std::vector<float> out(rows * count);
   for (int64_t r = 0; r < rows; ++r) {
-    CTXPAR_RETURN_IF_ERROR(CopyElements(*t, r * cols + first, count, out.data() + r * count));
+    CTXPAR_RETURN_IF_ERROR(w.Read(name, r * cols + first, count, out.data() + r * count));
   }
   return out;
 }
 
-Expected<std::vector<float>> LoadVector(const SafetensorsCheckpoint& ckpt, const std::string& name,
+Expected<std::vector<float>> LoadVector(const DeepseekWeights& w, const std::string& name,
                                         int64_t size) {
-  CTXPAR_ASSIGN_OR_RETURN(const SafetensorsTensor* t, ckpt.Find(name));
-  if (t->shape != std::vector<int64_t>{size}) {
-    return InvalidArgument(fmt::format("tensor '{}' must have shape [{}]", name, size));
-  }
+  CTXPAR_RETURN_IF_ERROR(CheckShape(w, name, {size}));
   std::vector<float> out(size);
-  CTXPAR_RETURN_IF_ERROR(CopyElements(*t, 0, size, out.data()));
+  CTXPAR_RETURN_IF_ERROR(w.Read(name, 0, size, out.data()));
   return out;
 }
 

@@ -50,6 +50,8 @@ Expected<std::unique_ptr<ModelSource>> OpenGemma3Source(const std::string& path,
                                                         std::shared_ptr<const GgufFile> file);
 Expected<std::unique_ptr<ModelSource>> OpenGemma2Source(const std::string& path,
                                                         std::shared_ptr<const GgufFile> file);
+Expected<std::unique_ptr<ModelSource>> OpenDeepseek2Source(const std::string& path,
+                                                           std::shared_ptr<const GgufFile> file);
 Expected<std::unique_ptr<ModelSource>> OpenDeepseekSource(const std::string& dir);
 
 }  // namespace ctxpar

@@ -1,8 +1,9 @@
 // `ctxpar generate` and `check` on the tiny converted checkpoints of tests/data/hf_tiny, as a
 // user runs them: the 16 greedy ids of the 700-token prompt are HF transformers' (golden.json)
 // at tp 1 and over two MPI ranks with DCP in prefill chunks, for one weight type of each
-// architecture; and a file with a tensor the model cannot take is refused by check and generate
-// alike, with the same catalog ID and message, before any compute.
+// architecture; and a file with a tensor the model cannot take (or, for deepseek2, a router or an
+// attn_k_b layout) is refused by check and generate alike, with the same catalog ID and message,
+// before any compute.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -33,10 +34,10 @@ struct Case {
   const char* type;
 };
 
-const Case kCases[] = {{"llama", "f32"},   {"llama3", "q8_0"},   {"qwen2", "bf16"},
-                       {"qwen3", "f16"},   {"phi3", "q8_0"},     {"olmo2", "bf16"},
-                       {"gemma2", "bf16"}, {"qwen3moe", "q8_0"}, {"ministral3", "f16"},
-                       {"mistral", "q8_0"}};
+const Case kCases[] = {{"llama", "f32"},    {"llama3", "q8_0"},     {"qwen2", "bf16"},
+                       {"qwen3", "f16"},    {"phi3", "q8_0"},       {"olmo2", "bf16"},
+                       {"gemma2", "bf16"},  {"qwen3moe", "q8_0"},   {"ministral3", "f16"},
+                       {"mistral", "q8_0"}, {"deepseek_v3", "q8_0"}};
 
 TEST(HfTinyCli, GreedyIdsOfTheLongPromptAreTransformersOnOneAndTwoRanks) {
   for (const Case& c : kCases) {
@@ -101,15 +102,26 @@ TEST(HfTinyCli, ExpertParallelSizeIsOneOrTheTpSize) {
 }
 
 TEST(HfTinyCli, CheckAndGenerateRefuseTheSameFileAlike) {
-  const std::string path = std::string(CTXPAR_TEST_DATA_DIR) + "/hf_tiny/refused/f64_weight.gguf";
-  const RunResult check = RunCtxpar({"check", "--model-path", path});
-  const RunResult generate = RunCtxpar({"generate", "--model-path", path, "Hello"});
-  EXPECT_EQ(check.exit_status, 2) << check.err;
-  EXPECT_EQ(generate.exit_status, 2) << generate.err;
-  EXPECT_NE(check.err.find("CTXPAR-MODEL-011"), std::string::npos) << check.err;
-  EXPECT_NE(check.err.find("tensor blk.0.ffn_up.weight"), std::string::npos) << check.err;
-  EXPECT_NE(generate.err.find("CTXPAR-MODEL-011"), std::string::npos) << generate.err;
-  EXPECT_NE(generate.err.find("tensor blk.0.ffn_up.weight"), std::string::npos) << generate.err;
+  struct Refused {
+    const char* file;
+    const char* id;
+    const char* names;
+  };
+  const Refused kRefused[] = {
+      {"refused/f64_weight.gguf", "CTXPAR-MODEL-011", "tensor blk.0.ffn_up.weight"},
+      {"deepseek_refused/softmax_router.gguf", "CTXPAR-GGUF-006", "deepseek2.expert_gating_func"},
+      {"deepseek_refused/k_b_transposed.gguf", "CTXPAR-MODEL-011", "tensor blk.0.attn_k_b.weight"}};
+  for (const Refused& r : kRefused) {
+    const std::string path = std::string(CTXPAR_TEST_DATA_DIR) + "/hf_tiny/" + r.file;
+    const RunResult check = RunCtxpar({"check", "--model-path", path});
+    const RunResult generate = RunCtxpar({"generate", "--model-path", path, "Hello"});
+    EXPECT_EQ(check.exit_status, 2) << check.err;
+    EXPECT_EQ(generate.exit_status, 2) << generate.err;
+    EXPECT_NE(check.err.find(r.id), std::string::npos) << check.err;
+    EXPECT_NE(check.err.find(r.names), std::string::npos) << check.err;
+    EXPECT_NE(generate.err.find(r.id), std::string::npos) << generate.err;
+    EXPECT_NE(generate.err.find(r.names), std::string::npos) << generate.err;
+  }
 }
 
 }  // namespace

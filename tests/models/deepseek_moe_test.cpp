@@ -56,6 +56,10 @@ TEST(DeepseekRouter, GroupLimitedTopKWithTheCorrectionBias) {
   EXPECT_EQ(r.experts, (std::vector<int>{0, 2}));
   EXPECT_NEAR(r.weights[0], 0.9 / 1.5 * 2.5, 1e-6);
   EXPECT_NEAR(r.weights[1], 0.6 / 1.5 * 2.5, 1e-6);
+  // Choices below 0 in the kept groups ({0,1} sums 0.7, {2,3} -0.2) still beat the experts of
+  // the other groups.
+  const float negative[8] = {0.0f, -0.3f, -0.7f, -0.7f, -0.8f, -0.8f, -0.5f, -0.5f};
+  EXPECT_EQ(RouteToken(c, logits, negative).experts, (std::vector<int>{0, 2}));
   DeepseekV3Config plain = c;
   plain.norm_topk_prob = false;
   EXPECT_NEAR(RouteToken(plain, logits, bias).weights[0], 0.9 * 2.5, 1e-6);
@@ -88,8 +92,9 @@ class DeepseekMoeTest : public ::testing::Test {
     Add(p + "down_proj.weight", {d, inter}, Random(inter * d, 0.3f));
   }
   // Writes the checkpoint: random router (or zeros), the given bias, random experts.
-  Expected<SafetensorsCheckpoint> Write(const DeepseekV3Config& c, bool zero_router,
-                                        std::vector<float> bias) {
+  Expected<std::shared_ptr<const DeepseekWeights>> Write(const DeepseekV3Config& c,
+                                                         bool zero_router,
+                                                         std::vector<float> bias) {
     const int64_t d = c.hidden_size, E = c.n_routed_experts, I = c.moe_intermediate_size;
     Add("model.layers.0.post_attention_layernorm.weight", {d}, Random(d, 0.1f));
     for (float& x : w_["model.layers.0.post_attention_layernorm.weight"]) x += 1.0f;
@@ -102,7 +107,9 @@ class DeepseekMoeTest : public ::testing::Test {
     const auto image = testing::SafetensorsImage(tensors_);
     std::ofstream(dir_ / "model.safetensors", std::ios::binary)
         .write(reinterpret_cast<const char*>(image.data()), std::streamsize(image.size()));
-    return SafetensorsCheckpoint::Open(dir_.string());
+    CTXPAR_ASSIGN_OR_RETURN(SafetensorsCheckpoint ckpt, SafetensorsCheckpoint::Open(dir_.string()));
+    return SafetensorsDeepseekWeights(
+        std::make_shared<const SafetensorsCheckpoint>(std::move(ckpt)));
   }
 
   // HF's MoE block in float64 (the router's scores in fp32, as HF computes them): x + MoE(x).
@@ -153,7 +160,7 @@ class DeepseekMoeTest : public ::testing::Test {
 
   // The block on tp in-process ranks; every rank's x afterwards, and its TP counters.
   std::vector<std::pair<std::vector<float>, CommCounters>> RunBlock(
-      const DeepseekV3Config& c, const SafetensorsCheckpoint& ckpt, int tp, int ep,
+      const DeepseekV3Config& c, const DeepseekWeights& weights, int tp, int ep,
       MoeA2aBackend backend, const std::vector<float>& x, int T) {
     std::vector<std::pair<std::vector<float>, CommCounters>> out(tp);
     EngineConfig config;
@@ -162,7 +169,7 @@ class DeepseekMoeTest : public ::testing::Test {
     config.moe_a2a_backend = backend;
     Status st = RunInProcess(tp, [&](Communicator& world) -> Status {
       const DeepseekShard s = MakeDeepseekShard(c, config, world.rank());
-      CTXPAR_ASSIGN_OR_RETURN(FfnWeights w, LoadFfnWeights(ckpt, c, s, 0));
+      CTXPAR_ASSIGN_OR_RETURN(FfnWeights w, LoadFfnWeights(weights, c, s, 0));
       DeepseekFfn ffn(c, s, world, nullptr);
       std::vector<float> y = x;
       world.ResetCounters();
@@ -196,7 +203,7 @@ TEST_F(DeepseekMoeTest, EveryLayoutAndBackendMatchesTheFloat64Reference) {
                        {4, 2, MoeA2aBackend::kNone},   {4, 4, MoeA2aBackend::kNone},
                        {2, 2, MoeA2aBackend::kDeepep}, {4, 4, MoeA2aBackend::kDeepep}};
   for (const L& l : layouts) {
-    const auto ranks = RunBlock(c, *ckpt, l.tp, l.ep, l.backend, x, T);
+    const auto ranks = RunBlock(c, **ckpt, l.tp, l.ep, l.backend, x, T);
     for (int r = 0; r < l.tp; ++r) {
       SCOPED_TRACE("tp " + std::to_string(l.tp) + " ep " + std::to_string(l.ep) + " " +
                    std::string(MoeA2aBackendName(l.backend)) + " rank " + std::to_string(r));
@@ -216,7 +223,7 @@ TEST_F(DeepseekMoeTest, DeepepMovesEachTokenOncePerOwningRank) {
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
   const int T = 10;
   const std::vector<float> x = Random(std::size_t(T) * c.hidden_size, 1.0f);
-  const auto ranks = RunBlock(c, *ckpt, 4, 4, MoeA2aBackend::kDeepep, x, T);
+  const auto ranks = RunBlock(c, **ckpt, 4, 4, MoeA2aBackend::kDeepep, x, T);
   const uint64_t d = c.hidden_size, k = c.num_experts_per_tok, record = (d + 2 * k) * 4;
   const uint64_t home[] = {3, 3, 3, 1};
   // A rank sends each of its tokens to the owners of experts 0 and 5 other than itself ...

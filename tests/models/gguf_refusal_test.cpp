@@ -4,8 +4,11 @@
 // that refused.json names: a bias and a tensor the model does not read, a layer past
 // block_count, a vocab_size and a key (a sliding window, an expert count) it does not read, a
 // RoPE scaling type it does not run, a weight type without a kernel, a NaN norm and an infinite
-// Q8_0 scale. The copy with no fault opens. OpenModelSource is what `ctxpar check --model-path` and
-// generate both run.
+// Q8_0 scale. The copy with no fault opens. tests/data/hf_tiny/deepseek_refused does the same for
+// the deepseek2 file: a router (no expert_gating_func, softmax), YaRN, no q LoRA, an expert group
+// count the router cannot take, a key and tensors it does not read (attn_kv_b, experts in a dense
+// layer), attn_k_b without the converter's transpose and a NaN correction bias.
+// OpenModelSource is what `ctxpar check --model-path` and generate both run.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -17,8 +20,10 @@
 namespace ctxpar {
 namespace {
 
-TEST(GgufRefusal, EachFaultIsRefusedByNameWhenTheFileOpens) {
-  const std::string dir = std::string(CTXPAR_TEST_DATA_DIR) + "/hf_tiny/refused/";
+class GgufRefusal : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GgufRefusal, EachFaultIsRefusedByNameWhenTheFileOpens) {
+  const std::string dir = std::string(CTXPAR_TEST_DATA_DIR) + "/hf_tiny/" + GetParam() + "/";
   std::ifstream in(dir + "refused.json");
   ASSERT_TRUE(in) << dir;
   const nlohmann::json cases = nlohmann::json::parse(in).at("cases");
@@ -40,6 +45,9 @@ TEST(GgufRefusal, EachFaultIsRefusedByNameWhenTheFileOpens) {
         << name << ": " << source.status().message();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Files, GgufRefusal, ::testing::Values("refused", "deepseek_refused"),
+                         [](const auto& info) { return std::string(info.param); });
 
 }  // namespace
 }  // namespace ctxpar

@@ -23,7 +23,7 @@ TEST(Registry, NamesAreUniqueAndEachHasAnOpener) {
     if (a.open_gguf != nullptr) EXPECT_TRUE(gguf.insert(a.gguf_name).second) << a.gguf_name;
   }
   EXPECT_EQ(gguf, (std::set<std::string_view>{"llama", "gemma3", "gemma2", "qwen2", "qwen3", "phi3",
-                                              "olmo2", "mistral3", "qwen3moe"}));
+                                              "olmo2", "mistral3", "qwen3moe", "deepseek2"}));
 }
 
 TEST(Registry, GgufOfAnotherArchitectureListsTheKnownOnes) {
@@ -36,7 +36,8 @@ TEST(Registry, GgufOfAnotherArchitectureListsTheKnownOnes) {
       source.status().message(),
       path +
           ": general.architecture is 'testarch'; ctxpar runs GGUF models of the "
-          "architectures llama, gemma3, gemma2, qwen2, qwen3, qwen3moe, phi3, olmo2, mistral3.");
+          "architectures llama, gemma3, gemma2, qwen2, qwen3, qwen3moe, phi3, olmo2, mistral3, "
+          "deepseek2.");
 }
 
 TEST(Registry, HfCheckpointOfAnotherArchitectureIsRefused) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes tests/data/hf_tiny/<name>/: tiny random HF checkpoints of the dense architectures,
+"""Writes tests/data/hf_tiny/<name>/: tiny random HF checkpoints of the GGUF architectures,
 converted by llama.cpp's own convert_hf_to_gguf.py to every weight type that stores their weights
 exactly (F32, F16, BF16, Q8_0), and what HF transformers computes in float32 on them, for
 comparing ctxpar's forwards (tests/models/hf_tiny_golden_test.cpp).
@@ -22,7 +22,9 @@ weight type without a kernel (F64), a NaN norm, a NaN scale, a RoPE scaling type
 a window of 1),
 written by gguf-py, and
 refused.json, the catalog ID and the tensor or key each must be refused for, and one copy with no
-fault, which must open (tests/models/gguf_refusal_test.cpp).
+fault, which must open (tests/models/gguf_refusal_test.cpp); tests/data/hf_tiny/deepseek_refused/
+the same for the deepseek_v3 Q8_0 file (a router, RoPE scaling, MLA layout, key or tensor that
+ctxpar's deepseek2 does not run).
 
     python3 -m venv ~/.cache/ctxpar/golden-venv
     ~/.cache/ctxpar/golden-venv/bin/pip install torch transformers sentencepiece numpy
@@ -126,22 +128,41 @@ ARCHS = {
                    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
                     "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.5,
                     "llama_4_scaling_beta": 0.1}),
+    # DeepSeek-V3 (GGUF deepseek2): MLA with a q LoRA, layer 0 dense, layer 1 routing 2 of 8
+    # experts in 4 groups (top 2 groups) by sigmoid scores plus a correction bias, one shared
+    # expert. Default RoPE: ctxpar's DeepSeek network runs no YaRN. No MTP layer (the converter
+    # drops it). scoring_func and topk_method as DeepSeek-V3's config.json states them (transformers
+    # keeps them unread): without scoring_func the converter writes no expert_gating_func, and
+    # llama.cpp takes such a file's router as DeepSeek-V2's softmax. rms_norm_eps 1e-6, as
+    # DeepSeek-V3's: transformers' q_a_layernorm and kv_a_layernorm take their default 1e-6
+    # whatever the config says, llama.cpp, SGLang and ctxpar the config's (at 1e-5 the logits
+    # differ by up to 9e-4).
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
+                    {"head_dim": None, "num_key_value_heads": 4, "q_lora_rank": 32,
+                     "kv_lora_rank": 32, "qk_rope_head_dim": 16, "qk_nope_head_dim": 16,
+                     "v_head_dim": 16, "moe_intermediate_size": 32, "n_routed_experts": 8,
+                     "n_group": 4, "topk_group": 2, "num_experts_per_tok": 2,
+                     "n_shared_experts": 1, "first_k_dense_replace": 1,
+                     "routed_scaling_factor": 2.5, "norm_topk_prob": True, "num_mtp_layers": 0,
+                     "scoring_func": "sigmoid", "topk_method": "noaux_tc", "rms_norm_eps": 1e-6},
+                    {"rope_type": "default"}),
 }
 
 # Keys added to a name's converted files: (value, gguf-py value type name).
 GGUF_KEYS = {"mistral": {"llama.attention.sliding_window": (64, "UINT32")}}
 
 # The architectures whose converter takes the vocabulary from a BPE tokenizer.json only (TextModel's
-# default): converted with the SentencePiece reader that the others use, since the tests compare
-# token ids and this checkpoint has no BPE tokenizer.
-SPM_VOCAB = {"olmo2", "qwen3moe"}
+# default, and DeepseekV2Model's own set_vocab): converted with the SentencePiece reader that the
+# others use, since the tests compare token ids and this checkpoint has no BPE tokenizer.
+SPM_VOCAB = {"olmo2", "qwen3moe", "deepseek_v3"}
 CONVERT_WITH_SPM = """
 import runpy, sys
 convert = sys.argv[1]
 sys.argv = sys.argv[1:]
 sys.path.insert(0, str(__import__("pathlib").Path(convert).parent))
-from conversion import base
+from conversion import base, deepseek
 base.TextModel.set_vocab = base.TextModel._set_vocab_sentencepiece
+deepseek.DeepseekV2Model.set_vocab = base.TextModel._set_vocab_sentencepiece
 runpy.run_path(convert, run_name="__main__")
 """
 
@@ -199,6 +220,11 @@ def set_weights(model, gen: torch.Generator) -> None:
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen))
             else:
                 p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+        # DeepSeek's router correction bias is a buffer: at 0.3 it changes which experts a token
+        # takes, so a forward without it fails the golden.
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(0.3 * torch.randn(b.shape, generator=gen))
 
 
 def top(logits: torch.Tensor) -> list:
@@ -372,11 +398,65 @@ def make_refused(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> None:
         f.write("\n")
 
 
+def make_refused_deepseek(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> None:
+    """tests/data/hf_tiny/deepseek_refused/: copies of the deepseek_v3 Q8_0 file with one fault
+    each, what ctxpar's deepseek2 source must refuse (refused.json as make_refused's)."""
+    sys.path.insert(0, str(llama_cpp / "gguf-py"))
+    import gguf
+    import numpy as np
+    base = out_root / "deepseek_v3" / "deepseek_v3-q8_0.gguf"
+    r = gguf.GGUFReader(base)
+    t = {x.name: x for x in r.tensors}
+    bias = np.array(t["blk.1.exp_probs_b.bias"].data)
+    bias[3] = np.nan
+    # attn_k_b written without the converter's transpose: ne [kv_lora_rank, nope, heads].
+    k_b = np.ascontiguousarray(np.array(t["blk.0.attn_k_b.weight"].data).transpose(0, 2, 1))
+    U32, STR, F32 = gguf.GGUFValueType.UINT32, gguf.GGUFValueType.STRING, gguf.GGUFValueType.FLOAT32
+    Q = gguf.GGMLQuantizationType
+    a = "deepseek2."
+    cases = {
+        "unchanged": ({}, {}, "", ""),
+        # llama.cpp reads a file without the key as DeepSeek-V2's softmax router.
+        "no_gating_func": ({a + "expert_gating_func": None}, {}, a + "expert_gating_func",
+                           "CTXPAR-GGUF-006"),
+        "softmax_router": ({a + "expert_gating_func": (1, U32)}, {}, a + "expert_gating_func",
+                           "CTXPAR-GGUF-006"),
+        "yarn": ({a + "rope.scaling.type": ("yarn", STR), a + "rope.scaling.factor": (4.0, F32)},
+                 {}, a + "rope.scaling.type", "CTXPAR-GGUF-006"),
+        "no_q_lora": ({a + "attention.q_lora_rank": None}, {}, a + "attention.q_lora_rank",
+                      "CTXPAR-GGUF-006"),
+        "group_count": ({a + "expert_group_count": (3, U32)}, {}, a + "expert_group_count",
+                        "CTXPAR-GGUF-006"),
+        "unread_key": ({a + "rope.scaling.yarn_log_multiplier": (0.1, F32)}, {},
+                       "key " + a + "rope.scaling.yarn_log_multiplier", "CTXPAR-MODEL-011"),
+        "kv_b_unsplit": ({}, {"blk.0.attn_kv_b.weight":
+                              (np.zeros((128, 32), np.float32), Q.F32)},
+                         "tensor blk.0.attn_kv_b.weight", "CTXPAR-MODEL-011"),
+        "experts_in_dense_layer": ({}, {"blk.0.ffn_gate_exps.weight":
+                                        (t["blk.1.ffn_gate_exps.weight"].data, Q.Q8_0)},
+                                   "tensor blk.0.ffn_gate_exps.weight", "CTXPAR-MODEL-011"),
+        "k_b_transposed": ({}, {"blk.0.attn_k_b.weight": (k_b, Q.F16)},
+                           "tensor blk.0.attn_k_b.weight", "CTXPAR-MODEL-011"),
+        "nan_bias": ({}, {"blk.1.exp_probs_b.bias": (bias, Q.F32)},
+                     "tensor blk.1.exp_probs_b.bias", "CTXPAR-MODEL-011"),
+    }
+    out_dir = out_root / "deepseek_refused"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    expected = {}
+    for name, (keys, tensors, names, error_id) in cases.items():
+        copy_gguf(gguf, base, out_dir / f"{name}.gguf", keys, tensors)
+        expected[name] = {"names": names, "id": error_id}
+    with open(out_dir / "refused.json", "w") as f:
+        json.dump({"generator": "tools/golden/hf_tiny/make_goldens.py", "base": base.name,
+                   "cases": expected}, f, indent=1)
+        f.write("\n")
+
+
 # Fixed per name, so that adding an architecture changes no other golden (qwen2_yarn's 9 gave a
 # top-2 margin of 3e-4, under the tests' logit tolerance).
 SEEDS = {"llama": 0, "llama3": 1, "qwen2": 2, "qwen3": 3, "phi3": 4, "llama_linear": 5,
          "gemma2": 6, "olmo2": 7, "phi3_longrope": 8, "qwen2_yarn": 10,
-         "qwen3moe": 11, "mistral": 20, "ministral3": 21, "phi3_window": 22}
+         "qwen3moe": 11, "deepseek_v3": 12, "mistral": 20, "ministral3": 21, "phi3_window": 22}
 
 
 def main() -> None:
@@ -389,6 +469,8 @@ def main() -> None:
             make(name, llama_cpp, out_root, SEEDS[name])
     if "refused" in names or not sys.argv[3:]:
         make_refused(llama_cpp, out_root)
+    if "deepseek_refused" in names or not sys.argv[3:]:
+        make_refused_deepseek(llama_cpp, out_root)
 
 
 if __name__ == "__main__":
