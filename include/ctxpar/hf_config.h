@@ -6,10 +6,10 @@
 // - CTXPAR-HF-001: not a JSON object, a key missing or of the wrong type (the key named).
 // - CTXPAR-HF-002: an architecture other than the two above.
 // - CTXPAR-HF-003: a value ctxpar does not support: q_lora_rank null (no q LoRA), rope_interleave
-//   false, a rope_scaling / rope_parameters type other than "default", scoring_func other than
-//   sigmoid, topk_method other than noaux_tc, hidden_act other than silu, attention_bias true,
-//   moe_layer_freq other than 1, a quantization_config, a dtype other than bfloat16, float16 and
-//   float32, or MLA widths the attention kernels do not take (multiples of 16, at most 1024).
+//   false, a rope_scaling / rope_parameters type other than "default" and "yarn", scoring_func
+//   other than sigmoid, topk_method other than noaux_tc, hidden_act other than silu, attention_bias
+//   true, moe_layer_freq other than 1, a quantization_config, a dtype other than bfloat16, float16
+//   and float32, or MLA widths the attention kernels do not take (multiples of 16, at most 1024).
 // - CTXPAR-HF-004: inconsistent values: a size below 1, an odd qk_rope_head_dim, n_group not
 //   dividing n_routed_experts, topk_group above n_group, num_experts_per_tok above the experts of
 //   topk_group groups, first_k_dense_replace above num_hidden_layers, a head_dim or qk_head_dim
@@ -50,6 +50,19 @@ struct DeepseekV3Config {
   int qk_rope_head_dim = 0;
   int v_head_dim = 0;
   double rope_theta = 10000.0;
+  // YaRN (rope_type "yarn", DeepSeek-V3's factor 40 over 4096 positions), as transformers reads
+  // it; absent: the default RoPE.
+  struct Yarn {
+    double factor = 1.0;
+    int original_max_position_embeddings = 0;
+    double beta_fast = 32.0;
+    double beta_slow = 1.0;
+    double mscale = 0.0;  // 0: not given
+    double mscale_all_dim = 0.0;
+    std::optional<double> attention_factor;  // absent: from the mscales
+    bool truncate = true;
+  };
+  std::optional<Yarn> yarn;
   double rms_norm_eps = 1e-6;
   // MoE: layers [first_k_dense_replace, num_hidden_layers) route to experts.
   int n_routed_experts = 0;

@@ -99,27 +99,70 @@ Expected<std::string> Architecture(const Reader& r, const std::string& origin) {
   return CatalogError("CTXPAR-HF-002", {{"path", origin}, {"architecture", arch}});
 }
 
-// RoPE: transformers 5's rope_parameters, or the older rope_theta + rope_scaling.
+// RoPE: transformers 5's rope_parameters, or the older rope_theta + rope_scaling; the default
+// rotation or YaRN with transformers' parameters.
 Status ReadRope(const Reader& r, DeepseekV3Config* c) {
   CTXPAR_ASSIGN_OR_RETURN(c->rope_theta, r.Number("rope_theta", 10000.0));
   for (std::string_view key : {"rope_parameters", "rope_scaling"}) {
     if (!r.Has(key)) continue;
     const Json& rope = r.At(key);
     if (!rope.is_object()) return r.Unreadable(key, "is not an object");
+    std::string type = "default";
+    for (const char* name : {"rope_type", "type"}) {
+      if (!rope.contains(name) || rope.at(name).is_null()) continue;
+      if (!rope.at(name).is_string()) {
+        return r.Unreadable(fmt::format("{}.{}", key, name), "is not a string");
+      }
+      type = rope.at(name).get<std::string>();
+    }
+    if (type != "default" && type != "yarn") {
+      return r.Unsupported(fmt::format("{}.rope_type", key), type,
+                           "ctxpar runs the default RoPE and YaRN");
+    }
+    DeepseekV3Config::Yarn y;
     for (const auto& [name, value] : rope.items()) {
       const std::string full = fmt::format("{}.{}", key, name);
-      if (name == "rope_type" || name == "type") {
-        if (!value.is_string() || value.get<std::string>() != "default") {
-          return r.Unsupported(full, value,
-                               "ctxpar runs the default RoPE only (no YaRN or other scaling)");
+      if (name == "rope_type" || name == "type") continue;
+      const bool yarn_key = name == "factor" || name == "original_max_position_embeddings" ||
+                            name == "beta_fast" || name == "beta_slow" || name == "mscale" ||
+                            name == "mscale_all_dim" || name == "attention_factor" ||
+                            name == "truncate";
+      if (name != "rope_theta" && !(type == "yarn" && yarn_key)) {
+        return r.Unsupported(full, value, fmt::format("the {} RoPE takes no such parameter", type));
+      }
+      if (name == "truncate") {
+        if (!value.is_boolean()) return r.Unreadable(full, "is not a boolean");
+        y.truncate = value.get<bool>();
+        continue;
+      }
+      if (!value.is_number()) return r.Unreadable(full, "is not a number");
+      const double v = value.get<double>();
+      if (name == "rope_theta") c->rope_theta = v;
+      if (name == "factor") y.factor = v;
+      if (name == "beta_fast") y.beta_fast = v;
+      if (name == "beta_slow") y.beta_slow = v;
+      if (name == "mscale") y.mscale = v;
+      if (name == "mscale_all_dim") y.mscale_all_dim = v;
+      if (name == "attention_factor") y.attention_factor = v;
+      if (name == "original_max_position_embeddings") {
+        if (!value.is_number_integer() || v < 1 || v > (1 << 30)) {
+          return r.Inconsistent(full, value, "it must be an integer in [1, 2^30]");
         }
-      } else if (name == "rope_theta") {
-        if (!value.is_number()) return r.Unreadable(full, "is not a number");
-        c->rope_theta = value.get<double>();
-      } else {
-        return r.Unsupported(full, value, "the default RoPE takes no such parameter");
+        y.original_max_position_embeddings = static_cast<int>(v);
       }
     }
+    if (type != "yarn") continue;
+    if (y.original_max_position_embeddings == 0) {
+      return r.Unreadable(fmt::format("{}.original_max_position_embeddings", key), "is missing");
+    }
+    if (!(y.factor >= 1.0) || !(y.beta_fast > 0.0) || !(y.beta_slow > 0.0) || !(y.mscale >= 0.0) ||
+        !(y.mscale_all_dim >= 0.0) ||
+        (y.attention_factor.has_value() && !(*y.attention_factor > 0.0))) {
+      return r.Inconsistent(key, rope,
+                            "YaRN needs factor >= 1, positive betas and attention_factor, and "
+                            "mscales >= 0");
+    }
+    c->yarn = y;
   }
   if (!(c->rope_theta > 0.0)) {
     return r.Inconsistent("rope_theta", c->rope_theta, "it must be positive");

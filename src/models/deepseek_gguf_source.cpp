@@ -57,6 +57,11 @@ constexpr std::string_view kReadKeys[] = {"context_length",
                                           "rope.freq_base",
                                           "rope.dimension_count",
                                           "rope.scaling.type",
+                                          "rope.scaling.factor",
+                                          "rope.scaling.original_context_length",
+                                          "rope.scaling.yarn_log_multiplier",
+                                          "rope.scaling.yarn_beta_fast",
+                                          "rope.scaling.yarn_beta_slow",
                                           "leading_dense_block_count",
                                           "expert_count",
                                           "expert_used_count",
@@ -81,6 +86,41 @@ constexpr std::pair<std::string_view, std::string_view> kFaultKeys[] = {
     {"first_k_dense_replace", "leading_dense_block_count"},
     {"routed_scaling_factor", "expert_weights_scale"},
     {"rms_norm_eps", "attention.layer_norm_rms_epsilon"}};
+
+// RoPE scaling: none, or YaRN as transformers runs DeepSeek's (the network's HF table). The
+// converter writes yarn_log_multiplier as 0.1 * mscale_all_dim and no mscale; llama.cpp takes
+// mscale equal to mscale_all_dim for this architecture (both 1 in DeepSeek-V3, 0.707 in V2-Lite),
+// so cos and sin keep their size and q . k scales by mscale_all_dim's mscale squared.
+Status ReadYarn(const GgufFile& f, const std::string& a, DeepseekV3Config& c) {
+  const std::string type_key = a + "rope.scaling.type";
+  if (f.Find(type_key) == nullptr) return Status::Ok();
+  CTXPAR_ASSIGN_OR_RETURN(const std::string type, f.GetString(type_key));
+  if (type == "none") return Status::Ok();
+  if (type != "yarn") {
+    return HparamError(f, type_key, type, "ctxpar runs DeepSeek's RoPE unscaled or with YaRN");
+  }
+  DeepseekV3Config::Yarn y;
+  CTXPAR_ASSIGN_OR_RETURN(
+      const float factor,
+      ReadFloatHparam(f, a + "rope.scaling.factor", {1.0, 1e6, false, false, "in [1, 1e6]"}));
+  y.factor = factor;
+  CTXPAR_ASSIGN_OR_RETURN(y.original_max_position_embeddings,
+                          ReadIntHparam(f, a + "rope.scaling.original_context_length", 1, 1 << 30));
+  CTXPAR_ASSIGN_OR_RETURN(const float fast,
+                          ReadFloatHparam(f, a + "rope.scaling.yarn_beta_fast",
+                                          {0.0, 1e6, true, false, "in (0, 1e6]"}, 32.0f));
+  CTXPAR_ASSIGN_OR_RETURN(const float slow,
+                          ReadFloatHparam(f, a + "rope.scaling.yarn_beta_slow",
+                                          {0.0, 1e6, true, false, "in (0, 1e6]"}, 1.0f));
+  CTXPAR_ASSIGN_OR_RETURN(const float log_mul,
+                          ReadFloatHparam(f, a + "rope.scaling.yarn_log_multiplier",
+                                          {0.0, 10.0, false, false, "in [0, 10]"}, 0.0f));
+  y.beta_fast = fast;
+  y.beta_slow = slow;
+  y.mscale = y.mscale_all_dim = log_mul * 10.0f;
+  c.yarn = y;
+  return Status::Ok();
+}
 
 Expected<DeepseekV3Config> ReadDeepseek2Config(const GgufFile& f) {
   const std::string a = std::string(kArch) + ".";
@@ -108,13 +148,7 @@ Expected<DeepseekV3Config> ReadDeepseek2Config(const GgufFile& f) {
   CTXPAR_ASSIGN_OR_RETURN(const float theta,
                           ReadFloatHparam(f, a + "rope.freq_base", kRopeFreqBaseRange, 10000.0f));
   c.rope_theta = theta;
-  if (f.Find(a + "rope.scaling.type") != nullptr) {
-    CTXPAR_ASSIGN_OR_RETURN(const std::string type, f.GetString(a + "rope.scaling.type"));
-    if (type != "none") {
-      return HparamError(f, a + "rope.scaling.type", type,
-                         "ctxpar's DeepSeek network runs RoPE without scaling (no YaRN)");
-    }
-  }
+  CTXPAR_RETURN_IF_ERROR(ReadYarn(f, a, c));
   if (f.Find(a + "attention.q_lora_rank") == nullptr) {
     return HparamError(f, a + "attention.q_lora_rank", "absent",
                        "ctxpar runs MLA with the q LoRA (attn_q_a, attn_q_b), not the attn_q of "

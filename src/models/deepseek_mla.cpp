@@ -27,6 +27,28 @@ int CpRankOf(CpStrategy strategy, int cp, int64_t i, int64_t n) {
   return k < cp ? k : static_cast<int>(m - 1 - k);
 }
 
+// transformers' yarn_get_mscale: 0.1 m ln(factor) + 1, 1 at factor <= 1.
+double YarnMscale(double factor, double m) {
+  return factor <= 1.0 ? 1.0 : 0.1 * m * std::log(factor) + 1.0;
+}
+
+// transformers' YaRN of a DeepSeek config: cos and sin by attention_factor, else mscale over
+// mscale_all_dim where both are given, else mscale(factor, 1).
+HfYarn HfYarnOf(const DeepseekV3Config::Yarn& y) {
+  double attention = YarnMscale(y.factor, 1.0);
+  if (y.attention_factor.has_value()) {
+    attention = *y.attention_factor;
+  } else if (y.mscale != 0.0 && y.mscale_all_dim != 0.0) {
+    attention = YarnMscale(y.factor, y.mscale) / YarnMscale(y.factor, y.mscale_all_dim);
+  }
+  return {.factor = y.factor,
+          .original_context = y.original_max_position_embeddings,
+          .beta_fast = y.beta_fast,
+          .beta_slow = y.beta_slow,
+          .truncate = y.truncate,
+          .attention_factor = attention};
+}
+
 }  // namespace
 
 Expected<MlaWeights> LoadMlaWeights(const DeepseekWeights& weights, const DeepseekV3Config& c,
@@ -79,8 +101,17 @@ MlaAttention::MlaAttention(const DeepseekV3Config& c, const DeepseekShard& s, Co
       // transformers keeps inv_freq as a module buffer, which takes the dtype the model runs in:
       // run in its checkpoint's bf16 (or f16), the model rotates by frequencies rounded to it,
       // and so does the reference checkpoint's golden forward. ctxpar follows the checkpoint.
-      rope_(RopeAngles::HfTable(c.qk_rope_head_dim, float(c.rope_theta), c.dtype)) {
+      rope_(c.yarn.has_value()
+                ? RopeAngles::HfTable(c.qk_rope_head_dim, float(c.rope_theta), c.dtype,
+                                      HfYarnOf(*c.yarn))
+                : RopeAngles::HfTable(c.qk_rope_head_dim, float(c.rope_theta), c.dtype)) {
   scale_ = 1.0f / std::sqrt(float(c.qk_head_dim()));
+  // YaRN's mscale_all_dim scales every dim of q . k, the latent's included (transformers'
+  // yarn_apply_mscale, llama.cpp's kq_scale): mscale^2 in Python's double.
+  if (c.yarn.has_value() && c.yarn->mscale_all_dim != 0.0) {
+    const double m = YarnMscale(c.yarn->factor, c.yarn->mscale_all_dim);
+    scale_ = static_cast<float>(std::pow(double(c.qk_head_dim()), -0.5) * m * m);
+  }
 }
 
 Expected<std::unique_ptr<MlaAttention>> MlaAttention::Create(const DeepseekV3Config& c,

@@ -65,9 +65,12 @@ Expected<std::unique_ptr<ModelSource>> OpenModelSource(const std::string& path) 
                         {{"path", path}, {"holds", "a directory without a config.json"}});
   }
   Expected<std::unique_ptr<ModelSource>> source = OpenGguf(path);
-  if (source.ok() || source.status().code() != StatusCode::kNotFound) return source;
   // Only a file that is not there is sent to fetch the model; a corrupt one would come back the
-  // same.
+  // same, and a missing key (also kNotFound) is the file's fault.
+  if (source.ok() || source.status().code() != StatusCode::kNotFound ||
+      source.status().error_id() != "CTXPAR-GGUF-001") {
+    return source;
+  }
   const Status& s = source.status();
   return Status(s.code(),
                 s.message() +

@@ -69,6 +69,39 @@ TEST(HfConfigTest, ReadsDeepseekV3) {
   EXPECT_EQ(Parse(v4)->architecture, "DeepseekV4ForCausalLM");
 }
 
+// DeepSeek-V3's hub config.json spells its YaRN in rope_scaling with "type"; transformers 5
+// writes rope_parameters with "rope_type". Both are read with every parameter.
+TEST(HfConfigTest, ReadsDeepseekV3sYarn) {
+  Json old = V3Config();
+  old.erase("rope_parameters");
+  old["rope_theta"] = 10000;
+  old["rope_scaling"] = {{"beta_fast", 32},       {"beta_slow", 1},
+                         {"factor", 40},          {"mscale", 1.0},
+                         {"mscale_all_dim", 1.0}, {"original_max_position_embeddings", 4096},
+                         {"type", "yarn"}};
+  auto c = Parse(old);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_TRUE(c->yarn.has_value());
+  EXPECT_EQ(c->yarn->factor, 40.0);
+  EXPECT_EQ(c->yarn->original_max_position_embeddings, 4096);
+  EXPECT_EQ(c->yarn->beta_fast, 32.0);
+  EXPECT_EQ(c->yarn->beta_slow, 1.0);
+  EXPECT_EQ(c->yarn->mscale, 1.0);
+  EXPECT_EQ(c->yarn->mscale_all_dim, 1.0);
+  EXPECT_FALSE(c->yarn->attention_factor.has_value());
+  EXPECT_TRUE(c->yarn->truncate);
+  Json v5 = V3Config();
+  v5["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0},
+                           {"factor", 4.0},       {"original_max_position_embeddings", 64},
+                           {"truncate", false},   {"attention_factor", 1.5}};
+  auto d = Parse(v5);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->yarn->factor, 4.0);
+  EXPECT_FALSE(d->yarn->truncate);
+  EXPECT_EQ(d->yarn->attention_factor, 1.5);
+  EXPECT_FALSE(Parse(V3Config())->yarn.has_value());
+}
+
 struct Refusal {
   std::function<void(Json&)> edit;
   const char* id;
@@ -86,12 +119,17 @@ TEST(HfConfigTest, RefusesByKeyWithCatalogIds) {
       {[](Json& j) { j["architectures"] = {"LlamaForCausalLM"}; }, "CTXPAR-HF-002",
        "cfg: architecture LlamaForCausalLM is not one ctxpar runs from a HF checkpoint; it runs "
        "DeepseekV3ForCausalLM and DeepseekV4ForCausalLM"},
-      // DeepSeek-V3's own hub config: YaRN and FP8 weights.
+      // YaRN needs its original context; other scalings are refused.
       {[](Json& j) {
          j["rope_parameters"] = {{"type", "yarn"}, {"rope_theta", 10000}};
        },
+       "CTXPAR-HF-001", "rope_parameters.original_max_position_embeddings is missing"},
+      {[](Json& j) {
+         j["rope_parameters"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
+       },
        "CTXPAR-HF-003",
-       "cfg: rope_parameters.type=\"yarn\" is not supported: ctxpar runs the default RoPE only"},
+       "cfg: rope_parameters.rope_type=\"dynamic\" is not supported: ctxpar runs the default RoPE "
+       "and YaRN"},
       {[](Json& j) {
          j["rope_scaling"] = {{"rope_type", "linear"}};
        },

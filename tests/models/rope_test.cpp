@@ -122,6 +122,56 @@ TEST(RopeAngles, HfTableMatchesFloat64) {
   }
 }
 
+// DeepSeek-V3's YaRN (factor 40 over 4096 positions, 64 rope dims): the frequencies equal
+// transformers' _compute_yarn_parameters (5.25, float32, printed to 9 digits), and cos / sin
+// follow from them at position 1 (attention_factor 1, as mscale equals mscale_all_dim).
+TEST(RopeAngles, HfYarnTableIsTransformers) {
+  const float want[32] = {1.0f,
+                          0.749894202f,
+                          0.562341332f,
+                          0.421696514f,
+                          0.316227764f,
+                          0.237137362f,
+                          0.177827939f,
+                          0.133352146f,
+                          0.100000001f,
+                          0.0749894157f,
+                          0.0562341288f,
+                          0.0390069261f,
+                          0.0268793609f,
+                          0.0183781441f,
+                          0.012447956f,
+                          0.0083345091f,
+                          0.00550000044f,
+                          0.00356199732f,
+                          0.00224936521f,
+                          0.00137051346f,
+                          0.000790569407f,
+                          0.000414990413f,
+                          0.00017782794f,
+                          3.3338034e-05f,
+                          2.49999994e-05f,
+                          1.87473543e-05f,
+                          1.40585325e-05f,
+                          1.05424124e-05f,
+                          7.90569447e-06f,
+                          5.92843435e-06f,
+                          4.44569832e-06f,
+                          3.33380353e-06f};
+  const model::HfYarn yarn{.factor = 40.0, .original_context = 4096};
+  const RopeAngles a = RopeAngles::HfTable(64, 1e4f, DataType::kF32, yarn);
+  const std::vector<float> cs = CosSin(a, 1);
+  for (int i = 0; i < 32; ++i) {
+    EXPECT_EQ(cs[2 * i], std::cos(want[i])) << i;
+    EXPECT_EQ(cs[2 * i + 1], std::sin(want[i])) << i;
+  }
+  // attention_factor scales cos and sin.
+  const RopeAngles scaled =
+      RopeAngles::HfTable(64, 1e4f, DataType::kF32,
+                          {.factor = 40.0, .original_context = 4096, .attention_factor = 2.0});
+  EXPECT_EQ(CosSin(scaled, 1)[1], 2.0f * std::sin(want[0]));
+}
+
 // With a bf16 or f16 checkpoint the frequencies are rounded to its dtype (transformers' buffer):
 // the reference rounds the float64 frequencies the same way, and the rounding is large enough
 // that the unrounded angles are far off at long positions.

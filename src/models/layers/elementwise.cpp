@@ -226,13 +226,43 @@ RopeAngles RopeAngles::HfTable(int rope_dims, float base, DataType dtype) {
   return a;
 }
 
+RopeAngles RopeAngles::HfTable(int rope_dims, float base, DataType dtype, const HfYarn& yarn) {
+  // find_correction_range in Python's double, the rest in torch's float32, in its order.
+  const double pi = 3.141592653589793;
+  auto correction_dim = [&](double rotations) {
+    return rope_dims * std::log(yarn.original_context / (rotations * 2 * pi)) /
+           (2 * std::log(double(base)));
+  };
+  double low = correction_dim(yarn.beta_fast), high = correction_dim(yarn.beta_slow);
+  if (yarn.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, rope_dims - 1.0);
+  if (low == high) high += 0.001;
+  RopeAngles a = HfTable(rope_dims, base, DataType::kF32);
+  const float factor = static_cast<float>(yarn.factor);
+  for (int i = 0; i < rope_dims / 2; ++i) {
+    const float pos_freq = std::pow(base, float(2 * i) / float(rope_dims));
+    const float ramp = std::clamp((float(i) - float(low)) / float(high - low), 0.0f, 1.0f);
+    const float extrapolation = 1.0f - ramp;
+    float f = 1.0f / (factor * pos_freq) * (1.0f - extrapolation) + 1.0f / pos_freq * extrapolation;
+    if (dtype == DataType::kBF16) f = Bf16ToFloat(FloatToBf16(f));
+    if (dtype == DataType::kF16) f = Fp16ToFp32(Fp32ToFp16(f));
+    a.inv_freq_[i] = f;
+  }
+  a.hf_scale_ = static_cast<float>(yarn.attention_factor);
+  return a;
+}
+
 void RopeAngles::CosSin(int64_t pos, float* cos_sin) const {
   const int half = rope_dims_ / 2;
   if (!inv_freq_.empty()) {
     for (int i = 0; i < half; ++i) {
       const float angle = inv_freq_[i] * float(pos);
-      cos_sin[2 * i] = std::cos(angle);
-      cos_sin[2 * i + 1] = std::sin(angle);
+      cos_sin[2 * i] = std::cos(angle) * hf_scale_;
+      cos_sin[2 * i + 1] = std::sin(angle) * hf_scale_;
     }
     return;
   }

@@ -50,6 +50,19 @@ struct RopeScaling {
   int orig_ctx = 0;  // YaRN: the context the model was trained at
 };
 
+// transformers' YaRN (_compute_yarn_parameters) for RopeAngles::HfTable: the frequencies mix
+// theta_i / factor and theta_i by a ramp between the correction dims of beta_fast and beta_slow
+// over original_context positions (floored and ceiled with truncate), and cos and sin are
+// multiplied by attention_factor.
+struct HfYarn {
+  double factor = 1.0;
+  int original_context = 0;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  bool truncate = true;
+  double attention_factor = 1.0;
+};
+
 class RopeAngles {
  public:
   static constexpr int kMaxDims = 1024;
@@ -62,6 +75,8 @@ class RopeAngles {
   // scaling: freq_scale and attn_factor > 0; with ext_factor != 0, orig_ctx >= 1 and betas > 0.
   static RopeAngles Ggml(int rope_dims, float base, RopeScaling scaling);
   static RopeAngles HfTable(int rope_dims, float base, DataType dtype);
+  // With YaRN: factor >= 1, original_context >= 1, betas > 0, attention_factor > 0.
+  static RopeAngles HfTable(int rope_dims, float base, DataType dtype, const HfYarn& yarn);
 
   int rope_dims() const { return rope_dims_; }
   // cos_sin[2i] = cos(angle_i(pos)), cos_sin[2i + 1] = sin(angle_i(pos)) for i < rope_dims / 2.
@@ -74,6 +89,7 @@ class RopeAngles {
   bool scaled_ = false;                // Ggml: scaling_ is not the identity
   float corr_dims_[2] = {0.0f, 0.0f};  // Ggml with ext_factor
   std::vector<float> inv_freq_;        // HfTable (empty for Ggml)
+  float hf_scale_ = 1.0f;              // HfTable: YaRN's attention_factor
 };
 
 // The two pairings of the rotation (ggml's modes; HF's rope_interleave and rotate_half):

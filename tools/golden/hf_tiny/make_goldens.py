@@ -60,7 +60,7 @@ BASE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_
 # A name in ONE_TYPE gets its Q8_0 file only (a RoPE variant of an architecture tested at every
 # type already).
 ONE_TYPE = {"llama_linear": ("q8_0",), "phi3_longrope": ("q8_0",), "qwen2_yarn": ("q8_0",),
-            "mistral": ("q8_0",), "phi3_window": ("q8_0",)}
+            "mistral": ("q8_0",), "phi3_window": ("q8_0",), "deepseek_v3_yarn": ("q8_0",)}
 # Prompt lengths of a name where not PROMPT_LENGTHS: LongRoPE's factors follow the context (ctxpar
 # and llama.cpp: the configured one, HF: the sequence's), so its prompts all pass the original
 # context (64), where both take the long factors.
@@ -147,6 +147,11 @@ ARCHS = {
                      "scoring_func": "sigmoid", "topk_method": "noaux_tc", "rms_norm_eps": 1e-6},
                     {"rope_type": "default"}),
 }
+# DeepSeek-V3's YaRN (factor 40 over 4096 positions in the real one): by 4 over 64 positions,
+# mscale = mscale_all_dim = 1 (cos and sin unscaled, q . k by (1 + 0.1 ln 4)^2).
+ARCHS["deepseek_v3_yarn"] = ARCHS["deepseek_v3"][:3] + (
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+     "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0},)
 
 # Keys added to a name's converted files: (value, gguf-py value type name).
 GGUF_KEYS = {"mistral": {"llama.attention.sliding_window": (64, "UINT32")}}
@@ -154,7 +159,7 @@ GGUF_KEYS = {"mistral": {"llama.attention.sliding_window": (64, "UINT32")}}
 # The architectures whose converter takes the vocabulary from a BPE tokenizer.json only (TextModel's
 # default, and DeepseekV2Model's own set_vocab): converted with the SentencePiece reader that the
 # others use, since the tests compare token ids and this checkpoint has no BPE tokenizer.
-SPM_VOCAB = {"olmo2", "qwen3moe", "deepseek_v3"}
+SPM_VOCAB = {"olmo2", "qwen3moe", "deepseek_v3", "deepseek_v3_yarn"}
 CONVERT_WITH_SPM = """
 import runpy, sys
 convert = sys.argv[1]
@@ -421,14 +426,18 @@ def make_refused_deepseek(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> No
                            "CTXPAR-GGUF-006"),
         "softmax_router": ({a + "expert_gating_func": (1, U32)}, {}, a + "expert_gating_func",
                            "CTXPAR-GGUF-006"),
-        "yarn": ({a + "rope.scaling.type": ("yarn", STR), a + "rope.scaling.factor": (4.0, F32)},
-                 {}, a + "rope.scaling.type", "CTXPAR-GGUF-006"),
+        "longrope": ({a + "rope.scaling.type": ("longrope", STR),
+                      a + "rope.scaling.factor": (4.0, F32)},
+                     {}, a + "rope.scaling.type", "CTXPAR-GGUF-006"),
+        "yarn_no_context": ({a + "rope.scaling.type": ("yarn", STR),
+                             a + "rope.scaling.factor": (4.0, F32)},
+                            {}, a + "rope.scaling.original_context_length", "CTXPAR-GGUF-004"),
         "no_q_lora": ({a + "attention.q_lora_rank": None}, {}, a + "attention.q_lora_rank",
                       "CTXPAR-GGUF-006"),
         "group_count": ({a + "expert_group_count": (3, U32)}, {}, a + "expert_group_count",
                         "CTXPAR-GGUF-006"),
-        "unread_key": ({a + "rope.scaling.yarn_log_multiplier": (0.1, F32)}, {},
-                       "key " + a + "rope.scaling.yarn_log_multiplier", "CTXPAR-MODEL-011"),
+        "unread_key": ({a + "attention.sliding_window": (64, U32)}, {},
+                       "key " + a + "attention.sliding_window", "CTXPAR-MODEL-011"),
         "kv_b_unsplit": ({}, {"blk.0.attn_kv_b.weight":
                               (np.zeros((128, 32), np.float32), Q.F32)},
                          "tensor blk.0.attn_kv_b.weight", "CTXPAR-MODEL-011"),
@@ -456,7 +465,8 @@ def make_refused_deepseek(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> No
 # top-2 margin of 3e-4, under the tests' logit tolerance).
 SEEDS = {"llama": 0, "llama3": 1, "qwen2": 2, "qwen3": 3, "phi3": 4, "llama_linear": 5,
          "gemma2": 6, "olmo2": 7, "phi3_longrope": 8, "qwen2_yarn": 10,
-         "qwen3moe": 11, "deepseek_v3": 12, "mistral": 20, "ministral3": 21, "phi3_window": 22}
+         "qwen3moe": 11, "deepseek_v3": 12, "mistral": 20, "ministral3": 21, "phi3_window": 22,
+         "deepseek_v3_yarn": 23}
 
 
 def main() -> None:
