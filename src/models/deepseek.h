@@ -47,11 +47,11 @@
 #include "ctxpar/communicator.h"
 #include "ctxpar/config.h"
 #include "ctxpar/engine_config.h"
-#include "ctxpar/hf_config.h"
 #include "ctxpar/model.h"
 #include "ctxpar/safetensors.h"
 #include "ctxpar/status.h"
 #include "ctxpar/tokenizer.h"
+#include "models/deepseek_config.h"
 
 namespace ctxpar {
 

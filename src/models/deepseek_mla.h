@@ -14,10 +14,10 @@
 
 #include "ctxpar/batch.h"
 #include "ctxpar/communicator.h"
-#include "ctxpar/hf_config.h"
 #include "ctxpar/kv_pool.h"
 #include "models/batch_attention.h"
 #include "models/deepseek.h"
+#include "models/deepseek_config.h"
 #include "models/layers/elementwise.h"
 #include "models/layers/tp_linear.h"
 

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "ctxpar/communicator.h"
-#include "ctxpar/hf_config.h"
 #include "models/deepseek.h"
+#include "models/deepseek_config.h"
 #include "models/layers/tp_linear.h"
 
 namespace ctxpar::model {
