@@ -59,6 +59,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "ctxpar/dtype.h"
 #include "ctxpar/status.h"
@@ -93,6 +94,15 @@ int64_t KvElementOffset(const PagedKv& kv, bool value, int64_t page, int slot, i
 
 class ThreadPool;  // thread_pool.h
 
+// The unmerged states of every chunk of every row (PartialAttentionParams::chunks): row i's
+// chunks are [first[i], first[i + 1]), its absolute chunks of split_kv_keys local rows in order
+// (an empty range is one empty chunk: O = 0, lse = -inf).
+struct ChunkStates {
+  std::vector<int64_t> first;  // [num_rows + 1]
+  std::vector<float> o;        // [chunks, num_q_heads, head_dim_v]
+  std::vector<float> lse;      // [chunks, num_q_heads]
+};
+
 struct PartialAttentionParams {
   const float* q = nullptr;
   float* o = nullptr;
@@ -114,6 +124,9 @@ struct PartialAttentionParams {
   // Keys per split-KV chunk (batch invariant, see the contract); 0: chosen from the sizes and
   // num_threads.
   int split_kv_keys = 0;
+  // Set: the chunks' states go here, unmerged, and o and lse are not written (the exact merge,
+  // merge.h, takes them). Needs split_kv_keys > 0.
+  ChunkStates* chunks = nullptr;
 };
 
 // Validates the params (naming the first bad field, its value and the rule) and computes O and

@@ -188,6 +188,7 @@ class ConfigGetters {
   int threads() const { return Int("threads"); }
   int64_t random_seed() const { return Int64("random_seed"); }
   bool llama_cpp_numerics() const { return Bool("llama_cpp_numerics"); }
+  bool enable_deterministic_inference() const { return Bool("enable_deterministic_inference"); }
   std::string dtype() const { return Str("dtype"); }
   double schedule_conservativeness() const { return Float("schedule_conservativeness"); }
   bool disable_radix_cache() const { return Bool("disable_radix_cache"); }

@@ -38,6 +38,7 @@
 #include "ctxpar/attention.h"
 #include "ctxpar/combine.h"
 #include "ctxpar/communicator.h"
+#include "ctxpar/dcp_rules.h"
 #include "ctxpar/status.h"
 
 namespace ctxpar {
@@ -59,6 +60,13 @@ struct DcpOptions {
   // Keys per split-KV chunk (attention.h); > 0 makes each row's result independent of the other
   // rows of a call (what the engine's batch invariance needs); 0: chosen from the sizes.
   int split_kv_keys = 0;
+  // The exact merge (merge.h): each rank keeps its chunks' states unmerged, the group agrees on
+  // each (row, head)'s largest lse and |O| (a max all-reduce), and fixed-point sums of the
+  // chunks are added over the group (a float64 all-reduce, exact in any order). With chunks that
+  // are the same keys on every layout (split_kv_keys > 0 dividing interleave_size, or dcp_size
+  // 1), O and lse are then the same bits for every dcp_size, backend and replicate_q. The
+  // backend is not used.
+  bool exact = false;
 };
 
 class DcpAttention {
@@ -88,7 +96,13 @@ class DcpAttention {
   Communicator* comm_;
   int h_;
   std::unique_ptr<Combiner> combiner_;
+  // The exact merge of the chunks in chunks_ into o and lse (the rank's heads).
+  Status MergeExact(int rows, float* o, float* lse);
+
   std::vector<float> q_gathered_, q_group_, o_partial_, lse_partial_;
+  ChunkStates chunks_;
+  std::vector<float> refs_;
+  std::vector<double> sums_;
 };
 
 }  // namespace ctxpar

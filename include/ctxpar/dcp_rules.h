@@ -10,6 +10,11 @@
 
 namespace ctxpar {
 
+// Keys per chunk of --enable-deterministic-inference's exact merge (dcp_attention.h): one 16-key
+// tile, so that with dcp_kv_cache_interleave_size a multiple of it every chunk is the same keys
+// on every layout (CTXPAR-DCP-009).
+inline constexpr int kDeterministicChunkKeys = 16;
+
 // SGLang's _handle_dcp_validation in its order: CTXPAR-DCP-001 (dcp_size < 1), -002 (an
 // all-to-all backend without DCP; shm_a2a counts as one), -003 (fi_a2a off CUDA: `cuda` says
 // whether the platform is CUDA, and the CPU operator passes false), -004 and -005 (replicated Q

@@ -82,6 +82,8 @@ struct EngineConfig {
   uint64_t random_seed = 0;         // seed of requests that give none
   bool llama_cpp_numerics = false;  // int8 activations in the matmuls (GGUF models)
   bool int8_matmuls = false;        // --dtype auto: the matrix units' int8 path (GGUF models)
+  // --enable-deterministic-inference: the exact merge of 16-key chunks (DcpOptions::exact).
+  bool deterministic = false;
 
   // Speculative decoding (--speculative-algorithm; docs/engine.md): each decoding request
   // verifies the last token and up to speculative_num_draft_tokens - 1 drafted tokens in one step.

@@ -54,4 +54,46 @@ CTXPAR_HOST_DEVICE float ShareScale(float lse_r, float lse_merged) {
   return expf(lse_r - lse_merged);
 }
 
+// The exact merge (DcpOptions::exact, docs/dcp.md): a sum whose bits do not depend on how the
+// states are grouped or ordered, so that the merged O and lse are the same on every layout.
+// States are those of fixed chunks of keys (attention.h's ChunkStates). With m the largest lse
+// of a (row, head)'s chunks and e the largest |O_c[d]| (both maxima over every rank: exact in any
+// order), each chunk adds to fixed-point sums held in doubles
+//   W += rint(w_c 2^kExactShift),  O[d] += rint(w_c O_c[d] 2^s),  w_c = expf(lse_c - m)
+// with s = ExactOShift(e): every term is an integer below 2^kExactShift in magnitude, so up to
+// 2^(52 - kExactShift) chunks (2^14 of 256 keys: 4M keys) sum exactly in a double, in any order and
+// across ranks (a float64 all-reduce). Then O[d] = (O[d] 2^-s) / (W 2^-kExactShift) and lse = m +
+// log(W 2^-kExactShift), in double, rounded once. The truncated terms are below 2^-38 of the
+// largest, far under fp32's rounding of the chunks themselves.
+inline constexpr int kExactShift = 38;
+inline constexpr int kExactMaxChunks = 1 << (52 - kExactShift);
+
+inline int ExactOShift(float e) {
+  return e > 0.0f && e <= 3.0e38f ? kExactShift - (std::ilogb(e) + 1) : 0;
+}
+
+// Adds chunk state (o[0..dv), lse) to sums[0..dv) (O) and sums[dv] (W) for reference (m, e).
+inline void ExactAdd(const float* o, float lse, int dv, float m, float e, double* sums) {
+  lse = SanitizeLse(lse);
+  if (lse == -INFINITY || m == -INFINITY) return;
+  const float w = expf(lse - m);
+  const int s = ExactOShift(e);
+  sums[dv] += std::nearbyint(std::ldexp(static_cast<double>(w), kExactShift));
+  for (int d = 0; d < dv; ++d) {
+    sums[d] += std::nearbyint(std::ldexp(static_cast<double>(w * o[d]), s));
+  }
+}
+
+// The merged O[0..dv) and lse from the sums (all ranks' added) and the reference.
+inline float ExactFinish(const double* sums, int dv, float m, float e, float* o) {
+  const double w = std::ldexp(sums[dv], -kExactShift);
+  if (!(w > 0.0)) {
+    for (int d = 0; d < dv; ++d) o[d] = 0.0f;
+    return -INFINITY;
+  }
+  const int s = ExactOShift(e);
+  for (int d = 0; d < dv; ++d) o[d] = static_cast<float>(std::ldexp(sums[d], -s) / w);
+  return static_cast<float>(static_cast<double>(m) + std::log(w));
+}
+
 }  // namespace ctxpar

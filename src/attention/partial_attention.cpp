@@ -85,6 +85,9 @@ Status Validate(const PartialAttentionParams& p) {
   if (p.split_kv_keys < 0) {
     return Bad("split_kv_keys", p.split_kv_keys, "must be >= 0 (0: chosen automatically)");
   }
+  if (p.chunks != nullptr && p.split_kv_keys == 0) {
+    return Bad("split_kv_keys", p.split_kv_keys, "must be > 0 with chunks (fixed chunks)");
+  }
   if (!std::isfinite(p.scale)) {
     return InvalidArgument("PartialAttentionParams.scale = " + std::to_string(p.scale) +
                            ": must be finite");
@@ -95,8 +98,8 @@ Status Validate(const PartialAttentionParams& p) {
   }
   if (p.num_rows == 0) return Status::Ok();
   if (p.q == nullptr) return NullField("q");
-  if (p.o == nullptr) return NullField("o");
-  if (p.lse == nullptr) return NullField("lse");
+  if (p.o == nullptr && p.chunks == nullptr) return NullField("o");
+  if (p.lse == nullptr && p.chunks == nullptr) return NullField("lse");
   if (p.row_kv_len == nullptr) return NullField("row_kv_len");
   if (kv.k == nullptr) return NullField("kv.k");
   if (kv.format == KvPageFormat::kTiles16 && kv.v == nullptr) {
@@ -282,8 +285,15 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
     first_chunk[i] = start / chunk;
     splits[i] = len > start ? static_cast<int>((len - 1) / chunk - first_chunk[i] + 1) : 1;
   }
+  if (p.chunks != nullptr) {
+    ChunkStates& cs = *p.chunks;
+    cs.first.assign(p.num_rows + 1, 0);
+    for (int i = 0; i < p.num_rows; ++i) cs.first[i + 1] = cs.first[i] + splits[i];
+    cs.o.resize(static_cast<size_t>(cs.first[p.num_rows]) * heads * dv);
+    cs.lse.resize(static_cast<size_t>(cs.first[p.num_rows]) * heads);
+  }
   int64_t partial_floats = 0;
-  for (int i = 0; i < p.num_rows; ++i) {
+  for (int i = 0; i < p.num_rows && p.chunks == nullptr; ++i) {
     if (splits[i] > 1) partial_floats += static_cast<int64_t>(splits[i]) * heads * (dv + 1);
   }
   std::vector<float> partials(partial_floats);
@@ -295,7 +305,7 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
   std::vector<SplitRow> split_rows;
   std::vector<int> split_of(p.num_rows, -1);  // the row's index in split_rows, if it has splits
   float* next_partial = partials.data();
-  for (int i = 0; i < p.num_rows; ++i) {
+  for (int i = 0; i < p.num_rows && p.chunks == nullptr; ++i) {
     if (splits[i] == 1) continue;
     split_of[i] = static_cast<int>(split_rows.size());
     split_rows.push_back(
@@ -304,6 +314,10 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
   }
   // Where the split of row i in absolute chunk c goes: the output itself when the row has one.
   auto out_of = [&](int i, int64_t c) -> std::pair<float*, float*> {
+    if (p.chunks != nullptr) {
+      const int64_t at = p.chunks->first[i] + (c - first_chunk[i]);
+      return {p.chunks->o.data() + at * heads * dv, p.chunks->lse.data() + at * heads};
+    }
     if (split_of[i] < 0) {
       const int64_t head0 = static_cast<int64_t>(i) * heads;
       return {p.o + head0 * dv, p.lse + head0};
@@ -413,6 +427,7 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
     kernel(a);
   });
   if (out_of_memory.load()) return Internal("PartialAttentionCpu: out of memory for scratch");
+  if (p.chunks != nullptr) return Status::Ok();
 
   std::vector<float> weights;
   for (const SplitRow& r : split_rows) {

@@ -118,6 +118,7 @@ Expected<EngineConfig> MakeEngineConfig(const ResolvedConfig& c, const Platform&
   e.random_seed = static_cast<uint64_t>(c.random_seed());
   e.llama_cpp_numerics = c.llama_cpp_numerics();
   e.int8_matmuls = c.dtype() == "auto";
+  e.deterministic = c.enable_deterministic_inference();
   if (const std::string algorithm = c.Str("speculative_algorithm"); !algorithm.empty()) {
     static constexpr SpeculativeAlgorithm kAlgorithms[] = {SpeculativeAlgorithm::kNgram,
                                                            SpeculativeAlgorithm::kStandalone};

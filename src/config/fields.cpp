@@ -102,6 +102,10 @@ const std::vector<FieldSpec>& Table() {
     f.push_back(IntField("dcp_kv_cache_interleave_size", int64_t{1},
                          "--dcp-kv-cache-interleave-size", 1,
                          "Consecutive tokens per DCP rank in the KV cache."));
+    f.push_back(BoolField("enable_deterministic_inference", "--enable-deterministic-inference",
+                          "Attention whose bits do not depend on the layout: partials of "
+                          "16-key chunks merged exactly (docs/dcp.md); with --dcp-size > 1 "
+                          "the interleave size must be a multiple of 16."));
     f.push_back(BoolField("enable_prefill_cp", "--enable-prefill-cp",
                           "Enable prefill context parallelism."));
     f.push_back(StrField("cp_strategy", {}, "--cp-strategy", {"interleave", "zigzag"},

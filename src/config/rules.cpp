@@ -169,6 +169,11 @@ Status HandleCpuEngine(Resolution& r, const ResolveContext& ctx) {
     return CatalogError("CTXPAR-KV-001",
                         {{"page_size", Int(page)}, {"interleave_size", Int(interleave)}});
   }
+  if (cfg.enable_deterministic_inference() && cfg.dcp_size() > 1 &&
+      interleave % kDeterministicChunkKeys != 0) {
+    return CatalogError("CTXPAR-DCP-009", {{"interleave_size", Int(interleave)},
+                                           {"chunk", Int(kDeterministicChunkKeys)}});
+  }
   if (ctx.model == nullptr) return Status::Ok();
   if (!ctx.platform.is_cpu() && ctx.platform.origin != PlatformOrigin::kProbe) {
     return CatalogError("CTXPAR-ENGINE-001", {{"platform", ctx.platform.Spec()}});

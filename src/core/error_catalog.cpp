@@ -220,6 +220,26 @@ std::vector<CatalogEntry> ConfigEntries() {
        "ctxpar generate --model-path gemma-2-2b-it-q8_0.gguf 'Hello'  # attention on the CPU "
        "kernels",
        {"CTXPAR-DCP-003", "CTXPAR-MODEL-010"}},
+      {"CTXPAR-DCP-009",
+       "Deterministic inference with DCP blocks smaller than its chunks",
+       "--enable-deterministic-inference with --dcp-size > 1 needs "
+       "--dcp-kv-cache-interleave-size to be a multiple of {chunk}, got {interleave_size}: each "
+       "chunk of {chunk} keys must lie on one DCP rank.",
+       kConfig,
+       "Deterministic inference merges the attention of fixed chunks of {chunk} consecutive "
+       "positions exactly (fixed-point sums, docs/dcp.md), so that the result is the same bits "
+       "for every DCP size, combine backend and replicated Q. A chunk is the same keys on every "
+       "layout only when the DCP interleave blocks are whole chunks; with smaller blocks a chunk "
+       "spans ranks and its partial would depend on the layout.",
+       "--dcp-kv-cache-interleave-size 1 (the default) or another size that is not a multiple "
+       "of 16 with --enable-deterministic-inference and --dcp-size above 1.",
+       {"Set --dcp-kv-cache-interleave-size 16 (or a multiple of 16 that divides --page-size).",
+        "Or leave --enable-deterministic-inference off: the tokens then stay the same across "
+        "layouts in float32, without the bitwise promise."},
+       "ctxpar check --tp-size 3 --dcp-size 3 --enable-deterministic-inference",
+       "ctxpar check --tp-size 3 --dcp-size 3 --enable-deterministic-inference "
+       "--dcp-kv-cache-interleave-size 16",
+       {"CTXPAR-KV-001", "CTXPAR-DCP-001"}},
       {"CTXPAR-DSV4-001",
        "DeepSeek-V4 prefill CP with a strategy other than interleave",
        "DeepSeekV4 only supports interleave CP strategy, got {strategy}",

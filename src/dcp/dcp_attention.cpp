@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ctxpar/dcp_rules.h"
+#include "ctxpar/merge.h"
 
 namespace ctxpar {
 
@@ -49,6 +50,12 @@ Status CheckOptions(const DcpOptions& o, Communicator* comm) {
   if (o.interleave_size < 1) {
     return InvalidArgument(fmt::format(
         "DcpAttention: interleave_size must be >= 1, got interleave_size={}", o.interleave_size));
+  }
+  if (o.exact && (o.split_kv_keys < 1 || (o.dcp_size > 1 && o.interleave_size % o.split_kv_keys))) {
+    return InvalidArgument(fmt::format(
+        "DcpAttention: the exact merge needs split_kv_keys >= 1 dividing interleave_size (its "
+        "chunks the same keys on every layout), got split_kv_keys={} and interleave_size={}",
+        o.split_kv_keys, o.interleave_size));
   }
   return Status::Ok();
 }
@@ -109,6 +116,11 @@ Status DcpAttention::Forward(const float* q, const PagedKv& kv, const int32_t* r
   p.num_threads = options_.num_threads;
   p.pool = options_.pool;
   p.split_kv_keys = options_.split_kv_keys;
+  if (options_.exact) {
+    p.chunks = &chunks_;
+    CTXPAR_RETURN_IF_ERROR(PartialAttentionCpu(p));
+    return MergeExact(rows, o, lse);
+  }
   if (n == 1) {
     lse_partial_.resize(static_cast<size_t>(rows) * hn);
     p.o = o;
@@ -122,6 +134,54 @@ Status DcpAttention::Forward(const float* q, const PagedKv& kv, const int32_t* r
   CTXPAR_RETURN_IF_ERROR(PartialAttentionCpu(p));
   return combiner_->Combine({rows, h_, options_.head_dim_v}, o_partial_.data(), lse_partial_.data(),
                             o, lse);
+}
+
+Status DcpAttention::MergeExact(int rows, float* o, float* lse) {
+  const int n = options_.dcp_size, hn = h_ * n, dv = options_.head_dim_v;
+  const ChunkStates& c = chunks_;
+  // (m, e) of each (row, head) of the group: the largest lse and |O| of its chunks.
+  refs_.assign(static_cast<size_t>(rows) * hn * 2, -INFINITY);
+  for (int row = 0; row < rows; ++row) {
+    for (int64_t k = c.first[row]; k < c.first[row + 1]; ++k) {
+      for (int h = 0; h < hn; ++h) {
+        float* ref = refs_.data() + (static_cast<size_t>(row) * hn + h) * 2;
+        const float l = SanitizeLse(c.lse[k * hn + h]);
+        if (l == -INFINITY) continue;
+        ref[0] = std::max(ref[0], l);
+        const float* part = c.o.data() + (k * hn + h) * dv;
+        for (int d = 0; d < dv; ++d) ref[1] = std::max(ref[1], std::fabs(part[d]));
+      }
+    }
+  }
+  if (n > 1) {
+    CTXPAR_RETURN_IF_ERROR(
+        comm_->AllReduce(refs_.data(), refs_.data(), refs_.size(), DataType::kF32, ReduceOp::kMax));
+  }
+  sums_.assign(static_cast<size_t>(rows) * hn * (dv + 1), 0.0);
+  for (int row = 0; row < rows; ++row) {
+    for (int64_t k = c.first[row]; k < c.first[row + 1]; ++k) {
+      for (int h = 0; h < hn; ++h) {
+        const size_t rh = static_cast<size_t>(row) * hn + h;
+        ExactAdd(c.o.data() + (k * hn + h) * dv, c.lse[k * hn + h], dv, refs_[2 * rh],
+                 refs_[2 * rh + 1], sums_.data() + rh * (dv + 1));
+      }
+    }
+  }
+  if (n > 1) {
+    CTXPAR_RETURN_IF_ERROR(
+        comm_->AllReduce(sums_.data(), sums_.data(), sums_.size(), DataType::kF64, ReduceOp::kSum));
+  }
+  const int first = n > 1 ? comm_->rank() * h_ : 0;
+  for (int row = 0; row < rows; ++row) {
+    for (int h = 0; h < h_; ++h) {
+      const size_t rh = static_cast<size_t>(row) * hn + first + h;
+      const float merged =
+          ExactFinish(sums_.data() + rh * (dv + 1), dv, refs_[2 * rh], refs_[2 * rh + 1],
+                      o + (static_cast<size_t>(row) * h_ + h) * dv);
+      if (lse != nullptr) lse[static_cast<size_t>(row) * h_ + h] = merged;
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace ctxpar

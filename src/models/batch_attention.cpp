@@ -12,6 +12,10 @@ DcpOptions EngineDcpOptions(const EngineConfig& config, int tp_size, ThreadPool*
   o.pool = pool;
   o.num_threads = pool != nullptr ? pool->size() : 1;
   o.split_kv_keys = kSplitKvKeys;
+  if (config.deterministic) {
+    o.exact = true;
+    o.split_kv_keys = kDeterministicChunkKeys;
+  }
   return o;
 }
 

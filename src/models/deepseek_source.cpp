@@ -264,6 +264,13 @@ Status ApplyDeepseekRules(const DeepseekV3Config& c, Resolution& r) {
   }
   // The network computes in fp32 from fp32 weights (a GGUF's dequantized at load): the int8
   // activations that --llama-cpp-numerics and --dtype auto ask for are not implemented for it.
+  if (cfg.enable_deterministic_inference()) {
+    return CatalogError(
+        "CTXPAR-MODEL-005",
+        {{"flag", "--enable-deterministic-inference"},
+         {"feature", "the exact merge of fixed chunks"},
+         {"architecture", c.architecture + " (its prefill attention is not chunked)"}});
+  }
   if (cfg.llama_cpp_numerics() || cfg.dtype() == "auto") {
     return CatalogError(
         "CTXPAR-MODEL-005",

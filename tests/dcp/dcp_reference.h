@@ -37,6 +37,9 @@ struct DcpCase {
   int kv_heads = 2;          // GQA KV heads of the group (a divisor of h * n)
   int window = 0;            // > 0: a sliding window (row t sees t - window < p <= t)
   float softcap = 0.0f;      // > 0: scores s -> softcap * tanh(s / softcap) (Gemma 2)
+  bool exact = false;        // DcpOptions::exact, with split_kv_keys
+  int split_kv_keys = 0;
+  unsigned seed = 0;  // 0: one drawn from the case's shape
 };
 
 inline void PrintTo(const DcpCase& c, std::ostream* os) { *os << c.name; }
@@ -66,7 +69,8 @@ inline DcpProblem MakeProblem(const DcpCase& c) {
   p.hn = c.h * c.n;
   p.kvh = c.mla ? 1 : c.kv_heads;
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.mla ? 192 : c.head_dim));
-  std::mt19937 rng(1234 + c.n * 7 + c.head_dim + c.interleave * 31 + (c.mla ? 5 : 0));
+  std::mt19937 rng(c.seed != 0 ? c.seed
+                               : 1234 + c.n * 7 + c.head_dim + c.interleave * 31 + (c.mla ? 5 : 0));
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (int len : c.lengths) {
     std::vector<float> k(static_cast<size_t>(len) * p.kvh * p.dq), v;
@@ -163,7 +167,12 @@ inline ExpectedBytes DesignBytes(const DcpCase& c, const DcpProblem& p, int rows
 }
 
 // Runs rank comm.rank()'s part of the case and checks its output and its byte counters.
-inline void RunRankAndCheck(const DcpCase& c, const DcpProblem& p, Communicator& comm) {
+// Runs the case on this rank and checks it against the float64 reference (and, but for the exact
+// merge, the design's bytes); `all_o` / `all_lse` ([rows, hn, dv] / [rows, hn]), when given,
+// receive this rank's heads.
+inline void RunRankAndCheck(const DcpCase& c, const DcpProblem& p, Communicator& comm,
+                            std::vector<float>* all_o = nullptr,
+                            std::vector<float>* all_lse = nullptr) {
   const int me = comm.rank();
   const int max_len = *std::max_element(c.lengths.begin(), c.lengths.end());
   const int page = std::max(16, c.interleave);
@@ -234,7 +243,9 @@ inline void RunRankAndCheck(const DcpCase& c, const DcpProblem& p, Communicator&
                      .scale = p.scale,
                      .softcap = c.softcap,
                      .o_wire = c.o_wire,
-                     .num_threads = 1};
+                     .num_threads = 1,
+                     .split_kv_keys = c.split_kv_keys,
+                     .exact = c.exact};
   auto attn = DcpAttention::Create(options, &comm);
   ASSERT_TRUE(attn.ok()) << attn.status().ToString();
   ASSERT_EQ((*attn)->heads_per_rank(), c.h);
@@ -274,6 +285,23 @@ inline void RunRankAndCheck(const DcpCase& c, const DcpProblem& p, Communicator&
     }
   }
   EXPECT_LE(worst, tol) << c.name << " rank " << me;
+  for (int i = 0; i < rows && all_o != nullptr; ++i) {
+    for (int hh = 0; hh < c.h; ++hh) {
+      const size_t g = static_cast<size_t>(i) * p.hn + me * c.h + hh;
+      const size_t mine = static_cast<size_t>(i) * c.h + hh;
+      std::copy_n(o.data() + mine * p.dv, p.dv, all_o->data() + g * p.dv);
+      (*all_lse)[g] = lse[mine];
+    }
+  }
+  if (c.exact) {
+    // The Q all-gather (unless replicated), then one max and one sum all-reduce per call.
+    const CommCounters& k = comm.counters();
+    const uint64_t q_ag = (c.n > 1 && !c.replicate_q) ? 1 : 0;
+    EXPECT_EQ(k[Collective::kAllGather].calls, 2 * q_ag) << c.name;
+    EXPECT_EQ(k[Collective::kAllReduce].calls, c.n > 1 ? 4u : 0u) << c.name;
+    EXPECT_EQ(k.Total().calls, c.n > 1 ? 2 * (q_ag + 2) : 0u) << c.name;
+    return;
+  }
   const ExpectedBytes e = DesignBytes(c, p, rows);
   const CommCounters& k = comm.counters();
   EXPECT_EQ(k[Collective::kAllGather].bytes_sent, 2 * e.all_gather) << c.name;
