@@ -72,16 +72,21 @@ inline int ExactOShift(float e) {
   return e > 0.0f && e <= 3.0e38f ? kExactShift - (std::ilogb(e) + 1) : 0;
 }
 
+// x rounded to the nearest integer (ties to even), |x| < 2^51: the FPU's rounding of the sum with
+// 1.5 * 2^52, whose unit is 1 (plain adds, which vectorize; nearbyint does not).
+inline double RoundToInteger(double x) {
+  constexpr double kMagic = 6755399441055744.0;
+  return (x + kMagic) - kMagic;
+}
+
 // Adds chunk state (o[0..dv), lse) to sums[0..dv) (O) and sums[dv] (W) for reference (m, e).
 inline void ExactAdd(const float* o, float lse, int dv, float m, float e, double* sums) {
   lse = SanitizeLse(lse);
   if (lse == -INFINITY || m == -INFINITY) return;
   const float w = expf(lse - m);
-  const int s = ExactOShift(e);
-  sums[dv] += std::nearbyint(std::ldexp(static_cast<double>(w), kExactShift));
-  for (int d = 0; d < dv; ++d) {
-    sums[d] += std::nearbyint(std::ldexp(static_cast<double>(w * o[d]), s));
-  }
+  const double o_unit = std::ldexp(1.0, ExactOShift(e));
+  sums[dv] += RoundToInteger(std::ldexp(static_cast<double>(w), kExactShift));
+  for (int d = 0; d < dv; ++d) sums[d] += RoundToInteger(static_cast<double>(w * o[d]) * o_unit);
 }
 
 // The merged O[0..dv) and lse from the sums (all ranks' added) and the reference.

@@ -104,8 +104,8 @@ const std::vector<FieldSpec>& Table() {
                          "Consecutive tokens per DCP rank in the KV cache."));
     f.push_back(BoolField("enable_deterministic_inference", "--enable-deterministic-inference",
                           "Attention whose bits do not depend on the layout: partials of "
-                          "16-key chunks merged exactly (docs/dcp.md); with --dcp-size > 1 "
-                          "the interleave size must be a multiple of 16."));
+                          "64-key chunks merged exactly (docs/dcp.md); with --dcp-size > 1 "
+                          "the interleave size must be a multiple of 64 (unset: 64)."));
     f.push_back(BoolField("enable_prefill_cp", "--enable-prefill-cp",
                           "Enable prefill context parallelism."));
     f.push_back(StrField("cp_strategy", {}, "--cp-strategy", {"interleave", "zigzag"},

@@ -149,8 +149,16 @@ Status CheckCpuKvCacheDtype(std::string_view dtype) {
 Status HandleCpuEngine(Resolution& r, const ResolveContext& ctx) {
   constexpr std::string_view kSource = "_handle_cpu_engine";
   ResolvingView cfg = r.view();
+  // Deterministic inference over DCP: interleave blocks of whole chunks, in pages of whole blocks.
+  const bool exact_dcp = cfg.enable_deterministic_inference() && cfg.dcp_size() > 1;
+  // The field's default, 1 (one token a block), is never whole chunks: it becomes one chunk.
+  if (exact_dcp && cfg.dcp_kv_cache_interleave_size() == 1) {
+    CTXPAR_RETURN_IF_ERROR(
+        r.Declare(kSource, {{"dcp_kv_cache_interleave_size", int64_t{kDeterministicChunkKeys}}}));
+  }
   if (!cfg.IsSet("page_size")) {
-    CTXPAR_RETURN_IF_ERROR(r.Declare(kSource, {{"page_size", int64_t{16}}}));
+    const int64_t page = exact_dcp ? std::max(16, cfg.dcp_kv_cache_interleave_size()) : 16;
+    CTXPAR_RETURN_IF_ERROR(r.Declare(kSource, {{"page_size", page}}));
   }
   if (!cfg.IsSet("chunked_prefill_size")) {
     CTXPAR_RETURN_IF_ERROR(r.Declare(kSource, {{"chunked_prefill_size", int64_t{2048}}}));

@@ -231,14 +231,16 @@ std::vector<CatalogEntry> ConfigEntries() {
        "for every DCP size, combine backend and replicated Q. A chunk is the same keys on every "
        "layout only when the DCP interleave blocks are whole chunks; with smaller blocks a chunk "
        "spans ranks and its partial would depend on the layout.",
-       "--dcp-kv-cache-interleave-size 1 (the default) or another size that is not a multiple "
-       "of 16 with --enable-deterministic-inference and --dcp-size above 1.",
-       {"Set --dcp-kv-cache-interleave-size 16 (or a multiple of 16 that divides --page-size).",
+       "An explicit --dcp-kv-cache-interleave-size that is not a multiple of 64 with "
+       "--enable-deterministic-inference and --dcp-size above 1 (left at its default of 1, it "
+       "becomes 64, and an unset --page-size follows).",
+       {"Leave --dcp-kv-cache-interleave-size at its default, or set a multiple of 64 that "
+        "divides --page-size.",
         "Or leave --enable-deterministic-inference off: the tokens then stay the same across "
         "layouts in float32, without the bitwise promise."},
-       "ctxpar check --tp-size 3 --dcp-size 3 --enable-deterministic-inference",
        "ctxpar check --tp-size 3 --dcp-size 3 --enable-deterministic-inference "
        "--dcp-kv-cache-interleave-size 16",
+       "ctxpar check --tp-size 3 --dcp-size 3 --enable-deterministic-inference",
        {"CTXPAR-KV-001", "CTXPAR-DCP-001"}},
       {"CTXPAR-DSV4-001",
        "DeepSeek-V4 prefill CP with a strategy other than interleave",

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include "ctxpar/dcp_rules.h"
 #include "ctxpar/merge.h"
+#include "ctxpar/thread_pool.h"
 
 namespace ctxpar {
 
@@ -139,9 +141,19 @@ Status DcpAttention::Forward(const float* q, const PagedKv& kv, const int32_t* r
 Status DcpAttention::MergeExact(int rows, float* o, float* lse) {
   const int n = options_.dcp_size, hn = h_ * n, dv = options_.head_dim_v;
   const ChunkStates& c = chunks_;
+  // Over the rows on the pool's threads, each writing only its rows.
+  auto for_rows = [&](const std::function<void(int)>& fn) {
+    if (options_.pool == nullptr) {
+      for (int row = 0; row < rows; ++row) fn(row);
+      return;
+    }
+    options_.pool->ParallelFor(rows, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) fn(static_cast<int>(row));
+    });
+  };
   // (m, e) of each (row, head) of the group: the largest lse and |O| of its chunks.
   refs_.assign(static_cast<size_t>(rows) * hn * 2, -INFINITY);
-  for (int row = 0; row < rows; ++row) {
+  for_rows([&](int row) {
     for (int64_t k = c.first[row]; k < c.first[row + 1]; ++k) {
       for (int h = 0; h < hn; ++h) {
         float* ref = refs_.data() + (static_cast<size_t>(row) * hn + h) * 2;
@@ -152,13 +164,13 @@ Status DcpAttention::MergeExact(int rows, float* o, float* lse) {
         for (int d = 0; d < dv; ++d) ref[1] = std::max(ref[1], std::fabs(part[d]));
       }
     }
-  }
+  });
   if (n > 1) {
     CTXPAR_RETURN_IF_ERROR(
         comm_->AllReduce(refs_.data(), refs_.data(), refs_.size(), DataType::kF32, ReduceOp::kMax));
   }
   sums_.assign(static_cast<size_t>(rows) * hn * (dv + 1), 0.0);
-  for (int row = 0; row < rows; ++row) {
+  for_rows([&](int row) {
     for (int64_t k = c.first[row]; k < c.first[row + 1]; ++k) {
       for (int h = 0; h < hn; ++h) {
         const size_t rh = static_cast<size_t>(row) * hn + h;
@@ -166,13 +178,13 @@ Status DcpAttention::MergeExact(int rows, float* o, float* lse) {
                  refs_[2 * rh + 1], sums_.data() + rh * (dv + 1));
       }
     }
-  }
+  });
   if (n > 1) {
     CTXPAR_RETURN_IF_ERROR(
         comm_->AllReduce(sums_.data(), sums_.data(), sums_.size(), DataType::kF64, ReduceOp::kSum));
   }
   const int first = n > 1 ? comm_->rank() * h_ : 0;
-  for (int row = 0; row < rows; ++row) {
+  for_rows([&](int row) {
     for (int h = 0; h < h_; ++h) {
       const size_t rh = static_cast<size_t>(row) * hn + first + h;
       const float merged =
@@ -180,7 +192,7 @@ Status DcpAttention::MergeExact(int rows, float* o, float* lse) {
                       o + (static_cast<size_t>(row) * h_ + h) * dv);
       if (lse != nullptr) lse[static_cast<size_t>(row) * h_ + h] = merged;
     }
-  }
+  });
   return Status::Ok();
 }
 

@@ -46,7 +46,6 @@ Outputs Generate(const std::string& path, const Config& c, const std::vector<int
                                                   {"dcp_size", int64_t{c.dcp}},
                                                   {"dcp_comm_backend", std::string(c.backend)},
                                                   {"dcp_replicate_q_proj", c.replicate_q},
-                                                  {"dcp_kv_cache_interleave_size", int64_t{16}},
                                                   {"enable_deterministic_inference", deterministic},
                                                   {"dtype", std::string("auto")},
                                                   {"kv_cache_dtype", std::string(kv_cache_dtype)},
