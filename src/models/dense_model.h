@@ -81,6 +81,12 @@ class DenseModel : public Model {
   void AddResidual(const float* y) {
     for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += y[i];
   }
+  // x_ += y + bias, with bias [dim] added to each row of y first (a row-parallel output's bias,
+  // gpt-oss's o_proj, as HF adds it before the residual).
+  void AddResidual(const float* y, const float* bias) {
+    const std::size_t dim = hp_.dim;
+    for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += y[i] + bias[i % dim];
+  }
   // x_ += RmsNorm(y) with `weight` (a post-norm), over n rows.
   void AddNormed(const float* y, const float* weight, int n) {
     AddRmsNormRows(pool_, y, weight, n, hp_.dim, hp_.rms_eps, normed_, x_.data());

@@ -305,6 +305,25 @@ void GeGlu(const float* gate, const float* up, int n, float* out) {
   GeGluScalar(gate, up, n, out);
 }
 
+void SwiGluOai(const float* gate, const float* up, int n, float* out) {
+  for (int i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], kSwiGluOaiLimit);
+    const float u = std::clamp(up[i], -kSwiGluOaiLimit, kSwiGluOaiLimit);
+    out[i] = g / (1.0f + std::exp(-kSwiGluOaiAlpha * g)) * (u + 1.0f);
+  }
+}
+
+void Gated(GatedActivation act, const float* gate, const float* up, int n, float* out) {
+  switch (act) {
+    case GatedActivation::kSwiGlu:
+      return SwiGlu(gate, up, n, out);
+    case GatedActivation::kGeGlu:
+      return GeGlu(gate, up, n, out);
+    case GatedActivation::kSwiGluOai:
+      return SwiGluOai(gate, up, n, out);
+  }
+}
+
 void Softcap(float* x, std::size_t n, float cap) {
   for (std::size_t i = 0; i < n; ++i) x[i] = std::tanh(x[i] / cap) * cap;
 }
