@@ -36,7 +36,7 @@ constexpr double kScaledRopeTolerance = 2e-3;
 const char* const kArchs[] = {"llama",      "llama3",        "llama_linear", "qwen2",
                               "qwen3moe",   "qwen3",         "phi3",         "olmo2",
                               "gemma2",     "phi3_longrope", "qwen2_yarn",   "mistral",
-                              "ministral3", "phi3_window",   "deepseek_v3"};
+                              "ministral3", "phi3_window",   "deepseek_v3",  "gpt_oss"};
 
 struct Layout {
   int tp;

@@ -146,6 +146,16 @@ ARCHS = {
                      "routed_scaling_factor": 2.5, "norm_topk_prob": True, "num_mtp_layers": 0,
                      "scoring_func": "sigmoid", "topk_method": "noaux_tc", "rms_norm_eps": 1e-6},
                     {"rope_type": "default"}),
+    # gpt-oss: q/k/v/o biases, a learned sink per head in every softmax's denominator, layer 0 in
+    # a window of 64 positions and layer 1 global, 8 experts of 128 features with biases, 2 a
+    # token (top 2 of the router's logits, softmax over those), SwiGLU-OAI; YaRN by 4 over an
+    # original 256 positions (the real config's rope_type, beta_fast and beta_slow; its
+    # "truncate": false is neither in the GGUF nor in llama.cpp, which truncates as this does).
+    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM",
+                {"num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 128,
+                 "sliding_window": 64, "attention_bias": True},
+                {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256,
+                 "beta_fast": 32.0, "beta_slow": 1.0}),
 }
 
 # Keys added to a name's converted files: (value, gguf-py value type name).
@@ -154,15 +164,16 @@ GGUF_KEYS = {"mistral": {"llama.attention.sliding_window": (64, "UINT32")}}
 # The architectures whose converter takes the vocabulary from a BPE tokenizer.json only (TextModel's
 # default, and DeepseekV2Model's own set_vocab): converted with the SentencePiece reader that the
 # others use, since the tests compare token ids and this checkpoint has no BPE tokenizer.
-SPM_VOCAB = {"olmo2", "qwen3moe", "deepseek_v3"}
+SPM_VOCAB = {"olmo2", "qwen3moe", "deepseek_v3", "gpt_oss"}
 CONVERT_WITH_SPM = """
 import runpy, sys
 convert = sys.argv[1]
 sys.argv = sys.argv[1:]
 sys.path.insert(0, str(__import__("pathlib").Path(convert).parent))
-from conversion import base, deepseek
+from conversion import base, deepseek, gpt_oss
 base.TextModel.set_vocab = base.TextModel._set_vocab_sentencepiece
 deepseek.DeepseekV2Model.set_vocab = base.TextModel._set_vocab_sentencepiece
+gpt_oss.GptOssModel.set_vocab = base.TextModel._set_vocab_sentencepiece
 runpy.run_path(convert, run_name="__main__")
 """
 
@@ -204,10 +215,21 @@ def grid_weight(shape, exponent: int, gen: torch.Generator) -> torch.Tensor:
 def set_weights(model, gen: torch.Generator) -> None:
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() == 3:  # fused experts [experts, rows, cols]: each expert a grid matrix
+            if p.dim() == 3 and model.config.model_type == "gpt_oss":
+                # [experts, cols, rows]: the GGUF holds each expert transposed, and its rows'
+                # 32-blocks must hold the +-127.
+                for e in range(p.shape[0]):
+                    p[e].copy_(grid_weight(tuple(p.shape[1:])[::-1], 9, gen).T)
+            elif p.dim() == 3:  # fused experts [experts, rows, cols]: each expert a grid matrix
                 for e in range(p.shape[0]):
                     p[e].copy_(grid_weight(tuple(p.shape[1:]), 9, gen))
-            elif name.endswith("mlp.gate.weight"):
+            elif name.endswith("bias"):  # gpt-oss's expert biases are [experts, rows]
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("self_attn.sinks"):
+                # exp(sink) beside the sum over up to 700 keys of exp(score ~ 0): at 1 + 0.2 N(0,
+                # 1) a sink would change no logit of the long prompts.
+                p.copy_(4.0 + 1.0 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("mlp.gate.weight") or name.endswith("mlp.router.weight"):
                 # A router at 2^-9 scores the experts so alike that the top-k hangs on rounding.
                 p.copy_(grid_weight(tuple(p.shape), 4, gen))
             elif p.dim() == 2:
@@ -216,8 +238,6 @@ def set_weights(model, gen: torch.Generator) -> None:
                 big = ("embed_tokens" in name or "lm_head" in name) and \
                     not model.config.tie_word_embeddings
                 p.copy_(grid_weight(tuple(p.shape), 7 if big else 9, gen))
-            elif name.endswith("bias"):
-                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
             else:
                 p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
         # DeepSeek's router correction bias is a buffer: at 0.3 it changes which experts a token
@@ -456,7 +476,8 @@ def make_refused_deepseek(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> No
 # top-2 margin of 3e-4, under the tests' logit tolerance).
 SEEDS = {"llama": 0, "llama3": 1, "qwen2": 2, "qwen3": 3, "phi3": 4, "llama_linear": 5,
          "gemma2": 6, "olmo2": 7, "phi3_longrope": 8, "qwen2_yarn": 10,
-         "qwen3moe": 11, "deepseek_v3": 12, "mistral": 20, "ministral3": 21, "phi3_window": 22}
+         "qwen3moe": 11, "deepseek_v3": 12, "mistral": 20, "ministral3": 21, "phi3_window": 22,
+         "gpt_oss": 30}
 
 
 def main() -> None:
