@@ -60,7 +60,7 @@ BASE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_
 # A name in ONE_TYPE gets its Q8_0 file only (a RoPE variant of an architecture tested at every
 # type already).
 ONE_TYPE = {"llama_linear": ("q8_0",), "phi3_longrope": ("q8_0",), "qwen2_yarn": ("q8_0",),
-            "mistral": ("q8_0",), "phi3_window": ("q8_0",)}
+            "mistral": ("q8_0",), "phi3_window": ("q8_0",), "gpt_oss_mxfp4": ("mxfp4",)}
 # Prompt lengths of a name where not PROMPT_LENGTHS: LongRoPE's factors follow the context (ctxpar
 # and llama.cpp: the configured one, HF: the sequence's), so its prompts all pass the original
 # context (64), where both take the long factors.
@@ -157,6 +157,11 @@ ARCHS = {
                 {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256,
                  "beta_fast": 32.0, "beta_slow": 1.0}),
 }
+# gpt-oss with its experts in MXFP4, as the real files hold them: the same model, the experts' weights
+# drawn from MXFP4's grid (MXFP4_EXPERTS), the file F32 with the three expert tensors re-encoded
+# by gguf-py (exactly: every 32-block is 2^-6 times doubled e2m1 values with a +-12).
+ARCHS["gpt_oss_mxfp4"] = ARCHS["gpt_oss"]
+MXFP4_EXPERTS = {"gpt_oss_mxfp4"}
 
 # Keys added to a name's converted files: (value, gguf-py value type name).
 GGUF_KEYS = {"mistral": {"llama.attention.sliding_window": (64, "UINT32")}}
@@ -164,7 +169,7 @@ GGUF_KEYS = {"mistral": {"llama.attention.sliding_window": (64, "UINT32")}}
 # The architectures whose converter takes the vocabulary from a BPE tokenizer.json only (TextModel's
 # default, and DeepseekV2Model's own set_vocab): converted with the SentencePiece reader that the
 # others use, since the tests compare token ids and this checkpoint has no BPE tokenizer.
-SPM_VOCAB = {"olmo2", "qwen3moe", "deepseek_v3", "gpt_oss"}
+SPM_VOCAB = {"olmo2", "qwen3moe", "deepseek_v3", "gpt_oss", "gpt_oss_mxfp4"}
 CONVERT_WITH_SPM = """
 import runpy, sys
 convert = sys.argv[1]
@@ -212,10 +217,27 @@ def grid_weight(shape, exponent: int, gen: torch.Generator) -> torch.Tensor:
     return q.to(torch.float32) * 2.0 ** -exponent
 
 
-def set_weights(model, gen: torch.Generator) -> None:
+def mxfp4_weight(shape, exponent: int, gen: torch.Generator) -> torch.Tensor:
+    """Doubled e2m1 values (MXFP4's kvalues) * 2^-exponent, each 32-block of a row holding a
+    +-12, so that gguf-py's MXFP4 scale is 2^-exponent and every value exact."""
+    values = torch.tensor([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12],
+                          dtype=torch.float32)
+    q = values[torch.randint(0, 16, shape, generator=gen)]
+    rows, cols = shape
+    blocks = cols // 32
+    at = torch.randint(0, 32, (rows, blocks), generator=gen) + 32 * torch.arange(blocks)
+    sign = torch.randint(0, 2, (rows, blocks), generator=gen) * 2 - 1
+    q.scatter_(1, at, 12.0 * sign.to(torch.float32))
+    return q * 2.0 ** -exponent
+
+
+def set_weights(model, gen: torch.Generator, mxfp4_experts: bool = False) -> None:
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() == 3 and model.config.model_type == "gpt_oss":
+            if p.dim() == 3 and mxfp4_experts:
+                for e in range(p.shape[0]):
+                    p[e].copy_(mxfp4_weight(tuple(p.shape[1:])[::-1], 6, gen).T)
+            elif p.dim() == 3 and model.config.model_type == "gpt_oss":
                 # [experts, cols, rows]: the GGUF holds each expert transposed, and its rows'
                 # 32-blocks must hold the +-127.
                 for e in range(p.shape[0]):
@@ -278,7 +300,7 @@ def make(name: str, llama_cpp: pathlib.Path, out_root: pathlib.Path, seed: int) 
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
     model = getattr(transformers, hf_arch)(config).to(torch.float32)
-    set_weights(model, torch.Generator().manual_seed(seed))
+    set_weights(model, torch.Generator().manual_seed(seed), name in MXFP4_EXPERTS)
     model.eval()
     out_dir = out_root / name
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -291,7 +313,8 @@ def make(name: str, llama_cpp: pathlib.Path, out_root: pathlib.Path, seed: int) 
         files = {}
         for out_type in ONE_TYPE.get(name, OUT_TYPES):
             gguf = out_dir / f"{name}-{out_type}.gguf"
-            args = [str(hf_dir), "--outtype", out_type, "--outfile", str(gguf)]
+            convert_type = "f32" if out_type == "mxfp4" else out_type
+            args = [str(hf_dir), "--outtype", convert_type, "--outfile", str(gguf)]
             convert = llama_cpp / "convert_hf_to_gguf.py"
             command = [sys.executable, str(convert), *args]
             if name in SPM_VOCAB:
@@ -300,6 +323,8 @@ def make(name: str, llama_cpp: pathlib.Path, out_root: pathlib.Path, seed: int) 
                            stderr=subprocess.DEVNULL)
             if name in GGUF_KEYS:
                 add_keys(llama_cpp, gguf, GGUF_KEYS[name])
+            if out_type == "mxfp4":
+                experts_to_mxfp4(llama_cpp, gguf)
             files[out_type] = {"file": gguf.name, "sha256": sha256(gguf)}
     rng = torch.Generator().manual_seed(1000 + seed)
     prompts = []
@@ -366,6 +391,23 @@ def add_keys(llama_cpp: pathlib.Path, path: pathlib.Path, keys: dict) -> None:
     tmp = path.with_suffix(".tmp")
     copy_gguf(gguf, path, tmp,
               keys={k: (v, getattr(gguf.GGUFValueType, t)) for k, (v, t) in keys.items()})
+    tmp.replace(path)
+
+
+def experts_to_mxfp4(llama_cpp: pathlib.Path, path: pathlib.Path) -> None:
+    """The F32 file at path with its ffn_*_exps.weight tensors in MXFP4 (gguf-py's quantizer)."""
+    sys.path.insert(0, str(llama_cpp / "gguf-py"))
+    import gguf
+    q = gguf.GGMLQuantizationType.MXFP4
+    r = gguf.GGUFReader(path)
+    tensors = {}
+    for t in r.tensors:
+        if t.name.endswith("_exps.weight"):
+            data = gguf.quants.quantize(t.data, q)
+            assert (gguf.quants.dequantize(data, q) == t.data).all(), t.name
+            tensors[t.name] = (data, q)
+    tmp = path.with_suffix(".tmp")
+    copy_gguf(gguf, path, tmp, tensors=tensors)
     tmp.replace(path)
 
 
@@ -477,7 +519,7 @@ def make_refused_deepseek(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> No
 SEEDS = {"llama": 0, "llama3": 1, "qwen2": 2, "qwen3": 3, "phi3": 4, "llama_linear": 5,
          "gemma2": 6, "olmo2": 7, "phi3_longrope": 8, "qwen2_yarn": 10,
          "qwen3moe": 11, "deepseek_v3": 12, "mistral": 20, "ministral3": 21, "phi3_window": 22,
-         "gpt_oss": 30}
+         "gpt_oss": 30, "gpt_oss_mxfp4": 31}
 
 
 def main() -> None:
