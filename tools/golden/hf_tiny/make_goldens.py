@@ -514,6 +514,45 @@ def make_refused_deepseek(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> No
         f.write("\n")
 
 
+def make_refused_gpt_oss(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> None:
+    """tests/data/hf_tiny/gpt_oss_refused/: copies of the gpt_oss_mxfp4 file with one fault each
+    (refused.json as make_refused's). Every fault is refused before a layer's weight is read, so
+    the copies keep token_embd alone (its rows are the vocabulary's size; the whole file is the
+    golden, which opens)."""
+    sys.path.insert(0, str(llama_cpp / "gguf-py"))
+    import gguf
+    import numpy as np
+    base = out_root / "gpt_oss_mxfp4" / "gpt_oss_mxfp4-mxfp4.gguf"
+    r = gguf.GGUFReader(base)
+    weights = {t.name: (None, None) for t in r.tensors if t.name != "token_embd.weight"}
+    U32, F32 = gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32
+    Q = gguf.GGMLQuantizationType
+    a = "gpt-oss."
+    cases = {
+        # llama.cpp reads a separate RoPE base of the window layers; ctxpar runs one base.
+        "freq_base_swa": ({a + "rope.freq_base_swa": (1e4, F32)}, {},
+                          "key " + a + "rope.freq_base_swa", "CTXPAR-MODEL-011"),
+        "gating_func": ({a + "expert_gating_func": (1, U32)}, {},
+                        "key " + a + "expert_gating_func", "CTXPAR-MODEL-011"),
+        # One layer would leave the global KV group empty.
+        "one_layer": ({a + "block_count": (1, U32)}, {}, a + "block_count", "CTXPAR-GGUF-006"),
+        "window_of_one": ({a + "attention.sliding_window": (1, U32)}, {},
+                          a + "attention.sliding_window", "CTXPAR-GGUF-006"),
+        "unread_tensor": ({}, {"blk.0.ffn_norm.weight": (np.ones(64, np.float32), Q.F32)},
+                          "tensor blk.0.ffn_norm.weight", "CTXPAR-MODEL-011"),
+    }
+    out_dir = out_root / "gpt_oss_refused"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    expected = {}
+    for name, (keys, tensors, names, error_id) in cases.items():
+        copy_gguf(gguf, base, out_dir / f"{name}.gguf", keys, dict(weights, **tensors))
+        expected[name] = {"names": names, "id": error_id}
+    with open(out_dir / "refused.json", "w") as f:
+        json.dump({"generator": "tools/golden/hf_tiny/make_goldens.py", "base": base.name,
+                   "cases": expected}, f, indent=1)
+        f.write("\n")
+
+
 # Fixed per name, so that adding an architecture changes no other golden (qwen2_yarn's 9 gave a
 # top-2 margin of 3e-4, under the tests' logit tolerance).
 SEEDS = {"llama": 0, "llama3": 1, "qwen2": 2, "qwen3": 3, "phi3": 4, "llama_linear": 5,
@@ -534,6 +573,8 @@ def main() -> None:
         make_refused(llama_cpp, out_root)
     if "deepseek_refused" in names or not sys.argv[3:]:
         make_refused_deepseek(llama_cpp, out_root)
+    if "gpt_oss_refused" in names or not sys.argv[3:]:
+        make_refused_gpt_oss(llama_cpp, out_root)
 
 
 if __name__ == "__main__":
