@@ -173,6 +173,7 @@ constexpr LlamaVariant kGptOss = {.gguf_name = "gpt-oss",
                                   .rope_style = model::RopeStyle::kNeox,
                                   .moe = true,
                                   .alternating_window = true,
+                                  .yarn_exact_range = true,
                                   .check_tensors = CheckGptOssTensors,
                                   .create = CreateGptOssModel};
 

@@ -61,6 +61,9 @@ struct LlamaVariant {
   // llama.cpp's swa pattern 2), kept in the pool's window group (WindowKvGroups); else every
   // layer.
   bool alternating_window = false;
+  // YaRN's correction range kept exact, not rounded out to whole dims (RopeScaling::truncate):
+  // every gpt-oss config states "truncate": false, which the GGUF does not carry.
+  bool yarn_exact_range = false;
   // Null: the Llama block (CheckLlamaTensors, CreateLlamaModel).
   LlamaTensorCheck check_tensors = nullptr;
   LlamaModelFactory create = nullptr;

@@ -207,8 +207,9 @@ RopeAngles RopeAngles::Ggml(int rope_dims, float base, RopeScaling scaling) {
       return float(rope_dims) * std::log(float(scaling.orig_ctx) / (beta * 2.0f * float(M_PI))) /
              (2.0f * std::log(base));
     };
-    a.corr_dims_[0] = std::max(0.0f, std::floor(corr_dim(scaling.beta_fast)));
-    a.corr_dims_[1] = std::min(float(rope_dims - 1), std::ceil(corr_dim(scaling.beta_slow)));
+    const float low = corr_dim(scaling.beta_fast), high = corr_dim(scaling.beta_slow);
+    a.corr_dims_[0] = std::max(0.0f, scaling.truncate ? std::floor(low) : low);
+    a.corr_dims_[1] = std::min(float(rope_dims - 1), scaling.truncate ? std::ceil(high) : high);
   }
   a.scaling_ = std::move(scaling);
   return a;

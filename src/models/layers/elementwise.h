@@ -48,6 +48,9 @@ struct RopeScaling {
   float beta_fast = 32.0f;
   float beta_slow = 1.0f;
   int orig_ctx = 0;  // YaRN: the context the model was trained at
+  // YaRN: the correction dims rounded out to whole dims (ggml's floor and ceil, transformers'
+  // default), or kept exact (transformers' "truncate": false, gpt-oss's configs).
+  bool truncate = true;
 };
 
 class RopeAngles {

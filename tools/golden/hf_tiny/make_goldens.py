@@ -149,13 +149,13 @@ ARCHS = {
     # gpt-oss: q/k/v/o biases, a learned sink per head in every softmax's denominator, layer 0 in
     # a window of 64 positions and layer 1 global, 8 experts of 128 features with biases, 2 a
     # token (top 2 of the router's logits, softmax over those), SwiGLU-OAI; YaRN by 4 over an
-    # original 256 positions (the real config's rope_type, beta_fast and beta_slow; its
-    # "truncate": false is neither in the GGUF nor in llama.cpp, which truncates as this does).
+    # original 256 positions with the real configs' beta_fast, beta_slow and "truncate": false
+    # (which the GGUF does not carry: ctxpar's gpt-oss runs it, llama.cpp rounds the range out).
     "gpt_oss": ("GptOssConfig", "GptOssForCausalLM",
                 {"num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 128,
                  "sliding_window": 64, "attention_bias": True},
                 {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256,
-                 "beta_fast": 32.0, "beta_slow": 1.0}),
+                 "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}),
 }
 # gpt-oss with its experts in MXFP4, as the real files hold them: the same model, the experts' weights
 # drawn from MXFP4's grid (MXFP4_EXPERTS), the file F32 with the three expert tensors re-encoded
