@@ -151,13 +151,8 @@ Status CheckGptOssTensors(const GgufFile& f, const LlamaHparams& hp) {
     return HparamError(f, hp.architecture + ".block_count", hp.num_layers,
                        "it must be at least 2 (window and global layers alternate)");
   }
-  CTXPAR_RETURN_IF_ERROR(model::CheckGgufTensors(f, hp.variant.hf_name, hp.num_layers,
-                                                 kGlobalTensors, BlockTensors(hp)));
-  EngineConfig one_rank;
-  const model::HeadShard shard = model::MakeHeadShard(model::DenseHeadLayout(hp), one_rank, 0);
-  std::vector<Layer> layers;
-  CTXPAR_RETURN_IF_ERROR(LoadLayers(f, hp, shard, model::ActFormat::kF32, layers));
-  return model::VocabHead::CheckGguf(f, hp.dim, hp.vocab_size, hp.tied_embeddings);
+  return model::CheckDenseTensors<Layer>(f, hp, hp.variant.hf_name, kGlobalTensors,
+                                         BlockTensors(hp), LoadLayers);
 }
 
 Expected<std::unique_ptr<Model>> CreateGptOssModel(std::shared_ptr<const GgufFile> file,
