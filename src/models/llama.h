@@ -2,7 +2,8 @@
 // ModelSource, which OpenModelSource returns for a GGUF file): the architectures whose block is
 // Llama's, pre-norm grouped-query attention and a SwiGLU MLP, each stating what its block adds
 // in a LlamaVariant (llama; qwen2: q/k/v biases; qwen3: per-head q/k norms; phi3: fused q/k/v
-// and gate/up matrices; mistral3: an attention temperature; any of them a window on every layer):
+// and gate/up matrices; mistral3: an attention temperature; any of them a window on every layer;
+// olmo2 and gpt-oss bring their own block, olmo2.cpp and gpt_oss.cpp):
 //   h = x + o(attn(rope(norm_qk(q(n(x)) + bq)), rope(norm_qk(k(n(x)) + bk)), v(n(x)) + bv))
 //   x = h + down(silu(gate(n(h))) * up(n(h)))
 //

@@ -70,7 +70,8 @@ void RoutedMoe::Route(const float* router_bias, int n) {
   const bool softmax_first = shape_.routing == MoeRouting::kSoftmaxTopK;
   choices_.resize(std::size_t(n) * used);
   picked_.resize(experts);
-  std::vector<float> p(experts);
+  std::vector<float> p(experts), chosen(used);
+  std::vector<int> order(used);
   for (int t = 0; t < n; ++t) {
     float* l = logits_.data() + std::size_t(t) * experts;
     if (router_bias != nullptr) {
@@ -83,7 +84,6 @@ void RoutedMoe::Route(const float* router_bias, int n) {
     std::iota(picked_.begin(), picked_.end(), 0);
     std::partial_sort(picked_.begin(), picked_.begin() + used, picked_.end(),
                       [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    std::vector<float> chosen(used);
     for (int k = 0; k < used; ++k) chosen[k] = p[picked_[k]];
     if (softmax_first) {
       float total = 0.0f;
@@ -93,7 +93,6 @@ void RoutedMoe::Route(const float* router_bias, int n) {
       Softmax(chosen.data(), used);
     }
     // Ascending expert id, each with its weight.
-    std::vector<int> order(used);
     std::iota(order.begin(), order.end(), 0);
     std::sort(order.begin(), order.end(), [&](int a, int b) { return picked_[a] < picked_[b]; });
     Choice* c = choices_.data() + std::size_t(t) * used;
