@@ -9,7 +9,8 @@
 // count the router cannot take, a key and tensors it does not read (attn_kv_b, experts in a dense
 // layer), attn_k_b without the converter's transpose and a NaN correction bias;
 // tests/data/hf_tiny/gpt_oss_refused for gpt-oss: llama.cpp's rope.freq_base_swa and an
-// expert_gating_func it does not read, one layer, a window of 1 and a tensor it does not read.
+// expert_gating_func it does not read, one layer, a window of 1, a tensor it does not read and
+// an MXFP4 exponent byte of 255 (E8M0's NaN).
 // OpenModelSource is what `ctxpar check --model-path` and generate both run.
 #include <gtest/gtest.h>
 

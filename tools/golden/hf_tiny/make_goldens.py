@@ -518,13 +518,17 @@ def make_refused_gpt_oss(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> Non
     """tests/data/hf_tiny/gpt_oss_refused/: copies of the gpt_oss_mxfp4 file with one fault each
     (refused.json as make_refused's). Every fault is refused before a layer's weight is read, so
     the copies keep token_embd alone (its rows are the vocabulary's size; the whole file is the
-    golden, which opens)."""
+    golden, which opens), but nan_scale, which keeps layer 0 for its expert matrix."""
     sys.path.insert(0, str(llama_cpp / "gguf-py"))
     import gguf
     import numpy as np
     base = out_root / "gpt_oss_mxfp4" / "gpt_oss_mxfp4-mxfp4.gguf"
     r = gguf.GGUFReader(base)
-    weights = {t.name: (None, None) for t in r.tensors if t.name != "token_embd.weight"}
+    t = {x.name: x for x in r.tensors}
+    up = np.array(t["blk.0.ffn_up_exps.weight"].data)
+    up.reshape(-1, 17)[5, 0] = 0xFF  # block 5's E8M0 exponent: OCP's NaN
+    weights = {name: (None, None) for name in t if name != "token_embd.weight"}
+    layer0 = {name: v for name, v in weights.items() if not name.startswith("blk.0.")}
     U32, F32 = gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32
     Q = gguf.GGMLQuantizationType
     a = "gpt-oss."
@@ -540,12 +544,15 @@ def make_refused_gpt_oss(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> Non
                           a + "attention.sliding_window", "CTXPAR-GGUF-006"),
         "unread_tensor": ({}, {"blk.0.ffn_norm.weight": (np.ones(64, np.float32), Q.F32)},
                           "tensor blk.0.ffn_norm.weight", "CTXPAR-MODEL-011"),
+        "nan_scale": ({}, dict(layer0, **{"blk.0.ffn_up_exps.weight": (up, Q.MXFP4)}),
+                      "tensor blk.0.ffn_up_exps.weight", "CTXPAR-MODEL-011"),
     }
     out_dir = out_root / "gpt_oss_refused"
     out_dir.mkdir(parents=True, exist_ok=True)
     expected = {}
     for name, (keys, tensors, names, error_id) in cases.items():
-        copy_gguf(gguf, base, out_dir / f"{name}.gguf", keys, dict(weights, **tensors))
+        kept = tensors if name == "nan_scale" else dict(weights, **tensors)
+        copy_gguf(gguf, base, out_dir / f"{name}.gguf", keys, kept)
         expected[name] = {"names": names, "id": error_id}
     with open(out_dir / "refused.json", "w") as f:
         json.dump({"generator": "tools/golden/hf_tiny/make_goldens.py", "base": base.name,
