@@ -248,8 +248,8 @@ def set_weights(model, gen: torch.Generator, mxfp4_experts: bool = False) -> Non
             elif name.endswith("bias"):  # gpt-oss's expert biases are [experts, rows]
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen))
             elif name.endswith("self_attn.sinks"):
-                # exp(sink) beside the sum over up to 700 keys of exp(score ~ 0): at 1 + 0.2 N(0,
-                # 1) a sink would change no logit of the long prompts.
+                # exp(sink) large beside the sum over up to 700 keys of exp(score ~ 0), so that
+                # the sinks weigh on the long prompts too.
                 p.copy_(4.0 + 1.0 * torch.randn(p.shape, generator=gen))
             elif name.endswith("mlp.gate.weight") or name.endswith("mlp.router.weight"):
                 # A router at 2^-9 scores the experts so alike that the top-k hangs on rounding.
