@@ -24,7 +24,8 @@ written by gguf-py, and
 refused.json, the catalog ID and the tensor or key each must be refused for, and one copy with no
 fault, which must open (tests/models/gguf_refusal_test.cpp); tests/data/hf_tiny/deepseek_refused/
 the same for the deepseek_v3 Q8_0 file (a router, RoPE scaling, MLA layout, key or tensor that
-ctxpar's deepseek2 does not run).
+ctxpar's deepseek2 does not run); tests/data/hf_tiny/gpt_oss_refused/ for the gpt_oss_mxfp4 file
+(a key or tensor it does not read, one layer, a window of 1, an MXFP4 exponent of 255).
 
     python3 -m venv ~/.cache/ctxpar/golden-venv
     ~/.cache/ctxpar/golden-venv/bin/pip install torch transformers sentencepiece numpy
