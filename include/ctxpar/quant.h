@@ -178,6 +178,22 @@ struct BlockIQ4XS {
   uint8_t scales_l[kQK_K / 64];
   uint8_t qs[kQK_K / 2];
 };
+// MXFP4 (OCP microscaling; gpt-oss's experts): an E8M0 exponent e and 32 e2m1 values, stored
+// doubled as ggml stores them: x[j] = d * kMxfp4Values[qs[j] & 15], x[16 + j] =
+// d * kMxfp4Values[qs[j] >> 4], with d = Mxfp4Scale(e) = 2^(e - 128) (half of 2^(e - 127)).
+inline constexpr int8_t kMxfp4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
+struct BlockMXFP4 {
+  uint8_t e;
+  uint8_t qs[16];
+};
+// ggml's ggml_e8m0_to_fp32_half: the bits of 2^(e - 128), a subnormal for e < 2.
+inline float Mxfp4Scale(uint8_t e) {
+  const uint32_t bits = e < 2 ? uint32_t{0x00200000} << e : uint32_t(e - 1) << 23;
+  float d;
+  std::memcpy(&d, &bits, sizeof d);
+  return d;
+}
 // The activation format of ggml's K-quant dot products: fp32 scale, bsums = sums of 16.
 struct BlockQ8K {
   float d;
@@ -197,6 +213,7 @@ static_assert(sizeof(BlockQ4K) == 144 && alignof(BlockQ4K) == 2);
 static_assert(sizeof(BlockQ5K) == 176 && alignof(BlockQ5K) == 2);
 static_assert(sizeof(BlockIQ4NL) == 18 && alignof(BlockIQ4NL) == 2);
 static_assert(sizeof(BlockIQ4XS) == 136 && alignof(BlockIQ4XS) == 2);
+static_assert(sizeof(BlockMXFP4) == 17 && alignof(BlockMXFP4) == 1);
 static_assert(sizeof(BlockQ6K) == 210 && alignof(BlockQ6K) == 2);
 static_assert(sizeof(BlockQ8K) == 292 && alignof(BlockQ8K) == 4);
 

@@ -578,11 +578,11 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "by that name from its architecture registry. A file of another architecture has tensors "
        "and hyperparameters that no registered model reads.",
        "--model-path naming a GGUF file of an architecture outside the list (glm4moe, "
-       "gpt-oss, mistral3, ...).",
+       "falcon, ...).",
        {"Use a GGUF file of one of the listed architectures (SmolLM2 is llama, Gemma 3 is "
         "gemma3).",
         "`ctxpar check --model-path FILE` tells at once whether a file is one ctxpar runs."},
-       "ctxpar generate --model-path gpt-oss-20b-mxfp4.gguf 'Hello'",
+       "ctxpar generate --model-path glm-4.5-air-q4_k_m.gguf 'Hello'",
        "ctxpar generate --model-path gemma-3-270m-q4_k_m.gguf 'Hello'",
        {"CTXPAR-MODEL-008", "CTXPAR-GGUF-004"}},
       {"CTXPAR-MODEL-012",
@@ -610,7 +610,8 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "general.* and tokenizer.* keys are the file's description and the tokenizer's. `ctxpar "
        "check --model-path` applies the same checks as generate and serve.",
        "A weight type without a matmul kernel (the matmuls take F32, F16, BF16, Q4_0, Q4_1, "
-       "Q5_0, Q5_1, Q8_0, Q2_K to Q6_K, IQ4_NL and IQ4_XS; requantize others, such as IQ2 and "
+       "Q5_0, Q5_1, Q8_0, Q2_K to Q6_K, IQ4_NL, IQ4_XS and MXFP4; requantize others, such as IQ2 "
+       "and "
        "IQ3, with llama-quantize); a tensor of another "
        "architecture or of a layer past block_count; a shape that disagrees with the "
        "hyperparameters; a norm vector that is not F32; a key of a feature the architecture's "

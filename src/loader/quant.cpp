@@ -43,7 +43,7 @@ constexpr std::array<GgmlTypeTraits, 32> kTypes = {{
     {GgmlType::kBF16, "BF16", 1, 2, true},
     {GgmlType::kTQ1_0, "TQ1_0", 256, 54, false},
     {GgmlType::kTQ2_0, "TQ2_0", 256, 66, false},
-    {GgmlType::kMXFP4, "MXFP4", 32, 17, false},
+    {GgmlType::kMXFP4, "MXFP4", 32, 17, true},
 }};
 
 // Reads block i of a row whose blocks need not be aligned.
@@ -148,6 +148,18 @@ void RowIQ4NL(const uint8_t* src, float* y, int64_t nb) {
     for (int j = 0; j < 16; ++j) {
       y[j] = d * static_cast<float>(kIq4Values[b.qs[j] & 0x0F]);
       y[j + 16] = d * static_cast<float>(kIq4Values[b.qs[j] >> 4]);
+    }
+  }
+}
+
+// gguf-py's MXFP4: d * q in float, d a power of two (exact unless it overflows or underflows).
+void RowMXFP4(const uint8_t* src, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += 32) {
+    const auto b = LoadBlock<BlockMXFP4>(src, i);
+    const float d = Mxfp4Scale(b.e);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = d * static_cast<float>(kMxfp4Values[b.qs[j] & 0x0F]);
+      y[j + 16] = d * static_cast<float>(kMxfp4Values[b.qs[j] >> 4]);
     }
   }
 }
@@ -396,6 +408,9 @@ Status DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n) {
       return Status::Ok();
     case GgmlType::kIQ4_XS:
       RowIQ4XS(s, dst, nb);
+      return Status::Ok();
+    case GgmlType::kMXFP4:
+      RowMXFP4(s, dst, nb);
       return Status::Ok();
     default:
       return Unimplemented(

@@ -27,7 +27,7 @@ Expected<std::unique_ptr<BatchAttention>> BatchAttention::Create(const DcpOption
 }
 
 Status BatchAttention::Run(const Batch& batch, const KvPool& pool, int layer, const float* q,
-                           float* o, int window) {
+                           float* o, int window, float* lse) {
   row_seq_.clear();
   row_start_.clear();
   row_len_.clear();
@@ -40,7 +40,7 @@ Status BatchAttention::Run(const Batch& batch, const KvPool& pool, int layer, co
     }
   }
   return attention_->Forward(q, pool.View(layer), row_seq_.data(), row_len_.data(),
-                             static_cast<int>(row_seq_.size()), o, nullptr, row_start_.data());
+                             static_cast<int>(row_seq_.size()), o, lse, row_start_.data());
 }
 
 }  // namespace ctxpar::model

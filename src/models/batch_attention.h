@@ -44,9 +44,9 @@ class BatchAttention {
   static Expected<std::unique_ptr<BatchAttention>> Create(const DcpOptions& options,
                                                           Communicator* dcp);
   // window > 0: the layer's own window where its group retains every position (KvPool::
-  // VisibleRange).
+  // VisibleRange). lse (optional): [T, h], each row's merged log-sum-exp (natural log).
   Status Run(const Batch& batch, const KvPool& pool, int layer, const float* q, float* o,
-             int window = 0);
+             int window = 0, float* lse = nullptr);
   const DcpAttention& attention() const { return *attention_; }
 
  private:

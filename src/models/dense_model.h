@@ -14,7 +14,9 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -41,6 +43,23 @@ namespace ctxpar::model {
 inline ActFormat ActFormatFor(const EngineConfig& c) {
   if (c.llama_cpp_numerics) return ActFormat::kQ8;
   return c.int8_matmuls ? ActFormat::kInt8 : ActFormat::kF32;
+}
+
+// The checks of a file's tensors that a dense model's loading makes, run when its source opens so
+// that `ctxpar check` refuses what generate would: the names (CheckGgufTensors, `globals` and
+// `per_layer` under blk.N.), then every layer loaded at one rank on the mapped file (shapes,
+// types; pointers, no copy) by load_layers(file, hp, shard, ActFormat::kF32, std::vector<Layer>&),
+// then the head. Hparams: DenseHeadLayout's fields, num_layers, vocab_size, tied_embeddings.
+template <class Layer, class Hparams, class LoadLayers>
+Status CheckDenseTensors(const GgufFile& f, const Hparams& hp, std::string_view architecture,
+                         std::span<const std::string_view> globals,
+                         std::span<const std::string_view> per_layer, LoadLayers load_layers) {
+  CTXPAR_RETURN_IF_ERROR(CheckGgufTensors(f, architecture, hp.num_layers, globals, per_layer));
+  EngineConfig one_rank;
+  const HeadShard shard = MakeHeadShard(DenseHeadLayout(hp), one_rank, 0);
+  std::vector<Layer> layers;
+  CTXPAR_RETURN_IF_ERROR(load_layers(f, hp, shard, ActFormat::kF32, layers));
+  return VocabHead::CheckGguf(f, hp.dim, hp.vocab_size, hp.tied_embeddings);
 }
 
 template <class Hparams, class Layer>
@@ -80,6 +99,12 @@ class DenseModel : public Model {
   // x_ += y [n, dim].
   void AddResidual(const float* y) {
     for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += y[i];
+  }
+  // x_ += y + bias, with bias [dim] added to each row of y first (a row-parallel output's bias,
+  // gpt-oss's o_proj, as HF adds it before the residual).
+  void AddResidual(const float* y, const float* bias) {
+    const std::size_t dim = hp_.dim;
+    for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += y[i] + bias[i % dim];
   }
   // x_ += RmsNorm(y) with `weight` (a post-norm), over n rows.
   void AddNormed(const float* y, const float* weight, int n) {

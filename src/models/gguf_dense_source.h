@@ -109,14 +109,12 @@ class GgufDenseSource : public ModelSource {
         shape_.dense_layers = 0;
       }
     }
-    if constexpr (requires { hp_.IsWindowLayer(0); }) {
-      // Every global_every-th layer is global: the first global layer's place.
-      for (int l = 0; hp_.window > 0 && l < hp_.num_layers; ++l) {
-        if (hp_.IsWindowLayer(l)) continue;
-        shape_.sliding_window = hp_.window;
-        shape_.global_every = l + 1;
-        break;
-      }
+    // Every global_every-th layer is global: the first global layer's place, where some layers
+    // keep a window group (a window on every layer is kept by the full group).
+    if (const std::vector<KvGroupSpec> groups = WindowKvGroups(hp_);
+        hp_.window > 0 && !groups.empty() && !groups[0].layers.empty()) {
+      shape_.sliding_window = hp_.window;
+      shape_.global_every = groups[0].layers[0] + 1;
     }
   }
 

@@ -44,6 +44,8 @@ Expected<WeightType> WeightTypeFor(GgmlType type) {
       return WeightType::kIQ4_NL;
     case GgmlType::kIQ4_XS:
       return WeightType::kIQ4_XS;
+    case GgmlType::kMXFP4:
+      return WeightType::kMXFP4;
     case GgmlType::kF32:
       return WeightType::kF32;
     case GgmlType::kF16:
@@ -82,6 +84,8 @@ GgmlType GgmlTypeOf(WeightType type) {
       return GgmlType::kIQ4_NL;
     case WeightType::kIQ4_XS:
       return GgmlType::kIQ4_XS;
+    case WeightType::kMXFP4:
+      return GgmlType::kMXFP4;
     case WeightType::kF32:
       return GgmlType::kF32;
     case WeightType::kF16:

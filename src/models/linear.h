@@ -29,8 +29,8 @@
 //   is exact, so this is gguf-py's d * q + m); Q8_0 q * d, Q4_0 (q - 8) * d and Q5_0
 //   (q - 16) * d, exact; the K-quants bitwise as gguf-py (ctxpar/quant.h's DequantizeRow):
 //   Q4_K and Q5_K (d * sc) * q - dmin * m, Q6_K (d * sc) * (q - 32), each operation rounded;
-//   F16 and BF16 widened to fp32 (exact), F32 as stored; Q2_K, Q3_K, IQ4_NL and IQ4_XS by
-//   DequantizeRow itself (a block at a time, then each group loaded).
+//   F16 and BF16 widened to fp32 (exact), F32 as stored; Q2_K, Q3_K, IQ4_NL, IQ4_XS and MXFP4
+//   by DequantizeRow itself (a block at a time, then each group loaded).
 //   16 lanes start at +0; for each group g in order, lane l does acc[l] = fma(w[l], x[l],
 //   acc[l]) and then acc[l] = fma(w[16 + l], x[16 + l], acc[l]) (elements of group g). The
 //   lanes then reduce as r[l] = acc[l] + acc[l + 8], r[l] += r[l + 4], r[l] += r[l + 2],
@@ -71,7 +71,8 @@ enum class WeightType {
   kQ2_K,
   kQ3_K,
   kIQ4_NL,
-  kIQ4_XS
+  kIQ4_XS,
+  kMXFP4
 };
 
 // Elements of a group: the unit of the fp32 sequence and of the int8 activations.
@@ -115,6 +116,8 @@ constexpr std::size_t BlockBytes(WeightType type) {
       return sizeof(BlockIQ4NL);
     case WeightType::kIQ4_XS:
       return sizeof(BlockIQ4XS);
+    case WeightType::kMXFP4:
+      return sizeof(BlockMXFP4);
     case WeightType::kF32:
       return 4 * kBlock;
     case WeightType::kF16:
@@ -126,8 +129,8 @@ constexpr std::size_t BlockBytes(WeightType type) {
 
 // The ggml types the matmuls take, for messages.
 inline constexpr const char* kMatMulTypes =
-    "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and "
-    "IQ4_XS";
+    "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS "
+    "and MXFP4";
 
 // The WeightType of a GGUF tensor's type: InvalidArgument naming the type when the kernels do
 // not take it.

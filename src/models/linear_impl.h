@@ -50,6 +50,7 @@ enum class Src {
   kQ3K,
   kIQ4NL,
   kIQ4XS,
+  kMXFP4,
   kWide,
   kPiece
 };
@@ -62,11 +63,11 @@ inline std::uint16_t HalfBitsOf(const std::uint8_t* p) {
 
 template <Src S>
 constexpr WeightType TypeOf() {
-  constexpr WeightType kTypes[] = {WeightType::kQ4_1, WeightType::kQ8_0,   WeightType::kQ5_0,
-                                   WeightType::kQ4_K, WeightType::kQ5_K,   WeightType::kQ6_K,
-                                   WeightType::kF32,  WeightType::kF16,    WeightType::kBF16,
-                                   WeightType::kQ4_0, WeightType::kQ5_1,   WeightType::kQ2_K,
-                                   WeightType::kQ3_K, WeightType::kIQ4_NL, WeightType::kIQ4_XS};
+  constexpr WeightType kTypes[] = {
+      WeightType::kQ4_1, WeightType::kQ8_0,   WeightType::kQ5_0,   WeightType::kQ4_K,
+      WeightType::kQ5_K, WeightType::kQ6_K,   WeightType::kF32,    WeightType::kF16,
+      WeightType::kBF16, WeightType::kQ4_0,   WeightType::kQ5_1,   WeightType::kQ2_K,
+      WeightType::kQ3_K, WeightType::kIQ4_NL, WeightType::kIQ4_XS, WeightType::kMXFP4};
   return kTypes[static_cast<int>(S)];
 }
 
@@ -82,14 +83,14 @@ constexpr int GroupsPerBlock() {
 struct BlockScales {
   float f[16];
 };
-// Q2_K, Q3_K, IQ4_NL and IQ4_XS: the whole block by ctxpar/quant.h's DequantizeRow (gguf-py's
-// bits); each group is then loaded from it.
+// Q2_K, Q3_K, IQ4_NL, IQ4_XS and MXFP4: the whole block by ctxpar/quant.h's DequantizeRow
+// (gguf-py's bits); each group is then loaded from it.
 struct BlockFloats {
   float f[256];
 };
 template <Src S>
 constexpr bool kDequantizedWhole =
-    S == Src::kQ2K || S == Src::kQ3K || S == Src::kIQ4NL || S == Src::kIQ4XS;
+    S == Src::kQ2K || S == Src::kQ3K || S == Src::kIQ4NL || S == Src::kIQ4XS || S == Src::kMXFP4;
 template <Src S>
 using ScalesFor = std::conditional_t<kDequantizedWhole<S>, BlockFloats, BlockScales>;
 
@@ -440,6 +441,8 @@ void F32TileImpl(const F32Tile& j) {
       return F32TileOf<Isa, Src::kIQ4NL>(j);
     case WeightType::kIQ4_XS:
       return F32TileOf<Isa, Src::kIQ4XS>(j);
+    case WeightType::kMXFP4:
+      return F32TileOf<Isa, Src::kMXFP4>(j);
     case WeightType::kQ4_0:
       return F32TileOf<Isa, Src::kQ40>(j);
     case WeightType::kQ5_1:

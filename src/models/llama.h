@@ -2,7 +2,8 @@
 // ModelSource, which OpenModelSource returns for a GGUF file): the architectures whose block is
 // Llama's, pre-norm grouped-query attention and a SwiGLU MLP, each stating what its block adds
 // in a LlamaVariant (llama; qwen2: q/k/v biases; qwen3: per-head q/k norms; phi3: fused q/k/v
-// and gate/up matrices; mistral3: an attention temperature; any of them a window on every layer):
+// and gate/up matrices; mistral3: an attention temperature; any of them a window on every layer;
+// olmo2 and gpt-oss bring their own block, olmo2.cpp and gpt_oss.cpp):
 //   h = x + o(attn(rope(norm_qk(q(n(x)) + bq)), rope(norm_qk(k(n(x)) + bk)), v(n(x)) + bv))
 //   x = h + down(silu(gate(n(h))) * up(n(h)))
 //
@@ -57,6 +58,13 @@ struct LlamaVariant {
   // Llama 4's attention temperature (attention.temperature_scale) and YaRN's
   // rope.scaling.yarn_log_multiplier (Mistral 3).
   bool attn_temperature = false;
+  // attention.sliding_window binds the even layers only, the odd ones are global (gpt-oss;
+  // llama.cpp's swa pattern 2), kept in the pool's window group (WindowKvGroups); else every
+  // layer.
+  bool alternating_window = false;
+  // YaRN's correction range kept exact, not rounded out to whole dims (RopeScaling::truncate):
+  // every gpt-oss config states "truncate": false, which the GGUF does not carry.
+  bool yarn_exact_range = false;
   // Null: the Llama block (CheckLlamaTensors, CreateLlamaModel).
   LlamaTensorCheck check_tensors = nullptr;
   LlamaModelFactory create = nullptr;
@@ -80,7 +88,8 @@ struct LlamaHparams {
   model::RopeScaling rope_scaling;
   float rms_eps = 1e-5f;
   int context_length = 0;
-  // attention.sliding_window: every layer sees the positions (t - window, t]; 0: all of them.
+  // attention.sliding_window: every layer (or the even ones, variant.alternating_window) sees the
+  // positions (t - window, t]; 0: all of them.
   int window = 0;
   // variant.attn_temperature: q scaled by 1 + beta * log(1 + floor(pos / floor)) after RoPE, with
   // floor the original context (gqa_attention.h); beta 0: none.
@@ -90,6 +99,9 @@ struct LlamaHparams {
   int experts = 0;               // variant.moe: expert_count, else 0
   int experts_used = 0;
   int expert_ffn = 0;
+  // The layers in the pool's window group (gguf_dense_source.h's WindowKvGroups): none unless the
+  // variant alternates, where the model passes no window of its own.
+  bool IsWindowLayer(int l) const { return variant.alternating_window && window > 0 && l % 2 == 0; }
 };
 
 // Reads `<arch>.*` metadata (and rope_freqs.weight), naming the key of anything missing or out of

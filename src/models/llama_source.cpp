@@ -100,6 +100,7 @@ Expected<float> ReadYarn(const GgufFile& f, const std::string& a, float factor, 
                                           {0.0, 1e6, true, false, "in (0, 1e6]"}, 1.0f));
   CTXPAR_ASSIGN_OR_RETURN(s.orig_ctx,
                           ReadIntHparam(f, a + "rope.scaling.original_context_length", 1, 1 << 30));
+  s.truncate = !hp.variant.yarn_exact_range;
   float log_mul = 0.0f;
   if (hp.variant.attn_temperature) {
     CTXPAR_ASSIGN_OR_RETURN(log_mul,

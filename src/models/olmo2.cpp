@@ -103,13 +103,8 @@ class Olmo2Model final : public model::DenseModel<LlamaHparams, Layer> {
 };
 
 Status CheckOlmo2Tensors(const GgufFile& f, const LlamaHparams& hp) {
-  CTXPAR_RETURN_IF_ERROR(
-      model::CheckGgufTensors(f, hp.variant.hf_name, hp.num_layers, kGlobalTensors, kBlockTensors));
-  EngineConfig one_rank;
-  const model::HeadShard shard = model::MakeHeadShard(model::DenseHeadLayout(hp), one_rank, 0);
-  std::vector<Layer> layers;
-  CTXPAR_RETURN_IF_ERROR(LoadLayers(f, hp, shard, model::ActFormat::kF32, layers));
-  return model::VocabHead::CheckGguf(f, hp.dim, hp.vocab_size, hp.tied_embeddings);
+  return model::CheckDenseTensors<Layer>(f, hp, hp.variant.hf_name, kGlobalTensors, kBlockTensors,
+                                         LoadLayers);
 }
 
 Expected<std::unique_ptr<Model>> CreateOlmo2Model(std::shared_ptr<const GgufFile> file,

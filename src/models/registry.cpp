@@ -24,6 +24,7 @@ constexpr Architecture kArchitectures[] = {
     {"phi3", "Phi3ForCausalLM", OpenPhi3Source, nullptr},
     {"olmo2", "Olmo2ForCausalLM", OpenOlmo2Source, nullptr},
     {"mistral3", "Ministral3ForCausalLM", OpenMistral3Source, nullptr},
+    {"gpt-oss", "GptOssForCausalLM", OpenGptOssSource, nullptr},
     {"deepseek2", "DeepseekV3ForCausalLM", OpenDeepseek2Source, OpenDeepseekSource},
     {"", "DeepseekV4ForCausalLM", nullptr, OpenDeepseekSource},
 };

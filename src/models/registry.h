@@ -46,6 +46,8 @@ Expected<std::unique_ptr<ModelSource>> OpenMistral3Source(const std::string& pat
                                                           std::shared_ptr<const GgufFile> file);
 Expected<std::unique_ptr<ModelSource>> OpenOlmo2Source(const std::string& path,
                                                        std::shared_ptr<const GgufFile> file);
+Expected<std::unique_ptr<ModelSource>> OpenGptOssSource(const std::string& path,
+                                                        std::shared_ptr<const GgufFile> file);
 Expected<std::unique_ptr<ModelSource>> OpenGemma3Source(const std::string& path,
                                                         std::shared_ptr<const GgufFile> file);
 Expected<std::unique_ptr<ModelSource>> OpenGemma2Source(const std::string& path,

@@ -34,10 +34,11 @@ struct Case {
   const char* type;
 };
 
-const Case kCases[] = {{"llama", "f32"},    {"llama3", "q8_0"},     {"qwen2", "bf16"},
-                       {"qwen3", "f16"},    {"phi3", "q8_0"},       {"olmo2", "bf16"},
-                       {"gemma2", "bf16"},  {"qwen3moe", "q8_0"},   {"ministral3", "f16"},
-                       {"mistral", "q8_0"}, {"deepseek_v3", "q8_0"}};
+const Case kCases[] = {{"llama", "f32"},          {"llama3", "q8_0"},      {"qwen2", "bf16"},
+                       {"qwen3", "f16"},          {"phi3", "q8_0"},        {"olmo2", "bf16"},
+                       {"gemma2", "bf16"},        {"qwen3moe", "q8_0"},    {"ministral3", "f16"},
+                       {"mistral", "q8_0"},       {"deepseek_v3", "q8_0"}, {"gpt_oss", "q8_0"},
+                       {"gpt_oss_mxfp4", "mxfp4"}};
 
 TEST(HfTinyCli, GreedyIdsOfTheLongPromptAreTransformersOnOneAndTwoRanks) {
   for (const Case& c : kCases) {
@@ -69,8 +70,11 @@ TEST(HfTinyCli, GreedyIdsOfTheLongPromptAreTransformersOnOneAndTwoRanks) {
     if (std::string(CTXPAR_MPIEXEC).empty()) continue;
     args.insert(args.end(), {"--tp-size", "2", "--dcp-size", "2", "--dcp-comm-backend", "a2a",
                              "--threads", "1", "--chunked-prefill-size", "128"});
-    // Qwen3-MoE's experts sit whole on the ranks: --ep-size 2 says so (1 runs the same).
-    if (std::string_view(c.arch) == "qwen3moe") args.insert(args.end(), {"--ep-size", "2"});
+    // Qwen3-MoE's and gpt-oss's experts sit whole on the ranks: --ep-size 2 says so (1 runs the
+    // same).
+    if (std::string_view(c.arch) == "qwen3moe" || std::string_view(c.arch).starts_with("gpt_oss")) {
+      args.insert(args.end(), {"--ep-size", "2"});
+    }
     const RunResult two = RunCtxpar(args, kMpiEnv);
     ASSERT_EQ(two.exit_status, 0) << path << ": " << two.err;
     EXPECT_EQ(Trim(two.out), want) << path << " over 2 ranks";

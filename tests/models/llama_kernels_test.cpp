@@ -2,6 +2,7 @@
 // quantization (ggml's rule), RMSNorm, RoPE and SwiGLU (the matmul: linear_test.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -136,6 +137,26 @@ TEST(SwiGlu, MatchesFloat64) {
     const double ref = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * u[i];
     EXPECT_NEAR(out[i], ref, 1e-6 * (1.0 + std::fabs(ref)));
   }
+}
+
+// gpt-oss's clamped SwiGLU against HF GptOssExperts._apply_gate in float64: the gate capped at 7
+// from above only, up clamped to [-7, 7], alpha 1.702 in the sigmoid, up + 1. Gates and ups on
+// both sides of the limits (the tiny golden's stay inside them).
+TEST(SwiGluOai, MatchesFloat64WithItsClampsAndAlpha) {
+  const std::vector<float> g = {-30.0f, -7.5f, -1.5f, 0.0f, 0.3f, 6.99f, 7.0f, 9.0f, 40.0f};
+  const std::vector<float> u = {2.0f, -9.0f, 5.0f, 1.5f, -0.25f, 8.0f, -7.0f, 0.5f, -40.0f};
+  std::vector<float> out(g.size());
+  SwiGluOai(g.data(), u.data(), int(g.size()), out.data());
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const double gate = std::min(double(g[i]), 7.0);
+    const double up = std::clamp(double(u[i]), -7.0, 7.0);
+    const double ref = gate / (1.0 + std::exp(-1.702 * gate)) * (up + 1.0);
+    EXPECT_NEAR(out[i], ref, 1e-6 * (1.0 + std::fabs(ref))) << "gate " << g[i] << " up " << u[i];
+  }
+  // Gated() dispatches to the same function.
+  std::vector<float> via(g.size());
+  Gated(GatedActivation::kSwiGluOai, g.data(), u.data(), int(g.size()), via.data());
+  EXPECT_EQ(std::memcmp(via.data(), out.data(), out.size() * sizeof(float)), 0);
 }
 
 // SwiGlu's vector path computes expf as glibc does on an FMA CPU; the scalar formula with

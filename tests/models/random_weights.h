@@ -73,6 +73,9 @@ inline Matrix RandomMatrix(WeightType type, int rows, int cols, std::mt19937& rn
       case WeightType::kIQ4_XS:  // and 6-bit scales up to 32
         PutHalf(blk, scale(rng) / 2048);
         break;
+      case WeightType::kMXFP4:  // e2m1 values up to 12 (doubled) times 2^(e - 128)
+        blk[0] = std::uint8_t(118 + byte(rng) % 7);
+        break;
       case WeightType::kQ4_1:
         PutHalf(blk, scale(rng));
         PutHalf(blk + 2, -8 * scale(rng));

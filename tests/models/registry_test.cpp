@@ -22,8 +22,9 @@ TEST(Registry, NamesAreUniqueAndEachHasAnOpener) {
     EXPECT_TRUE(hf.insert(a.hf_name).second) << a.hf_name;
     if (a.open_gguf != nullptr) EXPECT_TRUE(gguf.insert(a.gguf_name).second) << a.gguf_name;
   }
-  EXPECT_EQ(gguf, (std::set<std::string_view>{"llama", "gemma3", "gemma2", "qwen2", "qwen3", "phi3",
-                                              "olmo2", "mistral3", "qwen3moe", "deepseek2"}));
+  EXPECT_EQ(gguf,
+            (std::set<std::string_view>{"llama", "gemma3", "gemma2", "qwen2", "qwen3", "phi3",
+                                        "olmo2", "mistral3", "qwen3moe", "gpt-oss", "deepseek2"}));
 }
 
 TEST(Registry, GgufOfAnotherArchitectureListsTheKnownOnes) {
@@ -37,7 +38,7 @@ TEST(Registry, GgufOfAnotherArchitectureListsTheKnownOnes) {
       path +
           ": general.architecture is 'testarch'; ctxpar runs GGUF models of the "
           "architectures llama, gemma3, gemma2, qwen2, qwen3, qwen3moe, phi3, olmo2, mistral3, "
-          "deepseek2.");
+          "gpt-oss, deepseek2.");
 }
 
 TEST(Registry, HfCheckpointOfAnotherArchitectureIsRefused) {

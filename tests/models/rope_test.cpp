@@ -80,18 +80,22 @@ TEST(RopeAngles, GgmlFactorsAndAttnFactorMatchFloat64) {
 // YaRN as transformers defines it (_compute_yarn_parameters): pair i's frequency mixes the
 // interpolated base^(-2i/d) / factor and the extrapolated base^(-2i/d) by a ramp over the
 // correction dims [floor(c(beta_fast)), ceil(c(beta_slow))], c(b) = d ln(n_orig / (2 pi b)) /
-// (2 ln base); cos and sin scale by 1 + 0.1 ln factor.
-TEST(RopeAngles, GgmlYarnMatchesFloat64) {
+// (2 ln base), or [c(beta_fast), c(beta_slow)] itself with "truncate": false (gpt-oss); cos and
+// sin scale by 1 + 0.1 ln factor.
+void ExpectYarnMatchesFloat64(bool truncate) {
   const int dims = 64;
   const double base = 1e4, factor = 4.0;
   const int orig = 256;
-  const RopeAngles a = RopeAngles::Ggml(
-      dims, float(base), {.freq_scale = float(1.0 / factor), .ext_factor = 1.0f, .orig_ctx = orig});
+  const RopeAngles a = RopeAngles::Ggml(dims, float(base),
+                                        {.freq_scale = float(1.0 / factor),
+                                         .ext_factor = 1.0f,
+                                         .orig_ctx = orig,
+                                         .truncate = truncate});
   auto corr = [&](double beta) {
     return dims * std::log(orig / (2.0 * M_PI * beta)) / (2.0 * std::log(base));
   };
-  const double low = std::max(0.0, std::floor(corr(32.0)));
-  const double high = std::min(dims - 1.0, std::ceil(corr(1.0)));
+  const double low = std::max(0.0, truncate ? std::floor(corr(32.0)) : corr(32.0));
+  const double high = std::min(dims - 1.0, truncate ? std::ceil(corr(1.0)) : corr(1.0));
   const double mscale = 1.0 + 0.1 * std::log(factor);
   for (int64_t pos : {0, 1, 100, 700, 4095}) {
     const std::vector<float> cs = CosSin(a, pos);
@@ -106,7 +110,12 @@ TEST(RopeAngles, GgmlYarnMatchesFloat64) {
   }
 }
 
-// HF's table: inv_freq within an ulp (pow, then the division), the product half an ulp more.
+TEST(RopeAngles, GgmlYarnMatchesFloat64) { ExpectYarnMatchesFloat64(/*truncate=*/true); }
+
+TEST(RopeAngles, GgmlYarnWithAnExactRangeMatchesFloat64) {
+  ExpectYarnMatchesFloat64(/*truncate=*/false);
+}
+
 TEST(RopeAngles, HfTableMatchesFloat64) {
   const int rope_dims = 64;
   const float base = 1e4f;

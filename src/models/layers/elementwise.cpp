@@ -207,8 +207,9 @@ RopeAngles RopeAngles::Ggml(int rope_dims, float base, RopeScaling scaling) {
       return float(rope_dims) * std::log(float(scaling.orig_ctx) / (beta * 2.0f * float(M_PI))) /
              (2.0f * std::log(base));
     };
-    a.corr_dims_[0] = std::max(0.0f, std::floor(corr_dim(scaling.beta_fast)));
-    a.corr_dims_[1] = std::min(float(rope_dims - 1), std::ceil(corr_dim(scaling.beta_slow)));
+    const float low = corr_dim(scaling.beta_fast), high = corr_dim(scaling.beta_slow);
+    a.corr_dims_[0] = std::max(0.0f, scaling.truncate ? std::floor(low) : low);
+    a.corr_dims_[1] = std::min(float(rope_dims - 1), scaling.truncate ? std::ceil(high) : high);
   }
   a.scaling_ = std::move(scaling);
   return a;
@@ -333,6 +334,25 @@ void GeGlu(const float* gate, const float* up, int n, float* out) {
   if (avx2) return GatedAvx2<GeluGate>(gate, up, n, out);
 #endif
   GeGluScalar(gate, up, n, out);
+}
+
+void SwiGluOai(const float* gate, const float* up, int n, float* out) {
+  for (int i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], kSwiGluOaiLimit);
+    const float u = std::clamp(up[i], -kSwiGluOaiLimit, kSwiGluOaiLimit);
+    out[i] = g / (1.0f + std::exp(-kSwiGluOaiAlpha * g)) * (u + 1.0f);
+  }
+}
+
+void Gated(GatedActivation act, const float* gate, const float* up, int n, float* out) {
+  switch (act) {
+    case GatedActivation::kSwiGlu:
+      return SwiGlu(gate, up, n, out);
+    case GatedActivation::kGeGlu:
+      return GeGlu(gate, up, n, out);
+    case GatedActivation::kSwiGluOai:
+      return SwiGluOai(gate, up, n, out);
+  }
 }
 
 void Softcap(float* x, std::size_t n, float cap) {

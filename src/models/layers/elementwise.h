@@ -48,6 +48,9 @@ struct RopeScaling {
   float beta_fast = 32.0f;
   float beta_slow = 1.0f;
   int orig_ctx = 0;  // YaRN: the context the model was trained at
+  // YaRN: the correction dims rounded out to whole dims (ggml's floor and ceil, transformers'
+  // default), or kept exact (transformers' "truncate": false, gpt-oss's configs).
+  bool truncate = true;
 };
 
 // transformers' YaRN (_compute_yarn_parameters) for RopeAngles::HfTable: the frequencies mix
@@ -118,6 +121,18 @@ void SwiGlu(const float* gate, const float* up, int n, float* out);
 // (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), HF's gelu_pytorch_tanh, as Gemma uses),
 // computed as x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3))) with std::exp's bits on every path.
 void GeGlu(const float* gate, const float* up, int n, float* out);
+
+// gpt-oss's clamped SwiGLU with its constants (HF GptOssExperts._apply_gate, ggml's swiglu_oai
+// with alpha 1.702 and limit 7, which neither the GGUF nor llama.cpp makes a parameter):
+// g = min(gate[i], 7), u = clamp(up[i], -7, 7), out[i] = g / (1 + exp(-1.702 g)) * (u + 1).
+inline constexpr float kSwiGluOaiAlpha = 1.702f;
+inline constexpr float kSwiGluOaiLimit = 7.0f;
+void SwiGluOai(const float* gate, const float* up, int n, float* out);
+
+// The activations of the gated feed-forwards (gated_mlp.h, routed_moe.h).
+enum class GatedActivation { kSwiGlu, kGeGlu, kSwiGluOai };
+// out[i] = act(gate[i], up[i]) for i < n: SwiGlu, GeGlu or SwiGluOai above.
+void Gated(GatedActivation act, const float* gate, const float* up, int n, float* out);
 
 // x[i] = cap * tanh(x[i] / cap) for i < n, in float in that order, as HF transformers computes
 // Gemma 2's final logit softcapping; cap > 0.

@@ -24,11 +24,7 @@ Expected<const float*> GatedMlp::Forward(const DenseBlockWeights& w, const float
   ForRows(pool_, n, [&](int begin, int end) {
     const std::size_t first = std::size_t(begin) * ffn_shard;
     const int count = (end - begin) * ffn_shard;
-    if (act_ == GatedActivation::kSwiGlu) {
-      SwiGlu(gate_.data() + first, up_.data() + first, count, act_out_.data() + first);
-    } else {
-      GeGlu(gate_.data() + first, up_.data() + first, count, act_out_.data() + first);
-    }
+    Gated(act_, gate_.data() + first, up_.data() + first, count, act_out_.data() + first);
   });
   return tp_->RowParallel(w.down, act_out_.data(), n, ffn_bounds_, dim_bounds_);
 }

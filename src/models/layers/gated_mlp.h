@@ -15,12 +15,11 @@
 #include "ctxpar/status.h"
 #include "ctxpar/thread_pool.h"
 #include "models/layers/attention_shard.h"
+#include "models/layers/elementwise.h"
 #include "models/layers/gguf_weights.h"
 #include "models/layers/tp_linear.h"
 
 namespace ctxpar::model {
-
-enum class GatedActivation { kSwiGlu, kGeGlu };
 
 class GatedMlp {
  public:

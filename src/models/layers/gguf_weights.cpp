@@ -186,6 +186,8 @@ std::optional<FloatSlots> SlotsOf(GgmlType type) {
       return FloatSlots{sizeof(BlockQ5K), 0, 2, 2, false};
     case GgmlType::kQ6_K:
       return FloatSlots{sizeof(BlockQ6K), offsetof(BlockQ6K, d), 1, 2, false};
+    case GgmlType::kMXFP4:  // the E8M0 exponent byte
+      return FloatSlots{sizeof(BlockMXFP4), 0, 1, 1, false};
     default:
       return std::nullopt;
   }
@@ -202,7 +204,10 @@ Status CheckFinite(const GgufFile& f, const GgufTensor& t) {
     for (int i = 0; i < slots->count; ++i) {
       const std::uint8_t* p = t.data + b * slots->block + slots->offset + i * slots->width;
       bool finite;
-      if (slots->width == 4) {
+      if (slots->width == 1) {
+        // E8M0's NaN (OCP); ggml would read it as 2^127, whose product with 12 overflows.
+        finite = *p != 0xff;
+      } else if (slots->width == 4) {
         std::uint32_t u;
         std::memcpy(&u, p, 4);
         finite = (u & 0x7f800000u) != 0x7f800000u;

@@ -93,7 +93,23 @@ Expected<const float*> GqaAttention::Forward(const GqaLayer& layer, int index, c
                                     v_.data() + seq.token_offset * kv_row));
   }
   o_.resize(std::size_t(n) * s.heads * hd);
-  CTXPAR_RETURN_IF_ERROR(attend_->Run(batch, kv, index, q_.data(), o_.data(), opt_.window));
+  lse_.resize(layer.sinks != nullptr ? std::size_t(n) * s.heads : 0);
+  CTXPAR_RETURN_IF_ERROR(attend_->Run(batch, kv, index, q_.data(), o_.data(), opt_.window,
+                                      layer.sinks != nullptr ? lse_.data() : nullptr));
+  if (layer.sinks != nullptr) {
+    // The rank's own heads start at tp_rank * heads; every row sees at least itself, so its lse
+    // is finite.
+    const float* sinks = layer.sinks + std::size_t(s.tp_rank) * s.heads;
+    ForRows(pool_, n, [&](int begin, int end) {
+      for (int row = begin; row < end; ++row) {
+        for (int h = 0; h < s.heads; ++h) {
+          const float scale = 1.0f / (1.0f + std::exp(sinks[h] - lse_[row * s.heads + h]));
+          float* o = o_.data() + (std::size_t(row) * s.heads + h) * hd;
+          for (int c = 0; c < hd; ++c) o[c] *= scale;
+        }
+      }
+    });
+  }
   return tp_->RowParallel(layer.w.wo, o_.data(), n, s.head_bounds, s.dim_bounds);
 }
 

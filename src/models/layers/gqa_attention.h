@@ -9,6 +9,9 @@
 //        Mistral 3's)
 //   k, v written to each sequence's slot of the pool; o = BatchAttention over the DCP group (in a
 //        window of its own where the model has one on every layer)
+//   o *= 1 / (1 + exp(sink_h - lse)) per head h (optional: gpt-oss's learned sinks, a term
+//        exp(sink_h) in the softmax's denominator), from the DCP-merged lse: exact whatever the
+//        layout
 //   y = o times wo (row-parallel: every output row over the whole attention row)
 // The heads, KV heads and rows are the rank's HeadShard (attention_shard.h); the block owns the
 // DCP communicator (split from the TP group) and the attention built from EngineDcpOptions.
@@ -73,6 +76,8 @@ struct GqaLayer {
   const float* q_bias = nullptr;
   const float* k_bias = nullptr;
   const float* v_bias = nullptr;
+  // [num_heads] of the whole model, or null: no sinks.
+  const float* sinks = nullptr;
 };
 
 class GqaAttention {
@@ -98,7 +103,7 @@ class GqaAttention {
   std::unique_ptr<BatchAttention> attend_;
   HeadSplitRmsNorm whole_row_norm_;
   LineVector<float> xn_, o_;  // matmul inputs: aligned, read in place
-  std::vector<float> q_, k_, v_;
+  std::vector<float> q_, k_, v_, lse_;
 };
 
 }  // namespace ctxpar::model

@@ -12,6 +12,28 @@
 
 namespace ctxpar::model {
 
+namespace {
+
+// p = softmax(p) over n values, in float: exp(p - max), summed in order, each divided by the sum.
+void Softmax(float* p, int n) {
+  const float max = *std::max_element(p, p + n);
+  float sum = 0.0f;
+  for (int i = 0; i < n; ++i) sum += p[i] = std::exp(p[i] - max);
+  for (int i = 0; i < n; ++i) p[i] /= sum;
+}
+
+}  // namespace
+
+std::vector<std::string_view> MoeTensors(const MoeShape& shape) {
+  std::vector<std::string_view> names = {"ffn_gate_inp.weight", "ffn_gate_exps.weight",
+                                         "ffn_up_exps.weight", "ffn_down_exps.weight"};
+  if (shape.biases) {
+    names.insert(names.end(), {"ffn_gate_inp.bias", "ffn_gate_exps.bias", "ffn_up_exps.bias",
+                               "ffn_down_exps.bias"});
+  }
+  return names;
+}
+
 Expected<MoeWeights> GgufMoeWeights(const GgufFile& f, const std::string& prefix, const MoeShape& s,
                                     int first, int count, ActFormat format) {
   MoeWeights w;
@@ -27,6 +49,14 @@ Expected<MoeWeights> GgufMoeWeights(const GgufFile& f, const std::string& prefix
   for (const QuantMatrix* m : {&gate, &up, &down}) {
     CTXPAR_RETURN_IF_ERROR(CheckActFormat(format, m->type));
   }
+  if (s.biases) {
+    CTXPAR_RETURN_IF_ERROR(
+        GgufVectors(f, prefix,
+                    {{&w.router_bias, "ffn_gate_inp.bias", s.experts},
+                     {&w.gate_bias, "ffn_gate_exps.bias", int64_t{s.experts} * s.expert_ffn},
+                     {&w.up_bias, "ffn_up_exps.bias", int64_t{s.experts} * s.expert_ffn},
+                     {&w.down_bias, "ffn_down_exps.bias", int64_t{s.experts} * s.dim}}));
+  }
   for (int e = first; e < first + count; ++e) {
     w.gate.push_back(WithInt8Pack(gate.RowRange(e * s.expert_ffn, s.expert_ffn), format));
     w.up.push_back(WithInt8Pack(up.RowRange(e * s.expert_ffn, s.expert_ffn), format));
@@ -35,26 +65,38 @@ Expected<MoeWeights> GgufMoeWeights(const GgufFile& f, const std::string& prefix
   return w;
 }
 
-void RoutedMoe::Route(int n) {
+void RoutedMoe::Route(const float* router_bias, int n) {
   const int experts = shape_.experts, used = shape_.experts_used;
+  const bool softmax_first = shape_.routing == MoeRouting::kSoftmaxTopK;
   choices_.resize(std::size_t(n) * used);
   picked_.resize(experts);
-  std::vector<float> p(experts);
+  std::vector<float> p(experts), chosen(used);
+  std::vector<int> order(used);
   for (int t = 0; t < n; ++t) {
-    const float* l = logits_.data() + std::size_t(t) * experts;
-    const float max = *std::max_element(l, l + experts);
-    float sum = 0.0f;
-    for (int e = 0; e < experts; ++e) sum += p[e] = std::exp(l[e] - max);
-    for (int e = 0; e < experts; ++e) p[e] /= sum;
-    // The most probable first, the lower id among equals.
+    float* l = logits_.data() + std::size_t(t) * experts;
+    if (router_bias != nullptr) {
+      for (int e = 0; e < experts; ++e) l[e] += router_bias[e];
+    }
+    // p: the probabilities (kSoftmaxTopK) or the logits (kTopKSoftmax) that rank the experts.
+    std::copy(l, l + experts, p.begin());
+    if (softmax_first) Softmax(p.data(), experts);
+    // The largest first, the lower id among equals.
     std::iota(picked_.begin(), picked_.end(), 0);
     std::partial_sort(picked_.begin(), picked_.begin() + used, picked_.end(),
                       [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    float total = 0.0f;
-    for (int k = 0; k < used; ++k) total += p[picked_[k]];
-    std::sort(picked_.begin(), picked_.begin() + used);
+    for (int k = 0; k < used; ++k) chosen[k] = p[picked_[k]];
+    if (softmax_first) {
+      float total = 0.0f;
+      for (int k = 0; k < used; ++k) total += chosen[k];
+      for (float& c : chosen) c /= total;
+    } else {
+      Softmax(chosen.data(), used);
+    }
+    // Ascending expert id, each with its weight.
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return picked_[a] < picked_[b]; });
     Choice* c = choices_.data() + std::size_t(t) * used;
-    for (int k = 0; k < used; ++k) c[k] = {picked_[k], p[picked_[k]] / total};
+    for (int k = 0; k < used; ++k) c[k] = {picked_[order[k]], chosen[order[k]]};
   }
 }
 
@@ -66,7 +108,7 @@ Expected<const float*> RoutedMoe::Forward(const MoeWeights& w, const float* ffn_
   logits_.resize(std::size_t(n) * shape_.experts);
   const MatMulOut router[] = {{w.router, logits_.data(), shape_.experts}};
   tp_->ColumnParallel(router, xn_.data(), n, dim);
-  Route(n);
+  Route(w.router_bias, n);
   // rows_[(t * used + k) * dim]: choice k of token t, weighted, where this rank holds its expert.
   rows_.assign(std::size_t(n) * used * dim, 0.0f);
   std::vector<int> slots;
@@ -88,10 +130,17 @@ Expected<const float*> RoutedMoe::Forward(const MoeWeights& w, const float* ffn_
     act_.resize(gate_.size());
     const MatMulOut gate_up[] = {{w.gate[i], gate_.data(), ffn}, {w.up[i], up_.data(), ffn}};
     tp_->ColumnParallel(gate_up, xs_.data(), m, dim);
-    SwiGlu(gate_.data(), up_.data(), m * ffn, act_.data());
+    if (w.gate_bias != nullptr) {
+      AddRowBias(gate_.data(), m, w.gate_bias + std::size_t(expert) * ffn, ffn);
+      AddRowBias(up_.data(), m, w.up_bias + std::size_t(expert) * ffn, ffn);
+    }
+    Gated(shape_.activation, gate_.data(), up_.data(), m * ffn, act_.data());
     out_.resize(std::size_t(m) * dim);
     const MatMulOut down[] = {{w.down[i], out_.data(), dim}};
     tp_->ColumnParallel(down, act_.data(), m, ffn);
+    if (w.down_bias != nullptr) {
+      AddRowBias(out_.data(), m, w.down_bias + std::size_t(expert) * dim, dim);
+    }
     for (int r = 0; r < m; ++r) {
       const float weight = choices_[slots[r]].weight;
       float* dst = rows_.data() + std::size_t(slots[r]) * dim;

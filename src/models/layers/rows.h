@@ -38,6 +38,14 @@ void ForRows(ThreadPool* pool, int n, const F& f) {
   });
 }
 
+// x[r * width + c] += bias[c] for n rows of `width`.
+inline void AddRowBias(float* x, int n, const float* bias, int width) {
+  for (int r = 0; r < n; ++r) {
+    float* row = x + std::size_t(r) * width;
+    for (int c = 0; c < width; ++c) row[c] += bias[c];
+  }
+}
+
 // out = RmsNorm(in) with `weight` over n rows of `dim`, split over the pool; out may alias in.
 inline void RmsNormRows(ThreadPool* pool, const float* in, const float* weight, int n, int dim,
                         float eps, float* out) {

@@ -33,23 +33,28 @@ SEED = 20261130
 HALF_FIELDS = {
     Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q8_0: [0],
     Q.Q2_K: [80, 82], Q.Q3_K: [108], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208],
-    Q.IQ4_NL: [0], Q.IQ4_XS: [0],
+    Q.IQ4_NL: [0], Q.IQ4_XS: [0], Q.MXFP4: [],
 }
+# Byte offsets of E8M0 exponents (MXFP4's d = 2^(e - 128)): drawn below 253, where d * 12 is
+# still finite.
+E8M0_FIELDS = {Q.MXFP4: [0]}
 # Types are appended: each draws from the stream after the ones before it.
 BLOCK_TYPES = [Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K,
-               Q.IQ4_NL, Q.IQ4_XS]
+               Q.IQ4_NL, Q.IQ4_XS, Q.MXFP4]
 TYPE_NAMES = {V.UINT8: "u8", V.INT8: "i8", V.UINT16: "u16", V.INT16: "i16", V.UINT32: "u32",
               V.INT32: "i32", V.FLOAT32: "f32", V.BOOL: "bool", V.STRING: "string",
               V.UINT64: "u64", V.INT64: "i64", V.FLOAT64: "f64"}
 
 
 def random_blocks(rng, qtype, n_blocks):
-    """Random bytes with finite fp16 scales: every quant bit pattern, no inf/NaN scale."""
+    """Random bytes with finite fp16 (or E8M0) scales: every quant bit pattern, no inf/NaN scale."""
     _, type_size = gguf.GGML_QUANT_SIZES[qtype]
     raw = rng.integers(0, 256, size=(n_blocks, type_size), dtype=np.uint8)
     for off in HALF_FIELDS[qtype]:
         halves = (rng.standard_normal(n_blocks) * 0.05).astype(np.float16)
         raw[:, off:off + 2] = halves.view(np.uint8).reshape(n_blocks, 2)
+    for off in E8M0_FIELDS.get(qtype, []):
+        raw[:, off] = rng.integers(0, 253, size=n_blocks, dtype=np.uint8)
     return raw
 
 

@@ -24,7 +24,8 @@ written by gguf-py, and
 refused.json, the catalog ID and the tensor or key each must be refused for, and one copy with no
 fault, which must open (tests/models/gguf_refusal_test.cpp); tests/data/hf_tiny/deepseek_refused/
 the same for the deepseek_v3 Q8_0 file (a router, RoPE scaling, MLA layout, key or tensor that
-ctxpar's deepseek2 does not run).
+ctxpar's deepseek2 does not run); tests/data/hf_tiny/gpt_oss_refused/ for the gpt_oss_mxfp4 file
+(a key or tensor it does not read, one layer, a window of 1, an MXFP4 exponent of 255).
 
     python3 -m venv ~/.cache/ctxpar/golden-venv
     ~/.cache/ctxpar/golden-venv/bin/pip install torch transformers sentencepiece numpy
@@ -60,7 +61,8 @@ BASE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_
 # A name in ONE_TYPE gets its Q8_0 file only (a RoPE variant of an architecture tested at every
 # type already).
 ONE_TYPE = {"llama_linear": ("q8_0",), "phi3_longrope": ("q8_0",), "qwen2_yarn": ("q8_0",),
-            "mistral": ("q8_0",), "phi3_window": ("q8_0",), "deepseek_v3_yarn": ("q8_0",)}
+            "mistral": ("q8_0",), "phi3_window": ("q8_0",), "deepseek_v3_yarn": ("q8_0",),
+            "gpt_oss_mxfp4": ("mxfp4",)}
 # Prompt lengths of a name where not PROMPT_LENGTHS: LongRoPE's factors follow the context (ctxpar
 # and llama.cpp: the configured one, HF: the sequence's), so its prompts all pass the original
 # context (64), where both take the long factors.
@@ -146,12 +148,27 @@ ARCHS = {
                      "routed_scaling_factor": 2.5, "norm_topk_prob": True, "num_mtp_layers": 0,
                      "scoring_func": "sigmoid", "topk_method": "noaux_tc", "rms_norm_eps": 1e-6},
                     {"rope_type": "default"}),
+    # gpt-oss: q/k/v/o biases, a learned sink per head in every softmax's denominator, layer 0 in
+    # a window of 64 positions and layer 1 global, 8 experts of 128 features with biases, 2 a
+    # token (top 2 of the router's logits, softmax over those), SwiGLU-OAI; YaRN by 4 over an
+    # original 256 positions with the real configs' beta_fast, beta_slow and "truncate": false
+    # (which the GGUF does not carry: ctxpar's gpt-oss runs it, llama.cpp rounds the range out).
+    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM",
+                {"num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 128,
+                 "sliding_window": 64, "attention_bias": True},
+                {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256,
+                 "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}),
 }
 # DeepSeek-V3's YaRN (factor 40 over 4096 positions in the real one): by 4 over 64 positions,
 # mscale = mscale_all_dim = 1 (cos and sin unscaled, q . k by (1 + 0.1 ln 4)^2).
 ARCHS["deepseek_v3_yarn"] = ARCHS["deepseek_v3"][:3] + (
     {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
      "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0},)
+# gpt-oss with its experts in MXFP4, as the real files hold them: the same model, the experts' weights
+# drawn from MXFP4's grid (MXFP4_EXPERTS), the file F32 with the three expert tensors re-encoded
+# by gguf-py (exactly: every 32-block is 2^-6 times doubled e2m1 values with a +-12).
+ARCHS["gpt_oss_mxfp4"] = ARCHS["gpt_oss"]
+MXFP4_EXPERTS = {"gpt_oss_mxfp4"}
 
 # Keys added to a name's converted files: (value, gguf-py value type name).
 GGUF_KEYS = {"mistral": {"llama.attention.sliding_window": (64, "UINT32")}}
@@ -159,15 +176,16 @@ GGUF_KEYS = {"mistral": {"llama.attention.sliding_window": (64, "UINT32")}}
 # The architectures whose converter takes the vocabulary from a BPE tokenizer.json only (TextModel's
 # default, and DeepseekV2Model's own set_vocab): converted with the SentencePiece reader that the
 # others use, since the tests compare token ids and this checkpoint has no BPE tokenizer.
-SPM_VOCAB = {"olmo2", "qwen3moe", "deepseek_v3", "deepseek_v3_yarn"}
+SPM_VOCAB = {"olmo2", "qwen3moe", "deepseek_v3", "deepseek_v3_yarn", "gpt_oss", "gpt_oss_mxfp4"}
 CONVERT_WITH_SPM = """
 import runpy, sys
 convert = sys.argv[1]
 sys.argv = sys.argv[1:]
 sys.path.insert(0, str(__import__("pathlib").Path(convert).parent))
-from conversion import base, deepseek
+from conversion import base, deepseek, gpt_oss
 base.TextModel.set_vocab = base.TextModel._set_vocab_sentencepiece
 deepseek.DeepseekV2Model.set_vocab = base.TextModel._set_vocab_sentencepiece
+gpt_oss.GptOssModel.set_vocab = base.TextModel._set_vocab_sentencepiece
 runpy.run_path(convert, run_name="__main__")
 """
 
@@ -206,13 +224,41 @@ def grid_weight(shape, exponent: int, gen: torch.Generator) -> torch.Tensor:
     return q.to(torch.float32) * 2.0 ** -exponent
 
 
-def set_weights(model, gen: torch.Generator) -> None:
+def mxfp4_weight(shape, exponent: int, gen: torch.Generator) -> torch.Tensor:
+    """Doubled e2m1 values (MXFP4's kvalues) * 2^-exponent, each 32-block of a row holding a
+    +-12, so that gguf-py's MXFP4 scale is 2^-exponent and every value exact."""
+    values = torch.tensor([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12],
+                          dtype=torch.float32)
+    q = values[torch.randint(0, 16, shape, generator=gen)]
+    rows, cols = shape
+    blocks = cols // 32
+    at = torch.randint(0, 32, (rows, blocks), generator=gen) + 32 * torch.arange(blocks)
+    sign = torch.randint(0, 2, (rows, blocks), generator=gen) * 2 - 1
+    q.scatter_(1, at, 12.0 * sign.to(torch.float32))
+    return q * 2.0 ** -exponent
+
+
+def set_weights(model, gen: torch.Generator, mxfp4_experts: bool = False) -> None:
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() == 3:  # fused experts [experts, rows, cols]: each expert a grid matrix
+            if p.dim() == 3 and mxfp4_experts:
+                for e in range(p.shape[0]):
+                    p[e].copy_(mxfp4_weight(tuple(p.shape[1:])[::-1], 6, gen).T)
+            elif p.dim() == 3 and model.config.model_type == "gpt_oss":
+                # [experts, cols, rows]: the GGUF holds each expert transposed, and its rows'
+                # 32-blocks must hold the +-127.
+                for e in range(p.shape[0]):
+                    p[e].copy_(grid_weight(tuple(p.shape[1:])[::-1], 9, gen).T)
+            elif p.dim() == 3:  # fused experts [experts, rows, cols]: each expert a grid matrix
                 for e in range(p.shape[0]):
                     p[e].copy_(grid_weight(tuple(p.shape[1:]), 9, gen))
-            elif name.endswith("mlp.gate.weight"):
+            elif name.endswith("bias"):  # gpt-oss's expert biases are [experts, rows]
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("self_attn.sinks"):
+                # exp(sink) large beside the sum over up to 700 keys of exp(score ~ 0), so that
+                # the sinks weigh on the long prompts too.
+                p.copy_(4.0 + 1.0 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("mlp.gate.weight") or name.endswith("mlp.router.weight"):
                 # A router at 2^-9 scores the experts so alike that the top-k hangs on rounding.
                 p.copy_(grid_weight(tuple(p.shape), 4, gen))
             elif p.dim() == 2:
@@ -221,8 +267,6 @@ def set_weights(model, gen: torch.Generator) -> None:
                 big = ("embed_tokens" in name or "lm_head" in name) and \
                     not model.config.tie_word_embeddings
                 p.copy_(grid_weight(tuple(p.shape), 7 if big else 9, gen))
-            elif name.endswith("bias"):
-                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
             else:
                 p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
         # DeepSeek's router correction bias is a buffer: at 0.3 it changes which experts a token
@@ -263,7 +307,7 @@ def make(name: str, llama_cpp: pathlib.Path, out_root: pathlib.Path, seed: int) 
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
     model = getattr(transformers, hf_arch)(config).to(torch.float32)
-    set_weights(model, torch.Generator().manual_seed(seed))
+    set_weights(model, torch.Generator().manual_seed(seed), name in MXFP4_EXPERTS)
     model.eval()
     out_dir = out_root / name
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -276,7 +320,8 @@ def make(name: str, llama_cpp: pathlib.Path, out_root: pathlib.Path, seed: int) 
         files = {}
         for out_type in ONE_TYPE.get(name, OUT_TYPES):
             gguf = out_dir / f"{name}-{out_type}.gguf"
-            args = [str(hf_dir), "--outtype", out_type, "--outfile", str(gguf)]
+            convert_type = "f32" if out_type == "mxfp4" else out_type
+            args = [str(hf_dir), "--outtype", convert_type, "--outfile", str(gguf)]
             convert = llama_cpp / "convert_hf_to_gguf.py"
             command = [sys.executable, str(convert), *args]
             if name in SPM_VOCAB:
@@ -285,6 +330,8 @@ def make(name: str, llama_cpp: pathlib.Path, out_root: pathlib.Path, seed: int) 
                            stderr=subprocess.DEVNULL)
             if name in GGUF_KEYS:
                 add_keys(llama_cpp, gguf, GGUF_KEYS[name])
+            if out_type == "mxfp4":
+                experts_to_mxfp4(llama_cpp, gguf)
             files[out_type] = {"file": gguf.name, "sha256": sha256(gguf)}
     rng = torch.Generator().manual_seed(1000 + seed)
     prompts = []
@@ -351,6 +398,23 @@ def add_keys(llama_cpp: pathlib.Path, path: pathlib.Path, keys: dict) -> None:
     tmp = path.with_suffix(".tmp")
     copy_gguf(gguf, path, tmp,
               keys={k: (v, getattr(gguf.GGUFValueType, t)) for k, (v, t) in keys.items()})
+    tmp.replace(path)
+
+
+def experts_to_mxfp4(llama_cpp: pathlib.Path, path: pathlib.Path) -> None:
+    """The F32 file at path with its ffn_*_exps.weight tensors in MXFP4 (gguf-py's quantizer)."""
+    sys.path.insert(0, str(llama_cpp / "gguf-py"))
+    import gguf
+    q = gguf.GGMLQuantizationType.MXFP4
+    r = gguf.GGUFReader(path)
+    tensors = {}
+    for t in r.tensors:
+        if t.name.endswith("_exps.weight"):
+            data = gguf.quants.quantize(t.data, q)
+            assert (gguf.quants.dequantize(data, q) == t.data).all(), t.name
+            tensors[t.name] = (data, q)
+    tmp = path.with_suffix(".tmp")
+    copy_gguf(gguf, path, tmp, tensors=tensors)
     tmp.replace(path)
 
 
@@ -461,12 +525,58 @@ def make_refused_deepseek(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> No
         f.write("\n")
 
 
+def make_refused_gpt_oss(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> None:
+    """tests/data/hf_tiny/gpt_oss_refused/: copies of the gpt_oss_mxfp4 file with one fault each
+    (refused.json as make_refused's). Every fault is refused before a layer's weight is read, so
+    the copies keep token_embd alone (its rows are the vocabulary's size; the whole file is the
+    golden, which opens), but nan_scale, which keeps layer 0 for its expert matrix."""
+    sys.path.insert(0, str(llama_cpp / "gguf-py"))
+    import gguf
+    import numpy as np
+    base = out_root / "gpt_oss_mxfp4" / "gpt_oss_mxfp4-mxfp4.gguf"
+    r = gguf.GGUFReader(base)
+    t = {x.name: x for x in r.tensors}
+    up = np.array(t["blk.0.ffn_up_exps.weight"].data)
+    up.reshape(-1, 17)[5, 0] = 0xFF  # block 5's E8M0 exponent: OCP's NaN
+    weights = {name: (None, None) for name in t if name != "token_embd.weight"}
+    layer0 = {name: v for name, v in weights.items() if not name.startswith("blk.0.")}
+    U32, F32 = gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32
+    Q = gguf.GGMLQuantizationType
+    a = "gpt-oss."
+    cases = {
+        # llama.cpp reads a separate RoPE base of the window layers; ctxpar runs one base.
+        "freq_base_swa": ({a + "rope.freq_base_swa": (1e4, F32)}, {},
+                          "key " + a + "rope.freq_base_swa", "CTXPAR-MODEL-011"),
+        "gating_func": ({a + "expert_gating_func": (1, U32)}, {},
+                        "key " + a + "expert_gating_func", "CTXPAR-MODEL-011"),
+        # One layer would leave the global KV group empty.
+        "one_layer": ({a + "block_count": (1, U32)}, {}, a + "block_count", "CTXPAR-GGUF-006"),
+        "window_of_one": ({a + "attention.sliding_window": (1, U32)}, {},
+                          a + "attention.sliding_window", "CTXPAR-GGUF-006"),
+        "unread_tensor": ({}, {"blk.0.ffn_norm.weight": (np.ones(64, np.float32), Q.F32)},
+                          "tensor blk.0.ffn_norm.weight", "CTXPAR-MODEL-011"),
+        "nan_scale": ({}, dict(layer0, **{"blk.0.ffn_up_exps.weight": (up, Q.MXFP4)}),
+                      "tensor blk.0.ffn_up_exps.weight", "CTXPAR-MODEL-011"),
+    }
+    out_dir = out_root / "gpt_oss_refused"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    expected = {}
+    for name, (keys, tensors, names, error_id) in cases.items():
+        kept = tensors if name == "nan_scale" else dict(weights, **tensors)
+        copy_gguf(gguf, base, out_dir / f"{name}.gguf", keys, kept)
+        expected[name] = {"names": names, "id": error_id}
+    with open(out_dir / "refused.json", "w") as f:
+        json.dump({"generator": "tools/golden/hf_tiny/make_goldens.py", "base": base.name,
+                   "cases": expected}, f, indent=1)
+        f.write("\n")
+
+
 # Fixed per name, so that adding an architecture changes no other golden (qwen2_yarn's 9 gave a
 # top-2 margin of 3e-4, under the tests' logit tolerance).
 SEEDS = {"llama": 0, "llama3": 1, "qwen2": 2, "qwen3": 3, "phi3": 4, "llama_linear": 5,
          "gemma2": 6, "olmo2": 7, "phi3_longrope": 8, "qwen2_yarn": 10,
          "qwen3moe": 11, "deepseek_v3": 12, "mistral": 20, "ministral3": 21, "phi3_window": 22,
-         "deepseek_v3_yarn": 23}
+         "deepseek_v3_yarn": 23, "gpt_oss": 30, "gpt_oss_mxfp4": 31}
 
 
 def main() -> None:
@@ -481,6 +591,8 @@ def main() -> None:
         make_refused(llama_cpp, out_root)
     if "deepseek_refused" in names or not sys.argv[3:]:
         make_refused_deepseek(llama_cpp, out_root)
+    if "gpt_oss_refused" in names or not sys.argv[3:]:
+        make_refused_gpt_oss(llama_cpp, out_root)
 
 
 if __name__ == "__main__":
