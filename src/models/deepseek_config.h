@@ -74,6 +74,10 @@ struct DeepseekV3Config {
   int first_k_dense_replace = 0;
   double routed_scaling_factor = 1.0;
   bool norm_topk_prob = false;
+  // DeepSeek-V2's router (from GGUF, expert_gating_func 1 or absent): softmax scores, no
+  // correction bias, each group scored by its best expert (transformers' group_limited_greedy);
+  // false: V3's sigmoid scores plus e_score_correction_bias, groups scored by their top two.
+  bool softmax_router = false;
   bool tie_word_embeddings = false;
   std::vector<int32_t> eos_token_ids;
   // The dtype the checkpoint's model runs in ("dtype", or "torch_dtype" before transformers 5:

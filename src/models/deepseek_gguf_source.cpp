@@ -73,8 +73,9 @@ constexpr std::string_view kReadKeys[] = {"context_length",
                                           "expert_group_count",
                                           "expert_group_used_count"};
 
-// llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID.
+// llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID and _SOFTMAX.
 constexpr int kSigmoidGating = 2;
+constexpr int kSoftmaxGating = 1;
 
 // The GGUF key of each config.json key that FindDeepseekConfigFault may name.
 constexpr std::pair<std::string_view, std::string_view> kFaultKeys[] = {
@@ -94,10 +95,11 @@ constexpr std::pair<std::string_view, std::string_view> kFaultKeys[] = {
 Status ReadYarn(const GgufFile& f, const std::string& a, DeepseekV3Config& c) {
   const std::string type_key = a + "rope.scaling.type";
   if (f.Find(type_key) == nullptr) return Status::Ok();
-  CTXPAR_ASSIGN_OR_RETURN(const std::string type, f.GetString(type_key));
-  if (type == "none") return Status::Ok();
-  if (type != "yarn") {
-    return HparamError(f, type_key, type, "ctxpar runs DeepSeek's RoPE unscaled or with YaRN");
+  Expected<std::string> type = f.GetString(type_key);
+  if (!type.ok()) return type.status();
+  if (*type == "none") return Status::Ok();
+  if (*type != "yarn") {
+    return HparamError(f, type_key, *type, "ctxpar runs DeepSeek's RoPE unscaled or with YaRN");
   }
   DeepseekV3Config::Yarn y;
   CTXPAR_ASSIGN_OR_RETURN(
@@ -149,12 +151,9 @@ Expected<DeepseekV3Config> ReadDeepseek2Config(const GgufFile& f) {
                           ReadFloatHparam(f, a + "rope.freq_base", kRopeFreqBaseRange, 10000.0f));
   c.rope_theta = theta;
   CTXPAR_RETURN_IF_ERROR(ReadYarn(f, a, c));
-  if (f.Find(a + "attention.q_lora_rank") == nullptr) {
-    return HparamError(f, a + "attention.q_lora_rank", "absent",
-                       "ctxpar runs MLA with the q LoRA (attn_q_a, attn_q_b), not the attn_q of "
-                       "DeepSeek-V2-Lite");
-  }
-  CTXPAR_ASSIGN_OR_RETURN(c.q_lora_rank, positive("attention.q_lora_rank"));
+  // Absent: no q LoRA (DeepSeek-V2-Lite's attn_q).
+  CTXPAR_ASSIGN_OR_RETURN(c.q_lora_rank,
+                          ReadIntHparam(f, a + "attention.q_lora_rank", 1, 1 << 30, 0));
   CTXPAR_ASSIGN_OR_RETURN(c.kv_lora_rank, positive("attention.kv_lora_rank"));
   CTXPAR_ASSIGN_OR_RETURN(c.qk_rope_head_dim, positive("rope.dimension_count"));
   CTXPAR_ASSIGN_OR_RETURN(const int qk_head_dim, positive("attention.key_length_mla"));
@@ -196,16 +195,15 @@ Expected<DeepseekV3Config> ReadDeepseek2Config(const GgufFile& f) {
   if (f.Find(a + "expert_weights_norm") != nullptr) {
     CTXPAR_ASSIGN_OR_RETURN(c.norm_topk_prob, f.GetBool(a + "expert_weights_norm"));
   }
-  if (f.Find(a + "expert_gating_func") == nullptr) {
-    return HparamError(f, a + "expert_gating_func", "absent",
-                       "llama.cpp takes such a file's router as DeepSeek-V2's softmax; ctxpar runs "
-                       "DeepSeek-V3's sigmoid router (expert_gating_func 2) only");
-  }
-  CTXPAR_ASSIGN_OR_RETURN(const int gating, ReadIntHparam(f, a + "expert_gating_func", 0, 1 << 30));
-  if (gating != kSigmoidGating) {
+  // Absent: DeepSeek-V2's softmax, as llama.cpp reads such a file.
+  CTXPAR_ASSIGN_OR_RETURN(const int gating,
+                          ReadIntHparam(f, a + "expert_gating_func", 0, 1 << 30, kSoftmaxGating));
+  if (gating != kSigmoidGating && gating != kSoftmaxGating) {
     return HparamError(f, a + "expert_gating_func", gating,
-                       "ctxpar runs DeepSeek-V3's sigmoid router (expert_gating_func 2) only");
+                       "ctxpar runs DeepSeek-V2's softmax (1) and DeepSeek-V3's sigmoid (2) "
+                       "routers");
   }
+  c.softmax_router = gating == kSoftmaxGating;
   CTXPAR_ASSIGN_OR_RETURN(c.vocab_size, model::GgufVocabSize(f, c.hidden_size));
   c.tie_word_embeddings = !f.FindTensor("output.weight").ok();
   if (const std::optional<DeepseekConfigFault> fault = FindDeepseekConfigFault(c)) {
@@ -229,6 +227,7 @@ constexpr std::pair<std::string_view, std::string_view> kGlobalNames[] = {
 constexpr std::pair<std::string_view, std::string_view> kLayerNames[] = {
     {"input_layernorm.weight", "attn_norm.weight"},
     {"post_attention_layernorm.weight", "ffn_norm.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},
     {"self_attn.q_a_proj.weight", "attn_q_a.weight"},
     {"self_attn.q_a_layernorm.weight", "attn_q_a_norm.weight"},
     {"self_attn.q_b_proj.weight", "attn_q_b.weight"},

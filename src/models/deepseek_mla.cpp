@@ -60,12 +60,18 @@ Expected<MlaWeights> LoadMlaWeights(const DeepseekWeights& weights, const Deepse
   const int64_t L = lora + c.qk_rope_head_dim, kvb = nope + dv;
   MlaWeights w;
   CTXPAR_ASSIGN_OR_RETURN(w.input_norm, LoadVector(weights, p + "input_layernorm.weight", d));
-  CTXPAR_ASSIGN_OR_RETURN(
-      w.q_a, LoadRows(weights, a + "q_a_proj.weight", c.q_lora_rank, d, 0, c.q_lora_rank));
-  CTXPAR_ASSIGN_OR_RETURN(w.q_a_norm,
-                          LoadVector(weights, a + "q_a_layernorm.weight", c.q_lora_rank));
-  CTXPAR_ASSIGN_OR_RETURN(w.q_b, LoadRows(weights, a + "q_b_proj.weight", H * qk, c.q_lora_rank,
-                                          s.span_first * qk, s.span_heads * qk));
+  if (c.q_lora_rank == 0) {
+    // No q LoRA (DeepSeek-V2-Lite): q_proj takes the hidden row where q_b takes q_a's.
+    CTXPAR_ASSIGN_OR_RETURN(w.q_b, LoadRows(weights, a + "q_proj.weight", H * qk, d,
+                                            s.span_first * qk, s.span_heads * qk));
+  } else {
+    CTXPAR_ASSIGN_OR_RETURN(
+        w.q_a, LoadRows(weights, a + "q_a_proj.weight", c.q_lora_rank, d, 0, c.q_lora_rank));
+    CTXPAR_ASSIGN_OR_RETURN(w.q_a_norm,
+                            LoadVector(weights, a + "q_a_layernorm.weight", c.q_lora_rank));
+    CTXPAR_ASSIGN_OR_RETURN(w.q_b, LoadRows(weights, a + "q_b_proj.weight", H * qk, c.q_lora_rank,
+                                            s.span_first * qk, s.span_heads * qk));
+  }
   CTXPAR_ASSIGN_OR_RETURN(w.kv_a, LoadRows(weights, a + "kv_a_proj_with_mqa.weight", L, d, 0, L));
   CTXPAR_ASSIGN_OR_RETURN(w.kv_a_norm, LoadVector(weights, a + "kv_a_layernorm.weight", lora));
   CTXPAR_ASSIGN_OR_RETURN(w.kv_b, LoadRows(weights, a + "kv_b_proj.weight", H * kvb, lora,
@@ -207,12 +213,17 @@ void MlaAttention::ProjectQ(const MlaWeights& w, const std::vector<int32_t>& row
   const int d = c_.hidden_size, ql = c_.q_lora_rank, qk = c_.qk_head_dim();
   const int n = static_cast<int>(rows.size());
   GatherRows(xn_.data(), d, rows, tmp_);
-  qa_.resize(std::size_t(n) * ql);
-  tp_.ColumnParallel({w.q_a.data(), ql, d, d}, tmp_.data(), n, d, qa_.data(), ql);
-  RmsNorm(qa_.data(), w.q_a_norm.data(), n, ql, float(c_.rms_norm_eps), qa_.data());
+  // Without a q LoRA, q_b is q_proj over the hidden row.
+  const int q_in = ql == 0 ? d : ql;
+  if (ql != 0) {
+    qa_.resize(std::size_t(n) * ql);
+    tp_.ColumnParallel({w.q_a.data(), ql, d, d}, tmp_.data(), n, d, qa_.data(), ql);
+    RmsNorm(qa_.data(), w.q_a_norm.data(), n, ql, float(c_.rms_norm_eps), qa_.data());
+  }
   q_.resize(std::size_t(n) * heads * qk);
-  const F32HeadSpan q_b{{w.q_b.data(), s_.span_heads * qk, ql, ql}, s_.span_first, qk};
-  tp_.ColumnParallel(q_b.Rows(first, heads), qa_.data(), n, ql, q_.data(), heads * qk);
+  const F32HeadSpan q_b{{w.q_b.data(), s_.span_heads * qk, q_in, q_in}, s_.span_first, qk};
+  tp_.ColumnParallel(q_b.Rows(first, heads), ql != 0 ? qa_.data() : tmp_.data(), n, q_in, q_.data(),
+                     heads * qk);
   // Each head is [q_nope | q_pe]: the rotation's heads start at q_pe, qk apart.
   for (int i = 0; i < n; ++i) {
     Rope(RopeStyle::kNormal, q_.data() + std::size_t(i) * heads * qk + c_.qk_nope_head_dim, heads,

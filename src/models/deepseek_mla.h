@@ -28,13 +28,14 @@ struct MlaWeights {
   std::vector<float> input_norm;  // [dim]
   std::vector<float> q_a;         // [q_lora_rank, dim]
   std::vector<float> q_a_norm;    // [q_lora_rank]
-  std::vector<float> q_b;         // [span_heads * qk_head_dim, q_lora_rank]
-  std::vector<float> kv_a;        // [L, dim]
-  std::vector<float> kv_a_norm;   // [kv_lora_rank]
-  std::vector<float> kv_b;        // [span_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank]
-  std::vector<float> w_kc;        // [q_heads, kv_lora_rank, qk_nope_head_dim]: W_UK^T per head
-  std::vector<float> w_vc;        // [heads, v_head_dim, kv_lora_rank]: W_UV per own head
-  std::vector<float> o_proj;      // [dim, span_heads * v_head_dim]
+  // [span_heads * qk_head_dim, q_lora_rank], or q_proj's [.., dim] without a q LoRA (q_a empty)
+  std::vector<float> q_b;
+  std::vector<float> kv_a;       // [L, dim]
+  std::vector<float> kv_a_norm;  // [kv_lora_rank]
+  std::vector<float> kv_b;       // [span_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank]
+  std::vector<float> w_kc;       // [q_heads, kv_lora_rank, qk_nope_head_dim]: W_UK^T per head
+  std::vector<float> w_vc;       // [heads, v_head_dim, kv_lora_rank]: W_UV per own head
+  std::vector<float> o_proj;     // [dim, span_heads * v_head_dim]
 };
 
 Expected<MlaWeights> LoadMlaWeights(const DeepseekWeights& weights, const DeepseekV3Config& c,

@@ -52,7 +52,9 @@ Expected<FfnWeights> LoadFfnWeights(const DeepseekWeights& weights, const Deepse
   }
   const int E = c.n_routed_experts;
   CTXPAR_ASSIGN_OR_RETURN(w.router, LoadRows(weights, p + "mlp.gate.weight", E, d, 0, E));
-  CTXPAR_ASSIGN_OR_RETURN(w.bias, LoadVector(weights, p + "mlp.gate.e_score_correction_bias", E));
+  if (!c.softmax_router) {
+    CTXPAR_ASSIGN_OR_RETURN(w.bias, LoadVector(weights, p + "mlp.gate.e_score_correction_bias", E));
+  }
   for (int e = s.expert_first; e < s.expert_first + s.expert_count; ++e) {
     CTXPAR_ASSIGN_OR_RETURN(MlpWeights m, mlp(fmt::format("{}mlp.experts.{}.", p, e),
                                               c.moe_intermediate_size, s.moe_first, s.moe_count));
@@ -69,16 +71,24 @@ Expected<FfnWeights> LoadFfnWeights(const DeepseekWeights& weights, const Deepse
 Route RouteToken(const DeepseekV3Config& c, const float* logits, const float* bias) {
   const int E = c.n_routed_experts, per_group = E / c.n_group;
   std::vector<float> score(E), choice(E);
-  for (int e = 0; e < E; ++e) {
-    score[e] = 1.0f / (1.0f + std::exp(-logits[e]));
-    choice[e] = score[e] + bias[e];
+  if (c.softmax_router) {
+    // transformers' softmax in float32: exp(l - max) over their sum.
+    const float top = *std::max_element(logits, logits + E);
+    float sum = 0.0f;
+    for (int e = 0; e < E; ++e) sum += (score[e] = std::exp(logits[e] - top));
+    for (int e = 0; e < E; ++e) choice[e] = score[e] /= sum;
+  } else {
+    for (int e = 0; e < E; ++e) {
+      score[e] = 1.0f / (1.0f + std::exp(-logits[e]));
+      choice[e] = score[e] + bias[e];
+    }
   }
   std::vector<float> group_score(c.n_group);
   for (int g = 0; g < c.n_group; ++g) {
     const std::vector<float> members(choice.begin() + g * per_group,
                                      choice.begin() + (g + 1) * per_group);
     const std::vector<int> top = TopK(members, 2);
-    group_score[g] = members[top[0]] + members[top[1]];
+    group_score[g] = c.softmax_router ? members[top[0]] : members[top[0]] + members[top[1]];
   }
   // The other groups' experts are out of reach whatever their choice: -inf, as transformers 5
   // and llama.cpp mask them (transformers 4 wrote 0, which picks a masked expert once the bias

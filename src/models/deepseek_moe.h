@@ -49,6 +49,7 @@ struct Route {
   std::vector<float> weights;
 };
 // Routes one token from its router logits [n_routed_experts].
+// bias: e_score_correction_bias, unread with c.softmax_router (V2's router, which has none).
 Route RouteToken(const DeepseekV3Config& c, const float* logits, const float* bias);
 
 class DeepseekFfn {

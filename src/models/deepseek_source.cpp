@@ -147,16 +147,21 @@ std::vector<DeepseekTensor> DeepseekTensors(const DeepseekV3Config& c) {
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = fmt::format("model.layers.{}.", l);
     const std::string a = p + "self_attn.";
-    const std::vector<DeepseekTensor> layer = {
-        {p + "input_layernorm.weight", {d}},
-        {p + "post_attention_layernorm.weight", {d}},
-        {a + "q_a_proj.weight", {c.q_lora_rank, d}},
-        {a + "q_a_layernorm.weight", {c.q_lora_rank}},
-        {a + "q_b_proj.weight", {H * c.qk_head_dim(), c.q_lora_rank}},
-        {a + "kv_a_proj_with_mqa.weight", {c.kv_lora_rank + c.qk_rope_head_dim, d}},
-        {a + "kv_a_layernorm.weight", {c.kv_lora_rank}},
-        {a + "kv_b_proj.weight", {H * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank}},
-        {a + "o_proj.weight", {d, H * c.v_head_dim}}};
+    std::vector<DeepseekTensor> layer = {{p + "input_layernorm.weight", {d}},
+                                         {p + "post_attention_layernorm.weight", {d}}};
+    if (c.q_lora_rank == 0) {
+      layer.push_back({a + "q_proj.weight", {H * c.qk_head_dim(), d}});
+    } else {
+      layer.insert(layer.end(), {{a + "q_a_proj.weight", {c.q_lora_rank, d}},
+                                 {a + "q_a_layernorm.weight", {c.q_lora_rank}},
+                                 {a + "q_b_proj.weight", {H * c.qk_head_dim(), c.q_lora_rank}}});
+    }
+    layer.insert(
+        layer.end(),
+        {{a + "kv_a_proj_with_mqa.weight", {c.kv_lora_rank + c.qk_rope_head_dim, d}},
+         {a + "kv_a_layernorm.weight", {c.kv_lora_rank}},
+         {a + "kv_b_proj.weight", {H * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank}},
+         {a + "o_proj.weight", {d, H * c.v_head_dim}}});
     want.insert(want.end(), layer.begin(), layer.end());
     auto mlp = [&](const std::string& m, int64_t inter) {
       want.push_back({m + "gate_proj.weight", {inter, d}});
@@ -168,7 +173,9 @@ std::vector<DeepseekTensor> DeepseekTensors(const DeepseekV3Config& c) {
       continue;
     }
     want.push_back({p + "mlp.gate.weight", {c.n_routed_experts, d}});
-    want.push_back({p + "mlp.gate.e_score_correction_bias", {c.n_routed_experts}});
+    if (!c.softmax_router) {
+      want.push_back({p + "mlp.gate.e_score_correction_bias", {c.n_routed_experts}});
+    }
     for (int e = 0; e < c.n_routed_experts; ++e) {
       mlp(fmt::format("{}mlp.experts.{}.", p, e), c.moe_intermediate_size);
     }

@@ -34,11 +34,11 @@ struct Case {
   const char* type;
 };
 
-const Case kCases[] = {{"llama", "f32"},          {"llama3", "q8_0"},      {"qwen2", "bf16"},
-                       {"qwen3", "f16"},          {"phi3", "q8_0"},        {"olmo2", "bf16"},
-                       {"gemma2", "bf16"},        {"qwen3moe", "q8_0"},    {"ministral3", "f16"},
-                       {"mistral", "q8_0"},       {"deepseek_v3", "q8_0"}, {"gpt_oss", "q8_0"},
-                       {"gpt_oss_mxfp4", "mxfp4"}};
+const Case kCases[] = {{"llama", "f32"},    {"llama3", "q8_0"},        {"qwen2", "bf16"},
+                       {"qwen3", "f16"},    {"phi3", "q8_0"},          {"olmo2", "bf16"},
+                       {"gemma2", "bf16"},  {"qwen3moe", "q8_0"},      {"ministral3", "f16"},
+                       {"mistral", "q8_0"}, {"deepseek_v3", "q8_0"},   {"deepseek_v2", "bf16"},
+                       {"gpt_oss", "q8_0"}, {"gpt_oss_mxfp4", "mxfp4"}};
 
 TEST(HfTinyCli, GreedyIdsOfTheLongPromptAreTransformersOnOneAndTwoRanks) {
   for (const Case& c : kCases) {
@@ -113,7 +113,8 @@ TEST(HfTinyCli, CheckAndGenerateRefuseTheSameFileAlike) {
   };
   const Refused kRefused[] = {
       {"refused/f64_weight.gguf", "CTXPAR-MODEL-011", "tensor blk.0.ffn_up.weight"},
-      {"deepseek_refused/softmax_router.gguf", "CTXPAR-GGUF-006", "deepseek2.expert_gating_func"},
+      {"deepseek_refused/sqrtsoftplus_router.gguf", "CTXPAR-GGUF-006",
+       "deepseek2.expert_gating_func"},
       {"deepseek_refused/k_b_transposed.gguf", "CTXPAR-MODEL-011", "tensor blk.0.attn_k_b.weight"}};
   for (const Refused& r : kRefused) {
     const std::string path = std::string(CTXPAR_TEST_DATA_DIR) + "/hf_tiny/" + r.file;

@@ -65,6 +65,28 @@ TEST(DeepseekRouter, GroupLimitedTopKWithTheCorrectionBias) {
   EXPECT_NEAR(RouteToken(plain, logits, bias).weights[0], 0.9 * 2.5, 1e-6);
 }
 
+// DeepSeek-V2's router (transformers' DeepseekV2TopkRouter, group_limited_greedy): softmax
+// scores, each group scored by its best expert. Groups of two: {0,1} best e^2, {2,3} e^1.5 twice
+// (the larger sum, the smaller best), {4,5} e^1.8: the groups {0,1} and {4,5} are kept, where V3's
+// router (sigmoid, the sum of the top two) keeps {2,3} and takes experts 2 and 3. Weights: the softmax probabilities (float64 here) times
+// the scaling factor, not renormalized.
+TEST(DeepseekRouter, SoftmaxRouterScoresEachGroupByItsBestExpert) {
+  DeepseekV3Config c = MoeConfig();
+  c.softmax_router = true;
+  c.norm_topk_prob = false;
+  const float logits[] = {2.0f, -5.0f, 1.5f, 1.5f, 1.8f, -5.0f, 0.0f, 0.0f};
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(double(l));
+  const Route r = RouteToken(c, logits, nullptr);
+  EXPECT_EQ(r.experts, (std::vector<int>{0, 4}));
+  ASSERT_EQ(r.weights.size(), 2u);
+  EXPECT_NEAR(r.weights[0], std::exp(2.0) / sum * 2.5, 1e-6);
+  EXPECT_NEAR(r.weights[1], std::exp(1.8) / sum * 2.5, 1e-6);
+  c.softmax_router = false;
+  const float no_bias[8] = {};
+  EXPECT_EQ(RouteToken(c, logits, no_bias).experts, (std::vector<int>{2, 3}));
+}
+
 // A synthetic one-layer checkpoint (F32) holding the MoE's tensors.
 class DeepseekMoeTest : public ::testing::Test {
  protected:

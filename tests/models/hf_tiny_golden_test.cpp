@@ -33,11 +33,13 @@ constexpr double kLogitTolerance = 1e-3;
 // and 7.3e-4 (gpt_oss's 700-token prompt).
 constexpr double kScaledRopeTolerance = 2e-3;
 
-const char* const kArchs[] = {"llama",         "llama3",          "llama_linear", "qwen2",
-                              "qwen3moe",      "qwen3",           "phi3",         "olmo2",
-                              "gemma2",        "phi3_longrope",   "qwen2_yarn",   "mistral",
-                              "ministral3",    "phi3_window",     "deepseek_v3",  "gpt_oss",
-                              "gpt_oss_mxfp4", "deepseek_v3_yarn"};
+const char* const kArchs[] = {"llama",         "llama3",        "llama_linear",
+                              "qwen2",         "qwen3moe",      "qwen3",
+                              "phi3",          "olmo2",         "gemma2",
+                              "phi3_longrope", "qwen2_yarn",    "mistral",
+                              "ministral3",    "phi3_window",   "deepseek_v3",
+                              "gpt_oss",       "gpt_oss_mxfp4", "deepseek_v3_yarn",
+                              "deepseek_v2"};
 
 struct Layout {
   int tp;

@@ -159,6 +159,18 @@ ARCHS = {
                 {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256,
                  "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}),
 }
+# DeepSeek-V2 (GGUF deepseek2 too): no q LoRA (V2-Lite's q_proj, attn_q in the file), the softmax
+# router with group_limited_greedy (each group scored by its best expert), no correction bias,
+# weights not renormalized; the converter writes no expert_gating_func (llama.cpp: softmax).
+ARCHS["deepseek_v2"] = ("DeepseekV2Config", "DeepseekV2ForCausalLM",
+                        {"head_dim": None, "num_key_value_heads": 4, "q_lora_rank": None,
+                         "kv_lora_rank": 32, "qk_rope_head_dim": 16, "qk_nope_head_dim": 16,
+                         "v_head_dim": 16, "moe_intermediate_size": 32, "n_routed_experts": 8,
+                         "n_group": 4, "topk_group": 2, "topk_method": "group_limited_greedy",
+                         "num_experts_per_tok": 2, "n_shared_experts": 1,
+                         "first_k_dense_replace": 1, "routed_scaling_factor": 2.0,
+                         "norm_topk_prob": False, "rms_norm_eps": 1e-6},
+                        {"rope_type": "default"})
 # DeepSeek-V3's YaRN (factor 40 over 4096 positions in the real one): by 4 over 64 positions,
 # mscale = mscale_all_dim = 1 (cos and sin unscaled, q . k by (1 + 0.1 ln 4)^2).
 ARCHS["deepseek_v3_yarn"] = ARCHS["deepseek_v3"][:3] + (
@@ -176,7 +188,8 @@ GGUF_KEYS = {"mistral": {"llama.attention.sliding_window": (64, "UINT32")}}
 # The architectures whose converter takes the vocabulary from a BPE tokenizer.json only (TextModel's
 # default, and DeepseekV2Model's own set_vocab): converted with the SentencePiece reader that the
 # others use, since the tests compare token ids and this checkpoint has no BPE tokenizer.
-SPM_VOCAB = {"olmo2", "qwen3moe", "deepseek_v3", "deepseek_v3_yarn", "gpt_oss", "gpt_oss_mxfp4"}
+SPM_VOCAB = {"olmo2", "qwen3moe", "deepseek_v3", "deepseek_v3_yarn", "deepseek_v2", "gpt_oss",
+             "gpt_oss_mxfp4"}
 CONVERT_WITH_SPM = """
 import runpy, sys
 convert = sys.argv[1]
@@ -485,19 +498,22 @@ def make_refused_deepseek(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> No
     a = "deepseek2."
     cases = {
         "unchanged": ({}, {}, "", ""),
-        # llama.cpp reads a file without the key as DeepSeek-V2's softmax router.
-        "no_gating_func": ({a + "expert_gating_func": None}, {}, a + "expert_gating_func",
-                           "CTXPAR-GGUF-006"),
-        "softmax_router": ({a + "expert_gating_func": (1, U32)}, {}, a + "expert_gating_func",
-                           "CTXPAR-GGUF-006"),
+        # A file without the key is DeepSeek-V2's softmax router (as llama.cpp reads it), which
+        # has no correction bias: V3's exp_probs_b is then a tensor nothing reads.
+        "no_gating_func": ({a + "expert_gating_func": None}, {}, "tensor blk.1.exp_probs_b.bias",
+                           "CTXPAR-MODEL-011"),
+        "sqrtsoftplus_router": ({a + "expert_gating_func": (3, U32)}, {},
+                                a + "expert_gating_func", "CTXPAR-GGUF-006"),
         "longrope": ({a + "rope.scaling.type": ("longrope", STR),
                       a + "rope.scaling.factor": (4.0, F32)},
                      {}, a + "rope.scaling.type", "CTXPAR-GGUF-006"),
         "yarn_no_context": ({a + "rope.scaling.type": ("yarn", STR),
                              a + "rope.scaling.factor": (4.0, F32)},
                             {}, a + "rope.scaling.original_context_length", "CTXPAR-GGUF-004"),
-        "no_q_lora": ({a + "attention.q_lora_rank": None}, {}, a + "attention.q_lora_rank",
-                      "CTXPAR-GGUF-006"),
+        # Without the key MLA has no q LoRA (V2-Lite's attn_q): attn_q_a* are then unread.
+        "no_q_lora": ({a + "attention.q_lora_rank": None}, {},
+                      "tensor blk.0.attn_q_a_norm.weight",
+                      "CTXPAR-MODEL-011"),
         "group_count": ({a + "expert_group_count": (3, U32)}, {}, a + "expert_group_count",
                         "CTXPAR-GGUF-006"),
         "unread_key": ({a + "attention.sliding_window": (64, U32)}, {},
@@ -576,7 +592,7 @@ def make_refused_gpt_oss(llama_cpp: pathlib.Path, out_root: pathlib.Path) -> Non
 SEEDS = {"llama": 0, "llama3": 1, "qwen2": 2, "qwen3": 3, "phi3": 4, "llama_linear": 5,
          "gemma2": 6, "olmo2": 7, "phi3_longrope": 8, "qwen2_yarn": 10,
          "qwen3moe": 11, "deepseek_v3": 12, "mistral": 20, "ministral3": 21, "phi3_window": 22,
-         "deepseek_v3_yarn": 23, "gpt_oss": 30, "gpt_oss_mxfp4": 31}
+         "deepseek_v3_yarn": 23, "deepseek_v2": 24, "gpt_oss": 30, "gpt_oss_mxfp4": 31}
 
 
 def main() -> None:
