@@ -199,6 +199,7 @@ RopeAngles RopeAngles::Ggml(int rope_dims, float base) {
 
 RopeAngles RopeAngles::Ggml(int rope_dims, float base, RopeScaling scaling) {
   RopeAngles a = Ggml(rope_dims, base);
+  a.theta_scale_exact_ = std::pow(double(base), -2.0 / rope_dims);
   a.scaled_ = !scaling.freq_factors.empty() || scaling.freq_scale != 1.0f ||
               scaling.attn_factor != 1.0f || scaling.ext_factor != 0.0f;
   if (scaling.ext_factor != 0.0f) {
@@ -267,26 +268,29 @@ void RopeAngles::CosSin(int64_t pos, float* cos_sin) const {
     }
     return;
   }
-  float theta = float(pos);
   if (scaled_) {
+    // In double: past a few hundred positions ggml's float recurrence and transformers' float
+    // table each sit about 3e-5 rad from the exact angle, which the scaled magnitudes amplify.
     const RopeScaling& s = scaling_;
+    double theta = double(pos);
     for (int i = 0; i < half; ++i) {
-      const float extrap = s.freq_factors.empty() ? theta : theta / s.freq_factors[i];
-      float angle = s.freq_scale * extrap;
+      const double extrap = s.freq_factors.empty() ? theta : theta / s.freq_factors[i];
+      double angle = s.freq_scale * extrap;
       float mscale = s.attn_factor;
       if (s.ext_factor != 0.0f) {
-        const float y =
-            (float(i) - corr_dims_[0]) / std::max(0.001f, corr_dims_[1] - corr_dims_[0]);
-        const float mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * s.ext_factor;
-        angle = angle * (1.0f - mix) + extrap * mix;
+        const double y =
+            (double(i) - corr_dims_[0]) / std::max(0.001, double(corr_dims_[1]) - corr_dims_[0]);
+        const double mix = (1.0 - std::min(1.0, std::max(0.0, y))) * s.ext_factor;
+        angle = angle * (1.0 - mix) + extrap * mix;
         mscale *= 1.0f + 0.1f * std::log(1.0f / s.freq_scale);
       }
-      cos_sin[2 * i] = std::cos(angle) * mscale;
-      cos_sin[2 * i + 1] = std::sin(angle) * mscale;
-      theta *= theta_scale_;
+      cos_sin[2 * i] = static_cast<float>(std::cos(angle)) * mscale;
+      cos_sin[2 * i + 1] = static_cast<float>(std::sin(angle)) * mscale;
+      theta *= theta_scale_exact_;
     }
     return;
   }
+  float theta = float(pos);
   for (int i = 0; i < half; ++i) {
     cos_sin[2 * i] = std::cos(theta);
     cos_sin[2 * i + 1] = std::sin(theta);

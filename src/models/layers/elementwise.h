@@ -88,6 +88,7 @@ class RopeAngles {
  private:
   int rope_dims_ = 0;
   float theta_scale_ = 0.0f;           // Ggml
+  double theta_scale_exact_ = 0.0;     // Ggml with scaling: the angles in double
   RopeScaling scaling_;                // Ggml
   bool scaled_ = false;                // Ggml: scaling_ is not the identity
   float corr_dims_[2] = {0.0f, 0.0f};  // Ggml with ext_factor
