@@ -31,7 +31,10 @@ double SumOfSquares(const float* x, int dim);
 //   in float, rounded to `dtype` as transformers' inv_freq buffer is when the model runs in its
 //   checkpoint's bf16 or f16 (kF32 keeps it), and angle_i = inv_freq[i] * pos in float.
 // Both give cos and sin in float through std::cos and std::sin. Ggml also takes llama.cpp's RoPE
-// scaling (RopeScaling), each step in float in ggml's order.
+// scaling (RopeScaling), whose angles it computes in double and rounds once (the float
+// recurrence drifts about 3e-5 rad by position 700, which the scaled magnitudes amplify past
+// transformers' goldens; docs/model.md); cos and sin then times the magnitude in float. HfTable
+// also takes transformers' YaRN (HfYarn), in its float32 order.
 //
 // RopeScaling, as ggml's rope_yarn applies it: theta_extrap = theta_i / freq_factors[i] (Llama 3's
 // rope_freqs.weight, Phi-3's LongRoPE tables), theta_interp = freq_scale * theta_extrap
