@@ -27,15 +27,10 @@ int CpRankOf(CpStrategy strategy, int cp, int64_t i, int64_t n) {
   return k < cp ? k : static_cast<int>(m - 1 - k);
 }
 
-// transformers' yarn_get_mscale: 0.1 m ln(factor) + 1, 1 at factor <= 1.
-double YarnMscale(double factor, double m) {
-  return factor <= 1.0 ? 1.0 : 0.1 * m * std::log(factor) + 1.0;
-}
-
 // transformers' YaRN of a DeepSeek config: cos and sin by attention_factor, else mscale over
 // mscale_all_dim where both are given, else mscale(factor, 1).
 HfYarn HfYarnOf(const DeepseekV3Config::Yarn& y) {
-  double attention = YarnMscale(y.factor, 1.0);
+  double attention = YarnMscale<double>(y.factor, 1.0);
   if (y.attention_factor.has_value()) {
     attention = *y.attention_factor;
   } else if (y.mscale != 0.0 && y.mscale_all_dim != 0.0) {

@@ -107,12 +107,10 @@ Expected<float> ReadYarn(const GgufFile& f, const std::string& a, float factor, 
                             ReadFloatHparam(f, a + "rope.scaling.yarn_log_multiplier",
                                             {0.0, 100.0, false, false, "in [0, 100]"}, 0.0f));
   }
-  auto mscale = [](float scale, float m) {
-    return scale <= 1.0f ? 1.0f : 0.1f * m * std::log(scale) + 1.0f;
-  };
-  const float magnitude =
-      log_mul != 0.0f ? mscale(factor, 1.0f) / mscale(factor, log_mul) : mscale(factor, 1.0f);
-  return magnitude * (1.0f / (1.0f + 0.1f * std::log(factor)));
+  const float magnitude = log_mul != 0.0f
+                              ? model::YarnMscale(factor, 1.0f) / model::YarnMscale(factor, log_mul)
+                              : model::YarnMscale(factor, 1.0f);
+  return magnitude * (1.0f / model::YarnMscale(factor, 1.0f));
 }
 
 // Mistral 3's attention temperature (attention.temperature_scale, over the original context's

@@ -282,7 +282,7 @@ void RopeAngles::CosSin(int64_t pos, float* cos_sin) const {
             (double(i) - corr_dims_[0]) / std::max(0.001, double(corr_dims_[1]) - corr_dims_[0]);
         const double mix = (1.0 - std::min(1.0, std::max(0.0, y))) * s.ext_factor;
         angle = angle * (1.0 - mix) + extrap * mix;
-        mscale *= 1.0f + 0.1f * std::log(1.0f / s.freq_scale);
+        mscale *= YarnMscale(1.0f / s.freq_scale, 1.0f);
       }
       cos_sin[2 * i] = static_cast<float>(std::cos(angle)) * mscale;
       cos_sin[2 * i + 1] = static_cast<float>(std::sin(angle)) * mscale;

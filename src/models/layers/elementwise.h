@@ -5,6 +5,7 @@
 // change once built, so one serves every thread.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -68,6 +69,13 @@ struct HfYarn {
   bool truncate = true;
   double attention_factor = 1.0;
 };
+
+// YaRN's magnitude mscale(factor, m) = 0.1 m ln(factor) + 1, 1 at factor <= 1, in T: float as
+// llama.cpp computes it, double as transformers (Python) does.
+template <class T>
+T YarnMscale(T factor, T m) {
+  return factor <= T(1) ? T(1) : T(0.1) * m * std::log(factor) + T(1);
+}
 
 class RopeAngles {
  public:
