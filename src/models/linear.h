@@ -202,7 +202,8 @@ struct Acts {
   int blocks_per_row = 0;
   std::vector<ActBlock> blocks;  // kQ8
   // kInt8: [n rounded up to 16, cols] int8 (rows past n zero), and per token and 32-group the
-  // scale dx and dx * sum(q) ([n rounded up to 16, blocks_per_row], zero past n).
+  // scale dx and dx * sum(q) (zero past n), tile-major: [n / 16][blocks_per_row][16]
+  // (int8_internal::ScaleAt).
   LineVector<std::int8_t> i8;
   std::vector<float> i8_d, i8_xs;
   // kF32: [n, blocks_per_row * 32] at f32, the caller's rows themselves when they are contiguous

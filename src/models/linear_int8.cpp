@@ -201,10 +201,6 @@ int TokenChunk(int cols) {
   return std::max(kTileTokens, tokens / kTileTokens * kTileTokens);
 }
 
-// Groups of at least this many tokens take the AMX tile (16 rows of activations); fewer take
-// VNNI, which spends nothing on the padding. Both give the same bits.
-constexpr int kAmxMinTokens = 4;
-
 void QuantizeRowScalar(const float* x, int groups, std::int8_t* q, float* d, float* xs) {
   for (int g = 0; g < groups; ++g) {
     const float* v = x + g * kBlock;
@@ -218,8 +214,8 @@ void QuantizeRowScalar(const float* x, int groups, std::int8_t* q, float* d, flo
       q[g * kBlock + j] = static_cast<std::int8_t>(r);
       sum += q[g * kBlock + j];
     }
-    d[g] = dg;
-    xs[g] = dg * float(sum);
+    d[g * kTileTokens] = dg;
+    xs[g * kTileTokens] = dg * float(sum);
   }
 }
 
@@ -237,7 +233,7 @@ void PrepareInt8Acts(const float* x, int n, int cols, int ldx, Acts* out) {
 #endif
   for (int t = 0; t < n; ++t) {
     row(x + std::size_t(t) * ldx, groups, out->i8.data() + std::size_t(t) * cols,
-        out->i8_d.data() + std::size_t(t) * groups, out->i8_xs.data() + std::size_t(t) * groups);
+        out->i8_d.data() + ScaleAt(t, 0, groups), out->i8_xs.data() + ScaleAt(t, 0, groups));
   }
 }
 
@@ -247,8 +243,8 @@ void Int8TileScalar(const Int8Tile& t) {
   const int rows = std::min(kTileRows, w.rows - t.tile * kTileRows);
   for (int tok = t.t0; tok < t.t0 + t.nt; ++tok) {
     const std::int8_t* xq = t.x->i8.data() + std::size_t(tok) * w.cols;
-    const float* dx = t.x->i8_d.data() + std::size_t(tok) * groups;
-    const float* xs = t.x->i8_xs.data() + std::size_t(tok) * groups;
+    const float* dx = t.x->i8_d.data() + ScaleAt(tok, 0, groups);
+    const float* xs = t.x->i8_xs.data() + ScaleAt(tok, 0, groups);
     for (int r = 0; r < rows; ++r) {
       float acc = 0.0f;
       for (int g = 0; g < groups; ++g) {
@@ -259,9 +255,9 @@ void Int8TileScalar(const Int8Tile& t) {
           for (int j = 0; j < w.sub; ++j) {
             sum += std::int32_t(q[(j / 4) * 64 + r * 4 + j % 4]) * xq[s * w.sub + j];
           }
-          acc = std::fma(w.Scale(t.tile, s)[r] * dx[g], float(sum), acc);
+          acc = std::fma(w.Scale(t.tile, s)[r] * dx[g * kTileTokens], float(sum), acc);
         }
-        if (w.has_min) acc = std::fma(w.Min(t.tile, g)[r], xs[g], acc);
+        if (w.has_min) acc = std::fma(w.Min(t.tile, g)[r], xs[g * kTileTokens], acc);
       }
       t.y[std::size_t(tok) * t.ldy + t.tile * kTileRows + r] = acc;
     }
@@ -276,11 +272,11 @@ void MatMulInt8(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool
     first.push_back(first.back() + packs[i]->tiles);
   }
   const Int8Isa isa = SelectInt8();
-  Int8TileFn narrow = Int8TileScalar, wide = Int8TileScalar;
+  Int8TileFn kernel = Int8TileScalar;
 #if defined(CTXPAR_X86_KERNELS)
-  if (isa == Int8Isa::kAvx2) narrow = wide = Int8TileAvx2;
-  if (isa >= Int8Isa::kVnni) narrow = wide = Int8TileVnni;
-  if (isa == Int8Isa::kAmx) wide = Int8TileAmx;
+  if (isa == Int8Isa::kAvx2) kernel = Int8TileAvx2;
+  if (isa == Int8Isa::kVnni) kernel = Int8TileVnni;
+  if (isa == Int8Isa::kAmx) kernel = Int8TileAmx;
 #endif
   const int chunk = TokenChunk(x.blocks_per_row * kBlock);
   auto body = [&](std::int64_t begin, std::int64_t end) {
@@ -295,10 +291,9 @@ void MatMulInt8(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool
         t.ldy = std::size_t(outs[i].ldy);
         for (std::int64_t tile = lo; tile < hi; ++tile) {
           t.tile = static_cast<int>(tile - first[i]);
-          for (t.t0 = c0; t.t0 < c1; t.t0 += kTileTokens) {
-            t.nt = std::min(kTileTokens, c1 - t.t0);
-            (t.nt >= kAmxMinTokens ? wide : narrow)(t);
-          }
+          t.t0 = c0;
+          t.nt = c1 - c0;
+          kernel(t);
         }
       }
     }

@@ -60,6 +60,13 @@ namespace int8_internal {
 inline constexpr int kTileRows = 16;
 // Tokens of an AMX tile: the activations are padded to a multiple of it.
 inline constexpr int kTileTokens = 16;
+// Where token t's group g is in Acts::i8_d and i8_xs: the 16 tokens of a tile are adjacent, so
+// that a kernel reaches each of them at a constant offset.
+inline std::size_t ScaleAt(int t, int g, int groups) {
+  return (std::size_t(t / kTileTokens) * groups + g) * kTileTokens + t % kTileTokens;
+}
+// Tokens at the end of a call that the AMX kernel leaves to VNNI (same bits, no padding spent).
+inline constexpr int kAmxMinTokens = 4;
 
 // Rows [tile * 16, +16) of w times tokens [t0, t0 + nt) of x: y[t * ldy + r] for the tile's rows
 // below w.rows (y points at row 0, token 0).
@@ -83,11 +90,12 @@ void MatMulInt8(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool
 
 void Int8TileScalar(const Int8Tile& t);
 #if defined(CTXPAR_X86_KERNELS)
-// One token's activations quantized as PrepareInt8Acts does, bit for bit (AVX-512).
+// One token's activations quantized as PrepareInt8Acts does, bit for bit (AVX-512); group g's
+// scales go to d[g * kTileTokens] and xs[g * kTileTokens].
 void QuantizeRowAvx512(const float* x, int groups, std::int8_t* q, float* d, float* xs);
 void Int8TileAvx2(const Int8Tile& t);  // AVX2 + FMA
 void Int8TileVnni(const Int8Tile& t);  // AVX-512 F/BW/VL + VNNI
-void Int8TileAmx(const Int8Tile& t);   // AMX-TILE + AMX-INT8; t0 a multiple of 16
+void Int8TileAmx(const Int8Tile& t);   // AMX-TILE + AMX-INT8 (+ VNNI); t0 a multiple of 16
 // Asks Linux for the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM, once per process): false
 // where the kernel refuses it, and the AMX path must not run.
 bool RequestAmxTileState();

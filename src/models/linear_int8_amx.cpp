@@ -1,9 +1,8 @@
 // The AMX kernel of the int8 path (linear_int8.h): per sub-block, one tile multiply (tdpbssd) of
 // 16 tokens' activations (A: 16 rows of `sub` bytes) by the 16 weight rows (B: sub / 4 lines of
 // 64 bytes, the pack's layout) into 16 x 16 exact int32 sums, stored and scaled into fp32 in
-// AVX-512 registers in the sequence's order. Two sets of tiles alternate so that one
-// sub-block's multiply runs while the previous one is scaled. Compiled with AMX-TILE/INT8 and
-// AVX-512 flags, run only where cpuid, XCR0 and the OS's tile permission allow.
+// AVX-512 registers in the sequence's order. Two sets of tiles alternate. Compiled with
+// AMX-TILE/INT8 and AVX-512 flags, run only where cpuid, XCR0 and the OS's tile permission allow.
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -59,79 +58,95 @@ bool RequestAmxTileState() {
 
 namespace {
 
-// Sub-block s's sums c [16 tokens][16 rows] into acc (one register per token), then the group's
-// min after its last sub-block. Inlined with the token loop unrolled, so acc stays in registers.
+// One row tile times 16 tokens, every operand reached from a few base pointers at constant
+// offsets: the tokens' scales of a group are one line (ScaleAt).
 template <bool kMin, int kSub>
-__attribute__((always_inline)) inline void Scale(const Int8Pack& w, int tile, const float* dx,
-                                                 const float* xs, int groups, int s,
-                                                 const std::int32_t* c, __m512* acc) {
-  constexpr int kPer = kBlock / kSub;
-  const int g = s / kPer;
-  const __m512 sc = _mm512_loadu_ps(w.Scale(tile, s));
-#pragma GCC unroll 16
-  for (int m = 0; m < kTileTokens; ++m) {
-    const __m512 sd = _mm512_mul_ps(sc, _mm512_set1_ps(dx[m * groups + g]));
-    acc[m] = _mm512_fmadd_ps(sd, _mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * m)), acc[m]);
-  }
-  if (kMin) {
-    const __m512 mn = _mm512_loadu_ps(w.Min(tile, g));
+struct TileOf {
+  static constexpr int kPer = kBlock / kSub;  // sub-blocks per 32-group
+  const std::int8_t* xq;                      // A: 16 tokens, row stride ldx
+  std::size_t ldx;
+  const std::int8_t* wq;  // B: sub-block s at s * kSub * 16
+  const float* scale;     // [subs][16]
+  const float* min;       // [groups][16]
+  const float* dx;        // [groups][16 tokens]
+  const float* xs;        // [groups][16 tokens]
+  __m512 acc[kTileTokens];
+
+  // Sub-block s's sums c [16 tokens][16 rows] into acc, then the group's min after its last
+  // sub-block. Inlined with the token loop unrolled, so acc stays in registers.
+  __attribute__((always_inline)) void Scale(int s, const std::int32_t* c) {
+    const int g = s / kPer;
+    const __m512 sc = _mm512_loadu_ps(scale + s * 16);
+    const float* d = dx + g * kTileTokens;
 #pragma GCC unroll 16
     for (int m = 0; m < kTileTokens; ++m) {
-      acc[m] = _mm512_fmadd_ps(mn, _mm512_set1_ps(xs[m * groups + g]), acc[m]);
+      const __m512 sd = _mm512_mul_ps(sc, _mm512_set1_ps(d[m]));
+      acc[m] = _mm512_fmadd_ps(sd, _mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * m)), acc[m]);
+    }
+    if (kMin) {
+      const __m512 mn = _mm512_loadu_ps(min + g * 16);
+      const float* x = xs + g * kTileTokens;
+#pragma GCC unroll 16
+      for (int m = 0; m < kTileTokens; ++m) {
+        acc[m] = _mm512_fmadd_ps(mn, _mm512_set1_ps(x[m]), acc[m]);
+      }
     }
   }
-}
+};
 
 // Sub-block s's tile multiply into accumulator tile C from A and B tiles (tile numbers are
 // immediates, hence a macro).
-#define CTXPAR_AMX_ISSUE(C, A, B, s)                 \
-  do {                                               \
-    _tile_zero(C);                                   \
-    _tile_loadd(A, xq + std::size_t(s) * kSub, ldx); \
-    _tile_loadd(B, w.Q(t.tile, s), 64);              \
-    _tile_dpbssd(C, A, B);                           \
+#define CTXPAR_AMX_ISSUE(C, A, B, s)                       \
+  do {                                                     \
+    _tile_zero(C);                                         \
+    _tile_loadd(A, k.xq + std::size_t(s) * kSub, k.ldx);   \
+    _tile_loadd(B, k.wq + std::size_t(s) * kSub * 16, 64); \
+    _tile_dpbssd(C, A, B);                                 \
   } while (0)
 
 // Tiles 0 / 2 / 4 (C, A, B) take the even sub-blocks, 1 / 3 / 5 the odd ones, so that the tile
 // unit and the vector units overlap.
 template <bool kMin, int kSub>
-void TileOf(const Int8Tile& t) {
+void Tile16(const Int8Tile& t) {
   const Int8Pack& w = *t.w;
-  const int groups = w.cols / kBlock;
-  const std::int8_t* xq = t.x->i8.data() + std::size_t(t.t0) * w.cols;
-  const float* dx = t.x->i8_d.data() + std::size_t(t.t0) * groups;
-  const float* xs = t.x->i8_xs.data() + std::size_t(t.t0) * groups;
-  const std::size_t ldx = std::size_t(w.cols);
+  const int groups = w.cols / kBlock, subs = w.subs;
+  TileOf<kMin, kSub> k;
+  k.xq = t.x->i8.data() + std::size_t(t.t0) * w.cols;
+  k.ldx = std::size_t(w.cols);
+  k.wq = w.Q(t.tile, 0);
+  k.scale = w.Scale(t.tile, 0);
+  k.min = kMin ? w.Min(t.tile, 0) : nullptr;
+  k.dx = t.x->i8_d.data() + ScaleAt(t.t0, 0, groups);
+  k.xs = t.x->i8_xs.data() + ScaleAt(t.t0, 0, groups);
   alignas(64) std::int32_t c0[kTileTokens * 16], c1[kTileTokens * 16];
-  __m512 acc[kTileTokens];
 #pragma GCC unroll 16
-  for (int m = 0; m < kTileTokens; ++m) acc[m] = _mm512_setzero_ps();
-  // Sub-block s is multiplied while s - 1 is stored, and scaled while s + 1 is multiplied and
-  // stored: the stores' latency hides behind a scaling too.
+  for (int m = 0; m < kTileTokens; ++m) k.acc[m] = _mm512_setzero_ps();
+  // Sub-block s + 1 is multiplied while s is stored and s - 1 scaled. On this Xeon the tile
+  // unit and the vector units barely overlap whatever the order (docs/perf-model.md), so the
+  // sum of the two bounds the kernel.
   CTXPAR_AMX_ISSUE(0, 2, 4, 0);
   int s = 0;
-  for (; s < w.subs; s += 2) {
-    if (s + 1 < w.subs) CTXPAR_AMX_ISSUE(1, 3, 5, s + 1);
+  for (; s < subs; s += 2) {
+    if (s + 1 < subs) CTXPAR_AMX_ISSUE(1, 3, 5, s + 1);
     _tile_stored(0, c0, 64);
-    if (s > 0) Scale<kMin, kSub>(w, t.tile, dx, xs, groups, s - 1, c1, acc);
-    if (s + 1 == w.subs) break;
-    if (s + 2 < w.subs) CTXPAR_AMX_ISSUE(0, 2, 4, s + 2);
+    if (s > 0) k.Scale(s - 1, c1);
+    if (s + 1 == subs) break;
+    if (s + 2 < subs) CTXPAR_AMX_ISSUE(0, 2, 4, s + 2);
     _tile_stored(1, c1, 64);
-    Scale<kMin, kSub>(w, t.tile, dx, xs, groups, s, c0, acc);
+    k.Scale(s, c0);
   }
-  if (s < w.subs) {
-    Scale<kMin, kSub>(w, t.tile, dx, xs, groups, s, c0, acc);  // an odd count's last
+  if (s < subs) {
+    k.Scale(s, c0);  // an odd count's last
   } else {
-    Scale<kMin, kSub>(w, t.tile, dx, xs, groups, w.subs - 1, c1, acc);
+    k.Scale(subs - 1, c1);
   }
   const int rows = std::min(kTileRows, w.rows - t.tile * kTileRows);
   const __mmask16 mask = static_cast<__mmask16>((1u << rows) - 1);
+  float* y = t.y + std::size_t(t.t0) * t.ldy + t.tile * kTileRows;
   // Unrolled with constant indices: a run-time index would keep acc in memory.
 #pragma GCC unroll 16
   for (int m = 0; m < kTileTokens; ++m) {
-    if (m < t.nt) {
-      _mm512_mask_storeu_ps(t.y + std::size_t(t.t0 + m) * t.ldy + t.tile * kTileRows, mask, acc[m]);
-    }
+    if (m < t.nt) _mm512_mask_storeu_ps(y + std::size_t(m) * t.ldy, mask, k.acc[m]);
   }
 }
 
@@ -139,11 +154,19 @@ void TileOf(const Int8Tile& t) {
 
 }  // namespace
 
+// The tile configuration is checked once per call, not per 16 tokens: sttilecfg waits for the
+// tile unit to drain.
 void Int8TileAmx(const Int8Tile& t) {
   Configure(t.w->sub);
-  if (t.w->has_min) return TileOf<true, 32>(t);
-  if (t.w->sub == 32) return TileOf<false, 32>(t);
-  TileOf<false, 16>(t);
+  auto tile = t.w->has_min     ? Tile16<true, 32>
+              : t.w->sub == 32 ? Tile16<false, 32>
+                               : Tile16<false, 16>;
+  Int8Tile part = t;
+  for (part.t0 = t.t0; part.t0 < t.t0 + t.nt; part.t0 += kTileTokens) {
+    part.nt = std::min(kTileTokens, t.t0 + t.nt - part.t0);
+    if (part.nt < kAmxMinTokens) return Int8TileVnni(part);
+    tile(part);
+  }
 }
 
 }  // namespace ctxpar::model::int8_internal

@@ -25,8 +25,8 @@ void Tokens(const Int8Tile& t, int t0) {
   const float* xs[NT];
   for (int i = 0; i < NT; ++i) {
     xq[i] = t.x->i8.data() + std::size_t(t0 + i) * w.cols;
-    dx[i] = t.x->i8_d.data() + std::size_t(t0 + i) * groups;
-    xs[i] = t.x->i8_xs.data() + std::size_t(t0 + i) * groups;
+    dx[i] = t.x->i8_d.data() + ScaleAt(t0 + i, 0, groups);
+    xs[i] = t.x->i8_xs.data() + ScaleAt(t0 + i, 0, groups);
   }
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[NT][2];
@@ -57,7 +57,7 @@ void Tokens(const Int8Tile& t, int t0) {
       for (int p = 0; p < 2; ++p) {
         const __m256 scale = _mm256_loadu_ps(w.Scale(t.tile, s) + 8 * p);
         for (int i = 0; i < NT; ++i) {
-          const __m256 sd = _mm256_mul_ps(scale, _mm256_set1_ps(dx[i][g]));
+          const __m256 sd = _mm256_mul_ps(scale, _mm256_set1_ps(dx[i][g * kTileTokens]));
           acc[i][p] = _mm256_fmadd_ps(sd, _mm256_cvtepi32_ps(isum[i][p]), acc[i][p]);
         }
       }
@@ -66,7 +66,7 @@ void Tokens(const Int8Tile& t, int t0) {
       for (int p = 0; p < 2; ++p) {
         const __m256 mn = _mm256_loadu_ps(w.Min(t.tile, g) + 8 * p);
         for (int i = 0; i < NT; ++i) {
-          acc[i][p] = _mm256_fmadd_ps(mn, _mm256_set1_ps(xs[i][g]), acc[i][p]);
+          acc[i][p] = _mm256_fmadd_ps(mn, _mm256_set1_ps(xs[i][g * kTileTokens]), acc[i][p]);
         }
       }
     }

@@ -25,8 +25,8 @@ void Tokens(const Int8Tile& t, int t0) {
   const float* xs[NT];
   for (int i = 0; i < NT; ++i) {
     xq[i] = t.x->i8.data() + std::size_t(t0 + i) * w.cols;
-    dx[i] = t.x->i8_d.data() + std::size_t(t0 + i) * groups;
-    xs[i] = t.x->i8_xs.data() + std::size_t(t0 + i) * groups;
+    dx[i] = t.x->i8_d.data() + ScaleAt(t0 + i, 0, groups);
+    xs[i] = t.x->i8_xs.data() + ScaleAt(t0 + i, 0, groups);
   }
   const __m512i flip = _mm512_set1_epi32(int(0x80808080u));
   __m512 acc[NT];
@@ -52,13 +52,14 @@ void Tokens(const Int8Tile& t, int t0) {
       if (!kMin) corr = _mm512_loadu_si512(w.Sum128(t.tile, s));
       for (int i = 0; i < NT; ++i) {
         const __m512i exact = kMin ? isum[i] : _mm512_sub_epi32(isum[i], corr);
-        const __m512 sd = _mm512_mul_ps(scale, _mm512_set1_ps(dx[i][g]));
+        const __m512 sd = _mm512_mul_ps(scale, _mm512_set1_ps(dx[i][g * kTileTokens]));
         acc[i] = _mm512_fmadd_ps(sd, _mm512_cvtepi32_ps(exact), acc[i]);
       }
     }
     if (kMin) {
       const __m512 mn = _mm512_loadu_ps(w.Min(t.tile, g));
-      for (int i = 0; i < NT; ++i) acc[i] = _mm512_fmadd_ps(mn, _mm512_set1_ps(xs[i][g]), acc[i]);
+      for (int i = 0; i < NT; ++i)
+        acc[i] = _mm512_fmadd_ps(mn, _mm512_set1_ps(xs[i][g * kTileTokens]), acc[i]);
     }
   }
   const int rows = std::min(kTileRows, w.rows - t.tile * kTileRows);
@@ -91,8 +92,8 @@ void QuantizeRowAvx512(const float* x, int groups, std::int8_t* q, float* d, flo
     const __m512i qa = quant(a), qb = quant(b);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + g * kBlock), _mm512_cvtepi32_epi8(qa));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + g * kBlock + 16), _mm512_cvtepi32_epi8(qb));
-    d[g] = dg;
-    xs[g] = dg * float(_mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb)));
+    d[g * kTileTokens] = dg;
+    xs[g * kTileTokens] = dg * float(_mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb)));
   }
 }
 
