@@ -129,13 +129,13 @@ bool Int8Takes(WeightType type) {
 }
 
 void PrepareActs(ActFormat format, WeightType type, const float* x, int n, int cols, int ldx,
-                 Acts* out) {
+                 Acts* out, ThreadPool* pool) {
   if (format == ActFormat::kInt8 && !Int8Takes(type)) format = ActFormat::kF32;
   out->format = format;
   out->type = type;
   out->n = n;
   out->blocks_per_row = cols / kBlock;
-  if (format == ActFormat::kInt8) return int8_internal::PrepareInt8Acts(x, n, cols, ldx, out);
+  if (format == ActFormat::kInt8) return int8_internal::PrepareInt8Acts(x, n, cols, ldx, out, pool);
   if (format == ActFormat::kF32) {
     if (ldx == cols && reinterpret_cast<std::uintptr_t>(x) % 64 == 0) {
       out->f32 = x;

@@ -221,9 +221,10 @@ Status CheckActFormat(ActFormat format, WeightType type);
 
 // Prepares x [n, cols] (row stride ldx floats) for weights of `type`. cols % 32 == 0. With kF32
 // the result may point into x, which must then outlive its use by MatMul unchanged. kInt8 for a
-// type Int8Takes refuses prepares kF32.
+// type Int8Takes refuses prepares kF32. kInt8 quantizes rows on `pool` where one is given (the
+// same bits).
 void PrepareActs(ActFormat format, WeightType type, const float* x, int n, int cols, int ldx,
-                 Acts* out);
+                 Acts* out, ThreadPool* pool = nullptr);
 
 // m with its rows repacked for ActFormat::kInt8 when `format` is kInt8 and Int8Takes(m.type)
 // (once, at load: the pack lives as long as a copy of the result), else m as it is.

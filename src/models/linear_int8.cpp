@@ -221,20 +221,31 @@ void QuantizeRowScalar(const float* x, int groups, std::int8_t* q, float* d, flo
 
 }  // namespace
 
-void PrepareInt8Acts(const float* x, int n, int cols, int ldx, Acts* out) {
+void PrepareInt8Acts(const float* x, int n, int cols, int ldx, Acts* out, ThreadPool* pool) {
   const int groups = cols / kBlock;
   const int padded = (n + kTileTokens - 1) / kTileTokens * kTileTokens;
-  out->i8.assign(std::size_t(padded) * cols, 0);
-  out->i8_d.assign(std::size_t(padded) * groups, 0.0f);
-  out->i8_xs.assign(std::size_t(padded) * groups, 0.0f);
+  // Every row below n is written; only the padding is cleared.
+  out->i8.resize(std::size_t(padded) * cols);
+  out->i8_d.resize(std::size_t(padded) * groups);
+  out->i8_xs.resize(std::size_t(padded) * groups);
+  std::fill(out->i8.begin() + std::size_t(n) * cols, out->i8.end(), std::int8_t{0});
+  for (int t = n; t < padded; ++t) {
+    for (int g = 0; g < groups; ++g)
+      out->i8_d[ScaleAt(t, g, groups)] = out->i8_xs[ScaleAt(t, g, groups)] = 0.0f;
+  }
   auto row = QuantizeRowScalar;
 #if defined(CTXPAR_X86_KERNELS)
   if (SelectInt8() >= Int8Isa::kVnni) row = QuantizeRowAvx512;
 #endif
-  for (int t = 0; t < n; ++t) {
-    row(x + std::size_t(t) * ldx, groups, out->i8.data() + std::size_t(t) * cols,
-        out->i8_d.data() + ScaleAt(t, 0, groups), out->i8_xs.data() + ScaleAt(t, 0, groups));
-  }
+  auto rows = [&](std::int64_t begin, std::int64_t end) {
+    for (auto t = static_cast<int>(begin); t < end; ++t) {
+      row(x + std::size_t(t) * ldx, groups, out->i8.data() + std::size_t(t) * cols,
+          out->i8_d.data() + ScaleAt(t, 0, groups), out->i8_xs.data() + ScaleAt(t, 0, groups));
+    }
+  };
+  // A decode row's quantization is too short to share.
+  if (pool != nullptr && n >= kTileTokens) return pool->ParallelFor(n, rows);
+  rows(0, n);
 }
 
 void Int8TileScalar(const Int8Tile& t) {

@@ -84,7 +84,7 @@ using Int8TileFn = void (*)(const Int8Tile& t);
 // w's rows repacked (any WeightType).
 std::shared_ptr<const Int8Pack> PackInt8(const QuantMatrix& w);
 // Acts of format kInt8 from x [n, cols] (row stride ldx): the sequence's xq, dx and xs.
-void PrepareInt8Acts(const float* x, int n, int cols, int ldx, Acts* out);
+void PrepareInt8Acts(const float* x, int n, int cols, int ldx, Acts* out, ThreadPool* pool);
 // MatMulMany with kInt8 activations (MatMul is the case of one output).
 void MatMulInt8(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool);
 

@@ -52,7 +52,7 @@ class Int8MatMul : public ::testing::Test {
   static std::vector<float> Run(const QuantMatrix& w, const std::vector<float>& x, int n,
                                 ThreadPool* pool) {
     Acts acts;
-    PrepareActs(ActFormat::kInt8, w.type, x.data(), n, w.cols, w.cols, &acts);
+    PrepareActs(ActFormat::kInt8, w.type, x.data(), n, w.cols, w.cols, &acts, pool);
     std::vector<float> y(std::size_t(n) * w.rows);
     MatMul(w, acts, y.data(), w.rows, pool);
     return y;

@@ -14,11 +14,11 @@ void TpLinear::ColumnParallel(std::span<const MatMulOut> outs, const float* x, i
                (format_ != ActFormat::kQ8 || o.w.type == outs[0].w.type);
   }
   if (one_pass) {
-    PrepareActs(format_, outs[0].w.type, x, n, cols, cols, &acts_);
+    PrepareActs(format_, outs[0].w.type, x, n, cols, cols, &acts_, pool_);
     return MatMulMany(outs, acts_, pool_);
   }
   for (const MatMulOut& o : outs) {
-    PrepareActs(format_, o.w.type, x, n, cols, cols, &acts_);
+    PrepareActs(format_, o.w.type, x, n, cols, cols, &acts_, pool_);
     MatMul(o.w, acts_, o.y, o.ldy, pool_);
   }
 }
@@ -61,7 +61,7 @@ Expected<const float*> TpLinear::RowParallel(const QuantMatrix& w, const float* 
     CTXPAR_RETURN_IF_ERROR(GatherColumns(mine, n, in_bounds, in_full_));
     in = in_full_.data();
   }
-  PrepareActs(format_, w.type, in, n, w.cols, w.cols, &acts_);
+  PrepareActs(format_, w.type, in, n, w.cols, w.cols, &acts_, pool_);
   y_.resize(std::size_t(n) * w.rows);
   MatMul(w, acts_, y_.data(), w.rows, pool_);
   if (size() == 1) return y_.data();
@@ -101,7 +101,7 @@ Status TpLinear::GatherVocab(const VocabShard& shard, int vocab, int n, float* l
 
 Status TpLinear::VocabLogits(const QuantMatrix& w, const VocabShard& shard, int vocab,
                              const float* rows, int n, float* logits) {
-  PrepareActs(format_, w.type, rows, n, w.cols, w.cols, &acts_);
+  PrepareActs(format_, w.type, rows, n, w.cols, w.cols, &acts_, pool_);
   return GatherVocab(shard, vocab, n, logits,
                      [&](float* y, int ldy) { MatMul(w, acts_, y, ldy, pool_); });
 }
