@@ -253,9 +253,10 @@ float DotScalar(WeightType type, const std::uint8_t* w_row, const ActBlock* x, i
 // The fp32 path MatMul takes now ("avx512", "avx2" or "scalar"; CTXPAR_CPU_ISA lowers it).
 const char* MatMulIsa();
 // The int8 (kInt8) path MatMul takes now: "amx" (AMX tiles for groups of 4 to 16 tokens, VNNI
-// for fewer), "avx512_vnni", "avx2" or "scalar". CTXPAR_CPU_ISA lowers it (avx2: avx2; scalar:
-// scalar), and so does CTXPAR_INT8_ISA=scalar|avx2|avx512_vnni|amx (tests); a value naming no
-// path, or one this CPU lacks, is ignored here and reported by CheckInt8Isa.
+// for fewer), "avx512_vnni", "avx_vnni", "avx2" or "scalar". CTXPAR_CPU_ISA lowers it (avx2:
+// avx_vnni where the CPU has it, else avx2; scalar: scalar), and so does
+// CTXPAR_INT8_ISA=scalar|avx2|avx_vnni|avx512_vnni|amx (tests); a value naming no path, or one
+// this CPU lacks, is ignored here and reported by CheckInt8Isa.
 const char* MatMulInt8Isa();
 // Ok, or InvalidArgument / FailedPrecondition for a CTXPAR_INT8_ISA that names no path or one
 // this CPU (or the OS's AMX tile permission) lacks.

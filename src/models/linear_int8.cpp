@@ -153,14 +153,19 @@ std::shared_ptr<const Int8Pack> PackInt8(const QuantMatrix& w) {
 
 namespace {
 
-enum class Int8Isa { kScalar, kAvx2, kVnni, kAmx };
-constexpr const char* kIsaNames[] = {"scalar", "avx2", "avx512_vnni", "amx"};
+// Ordered by preference. Each needs what AVX2 needs; AVX-VNNI is not implied by the AVX-512 ones
+// (Ice Lake and Zen 4 have AVX512-VNNI without it), so a forced path is checked by itself.
+enum class Int8Isa { kScalar, kAvx2, kAvxVnni, kVnni, kAmx };
+constexpr const char* kIsaNames[] = {"scalar", "avx2", "avx_vnni", "avx512_vnni", "amx"};
+
+// The best 256-bit path: AVX-VNNI where the CPU has it.
+Int8Isa BestYmm(const CpuFeatures& f) { return f.avx_vnni ? Int8Isa::kAvxVnni : Int8Isa::kAvx2; }
 
 Int8Isa BestInt8Isa() {
 #if defined(CTXPAR_X86_KERNELS)
   const CpuFeatures& f = DetectCpuFeatures();
   if (BestCpuIsa(f) < CpuIsa::kAvx2) return Int8Isa::kScalar;
-  if (BestCpuIsa(f) < CpuIsa::kAvx512 || !f.avx512_vnni) return Int8Isa::kAvx2;
+  if (BestCpuIsa(f) < CpuIsa::kAvx512 || !f.avx512_vnni) return BestYmm(f);
   static const bool amx = f.amx_tile && f.amx_int8 && RequestAmxTileState();
   return amx ? Int8Isa::kAmx : Int8Isa::kVnni;
 #else
@@ -174,22 +179,29 @@ Expected<Int8Isa> Forced(Int8Isa best) {
   if (env == nullptr || *env == '\0') return best;
   for (int i = 0; i <= int(Int8Isa::kAmx); ++i) {
     if (std::string(env) != kIsaNames[i]) continue;
-    if (Int8Isa(i) > best) {
+#if defined(CTXPAR_X86_KERNELS)
+    const bool lacks_vex_vnni = Int8Isa(i) == Int8Isa::kAvxVnni && !DetectCpuFeatures().avx_vnni;
+#else
+    const bool lacks_vex_vnni = false;
+#endif
+    if (Int8Isa(i) > best || lacks_vex_vnni) {
       return FailedPrecondition(
           fmt::format("CTXPAR_INT8_ISA={} asks for a path this CPU lacks; the best it has is {}",
                       env, kIsaNames[int(best)]));
     }
     return Int8Isa(i);
   }
-  return InvalidArgument(
-      fmt::format("CTXPAR_INT8_ISA={} is not one of scalar, avx2, avx512_vnni, amx", env));
+  return InvalidArgument(fmt::format(
+      "CTXPAR_INT8_ISA={} is not one of scalar, avx2, avx_vnni, avx512_vnni, amx", env));
 }
 
 Int8Isa SelectInt8() {
   Int8Isa isa = BestInt8Isa();
   const Expected<CpuIsa> cpu = SelectCpuIsa();
   if (cpu.ok() && *cpu < CpuIsa::kAvx2) isa = Int8Isa::kScalar;
-  if (cpu.ok() && *cpu < CpuIsa::kAvx512) isa = std::min(isa, Int8Isa::kAvx2);
+#if defined(CTXPAR_X86_KERNELS)
+  if (cpu.ok() && *cpu < CpuIsa::kAvx512) isa = std::min(isa, BestYmm(DetectCpuFeatures()));
+#endif
   const Expected<Int8Isa> forced = Forced(isa);
   return forced.ok() ? *forced : isa;
 }
@@ -286,6 +298,7 @@ void MatMulInt8(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool
   Int8TileFn kernel = Int8TileScalar;
 #if defined(CTXPAR_X86_KERNELS)
   if (isa == Int8Isa::kAvx2) kernel = Int8TileAvx2;
+  if (isa == Int8Isa::kAvxVnni) kernel = Int8TileAvxVnni;
   if (isa == Int8Isa::kVnni) kernel = Int8TileVnni;
   if (isa == Int8Isa::kAmx) kernel = Int8TileAmx;
 #endif

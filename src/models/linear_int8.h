@@ -93,9 +93,10 @@ void Int8TileScalar(const Int8Tile& t);
 // One token's activations quantized as PrepareInt8Acts does, bit for bit (AVX-512); group g's
 // scales go to d[g * kTileTokens] and xs[g * kTileTokens].
 void QuantizeRowAvx512(const float* x, int groups, std::int8_t* q, float* d, float* xs);
-void Int8TileAvx2(const Int8Tile& t);  // AVX2 + FMA
-void Int8TileVnni(const Int8Tile& t);  // AVX-512 F/BW/VL + VNNI
-void Int8TileAmx(const Int8Tile& t);   // AMX-TILE + AMX-INT8 (+ VNNI); t0 a multiple of 16
+void Int8TileAvx2(const Int8Tile& t);     // AVX2 + FMA
+void Int8TileAvxVnni(const Int8Tile& t);  // AVX2 + FMA + AVX-VNNI
+void Int8TileVnni(const Int8Tile& t);     // AVX-512 F/BW/VL + VNNI
+void Int8TileAmx(const Int8Tile& t);      // AMX-TILE + AMX-INT8 (+ VNNI); t0 a multiple of 16
 // Asks Linux for the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM, once per process): false
 // where the kernel refuses it, and the AMX path must not run.
 bool RequestAmxTileState();

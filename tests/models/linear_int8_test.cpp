@@ -34,7 +34,7 @@ using test_weights::RandomMatrix;
 // The int8 ISAs this CPU runs, lowest first, as CTXPAR_INT8_ISA names them.
 std::vector<std::string> Isas() {
   std::vector<std::string> names;
-  for (const char* isa : {"scalar", "avx2", "avx512_vnni", "amx"}) {
+  for (const char* isa : {"scalar", "avx2", "avx_vnni", "avx512_vnni", "amx"}) {
     setenv("CTXPAR_INT8_ISA", isa, 1);
     if (CheckInt8Isa().ok()) names.push_back(isa);
   }
@@ -172,6 +172,9 @@ TEST_F(Int8MatMul, BestPathOfTheCpu) {
   if (BestCpuIsa(f) >= CpuIsa::kAvx2) {
     EXPECT_NE(std::find(isas.begin(), isas.end(), "avx2"), isas.end());
   }
+  if (BestCpuIsa(f) >= CpuIsa::kAvx2 && f.avx_vnni) {
+    EXPECT_NE(std::find(isas.begin(), isas.end(), "avx_vnni"), isas.end());
+  }
   if (BestCpuIsa(f) >= CpuIsa::kAvx512 && f.avx512_vnni) {
     EXPECT_NE(std::find(isas.begin(), isas.end(), "avx512_vnni"), isas.end());
   }
@@ -192,7 +195,8 @@ TEST_F(Int8MatMul, ForcedIsaChecked) {
   EXPECT_STREQ(MatMulInt8Isa(), "scalar") << "CTXPAR_CPU_ISA lowers the int8 path";
   if (BestCpuIsa(DetectCpuFeatures()) >= CpuIsa::kAvx2) {
     setenv("CTXPAR_CPU_ISA", "avx2", 1);
-    EXPECT_STREQ(MatMulInt8Isa(), "avx2");
+    EXPECT_STREQ(MatMulInt8Isa(), DetectCpuFeatures().avx_vnni ? "avx_vnni" : "avx2")
+        << "a 256-bit path: AVX-VNNI where the CPU has it";
   }
   unsetenv("CTXPAR_CPU_ISA");
 }

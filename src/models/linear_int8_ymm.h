@@ -1,0 +1,104 @@
+// The 256-bit kernels of the int8 path (linear_int8.h), shared by the AVX2 unit and the
+// AVX-VNNI unit: two registers hold the 16 rows of a tile (8 each), and `Dot` adds the products
+// of 4 bytes of each row with 4 bytes of one token into int32 lanes. Every definition is in an
+// unnamed namespace, so that each unit compiles its own copy with its own instruction set.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "models/linear_int8.h"
+
+namespace ctxpar::model::int8_internal {
+namespace {
+
+constexpr int kYmmTokens = 4;
+
+// Dot: static __m256i Weights(__m256i q) (q as the product takes it), static void Add(__m256i&
+// isum, __m256i w, __m256i q, __m256i x) (x: 4 bytes of the token, broadcast; q: the raw
+// weights), and static __m256i Exact(__m256i isum, const std::int32_t* sum128) (the exact sum of
+// q * x for a signed type, given 128 * sum(q) of the 8 rows).
+template <class Dot, int NT, bool kMin>
+void YmmTokens(const Int8Tile& t, int t0) {
+  const Int8Pack& w = *t.w;
+  const int groups = w.cols / kBlock, per_group = kBlock / w.sub;
+  const std::int8_t* xq[NT];
+  const float* dx[NT];
+  const float* xs[NT];
+  for (int i = 0; i < NT; ++i) {
+    xq[i] = t.x->i8.data() + std::size_t(t0 + i) * w.cols;
+    dx[i] = t.x->i8_d.data() + ScaleAt(t0 + i, 0, groups);
+    xs[i] = t.x->i8_xs.data() + ScaleAt(t0 + i, 0, groups);
+  }
+  __m256 acc[NT][2];
+  for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  for (int g = 0; g < groups; ++g) {
+    for (int h = 0; h < per_group; ++h) {
+      const int s = g * per_group + h;
+      const std::int8_t* q = w.Q(t.tile, s);
+      __m256i isum[NT][2];
+      for (int i = 0; i < NT; ++i) isum[i][0] = isum[i][1] = _mm256_setzero_si256();
+      for (int k = 0; k < w.sub / 4; ++k) {
+        __m256i wq[2], wv[2];
+        for (int p = 0; p < 2; ++p) {
+          wq[p] = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + k * 64 + 32 * p));
+          wv[p] = kMin ? wq[p] : Dot::Weights(wq[p]);
+        }
+        for (int i = 0; i < NT; ++i) {
+          std::int32_t bytes;
+          std::memcpy(&bytes, xq[i] + s * w.sub + 4 * k, 4);
+          const __m256i xv = _mm256_set1_epi32(bytes);
+          for (int p = 0; p < 2; ++p) Dot::template Add<kMin>(isum[i][p], wv[p], wq[p], xv);
+        }
+      }
+      for (int p = 0; p < 2; ++p) {
+        const __m256 scale = _mm256_loadu_ps(w.Scale(t.tile, s) + 8 * p);
+        const std::int32_t* sum128 = kMin ? nullptr : w.Sum128(t.tile, s) + 8 * p;
+        for (int i = 0; i < NT; ++i) {
+          const __m256i exact = kMin ? isum[i][p] : Dot::Exact(isum[i][p], sum128);
+          const __m256 sd = _mm256_mul_ps(scale, _mm256_set1_ps(dx[i][g * kTileTokens]));
+          acc[i][p] = _mm256_fmadd_ps(sd, _mm256_cvtepi32_ps(exact), acc[i][p]);
+        }
+      }
+    }
+    if (kMin) {
+      for (int p = 0; p < 2; ++p) {
+        const __m256 mn = _mm256_loadu_ps(w.Min(t.tile, g) + 8 * p);
+        for (int i = 0; i < NT; ++i) {
+          acc[i][p] = _mm256_fmadd_ps(mn, _mm256_set1_ps(xs[i][g * kTileTokens]), acc[i][p]);
+        }
+      }
+    }
+  }
+  const int rows = std::min(kTileRows, w.rows - t.tile * kTileRows);
+  for (int i = 0; i < NT; ++i) {
+    float* y = t.y + std::size_t(t0 + i) * t.ldy + t.tile * kTileRows;
+    alignas(32) float out[kTileRows];
+    _mm256_store_ps(out, acc[i][0]);
+    _mm256_store_ps(out + 8, acc[i][1]);
+    std::memcpy(y, out, sizeof(float) * rows);
+  }
+}
+
+template <class Dot, bool kMin, int... NT>
+void YmmDispatch(const Int8Tile& t, int t0, int nt, std::integer_sequence<int, NT...>) {
+  ((nt == NT + 1 ? YmmTokens<Dot, NT + 1, kMin>(t, t0) : void()), ...);
+}
+
+template <class Dot>
+void YmmTile(const Int8Tile& t) {
+  for (int t0 = t.t0; t0 < t.t0 + t.nt; t0 += kYmmTokens) {
+    const int nt = std::min(kYmmTokens, t.t0 + t.nt - t0);
+    if (t.w->has_min) {
+      YmmDispatch<Dot, true>(t, t0, nt, std::make_integer_sequence<int, kYmmTokens>());
+    } else {
+      YmmDispatch<Dot, false>(t, t0, nt, std::make_integer_sequence<int, kYmmTokens>());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ctxpar::model::int8_internal
