@@ -25,6 +25,19 @@
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// The power of two by which T's widening of KElem undershoots its values (1 unless the traits
+// say: Avx512Fp8Isa widens e4m3 to 2^-8 of them). Q's scale and O's final 1 / l carry it, so the
+// scores and outputs are the bits an exact widening gives: every product and sum is scaled by a
+// power of two, which rounds the same.
+template <class T, class KElem>
+constexpr float WidenShortfall() {
+  if constexpr (requires { T::Shortfall(KElem{}); }) {
+    return T::Shortfall(KElem{});
+  } else {
+    return 1.0f;
+  }
+}
+
 // Row pointers of keys [begin, begin + n): one division per block, then walk the pages.
 template <class KElem>
 void RowPtrs(const void* base, const KernelArgs& a, int64_t stride, int begin, int n,
@@ -268,7 +281,7 @@ inline void SoftcapScores(float* s, int n, float softcap) {
 // Zeroes the task's O. An empty key range gets lse = -inf and false; otherwise Q is scaled by
 // scale * log2(e) (the softmax runs in base 2) and the running max and sum are reset.
 template <class T>
-bool BeginTask(const KernelArgs& a, TaskScratch<T>* t) {
+bool BeginTask(const KernelArgs& a, TaskScratch<T>* t, float shortfall) {
   const int heads = a.kv_heads * a.group;
   const int dqk = a.head_dim_qk;
   for (int64_t i = 0; i < static_cast<int64_t>(heads) * a.head_dim_v; i += T::kLanes) {
@@ -284,7 +297,7 @@ bool BeginTask(const KernelArgs& a, TaskScratch<T>* t) {
   t->l = t->m + heads;
   t->rest = t->l + heads;
   for (int h = 0; h < heads; ++h) {
-    T::PrepareQ(a.q + static_cast<int64_t>(h) * dqk, a.scale * kLog2e,
+    T::PrepareQ(a.q + static_cast<int64_t>(h) * dqk, a.scale * kLog2e * shortfall,
                 t->q + static_cast<int64_t>(h) * dqk, dqk);
     t->m[h] = -__builtin_inff();
     t->l[h] = 0.0f;
@@ -318,29 +331,30 @@ void SoftmaxBlock(float* sg, float& mh, float& lh, float* o_row, int dv) {
 }
 
 // One head's end, from its running max m and sum l (l > 0) in base 2: o = acc / l (acc may be o
-// itself) and the natural lse = (m + log2 l) * ln 2.
+// itself; times the V widening's shortfall) and the natural lse = (m + log2 l) * ln 2.
 template <class T>
-void FinishHead(const float* acc, float m, float l, int dv, float* o, float* lse) {
-  const typename T::V f = T::Set1(1.0f / l);
+void FinishHead(const float* acc, float m, float l, int dv, float* o, float* lse, float shortfall) {
+  const typename T::V f = T::Set1(1.0f / l * shortfall);
   for (int d = 0; d < dv; d += T::kLanes) T::Store(o + d, T::Mul(T::Load(acc + d), f));
   *lse = (m + __builtin_log2f(l)) * kLn2;
 }
 
 // FinishHead for every head of the task.
 template <class T>
-void EndTask(const KernelArgs& a, const TaskScratch<T>& t) {
+void EndTask(const KernelArgs& a, const TaskScratch<T>& t, float shortfall) {
   const int dv = a.head_dim_v;
   for (int h = 0; h < a.kv_heads * a.group; ++h) {
     // l >= 1 here: the key that set the max contributes exp2(0).
     float* o = a.o + static_cast<int64_t>(h) * dv;
-    FinishHead<T>(o, t.m[h], t.l[h], dv, o, a.lse + h);
+    FinishHead<T>(o, t.m[h], t.l[h], dv, o, a.lse + h, shortfall);
   }
 }
 
 template <class T, class KElem>
 void Attend(const KernelArgs& a) {
   TaskScratch<T> t;
-  if (!BeginTask<T>(a, &t)) return;
+  constexpr float kShortfall = WidenShortfall<T, KElem>();
+  if (!BeginTask<T>(a, &t, kShortfall)) return;
   const int group = a.group;
   const int dqk = a.head_dim_qk;
   const int dv = a.head_dim_v;
@@ -404,5 +418,5 @@ void Attend(const KernelArgs& a) {
     }
     pf.Finish();
   }
-  EndTask<T>(a, t);
+  EndTask<T>(a, t, kShortfall);
 }

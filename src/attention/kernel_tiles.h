@@ -389,12 +389,13 @@ void AttendTilesD(const KernelArgs& a) {
   TilesState<T, KElem> st(a, nr);
   for (int64_t i = 0; i < pairs * dv; i += T::kLanes) T::Store(st.o + i, T::Zero());
   // Q scaled by scale * log2(e) once: the softmax runs in base 2 (exp2 is cheaper than exp).
+  constexpr float kShortfall = WidenShortfall<T, KElem>();
   for (int kvh = 0; kvh < a.kv_heads; ++kvh) {
     for (int r = 0; r < nr; ++r) {
       for (int g = 0; g < group; ++g) {
         const int64_t pair = (static_cast<int64_t>(kvh) * nr + r) * group + g;
-        T::PrepareQ(rows[r].q + static_cast<int64_t>(kvh * group + g) * dqk, a.scale * kLog2e,
-                    st.q + pair * dqk, dqk);
+        T::PrepareQ(rows[r].q + static_cast<int64_t>(kvh * group + g) * dqk,
+                    a.scale * kLog2e * kShortfall, st.q + pair * dqk, dqk);
         st.m[pair] = -__builtin_inff();
         st.l[pair] = 0.0f;
       }
@@ -489,7 +490,8 @@ void AttendTilesD(const KernelArgs& a) {
           rows[r].lse[h] = -__builtin_inff();
           continue;
         }
-        FinishHead<T>(st.o + pair * dv, st.m[pair], st.l[pair], dv, out, rows[r].lse + h);
+        FinishHead<T>(st.o + pair * dv, st.m[pair], st.l[pair], dv, out, rows[r].lse + h,
+                      kShortfall);
       }
     }
   }
