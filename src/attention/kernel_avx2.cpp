@@ -1,5 +1,8 @@
-// The AVX2 + FMA path (8 lanes); compiled with -mavx2 -mfma, run only where cpuid has both.
+// The AVX2 + FMA path (8 lanes); compiled with -mavx2 -mfma -mf16c, run only where cpuid has AVX2
+// and FMA (every such CPU has F16C, which the fp8 KV widening uses).
 #include <immintrin.h>
+
+#include <type_traits>
 
 #include "attention/kernel.h"
 
@@ -24,53 +27,66 @@ struct Avx2Isa {
   static constexpr int kTileSplit = 1;
   static constexpr int kTilePvVecs = 2;
   static constexpr bool kDpTiles = false;
+  // e4m3 widens to 2^-8 of its values (kernel_impl.h's WidenShortfall).
+  static constexpr float Shortfall(Fp8E4M3) { return 256.0f; }
+  // 32 codes of a line and whether any is e4m3's NaN, tested once per line.
+  struct E4M3Words {
+    __m256i w;
+    bool nan;
+  };
   template <class KElem>
-  static __m256i LoadWords(const KElem* p) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  static auto LoadWords(const KElem* p) {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    if constexpr (std::is_same_v<KElem, Fp8E4M3>) {
+      const __m256i seven = _mm256_set1_epi8(0x7f);
+      return E4M3Words{
+          w, _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(w, seven), seven)) != 0};
+    } else {
+      return w;
+    }
   }
   template <class KElem, int x>
-  static V Part(__m256i w) {
+  static V Part(__m256i w, bool nan = false) {
     if constexpr (std::is_same_v<KElem, uint16_t>) {
       return _mm256_castsi256_ps(x == 0 ? _mm256_slli_epi32(w, 16)
                                         : _mm256_and_si256(w, I(static_cast<int>(0xffff0000u))));
     } else {
-      return Widen(KElem{}, _mm256_srli_epi32(w, 8 * x));
+      // Byte x of each word to the top byte of a half: four halves per 128-bit lane, then the
+      // two lanes' low halves side by side.
+      const __m256i idx = _mm256_setr_epi8(
+          -1, x, -1, 4 + x, -1, 8 + x, -1, 12 + x, -1, -1, -1, -1, -1, -1, -1, -1,  //
+          -1, x, -1, 4 + x, -1, 8 + x, -1, 12 + x, -1, -1, -1, -1, -1, -1, -1, -1);
+      const __m256i spread = _mm256_shuffle_epi8(w, idx);
+      const __m128i halves = _mm256_castsi256_si128(_mm256_permute4x64_epi64(spread, 0x08));
+      return FromHalves(KElem{}, halves, nan);
     }
   }
-  static __m256i I(int x) { return _mm256_set1_epi32(x); }
-  // fp8 codes in the low byte of each 32-bit lane (bits above ignored) to fp32: dtype.h's
-  // Fp8E4M3ToFloat and Fp8E5M2ToFloat step for step, so the same bits for every code.
-  static V Widen(Fp8E4M3, __m256i c) {
-    const __m256i mag = _mm256_and_si256(c, I(0x7f));
-    const __m256i m20 = _mm256_slli_epi32(mag, 20);
-    const V normal = _mm256_castsi256_ps(_mm256_add_epi32(m20, I(120 << 23)));
-    const V sub = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_add_epi32(m20, I(121 << 23))),
-                                _mm256_set1_ps(0x1.0p-6f));
-    V r = _mm256_blendv_ps(normal, sub, _mm256_castsi256_ps(_mm256_cmpgt_epi32(I(8), mag)));
-    r = _mm256_blendv_ps(r, _mm256_castsi256_ps(I(0x7fc00000)),
-                         _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, I(0x7f))));
-    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, I(0x80)), 24);
-    return _mm256_or_ps(r, _mm256_castsi256_ps(sign));
+  template <class KElem, int x>
+  static V Part(const E4M3Words& w) {
+    return Part<KElem, x>(w.w, w.nan);
   }
-  static V Widen(Fp8E5M2, __m256i c) {
-    const __m256i w = _mm256_slli_epi32(c, 24);
-    const __m256i sign = _mm256_and_si256(w, I(static_cast<int>(0x80000000u)));
-    const __m256i two_w = _mm256_add_epi32(w, w);
-    const V normal =
-        _mm256_mul_ps(_mm256_castsi256_ps(_mm256_add_epi32(_mm256_srli_epi32(two_w, 4),
-                                                           I(static_cast<int>(0xE0u << 23)))),
-                      _mm256_set1_ps(0x1.0p-112f));
-    const V denormal = _mm256_sub_ps(
-        _mm256_castsi256_ps(_mm256_or_si256(_mm256_srli_epi32(two_w, 17), I(126 << 23))),
-        _mm256_set1_ps(0.5f));
-    const __m256i small = _mm256_cmpeq_epi32(_mm256_srli_epi32(two_w, 27), I(0));
-    const V r = _mm256_blendv_ps(normal, denormal, _mm256_castsi256_ps(small));
-    return _mm256_or_ps(r, _mm256_castsi256_ps(sign));
+  static __m256i I(int x) { return _mm256_set1_epi32(x); }
+  // 8 halves holding an fp8 code in their top byte each, widened through F16C's vcvtph2ps: an
+  // e5m2 code is a half's top byte; e4m3's sign and seven bits, placed as a half's sign and bits
+  // 13..7, are 2^-8 of its value (subnormals included), and its NaN (S.1111.111) is set apart
+  // where `nan` says the codes may hold one. dtype.h's bits, up to e4m3's 2^-8.
+  static V FromHalves(Fp8E5M2, __m128i h, bool) { return _mm256_cvtph_ps(h); }
+  static V FromHalves(Fp8E4M3, __m128i h, bool nan) {
+    // Arithmetic shift by one, bit 14 cleared: the sign stays, the seven bits move to 13..7.
+    const __m128i half =
+        _mm_and_si128(_mm_srai_epi16(h, 1), _mm_set1_epi16(static_cast<short>(0xbfff)));
+    const V r = _mm256_cvtph_ps(half);
+    if (__builtin_expect(!nan, 1)) return r;
+    const __m128i is_nan =
+        _mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7f00)), _mm_set1_epi16(0x7f00));
+    return _mm256_blendv_ps(r, _mm256_castsi256_ps(I(0x7fc00000)),
+                            _mm256_castsi256_ps(_mm256_cvtepi16_epi32(is_nan)));
   }
   template <class F8>
   requires kIsFp8<F8>
   static V Load(const F8* p) {
-    return Widen(F8{}, _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+    const __m128i codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return FromHalves(F8{}, _mm_unpacklo_epi8(_mm_setzero_si128(), codes), true);
   }
   static V Zero() { return _mm256_setzero_ps(); }
   static V Set1(float x) { return _mm256_set1_ps(x); }
