@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's llama-bench, llama-cli, llama-server and llama-batched-bench for CPU into a cache outside the
-# repository, from the llama.cpp sources that the PyPI source package of llama-cpp-python vendors
-# (PyPI is the one registry these machines reach). Prints the directory of the binaries on its
-# last line; a second run with the binaries present only prints it.
+# Builds llama.cpp's llama-bench, llama-cli, llama-server, llama-batched-bench, llama-perplexity and
+# llama-tokenize for CPU into a cache outside the repository, from the llama.cpp sources that the PyPI source
+# package of llama-cpp-python vendors (PyPI is the one registry these machines reach). Prints the
+# directory of the binaries on its last line; a second run with the binaries present only prints
+# it.
 #
 #   bash bench/llama_cpp/build.sh     # env: LLAMA_CPP_PYTHON_VERSION (0.3.36), JOBS (2),
 #                                     #      XDG_CACHE_HOME
@@ -19,7 +20,7 @@ build="$root/build-$version"
 bin="$build/bin"
 
 if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-cli" ] && [ -x "$bin/llama-server" ] &&
-  [ -x "$bin/llama-batched-bench" ]; then
+  [ -x "$bin/llama-batched-bench" ] && [ -x "$bin/llama-perplexity" ] && [ -x "$bin/llama-tokenize" ]; then
   echo "$bin"
   exit 0
 fi
@@ -41,5 +42,5 @@ cmake -S "$src/vendor/llama.cpp" -B "$build" -DCMAKE_BUILD_TYPE=Release \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
   -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF >&2
 cmake --build "$build" -j "$jobs" --target llama-bench llama-cli llama-server \
-  llama-batched-bench >&2
+  llama-batched-bench llama-perplexity llama-tokenize >&2
 echo "$bin"
