@@ -118,9 +118,10 @@ std::shared_ptr<const Int8Pack> PackInt8(const QuantMatrix& w) {
   p->subs = w.cols / p->sub;
   p->has_min =
       w.type == WeightType::kQ4_1 || w.type == WeightType::kQ4_K || w.type == WeightType::kQ5_K;
+  p->nibbles = w.type == WeightType::kQ4_1 || w.type == WeightType::kQ4_K;
   const int groups = w.cols / kBlock, per_group = kBlock / p->sub;
   const std::size_t lanes = std::size_t(p->tiles) * kTileRows;
-  p->q.assign(lanes * w.cols, 0);
+  p->q.assign(std::size_t(p->tiles) * p->subs * p->SubBytes(), 0);
   p->scale.assign(lanes * p->subs, 0.0f);
   if (p->has_min) {
     p->min.assign(lanes * groups, 0.0f);
@@ -135,11 +136,18 @@ std::shared_ptr<const Int8Pack> PackInt8(const QuantMatrix& w) {
       for (int h = 0; h < per_group; ++h) {
         const int s = g * per_group + h;
         const std::size_t at = p->Sub(tile, s);
-        std::int8_t* dst = p->q.data() + at * p->sub * 16;
+        std::int8_t* dst = p->q.data() + at * p->SubBytes();
         int sum = 0;
         for (int j = 0; j < p->sub; ++j) {
           const std::int8_t v = grp.q[h * p->sub + j];
-          dst[(j / 4) * 64 + lane * 4 + j % 4] = v;
+          const int k = j / 4, b = lane * 4 + j % 4;
+          if (p->nibbles) {
+            const int lines = p->sub / 8;
+            auto& byte = reinterpret_cast<std::uint8_t&>(dst[(k % lines) * 64 + b]);
+            byte = static_cast<std::uint8_t>(byte | (k < lines ? v : v << 4));
+          } else {
+            dst[k * 64 + b] = v;
+          }
           sum += v;
         }
         p->scale[at * 16 + lane] = grp.scale[h];
@@ -276,7 +284,7 @@ void Int8TileScalar(const Int8Tile& t) {
           const std::int8_t* q = w.Q(t.tile, s);
           std::int32_t sum = 0;
           for (int j = 0; j < w.sub; ++j) {
-            sum += std::int32_t(q[(j / 4) * 64 + r * 4 + j % 4]) * xq[s * w.sub + j];
+            sum += std::int32_t(w.QAt(q, j / 4, r * 4 + j % 4)) * xq[s * w.sub + j];
           }
           acc = std::fma(w.Scale(t.tile, s)[r] * dx[g * kTileTokens], float(sum), acc);
         }

@@ -18,9 +18,14 @@
 // Layout of the repacked weights (Int8Pack): rows in tiles of 16 (the last padded with zero
 // rows); tile i, sub-block s holds sub / 4 lines of 64 bytes, line k holding bytes 4k..4k+3 of
 // the sub-block for each of the 16 rows: the B operand of an AMX tile multiply and the operand of
-// VNNI's vpdpbusd over 16 rows at once. Memory: 1 byte per weight plus 4 bytes per sub-block and
-// row for the scale and 4 more for the min (Q4_1, Q4_K, Q5_K) or the sum of q (the others, for
-// VNNI's unsigned operand): 1.25 bytes per weight (1.5 for Q6_K), against Q4_1's 0.625.
+// VNNI's vpdpbusd over 16 rows at once. The 4-bit types (Q4_1, Q4_K) keep two lines per line
+// instead (`nibbles`): line j's low nibbles are line j, its high ones line j + sub / 8, widened
+// in registers (VNNI, AVX2) or once per tile and call into a scratch tile (AMX). Memory: 1 byte
+// per weight (half a byte for the 4-bit types) plus 4 bytes per sub-block and row for the scale
+// and 4 more for the min (Q4_1, Q4_K, Q5_K) or the sum of q (the others, for VNNI's unsigned
+// operand): 0.75 bytes per weight for Q4_1 and Q4_K (their files': 0.625 and 0.5625), 1.25 for
+// Q8_0 and the 5-bit types, 1.5 for Q6_K. A decode step reads all of it, so fewer bytes are a
+// faster memory-bound decode.
 #pragma once
 
 #include <cstddef>
@@ -40,16 +45,25 @@ struct Int8Pack {
   int sub = 32;   // elements per scale: 32, or 16 (Q6_K)
   int subs = 0;   // cols / sub
   bool has_min = false;
-  LineVector<std::int8_t> q;         // [tiles][subs][sub / 4][16][4]
+  bool nibbles = false;              // q in 4 bits (Q4_1, Q4_K)
+  LineVector<std::int8_t> q;         // [tiles][subs][sub / 4 (sub / 8 with nibbles)][16][4]
   std::vector<float> scale;          // [tiles][subs][16]
   std::vector<float> min;            // [tiles][cols / 32][16] (has_min)
   std::vector<std::int32_t> sum128;  // [tiles][subs][16]: 128 * sum of q (signed types)
 
-  // Sub: index of tile `tile`'s sub-block s, the unit of q (sub * 16 bytes),
-  // scale and sum128 (16 each); Group: of its 32-group g, the unit of min (16).
+  // Sub: index of tile `tile`'s sub-block s, the unit of q (SubBytes), scale and sum128 (16
+  // each); Group: of its 32-group g, the unit of min (16).
   std::size_t Sub(int tile, int s) const { return std::size_t(tile) * subs + s; }
   std::size_t Group(int tile, int g) const { return std::size_t(tile) * (cols / kBlock) + g; }
-  const std::int8_t* Q(int tile, int s) const { return q.data() + Sub(tile, s) * sub * 16; }
+  int SubBytes() const { return nibbles ? sub * 8 : sub * 16; }
+  const std::int8_t* Q(int tile, int s) const { return q.data() + Sub(tile, s) * SubBytes(); }
+  // Byte b of line k (b = 4 * row + j, j < 4) of a sub-block at q, widened.
+  std::int8_t QAt(const std::int8_t* sub_q, int k, int b) const {
+    if (!nibbles) return sub_q[k * 64 + b];
+    const int lines = sub / 8;
+    const auto byte = static_cast<std::uint8_t>(sub_q[(k % lines) * 64 + b]);
+    return static_cast<std::int8_t>(k < lines ? byte & 15 : byte >> 4);
+  }
   const float* Scale(int tile, int s) const { return scale.data() + Sub(tile, s) * 16; }
   const float* Min(int tile, int g) const { return min.data() + Group(tile, g) * 16; }
   const std::int32_t* Sum128(int tile, int s) const { return sum128.data() + Sub(tile, s) * 16; }

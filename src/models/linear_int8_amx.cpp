@@ -106,14 +106,15 @@ struct TileOf {
 
 // Tiles 0 / 2 / 4 (C, A, B) take the even sub-blocks, 1 / 3 / 5 the odd ones, so that the tile
 // unit and the vector units overlap.
+// wq: the row tile's q as bytes, sub-block s at s * kSub * 16.
 template <bool kMin, int kSub>
-void Tile16(const Int8Tile& t) {
+void Tile16(const Int8Tile& t, const std::int8_t* wq) {
   const Int8Pack& w = *t.w;
   const int groups = w.cols / kBlock, subs = w.subs;
   TileOf<kMin, kSub> k;
   k.xq = t.x->i8.data() + std::size_t(t.t0) * w.cols;
   k.ldx = std::size_t(w.cols);
-  k.wq = w.Q(t.tile, 0);
+  k.wq = wq;
   k.scale = w.Scale(t.tile, 0);
   k.min = kMin ? w.Min(t.tile, 0) : nullptr;
   k.dx = t.x->i8_d.data() + ScaleAt(t.t0, 0, groups);
@@ -156,8 +157,32 @@ void Tile16(const Int8Tile& t) {
 
 // The tile configuration is checked once per call, not per 16 tokens: sttilecfg waits for the
 // tile unit to drain.
+namespace {
+
+// The row tile's nibble-packed q (Int8Pack::nibbles) as the bytes a B tile loads, into `out`.
+const std::int8_t* Widen(const Int8Pack& w, int tile, LineVector<std::int8_t>& out) {
+  const int lines = w.sub / 8;
+  out.resize(std::size_t(w.subs) * w.sub * 16);
+  const __m512i low = _mm512_set1_epi8(15);
+  for (int s = 0; s < w.subs; ++s) {
+    const std::int8_t* in = w.Q(tile, s);
+    std::int8_t* dst = out.data() + std::size_t(s) * w.sub * 16;
+    for (int j = 0; j < lines; ++j) {
+      const __m512i packed = _mm512_load_si512(in + j * 64);
+      _mm512_store_si512(dst + j * 64, _mm512_and_si512(packed, low));
+      _mm512_store_si512(dst + (j + lines) * 64,
+                         _mm512_and_si512(_mm512_srli_epi16(packed, 4), low));
+    }
+  }
+  return out.data();
+}
+
+}  // namespace
+
 void Int8TileAmx(const Int8Tile& t) {
   Configure(t.w->sub);
+  thread_local LineVector<std::int8_t> widened;
+  const std::int8_t* wq = t.w->nibbles ? Widen(*t.w, t.tile, widened) : t.w->Q(t.tile, 0);
   auto tile = t.w->has_min     ? Tile16<true, 32>
               : t.w->sub == 32 ? Tile16<false, 32>
                                : Tile16<false, 16>;
@@ -165,7 +190,7 @@ void Int8TileAmx(const Int8Tile& t) {
   for (part.t0 = t.t0; part.t0 < t.t0 + t.nt; part.t0 += kTileTokens) {
     part.nt = std::min(kTileTokens, t.t0 + t.nt - part.t0);
     if (part.nt < kAmxMinTokens) return Int8TileVnni(part);
-    tile(part);
+    tile(part, wq);
   }
 }
 

@@ -16,7 +16,8 @@ namespace {
 // Tokens per register tile: kTokens int32 and kTokens fp32 accumulators.
 constexpr int kTokens = 8;
 
-template <int NT, bool kMin>
+// kNib: q packed two lines per line (Int8Pack::nibbles; the 4-bit types, which have a min).
+template <int NT, bool kMin, bool kNib>
 void Tokens(const Int8Tile& t, int t0) {
   const Int8Pack& w = *t.w;
   const int groups = w.cols / kBlock, per_group = kBlock / w.sub;
@@ -37,8 +38,7 @@ void Tokens(const Int8Tile& t, int t0) {
       const std::int8_t* q = w.Q(t.tile, s);
       __m512i isum[NT];
       for (int i = 0; i < NT; ++i) isum[i] = _mm512_setzero_si512();
-      for (int k = 0; k < w.sub / 4; ++k) {
-        const __m512i wv = _mm512_load_si512(q + k * 64);
+      auto line = [&](int k, __m512i wv) {
         for (int i = 0; i < NT; ++i) {
           std::int32_t bytes;
           std::memcpy(&bytes, xq[i] + s * w.sub + 4 * k, 4);
@@ -46,6 +46,16 @@ void Tokens(const Int8Tile& t, int t0) {
           isum[i] = kMin ? _mm512_dpbusd_epi32(isum[i], wv, xv)
                          : _mm512_dpbusd_epi32(isum[i], _mm512_xor_si512(xv, flip), wv);
         }
+      };
+      if constexpr (kNib) {
+        const __m512i low = _mm512_set1_epi8(15);
+        for (int j = 0; j < w.sub / 8; ++j) {
+          const __m512i packed = _mm512_load_si512(q + j * 64);
+          line(j, _mm512_and_si512(packed, low));
+          line(j + w.sub / 8, _mm512_and_si512(_mm512_srli_epi16(packed, 4), low));
+        }
+      } else {
+        for (int k = 0; k < w.sub / 4; ++k) line(k, _mm512_load_si512(q + k * 64));
       }
       const __m512 scale = _mm512_loadu_ps(w.Scale(t.tile, s));
       __m512i corr = _mm512_setzero_si512();
@@ -69,9 +79,9 @@ void Tokens(const Int8Tile& t, int t0) {
   }
 }
 
-template <bool kMin, int... NT>
+template <bool kMin, bool kNib, int... NT>
 void Dispatch(const Int8Tile& t, int t0, int nt, std::integer_sequence<int, NT...>) {
-  ((nt == NT + 1 ? Tokens<NT + 1, kMin>(t, t0) : void()), ...);
+  ((nt == NT + 1 ? Tokens<NT + 1, kMin, kNib>(t, t0) : void()), ...);
 }
 
 }  // namespace
@@ -100,10 +110,12 @@ void QuantizeRowAvx512(const float* x, int groups, std::int8_t* q, float* d, flo
 void Int8TileVnni(const Int8Tile& t) {
   for (int t0 = t.t0; t0 < t.t0 + t.nt; t0 += kTokens) {
     const int nt = std::min(kTokens, t.t0 + t.nt - t0);
-    if (t.w->has_min) {
-      Dispatch<true>(t, t0, nt, std::make_integer_sequence<int, kTokens>());
+    if (t.w->nibbles) {
+      Dispatch<true, true>(t, t0, nt, std::make_integer_sequence<int, kTokens>());
+    } else if (t.w->has_min) {
+      Dispatch<true, false>(t, t0, nt, std::make_integer_sequence<int, kTokens>());
     } else {
-      Dispatch<false>(t, t0, nt, std::make_integer_sequence<int, kTokens>());
+      Dispatch<false, false>(t, t0, nt, std::make_integer_sequence<int, kTokens>());
     }
   }
 }

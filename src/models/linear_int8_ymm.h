@@ -21,7 +21,8 @@ constexpr int kYmmTokens = 4;
 // isum, __m256i w, __m256i q, __m256i x) (x: 4 bytes of the token, broadcast; q: the raw
 // weights), and static __m256i Exact(__m256i isum, const std::int32_t* sum128) (the exact sum of
 // q * x for a signed type, given 128 * sum(q) of the 8 rows).
-template <class Dot, int NT, bool kMin>
+// kNib: q packed two lines per line (Int8Pack::nibbles; the 4-bit types, which have a min).
+template <class Dot, int NT, bool kMin, bool kNib>
 void YmmTokens(const Int8Tile& t, int t0) {
   const Int8Pack& w = *t.w;
   const int groups = w.cols / kBlock, per_group = kBlock / w.sub;
@@ -41,17 +42,36 @@ void YmmTokens(const Int8Tile& t, int t0) {
       const std::int8_t* q = w.Q(t.tile, s);
       __m256i isum[NT][2];
       for (int i = 0; i < NT; ++i) isum[i][0] = isum[i][1] = _mm256_setzero_si256();
-      for (int k = 0; k < w.sub / 4; ++k) {
-        __m256i wq[2], wv[2];
-        for (int p = 0; p < 2; ++p) {
-          wq[p] = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + k * 64 + 32 * p));
-          wv[p] = kMin ? wq[p] : Dot::Weights(wq[p]);
-        }
+      // Line k's two halves (rows 0-7, 8-15): wq as stored, wv as the product takes them.
+      auto line = [&](int k, const __m256i(&wq)[2]) {
+        __m256i wv[2];
+        for (int p = 0; p < 2; ++p) wv[p] = kMin ? wq[p] : Dot::Weights(wq[p]);
         for (int i = 0; i < NT; ++i) {
           std::int32_t bytes;
           std::memcpy(&bytes, xq[i] + s * w.sub + 4 * k, 4);
           const __m256i xv = _mm256_set1_epi32(bytes);
           for (int p = 0; p < 2; ++p) Dot::template Add<kMin>(isum[i][p], wv[p], wq[p], xv);
+        }
+      };
+      auto load = [&](int k, int p) {
+        return _mm256_load_si256(reinterpret_cast<const __m256i*>(q + k * 64 + 32 * p));
+      };
+      if constexpr (kNib) {
+        const __m256i low = _mm256_set1_epi8(15);
+        for (int j = 0; j < w.sub / 8; ++j) {
+          __m256i lo[2], hi[2];
+          for (int p = 0; p < 2; ++p) {
+            const __m256i packed = load(j, p);
+            lo[p] = _mm256_and_si256(packed, low);
+            hi[p] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
+          }
+          line(j, lo);
+          line(j + w.sub / 8, hi);
+        }
+      } else {
+        for (int k = 0; k < w.sub / 4; ++k) {
+          const __m256i wq[2] = {load(k, 0), load(k, 1)};
+          line(k, wq);
         }
       }
       for (int p = 0; p < 2; ++p) {
@@ -83,19 +103,21 @@ void YmmTokens(const Int8Tile& t, int t0) {
   }
 }
 
-template <class Dot, bool kMin, int... NT>
+template <class Dot, bool kMin, bool kNib, int... NT>
 void YmmDispatch(const Int8Tile& t, int t0, int nt, std::integer_sequence<int, NT...>) {
-  ((nt == NT + 1 ? YmmTokens<Dot, NT + 1, kMin>(t, t0) : void()), ...);
+  ((nt == NT + 1 ? YmmTokens<Dot, NT + 1, kMin, kNib>(t, t0) : void()), ...);
 }
 
 template <class Dot>
 void YmmTile(const Int8Tile& t) {
   for (int t0 = t.t0; t0 < t.t0 + t.nt; t0 += kYmmTokens) {
     const int nt = std::min(kYmmTokens, t.t0 + t.nt - t0);
-    if (t.w->has_min) {
-      YmmDispatch<Dot, true>(t, t0, nt, std::make_integer_sequence<int, kYmmTokens>());
+    if (t.w->nibbles) {
+      YmmDispatch<Dot, true, true>(t, t0, nt, std::make_integer_sequence<int, kYmmTokens>());
+    } else if (t.w->has_min) {
+      YmmDispatch<Dot, true, false>(t, t0, nt, std::make_integer_sequence<int, kYmmTokens>());
     } else {
-      YmmDispatch<Dot, false>(t, t0, nt, std::make_integer_sequence<int, kYmmTokens>());
+      YmmDispatch<Dot, false, false>(t, t0, nt, std::make_integer_sequence<int, kYmmTokens>());
     }
   }
 }
