@@ -182,9 +182,46 @@ Status ValidateSamplingParams(const SamplingParams& p, int vocab_size) {
 }
 
 int32_t Greedy(std::span<const float> logits) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < static_cast<int32_t>(logits.size()); ++i) {
-    if (logits[i] > logits[best]) best = i;
+  // kLanes independent maxima (each the first of its lane), so that no compare waits on the
+  // last; then the lanes' best, the lowest id among equals. A vocabulary of 262,144 took 0.36 ms
+  // a row with one running maximum.
+  constexpr int kLanes = 16;
+  const auto n = static_cast<int32_t>(logits.size());
+  if (n < kLanes) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; ++i) {
+      if (logits[i] > logits[best]) best = i;
+    }
+    return best;
+  }
+  float value[kLanes];
+  int32_t id[kLanes];
+  for (int l = 0; l < kLanes; ++l) {
+    value[l] = logits[l];
+    id[l] = l;
+  }
+  int32_t i = kLanes;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      const bool greater = logits[i + l] > value[l];
+      value[l] = greater ? logits[i + l] : value[l];
+      id[l] = greater ? i + l : id[l];
+    }
+  }
+  for (; i < n; ++i) {
+    const int l = i % kLanes;
+    if (logits[i] > value[l]) {
+      value[l] = logits[i];
+      id[l] = i;
+    }
+  }
+  int32_t best = id[0];
+  float best_value = value[0];
+  for (int l = 1; l < kLanes; ++l) {
+    if (value[l] > best_value || (value[l] == best_value && id[l] < best)) {
+      best_value = value[l];
+      best = id[l];
+    }
   }
   return best;
 }

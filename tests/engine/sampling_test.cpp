@@ -75,6 +75,26 @@ std::vector<int32_t> Ids(const Dist& d) {
   return ids;
 }
 
+TEST(Sampling, GreedyOverAVocabularyIsTheFirstMaximum) {
+  // Lengths around the 16 lanes and a Gemma-sized row, with the maximum tied in several lanes,
+  // in the tail, or only at the first or last id.
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> small(-50, 50);
+  for (int n : {1, 15, 16, 17, 33, 262151}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> l(n);
+      for (float& x : l) x = float(small(rng)) / 4.0f;
+      if (trial == 1) l[n - 1] = 100.0f;
+      if (trial == 2) l[0] = 100.0f;
+      int want = 0;
+      for (int i = 1; i < n; ++i) {
+        if (l[i] > l[want]) want = i;
+      }
+      ASSERT_EQ(Greedy(l), want) << "n " << n << " trial " << trial;
+    }
+  }
+}
+
 TEST(Sampling, GreedyTakesTheLowestIdAmongMaxima) {
   const std::vector<float> l = {1.0f, 3.0f, 2.5f, -1.0f, 3.0f, 0.0f};
   EXPECT_EQ(Greedy(l), 1);
