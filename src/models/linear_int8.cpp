@@ -268,7 +268,9 @@ void PrepareInt8Acts(const float* x, int n, int cols, int ldx, Acts* out, Thread
   rows(0, n);
 }
 
-void Int8TileScalar(const Int8Tile& t) {
+namespace {
+
+void ScalarTile(const Int8Tile& t) {
   const Int8Pack& w = *t.w;
   const int groups = w.cols / kBlock, per_group = kBlock / w.sub;
   const int rows = std::min(kTileRows, w.rows - t.tile * kTileRows);
@@ -294,6 +296,10 @@ void Int8TileScalar(const Int8Tile& t) {
     }
   }
 }
+
+}  // namespace
+
+void Int8TileScalar(const Int8Tile& t) { ForEachTile(t, ScalarTile); }
 
 void MatMulInt8(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool) {
   std::vector<std::shared_ptr<const Int8Pack>> packs(outs.size());
@@ -321,12 +327,12 @@ void MatMulInt8(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool
         t.x = &x;
         t.y = outs[i].y;
         t.ldy = std::size_t(outs[i].ldy);
-        for (std::int64_t tile = lo; tile < hi; ++tile) {
-          t.tile = static_cast<int>(tile - first[i]);
-          t.t0 = c0;
-          t.nt = c1 - c0;
-          kernel(t);
-        }
+        if (lo >= hi) continue;
+        t.tile = static_cast<int>(lo - first[i]);
+        t.tiles = static_cast<int>(hi - lo);
+        t.t0 = c0;
+        t.nt = c1 - c0;
+        kernel(t);
       }
     }
   };

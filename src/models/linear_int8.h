@@ -82,11 +82,13 @@ inline std::size_t ScaleAt(int t, int g, int groups) {
 // Tokens at the end of a call that the AMX kernel leaves to VNNI (same bits, no padding spent).
 inline constexpr int kAmxMinTokens = 4;
 
-// Rows [tile * 16, +16) of w times tokens [t0, t0 + nt) of x: y[t * ldy + r] for the tile's rows
-// below w.rows (y points at row 0, token 0).
+// Rows [tile * 16, (tile + tiles) * 16) of w times tokens [t0, t0 + nt) of x: y[t * ldy + r]
+// for the rows below w.rows (y points at row 0, token 0). A call covers many row tiles so that a
+// kernel's set-up (AMX's tile configuration) is paid once per call.
 struct Int8Tile {
   const Int8Pack* w = nullptr;
   int tile = 0;
+  int tiles = 1;
   const Acts* x = nullptr;
   int t0 = 0;
   int nt = 0;
@@ -94,6 +96,14 @@ struct Int8Tile {
   std::size_t ldy = 0;
 };
 using Int8TileFn = void (*)(const Int8Tile& t);
+
+// f(one) for each row tile of t, `one` being t for that tile alone.
+template <class F>
+void ForEachTile(const Int8Tile& t, const F& f) {
+  Int8Tile one = t;
+  one.tiles = 1;
+  for (one.tile = t.tile; one.tile < t.tile + t.tiles; ++one.tile) f(one);
+}
 
 // w's rows repacked (any WeightType).
 std::shared_ptr<const Int8Pack> PackInt8(const QuantMatrix& w);

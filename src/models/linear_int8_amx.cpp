@@ -155,8 +155,6 @@ void Tile16(const Int8Tile& t, const std::int8_t* wq) {
 
 }  // namespace
 
-// The tile configuration is checked once per call, not per 16 tokens: sttilecfg waits for the
-// tile unit to drain.
 namespace {
 
 // The row tile's nibble-packed q (Int8Pack::nibbles) as the bytes a B tile loads, into `out`.
@@ -179,19 +177,23 @@ const std::int8_t* Widen(const Int8Pack& w, int tile, LineVector<std::int8_t>& o
 
 }  // namespace
 
-void Int8TileAmx(const Int8Tile& t) {
-  Configure(t.w->sub);
-  thread_local LineVector<std::int8_t> widened;
-  const std::int8_t* wq = t.w->nibbles ? Widen(*t.w, t.tile, widened) : t.w->Q(t.tile, 0);
-  auto tile = t.w->has_min     ? Tile16<true, 32>
-              : t.w->sub == 32 ? Tile16<false, 32>
-                               : Tile16<false, 16>;
-  Int8Tile part = t;
-  for (part.t0 = t.t0; part.t0 < t.t0 + t.nt; part.t0 += kTileTokens) {
-    part.nt = std::min(kTileTokens, t.t0 + t.nt - part.t0);
-    if (part.nt < kAmxMinTokens) return Int8TileVnni(part);
-    tile(part, wq);
-  }
+// The tile configuration is checked once per call (its row tiles and their tokens): sttilecfg
+// waits for the tile unit to drain.
+void Int8TileAmx(const Int8Tile& tiles) {
+  Configure(tiles.w->sub);
+  auto tile16 = tiles.w->has_min     ? Tile16<true, 32>
+                : tiles.w->sub == 32 ? Tile16<false, 32>
+                                     : Tile16<false, 16>;
+  ForEachTile(tiles, [&](const Int8Tile& t) {
+    thread_local LineVector<std::int8_t> widened;
+    const std::int8_t* wq = t.w->nibbles ? Widen(*t.w, t.tile, widened) : t.w->Q(t.tile, 0);
+    Int8Tile part = t;
+    for (part.t0 = t.t0; part.t0 < t.t0 + t.nt; part.t0 += kTileTokens) {
+      part.nt = std::min(kTileTokens, t.t0 + t.nt - part.t0);
+      if (part.nt < kAmxMinTokens) return Int8TileVnni(part);
+      tile16(part, wq);
+    }
+  });
 }
 
 }  // namespace ctxpar::model::int8_internal

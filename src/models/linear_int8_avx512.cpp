@@ -107,17 +107,19 @@ void QuantizeRowAvx512(const float* x, int groups, std::int8_t* q, float* d, flo
   }
 }
 
-void Int8TileVnni(const Int8Tile& t) {
-  for (int t0 = t.t0; t0 < t.t0 + t.nt; t0 += kTokens) {
-    const int nt = std::min(kTokens, t.t0 + t.nt - t0);
-    if (t.w->nibbles) {
-      Dispatch<true, true>(t, t0, nt, std::make_integer_sequence<int, kTokens>());
-    } else if (t.w->has_min) {
-      Dispatch<true, false>(t, t0, nt, std::make_integer_sequence<int, kTokens>());
-    } else {
-      Dispatch<false, false>(t, t0, nt, std::make_integer_sequence<int, kTokens>());
+void Int8TileVnni(const Int8Tile& tiles) {
+  ForEachTile(tiles, [](const Int8Tile& t) {
+    for (int t0 = t.t0; t0 < t.t0 + t.nt; t0 += kTokens) {
+      const int nt = std::min(kTokens, t.t0 + t.nt - t0);
+      if (t.w->nibbles) {
+        Dispatch<true, true>(t, t0, nt, std::make_integer_sequence<int, kTokens>());
+      } else if (t.w->has_min) {
+        Dispatch<true, false>(t, t0, nt, std::make_integer_sequence<int, kTokens>());
+      } else {
+        Dispatch<false, false>(t, t0, nt, std::make_integer_sequence<int, kTokens>());
+      }
     }
-  }
+  });
 }
 
 }  // namespace ctxpar::model::int8_internal

@@ -109,17 +109,19 @@ void YmmDispatch(const Int8Tile& t, int t0, int nt, std::integer_sequence<int, N
 }
 
 template <class Dot>
-void YmmTile(const Int8Tile& t) {
-  for (int t0 = t.t0; t0 < t.t0 + t.nt; t0 += kYmmTokens) {
-    const int nt = std::min(kYmmTokens, t.t0 + t.nt - t0);
-    if (t.w->nibbles) {
-      YmmDispatch<Dot, true, true>(t, t0, nt, std::make_integer_sequence<int, kYmmTokens>());
-    } else if (t.w->has_min) {
-      YmmDispatch<Dot, true, false>(t, t0, nt, std::make_integer_sequence<int, kYmmTokens>());
-    } else {
-      YmmDispatch<Dot, false, false>(t, t0, nt, std::make_integer_sequence<int, kYmmTokens>());
+void YmmTile(const Int8Tile& tiles) {
+  ForEachTile(tiles, [](const Int8Tile& t) {
+    for (int t0 = t.t0; t0 < t.t0 + t.nt; t0 += kYmmTokens) {
+      const int nt = std::min(kYmmTokens, t.t0 + t.nt - t0);
+      if (t.w->nibbles) {
+        YmmDispatch<Dot, true, true>(t, t0, nt, std::make_integer_sequence<int, kYmmTokens>());
+      } else if (t.w->has_min) {
+        YmmDispatch<Dot, true, false>(t, t0, nt, std::make_integer_sequence<int, kYmmTokens>());
+      } else {
+        YmmDispatch<Dot, false, false>(t, t0, nt, std::make_integer_sequence<int, kYmmTokens>());
+      }
     }
-  }
+  });
 }
 
 }  // namespace
