@@ -177,8 +177,9 @@ const std::vector<FieldSpec>& Table() {
                          {"auto", "half", "float16", "bfloat16", "float", "float32"},
                          "Data type of the matmuls of GGUF models: float32 (and float) is fp32 on "
                          "FMA units, the default; auto quantizes activations to int8 per 32 and "
-                         "runs the products on the CPU's matrix units (AMX, AVX512-VNNI), faster "
-                         "but neither layout-invariant nor transformers-exact (docs/model.md); "
+                         "runs the products on the CPU's matrix units (AMX, AVX-512 or AVX "
+                         "VNNI), faster but not transformers-exact, and layout-invariant only "
+                         "with --enable-deterministic-inference (docs/model.md); "
                          "half, float16 and bfloat16 are refused on the CPU engine."));
     f.push_back(IntField("random_seed", {}, "--random-seed", 0,
                          "Seed of the requests that give none (unset: 0)."));

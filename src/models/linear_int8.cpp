@@ -250,8 +250,9 @@ void PrepareInt8Acts(const float* x, int n, int cols, int ldx, Acts* out, Thread
   out->i8_xs.resize(std::size_t(padded) * groups);
   std::fill(out->i8.begin() + std::size_t(n) * cols, out->i8.end(), std::int8_t{0});
   for (int t = n; t < padded; ++t) {
-    for (int g = 0; g < groups; ++g)
+    for (int g = 0; g < groups; ++g) {
       out->i8_d[ScaleAt(t, g, groups)] = out->i8_xs[ScaleAt(t, g, groups)] = 0.0f;
+    }
   }
   auto row = QuantizeRowScalar;
 #if defined(CTXPAR_X86_KERNELS)

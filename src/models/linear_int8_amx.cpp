@@ -104,9 +104,8 @@ struct TileOf {
     _tile_dpbssd(C, A, B);                                 \
   } while (0)
 
-// Tiles 0 / 2 / 4 (C, A, B) take the even sub-blocks, 1 / 3 / 5 the odd ones, so that the tile
-// unit and the vector units overlap.
-// wq: the row tile's q as bytes, sub-block s at s * kSub * 16.
+// Tiles 0 / 2 / 4 (C, A, B) take the even sub-blocks, 1 / 3 / 5 the odd ones. wq: the row
+// tile's q as bytes, sub-block s at s * kSub * 16.
 template <bool kMin, int kSub>
 void Tile16(const Int8Tile& t, const std::int8_t* wq) {
   const Int8Pack& w = *t.w;
