@@ -72,6 +72,15 @@ inline int ExactOShift(float e) {
   return e > 0.0f && e <= 3.0e38f ? kExactShift - (std::ilogb(e) + 1) : 0;
 }
 
+// 2^k as a double, for |k| < 1022: ldexp(1.0, k) without the library call (the merge's scalings
+// are by such powers, which multiply exactly).
+inline double Pow2(int k) {
+  const auto bits = static_cast<unsigned long long>(k + 1023) << 52;
+  double out;
+  __builtin_memcpy(&out, &bits, sizeof(out));
+  return out;
+}
+
 // x rounded to the nearest integer (ties to even), |x| < 2^51: the FPU's rounding of the sum with
 // 1.5 * 2^52, whose unit is 1 (plain adds, which vectorize; nearbyint does not).
 inline double RoundToInteger(double x) {
@@ -80,24 +89,25 @@ inline double RoundToInteger(double x) {
 }
 
 // Adds chunk state (o[0..dv), lse) to sums[0..dv) (O) and sums[dv] (W) for reference (m, e).
-inline void ExactAdd(const float* o, float lse, int dv, float m, float e, double* sums) {
+inline void ExactAdd(const float* __restrict o, float lse, int dv, float m, float e,
+                     double* __restrict sums) {
   lse = SanitizeLse(lse);
   if (lse == -INFINITY || m == -INFINITY) return;
   const float w = expf(lse - m);
-  const double o_unit = std::ldexp(1.0, ExactOShift(e));
-  sums[dv] += RoundToInteger(std::ldexp(static_cast<double>(w), kExactShift));
+  const double o_unit = Pow2(ExactOShift(e));
+  sums[dv] += RoundToInteger(static_cast<double>(w) * Pow2(kExactShift));
   for (int d = 0; d < dv; ++d) sums[d] += RoundToInteger(static_cast<double>(w * o[d]) * o_unit);
 }
 
 // The merged O[0..dv) and lse from the sums (all ranks' added) and the reference.
 inline float ExactFinish(const double* sums, int dv, float m, float e, float* o) {
-  const double w = std::ldexp(sums[dv], -kExactShift);
+  const double w = sums[dv] * Pow2(-kExactShift);
   if (!(w > 0.0)) {
     for (int d = 0; d < dv; ++d) o[d] = 0.0f;
     return -INFINITY;
   }
-  const int s = ExactOShift(e);
-  for (int d = 0; d < dv; ++d) o[d] = static_cast<float>(std::ldexp(sums[d], -s) / w);
+  const double o_unit = Pow2(-ExactOShift(e));
+  for (int d = 0; d < dv; ++d) o[d] = static_cast<float>(sums[d] * o_unit / w);
   return static_cast<float>(static_cast<double>(m) + std::log(w));
 }
 

@@ -160,8 +160,16 @@ Status DcpAttention::MergeExact(int rows, float* o, float* lse) {
         const float l = SanitizeLse(c.lse[k * hn + h]);
         if (l == -INFINITY) continue;
         ref[0] = std::max(ref[0], l);
+        // Eight running maxima, so that the compares do not wait on each other; exact in any
+        // order.
         const float* part = c.o.data() + (k * hn + h) * dv;
-        for (int d = 0; d < dv; ++d) ref[1] = std::max(ref[1], std::fabs(part[d]));
+        float e[8] = {ref[1], ref[1], ref[1], ref[1], ref[1], ref[1], ref[1], ref[1]};
+        int d = 0;
+        for (; d + 8 <= dv; d += 8) {
+          for (int j = 0; j < 8; ++j) e[j] = std::max(e[j], std::fabs(part[d + j]));
+        }
+        for (; d < dv; ++d) e[0] = std::max(e[0], std::fabs(part[d]));
+        ref[1] = *std::max_element(e, e + 8);
       }
     }
   });
