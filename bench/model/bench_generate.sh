@@ -9,7 +9,8 @@
 #   bash bench/model/bench_generate.sh            # env: CTXPAR_MODEL, CTXPAR_BIN, LLAMA_CPP_BIN
 #                                                 #      (a directory), REPEATS (3), NEW_TOKENS (128),
 #                                                 #      RANKS3 (1; 0 skips the tp 3 dcp 3 rows),
-#                                                 #      NUMERICS (1; 0 skips --llama-cpp-numerics)
+#                                                 #      NUMERICS (1; 0 skips --llama-cpp-numerics),
+#                                                 #      AUTO (1; 0 skips --dtype auto)
 #   CTXPAR_MODEL=$(bash scripts/fetch-model.sh gemma3) RANKS3=0 NUMERICS=0 \
 #       bash bench/model/bench_generate.sh         # Gemma 3 (4 heads; int8 activations refused)
 #
@@ -25,6 +26,7 @@ repeats="${REPEATS:-3}"
 new_tokens="${NEW_TOKENS:-128}"
 ranks3="${RANKS3:-1}"
 numerics="${NUMERICS:-1}"
+auto="${AUTO:-1}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 # About 550 tokens of text (llama-bench times random tokens of the requested counts instead).
 prompt=$(python3 -c '
@@ -62,6 +64,10 @@ for cores in 0 0,1; do
   ncores=$(tr ',' '\n' <<<"$cores" | wc -l)
   read -r p d n < <(median_of "$cores" --threads "$ncores")
   echo "| ctxpar (fp32 activations) | $ncores | 1 | $n | $p | $d |"
+  if [ "$auto" != 0 ]; then
+    read -r p d n < <(median_of "$cores" --threads "$ncores" --dtype auto)
+    echo "| ctxpar --dtype auto (int8, matrix units) | $ncores | 1 | $n | $p | $d |"
+  fi
   if [ "$numerics" != 0 ]; then
     read -r p d n < <(median_of "$cores" --threads "$ncores" --llama-cpp-numerics)
     echo "| ctxpar --llama-cpp-numerics | $ncores | 1 | $n | $p | $d |"
