@@ -3,10 +3,18 @@
 // saturates: the types with a min take q (0..31) as the unsigned operand (|pair| <= 2 * 31 *
 // 127), the signed ones |q| (<= 128) and the activation with q's sign (|x| <= 127; |pair| <= 2 *
 // 128 * 127 = 32,512). Compiled with AVX2 and FMA, run only where cpuid has them.
-#include "models/linear_int8_ymm.h"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "models/linear_int8.h"
 
 namespace ctxpar::model::int8_internal {
 namespace {
+
+#include "models/linear_int8_ymm.h"
 
 struct MaddDot {
   static __m256i Weights(__m256i q) { return _mm256_abs_epi8(q); }

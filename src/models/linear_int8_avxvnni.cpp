@@ -3,10 +3,18 @@
 // types with a min take q (0..31) as the unsigned operand; the signed types take the activations
 // plus 128 (x ^ 0x80) and subtract 128 * sum(q) after, exactly. Compiled with AVX2, FMA and
 // AVX-VNNI, run only where cpuid has them.
-#include "models/linear_int8_ymm.h"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "models/linear_int8.h"
 
 namespace ctxpar::model::int8_internal {
 namespace {
+
+#include "models/linear_int8_ymm.h"
 
 struct VnniDot {
   static __m256i Weights(__m256i q) { return q; }

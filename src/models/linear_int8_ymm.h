@@ -1,19 +1,10 @@
 // The 256-bit kernels of the int8 path (linear_int8.h), shared by the AVX2 unit and the
 // AVX-VNNI unit: two registers hold the 16 rows of a tile (8 each), and `Dot` adds the products
-// of 4 bytes of each row with 4 bytes of one token into int32 lanes. Every definition is in an
-// unnamed namespace, so that each unit compiles its own copy with its own instruction set.
-#pragma once
+// of 4 bytes of each row with 4 bytes of one token into int32 lanes. Internal: each unit includes
+// it inside its own unnamed namespace, after <immintrin.h>, <algorithm>, <cstring>, <utility> and
+// linear_int8.h, so that it compiles its own copy with its own instruction set.
 
-#include <immintrin.h>
-
-#include <algorithm>
-#include <cstring>
-#include <utility>
-
-#include "models/linear_int8.h"
-
-namespace ctxpar::model::int8_internal {
-namespace {
+// No include guard on purpose: each ISA's file includes this once inside its own namespace.
 
 constexpr int kYmmTokens = 4;
 
@@ -123,6 +114,3 @@ void YmmTile(const Int8Tile& tiles) {
     }
   });
 }
-
-}  // namespace
-}  // namespace ctxpar::model::int8_internal
