@@ -45,15 +45,22 @@ struct Avx512Fp8Isa : Avx512Isa {
   static constexpr float Shortfall(Fp8E4M3) { return 256.0f; }
   // 16 halves holding a code in their top byte each.
   static V FromHalves(Fp8E5M2, __m256i h, bool) { return _mm512_cvtph_ps(h); }
-  static V FromHalves(Fp8E4M3, __m256i h, bool nan) {
-    // Arithmetic shift by one, bit 14 cleared: the sign stays, the seven bits move to 13..7.
-    const __m256i half =
-        _mm256_and_si256(_mm256_srai_epi16(h, 1), _mm256_set1_epi16(static_cast<short>(0xbfff)));
+  // Arithmetic shift by one, bit 14 cleared: the sign stays, the seven bits move to 13..7 (32
+  // halves at once: both elements of a vpermb).
+  static __m512i E4M3Halves(__m512i h) {
+    return _mm512_and_si512(_mm512_srai_epi16(h, 1), _mm512_set1_epi16(static_cast<short>(0xbfff)));
+  }
+  // `h`: codes in the halves' top bytes; `half`: E4M3Halves of them.
+  static V FromHalves(Fp8E4M3, __m256i h, __m256i half, bool nan) {
     const V r = _mm512_cvtph_ps(half);
     if (__builtin_expect(!nan, 1)) return r;
     const __mmask16 nans = _mm256_cmpeq_epi16_mask(_mm256_and_si256(h, _mm256_set1_epi16(0x7f00)),
                                                    _mm256_set1_epi16(0x7f00));
     return _mm512_mask_mov_ps(r, nans, _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
+  }
+  static V FromHalves(Fp8E4M3, __m256i h, bool nan) {
+    return FromHalves(Fp8E4M3{}, h, _mm512_castsi512_si256(E4M3Halves(_mm512_castsi256_si512(h))),
+                      nan);
   }
   template <class KElem>
   static auto LoadWords(const KElem* p) {
@@ -70,9 +77,14 @@ struct Avx512Fp8Isa : Avx512Isa {
   static V Part(__m512i w, bool nan = false) {
     const __m512i idx = _mm512_load_si512(kHalves[x / 2].data());
     const __m512i halves = _mm512_maskz_permutexvar_epi8(kTopBytes, idx, w);
-    return FromHalves(
-        KElem{}, x % 2 == 0 ? _mm512_castsi512_si256(halves) : _mm512_extracti64x4_epi64(halves, 1),
-        nan);
+    auto pick = [](__m512i v) {
+      return x % 2 == 0 ? _mm512_castsi512_si256(v) : _mm512_extracti64x4_epi64(v, 1);
+    };
+    if constexpr (std::is_same_v<KElem, Fp8E4M3>) {
+      return FromHalves(KElem{}, pick(halves), pick(E4M3Halves(halves)), nan);
+    } else {
+      return FromHalves(KElem{}, pick(halves), nan);
+    }
   }
   template <class KElem, int x>
   static V Part(const E4M3Words& w) {
