@@ -26,9 +26,9 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 // The power of two by which T's widening of KElem undershoots its values (1 unless the traits
-// say: Avx512Fp8Isa widens e4m3 to 2^-8 of them). Q's scale and O's final 1 / l carry it, so the
-// scores and outputs are the bits an exact widening gives: every product and sum is scaled by a
-// power of two, which rounds the same.
+// say: the AVX-512 and AVX2 fp8 paths widen e4m3 to 2^-8 of them). Q's scale and O's final 1 / l
+// carry it, so the scores and outputs are the bits an exact widening gives: every product and
+// sum is scaled by a power of two, which rounds the same outside fp32's subnormal range.
 template <class T, class KElem>
 constexpr float WidenShortfall() {
   if constexpr (requires { T::Shortfall(KElem{}); }) {
