@@ -17,8 +17,9 @@
 namespace ctxpar {
 
 struct CpuFeatures {
-  bool avx2 = false;  // the AVX2 path needs avx2 and fma
+  bool avx2 = false;  // the AVX2 path needs avx2, fma and f16c (half conversions: fp8 and fp16)
   bool fma = false;
+  bool f16c = false;
   bool avx512f = false;  // the AVX-512 paths need f, bw, vl and the AVX2 path's features
   bool avx512bw = false;
   bool avx512vl = false;

@@ -26,6 +26,7 @@ CpuFeatures Detect() {
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
   const bool osxsave = (ecx >> 27) & 1;
   const bool fma = (ecx >> 12) & 1;
+  const bool f16c = (ecx >> 29) & 1;
   if (!osxsave) return f;
   const uint64_t xcr0 = ReadXcr0();
   // The OS must save XMM and YMM state (bits 1, 2) for AVX, and opmask/ZMM state (5, 6, 7).
@@ -33,6 +34,7 @@ CpuFeatures Detect() {
   const bool os_avx512 = os_avx && (xcr0 & 0xe0) == 0xe0;
   if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return f;
   f.fma = os_avx && fma;
+  f.f16c = os_avx && f16c;
   f.avx2 = os_avx && ((ebx >> 5) & 1);
   f.avx512f = os_avx512 && ((ebx >> 16) & 1);
   f.avx512bw = os_avx512 && ((ebx >> 30) & 1);
@@ -61,7 +63,7 @@ const CpuFeatures& DetectCpuFeatures() {
 }
 
 CpuIsa BestCpuIsa(const CpuFeatures& f) {
-  const bool avx2 = f.avx2 && f.fma;
+  const bool avx2 = f.avx2 && f.fma && f.f16c;
   const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl;
   if (avx512 && f.avx512_bf16) return CpuIsa::kAvx512Bf16;
   if (avx512) return CpuIsa::kAvx512;

@@ -13,6 +13,8 @@ TEST(CpuFeatures, BestIsaNeedsEveryFeatureOfItsLevel) {
   f.avx2 = true;
   EXPECT_EQ(BestCpuIsa(f), CpuIsa::kScalar) << "AVX2 without FMA";
   f.fma = true;
+  EXPECT_EQ(BestCpuIsa(f), CpuIsa::kScalar) << "AVX2 without F16C";
+  f.f16c = true;
   EXPECT_EQ(BestCpuIsa(f), CpuIsa::kAvx2);
   f.avx512f = true;
   f.avx512bw = true;
