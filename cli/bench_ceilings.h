@@ -50,7 +50,7 @@ Rate MeasureComputePeak(int threads, CpuIsa isa, bool dpbf16, int reps);
 
 // Peak int8 GOP/s (a multiply-add counts 2) of `threads` threads: AMX tile multiplies
 // (tdpbssd on full 16 x 64 tiles) when `amx`, else AVX512-VNNI vpdpbusd. The caller has made
-// sure the CPU has them (and, for AMX, that Linux granted the tile state: model::MatMulInt8Isa).
+// sure the CPU has them (and, for AMX, that Linux granted the tile state: compute::MatMulInt8Isa).
 Rate MeasureInt8Peak(int threads, bool amx, int reps);
 
 // The 1-minute load average: the machine is shared, so every report says how busy it was.

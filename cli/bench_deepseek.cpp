@@ -25,6 +25,7 @@
 #include "ctxpar/thread_pool.h"
 #include "error_report.h"
 #include "models/deepseek.h"
+#include "models/layers/compute_types.h"
 #include "mpi_launch.h"
 #include "option_checks.h"
 
@@ -236,6 +237,7 @@ struct Live {
   Combination comb;
   std::unique_ptr<TimedCommunicator> world;
   std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<compute::Compute> compute;
   std::unique_ptr<Model> model;
   std::optional<KvPool> kv;
   std::vector<int32_t> slots;
@@ -250,7 +252,8 @@ Expected<Live> Start(Communicator& base, const ModelSource& source, const Option
   l.world = std::make_unique<TimedCommunicator>(&base);
   const EngineConfig config = Config(source, base.size(), comb, o.threads);
   CTXPAR_ASSIGN_OR_RETURN(l.pool, ThreadPool::Create(o.threads));
-  CTXPAR_ASSIGN_OR_RETURN(l.model, source.CreateModel(config, *l.world, l.pool.get()));
+  l.compute = model::ComputeFor(config, l.pool.get());
+  CTXPAR_ASSIGN_OR_RETURN(l.model, source.CreateModel(config, *l.world, *l.compute));
   CTXPAR_ASSIGN_OR_RETURN(KvPoolOptions kvo, KvPoolFor(config, source, base.rank() % comb.dcp));
   CTXPAR_ASSIGN_OR_RETURN(KvPool kv, KvPool::Create(kvo));
   l.kv.emplace(std::move(kv));
@@ -328,8 +331,9 @@ Status MeasureTtft(Communicator& base, const ModelSource& source, const Options&
     config.attn_cp_size = c.cp ? 2 : 1;
     config.cp_strategy = c.strategy;
     CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<ThreadPool> pool, ThreadPool::Create(o.threads));
+    const std::unique_ptr<compute::Compute> compute = model::ComputeFor(config, pool.get());
     CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
-                            source.CreateModel(config, world, pool.get()));
+                            source.CreateModel(config, world, *compute));
     CTXPAR_ASSIGN_OR_RETURN(KvPoolOptions kvo, KvPoolFor(config, source, 0));
     CTXPAR_ASSIGN_OR_RETURN(KvPool kv, KvPool::Create(kvo));
     auto* cp = dynamic_cast<TimedCommunicator*>(GroupsOf(*model).cp);

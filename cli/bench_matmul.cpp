@@ -1,4 +1,4 @@
-// `ctxpar bench matmul`: MatMul (src/models/linear.h) over a model's matrix shapes and weight
+// `ctxpar bench matmul`: MatMul (src/compute/linear.h) over a model's matrix shapes and weight
 // types (SmolLM2-135M's Q4_1 file, or Gemma 3 270M's Q4_K_M one) for n activation rows (n = 1 is
 // batch-1 decode, 16 is 16 sequences decoding together), beside the read ceiling and FMA peak of
 // the same run (bench_ceilings.h), and with --act int8 (the matrix units, --dtype auto) beside
@@ -20,17 +20,17 @@
 
 #include "bench.h"
 #include "bench_ceilings.h"
+#include "compute/linear.h"
 #include "ctxpar/error_catalog.h"
 #include "ctxpar/quant.h"
 #include "ctxpar/thread_pool.h"
 #include "error_report.h"
-#include "models/linear.h"
 #include "option_checks.h"
 
 namespace ctxpar::cli {
 namespace {
 
-using model::WeightType;
+using compute::WeightType;
 
 struct Shape {
   const char* name;
@@ -71,7 +71,7 @@ std::vector<std::uint8_t> RandomWeights(std::size_t bytes, WeightType type, std:
   std::uniform_int_distribution<int> byte(0, 255);
   for (auto& b : w) b = static_cast<std::uint8_t>(byte(rng));
   const std::uint16_t d = Fp32ToFp16(0.01f), m = Fp32ToFp16(-0.08f), dk = Fp32ToFp16(0.001f);
-  const std::size_t block = model::BlockBytes(type);
+  const std::size_t block = compute::BlockBytes(type);
   for (std::size_t i = 0; i + block <= bytes; i += block) {
     switch (type) {
       case WeightType::kQ4_1:
@@ -100,30 +100,30 @@ struct Point {
   Rate gbps, gflops;
 };
 
-Point TimeShape(const Shape& s, int n, model::ActFormat act, ThreadPool& pool, int reps,
+Point TimeShape(const Shape& s, int n, compute::ActFormat act, ThreadPool& pool, int reps,
                 std::size_t min_bytes, std::mt19937& rng) {
   const std::size_t row_bytes =
-      std::size_t(s.cols) / model::BlockSize(s.type) * model::BlockBytes(s.type);
+      std::size_t(s.cols) / compute::BlockSize(s.type) * compute::BlockBytes(s.type);
   const std::size_t bytes = row_bytes * s.rows;
   const int copies = static_cast<int>(std::max<std::size_t>(1, (min_bytes + bytes - 1) / bytes));
   const std::vector<std::uint8_t> weights = RandomWeights(bytes * copies, s.type, rng);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(std::size_t(n) * s.cols);
   for (float& v : x) v = normal(rng);
-  model::Acts acts;
-  model::PrepareActs(act, s.type, x.data(), n, s.cols, s.cols, &acts);
+  compute::Acts acts;
+  compute::PrepareActs(act, s.type, x.data(), n, s.cols, s.cols, &acts);
   // The int8 path's weights are repacked once at load, outside the timing.
-  std::vector<model::QuantMatrix> ws;
+  std::vector<compute::QuantMatrix> ws;
   for (int c = 0; c < copies; ++c) {
-    ws.push_back(model::WithInt8Pack(
-        model::QuantMatrix{s.type, weights.data() + bytes * c, s.rows, s.cols, row_bytes}, act));
+    ws.push_back(compute::WithInt8Pack(
+        compute::QuantMatrix{s.type, weights.data() + bytes * c, s.rows, s.cols, row_bytes}, act));
   }
   std::vector<float> y(std::size_t(n) * s.rows);
   Timing best;
   for (int r = 0; r <= reps; ++r) {  // run 0 warms up
     const Clock::time_point start = Clock::now();
     const double cpu0 = CpuSeconds(CLOCK_PROCESS_CPUTIME_ID);
-    for (const model::QuantMatrix& w : ws) model::MatMul(w, acts, y.data(), s.rows, &pool);
+    for (const compute::QuantMatrix& w : ws) compute::MatMul(w, acts, y.data(), s.rows, &pool);
     const double cpu = (CpuSeconds(CLOCK_PROCESS_CPUTIME_ID) - cpu0) / pool.size();
     if (r > 0) best.KeepBest({Seconds(start, Clock::now()) / copies, cpu / copies});
   }
@@ -176,30 +176,30 @@ int RunMatMulBench(const std::vector<std::string>& args) {
     std::fprintf(stderr, "ctxpar bench matmul: %s\n", isa.status().message().c_str());
     return kExitInvalid;
   }
-  const model::ActFormat act = act_name == "q8"     ? model::ActFormat::kQ8
-                               : act_name == "int8" ? model::ActFormat::kInt8
-                                                    : model::ActFormat::kF32;
-  if (act == model::ActFormat::kInt8) {
-    if (Status s = model::CheckInt8Isa(); !s.ok()) return fail(s);
+  const compute::ActFormat act = act_name == "q8"     ? compute::ActFormat::kQ8
+                                 : act_name == "int8" ? compute::ActFormat::kInt8
+                                                      : compute::ActFormat::kF32;
+  if (act == compute::ActFormat::kInt8) {
+    if (Status s = compute::CheckInt8Isa(); !s.ok()) return fail(s);
   }
   // The peak column: the FMA units, or the int8 units the int8 path runs on.
-  const std::string int8_isa = model::MatMulInt8Isa();
-  const bool int8_peak = act == model::ActFormat::kInt8 && int8_isa != "scalar";
+  const std::string int8_isa = compute::MatMulInt8Isa();
+  const bool int8_peak = act == compute::ActFormat::kInt8 && int8_isa != "scalar";
   const bool gemma = model_name == "gemma3";
   const std::span<const Shape> shapes =
       gemma ? std::span<const Shape>(kGemma3) : std::span<const Shape>(kSmolLm2);
   for (const Shape& s : shapes) {
-    if (!model::CheckActFormat(act, s.type).ok()) {
+    if (!compute::CheckActFormat(act, s.type).ok()) {
       return fail(CatalogError(
           "CTXPAR-FLAG-008",
           {{"value", act_name},
            {"flag", "--act"},
            {"reason", "int8 activations take Q4_1 and Q8_0 weights; " + model_name + " has " +
-                          std::string(GgmlTypeName(model::GgmlTypeOf(s.type)))},
+                          std::string(GgmlTypeName(compute::GgmlTypeOf(s.type)))},
            {"valid", "f32 (q8 with --model smollm2)"}}));
     }
   }
-  nlohmann::json out = {{"isa", act == model::ActFormat::kInt8 ? int8_isa : model::MatMulIsa()},
+  nlohmann::json out = {{"isa", act == compute::ActFormat::kInt8 ? int8_isa : compute::MatMulIsa()},
                         {"model", model_name},
                         {"activations", act_name},
                         {"load_average_1min", LoadAverage()},
@@ -207,7 +207,8 @@ int RunMatMulBench(const std::vector<std::string>& args) {
   if (!json) {
     std::printf(
         "ctxpar bench matmul  %s  isa=%s  activations %s  load average %.2f  (best of %d)\n",
-        model_name.c_str(), act == model::ActFormat::kInt8 ? int8_isa.c_str() : model::MatMulIsa(),
+        model_name.c_str(),
+        act == compute::ActFormat::kInt8 ? int8_isa.c_str() : compute::MatMulIsa(),
         act_name.c_str(), LoadAverage(), reps);
   }
   std::mt19937 rng(1);

@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "command.h"
+#include "compute/cpu_compute.h"
 #include "ctxpar/config.h"
 #include "ctxpar/dtype.h"
 #include "ctxpar/launch.h"
 #include "launch_flags.h"
-#include "models/linear.h"
 
 namespace ctxpar::cli {
 namespace {
@@ -72,11 +72,10 @@ int Report(bool json, const Status& status, const ResolvedConfig* config, const 
   if (platform->origin != PlatformOrigin::kProbe) {
     std::printf("probe: %s\n", ProbePlatform().description.c_str());
   }
-  std::printf("kernels (this machine): matmul --dtype float32 %s (fp32 FMA), --dtype auto %s%s\n",
-              model::MatMulIsa(), model::MatMulInt8Isa(),
-              std::string_view(model::MatMulInt8Isa()) == "amx"
-                  ? " (int8 AMX tiles; AVX512-VNNI below 4 tokens)"
-                  : " (int8)");
+  // The compute seam each --dtype gets here.
+  std::printf("kernels (this machine): --dtype float32 [%s], --dtype auto [%s]\n",
+              compute::CpuCompute(nullptr, compute::ActFormat::kF32).Describe().c_str(),
+              compute::CpuCompute(nullptr, compute::ActFormat::kInt8).Describe().c_str());
   if (launch != nullptr) {
     std::printf(
         "model: %s (%s)\nmax_total_num_tokens: %lld (KV pool: %lld pages of %d tokens "

@@ -1,5 +1,5 @@
 // What this CPU can run, and which SIMD path the CPU kernels take (the partial attention and the
-// model's matmuls, src/models/linear.h).
+// model's matmuls, src/compute/linear.h).
 //
 // The kernels are compiled once per instruction set, each in its own translation unit, and the
 // path is chosen at run time, so one binary runs on any x86-64. The environment variable

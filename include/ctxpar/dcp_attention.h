@@ -43,6 +43,10 @@
 
 namespace ctxpar {
 
+namespace compute {
+class Compute;  // the compute seam (docs/compute.md)
+}  // namespace compute
+
 struct DcpOptions {
   int dcp_size = 1;
   CombineBackend backend = CombineBackend::kAgRs;
@@ -57,6 +61,9 @@ struct DcpOptions {
   DataType o_wire = DataType::kF32;  // O element type on the a2a / shm_a2a wire
   int num_threads = 0;               // attention threads; <= 0: all hardware threads
   ThreadPool* pool = nullptr;        // not owned; when set, the attention runs on it (attention.h)
+  // Not owned: runs the partial attention (its pool is then the compute's and the merge runs on
+  // its host_threads); null: PartialAttentionCpu on `pool`.
+  compute::Compute* compute = nullptr;
   // Keys per split-KV chunk (attention.h); > 0 makes each row's result independent of the other
   // rows of a call (what the engine's batch invariance needs); 0: chosen from the sizes.
   int split_kv_keys = 0;
@@ -96,6 +103,8 @@ class DcpAttention {
   Communicator* comm_;
   int h_;
   std::unique_ptr<Combiner> combiner_;
+  // The partial attention, on options_.compute where one is set.
+  Status Partial(const PartialAttentionParams& p);
   // The exact merge of the chunks in chunks_ into o and lse (the rank's heads).
   Status MergeExact(int rows, float* o, float* lse);
 

@@ -55,7 +55,8 @@
 // row, v is null.
 //
 // Storage. Per layer, K and V pools of its group's pages in `format` (attention.h: KvPageFormat,
-// addressed through KvElementOffset), in HostBuffers (huge pages where the system allows it).
+// addressed through KvElementOffset), in buffers of the options' allocator (device.h; the host's
+// by default: huge pages where the system allows it). The block tables stay in host memory.
 // View(layer) is what PartialAttentionCpu / DcpAttention read; its block table is the layer's
 // group's, and VisibleRange(layer, t) the local rows a query at position t sees in it.
 //
@@ -66,8 +67,8 @@
 #include <vector>
 
 #include "ctxpar/attention.h"
+#include "ctxpar/device.h"
 #include "ctxpar/dtype.h"
-#include "ctxpar/host_buffer.h"
 #include "ctxpar/kv_layout.h"
 #include "ctxpar/status.h"
 
@@ -107,6 +108,9 @@ struct KvPoolOptions {
   // so that the planner can run the scheduler over a GPU-sized pool; Write is then
   // FailedPrecondition and View's k and v are null.
   bool map_storage = true;
+  // Where the K/V pages live (not owned, outlives the pool): the compute seam the model runs on
+  // (docs/compute.md); null: HostAllocator().
+  const DeviceAllocator* allocator = nullptr;
 };
 
 class KvPool {
@@ -228,7 +232,7 @@ class KvPool {
   };
 
   KvPool(const KvPoolOptions& options, KvLayout layout, std::vector<Group> groups,
-         std::vector<int> layer_group, std::vector<HostBuffer> k, std::vector<HostBuffer> v);
+         std::vector<int> layer_group, std::vector<DeviceBuffer> k, std::vector<DeviceBuffer> v);
   Status CheckPage(const char* what, int32_t page, int g) const;
   // Adds to a page's holders and HoldPage holders, keeping cache_only; frees it at 0 holders.
   static void Count(Group& g, int32_t page, int32_t refs, int32_t holds);
@@ -240,7 +244,7 @@ class KvPool {
   KvLayout layout_;  // group 0's (the DCP layout)
   std::vector<Group> groups_;
   std::vector<int> layer_group_;
-  std::vector<HostBuffer> k_, v_;  // per layer; v_ holds empty buffers with v_in_k
+  std::vector<DeviceBuffer> k_, v_;  // per layer; v_ holds empty buffers with v_in_k
   std::vector<bool> in_use_;
   // KvElementOffset of (page 0, slot 0, head 0, d) for K and V: the part that depends on d.
   std::vector<int64_t> k_d_offset_, v_d_offset_;

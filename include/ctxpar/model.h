@@ -32,8 +32,10 @@
 
 namespace ctxpar {
 
-class ThreadPool;
 class Tokenizer;
+namespace compute {
+class Compute;  // the compute seam (docs/compute.md)
+}  // namespace compute
 
 struct ModelDesc {
   std::string architecture;  // HF architecture string: "LlamaForCausalLM", "DeepseekV3ForCausalLM"
@@ -106,11 +108,11 @@ class ModelSource {
   virtual const Tokenizer* tokenizer() const = 0;
   // What each rank stores per token for `config` (a configuration the hook accepted).
   virtual KvSpec KvSpecFor(const EngineConfig& config) const = 0;
-  // Collective over `world` (tp_size ranks; rank = TP rank): loads this rank's weights. `pool`
-  // (not owned, outlives the model) runs the model's parallel loops.
+  // Collective over `world` (tp_size ranks; rank = TP rank): loads this rank's weights. The
+  // model's layers run on `compute` (not owned, outlives the model; one per rank thread).
   virtual Expected<std::unique_ptr<Model>> CreateModel(const EngineConfig& config,
                                                        Communicator& world,
-                                                       ThreadPool* pool) const = 0;
+                                                       compute::Compute& compute) const = 0;
 };
 
 // Opens a GGUF file or a HF checkpoint directory; errors name the path and what is wrong (an

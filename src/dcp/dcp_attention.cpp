@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 
+#include "compute/compute.h"
 #include "ctxpar/dcp_rules.h"
 #include "ctxpar/merge.h"
 #include "ctxpar/thread_pool.h"
@@ -70,8 +71,15 @@ Expected<std::unique_ptr<DcpAttention>> DcpAttention::Create(const DcpOptions& o
   CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<Combiner> combiner,
                           Combiner::Create(dcp_comm, options.backend, options.o_wire));
   const int tp = options.tp_size == 0 ? options.dcp_size : options.tp_size;
+  DcpOptions o = options;
+  if (o.compute != nullptr) o.pool = o.compute->host_threads();
   return std::unique_ptr<DcpAttention>(
-      new DcpAttention(options, dcp_comm, options.num_heads / tp, std::move(combiner)));
+      new DcpAttention(o, dcp_comm, options.num_heads / tp, std::move(combiner)));
+}
+
+Status DcpAttention::Partial(const PartialAttentionParams& p) {
+  return options_.compute != nullptr ? options_.compute->PartialAttention(p)
+                                     : PartialAttentionCpu(p);
 }
 
 Status DcpAttention::Forward(const float* q, const PagedKv& kv, const int32_t* row_seq,
@@ -120,20 +128,20 @@ Status DcpAttention::Forward(const float* q, const PagedKv& kv, const int32_t* r
   p.split_kv_keys = options_.split_kv_keys;
   if (options_.exact) {
     p.chunks = &chunks_;
-    CTXPAR_RETURN_IF_ERROR(PartialAttentionCpu(p));
+    CTXPAR_RETURN_IF_ERROR(Partial(p));
     return MergeExact(rows, o, lse);
   }
   if (n == 1) {
     lse_partial_.resize(static_cast<size_t>(rows) * hn);
     p.o = o;
     p.lse = lse != nullptr ? lse : lse_partial_.data();
-    return PartialAttentionCpu(p);
+    return Partial(p);
   }
   o_partial_.resize(static_cast<size_t>(rows) * hn * dv);
   lse_partial_.resize(static_cast<size_t>(rows) * hn);
   p.o = o_partial_.data();
   p.lse = lse_partial_.data();
-  CTXPAR_RETURN_IF_ERROR(PartialAttentionCpu(p));
+  CTXPAR_RETURN_IF_ERROR(Partial(p));
   return combiner_->Combine({rows, h_, options_.head_dim_v}, o_partial_.data(), lse_partial_.data(),
                             o, lse);
 }

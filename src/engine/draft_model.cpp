@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "compute/compute.h"
 #include "ctxpar/communicator.h"
 #include "ctxpar/engine.h"
 #include "engine/drafter.h"
@@ -152,7 +153,7 @@ Status ModelDrafter::Draft(std::span<const DraftWant> wants) {
 
 Expected<std::unique_ptr<Drafter>> MakeModelDrafter(const EngineConfig& config,
                                                     const ModelSource& target, int64_t max_tokens,
-                                                    ThreadPool* threads) {
+                                                    compute::Compute& compute) {
   CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<ModelSource> source, OpenDraftModel(config, target));
   // The target's configuration on one rank: no tensor, context or expert parallelism.
   EngineConfig c = config;
@@ -173,8 +174,9 @@ Expected<std::unique_ptr<Drafter>> MakeModelDrafter(const EngineConfig& config,
   c.max_total_tokens = max_tokens;
   c.speculative_algorithm = SpeculativeAlgorithm::kNone;
   std::vector<std::unique_ptr<Communicator>> world = MakeInProcessGroup(1);
-  CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, source->CreateModel(c, *world[0], threads));
+  CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, source->CreateModel(c, *world[0], compute));
   CTXPAR_ASSIGN_OR_RETURN(KvPoolOptions options, KvPoolFor(c, *source, 0));
+  options.allocator = &compute;
   CTXPAR_ASSIGN_OR_RETURN(KvPool pool, KvPool::Create(options));
   return std::unique_ptr<Drafter>(new ModelDrafter(std::move(source), std::move(world),
                                                    std::move(model), std::move(pool),

@@ -27,8 +27,10 @@
 #include "engine/scheduler.h"
 
 namespace ctxpar {
-class ThreadPool;
-}
+namespace compute {
+class Compute;  // compute/compute.h
+}  // namespace compute
+}  // namespace ctxpar
 
 namespace ctxpar::engine {
 
@@ -65,11 +67,11 @@ Expected<std::unique_ptr<ModelSource>> OpenDraftModel(const EngineConfig& config
                                                       const ModelSource& target);
 
 // The STANDALONE drafter (leader only): opens the draft model as OpenDraftModel does and loads it
-// at tp 1 / dcp 1 on `threads` (the leader's pool, not owned). Its KV pool takes the budget of
+// at tp 1 / dcp 1 on `compute` (the leader's, not owned). Its KV pool takes the budget of
 // one rank (config.kv_cache_mib) for the draft model's KV, at most `max_tokens` tokens (the
 // target's max_total_num_tokens) and config.max_running_requests slots.
 Expected<std::unique_ptr<Drafter>> MakeModelDrafter(const EngineConfig& config,
                                                     const ModelSource& target, int64_t max_tokens,
-                                                    ThreadPool* threads);
+                                                    compute::Compute& compute);
 
 }  // namespace ctxpar::engine

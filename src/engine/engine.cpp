@@ -22,6 +22,7 @@
 #include "engine/drafter.h"
 #include "engine/plan_codec.h"
 #include "engine/scheduler.h"
+#include "models/layers/compute_types.h"
 
 namespace ctxpar {
 
@@ -185,6 +186,7 @@ struct Engine::Impl {
   const ModelSource* source = nullptr;
   Communicator* world = nullptr;
   std::unique_ptr<ThreadPool> threads;
+  std::unique_ptr<compute::Compute> compute;  // the model's and the drafter's, on `threads`
   std::unique_ptr<Model> model;
   std::optional<KvPool> kv;
   std::optional<engine::Scheduler> scheduler;
@@ -246,9 +248,11 @@ Expected<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config,
   impl->source = &source;
   impl->world = &world;
   CTXPAR_ASSIGN_OR_RETURN(impl->threads, ThreadPool::Create(config.threads));
-  CTXPAR_ASSIGN_OR_RETURN(impl->model, source.CreateModel(config, world, impl->threads.get()));
+  impl->compute = model::ComputeFor(config, impl->threads.get());
+  CTXPAR_ASSIGN_OR_RETURN(impl->model, source.CreateModel(config, world, *impl->compute));
   CTXPAR_ASSIGN_OR_RETURN(KvPoolOptions kv,
                           KvPoolFor(config, source, world.rank() % config.dcp_size));
+  kv.allocator = impl->compute.get();
   CTXPAR_ASSIGN_OR_RETURN(KvPool pool, KvPool::Create(kv));
   impl->kv.emplace(std::move(pool));
   impl->config.max_running_requests = kv.max_slots;
@@ -266,7 +270,7 @@ Expected<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config,
   if (world.rank() == 0 && config.speculative_algorithm == SpeculativeAlgorithm::kStandalone) {
     CTXPAR_ASSIGN_OR_RETURN(
         impl->drafter, engine::MakeModelDrafter(impl->config, source, impl->kv->capacity_tokens(),
-                                                impl->threads.get()));
+                                                *impl->compute));
   }
   impl->eos = source.desc().eos_token_ids;
   EngineSnapshot& s = impl->stats;

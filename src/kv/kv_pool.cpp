@@ -164,15 +164,16 @@ Expected<KvPool> KvPool::Create(const KvPoolOptions& o) {
     groups.push_back(std::move(g));
   }
   const size_t element = DataTypeSize(o.dtype);
-  std::vector<HostBuffer> k, v;
+  const DeviceAllocator& memory = o.allocator != nullptr ? *o.allocator : HostAllocator();
+  std::vector<DeviceBuffer> k, v;
   for (int l = 0; o.map_storage && l < o.num_layers; ++l) {
     const int64_t pages = groups[layer_group[l]].num_pages;
-    CTXPAR_ASSIGN_OR_RETURN(HostBuffer kb,
-                            HostBuffer::Allocate(pages * PageElements(o, false) * element));
+    CTXPAR_ASSIGN_OR_RETURN(DeviceBuffer kb,
+                            memory.Allocate(pages * PageElements(o, false) * element));
     k.push_back(std::move(kb));
-    HostBuffer vb;
+    DeviceBuffer vb;
     if (!o.v_in_k) {
-      CTXPAR_ASSIGN_OR_RETURN(vb, HostBuffer::Allocate(pages * PageElements(o, true) * element));
+      CTXPAR_ASSIGN_OR_RETURN(vb, memory.Allocate(pages * PageElements(o, true) * element));
     }
     v.push_back(std::move(vb));
   }
@@ -180,7 +181,8 @@ Expected<KvPool> KvPool::Create(const KvPoolOptions& o) {
 }
 
 KvPool::KvPool(const KvPoolOptions& o, KvLayout layout, std::vector<Group> groups,
-               std::vector<int> layer_group, std::vector<HostBuffer> k, std::vector<HostBuffer> v)
+               std::vector<int> layer_group, std::vector<DeviceBuffer> k,
+               std::vector<DeviceBuffer> v)
     : options_(o),
       layout_(layout),
       groups_(std::move(groups)),

@@ -2,15 +2,14 @@
 
 namespace ctxpar::model {
 
-DcpOptions EngineDcpOptions(const EngineConfig& config, int tp_size, ThreadPool* pool) {
+DcpOptions EngineDcpOptions(const EngineConfig& config, int tp_size, compute::Compute& compute) {
   DcpOptions o;
   o.dcp_size = config.dcp_size;
   o.backend = config.dcp_comm_backend;
   o.replicate_q = config.dcp_replicate_q_proj;
   o.interleave_size = config.dcp_kv_cache_interleave_size;
   o.tp_size = tp_size;
-  o.pool = pool;
-  o.num_threads = pool != nullptr ? pool->size() : 1;
+  o.compute = &compute;
   o.split_kv_keys = kSplitKvKeys;
   if (config.deterministic) {
     o.exact = true;

@@ -19,12 +19,12 @@
 #include <memory>
 #include <vector>
 
+#include "compute/compute.h"
 #include "ctxpar/batch.h"
 #include "ctxpar/dcp_attention.h"
 #include "ctxpar/engine_config.h"
 #include "ctxpar/kv_pool.h"
 #include "ctxpar/status.h"
-#include "ctxpar/thread_pool.h"
 
 namespace ctxpar::model {
 
@@ -34,9 +34,9 @@ namespace ctxpar::model {
 inline constexpr int kSplitKvKeys = 256;
 
 // The engine's part of a layer's DcpOptions: the launch configuration's DCP flags, tp_size
-// attention ranks, the model's pool and kSplitKvKeys. The model adds its shape (num_heads, the
-// head dims, scale).
-DcpOptions EngineDcpOptions(const EngineConfig& config, int tp_size, ThreadPool* pool);
+// attention ranks, the rank's compute seam and kSplitKvKeys. The model adds its shape (num_heads,
+// the head dims, scale).
+DcpOptions EngineDcpOptions(const EngineConfig& config, int tp_size, compute::Compute& compute);
 
 class BatchAttention {
  public:

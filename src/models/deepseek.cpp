@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ctxpar/thread_pool.h"
 #include "models/check_finite.h"
 #include "models/deepseek_mla.h"
 #include "models/deepseek_moe.h"
@@ -29,12 +28,11 @@ struct Layer {
 class DeepseekModel final : public Model {
  public:
   DeepseekModel(std::shared_ptr<const DeepseekWeights> weights, const DeepseekV3Config& c,
-                ModelDesc desc, Communicator& world, ThreadPool* pool, DeepseekShard shard)
+                ModelDesc desc, Communicator& world, compute::Compute& compute, DeepseekShard shard)
       : weights_(std::move(weights)),
         c_(c),
         desc_(std::move(desc)),
-        tp_(&world, pool, model::ActFormat::kF32),
-        pool_(pool),
+        tp_(&world, &compute),
         s_(std::move(shard)) {}
 
   Status Init(const EngineConfig& config);
@@ -47,7 +45,6 @@ class DeepseekModel final : public Model {
   DeepseekV3Config c_;
   ModelDesc desc_;
   model::TpLinear tp_;
-  ThreadPool* pool_;
   DeepseekShard s_;
   std::vector<Layer> layers_;
   std::vector<float> norm_, lm_head_;  // lm_head: the rank's vocab shard [.., hidden]
@@ -72,9 +69,10 @@ Status DeepseekModel::Init(const EngineConfig& config) {
   CTXPAR_ASSIGN_OR_RETURN(lm_head_, model::LoadRows(ck, head, vocab, d, shard.first, shard.count));
   head_ = model::LmHead(
       c_.hidden_size, c_.vocab_size, float(c_.rms_norm_eps), norm_.data(),
-      model::F32Matrix{lm_head_.data(), shard.count, c_.hidden_size, c_.hidden_size}, shard);
-  CTXPAR_ASSIGN_OR_RETURN(attn_, model::MlaAttention::Create(c_, s_, config, tp_.world(), pool_));
-  ffn_ = std::make_unique<model::DeepseekFfn>(c_, s_, tp_.world(), pool_);
+      compute::F32Matrix{lm_head_.data(), shard.count, c_.hidden_size, c_.hidden_size}, shard);
+  CTXPAR_ASSIGN_OR_RETURN(attn_,
+                          model::MlaAttention::Create(c_, s_, config, tp_.world(), tp_.compute()));
+  ffn_ = std::make_unique<model::DeepseekFfn>(c_, s_, tp_.world(), tp_.compute());
   return Status::Ok();
 }
 
@@ -106,7 +104,8 @@ DeepseekGroups GroupsOf(Model& model) {
 Expected<std::unique_ptr<Model>> CreateDeepseekModel(std::shared_ptr<const DeepseekWeights> weights,
                                                      const DeepseekV3Config& c, ModelDesc desc,
                                                      const EngineConfig& config,
-                                                     Communicator& world, ThreadPool* pool) {
+                                                     Communicator& world,
+                                                     compute::Compute& compute) {
   if (world.size() != config.tp_size) {
     return InvalidArgument(fmt::format("tp_size ({}) must equal the TP communicator's size ({})",
                                        config.tp_size, world.size()));
@@ -123,8 +122,8 @@ Expected<std::unique_ptr<Model>> CreateDeepseekModel(std::shared_ptr<const Deeps
         fmt::format("--moe-a2a-backend {}: the DeepSeek model runs none and deepep",
                     MoeA2aBackendName(config.moe_a2a_backend)));
   }
-  auto model = std::make_unique<DeepseekModel>(std::move(weights), c, std::move(desc), world, pool,
-                                               MakeDeepseekShard(c, config, world.rank()));
+  auto model = std::make_unique<DeepseekModel>(std::move(weights), c, std::move(desc), world,
+                                               compute, MakeDeepseekShard(c, config, world.rank()));
   CTXPAR_RETURN_IF_ERROR(model->Init(config));
   return std::unique_ptr<Model>(std::move(model));
 }

@@ -55,7 +55,9 @@
 
 namespace ctxpar {
 
-class ThreadPool;
+namespace compute {
+class Compute;  // compute/compute.h
+}  // namespace compute
 
 // One rank's share of the network for a configuration.
 struct DeepseekShard {
@@ -162,7 +164,8 @@ Status CheckDeepseekLayout(const DeepseekV3Config& c, const DeepseekLayoutArgs& 
 Expected<std::unique_ptr<Model>> CreateDeepseekModel(std::shared_ptr<const DeepseekWeights> weights,
                                                      const DeepseekV3Config& c, ModelDesc desc,
                                                      const EngineConfig& config,
-                                                     Communicator& world, ThreadPool* pool);
+                                                     Communicator& world,
+                                                     compute::Compute& compute);
 
 // A DeepSeek model's own communicators, the DCP group and the prefill-CP group split from the TP
 // group, whose counters tests and benchmarks read. `model` must come from CreateDeepseekModel.

@@ -6,10 +6,8 @@
 #include <cmath>
 
 #include "ctxpar/attention.h"
-#include "ctxpar/thread_pool.h"
-#include "models/layers/elementwise.h"
+#include "models/layers/compute_types.h"
 #include "models/layers/tp_linear.h"
-#include "models/matmul_f32.h"
 
 namespace ctxpar::model {
 
@@ -93,12 +91,11 @@ Expected<MlaWeights> LoadMlaWeights(const DeepseekWeights& weights, const Deepse
 }
 
 MlaAttention::MlaAttention(const DeepseekV3Config& c, const DeepseekShard& s, Communicator& tp,
-                           ThreadPool* pool)
+                           compute::Compute& compute)
     : c_(c),
       s_(s),
-      tp_(&tp, pool, ActFormat::kF32),
-      pool_(pool),
-      threads_(pool != nullptr ? pool->size() : 1),
+      tp_(&tp, &compute),
+      compute_(compute),
       // transformers keeps inv_freq as a module buffer, which takes the dtype the model runs in:
       // run in its checkpoint's bf16 (or f16), the model rotates by frequencies rounded to it,
       // and so does the reference checkpoint's golden forward. ctxpar follows the checkpoint.
@@ -118,11 +115,12 @@ MlaAttention::MlaAttention(const DeepseekV3Config& c, const DeepseekShard& s, Co
 Expected<std::unique_ptr<MlaAttention>> MlaAttention::Create(const DeepseekV3Config& c,
                                                              const DeepseekShard& s,
                                                              const EngineConfig& config,
-                                                             Communicator& tp, ThreadPool* pool) {
-  std::unique_ptr<MlaAttention> m(new MlaAttention(c, s, tp, pool));
+                                                             Communicator& tp,
+                                                             compute::Compute& compute) {
+  std::unique_ptr<MlaAttention> m(new MlaAttention(c, s, tp, compute));
   CTXPAR_ASSIGN_OR_RETURN(m->dcp_, tp.Split(s.tp_rank / s.dcp_size, s.tp_rank));
   CTXPAR_ASSIGN_OR_RETURN(m->cp_, tp.Split(s.attn_tp_rank, s.cp_rank));
-  DcpOptions o = EngineDcpOptions(config, s.tp_size, pool);
+  DcpOptions o = EngineDcpOptions(config, s.tp_size, compute);
   o.num_heads = c.num_attention_heads;
   o.head_dim_qk = c.kv_lora_rank + c.qk_rope_head_dim;
   o.head_dim_v = c.kv_lora_rank;
@@ -173,11 +171,13 @@ Status MlaAttention::Latents(const MlaWeights& w) {
   qa_.resize(std::size_t(n) * L);
   tp_.ColumnParallel({w.kv_a.data(), L, d, d}, tmp_.data(), n, d, qa_.data(), L);
   latent_.resize(pos_.size() * L);
+  const compute::Tensor kv_lora = compute::F32(qa_.data(), n, lora, L);
+  compute_.RmsNorm(kv_lora, w.kv_a_norm.data(), float(c_.rms_norm_eps), kv_lora);
+  RopeRows(latent_rows_, compute::F32(qa_.data() + lora, n, c_.qk_rope_head_dim, L), 1,
+           c_.qk_rope_head_dim);
   for (int i = 0; i < n; ++i) {
-    float* row = qa_.data() + std::size_t(i) * L;
-    RmsNorm(row, w.kv_a_norm.data(), 1, lora, float(c_.rms_norm_eps), row);
-    Rope(RopeStyle::kNormal, row + lora, 1, c_.qk_rope_head_dim, rope_, pos_[latent_rows_[i]]);
-    std::copy_n(row, L, latent_.data() + std::size_t(latent_rows_[i]) * L);
+    std::copy_n(qa_.data() + std::size_t(i) * L, L,
+                latent_.data() + std::size_t(latent_rows_[i]) * L);
   }
   if (s_.cp_size == 1) return Status::Ok();
   // The CP-split rows of each CP rank in batch order, padded to the largest share.
@@ -213,17 +213,24 @@ void MlaAttention::ProjectQ(const MlaWeights& w, const std::vector<int32_t>& row
   if (ql != 0) {
     qa_.resize(std::size_t(n) * ql);
     tp_.ColumnParallel({w.q_a.data(), ql, d, d}, tmp_.data(), n, d, qa_.data(), ql);
-    RmsNorm(qa_.data(), w.q_a_norm.data(), n, ql, float(c_.rms_norm_eps), qa_.data());
+    const compute::Tensor q_lora = compute::F32(qa_.data(), n, ql);
+    compute_.RmsNorm(q_lora, w.q_a_norm.data(), float(c_.rms_norm_eps), q_lora);
   }
   q_.resize(std::size_t(n) * heads * qk);
   const F32HeadSpan q_b{{w.q_b.data(), s_.span_heads * qk, q_in, q_in}, s_.span_first, qk};
   tp_.ColumnParallel(q_b.Rows(first, heads), ql != 0 ? qa_.data() : tmp_.data(), n, q_in, q_.data(),
                      heads * qk);
   // Each head is [q_nope | q_pe]: the rotation's heads start at q_pe, qk apart.
-  for (int i = 0; i < n; ++i) {
-    Rope(RopeStyle::kNormal, q_.data() + std::size_t(i) * heads * qk + c_.qk_nope_head_dim, heads,
-         qk, rope_, pos_[rows[i]]);
-  }
+  const int nope = c_.qk_nope_head_dim;
+  RopeRows(rows, compute::F32(q_.data() + nope, n, heads * qk - nope, heads * qk), heads, qk);
+}
+
+void MlaAttention::RopeRows(const std::vector<int32_t>& rows, const compute::Tensor& x, int heads,
+                            int head_stride) {
+  rope_pos_.resize(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) rope_pos_[i] = static_cast<int>(pos_[rows[i]]);
+  const compute::RopeTarget target[] = {{x, heads, head_stride}};
+  compute_.Rope(RopeStyle::kNormal, rope_, rope_pos_, target);
 }
 
 void MlaAttention::OutProj(const MlaWeights& w, const std::vector<int32_t>& rows, int first,
@@ -251,9 +258,9 @@ Status MlaAttention::Decode(const MlaWeights& w, int layer, const KvPool& kv) {
   const int qh = s_.q_heads;
   qabs_.resize(std::size_t(n) * qh * L);
   for (int j = 0; j < qh; ++j) {
-    MatMulF32({w.w_kc.data() + std::size_t(j) * lora * nope, lora, nope, nope},
-              q_.data() + std::size_t(j) * qk, n, qh * qk, qabs_.data() + std::size_t(j) * L,
-              qh * L, pool_);
+    compute_.MatMul(F32Matrix{w.w_kc.data() + std::size_t(j) * lora * nope, lora, nope, nope},
+                    compute::F32(q_.data() + std::size_t(j) * qk, n, nope, qh * qk),
+                    compute::F32(qabs_.data() + std::size_t(j) * L, n, lora, qh * L));
     for (int i = 0; i < n; ++i) {
       std::copy_n(q_.data() + (std::size_t(i) * qh + j) * qk + nope, c_.qk_rope_head_dim,
                   qabs_.data() + (std::size_t(i) * qh + j) * L + lora);
@@ -263,9 +270,9 @@ Status MlaAttention::Decode(const MlaWeights& w, int layer, const KvPool& kv) {
   CTXPAR_RETURN_IF_ERROR(decode_->Run(dec_batch_, kv, layer, qabs_.data(), olat_.data()));
   o_.resize(std::size_t(n) * s_.heads * dv);
   for (int j = 0; j < s_.heads; ++j) {
-    MatMulF32({w.w_vc.data() + std::size_t(j) * dv * lora, dv, lora, lora},
-              olat_.data() + std::size_t(j) * lora, n, s_.heads * lora,
-              o_.data() + std::size_t(j) * dv, s_.heads * dv, pool_);
+    compute_.MatMul(F32Matrix{w.w_vc.data() + std::size_t(j) * dv * lora, dv, lora, lora},
+                    compute::F32(olat_.data() + std::size_t(j) * lora, n, lora, s_.heads * lora),
+                    compute::F32(o_.data() + std::size_t(j) * dv, n, dv, s_.heads * dv));
   }
   OutProj(w, dec_rows_, s_.head_first, s_.heads);
   return Status::Ok();
@@ -375,11 +382,9 @@ Status MlaAttention::Prefill(const MlaWeights& w, int layer, const Batch& batch,
     a.row_kv_len = kv_len_.data();
     a.scale = scale_;
     a.kv = paged;
-    a.num_threads = threads_;
-    a.pool = pool_;
     a.num_seqs = 1;
     a.split_kv_keys = kSplitKvKeys;
-    CTXPAR_RETURN_IF_ERROR(PartialAttentionCpu(a));
+    CTXPAR_RETURN_IF_ERROR(compute_.PartialAttention(a));
     done += seq_rows_.size();
   }
   OutProj(w, pre_rows_, s_.prefill_first, hp);
@@ -390,7 +395,8 @@ Status MlaAttention::Run(const MlaWeights& w, int layer, const Batch& batch, KvP
   const int d = c_.hidden_size, L = c_.kv_lora_rank + c_.qk_rope_head_dim;
   const std::size_t T = batch.tokens.size();
   xn_.resize(T * d);
-  RmsNorm(x, w.input_norm.data(), static_cast<int>(T), d, float(c_.rms_norm_eps), xn_.data());
+  compute_.RmsNorm(compute::F32(x, T, d), w.input_norm.data(), float(c_.rms_norm_eps),
+                   compute::F32(xn_.data(), T, d));
   MakePlan(batch);
   CTXPAR_RETURN_IF_ERROR(Latents(w));
   for (const BatchSeq& seq : batch.seqs) {

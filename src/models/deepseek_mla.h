@@ -18,7 +18,7 @@
 #include "models/batch_attention.h"
 #include "models/deepseek.h"
 #include "models/deepseek_config.h"
-#include "models/layers/elementwise.h"
+#include "models/layers/compute_types.h"
 #include "models/layers/tp_linear.h"
 
 namespace ctxpar::model {
@@ -47,7 +47,8 @@ class MlaAttention {
   static Expected<std::unique_ptr<MlaAttention>> Create(const DeepseekV3Config& c,
                                                         const DeepseekShard& s,
                                                         const EngineConfig& config,
-                                                        Communicator& tp, ThreadPool* pool);
+                                                        Communicator& tp,
+                                                        compute::Compute& compute);
 
   // Writes the batch's latent KV into `kv` (layer `layer`) and adds the attention's output to
   // x. Every sequence's slot must hold positions [0, pos0 + num_tokens) (KvPool::Reserve).
@@ -58,11 +59,14 @@ class MlaAttention {
 
  private:
   MlaAttention(const DeepseekV3Config& c, const DeepseekShard& s, Communicator& tp,
-               ThreadPool* pool);
+               compute::Compute& compute);
   void MakePlan(const Batch& batch);
   Status Latents(const MlaWeights& w);
   // q_ := Q [rows, heads, qk_head_dim] of `rows` for heads [first, first + heads), rope applied.
   void ProjectQ(const MlaWeights& w, const std::vector<int32_t>& rows, int first, int heads);
+  // Rotates x's rows (row i at the position of batch row rows[i]): heads of head_stride.
+  void RopeRows(const std::vector<int32_t>& rows, const compute::Tensor& x, int heads,
+                int head_stride);
   // partial_ rows += o [rows, heads * v_head_dim] times o_proj's columns of heads from `first`.
   void OutProj(const MlaWeights& w, const std::vector<int32_t>& rows, int first, int heads);
   Status Decode(const MlaWeights& w, int layer, const KvPool& kv);
@@ -72,8 +76,7 @@ class MlaAttention {
   DeepseekV3Config c_;
   DeepseekShard s_;
   TpLinear tp_;
-  ThreadPool* pool_;
-  int threads_ = 1;
+  compute::Compute& compute_;
   std::unique_ptr<Communicator> dcp_, cp_;
   std::unique_ptr<BatchAttention> decode_;
   RopeAngles rope_;
@@ -81,6 +84,7 @@ class MlaAttention {
 
   // Per call: which rows decode, which prefill on this rank, and the CP split.
   std::vector<int64_t> pos_;
+  std::vector<int> rope_pos_;  // RopeRows' positions
   std::vector<int32_t> dec_rows_, pre_rows_, latent_rows_;
   std::vector<int32_t> row_cp_;  // CP rank of each token (-1: not CP-split)
   Batch dec_batch_;

@@ -7,7 +7,7 @@
 #include <limits>
 #include <numeric>
 
-#include "models/layers/elementwise.h"
+#include "models/layers/compute_types.h"
 #include "models/layers/tp_linear.h"
 
 namespace ctxpar::model {
@@ -117,7 +117,9 @@ void DeepseekFfn::Mlp(const MlpWeights& m, const float* xs, int rows, float* out
   act_.resize(gate_.size());
   tp_.ColumnParallel({m.gate.data(), inter, d, d}, xs, rows, d, gate_.data(), inter);
   tp_.ColumnParallel({m.up.data(), inter, d, d}, xs, rows, d, up_.data(), inter);
-  SwiGlu(gate_.data(), up_.data(), static_cast<int>(gate_.size()), act_.data());
+  tp_.compute().Gated(GatedActivation::kSwiGlu, compute::F32(gate_.data(), rows, inter),
+                      compute::F32(up_.data(), rows, inter),
+                      compute::F32(act_.data(), rows, inter));
   tp_.RowParallelPartial({m.down.data(), d, inter, inter}, act_.data(), rows, inter, out, d);
 }
 
@@ -153,7 +155,8 @@ Status DeepseekFfn::Run(const FfnWeights& w, int T, float* x) {
   const int d = c_.hidden_size;
   const std::size_t n = std::size_t(T) * d;
   xn_.resize(n);
-  RmsNorm(x, w.post_norm.data(), T, d, float(c_.rms_norm_eps), xn_.data());
+  tp_.compute().RmsNorm(compute::F32(x, T, d), w.post_norm.data(), float(c_.rms_norm_eps),
+                        compute::F32(xn_.data(), T, d));
   if (w.moe && s_.deepep) return Deepep(w, T, x);
   y_.assign(n, 0.0f);
   bool reduce = true;

@@ -55,8 +55,9 @@ Route RouteToken(const DeepseekV3Config& c, const float* logits, const float* bi
 class DeepseekFfn {
  public:
   // `tp` (not owned) must outlive the block.
-  DeepseekFfn(const DeepseekV3Config& c, const DeepseekShard& s, Communicator& tp, ThreadPool* pool)
-      : c_(c), s_(s), tp_(&tp, pool, ActFormat::kF32) {}
+  DeepseekFfn(const DeepseekV3Config& c, const DeepseekShard& s, Communicator& tp,
+              compute::Compute& compute)
+      : c_(c), s_(s), tp_(&tp, &compute) {}
 
   // x += FFN(RMSNorm(x)), x [T, hidden].
   Status Run(const FfnWeights& w, int T, float* x);

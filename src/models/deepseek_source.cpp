@@ -118,8 +118,8 @@ class DeepseekSource final : public ModelSource {
   }
 
   Expected<std::unique_ptr<Model>> CreateModel(const EngineConfig& config, Communicator& world,
-                                               ThreadPool* pool) const override {
-    return CreateDeepseekModel(weights_, c_, desc_, config, world, pool);
+                                               compute::Compute& compute) const override {
+    return CreateDeepseekModel(weights_, c_, desc_, config, world, compute);
   }
 
  private:

@@ -25,25 +25,17 @@
 #include "ctxpar/engine_config.h"
 #include "ctxpar/gguf.h"
 #include "ctxpar/model.h"
-#include "ctxpar/thread_pool.h"
 #include "models/check_finite.h"
 #include "models/layers/attention_shard.h"
+#include "models/layers/compute_types.h"
 #include "models/layers/gated_mlp.h"
 #include "models/layers/gqa_attention.h"
 #include "models/layers/rows.h"
 #include "models/layers/tp_linear.h"
 #include "models/layers/vocab.h"
 #include "models/layers/vocab_head.h"
-#include "models/linear.h"
 
 namespace ctxpar::model {
-
-// How the layers' activations enter the quantized matmuls: int8 as llama.cpp does with
-// --llama-cpp-numerics, int8 on the matrix units with --dtype auto, else fp32.
-inline ActFormat ActFormatFor(const EngineConfig& c) {
-  if (c.llama_cpp_numerics) return ActFormat::kQ8;
-  return c.int8_matmuls ? ActFormat::kInt8 : ActFormat::kF32;
-}
 
 // The checks of a file's tensors that a dense model's loading makes, run when its source opens so
 // that `ctxpar check` refuses what generate would: the names (CheckGgufTensors, `globals` and
@@ -69,15 +61,15 @@ class DenseModel : public Model {
 
  protected:
   DenseModel(std::shared_ptr<const GgufFile> file, const Hparams& hp, ModelDesc desc,
-             const EngineConfig& config, Communicator& world, ThreadPool* pool,
-             const HeadShard& shard, const GqaOptions& attention, GatedActivation activation)
+             Communicator& world, compute::Compute& compute, const HeadShard& shard,
+             const GqaOptions& attention, GatedActivation activation)
       : file_(std::move(file)),
         hp_(hp),
         desc_(std::move(desc)),
-        pool_(pool),
-        tp_(&world, pool, ActFormatFor(config)),
-        attention_(attention, &tp_, shard, pool),
-        mlp_(activation, hp.dim, hp.rms_eps, &tp_, shard, pool) {}
+        compute_(compute),
+        tp_(&world, &compute),
+        attention_(attention, &tp_, shard),
+        mlp_(activation, hp.dim, hp.rms_eps, &tp_, shard) {}
 
   // The vocab head (tied: token_embd's rows) and the attention's DCP group: the end of Init.
   Status InitHead(const EngineConfig& config, bool tied) {
@@ -98,7 +90,8 @@ class DenseModel : public Model {
 
   // x_ += y [n, dim].
   void AddResidual(const float* y) {
-    for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += y[i];
+    const auto n = static_cast<std::int64_t>(x_.size() / hp_.dim);
+    compute_.Add(compute::F32(x_.data(), n, hp_.dim), compute::F32(y, n, hp_.dim));
   }
   // x_ += y + bias, with bias [dim] added to each row of y first (a row-parallel output's bias,
   // gpt-oss's o_proj, as HF adds it before the residual).
@@ -108,7 +101,8 @@ class DenseModel : public Model {
   }
   // x_ += RmsNorm(y) with `weight` (a post-norm), over n rows.
   void AddNormed(const float* y, const float* weight, int n) {
-    AddRmsNormRows(pool_, y, weight, n, hp_.dim, hp_.rms_eps, normed_, x_.data());
+    compute_.AddRmsNorm(compute::F32(y, n, hp_.dim), weight, hp_.rms_eps,
+                        compute::F32(x_.data(), n, hp_.dim));
   }
   // The output of layer l is finite (check_finite.h).
   Status CheckLayer(int l) const {
@@ -122,13 +116,13 @@ class DenseModel : public Model {
   std::shared_ptr<const GgufFile> file_;
   Hparams hp_;
   ModelDesc desc_;
-  ThreadPool* pool_;
+  compute::Compute& compute_;
   TpLinear tp_;
   GqaAttention attention_;
   GatedMlp mlp_;
   std::vector<Layer> layers_;
   VocabHead head_;
-  std::vector<float> x_, normed_;
+  std::vector<float> x_;
   std::vector<int> positions_;  // of the batch's rows
 };
 

@@ -16,7 +16,7 @@
 #include "ctxpar/gguf_hparams.h"
 #include "models/dense_model.h"
 #include "models/gguf_dense_source.h"
-#include "models/layers/elementwise.h"
+#include "models/layers/compute_types.h"
 #include "models/layers/gguf_weights.h"
 #include "models/registry.h"
 
@@ -44,9 +44,8 @@ struct Layer : model::DenseBlockWeights {
 class Gemma2Model final : public model::DenseModel<Gemma2Hparams, Layer> {
  public:
   Gemma2Model(std::shared_ptr<const GgufFile> file, const Gemma2Hparams& hp, ModelDesc desc,
-              const EngineConfig& config, Communicator& world, ThreadPool* pool,
-              const model::HeadShard& shard)
-      : DenseModel(std::move(file), hp, std::move(desc), config, world, pool, shard,
+              Communicator& world, compute::Compute& compute, const model::HeadShard& shard)
+      : DenseModel(std::move(file), hp, std::move(desc), world, compute, shard,
                    {.num_heads = hp.num_heads,
                     .head_dim = hp.head_dim,
                     .dim = hp.dim,
@@ -54,16 +53,16 @@ class Gemma2Model final : public model::DenseModel<Gemma2Hparams, Layer> {
                                                                         : hp.head_dim)),
                     .softcap = hp.attn_softcap,
                     .rms_eps = hp.rms_eps,
-                    .rope_style = model::RopeStyle::kNeox},
-                   model::GatedActivation::kGeGlu),
-        rope_(model::RopeAngles::Ggml(hp.head_dim, hp.rope_base)) {}
+                    .rope_style = compute::RopeStyle::kNeox},
+                   compute::GatedActivation::kGeGlu),
+        rope_(compute::RopeAngles::Ggml(hp.head_dim, hp.rope_base)) {}
 
   Status Init(const EngineConfig& config, const model::HeadShard& shard) {
     for (int l = 0; l < hp_.num_layers; ++l) {
       const std::string b = fmt::format("blk.{}.", l);
-      CTXPAR_ASSIGN_OR_RETURN(
-          model::DenseBlockWeights w,
-          model::GgufDenseBlock(*file_, b, model::DenseHeadLayout(hp_), shard, tp_.format()));
+      CTXPAR_ASSIGN_OR_RETURN(model::DenseBlockWeights w,
+                              model::GgufDenseBlock(*file_, b, model::DenseHeadLayout(hp_), shard,
+                                                    tp_.compute().act_format()));
       Layer& layer = layers_.emplace_back(Layer{w});
       CTXPAR_RETURN_IF_ERROR(
           model::GgufVectors(*file_, b,
@@ -89,12 +88,12 @@ class Gemma2Model final : public model::DenseModel<Gemma2Hparams, Layer> {
     }
     CTXPAR_RETURN_IF_ERROR(Logits(batch, logits));
     // Every rank holds the gathered logits, so each caps the same values.
-    model::Softcap(logits.data(), logits.size(), hp_.final_softcap);
+    compute::Softcap(logits.data(), logits.size(), hp_.final_softcap);
     return Status::Ok();
   }
 
  private:
-  model::RopeAngles rope_;
+  compute::RopeAngles rope_;
 };
 
 class Gemma2Source final : public GgufDenseSource<Gemma2Hparams> {
@@ -107,8 +106,8 @@ class Gemma2Source final : public GgufDenseSource<Gemma2Hparams> {
   }
 
   Expected<std::unique_ptr<Model>> CreateModel(const EngineConfig& config, Communicator& world,
-                                               ThreadPool* pool) const override {
-    return CreateDenseModel<Gemma2Model>(file_, hp_, desc_, kArchitecture, config, world, pool);
+                                               compute::Compute& compute) const override {
+    return CreateDenseModel<Gemma2Model>(file_, hp_, desc_, kArchitecture, config, world, compute);
   }
 };
 

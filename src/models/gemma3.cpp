@@ -7,7 +7,7 @@
 
 #include "models/dense_model.h"
 #include "models/gguf_dense_source.h"
-#include "models/layers/elementwise.h"
+#include "models/layers/compute_types.h"
 #include "models/layers/gguf_weights.h"
 
 namespace ctxpar {
@@ -22,22 +22,21 @@ struct Layer : model::DenseBlockWeights {
   const float* post_attn_norm = nullptr;
   const float* ffn_norm = nullptr;
   const float* post_ffn_norm = nullptr;
-  model::RopeAngles rope = {};
+  compute::RopeAngles rope = {};
 };
 
 class Gemma3Model final : public model::DenseModel<Gemma3Hparams, Layer> {
  public:
   Gemma3Model(std::shared_ptr<const GgufFile> file, const Gemma3Hparams& hp, ModelDesc desc,
-              const EngineConfig& config, Communicator& world, ThreadPool* pool,
-              const model::HeadShard& shard)
-      : DenseModel(std::move(file), hp, std::move(desc), config, world, pool, shard,
+              Communicator& world, compute::Compute& compute, const model::HeadShard& shard)
+      : DenseModel(std::move(file), hp, std::move(desc), world, compute, shard,
                    {.num_heads = hp.num_heads,
                     .head_dim = hp.head_dim,
                     .dim = hp.dim,
                     .scale = hp.query_scale,
                     .rms_eps = hp.rms_eps,
-                    .rope_style = model::RopeStyle::kNeox},
-                   model::GatedActivation::kGeGlu) {}
+                    .rope_style = compute::RopeStyle::kNeox},
+                   compute::GatedActivation::kGeGlu) {}
 
   Status Init(const EngineConfig& config, const model::HeadShard& shard) {
     const Gemma3Hparams& hp = hp_;
@@ -45,8 +44,9 @@ class Gemma3Model final : public model::DenseModel<Gemma3Hparams, Layer> {
     const model::HeadLayout layout = model::DenseHeadLayout(hp);
     for (int l = 0; l < hp.num_layers; ++l) {
       const std::string b = fmt::format("blk.{}.", l);
-      CTXPAR_ASSIGN_OR_RETURN(model::DenseBlockWeights w,
-                              model::GgufDenseBlock(*file_, b, layout, shard, tp_.format()));
+      CTXPAR_ASSIGN_OR_RETURN(
+          model::DenseBlockWeights w,
+          model::GgufDenseBlock(*file_, b, layout, shard, tp_.compute().act_format()));
       Layer layer{w};
       CTXPAR_RETURN_IF_ERROR(
           model::GgufVectors(*file_, b,
@@ -57,7 +57,7 @@ class Gemma3Model final : public model::DenseModel<Gemma3Hparams, Layer> {
                               {&layer.ffn_norm, "ffn_norm.weight", hp.dim},
                               {&layer.post_ffn_norm, "post_ffw_norm.weight", hp.dim}}));
       layer.rope =
-          model::RopeAngles::Ggml(hd, hp.IsWindowLayer(l) ? hp.rope_base_window : hp.rope_base);
+          compute::RopeAngles::Ggml(hd, hp.IsWindowLayer(l) ? hp.rope_base_window : hp.rope_base);
       layers_.push_back(std::move(layer));
     }
     return InitHead(config, /*tied=*/true);
@@ -90,9 +90,9 @@ std::vector<KvGroupSpec> Gemma3KvGroups(const Gemma3Hparams& hp) { return Window
 Expected<std::unique_ptr<Model>> CreateGemma3Model(std::shared_ptr<const GgufFile> file,
                                                    const Gemma3Hparams& hp, ModelDesc desc,
                                                    const EngineConfig& config, Communicator& world,
-                                                   ThreadPool* pool) {
+                                                   compute::Compute& compute) {
   return CreateDenseModel<Gemma3Model>(std::move(file), hp, std::move(desc), "Gemma3ForCausalLM",
-                                       config, world, pool);
+                                       config, world, compute);
 }
 
 }  // namespace ctxpar

@@ -30,7 +30,9 @@
 
 namespace ctxpar {
 
-class ThreadPool;
+namespace compute {
+class Compute;  // compute/compute.h
+}  // namespace compute
 
 struct Gemma3Hparams {
   int vocab_size = 0;
@@ -62,6 +64,6 @@ Expected<Gemma3Hparams> ReadGemma3Hparams(const GgufFile& file);
 Expected<std::unique_ptr<Model>> CreateGemma3Model(std::shared_ptr<const GgufFile> file,
                                                    const Gemma3Hparams& hp, ModelDesc desc,
                                                    const EngineConfig& config, Communicator& world,
-                                                   ThreadPool* pool);
+                                                   compute::Compute& compute);
 
 }  // namespace ctxpar

@@ -31,8 +31,8 @@ class Gemma3Source final : public GgufDenseSource<Gemma3Hparams> {
   }
 
   Expected<std::unique_ptr<Model>> CreateModel(const EngineConfig& config, Communicator& world,
-                                               ThreadPool* pool) const override {
-    return CreateGemma3Model(file_, hp_, desc_, config, world, pool);
+                                               compute::Compute& compute) const override {
+    return CreateGemma3Model(file_, hp_, desc_, config, world, compute);
   }
 };
 

@@ -31,8 +31,8 @@
 #include "ctxpar/thread_pool.h"
 #include "ctxpar/tokenizer.h"
 #include "models/layers/attention_shard.h"
+#include "models/layers/compute_types.h"
 #include "models/layers/gguf_weights.h"
-#include "models/linear.h"
 
 namespace ctxpar {
 
@@ -198,17 +198,17 @@ Expected<std::unique_ptr<ModelSource>> OpenGgufDenseSource(const std::string& pa
 }
 
 // A dense architecture's model factory: the checks and the rank's shard (DenseModelShard), then
-// M(file, hp, desc, config, world, pool, shard) and M::Init(config, shard).
+// M(file, hp, desc, world, compute, shard) and M::Init(config, shard).
 template <class M, class Hparams>
 Expected<std::unique_ptr<Model>> CreateDenseModel(std::shared_ptr<const GgufFile> file,
                                                   const Hparams& hp, ModelDesc desc,
                                                   std::string_view architecture,
                                                   const EngineConfig& config, Communicator& world,
-                                                  ThreadPool* pool) {
+                                                  compute::Compute& compute) {
   CTXPAR_ASSIGN_OR_RETURN(
       const model::HeadShard shard,
       model::DenseModelShard(model::DenseHeadLayout(hp), architecture, config, world));
-  auto m = std::make_unique<M>(std::move(file), hp, std::move(desc), config, world, pool, shard);
+  auto m = std::make_unique<M>(std::move(file), hp, std::move(desc), world, compute, shard);
   CTXPAR_RETURN_IF_ERROR(m->Init(config, shard));
   return std::unique_ptr<Model>(std::move(m));
 }

@@ -43,7 +43,7 @@ model::MoeShape MoeShapeOf(const LlamaHparams& hp) {
           .experts_used = hp.experts_used,
           .expert_ffn = hp.expert_ffn,
           .routing = model::MoeRouting::kTopKSoftmax,
-          .activation = model::GatedActivation::kSwiGluOai,
+          .activation = compute::GatedActivation::kSwiGluOai,
           .biases = true};
 }
 
@@ -68,7 +68,7 @@ std::vector<std::string_view> BlockTensors(const LlamaHparams& hp) {
 
 // Every layer's weights: the rank's rows of the attention and its experts.
 Status LoadLayers(const GgufFile& f, const LlamaHparams& hp, const model::HeadShard& shard,
-                  model::ActFormat format, std::vector<Layer>& layers) {
+                  compute::ActFormat format, std::vector<Layer>& layers) {
   const model::HeadLayout layout = model::DenseHeadLayout(hp);
   const int tp = static_cast<int>(shard.head_bounds.size()) - 1;
   const int first = model::FirstExpert(hp.experts, tp, shard.tp_rank);
@@ -99,21 +99,20 @@ Status LoadLayers(const GgufFile& f, const LlamaHparams& hp, const model::HeadSh
 class GptOssModel final : public model::DenseModel<LlamaHparams, Layer> {
  public:
   GptOssModel(std::shared_ptr<const GgufFile> file, const LlamaHparams& hp, ModelDesc desc,
-              const EngineConfig& config, Communicator& world, ThreadPool* pool,
-              const model::HeadShard& shard)
-      : DenseModel(std::move(file), hp, std::move(desc), config, world, pool, shard,
+              Communicator& world, compute::Compute& compute, const model::HeadShard& shard)
+      : DenseModel(std::move(file), hp, std::move(desc), world, compute, shard,
                    {.num_heads = hp.num_heads,
                     .head_dim = hp.head_dim,
                     .dim = hp.dim,
                     .scale = 1.0f / std::sqrt(float(hp.head_dim)),
                     .rms_eps = hp.rms_eps,
-                    .rope_style = model::RopeStyle::kNeox},
-                   model::GatedActivation::kSwiGluOai),
-        moe_(MoeShapeOf(hp), hp.rms_eps, &tp_, pool) {}
+                    .rope_style = compute::RopeStyle::kNeox},
+                   compute::GatedActivation::kSwiGluOai),
+        moe_(MoeShapeOf(hp), hp.rms_eps, &tp_) {}
 
   Status Init(const EngineConfig& config, const model::HeadShard& shard) {
-    CTXPAR_RETURN_IF_ERROR(LoadLayers(*file_, hp_, shard, tp_.format(), layers_));
-    rope_ = model::RopeAngles::Ggml(hp_.rope_dims, hp_.rope_base, hp_.rope_scaling);
+    CTXPAR_RETURN_IF_ERROR(LoadLayers(*file_, hp_, shard, tp_.compute().act_format(), layers_));
+    rope_ = compute::RopeAngles::Ggml(hp_.rope_dims, hp_.rope_base, hp_.rope_scaling);
     return InitHead(config, hp_.tied_embeddings);
   }
 
@@ -141,7 +140,7 @@ class GptOssModel final : public model::DenseModel<LlamaHparams, Layer> {
 
  private:
   model::RoutedMoe moe_;
-  model::RopeAngles rope_;
+  compute::RopeAngles rope_;
 };
 
 // The tensors the loading reads, their shapes and types; at least 2 layers, so that the global
@@ -158,14 +157,14 @@ Status CheckGptOssTensors(const GgufFile& f, const LlamaHparams& hp) {
 Expected<std::unique_ptr<Model>> CreateGptOssModel(std::shared_ptr<const GgufFile> file,
                                                    const LlamaHparams& hp, ModelDesc desc,
                                                    const EngineConfig& config, Communicator& world,
-                                                   ThreadPool* pool) {
+                                                   compute::Compute& compute) {
   return CreateDenseModel<GptOssModel>(std::move(file), hp, std::move(desc), hp.variant.hf_name,
-                                       config, world, pool);
+                                       config, world, compute);
 }
 
 constexpr LlamaVariant kGptOss = {.gguf_name = "gpt-oss",
                                   .hf_name = "GptOssForCausalLM",
-                                  .rope_style = model::RopeStyle::kNeox,
+                                  .rope_style = compute::RopeStyle::kNeox,
                                   .moe = true,
                                   .alternating_window = true,
                                   .yarn_exact_range = true,

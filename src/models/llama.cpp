@@ -7,7 +7,7 @@
 
 #include "models/dense_model.h"
 #include "models/gguf_dense_source.h"
-#include "models/layers/elementwise.h"
+#include "models/layers/compute_types.h"
 #include "models/layers/gguf_weights.h"
 #include "models/layers/routed_moe.h"
 
@@ -61,7 +61,7 @@ constexpr std::string_view kGlobalTensors[] = {
 
 // Every layer's weights, the rank's rows of the projections (`shard`).
 Status LoadLayers(const GgufFile& f, const LlamaHparams& hp, const model::HeadShard& shard,
-                  model::ActFormat format, std::vector<Layer>& layers) {
+                  compute::ActFormat format, std::vector<Layer>& layers) {
   const model::HeadLayout layout = model::DenseHeadLayout(hp);
   for (int l = 0; l < hp.num_layers; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
@@ -101,9 +101,8 @@ Status LoadLayers(const GgufFile& f, const LlamaHparams& hp, const model::HeadSh
 class LlamaModel final : public model::DenseModel<LlamaHparams, Layer> {
  public:
   LlamaModel(std::shared_ptr<const GgufFile> file, const LlamaHparams& hp, ModelDesc desc,
-             const EngineConfig& config, Communicator& world, ThreadPool* pool,
-             const model::HeadShard& shard)
-      : DenseModel(std::move(file), hp, std::move(desc), config, world, pool, shard,
+             Communicator& world, compute::Compute& compute, const model::HeadShard& shard)
+      : DenseModel(std::move(file), hp, std::move(desc), world, compute, shard,
                    {.num_heads = hp.num_heads,
                     .head_dim = hp.head_dim,
                     .dim = hp.dim,
@@ -113,12 +112,12 @@ class LlamaModel final : public model::DenseModel<LlamaHparams, Layer> {
                     .window = hp.window,
                     .temperature_beta = hp.temperature_beta,
                     .temperature_floor = hp.temperature_floor},
-                   model::GatedActivation::kSwiGlu),
-        moe_(MoeShapeOf(hp), hp.rms_eps, &tp_, pool) {}
+                   compute::GatedActivation::kSwiGlu),
+        moe_(MoeShapeOf(hp), hp.rms_eps, &tp_) {}
 
   Status Init(const EngineConfig& config, const model::HeadShard& shard) {
-    CTXPAR_RETURN_IF_ERROR(LoadLayers(*file_, hp_, shard, tp_.format(), layers_));
-    rope_ = model::RopeAngles::Ggml(hp_.rope_dims, hp_.rope_base, hp_.rope_scaling);
+    CTXPAR_RETURN_IF_ERROR(LoadLayers(*file_, hp_, shard, tp_.compute().act_format(), layers_));
+    rope_ = compute::RopeAngles::Ggml(hp_.rope_dims, hp_.rope_base, hp_.rope_scaling);
     return InitHead(config, hp_.tied_embeddings);
   }
 
@@ -148,7 +147,7 @@ class LlamaModel final : public model::DenseModel<LlamaHparams, Layer> {
 
  private:
   model::RoutedMoe moe_;
-  model::RopeAngles rope_;
+  compute::RopeAngles rope_;
 };
 
 }  // namespace
@@ -161,9 +160,9 @@ Status CheckLlamaTensors(const GgufFile& f, const LlamaHparams& hp) {
 Expected<std::unique_ptr<Model>> CreateLlamaModel(std::shared_ptr<const GgufFile> file,
                                                   const LlamaHparams& hp, ModelDesc desc,
                                                   const EngineConfig& config, Communicator& world,
-                                                  ThreadPool* pool) {
+                                                  compute::Compute& compute) {
   return CreateDenseModel<LlamaModel>(std::move(file), hp, std::move(desc), hp.variant.hf_name,
-                                      config, world, pool);
+                                      config, world, compute);
 }
 
 }  // namespace ctxpar

@@ -27,11 +27,13 @@
 #include "ctxpar/model.h"
 #include "ctxpar/status.h"
 #include "models/layers/attention_shard.h"
-#include "models/layers/elementwise.h"
+#include "models/layers/compute_types.h"
 
 namespace ctxpar {
 
-class ThreadPool;
+namespace compute {
+class Compute;  // compute/compute.h
+}  // namespace compute
 struct LlamaHparams;
 
 // A variant whose block is not Llama's (its own model file): the checks of the file's tensors
@@ -39,7 +41,7 @@ struct LlamaHparams;
 using LlamaTensorCheck = Status (*)(const GgufFile& file, const LlamaHparams& hp);
 using LlamaModelFactory = Expected<std::unique_ptr<Model>> (*)(
     std::shared_ptr<const GgufFile> file, const LlamaHparams& hp, ModelDesc desc,
-    const EngineConfig& config, Communicator& world, ThreadPool* pool);
+    const EngineConfig& config, Communicator& world, compute::Compute& compute);
 
 // What an architecture of the family adds to the Llama block, or the block that replaces it.
 struct LlamaVariant {
@@ -47,7 +49,7 @@ struct LlamaVariant {
   std::string_view hf_name;    // ModelDesc::architecture
   // kNormal: llama.cpp's converter permuted the llama Q/K rows to adjacent pairs; kNeox: the
   // HF rotate_half pairs (Qwen).
-  model::RopeStyle rope_style = model::RopeStyle::kNormal;
+  compute::RopeStyle rope_style = compute::RopeStyle::kNormal;
   bool qkv_bias = false;  // attn_q.bias, attn_k.bias, attn_v.bias (Qwen2)
   bool qk_norm = false;   // attn_q_norm, attn_k_norm over each head (Qwen3)
   // attn_qkv holds the q, k, v rows and ffn_up the gate then up rows (Phi-3).
@@ -85,7 +87,7 @@ struct LlamaHparams {
   float rope_base = 10000.0f;
   // RoPE scaling (elementwise.h's RopeScaling): Llama 3's rope_freqs.weight or Phi-3's LongRoPE
   // tables, 1 / rope.scaling.factor of a linear or YaRN file, YaRN's mix, attn_factor.
-  model::RopeScaling rope_scaling;
+  compute::RopeScaling rope_scaling;
   float rms_eps = 1e-5f;
   int context_length = 0;
   // attention.sliding_window: every layer (or the even ones, variant.alternating_window) sees the
@@ -126,6 +128,6 @@ Expected<std::unique_ptr<ModelSource>> OpenLlamaFamilySource(const std::string& 
 Expected<std::unique_ptr<Model>> CreateLlamaModel(std::shared_ptr<const GgufFile> file,
                                                   const LlamaHparams& hp, ModelDesc desc,
                                                   const EngineConfig& config, Communicator& world,
-                                                  ThreadPool* pool);
+                                                  compute::Compute& compute);
 
 }  // namespace ctxpar

@@ -29,10 +29,10 @@ class LlamaSource final : public GgufDenseSource<LlamaHparams> {
   }
 
   Expected<std::unique_ptr<Model>> CreateModel(const EngineConfig& config, Communicator& world,
-                                               ThreadPool* pool) const override {
+                                               compute::Compute& compute) const override {
     const LlamaModelFactory create =
         hp_.variant.create != nullptr ? hp_.variant.create : CreateLlamaModel;
-    return create(file_, hp_, desc_, config, world, pool);
+    return create(file_, hp_, desc_, config, world, compute);
   }
 };
 
@@ -88,7 +88,7 @@ Expected<std::optional<std::vector<float>>> ReadRopeFactors(const GgufFile& f,
 // factor) that ggml applies itself, where rope.scaling.yarn_log_multiplier (DeepSeek's
 // mscale_all_dim; Mistral 3 alone in this family) is log_mul, else mscale(1).
 Expected<float> ReadYarn(const GgufFile& f, const std::string& a, float factor, LlamaHparams& hp) {
-  model::RopeScaling& s = hp.rope_scaling;
+  compute::RopeScaling& s = hp.rope_scaling;
   CTXPAR_ASSIGN_OR_RETURN(s.ext_factor,
                           ReadFloatHparam(f, a + "rope.scaling.yarn_ext_factor",
                                           {0.0, 1.0, true, false, "in (0, 1]"}, 1.0f));
@@ -107,10 +107,10 @@ Expected<float> ReadYarn(const GgufFile& f, const std::string& a, float factor, 
                             ReadFloatHparam(f, a + "rope.scaling.yarn_log_multiplier",
                                             {0.0, 100.0, false, false, "in [0, 100]"}, 0.0f));
   }
-  const float magnitude = log_mul != 0.0f
-                              ? model::YarnMscale(factor, 1.0f) / model::YarnMscale(factor, log_mul)
-                              : model::YarnMscale(factor, 1.0f);
-  return magnitude * (1.0f / model::YarnMscale(factor, 1.0f));
+  const float magnitude =
+      log_mul != 0.0f ? compute::YarnMscale(factor, 1.0f) / compute::YarnMscale(factor, log_mul)
+                      : compute::YarnMscale(factor, 1.0f);
+  return magnitude * (1.0f / compute::YarnMscale(factor, 1.0f));
 }
 
 // Mistral 3's attention temperature (attention.temperature_scale, over the original context's
@@ -134,7 +134,7 @@ Status ReadRopeScaling(const GgufFile& f, const std::string& a, LlamaHparams& hp
   if (f.Find(type_key) != nullptr) {
     CTXPAR_ASSIGN_OR_RETURN(type, f.GetString(type_key));
   }
-  model::RopeScaling& s = hp.rope_scaling;
+  compute::RopeScaling& s = hp.rope_scaling;
   float yarn_magnitude = 1.0f;
   if (type == "linear" || type == "yarn") {
     CTXPAR_ASSIGN_OR_RETURN(

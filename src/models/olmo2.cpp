@@ -39,7 +39,7 @@ constexpr std::string_view kBlockTensors[] = {"attn_q.weight",       "attn_k.wei
                                               "post_ffw_norm.weight"};
 
 Status LoadLayers(const GgufFile& f, const LlamaHparams& hp, const model::HeadShard& shard,
-                  model::ActFormat format, std::vector<Layer>& layers) {
+                  compute::ActFormat format, std::vector<Layer>& layers) {
   const model::HeadLayout layout = model::DenseHeadLayout(hp);
   for (int l = 0; l < hp.num_layers; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
@@ -60,22 +60,21 @@ Status LoadLayers(const GgufFile& f, const LlamaHparams& hp, const model::HeadSh
 class Olmo2Model final : public model::DenseModel<LlamaHparams, Layer> {
  public:
   Olmo2Model(std::shared_ptr<const GgufFile> file, const LlamaHparams& hp, ModelDesc desc,
-             const EngineConfig& config, Communicator& world, ThreadPool* pool,
-             const model::HeadShard& shard)
-      : DenseModel(std::move(file), hp, std::move(desc), config, world, pool, shard,
+             Communicator& world, compute::Compute& compute, const model::HeadShard& shard)
+      : DenseModel(std::move(file), hp, std::move(desc), world, compute, shard,
                    {.num_heads = hp.num_heads,
                     .head_dim = hp.head_dim,
                     .dim = hp.dim,
                     .scale = 1.0f / std::sqrt(float(hp.head_dim)),
                     .rms_eps = hp.rms_eps,
-                    .rope_style = model::RopeStyle::kNeox,
+                    .rope_style = compute::RopeStyle::kNeox,
                     .whole_row_qk_norm = true,
                     .num_kv_heads = hp.num_kv_heads},
-                   model::GatedActivation::kSwiGlu) {}
+                   compute::GatedActivation::kSwiGlu) {}
 
   Status Init(const EngineConfig& config, const model::HeadShard& shard) {
-    CTXPAR_RETURN_IF_ERROR(LoadLayers(*file_, hp_, shard, tp_.format(), layers_));
-    rope_ = model::RopeAngles::Ggml(hp_.rope_dims, hp_.rope_base, hp_.rope_scaling);
+    CTXPAR_RETURN_IF_ERROR(LoadLayers(*file_, hp_, shard, tp_.compute().act_format(), layers_));
+    rope_ = compute::RopeAngles::Ggml(hp_.rope_dims, hp_.rope_base, hp_.rope_scaling);
     return InitHead(config, hp_.tied_embeddings);
   }
 
@@ -99,7 +98,7 @@ class Olmo2Model final : public model::DenseModel<LlamaHparams, Layer> {
   }
 
  private:
-  model::RopeAngles rope_;
+  compute::RopeAngles rope_;
 };
 
 Status CheckOlmo2Tensors(const GgufFile& f, const LlamaHparams& hp) {
@@ -110,14 +109,14 @@ Status CheckOlmo2Tensors(const GgufFile& f, const LlamaHparams& hp) {
 Expected<std::unique_ptr<Model>> CreateOlmo2Model(std::shared_ptr<const GgufFile> file,
                                                   const LlamaHparams& hp, ModelDesc desc,
                                                   const EngineConfig& config, Communicator& world,
-                                                  ThreadPool* pool) {
+                                                  compute::Compute& compute) {
   return CreateDenseModel<Olmo2Model>(std::move(file), hp, std::move(desc), hp.variant.hf_name,
-                                      config, world, pool);
+                                      config, world, compute);
 }
 
 constexpr LlamaVariant kOlmo2 = {.gguf_name = "olmo2",
                                  .hf_name = "Olmo2ForCausalLM",
-                                 .rope_style = model::RopeStyle::kNeox,
+                                 .rope_style = compute::RopeStyle::kNeox,
                                  .check_tensors = CheckOlmo2Tensors,
                                  .create = CreateOlmo2Model};
 

@@ -15,7 +15,7 @@ namespace {
 
 constexpr LlamaVariant kPhi3 = {.gguf_name = "phi3",
                                 .hf_name = "Phi3ForCausalLM",
-                                .rope_style = model::RopeStyle::kNeox,
+                                .rope_style = compute::RopeStyle::kNeox,
                                 .fused = true};
 
 }  // namespace

@@ -15,16 +15,16 @@ namespace {
 
 constexpr LlamaVariant kQwen2 = {.gguf_name = "qwen2",
                                  .hf_name = "Qwen2ForCausalLM",
-                                 .rope_style = model::RopeStyle::kNeox,
+                                 .rope_style = compute::RopeStyle::kNeox,
                                  .qkv_bias = true};
 constexpr LlamaVariant kQwen3 = {.gguf_name = "qwen3",
                                  .hf_name = "Qwen3ForCausalLM",
-                                 .rope_style = model::RopeStyle::kNeox,
+                                 .rope_style = compute::RopeStyle::kNeox,
                                  .qk_norm = true};
 
 constexpr LlamaVariant kQwen3Moe = {.gguf_name = "qwen3moe",
                                     .hf_name = "Qwen3MoeForCausalLM",
-                                    .rope_style = model::RopeStyle::kNeox,
+                                    .rope_style = compute::RopeStyle::kNeox,
                                     .qk_norm = true,
                                     .moe = true};
 

@@ -245,9 +245,10 @@ TEST(CliCheck, PlatformFromEnvironmentAndFlag) {
   EXPECT_NE(r.out.find("platform: cuda:sm90: "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("probe: "), std::string::npos) << r.out;
   // The kernels of this machine, whatever the platform checked.
-  EXPECT_NE(r.out.find("kernels (this machine): matmul --dtype float32 "), std::string::npos)
+  EXPECT_NE(r.out.find("kernels (this machine): --dtype float32 [cpu: matmul fp32 "),
+            std::string::npos)
       << r.out;
-  EXPECT_NE(r.out.find(", --dtype auto "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(", --dtype auto [cpu: matmul int8 "), std::string::npos) << r.out;
 }
 
 TEST(CliCheck, MoeBackendRefusedOnlyOnANamedPlatform) {

@@ -257,7 +257,7 @@ TEST(Generate, Bf16KvCacheGivesTheSameTokensAcrossLayouts) {
   }
 }
 
-// --dtype auto (int8 activations on the matrix units, src/models/linear_int8.h): every output is
+// --dtype auto (int8 activations on the matrix units, src/compute/linear_int8.h): every output is
 // one fixed sequence whatever the batch, so a prompt prefilled 3 tokens a step prints the whole
 // prompt's ids, and tp 3 (each rank's rows over the whole input row) the single rank's. The
 // matmul data types the CPU engine lacks are refused with their catalog ID.

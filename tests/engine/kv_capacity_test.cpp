@@ -47,7 +47,7 @@ class SyntheticSource : public ModelSource {
     return spec;
   }
   Expected<std::unique_ptr<Model>> CreateModel(const EngineConfig&, Communicator&,
-                                               ThreadPool*) const override {
+                                               compute::Compute&) const override {
     return Unimplemented("a synthetic source has no weights");
   }
 

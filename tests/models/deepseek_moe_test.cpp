@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 
+#include "compute/cpu_compute.h"
 #include "ctxpar/communicator.h"
 #include "loader/safetensors_builder.h"
 
@@ -68,8 +69,8 @@ TEST(DeepseekRouter, GroupLimitedTopKWithTheCorrectionBias) {
 // DeepSeek-V2's router (transformers' DeepseekV2TopkRouter, group_limited_greedy): softmax
 // scores, each group scored by its best expert. Groups of two: {0,1} best e^2, {2,3} e^1.5 twice
 // (the larger sum, the smaller best), {4,5} e^1.8: the groups {0,1} and {4,5} are kept, where V3's
-// router (sigmoid, the sum of the top two) keeps {2,3} and takes experts 2 and 3. Weights: the softmax probabilities (float64 here) times
-// the scaling factor, not renormalized.
+// router (sigmoid, the sum of the top two) keeps {2,3} and takes experts 2 and 3. Weights: the
+// softmax probabilities (float64 here) times the scaling factor, not renormalized.
 TEST(DeepseekRouter, SoftmaxRouterScoresEachGroupByItsBestExpert) {
   DeepseekV3Config c = MoeConfig();
   c.softmax_router = true;
@@ -192,7 +193,8 @@ class DeepseekMoeTest : public ::testing::Test {
     Status st = RunInProcess(tp, [&](Communicator& world) -> Status {
       const DeepseekShard s = MakeDeepseekShard(c, config, world.rank());
       CTXPAR_ASSIGN_OR_RETURN(FfnWeights w, LoadFfnWeights(weights, c, s, 0));
-      DeepseekFfn ffn(c, s, world, nullptr);
+      compute::CpuCompute compute(nullptr, compute::ActFormat::kF32);
+      DeepseekFfn ffn(c, s, world, compute);
       std::vector<float> y = x;
       world.ResetCounters();
       CTXPAR_RETURN_IF_ERROR(ffn.Run(w, T, y.data()));

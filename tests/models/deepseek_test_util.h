@@ -22,6 +22,7 @@
 #include "ctxpar/sampling.h"
 #include "ctxpar/thread_pool.h"
 #include "models/deepseek.h"
+#include "models/layers/compute_types.h"
 
 namespace ctxpar::testing {
 
@@ -112,8 +113,9 @@ inline Expected<RankResult> RunDeepseekRank(const ModelSource& source, const Eng
   const int vocab = source.desc().vocab_size;
   CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<ThreadPool> pool,
                           ThreadPool::Create(std::max(1, config.threads)));
+  const std::unique_ptr<compute::Compute> compute = model::ComputeFor(config, pool.get());
   CTXPAR_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
-                          source.CreateModel(config, world, pool.get()));
+                          source.CreateModel(config, world, *compute));
   CTXPAR_ASSIGN_OR_RETURN(KvPoolOptions pool_options,
                           KvPoolFor(config, source, world.rank() % config.dcp_size));
   CTXPAR_ASSIGN_OR_RETURN(KvPool kv, KvPool::Create(pool_options));

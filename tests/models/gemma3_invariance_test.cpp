@@ -18,6 +18,7 @@
 #include "ctxpar/engine.h"
 #include "ctxpar/sampling.h"
 #include "ctxpar/thread_pool.h"
+#include "models/layers/compute_types.h"
 #include "models/sequence_runner.h"
 
 namespace ctxpar {
@@ -88,8 +89,9 @@ class Gemma3Invariance : public ::testing::Test {
     const Status st = RunInProcess(c.tp, [&](Communicator& comm) -> Status {
       CTXPAR_ASSIGN_OR_RETURN(Launch launch, LaunchFor(c));
       CTXPAR_ASSIGN_OR_RETURN(auto threads, ThreadPool::Create(1));
+      const auto compute = model::ComputeFor(launch.config, threads.get());
       CTXPAR_ASSIGN_OR_RETURN(auto model,
-                              launch.source->CreateModel(launch.config, comm, threads.get()));
+                              launch.source->CreateModel(launch.config, comm, *compute));
       CTXPAR_ASSIGN_OR_RETURN(KvPoolOptions o, KvPoolFor(launch.config, *launch.source,
                                                          comm.rank() % launch.config.dcp_size));
       o.max_slots = 2;

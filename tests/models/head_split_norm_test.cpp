@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "compute/cpu_compute.h"
 #include "ctxpar/communicator.h"
 #include "ctxpar/engine_config.h"
 #include "models/layers/attention_shard.h"
@@ -62,7 +63,8 @@ std::vector<std::vector<float>> RunLayout(const Whole& w, int tp, int dcp, bool 
                               {k.data(), s.kv_first, s.kv_heads, s.kv_owned_first, s.kv_owned,
                                w.layout.num_kv_heads, w.k_weight.data()}};
     HeadSplitRmsNorm norm;
-    CTXPAR_RETURN_IF_ERROR(norm.Run(comm, nullptr, parts, kRows, hd, 1e-6f));
+    compute::CpuCompute compute(nullptr, compute::ActFormat::kF32);
+    CTXPAR_RETURN_IF_ERROR(norm.Run(comm, compute, parts, kRows, hd, 1e-6f));
     q.insert(q.end(), k.begin(), k.end());
     std::lock_guard<std::mutex> lock(mu);
     out[comm.rank()] = std::move(q);

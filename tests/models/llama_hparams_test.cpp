@@ -81,7 +81,7 @@ TEST(LlamaHparams, YarnTakesTheConvertersKeys) {
   ASSERT_TRUE(file.ok()) << file.status().ToString();
   Expected<LlamaHparams> hp = ReadLlamaHparams(*file);
   ASSERT_TRUE(hp.ok()) << hp.status().ToString();
-  const model::RopeScaling& s = hp->rope_scaling;
+  const compute::RopeScaling& s = hp->rope_scaling;
   EXPECT_EQ(s.freq_scale, float(1.0 / rope.at("factor").get<double>()));
   EXPECT_EQ(s.orig_ctx, rope.at("original_max_position_embeddings").get<int>());
   EXPECT_EQ(s.ext_factor, 1.0f);
@@ -97,7 +97,7 @@ TEST(LlamaHparams, YarnTakesTheConvertersKeys) {
 TEST(LlamaHparams, WindowBindsOnlyWithinTheContext) {
   const LlamaVariant phi3 = {.gguf_name = "phi3",
                              .hf_name = "Phi3ForCausalLM",
-                             .rope_style = model::RopeStyle::kNeox,
+                             .rope_style = compute::RopeStyle::kNeox,
                              .fused = true};
   const std::vector<uint8_t> bytes =
       FileBytes(std::string(CTXPAR_TEST_DATA_DIR) + "/hf_tiny/phi3/phi3-q8_0.gguf");

@@ -18,6 +18,7 @@
 #include "ctxpar/launch.h"
 #include "ctxpar/model.h"
 #include "ctxpar/thread_pool.h"
+#include "models/layers/compute_types.h"
 
 namespace ctxpar::testing {
 
@@ -37,10 +38,12 @@ class SequenceRunner {
                                          Communicator& world) {
     SequenceRunner r;
     CTXPAR_ASSIGN_OR_RETURN(r.threads_, ThreadPool::Create(config.threads));
-    CTXPAR_ASSIGN_OR_RETURN(r.model_, source.CreateModel(config, world, r.threads_.get()));
+    r.compute_ = model::ComputeFor(config, r.threads_.get());
+    CTXPAR_ASSIGN_OR_RETURN(r.model_, source.CreateModel(config, world, *r.compute_));
     CTXPAR_ASSIGN_OR_RETURN(KvPoolOptions o,
                             KvPoolFor(config, source, world.rank() % config.dcp_size));
     o.max_slots = 1;
+    o.allocator = r.compute_.get();
     CTXPAR_ASSIGN_OR_RETURN(KvPool pool, KvPool::Create(o));
     r.pool_ = std::make_unique<KvPool>(std::move(pool));
     CTXPAR_ASSIGN_OR_RETURN(r.slot_, r.pool_->AcquireSlot());
@@ -66,6 +69,7 @@ class SequenceRunner {
 
  private:
   std::unique_ptr<ThreadPool> threads_;
+  std::unique_ptr<compute::Compute> compute_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<KvPool> pool_;
   int32_t slot_ = 0;

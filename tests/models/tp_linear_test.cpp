@@ -18,9 +18,10 @@
 #include <random>
 #include <vector>
 
+#include "compute/cpu_compute.h"
+#include "compute/matmul_f32.h"
 #include "ctxpar/communicator.h"
 #include "ctxpar/dtype.h"
-#include "models/matmul_f32.h"
 
 namespace ctxpar::model {
 namespace {
@@ -74,7 +75,8 @@ TEST(TpLinear, RowParallelAndVocabHeadAreTpInvariant) {
   for (int tp : {1, 2, 3}) {
     std::mutex mu;
     const Status st = RunInProcess(tp, [&](Communicator& comm) -> Status {
-      TpLinear linear(&comm, nullptr, ActFormat::kF32);
+      compute::CpuCompute compute(nullptr, ActFormat::kF32);
+      TpLinear linear(&comm, &compute);
       const std::vector<int> in = Bounds(kCols, tp), out = Bounds(kRows, tp);
       const int r = comm.rank();
       std::vector<float> mine(std::size_t(kTokens) * (in[r + 1] - in[r]));
@@ -125,7 +127,8 @@ TEST(TpLinear, F32PartialSumsAddInRankOrderAndTheVocabHeadIsTpInvariant) {
     got[tp].resize(tp);
     std::mutex mu;
     const Status st = RunInProcess(tp, [&](Communicator& comm) -> Status {
-      TpLinear linear(&comm, nullptr, ActFormat::kF32);
+      compute::CpuCompute compute(nullptr, ActFormat::kF32);
+      TpLinear linear(&comm, &compute);
       const std::vector<int> in = Bounds(kCols, tp);
       const int r = comm.rank(), width = in[r + 1] - in[r];
       std::vector<float> y(std::size_t(kTokens) * kRows);
@@ -148,11 +151,12 @@ TEST(TpLinear, F32PartialSumsAddInRankOrderAndTheVocabHeadIsTpInvariant) {
       for (int o = 0; o < kRows; ++o) {
         const float* xt = x.data() + std::size_t(t) * kCols;
         const float* wo = w.data() + std::size_t(o) * kCols;
-        float sum = DotF32Fixed(xt, wo, in[1]);
-        for (int r = 1; r < tp; ++r) sum += DotF32Fixed(xt + in[r], wo + in[r], in[r + 1] - in[r]);
+        float sum = compute::DotF32Fixed(xt, wo, in[1]);
+        for (int r = 1; r < tp; ++r)
+          sum += compute::DotF32Fixed(xt + in[r], wo + in[r], in[r + 1] - in[r]);
         double ref = 0.0;
         for (int c = 0; c < kCols; ++c) ref += double(xt[c]) * wo[c];
-        const float row = DotF32Fixed(xt, wo, kCols);
+        const float row = compute::DotF32Fixed(xt, wo, kCols);
         for (int r = 0; r < tp; ++r) {
           ASSERT_EQ(at(got[tp][r][0], t, o), sum) << "tp " << tp << " rank " << r;
           ASSERT_EQ(at(got[tp][r][1], t, o), row) << "tp " << tp << " rank " << r;

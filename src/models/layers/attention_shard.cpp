@@ -7,7 +7,7 @@
 #include <string>
 
 #include "ctxpar/error_catalog.h"
-#include "models/linear.h"
+#include "models/layers/compute_types.h"
 
 namespace ctxpar::model {
 

@@ -13,9 +13,8 @@
 #include <vector>
 
 #include "ctxpar/status.h"
-#include "ctxpar/thread_pool.h"
 #include "models/layers/attention_shard.h"
-#include "models/layers/elementwise.h"
+#include "models/layers/compute_types.h"
 #include "models/layers/gguf_weights.h"
 #include "models/layers/tp_linear.h"
 
@@ -23,16 +22,14 @@ namespace ctxpar::model {
 
 class GatedMlp {
  public:
-  // `tp` and `pool` are not owned and outlive the block.
-  GatedMlp(GatedActivation act, int dim, float rms_eps, TpLinear* tp, const HeadShard& shard,
-           ThreadPool* pool)
+  // `tp` is not owned and outlives the block.
+  GatedMlp(GatedActivation act, int dim, float rms_eps, TpLinear* tp, const HeadShard& shard)
       : act_(act),
         dim_(dim),
         rms_eps_(rms_eps),
         tp_(tp),
         ffn_bounds_(shard.ffn_bounds),
-        dim_bounds_(shard.dim_bounds),
-        pool_(pool) {}
+        dim_bounds_(shard.dim_bounds) {}
 
   // The gate, up and down of `w` over x [n, dim], normed with ffn_norm [dim] unless it is null
   // (collective).
@@ -46,7 +43,6 @@ class GatedMlp {
   float rms_eps_;
   TpLinear* tp_;
   std::vector<int> ffn_bounds_, dim_bounds_;
-  ThreadPool* pool_;
   LineVector<float> xn_, act_out_;  // matmul inputs: aligned, read in place
   std::vector<float> gate_, up_;
 };

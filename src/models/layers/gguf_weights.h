@@ -14,7 +14,7 @@
 #include "ctxpar/gguf.h"
 #include "ctxpar/status.h"
 #include "models/layers/attention_shard.h"
-#include "models/linear.h"
+#include "models/layers/compute_types.h"
 
 namespace ctxpar::model {
 

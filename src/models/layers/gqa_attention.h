@@ -31,10 +31,9 @@
 #include "ctxpar/engine_config.h"
 #include "ctxpar/kv_pool.h"
 #include "ctxpar/status.h"
-#include "ctxpar/thread_pool.h"
 #include "models/batch_attention.h"
 #include "models/layers/attention_shard.h"
-#include "models/layers/elementwise.h"
+#include "models/layers/compute_types.h"
 #include "models/layers/gguf_weights.h"
 #include "models/layers/head_split_norm.h"
 #include "models/layers/tp_linear.h"
@@ -82,9 +81,10 @@ struct GqaLayer {
 
 class GqaAttention {
  public:
-  // `tp` (the TP group's linear layers) and `pool` are not owned and outlive the block.
-  GqaAttention(const GqaOptions& options, TpLinear* tp, HeadShard shard, ThreadPool* pool)
-      : opt_(options), tp_(tp), shard_(std::move(shard)), pool_(pool) {}
+  // `tp` (the TP group's linear layers, on the rank's compute seam) is not owned and outlives the
+  // block.
+  GqaAttention(const GqaOptions& options, TpLinear* tp, HeadShard shard)
+      : opt_(options), tp_(tp), shard_(std::move(shard)) {}
 
   // Splits the DCP group off the TP group and builds the attention (collective).
   Status Init(const EngineConfig& config);
@@ -98,12 +98,11 @@ class GqaAttention {
   GqaOptions opt_;
   TpLinear* tp_;
   HeadShard shard_;
-  ThreadPool* pool_;
   std::unique_ptr<Communicator> dcp_;
   std::unique_ptr<BatchAttention> attend_;
   HeadSplitRmsNorm whole_row_norm_;
   LineVector<float> xn_, o_;  // matmul inputs: aligned, read in place
-  std::vector<float> q_, k_, v_, lse_;
+  std::vector<float> q_, k_, v_, lse_, scales_;
 };
 
 }  // namespace ctxpar::model

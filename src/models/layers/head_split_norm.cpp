@@ -3,47 +3,37 @@
 #include <cmath>
 #include <cstddef>
 
-#include "models/layers/elementwise.h"
-#include "models/layers/rows.h"
-
 namespace ctxpar::model {
 
-Status HeadSplitRmsNorm::Run(Communicator& tp, ThreadPool* pool, std::span<const HeadRows> parts,
+Status HeadSplitRmsNorm::Run(Communicator& tp, compute::Compute& c, std::span<const HeadRows> parts,
                              int n, int head_dim, float eps) {
   std::size_t width = 0;
   for (const HeadRows& p : parts) width += p.total;
   sums_.assign(std::size_t(n) * width, 0.0);
   const std::size_t hd = head_dim;
-  ForRows(pool, n, [&](int begin, int end) {
-    for (int row = begin; row < end; ++row) {
-      double* sums = sums_.data() + row * width;
-      for (const HeadRows& p : parts) {
-        const float* x = p.rows + row * p.count * hd;
-        for (int h = p.owned_first; h < p.owned_first + p.owned; ++h) {
-          sums[h] = SumOfSquares(x + (h - p.first) * hd, head_dim);
-        }
-        sums += p.total;
-      }
-    }
-  });
+  std::size_t offset = 0;
+  for (const HeadRows& p : parts) {
+    const compute::Tensor owned =
+        compute::F32(p.rows + (p.owned_first - p.first) * hd, n, p.owned * hd, p.count * hd);
+    c.SumsOfSquares(owned, head_dim, sums_.data() + offset + p.owned_first, width);
+    offset += p.total;
+  }
   if (tp.size() > 1) {
     CTXPAR_RETURN_IF_ERROR(
         tp.AllReduce(sums_.data(), sums_.data(), sums_.size(), DataType::kF64, ReduceOp::kSum));
   }
-  ForRows(pool, n, [&](int begin, int end) {
-    for (int row = begin; row < end; ++row) {
-      const double* sums = sums_.data() + row * width;
-      for (const HeadRows& p : parts) {
-        double sum = 0.0;
-        for (int h = 0; h < p.total; ++h) sum += sums[h];
-        const float scale = 1.0f / std::sqrt(float(sum / double(p.total * hd)) + eps);
-        float* x = p.rows + row * p.count * hd;
-        const float* w = p.weight + p.first * hd;
-        for (std::size_t c = 0; c < p.count * hd; ++c) x[c] = x[c] * scale * w[c];
-        sums += p.total;
-      }
+  scales_.resize(n);
+  offset = 0;
+  for (const HeadRows& p : parts) {
+    for (int row = 0; row < n; ++row) {
+      const double* sums = sums_.data() + row * width + offset;
+      double sum = 0.0;
+      for (int h = 0; h < p.total; ++h) sum += sums[h];
+      scales_[row] = 1.0f / std::sqrt(float(sum / double(p.total * hd)) + eps);
     }
-  });
+    c.ScaleRows(compute::F32(p.rows, n, p.count * hd), scales_.data(), p.weight + p.first * hd);
+    offset += p.total;
+  }
   return Status::Ok();
 }
 

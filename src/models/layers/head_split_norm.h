@@ -13,9 +13,9 @@
 #include <span>
 #include <vector>
 
+#include "compute/compute.h"
 #include "ctxpar/communicator.h"
 #include "ctxpar/status.h"
-#include "ctxpar/thread_pool.h"
 
 namespace ctxpar::model {
 
@@ -35,11 +35,12 @@ struct HeadRows {
 class HeadSplitRmsNorm {
  public:
   // Norms each part's rows in place: y = x / sqrt(mean over the whole row of x^2 + eps) * w.
-  Status Run(Communicator& tp, ThreadPool* pool, std::span<const HeadRows> parts, int n,
+  Status Run(Communicator& tp, compute::Compute& c, std::span<const HeadRows> parts, int n,
              int head_dim, float eps);
 
  private:
   std::vector<double> sums_;  // [n, sum of the parts' totals]
+  std::vector<float> scales_;
 };
 
 }  // namespace ctxpar::model

@@ -6,9 +6,8 @@
 #include <cmath>
 #include <numeric>
 
-#include "models/layers/elementwise.h"
+#include "models/layers/compute_types.h"
 #include "models/layers/gguf_weights.h"
-#include "models/layers/rows.h"
 
 namespace ctxpar::model {
 
@@ -102,9 +101,11 @@ void RoutedMoe::Route(const float* router_bias, int n) {
 
 Expected<const float*> RoutedMoe::Forward(const MoeWeights& w, const float* ffn_norm,
                                           const float* x, int n) {
+  using compute::F32;
+  compute::Compute& c = tp_->compute();
   const int dim = shape_.dim, ffn = shape_.expert_ffn, used = shape_.experts_used;
   xn_.resize(std::size_t(n) * dim);
-  RmsNormRows(pool_, x, ffn_norm, n, dim, rms_eps_, xn_.data());
+  c.RmsNorm(F32(x, n, dim), ffn_norm, rms_eps_, F32(xn_.data(), n, dim));
   logits_.resize(std::size_t(n) * shape_.experts);
   const MatMulOut router[] = {{w.router, logits_.data(), shape_.experts}};
   tp_->ColumnParallel(router, xn_.data(), n, dim);
@@ -131,20 +132,21 @@ Expected<const float*> RoutedMoe::Forward(const MoeWeights& w, const float* ffn_
     const MatMulOut gate_up[] = {{w.gate[i], gate_.data(), ffn}, {w.up[i], up_.data(), ffn}};
     tp_->ColumnParallel(gate_up, xs_.data(), m, dim);
     if (w.gate_bias != nullptr) {
-      AddRowBias(gate_.data(), m, w.gate_bias + std::size_t(expert) * ffn, ffn);
-      AddRowBias(up_.data(), m, w.up_bias + std::size_t(expert) * ffn, ffn);
+      c.AddBias(F32(gate_.data(), m, ffn), w.gate_bias + std::size_t(expert) * ffn);
+      c.AddBias(F32(up_.data(), m, ffn), w.up_bias + std::size_t(expert) * ffn);
     }
-    Gated(shape_.activation, gate_.data(), up_.data(), m * ffn, act_.data());
+    c.Gated(shape_.activation, F32(gate_.data(), m, ffn), F32(up_.data(), m, ffn),
+            F32(act_.data(), m, ffn));
     out_.resize(std::size_t(m) * dim);
     const MatMulOut down[] = {{w.down[i], out_.data(), dim}};
     tp_->ColumnParallel(down, act_.data(), m, ffn);
     if (w.down_bias != nullptr) {
-      AddRowBias(out_.data(), m, w.down_bias + std::size_t(expert) * dim, dim);
+      c.AddBias(F32(out_.data(), m, dim), w.down_bias + std::size_t(expert) * dim);
     }
     for (int r = 0; r < m; ++r) {
       const float weight = choices_[slots[r]].weight;
       float* dst = rows_.data() + std::size_t(slots[r]) * dim;
-      for (int c = 0; c < dim; ++c) dst[c] = out_[std::size_t(r) * dim + c] * weight;
+      for (int col = 0; col < dim; ++col) dst[col] = out_[std::size_t(r) * dim + col] * weight;
     }
   }
   if (tp_->size() > 1) {

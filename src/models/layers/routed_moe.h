@@ -26,10 +26,8 @@
 
 #include "ctxpar/gguf.h"
 #include "ctxpar/status.h"
-#include "ctxpar/thread_pool.h"
-#include "models/layers/elementwise.h"
+#include "models/layers/compute_types.h"
 #include "models/layers/tp_linear.h"
-#include "models/linear.h"
 
 namespace ctxpar::model {
 
@@ -76,9 +74,9 @@ Expected<MoeWeights> GgufMoeWeights(const GgufFile& f, const std::string& prefix
 
 class RoutedMoe {
  public:
-  // `tp` and `pool` are not owned and outlive the block.
-  RoutedMoe(const MoeShape& shape, float rms_eps, TpLinear* tp, ThreadPool* pool)
-      : shape_(shape), rms_eps_(rms_eps), tp_(tp), pool_(pool) {}
+  // `tp` is not owned and outlives the block.
+  RoutedMoe(const MoeShape& shape, float rms_eps, TpLinear* tp)
+      : shape_(shape), rms_eps_(rms_eps), tp_(tp) {}
 
   // Returns [n, dim], valid until the next Forward (collective).
   Expected<const float*> Forward(const MoeWeights& w, const float* ffn_norm, const float* x, int n);
@@ -94,7 +92,6 @@ class RoutedMoe {
   MoeShape shape_;
   float rms_eps_;
   TpLinear* tp_;
-  ThreadPool* pool_;
   LineVector<float> xn_, xs_, act_;  // matmul inputs: aligned, read in place
   std::vector<float> logits_, gate_, up_, out_, rows_, y_;
   std::vector<Choice> choices_;

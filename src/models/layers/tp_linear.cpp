@@ -5,27 +5,12 @@
 namespace ctxpar::model {
 
 void TpLinear::ColumnParallel(std::span<const MatMulOut> outs, const float* x, int n, int cols) {
-  // One preparation serves all when the outputs' types take the same activations: kQ8's blocks
-  // depend on the type, and kInt8 falls back to fp32 for the types it does not take.
-  auto takes = [&](WeightType t) { return format_ != ActFormat::kInt8 || Int8Takes(t); };
-  bool one_pass = true;
-  for (const MatMulOut& o : outs) {
-    one_pass = one_pass && takes(o.w.type) == takes(outs[0].w.type) &&
-               (format_ != ActFormat::kQ8 || o.w.type == outs[0].w.type);
-  }
-  if (one_pass) {
-    PrepareActs(format_, outs[0].w.type, x, n, cols, cols, &acts_, pool_);
-    return MatMulMany(outs, acts_, pool_);
-  }
-  for (const MatMulOut& o : outs) {
-    PrepareActs(format_, o.w.type, x, n, cols, cols, &acts_, pool_);
-    MatMul(o.w, acts_, o.y, o.ldy, pool_);
-  }
+  compute_->MatMul(outs, compute::F32(x, n, cols));
 }
 
 void TpLinear::ColumnParallel(const F32Matrix& w, const float* x, int n, int ldx, float* y,
                               int ldy) {
-  MatMulF32(w, x, n, ldx, y, ldy, pool_);
+  compute_->MatMul(w, compute::F32(x, n, w.cols, ldx), compute::F32(y, n, w.rows, ldy));
 }
 
 Status TpLinear::GatherColumns(const float* mine, int n, const std::vector<int>& bounds,
@@ -61,9 +46,9 @@ Expected<const float*> TpLinear::RowParallel(const QuantMatrix& w, const float* 
     CTXPAR_RETURN_IF_ERROR(GatherColumns(mine, n, in_bounds, in_full_));
     in = in_full_.data();
   }
-  PrepareActs(format_, w.type, in, n, w.cols, w.cols, &acts_, pool_);
   y_.resize(std::size_t(n) * w.rows);
-  MatMul(w, acts_, y_.data(), w.rows, pool_);
+  const MatMulOut out[] = {{w, y_.data(), w.rows}};
+  compute_->MatMul(out, compute::F32(in, n, w.cols));
   if (size() == 1) return y_.data();
   CTXPAR_RETURN_IF_ERROR(GatherColumns(y_.data(), n, out_bounds, y_full_));
   return y_full_.data();
@@ -71,7 +56,7 @@ Expected<const float*> TpLinear::RowParallel(const QuantMatrix& w, const float* 
 
 void TpLinear::RowParallelPartial(const F32Matrix& w, const float* x, int n, int ldx, float* y,
                                   int ldy) {
-  MatMulF32(w, x, n, ldx, y, ldy, pool_);
+  ColumnParallel(w, x, n, ldx, y, ldy);
 }
 
 Status TpLinear::ReducePartials(float* sum, std::size_t n) {
@@ -101,15 +86,16 @@ Status TpLinear::GatherVocab(const VocabShard& shard, int vocab, int n, float* l
 
 Status TpLinear::VocabLogits(const QuantMatrix& w, const VocabShard& shard, int vocab,
                              const float* rows, int n, float* logits) {
-  PrepareActs(format_, w.type, rows, n, w.cols, w.cols, &acts_, pool_);
-  return GatherVocab(shard, vocab, n, logits,
-                     [&](float* y, int ldy) { MatMul(w, acts_, y, ldy, pool_); });
+  return GatherVocab(shard, vocab, n, logits, [&](float* y, int ldy) {
+    const MatMulOut out[] = {{w, y, ldy}};
+    compute_->MatMul(out, compute::F32(rows, n, w.cols));
+  });
 }
 
 Status TpLinear::VocabLogits(const F32Matrix& w, const VocabShard& shard, int vocab,
                              const float* rows, int n, float* logits) {
   return GatherVocab(shard, vocab, n, logits,
-                     [&](float* y, int ldy) { MatMulF32(w, rows, n, w.cols, y, ldy, pool_); });
+                     [&](float* y, int ldy) { ColumnParallel(w, rows, n, w.cols, y, ldy); });
 }
 
 }  // namespace ctxpar::model

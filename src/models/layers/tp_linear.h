@@ -20,6 +20,7 @@
 // - Vocab-parallel head: rank r holds vocab rows [r * shard, ...) (vocab.h), the logits shards
 //   are all-gathered.
 //
+// The products run on the compute seam (compute.h); the collectives pass host-visible memory.
 // Shapes are row-major fp32; bounds are tp + 1 column (or row) offsets, rank r's range being
 // [bounds[r], bounds[r + 1]). Thread safety: one rank's thread; the collectives are over the
 // TP communicator.
@@ -29,12 +30,11 @@
 #include <span>
 #include <vector>
 
+#include "compute/compute.h"
 #include "ctxpar/communicator.h"
 #include "ctxpar/status.h"
-#include "ctxpar/thread_pool.h"
+#include "models/layers/compute_types.h"
 #include "models/layers/vocab.h"
-#include "models/linear.h"
-#include "models/matmul_f32.h"
 
 namespace ctxpar::model {
 
@@ -57,15 +57,13 @@ struct F32HeadSpan {
 
 class TpLinear {
  public:
-  // `world` is the TP group (not owned); `pool` may be null. `format` is how activations enter
-  // the quantized products; fp32 weights always take fp32 activations.
-  TpLinear(Communicator* world, ThreadPool* pool, ActFormat format)
-      : world_(world), pool_(pool), format_(format) {}
+  // `world` is the TP group and `compute` the rank's compute seam (neither owned).
+  TpLinear(Communicator* world, compute::Compute* compute) : world_(world), compute_(compute) {}
 
   int size() const { return world_->size(); }
   int rank() const { return world_->rank(); }
   Communicator& world() const { return *world_; }
-  ActFormat format() const { return format_; }
+  compute::Compute& compute() const { return *compute_; }
 
   // Each output y = x W^T over x [n, cols] (row stride cols), the weights' rows being the rank's.
   void ColumnParallel(std::span<const MatMulOut> outs, const float* x, int n, int cols);
@@ -103,9 +101,7 @@ class TpLinear {
   Status GatherVocab(const VocabShard& shard, int vocab, int n, float* logits, Product product);
 
   Communicator* world_;
-  ThreadPool* pool_;
-  ActFormat format_;
-  Acts acts_;
+  compute::Compute* compute_;
   std::vector<float> send_, gathered_, in_full_, y_, y_full_, shard_logits_, scratch_;
 };
 

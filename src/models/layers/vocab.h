@@ -14,7 +14,7 @@
 #include "ctxpar/batch.h"
 #include "ctxpar/communicator.h"
 #include "ctxpar/status.h"
-#include "models/linear.h"
+#include "models/layers/compute_types.h"
 
 namespace ctxpar::model {
 

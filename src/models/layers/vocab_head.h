@@ -20,10 +20,9 @@
 #include "ctxpar/batch.h"
 #include "ctxpar/gguf.h"
 #include "ctxpar/status.h"
+#include "models/layers/compute_types.h"
 #include "models/layers/tp_linear.h"
 #include "models/layers/vocab.h"
-#include "models/linear.h"
-#include "models/matmul_f32.h"
 
 namespace ctxpar::model {
 

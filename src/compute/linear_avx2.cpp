@@ -6,12 +6,12 @@
 #include <algorithm>
 #include <cstring>
 
-#include "models/linear_kernels.h"
+#include "compute/linear_kernels.h"
 
-namespace ctxpar::model::linear_internal {
+namespace ctxpar::compute::linear_internal {
 namespace {
 
-#include "models/linear_x86.h"
+#include "compute/linear_x86.h"
 
 __m256 HalfAt(const std::uint8_t* p) { return _mm256_cvtph_ps(_mm_set1_epi16(HalfBits(p))); }
 
@@ -206,7 +206,7 @@ struct Avx2Isa {
   }
 };
 
-#include "models/linear_impl.h"
+#include "compute/linear_impl.h"
 
 __m256i MulSum(__m256i u, __m256i s) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
@@ -243,4 +243,4 @@ float DotQ80(const std::uint8_t* w, const ActBlock* x, int nb) {
 const F32Kernel kF32Avx2 = {&F32TileImpl<Avx2Isa>, Avx2Isa::kDirectMaxTokens, Avx2Isa::kWideTokens};
 const Q8Dots kQ8DotsAvx2 = {&DotQ41, &DotQ80};
 
-}  // namespace ctxpar::model::linear_internal
+}  // namespace ctxpar::compute::linear_internal

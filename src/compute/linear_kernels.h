@@ -10,9 +10,9 @@
 #include <type_traits>  // linear_impl.h's conditional_t
 #include <utility>      // linear_impl.h's integer_sequence
 
-#include "models/linear.h"
+#include "compute/linear.h"
 
-namespace ctxpar::model::linear_internal {
+namespace ctxpar::compute::linear_internal {
 
 // Rows per tile: the unit MatMul hands to a thread, widened once to fp32 by the prefill path.
 inline constexpr int kRowTile = 16;
@@ -69,4 +69,4 @@ extern const Q8Dots kQ8DotsAvx2;
 extern const Q8Dots kQ8DotsVnni;  // needs avx512vnni besides the AVX-512 path's features
 #endif
 
-}  // namespace ctxpar::model::linear_internal
+}  // namespace ctxpar::compute::linear_internal

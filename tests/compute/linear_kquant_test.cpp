@@ -1,4 +1,4 @@
-// MatMul (src/models/linear.h) on the weight types of Gemma 3's Q4_K_M file and its kin (Q5_0,
+// MatMul (src/compute/linear.h) on the weight types of Gemma 3's Q4_K_M file and its kin (Q5_0,
 // Q4_K, Q5_K, Q6_K, and Q8_0 beside them), Q4_0, Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS and MXFP4, and
 // the unquantized F32, F16 and BF16, on every ISA this CPU runs (CTXPAR_CPU_ISA forces the lower
 // ones): each output bitwise equal to the header's fp32 sequence written out here over
@@ -17,12 +17,12 @@
 #include <utility>
 #include <vector>
 
+#include "compute/linear.h"
+#include "compute/random_weights.h"
 #include "ctxpar/cpu_features.h"
 #include "ctxpar/gguf.h"
-#include "models/linear.h"
-#include "models/random_weights.h"
 
-namespace ctxpar::model {
+namespace ctxpar::compute {
 namespace {
 
 const WeightType kTypes[] = {WeightType::kQ5_0,   WeightType::kQ4_K,   WeightType::kQ5_K,
@@ -341,4 +341,4 @@ TEST(KQuantTypes, TheMatrixUnitPathRunsTheOthersInFp32) {
 }
 
 }  // namespace
-}  // namespace ctxpar::model
+}  // namespace ctxpar::compute

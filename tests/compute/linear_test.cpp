@@ -1,8 +1,8 @@
-// MatMul (src/models/linear.h) on every ISA this CPU runs (CTXPAR_CPU_ISA forces the lower
+// MatMul (src/compute/linear.h) on every ISA this CPU runs (CTXPAR_CPU_ISA forces the lower
 // ones): against float64 references, batch invariance (a row's bits alone equal its bits among
 // n = 1..40 rows, on 1, 2 and 3 threads; rows long enough to go in pieces), the fp32 sequence
 // equal on every ISA, and fused products equal to separate ones.
-#include "models/linear.h"
+#include "compute/linear.h"
 
 #include <gtest/gtest.h>
 
@@ -17,7 +17,7 @@
 
 #include "ctxpar/cpu_features.h"
 
-namespace ctxpar::model {
+namespace ctxpar::compute {
 namespace {
 
 struct RandomMatrix {
@@ -343,4 +343,4 @@ TEST_F(MatMulIsas, ManyProductsGiveEachMatMulsBits) {
 }
 
 }  // namespace
-}  // namespace ctxpar::model
+}  // namespace ctxpar::compute

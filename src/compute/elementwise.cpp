@@ -1,4 +1,4 @@
-#include "models/layers/elementwise.h"
+#include "compute/elementwise.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,7 +12,7 @@
 #include <immintrin.h>
 #endif
 
-namespace ctxpar::model {
+namespace ctxpar::compute {
 namespace {
 
 void SwiGluScalar(const float* gate, const float* up, int n, float* out) {
@@ -363,4 +363,4 @@ void Softcap(float* x, std::size_t n, float cap) {
   for (std::size_t i = 0; i < n; ++i) x[i] = std::tanh(x[i] / cap) * cap;
 }
 
-}  // namespace ctxpar::model
+}  // namespace ctxpar::compute

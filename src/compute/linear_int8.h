@@ -34,9 +34,9 @@
 #include <span>
 #include <vector>
 
-#include "models/linear.h"
+#include "compute/linear.h"
 
-namespace ctxpar::model {
+namespace ctxpar::compute {
 
 struct Int8Pack {
   int rows = 0;
@@ -127,4 +127,4 @@ bool RequestAmxTileState();
 #endif
 
 }  // namespace int8_internal
-}  // namespace ctxpar::model
+}  // namespace ctxpar::compute

@@ -1,5 +1,7 @@
-// The Llama forward's kernels against float64 references: fp16 conversion, activation
+// The elementwise kernels against float64 references: fp16 conversion, activation
 // quantization (ggml's rule), RMSNorm, RoPE and SwiGLU (the matmul: linear_test.cpp).
+#include "compute/elementwise.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,10 +13,9 @@
 #include <random>
 #include <vector>
 
-#include "models/layers/elementwise.h"
-#include "models/linear.h"
+#include "compute/linear.h"
 
-namespace ctxpar::model {
+namespace ctxpar::compute {
 namespace {
 
 TEST(Fp16, KnownValues) {
@@ -245,4 +246,4 @@ TEST(GeGlu, EqualsTheScalarExpBitForBit) {
 }
 
 }  // namespace
-}  // namespace ctxpar::model
+}  // namespace ctxpar::compute

@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "models/linear_int8.h"
+#include "compute/linear_int8.h"
 
-namespace ctxpar::model::int8_internal {
+namespace ctxpar::compute::int8_internal {
 namespace {
 
 // Tokens per register tile: kTokens int32 and kTokens fp32 accumulators.
@@ -122,4 +122,4 @@ void Int8TileVnni(const Int8Tile& tiles) {
   });
 }
 
-}  // namespace ctxpar::model::int8_internal
+}  // namespace ctxpar::compute::int8_internal

@@ -9,12 +9,12 @@
 #include <cstring>
 #include <utility>
 
-#include "models/linear_int8.h"
+#include "compute/linear_int8.h"
 
-namespace ctxpar::model::int8_internal {
+namespace ctxpar::compute::int8_internal {
 namespace {
 
-#include "models/linear_int8_ymm.h"
+#include "compute/linear_int8_ymm.h"
 
 struct VnniDot {
   static __m256i Weights(__m256i q) { return q; }
@@ -32,4 +32,4 @@ struct VnniDot {
 
 void Int8TileAvxVnni(const Int8Tile& t) { YmmTile<VnniDot>(t); }
 
-}  // namespace ctxpar::model::int8_internal
+}  // namespace ctxpar::compute::int8_internal

@@ -6,12 +6,12 @@
 #include <algorithm>
 #include <cstring>
 
-#include "models/linear_kernels.h"
+#include "compute/linear_kernels.h"
 
-namespace ctxpar::model::linear_internal {
+namespace ctxpar::compute::linear_internal {
 namespace {
 
-#include "models/linear_x86.h"
+#include "compute/linear_x86.h"
 
 __m512 HalfAt(const std::uint8_t* p) { return _mm512_cvtph_ps(_mm256_set1_epi16(HalfBits(p))); }
 
@@ -201,7 +201,7 @@ struct Avx512Isa {
   }
 };
 
-#include "models/linear_impl.h"
+#include "compute/linear_impl.h"
 
 #define CTXPAR_VNNI __attribute__((target("avx512vnni")))
 
@@ -238,4 +238,4 @@ const F32Kernel kF32Avx512 = {&F32TileImpl<Avx512Isa>, Avx512Isa::kDirectMaxToke
                               Avx512Isa::kWideTokens};
 const Q8Dots kQ8DotsVnni = {&DotQ41Vnni, &DotQ80Vnni};
 
-}  // namespace ctxpar::model::linear_internal
+}  // namespace ctxpar::compute::linear_internal

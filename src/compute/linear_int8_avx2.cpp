@@ -9,12 +9,12 @@
 #include <cstring>
 #include <utility>
 
-#include "models/linear_int8.h"
+#include "compute/linear_int8.h"
 
-namespace ctxpar::model::int8_internal {
+namespace ctxpar::compute::int8_internal {
 namespace {
 
-#include "models/linear_int8_ymm.h"
+#include "compute/linear_int8_ymm.h"
 
 struct MaddDot {
   static __m256i Weights(__m256i q) { return _mm256_abs_epi8(q); }
@@ -31,4 +31,4 @@ struct MaddDot {
 
 void Int8TileAvx2(const Int8Tile& t) { YmmTile<MaddDot>(t); }
 
-}  // namespace ctxpar::model::int8_internal
+}  // namespace ctxpar::compute::int8_internal

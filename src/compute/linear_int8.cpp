@@ -1,7 +1,7 @@
 // The int8 path's driver (linear_int8.h): the weights' repacking, the activations'
 // quantization, the choice of ISA, tiles over the pool, and the scalar kernel that defines the
 // sequence. The AMX and VNNI kernels are in linear_int8_amx.cpp and linear_int8_avx512.cpp.
-#include "models/linear_int8.h"
+#include "compute/linear_int8.h"
 
 #include <fmt/format.h>
 
@@ -14,7 +14,7 @@
 #include "ctxpar/cpu_features.h"
 #include "ctxpar/dtype.h"
 
-namespace ctxpar::model {
+namespace ctxpar::compute {
 namespace int8_internal {
 namespace {
 
@@ -355,4 +355,4 @@ const char* MatMulInt8Isa() { return int8_internal::kIsaNames[int(int8_internal:
 
 Status CheckInt8Isa() { return int8_internal::Forced(int8_internal::BestInt8Isa()).status(); }
 
-}  // namespace ctxpar::model
+}  // namespace ctxpar::compute

@@ -16,7 +16,7 @@
 
 #include "ctxpar/thread_pool.h"
 
-namespace ctxpar::model {
+namespace ctxpar::compute {
 
 struct F32Matrix {
   const float* w = nullptr;
@@ -41,4 +41,4 @@ float DotF32Fixed(const float* x, const float* w, int cols);
 // "avx512", "avx2" or "scalar": the path MatMulF32 takes on this CPU.
 const char* MatMulF32Isa();
 
-}  // namespace ctxpar::model
+}  // namespace ctxpar::compute

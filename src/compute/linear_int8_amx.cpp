@@ -10,9 +10,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "models/linear_int8.h"
+#include "compute/linear_int8.h"
 
-namespace ctxpar::model::int8_internal {
+namespace ctxpar::compute::int8_internal {
 namespace {
 
 // Linux's arch_prctl codes and the tile data's XSAVE feature number (asm/prctl.h).
@@ -195,4 +195,4 @@ void Int8TileAmx(const Int8Tile& tiles) {
   });
 }
 
-}  // namespace ctxpar::model::int8_internal
+}  // namespace ctxpar::compute::int8_internal

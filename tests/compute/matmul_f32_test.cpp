@@ -1,7 +1,7 @@
 // The fixed-order fp32 matmul: every output equals the scalar reference order bit for bit on the
 // path this CPU takes, whatever the tile, the row count or the threads, and is within fp32
 // rounding of a float64 dot product.
-#include "models/matmul_f32.h"
+#include "compute/matmul_f32.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-namespace ctxpar::model {
+namespace ctxpar::compute {
 namespace {
 
 TEST(MatMulF32, EveryOutputIsTheFixedOrderBitForBit) {
@@ -53,4 +53,4 @@ TEST(MatMulF32, EveryOutputIsTheFixedOrderBitForBit) {
 }
 
 }  // namespace
-}  // namespace ctxpar::model
+}  // namespace ctxpar::compute

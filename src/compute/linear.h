@@ -52,7 +52,7 @@
 #include "ctxpar/status.h"
 #include "ctxpar/thread_pool.h"
 
-namespace ctxpar::model {
+namespace ctxpar::compute {
 
 // kF32, kF16 and kBF16: unquantized weights, taken in groups of 32 elements as the blocks of the
 // quantized types (what llama.cpp's converter writes by default).
@@ -262,4 +262,4 @@ const char* MatMulInt8Isa();
 // this CPU (or the OS's AMX tile permission) lacks.
 Status CheckInt8Isa();
 
-}  // namespace ctxpar::model
+}  // namespace ctxpar::compute

@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "compute/linear.h"
 #include "ctxpar/dtype.h"
 #include "ctxpar/gguf.h"
 #include "ctxpar/quant.h"
-#include "models/linear.h"
 
-namespace ctxpar::model::test_weights {
+namespace ctxpar::compute::test_weights {
 
 inline std::string Name(WeightType type) { return std::string(GgmlTypeName(GgmlTypeOf(type))); }
 
@@ -109,4 +109,4 @@ inline std::vector<float> Normal(std::size_t count, std::mt19937& rng) {
   return v;
 }
 
-}  // namespace ctxpar::model::test_weights
+}  // namespace ctxpar::compute::test_weights

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "models/linear_kernels.h"
+#include "compute/linear_kernels.h"
 
-namespace ctxpar::model {
+namespace ctxpar::compute {
 
 namespace linear_internal {
 namespace {
@@ -162,7 +162,7 @@ struct ScalarIsa {
   }
 };
 
-#include "models/linear_impl.h"
+#include "compute/linear_impl.h"
 
 float DotQ41Scalar(const std::uint8_t* w, const ActBlock* x, int nb) {
   return DotScalar(WeightType::kQ4_1, w, x, nb);
@@ -216,4 +216,4 @@ void DequantizeRow(const QuantMatrix& w, int r, float* out) {
   }
 }
 
-}  // namespace ctxpar::model
+}  // namespace ctxpar::compute

@@ -1,4 +1,4 @@
-#include "models/matmul_f32.h"
+#include "compute/matmul_f32.h"
 
 // GCC's AVX-512 intrinsic headers build vectors from _mm512_undefined_*, which -Wextra reports
 // as uninitialised when they are inlined here.
@@ -12,7 +12,7 @@
 #include <cstring>
 #include <string>
 
-namespace ctxpar::model {
+namespace ctxpar::compute {
 
 namespace {
 
@@ -217,4 +217,4 @@ void MatMulF32(const F32Matrix& w, const float* x, int n, int ldx, float* y, int
   }
 }
 
-}  // namespace ctxpar::model
+}  // namespace ctxpar::compute

@@ -1,6 +1,6 @@
 // MatMul's driver: activation preparation, the choice of ISA, row tiles over the pool, and the
 // int8 path. The kernels are in linear_{scalar,avx2,avx512}.cpp.
-#include "models/linear.h"
+#include "compute/linear.h"
 
 #include <fmt/format.h>
 
@@ -9,11 +9,11 @@
 #include <cstring>
 #include <limits>
 
+#include "compute/linear_int8.h"
+#include "compute/linear_kernels.h"
 #include "ctxpar/cpu_features.h"
-#include "models/linear_int8.h"
-#include "models/linear_kernels.h"
 
-namespace ctxpar::model {
+namespace ctxpar::compute {
 
 using linear_internal::F32Tile;
 using linear_internal::kRowTile;
@@ -332,4 +332,4 @@ void MatMulMany(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool
   }
 }
 
-}  // namespace ctxpar::model
+}  // namespace ctxpar::compute

@@ -12,7 +12,7 @@
 
 #include "ctxpar/dtype.h"
 
-namespace ctxpar::model {
+namespace ctxpar::compute {
 
 // y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight; the mean is accumulated in double as ggml does,
 // by one fixed sequence on every ISA: element i into partial sum i % 16, then the sums pairwise.
@@ -150,4 +150,4 @@ void Gated(GatedActivation act, const float* gate, const float* up, int n, float
 // Gemma 2's final logit softcapping; cap > 0.
 void Softcap(float* x, std::size_t n, float cap);
 
-}  // namespace ctxpar::model
+}  // namespace ctxpar::compute

@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "models/layers/elementwise.h"
+#include "compute/elementwise.h"
 
-namespace ctxpar::model {
+namespace ctxpar::compute {
 namespace {
 
 constexpr double kFloatEps = 1.0 / (1 << 24);  // half an ulp of 1, relative
@@ -167,7 +167,7 @@ TEST(RopeAngles, HfYarnTableIsTransformers) {
                           5.92843435e-06f,
                           4.44569832e-06f,
                           3.33380353e-06f};
-  const model::HfYarn yarn{.factor = 40.0, .original_context = 4096};
+  const compute::HfYarn yarn{.factor = 40.0, .original_context = 4096};
   const RopeAngles a = RopeAngles::HfTable(64, 1e4f, DataType::kF32, yarn);
   const std::vector<float> cs = CosSin(a, 1);
   for (int i = 0; i < 32; ++i) {
@@ -283,4 +283,4 @@ TEST(Rope, DefaultAnglesLeaveXAlone) {
 }
 
 }  // namespace
-}  // namespace ctxpar::model
+}  // namespace ctxpar::compute

@@ -1,4 +1,4 @@
-// The int8 path of MatMul (ActFormat::kInt8, src/models/linear_int8.h) on every weight type and
+// The int8 path of MatMul (ActFormat::kInt8, src/compute/linear_int8.h) on every weight type and
 // every int8 ISA this CPU runs (CTXPAR_INT8_ISA forces the lower ones): close to a float64
 // reference over ctxpar::DequantizeRow's weights, both with the original activations (bound:
 // half a quantization step of each activation) and with the activations quantized here by the
@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "compute/linear.h"
+#include "compute/random_weights.h"
 #include "ctxpar/cpu_features.h"
-#include "models/linear.h"
-#include "models/random_weights.h"
 
-namespace ctxpar::model {
+namespace ctxpar::compute {
 namespace {
 
 const WeightType kTypes[] = {WeightType::kQ4_1, WeightType::kQ8_0, WeightType::kQ5_0,
@@ -202,4 +202,4 @@ TEST_F(Int8MatMul, ForcedIsaChecked) {
 }
 
 }  // namespace
-}  // namespace ctxpar::model
+}  // namespace ctxpar::compute
