@@ -2,6 +2,8 @@
 // the launches of compute_kernels.cu on the compute's stream.
 #include "cuda/cuda_compute.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <climits>
 #include <functional>
@@ -318,38 +320,29 @@ void CudaCompute::MatMul(const compute::F32Matrix& w, const compute::Tensor& x,
 
 void CudaCompute::RmsNorm(const compute::Tensor& x, const float* weight, float eps,
                           const compute::Tensor& y) {
-  Record([&]() -> Status {
-    CTXPAR_RETURN_IF_ERROR(Bind());
-    CTXPAR_RETURN_IF_ERROR(CheckOperand(x, "RmsNorm's x"));
-    CTXPAR_RETURN_IF_ERROR(CheckOperand(y, "RmsNorm's y"));
-    CTXPAR_RETURN_IF_ERROR(SameShape("CudaCompute::RmsNorm", x, "x", y, "y"));
-    if (Empty(x)) return Status::Ok();
-    if (weight == nullptr) return InvalidArgument("CudaCompute::RmsNorm: weight is null");
-    const HostArray arrays[] = {{weight, x.cols * sizeof(float)}};
-    const void* staged[1];
-    CTXPAR_RETURN_IF_ERROR(Stage(arrays, staged));
-    return CudaStatus(LaunchRmsNorm(RowsOf(x), static_cast<const float*>(staged[0]), eps, RowsOf(y),
-                                    /*accumulate=*/false, stream_),
-                      "CudaCompute::RmsNorm launch");
-  }());
+  Record(Norm("RmsNorm", x, weight, eps, y, /*accumulate=*/false));
 }
 
 void CudaCompute::AddRmsNorm(const compute::Tensor& y, const float* weight, float eps,
                              const compute::Tensor& x) {
-  Record([&]() -> Status {
-    CTXPAR_RETURN_IF_ERROR(Bind());
-    CTXPAR_RETURN_IF_ERROR(CheckOperand(y, "AddRmsNorm's y"));
-    CTXPAR_RETURN_IF_ERROR(CheckOperand(x, "AddRmsNorm's x"));
-    CTXPAR_RETURN_IF_ERROR(SameShape("CudaCompute::AddRmsNorm", y, "y", x, "x"));
-    if (Empty(y)) return Status::Ok();
-    if (weight == nullptr) return InvalidArgument("CudaCompute::AddRmsNorm: weight is null");
-    const HostArray arrays[] = {{weight, y.cols * sizeof(float)}};
-    const void* staged[1];
-    CTXPAR_RETURN_IF_ERROR(Stage(arrays, staged));
-    return CudaStatus(LaunchRmsNorm(RowsOf(y), static_cast<const float*>(staged[0]), eps, RowsOf(x),
-                                    /*accumulate=*/true, stream_),
-                      "CudaCompute::AddRmsNorm launch");
-  }());
+  Record(Norm("AddRmsNorm", y, weight, eps, x, /*accumulate=*/true));
+}
+
+Status CudaCompute::Norm(std::string_view op, const compute::Tensor& in, const float* weight,
+                         float eps, const compute::Tensor& out, bool accumulate) {
+  CTXPAR_RETURN_IF_ERROR(Bind());
+  const std::string what = fmt::format("CudaCompute::{}", op);
+  CTXPAR_RETURN_IF_ERROR(CheckOperand(in, (what + "'s input").c_str()));
+  CTXPAR_RETURN_IF_ERROR(CheckOperand(out, (what + "'s output").c_str()));
+  CTXPAR_RETURN_IF_ERROR(SameShape(what.c_str(), in, "input", out, "output"));
+  if (Empty(in)) return Status::Ok();
+  if (weight == nullptr) return InvalidArgument(what + ": weight is null");
+  const HostArray arrays[] = {{weight, in.cols * sizeof(float)}};
+  const void* staged[1];
+  CTXPAR_RETURN_IF_ERROR(Stage(arrays, staged));
+  return CudaStatus(LaunchRmsNorm(RowsOf(in), static_cast<const float*>(staged[0]), eps,
+                                  RowsOf(out), accumulate, stream_),
+                    (what + " launch").c_str());
 }
 
 void CudaCompute::SumsOfSquares(const compute::Tensor& x, int group, double* out,

@@ -37,6 +37,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "compute/compute.h"
@@ -123,6 +124,9 @@ class CudaCompute final : public compute::Compute {
   // is smaller.
   Status Reserve(DeviceBuffer* buffer, std::size_t bytes);
   Status MatMulOne(const compute::MatMulOut& out, const compute::Tensor& x);
+  // out = RmsNorm(in), or out += it with `accumulate`.
+  Status Norm(std::string_view op, const compute::Tensor& in, const float* weight, float eps,
+              const compute::Tensor& out, bool accumulate);
   // The split of `params` for rows of at most max_kv_len keys (split_kv_keys where it can).
   Expected<CudaAttentionPlan> PlanAttention(const PartialAttentionParams& params, int max_kv_len);
 
