@@ -82,6 +82,15 @@ inline std::size_t ScaleAt(int t, int g, int groups) {
 // Tokens at the end of a call that the AMX kernel leaves to VNNI (same bits, no padding spent).
 inline constexpr int kAmxMinTokens = 4;
 
+// With fewer tokens than this a kernel streams the pack faster than the hardware prefetcher runs
+// ahead of it, and prefetches the sub-block kPackPrefetchBytes ahead (docs/perf-model.md).
+inline constexpr int kPrefetchTokens = 4;
+inline constexpr int kPackPrefetchBytes = 2048;
+inline void PrefetchAhead(const Int8Pack& w, const std::int8_t* sub_q) {
+  // prefetcht0 is baseline x86-64, so every ISA's unit may share this; past the end it is a no-op.
+  for (int b = 0; b < w.SubBytes(); b += 64) __builtin_prefetch(sub_q + kPackPrefetchBytes + b);
+}
+
 // Rows [tile * 16, (tile + tiles) * 16) of w times tokens [t0, t0 + nt) of x: y[t * ldy + r]
 // for the rows below w.rows (y points at row 0, token 0). A call covers many row tiles so that a
 // kernel's set-up (AMX's tile configuration) is paid once per call.

@@ -36,6 +36,7 @@ void Tokens(const Int8Tile& t, int t0) {
     for (int h = 0; h < per_group; ++h) {
       const int s = g * per_group + h;
       const std::int8_t* q = w.Q(t.tile, s);
+      if constexpr (NT < kPrefetchTokens) PrefetchAhead(w, q);
       __m512i isum[NT];
       for (int i = 0; i < NT; ++i) isum[i] = _mm512_setzero_si512();
       auto line = [&](int k, __m512i wv) {

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -75,9 +76,14 @@ inline RunResult RunCtxpar(const std::vector<std::string>& args,
   pid_t pid = 0;
   if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data()) == 0) {
     int status = 0;
-    waitpid(pid, &status, 0);
-    if (WIFEXITED(status)) result.exit_status = WEXITSTATUS(status);
-    if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
+    pid_t waited = -1;
+    // A signal delivered to the test process interrupts the wait; the status is only read once
+    // the child has ended.
+    do {
+      waited = waitpid(pid, &status, 0);
+    } while (waited == -1 && errno == EINTR);
+    if (waited == pid && WIFEXITED(status)) result.exit_status = WEXITSTATUS(status);
+    if (waited == pid && WIFSIGNALED(status)) result.signal = WTERMSIG(status);
   }
   posix_spawn_file_actions_destroy(&actions);
   close(out_fd);
