@@ -30,9 +30,10 @@ std::string CpuCompute::Describe() const {
     case ActFormat::kInt8: {
       const std::string_view int8 = MatMulInt8Isa();
       return fmt::format(
-          "cpu: matmul int8 {}{}, fp32 {} for the types int8 does not take; "
+          "cpu: matmul int8 {}{}, F16/BF16 weights bf16 {}, fp32 {} for the other types; "
           "attention {}",
-          int8, int8 == "amx" ? " (avx512_vnni below 4 tokens)" : "", MatMulIsa(), attention);
+          int8, int8 == "amx" ? " (avx512_vnni below 4 tokens)" : "", MatMulBf16Isa(), MatMulIsa(),
+          attention);
     }
     case ActFormat::kQ8:
       return fmt::format("cpu: matmul q8 blocks (llama.cpp's); attention {}", attention);
@@ -46,13 +47,14 @@ void CpuCompute::MatMul(std::span<const MatMulOut> outs, const Tensor& x) {
   const int n = static_cast<int>(x.rows), cols = static_cast<int>(x.cols);
   const int ldx = static_cast<int>(x.ld);
   // One preparation serves all when the outputs' types take the same activations: kQ8's blocks
-  // depend on the type, and kInt8 falls back to fp32 for the types it does not take.
-  auto takes = [&](WeightType t) { return format_ != ActFormat::kInt8 || Int8Takes(t); };
+  // depend on the type, and kInt8 takes int8 blocks, bf16 rows (F16, BF16) or fp32 (the rest).
+  auto kind = [&](WeightType t) {
+    if (format_ == ActFormat::kQ8) return static_cast<int>(t);
+    if (format_ != ActFormat::kInt8) return 0;
+    return Int8Takes(t) ? 1 : Bf16Takes(t) ? 2 : 0;
+  };
   bool one_pass = true;
-  for (const MatMulOut& o : outs) {
-    one_pass = one_pass && takes(o.w.type) == takes(outs[0].w.type) &&
-               (format_ != ActFormat::kQ8 || o.w.type == outs[0].w.type);
-  }
+  for (const MatMulOut& o : outs) one_pass = one_pass && kind(o.w.type) == kind(outs[0].w.type);
   if (one_pass) {
     PrepareActs(format_, outs[0].w.type, x.f32(), n, cols, ldx, &acts_, pool_);
     return MatMulMany(outs, acts_, pool_);

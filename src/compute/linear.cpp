@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 
+#include "compute/linear_bf16.h"
 #include "compute/linear_int8.h"
 #include "compute/linear_kernels.h"
 #include "ctxpar/cpu_features.h"
@@ -111,6 +112,7 @@ QuantMatrix QuantMatrix::RowRange(int begin, int count) const {
   m.data = data + std::size_t(begin) * row_stride;
   m.rows = count;
   m.int8 = nullptr;
+  m.bf16 = nullptr;
   return m;
 }
 
@@ -130,11 +132,16 @@ bool Int8Takes(WeightType type) {
 
 void PrepareActs(ActFormat format, WeightType type, const float* x, int n, int cols, int ldx,
                  Acts* out, ThreadPool* pool) {
-  if (format == ActFormat::kInt8 && !Int8Takes(type)) format = ActFormat::kF32;
+  if (format == ActFormat::kInt8 && !Int8Takes(type) && !Bf16Takes(type)) {
+    format = ActFormat::kF32;
+  }
   out->format = format;
   out->type = type;
   out->n = n;
   out->blocks_per_row = cols / kBlock;
+  if (format == ActFormat::kInt8 && Bf16Takes(type)) {
+    return bf16_internal::PrepareBf16Acts(x, n, cols, ldx, out, pool);
+  }
   if (format == ActFormat::kInt8) return int8_internal::PrepareInt8Acts(x, n, cols, ldx, out, pool);
   if (format == ActFormat::kF32) {
     if (ldx == cols && reinterpret_cast<std::uintptr_t>(x) % 64 == 0) {
@@ -301,7 +308,7 @@ const char* MatMulIsa() { return Select().isa; }
 void MatMul(const QuantMatrix& w, const Acts& x, float* y, int ldy, ThreadPool* pool) {
   if (x.format == ActFormat::kInt8) {
     const MatMulOut out{w, y, ldy};
-    return int8_internal::MatMulInt8({&out, 1}, x, pool);
+    return MatMulMany({&out, 1}, x, pool);
   }
   const Kernels k = Select();
   auto body = [&](std::int64_t begin, std::int64_t end) { Tiles(k, w, x, y, ldy, begin, end); };
@@ -313,6 +320,9 @@ void MatMul(const QuantMatrix& w, const Acts& x, float* y, int ldy, ThreadPool* 
 }
 
 void MatMulMany(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool) {
+  if (x.format == ActFormat::kInt8 && Bf16Takes(x.type)) {
+    return bf16_internal::MatMulBf16(outs, x, pool, bf16_internal::SelectBf16());
+  }
   if (x.format == ActFormat::kInt8) return int8_internal::MatMulInt8(outs, x, pool);
   const Kernels k = Select();
   std::vector<std::int64_t> first(1, 0);  // outs[i]'s tiles are [first[i], first[i + 1])

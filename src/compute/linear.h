@@ -139,6 +139,7 @@ Expected<WeightType> WeightTypeFor(GgmlType type);
 GgmlType GgmlTypeOf(WeightType type);
 
 struct Int8Pack;  // linear_int8.h: the weights repacked for the matrix units
+struct Bf16Pack;  // linear_bf16.h: F16 / BF16 weights repacked for the bf16 products
 
 struct QuantMatrix {
   WeightType type = WeightType::kQ4_1;
@@ -149,8 +150,11 @@ struct QuantMatrix {
   // These rows repacked for ActFormat::kInt8 (WithInt8Pack), shared by the copies; null: MatMul
   // with kInt8 repacks them per call.
   std::shared_ptr<const Int8Pack> int8{};
+  // F16 / BF16 rows repacked for kInt8's bf16 products (WithInt8Pack where Bf16Takes); null:
+  // repacked per call.
+  std::shared_ptr<const Bf16Pack> bf16{};
 
-  // Rows [begin, begin + count): a rank's shard of a projection (without the int8 pack).
+  // Rows [begin, begin + count): a rank's shard of a projection (without the packs).
   QuantMatrix RowRange(int begin, int count) const;
 };
 
@@ -186,13 +190,17 @@ using LineVector = std::vector<T, LineAllocator<T>>;
 // - kInt8: the matrix units (`--dtype auto`): activations quantized per 32-group to int8 with an
 //   fp32 scale, weights repacked to int8 tiles (WithInt8Pack), int32 products on AMX tiles,
 //   AVX512-VNNI, AVX2 or scalar code, one fixed fp32 sequence per output (linear_int8.h), the same
-//   bits on every ISA and for every n. Takes the quantized types of Int8Takes; a matrix of any
-//   other type (F32, F16, BF16, Q4_0, Q5_1, Q2_K, Q3_K) runs the kF32 sequence instead
-//   (PrepareActs, WithInt8Pack). As kQ8, it is not layout-invariant.
+//   bits on every ISA and for every n. Takes the quantized types of Int8Takes; F16 and BF16
+//   weights take bf16 products where Bf16Takes (linear_bf16.h: AMX-BF16 or AVX512-BF16, one
+//   sequence for every n on each); a matrix of any other type (F32, Q4_0, Q5_1, Q2_K, Q3_K) runs
+//   the kF32 sequence instead (PrepareActs, WithInt8Pack). As kQ8, it is not layout-invariant.
 enum class ActFormat { kF32, kQ8, kInt8 };
 
 // Whether ActFormat::kInt8 has a repacking for `type`: Q4_1, Q8_0, Q5_0, Q4_K, Q5_K, Q6_K.
 bool Int8Takes(WeightType type);
+// Whether ActFormat::kInt8 takes `type` (F16, BF16) as bf16 products on this CPU now
+// (linear_bf16.h); false where no bf16 path runs, and those weights take the fp32 sequence.
+bool Bf16Takes(WeightType type);
 
 // Activations of n rows prepared for one weight type; row t is Row(t) / F32Row(t).
 struct Acts {
@@ -206,6 +214,8 @@ struct Acts {
   // (int8_internal::ScaleAt).
   LineVector<std::int8_t> i8;
   std::vector<float> i8_d, i8_xs;
+  // kInt8 for the types of Bf16Takes: [n rounded up to 16, cols] bf16 (rows past n zero).
+  LineVector<std::uint16_t> bf16;
   // kF32: [n, blocks_per_row * 32] at f32, the caller's rows themselves when they are contiguous
   // and cache-line aligned, else a copy in x.
   const float* f32 = nullptr;
@@ -258,6 +268,9 @@ const char* MatMulIsa();
 // CTXPAR_INT8_ISA=scalar|avx2|avx_vnni|avx512_vnni|amx (tests); a value naming no path, or one
 // this CPU lacks, is ignored here and reported by CheckInt8Isa.
 const char* MatMulInt8Isa();
+// The bf16 path (kInt8, F16 / BF16 weights) MatMul takes now: "amx_bf16", "avx512_bf16", or
+// "none" (the fp32 sequence).
+const char* MatMulBf16Isa();
 // Ok, or InvalidArgument / FailedPrecondition for a CTXPAR_INT8_ISA that names no path or one
 // this CPU (or the OS's AMX tile permission) lacks.
 Status CheckInt8Isa();

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "compute/linear_bf16.h"
 #include "ctxpar/cpu_features.h"
 #include "ctxpar/dtype.h"
 
@@ -348,6 +349,7 @@ void MatMulInt8(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool
 
 QuantMatrix WithInt8Pack(QuantMatrix m, ActFormat format) {
   if (format == ActFormat::kInt8 && Int8Takes(m.type)) m.int8 = int8_internal::PackInt8(m);
+  if (format == ActFormat::kInt8 && Bf16Takes(m.type)) m.bf16 = bf16_internal::PackBf16(m);
   return m;
 }
 

@@ -176,9 +176,10 @@ const std::vector<FieldSpec>& Table() {
     f.push_back(StrField("dtype", std::string("float32"), "--dtype",
                          {"auto", "half", "float16", "bfloat16", "float", "float32"},
                          "Data type of the matmuls of GGUF models: float32 (and float) is fp32 on "
-                         "FMA units, the default; auto quantizes activations to int8 per 32 and "
-                         "runs the products on the CPU's matrix units (AMX, AVX-512 or AVX "
-                         "VNNI), faster but not transformers-exact, and layout-invariant only "
+                         "FMA units, the default; auto quantizes activations to int8 per 32 (to "
+                         "bf16 for F16 and BF16 weights) and runs the products on the CPU's "
+                         "matrix units (AMX, AVX-512 or AVX VNNI, AVX512-BF16), faster but not "
+                         "transformers-exact, and layout-invariant only "
                          "with --enable-deterministic-inference (docs/model.md); "
                          "half, float16 and bfloat16 are refused on the CPU engine."));
     f.push_back(IntField("random_seed", {}, "--random-seed", 0,
