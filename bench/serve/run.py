@@ -11,6 +11,16 @@ batching on, -t = the cores); ctxpar serve runs once with --max-running-requests
 
     python bench/serve/run.py --ctxpar build/default/cli/ctxpar --out /tmp/serve-bench
 
+--vllm adds vLLM's CPU build as a third server (--peers picks any of ctxpar, llama, vllm): its
+venv and a bf16 Hugging Face checkpoint dequantized from the same GGUF come from
+bench/serve/vllm_env.sh (vllm_peer.py), and it runs once with --max-num-seqs = the top level,
+on the same prompt text (its tokenizer is the model's Hugging Face tokenizer; results.md shows
+the prompt tokens each server counted). --ctxpar-flags given more than once runs ctxpar serve
+once per value, each its own row ("ctxpar", "ctxpar --dtype auto", ...).
+
+    python bench/serve/run.py --vllm --peers ctxpar,vllm --ctxpar-flags "" \
+        --ctxpar-flags "--dtype auto" --levels 1,16,64 --poisson-requests 0 --out /tmp/serve-vllm
+
 With --workload prefix it measures the prefix cache instead, on one trace for three servers:
 ctxpar serve (cache on), ctxpar serve --disable-radix-cache and llama-server (its prompt cache
 on, --cache-reuse): SGLang bench_serving's generated-shared-prefix trace (the first request of
@@ -35,6 +45,7 @@ import asyncio
 import json
 import os
 import platform
+import shlex
 import signal
 import socket
 import subprocess
@@ -112,23 +123,52 @@ def measure(url, model, args, levels, tag):
         s = asyncio.run(loadgen.run_load(url, model, prompts[:n], args.max_tokens, concurrency=c))
         s["server"] = tag
         print(f"{tag} concurrency {c}: {s['output_throughput']:.1f} tok/s, TTFT p50 "
-              f"{s['ttft_s']['p50']:.2f} s, failed {s['failed']}", flush=True)
+              f"{fmt(s['ttft_s']['p50'])} s, prompt tokens {fmt(s['mean_prompt_tokens'], 1)}, "
+              f"failed {s['failed']}{'' if not s['failed'] else ' ' + str(s['errors'][:1])}",
+              flush=True)
         out.append(s)
     return out
 
 
-def run_ctxpar(args, levels):
+def ctxpar_tag(flags, variants):
+    """"ctxpar" alone; with several --ctxpar-flags, "ctxpar" plus each one's flags."""
+    return "ctxpar" if len(variants) == 1 or not flags.strip() else f"ctxpar {flags.strip()}"
+
+
+def run_ctxpar(args, levels, flags=None, tag="ctxpar", log="ctxpar-serve.log"):
+    flags = args.ctxpar_flags if flags is None else flags
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [args.ctxpar, "serve", "--model-path", args.model, "--port", str(port),
-           "--max-running-requests", str(max(levels)), *args.ctxpar_flags.split()]
-    p = Process(cmd, url, os.path.join(args.out, "ctxpar-serve.log"))
+           "--max-running-requests", str(max(levels)), *flags.split()]
+    p = Process(cmd, url, os.path.join(args.out, log))
     try:
-        results = measure(url, None, args, levels, "ctxpar")
+        results = measure(url, None, args, levels, tag)
         if args.poisson_requests > 0:
-            results.append(poisson(url, args, "ctxpar"))
+            results.append(poisson(url, args, tag))
     finally:
         p.stop()
+    for r in results:
+        r["flags"] = flags
+    return results
+
+
+def run_vllm(args, levels):
+    """vLLM's CPU build, once, with as many sequences as the top level (vllm_peer.py)."""
+    import vllm_peer
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd, env = vllm_peer.command(args, port, max(levels))
+    p = Process(cmd, url, os.path.join(args.out, "vllm-serve.log"), env=env,
+                timeout=args.vllm_start_timeout)
+    try:
+        results = measure(url, args.vllm_served_name, args, levels, "vLLM")
+        if args.poisson_requests > 0:
+            results.append(poisson(url, args, "vLLM", model=args.vllm_served_name))
+    finally:
+        p.stop()
+    for r in results:
+        r["flags"] = " ".join(cmd[3:])
     return results
 
 
@@ -158,9 +198,9 @@ def llama_env(args):
     return {"OMP_WAIT_POLICY": args.llama_omp_wait} if args.llama_omp_wait else None
 
 
-def poisson(url, args, tag):
+def poisson(url, args, tag, model=None):
     prompts = loadgen.make_prompts(args.poisson_requests, args.prompt_words, args.seed + 1)
-    s = asyncio.run(loadgen.run_load(url, None, prompts, args.max_tokens, rate=args.rate,
+    s = asyncio.run(loadgen.run_load(url, model, prompts, args.max_tokens, rate=args.rate,
                                      seed=args.seed))
     s["server"] = tag
     print(f"{tag} Poisson {args.rate}/s: {s['output_throughput']:.1f} tok/s, TTFT p50 "
@@ -329,13 +369,14 @@ def fmt(v, digits=2):
 
 
 def table(results):
-    rows = ["| server | load | requests (failed) | output tok/s | req/s | TTFT p50 / p99 (s) | "
-            "ITL p50 / p99 (s) | TPOT p50 / p99 (s) | E2E p50 / p99 (s) |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| server | load | requests (failed) | prompt tokens | output tok/s | req/s | "
+            "TTFT p50 / p99 (s) | ITL p50 / p99 (s) | TPOT p50 / p99 (s) | E2E p50 / p99 (s) |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         load = f"concurrency {r['concurrency']}" if r["rate"] is None else f"Poisson {r['rate']}/s"
         rows.append(
             f"| {r['server']} | {load} | {r['requests']} ({r['failed']}) | "
+            f"{fmt(r.get('mean_prompt_tokens'), 1)} | "
             f"{fmt(r['output_throughput'], 1)} | {fmt(r['request_throughput'], 3)} | "
             f"{fmt(r['ttft_s']['p50'])} / {fmt(r['ttft_s']['p99'])} | "
             f"{fmt(r['itl_s']['p50'], 3)} / {fmt(r['itl_s']['p99'], 3)} | "
@@ -350,7 +391,8 @@ def plot(results, path, title):
     import matplotlib.pyplot as plt
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
-    for server, marker in (("ctxpar", "o"), ("llama.cpp", "s")):
+    servers = list(dict.fromkeys(r["server"] for r in results))
+    for server, marker in zip(servers, "os^vDP*X"):
         rs = [r for r in results if r["server"] == server and r["rate"] is None]
         if not rs:
             continue
@@ -371,7 +413,9 @@ def plot(results, path, title):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ctxpar", default=os.path.join(ROOT, "build/default/cli/ctxpar"))
-    p.add_argument("--ctxpar-flags", default="", help="extra flags of ctxpar serve")
+    p.add_argument("--ctxpar-flags", action="append", default=None,
+                   help="extra flags of ctxpar serve; given more than once (serve workload), "
+                   "ctxpar serve runs once per value (\"\": its defaults)")
     p.add_argument("--llama-bin", default=None, help="llama-server's directory (default: built "
                    "by bench/llama_cpp/build.sh)")
     p.add_argument("--model", default=os.environ.get("CTXPAR_MODEL"))
@@ -392,6 +436,31 @@ def main():
                    "when ACTIVE, which on a shared 2-core machine costs it 5-10x (\"\": its "
                    "own default)")
     p.add_argument("--skip-llama", action="store_true")
+    p.add_argument("--peers", default=None,
+                   help="serve workload: servers to run, of ctxpar, llama, vllm, separated by "
+                   "commas (default ctxpar,llama; ctxpar only with --skip-llama; plus vllm with "
+                   "--vllm)")
+    p.add_argument("--vllm", action="store_true",
+                   help="serve workload: also run vLLM's CPU build (bench/serve/vllm_env.sh)")
+    p.add_argument("--vllm-python", default=None,
+                   help="python of the vLLM venv (default: from bench/serve/vllm_env.sh)")
+    p.add_argument("--vllm-model", default=None,
+                   help="Hugging Face checkpoint directory vLLM serves (default: the bf16 one "
+                   "bench/serve/vllm_env.sh converts from the GGUF)")
+    p.add_argument("--vllm-served-name", default="smollm2-135m-instruct-bf16")
+    p.add_argument("--vllm-dtype", default="bfloat16")
+    p.add_argument("--vllm-max-model-len", type=int, default=None,
+                   help="default: the prompt words + 64 + max tokens, rounded up to 256")
+    p.add_argument("--vllm-kv-gib", type=float, default=4,
+                   help="VLLM_CPU_KVCACHE_SPACE (GiB of KV cache)")
+    p.add_argument("--vllm-reserved-cpus", default="0",
+                   help="VLLM_CPU_NUM_OF_RESERVED_CPU: cores vLLM keeps off its model's OpenMP "
+                   "threads for its scheduler (default 0: the model on all cores; \"\": vLLM's "
+                   "own, one on x86, so on 2 cores its model runs on 1)")
+    p.add_argument("--vllm-preload", default="auto",
+                   help="LD_PRELOAD of vLLM (auto: tcmalloc and the venv's libiomp5 if found)")
+    p.add_argument("--vllm-flags", default="", help="extra flags of vLLM's api_server")
+    p.add_argument("--vllm-start-timeout", type=int, default=1200)
     p.add_argument("--workload", choices=["serve", "prefix", "spec"], default="serve")
     p.add_argument("--repeats", type=int, default=3, help="spec: runs per level")
     p.add_argument("--ledger-rows", type=int, default=16, help="spec: lines of each ledger")
@@ -424,6 +493,21 @@ def main():
     if args.requests < 0 or args.prompt_words < 1 or args.max_tokens < 1:
         p.error("--requests must be >= 0, --prompt-words and --max-tokens >= 1")
     args.requests_per_level = (lambda c: args.requests or max(4, c))
+    args.ctxpar_variants = args.ctxpar_flags or [""]
+    args.ctxpar_flags = args.ctxpar_variants[0]
+    if args.peers is None:
+        peers = ["ctxpar"] + ([] if args.skip_llama else ["llama"]) + (["vllm"] if args.vllm
+                                                                        else [])
+    else:
+        peers = [x.strip() for x in args.peers.split(",") if x.strip()]
+        if args.vllm and "vllm" not in peers:
+            peers.append("vllm")
+    if not peers or any(x not in ("ctxpar", "llama", "vllm") for x in peers):
+        p.error(f"--peers takes ctxpar, llama and vllm separated by commas, not {args.peers!r}")
+    if args.workload != "serve" and (args.vllm or args.peers is not None
+                                     or len(args.ctxpar_variants) > 1):
+        p.error("--peers, --vllm and more than one --ctxpar-flags are for --workload serve")
+    args.peers = peers
     os.makedirs(args.out, exist_ok=True)
     if args.workload == "spec" and (args.repeats < 1 or args.ledger_rows < 1
                                     or args.draft_tokens < 2):
@@ -436,22 +520,48 @@ def main():
             args.llama_bin = subprocess.check_output(
                 ["bash", os.path.join(ROOT, "bench/llama_cpp/build.sh")], text=True).split()[-1]
         return spec.main_spec(args, levels)
-    results = run_ctxpar(args, levels)
-    if not args.skip_llama:
-        if args.llama_bin is None:
-            args.llama_bin = subprocess.check_output(
-                ["bash", os.path.join(ROOT, "bench/llama_cpp/build.sh")], text=True).split()[-1]
-        results += run_llama(args, levels)
+    if "vllm" in args.peers:
+        import vllm_peer
+        vllm_peer.resolve(args, ROOT)  # before any server runs: builds the venv if it is missing
+    load_before = os.getloadavg()
+    results = []
+    for peer in args.peers:
+        if peer == "ctxpar":
+            for i, flags in enumerate(args.ctxpar_variants):
+                results += run_ctxpar(args, levels, flags, ctxpar_tag(flags, args.ctxpar_variants),
+                                      "ctxpar-serve.log" if i == 0 else f"ctxpar-serve-{i}.log")
+        elif peer == "llama":
+            if args.llama_bin is None:
+                args.llama_bin = subprocess.check_output(
+                    ["bash", os.path.join(ROOT, "bench/llama_cpp/build.sh")],
+                    text=True).split()[-1]
+            results += run_llama(args, levels)
+        else:
+            results += run_vllm(args, levels)
     cpu = f"{cpu_name()}, {os.cpu_count()} cores"
     meta = {"cpu": cpu, "load_average": os.getloadavg(), "llama_omp_wait": args.llama_omp_wait,
             "model": os.path.basename(args.model), "max_tokens": args.max_tokens,
             "prompt_words": args.prompt_words, "ctxpar_flags": args.ctxpar_flags,
-            "command": " ".join(sys.argv)}
+            "peers": args.peers, "command": shlex.join(sys.argv)}
+    if len(args.ctxpar_variants) > 1:
+        meta["ctxpar_variants"] = args.ctxpar_variants
+    if "vllm" in args.peers:
+        meta["load_average_before"] = load_before
+        meta["vllm"] = {"python": args.vllm_python, "model": args.vllm_model,
+                        "served_name": args.vllm_served_name, "dtype": args.vllm_dtype,
+                        "kv_cache_gib": args.vllm_kv_gib, "version": args.vllm_version,
+                        "max_model_len": args.vllm_max_model_len,
+                        "reserved_cpus": args.vllm_reserved_cpus, "env": vllm_peer.command(
+                            args, 0, max(levels))[1]}
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"meta": meta, "results": results}, f, indent=2)
     md = table(results)
+    head = f"{cpu}; {meta['model']}; {args.max_tokens} new tokens, streamed"
+    if "vllm" in args.peers:
+        head += (f"; vLLM {args.vllm_version} serves {os.path.basename(args.vllm_model)} "
+                 f"({args.vllm_dtype}, dequantized from the GGUF)")
     with open(os.path.join(args.out, "results.md"), "w") as f:
-        f.write(f"{cpu}; {meta['model']}; {args.max_tokens} new tokens, streamed\n\n" + md)
+        f.write(head + "\n\n" + md)
     plot(results, os.path.join(args.out, "serve.png"),
          f"{meta['model']}, {args.max_tokens} new tokens, {cpu}")
     print(md)
