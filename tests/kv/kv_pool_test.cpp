@@ -626,5 +626,49 @@ TEST(KvPool, AccountingOnlyPoolMapsNothingAndRefusesWrites) {
   EXPECT_EQ(made->capacity_tokens(), 2'000'000 * 64);
 }
 
+// The pages come from the options' allocator (the compute seam's memory): every K and V buffer of
+// every layer, and nothing else, and View reads inside them.
+TEST(KvPool, PagesComeFromTheOptionsAllocator) {
+  struct Buffer {
+    const char* begin;
+    std::size_t bytes;
+  };
+  class Recording final : public DeviceAllocator {
+   public:
+    Device device() const override { return Device::kCpu; }
+    Expected<DeviceBuffer> Allocate(std::size_t bytes) const override {
+      CTXPAR_ASSIGN_OR_RETURN(DeviceBuffer b, HostAllocator().Allocate(bytes));
+      buffers.push_back({b.as<const char>(), bytes});
+      return b;
+    }
+    mutable std::vector<Buffer> buffers;
+  } recording;
+  const KvPoolOptions o{.num_layers = 3,
+                        .num_kv_heads = 2,
+                        .head_dim_k = 64,
+                        .head_dim_v = 64,
+                        .dtype = DataType::kBF16,
+                        .page_size = 16,
+                        .num_pages = 10,
+                        .max_slots = 2,
+                        .max_pages_per_slot = 4,
+                        .allocator = &recording};
+  auto made = KvPool::Create(o);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  ASSERT_EQ(recording.buffers.size(), 6u);  // K and V of each layer
+  std::size_t total = 0;
+  for (const Buffer& b : recording.buffers) total += b.bytes;
+  EXPECT_EQ(total, std::size_t(KvPool::PageBytes(o)) * o.num_pages);
+  auto inside = [&](const void* p) {
+    const auto* c = static_cast<const char*>(p);
+    return std::any_of(recording.buffers.begin(), recording.buffers.end(),
+                       [&](const Buffer& b) { return c >= b.begin && c < b.begin + b.bytes; });
+  };
+  for (int l = 0; l < o.num_layers; ++l) {
+    EXPECT_TRUE(inside(made->View(l).k)) << l;
+    EXPECT_TRUE(inside(made->View(l).v)) << l;
+  }
+}
+
 }  // namespace
 }  // namespace ctxpar
