@@ -58,12 +58,10 @@ Expected<KernelWeight> KernelWeightOf(compute::WeightType type) {
     case compute::WeightType::kQ4_1:
       return KernelWeight::kQ4_1;
     default:
-      return Unimplemented(
-          "CudaCompute::MatMul: " + std::string(GgmlTypeName(compute::GgmlTypeOf(type))) +
-          " weights have no CUDA kernel; CudaCompute takes F32, F16, BF16, Q8_0, Q4_0 and Q4_1 "
-          "(the CPU "
-          "takes " +
-          compute::kMatMulTypes + ")");
+      return Unimplemented(fmt::format(
+          "CudaCompute::MatMul: {} weights have no CUDA kernel; CudaCompute takes F32, F16, BF16, "
+          "Q8_0, Q4_0 and Q4_1 (the CPU takes {})",
+          GgmlTypeName(compute::GgmlTypeOf(type)), compute::kMatMulTypes));
   }
 }
 
