@@ -8,12 +8,14 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "compute/linear.h"
+#include "ctxpar/cpu_features.h"
 
 namespace ctxpar::compute {
 namespace {
@@ -160,10 +162,27 @@ TEST(SwiGluOai, MatchesFloat64WithItsClampsAndAlpha) {
   EXPECT_EQ(std::memcmp(via.data(), out.data(), out.size() * sizeof(float)), 0);
 }
 
+// The gated activations' paths this CPU has: its best, and AVX2 below AVX-512 (CTXPAR_CPU_ISA
+// lowers the path per call).
+class GatedIsa : public testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    if (*GetParam() == '\0') {
+      unsetenv("CTXPAR_CPU_ISA");
+      return;
+    }
+    setenv("CTXPAR_CPU_ISA", GetParam(), 1);
+    if (!SelectCpuIsa().ok()) GTEST_SKIP() << GetParam() << " is above this CPU";
+  }
+  void TearDown() override { unsetenv("CTXPAR_CPU_ISA"); }
+};
+INSTANTIATE_TEST_SUITE_P(Paths, GatedIsa, testing::Values("", "avx2"),
+                         [](const auto& info) { return *info.param ? info.param : "best"; });
+
 // SwiGlu's vector path computes expf as glibc does on an FMA CPU; the scalar formula with
 // std::exp is the reference, bit for bit: first on values at the edges of glibc's fast range and
 // beyond it (lanes that fall back to the scalar path), then over every 61st float (both signs,
-// every exponent, NaNs) at every offset of an 8-lane group.
+// every exponent, NaNs) at every offset of an 8- and 16-lane group.
 int CountSwiGluMismatches(const std::vector<float>& g) {
   const int n = static_cast<int>(g.size());
   std::vector<float> u(n), out(n);
@@ -179,7 +198,7 @@ int CountSwiGluMismatches(const std::vector<float>& g) {
   return mismatches;
 }
 
-TEST(SwiGlu, EqualsTheScalarExpBitForBit) {
+TEST_P(GatedIsa, SwiGluEqualsTheScalarExpBitForBit) {
   const float inf = std::numeric_limits<float>::infinity();
   std::vector<float> edges = {0.0f,
                               -0.0f,
@@ -220,7 +239,7 @@ TEST(SwiGlu, EqualsTheScalarExpBitForBit) {
 
 // GeGlu's vector path against its scalar formula with std::exp, bit for bit, over every 61st
 // float (the cube overflows, the exponential under- and overflows, NaNs).
-TEST(GeGlu, EqualsTheScalarExpBitForBit) {
+TEST_P(GatedIsa, GeGluEqualsTheScalarExpBitForBit) {
   constexpr int kChunk = 4099;
   std::int64_t mismatches = 0;
   for (std::uint64_t bits = 0; bits <= 0xffffffffu;) {
