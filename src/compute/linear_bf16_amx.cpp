@@ -18,27 +18,17 @@ namespace {
 
 constexpr int kPrefetchBytes = 4096;
 
-struct alignas(64) TileConfig {
-  std::uint8_t palette = 1;
-  std::uint8_t start_row = 0;
-  std::uint8_t reserved[14] = {};
-  std::uint16_t colsb[16] = {};
-  std::uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64);
+#include "compute/amx_config.h"
 
 // Tiles 0, 1: C (16 tokens x 16 fp32) of two row tiles; 2: A (16 tokens x 32 bf16); 3, 4: B (16
-// pairs x 16 rows x 2) of the two row tiles. Loaded only when the thread's configuration differs
-// (the int8 kernel configures its own).
+// pairs x 16 rows x 2) of the two row tiles.
 void Configure() {
   TileConfig want;
   for (int i : {0, 1, 2, 3, 4}) {
     want.rows[i] = 16;
     want.colsb[i] = 64;
   }
-  TileConfig have;
-  _tile_storeconfig(&have);
-  if (std::memcmp(&have, &want, sizeof(TileConfig)) != 0) _tile_loadconfig(&want);
+  LoadTileConfig(want);
 }
 
 }  // namespace

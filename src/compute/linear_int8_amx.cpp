@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "compute/linear_int8.h"
@@ -20,18 +21,10 @@ constexpr int kArchGetXcompPerm = 0x1022;
 constexpr int kArchReqXcompPerm = 0x1023;
 constexpr int kXfeatureXtiledata = 18;
 
-struct alignas(64) TileConfig {
-  std::uint8_t palette = 1;
-  std::uint8_t start_row = 0;
-  std::uint8_t reserved[14] = {};
-  std::uint16_t colsb[16] = {};
-  std::uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64);
+#include "compute/amx_config.h"
 
 // Tiles 0, 1: C (16 tokens x 16 int32); 2, 3: A (16 tokens x sub bytes); 4, 5: B (sub / 4 lines
-// of 64 bytes). The thread's configuration is read back (sttilecfg) and loaded only when it
-// differs: other code on the thread (a benchmark's peak loop, a tilerelease) may have changed it.
+// of 64 bytes).
 void Configure(int sub) {
   TileConfig want;
   for (int i : {0, 1}) {
@@ -42,9 +35,7 @@ void Configure(int sub) {
     want.rows[4 + i] = static_cast<std::uint8_t>(sub / 4);
     want.colsb[4 + i] = 64;
   }
-  TileConfig have;
-  _tile_storeconfig(&have);
-  if (std::memcmp(&have, &want, sizeof(TileConfig)) != 0) _tile_loadconfig(&want);
+  LoadTileConfig(want);
 }
 
 }  // namespace
