@@ -187,6 +187,36 @@ __attribute__((target("amx-tile,amx-int8"))) float AmxLoop(int64_t iters) {
   return static_cast<float>(c[0]);
 }
 
+// AmxLoop's tiles with tdpbf16ps: each is 16 x 16 x 32 multiply-adds of bf16 pairs into fp32.
+__attribute__((target("amx-tile,amx-bf16"))) float AmxBf16Loop(int64_t iters) {
+  struct alignas(64) {
+    std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    std::uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+    std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+  } config;
+  alignas(64) std::uint16_t ab[16 * 32];
+  std::fill(std::begin(ab), std::end(ab), std::uint16_t{0x3f80});  // 1.0
+  alignas(64) float c[16 * 16];
+  _tile_loadconfig(&config);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, ab, 64);
+  _tile_loadd(5, ab, 64);
+  _tile_loadd(6, ab, 64);
+  _tile_loadd(7, ab, 64);
+  for (int64_t i = 0; i < iters; ++i) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, c, 64);
+  _tile_release();
+  return c[0];
+}
+
 float FmaLoopScalar(int64_t iters) {
   float a[kPeakAccs16Regs];
   for (int j = 0; j < kPeakAccs16Regs; ++j) a[j] = static_cast<float>(j);
@@ -259,6 +289,18 @@ Rate MeasureInt8Peak(int threads, bool amx, int reps) {
   const double macs_per_iter = amx ? 4.0 * 16 * 16 * 64 : kPeakAccs * 64.0;
   const double gop = 2.0 * static_cast<double>(iters) * macs_per_iter * threads / 1e9;
   return {gop / best.wall, gop / best.cpu};
+}
+
+Rate MeasureBf16Peak(int threads, bool amx, CpuIsa isa, int reps) {
+  if (!amx) return MeasureComputePeak(threads, isa, /*dpbf16=*/true, reps);
+  const int64_t iters = 2'000'000;
+  std::vector<float> sink(threads);
+  Timing best;
+  for (int r = 0; r < reps; ++r) {
+    best.KeepBest(TimeOnThreads(threads, [&](int t) { sink[t] = AmxBf16Loop(iters); }));
+  }
+  const double gflop = 2.0 * static_cast<double>(iters) * 4 * 16 * 16 * 32 * threads / 1e9;
+  return {gflop / best.wall, gflop / best.cpu};
 }
 
 double LoadAverage() {

@@ -53,6 +53,11 @@ Rate MeasureComputePeak(int threads, CpuIsa isa, bool dpbf16, int reps);
 // sure the CPU has them (and, for AMX, that Linux granted the tile state: compute::MatMulInt8Isa).
 Rate MeasureInt8Peak(int threads, bool amx, int reps);
 
+// Peak bf16 GFLOP/s (a multiply-add counts 2) of `threads` threads: AMX tile multiplies
+// (tdpbf16ps on full tiles) when `amx`, else vdpbf16ps (MeasureComputePeak's dpbf16 loop). The
+// caller has made sure the CPU has them (compute::MatMulBf16Isa).
+Rate MeasureBf16Peak(int threads, bool amx, CpuIsa isa, int reps);
+
 // The 1-minute load average: the machine is shared, so every report says how busy it was.
 double LoadAverage();
 

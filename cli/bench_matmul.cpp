@@ -1,10 +1,11 @@
 // `ctxpar bench matmul`: MatMul (src/compute/linear.h) over a model's matrix shapes and weight
-// types (SmolLM2-135M's Q4_1 file, or Gemma 3 270M's Q4_K_M one) for n activation rows (n = 1 is
-// batch-1 decode, 16 is 16 sequences decoding together), beside the read ceiling and FMA peak of
-// the same run (bench_ceilings.h), and with --act int8 (the matrix units, --dtype auto) beside
-// the int8 peak of the path's units (AMX tiles or AVX512-VNNI) measured in the same run. Each
-// shape is timed over enough copies of its weights to pass
-// the caches, as a decode step streams every layer's weights.
+// types (SmolLM2-135M's Q4_1 file or its BF16 conversion, or Gemma 3 270M's Q4_K_M one) for n
+// activation rows (n = 1 is batch-1 decode, 16 is 16 sequences decoding together), beside the
+// read ceiling and FMA peak of the same run (bench_ceilings.h), and with --act int8 (the matrix
+// units, --dtype auto) beside the int8 peak of the path's units (AMX tiles or AVX512-VNNI), or
+// for BF16 weights the bf16 peak (AMX-BF16 tiles or vdpbf16ps), measured in the same run. Each
+// shape is timed over enough copies of its weights to pass the caches, as a decode step streams
+// every layer's weights.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -21,6 +22,7 @@
 #include "bench.h"
 #include "bench_ceilings.h"
 #include "compute/linear.h"
+#include "ctxpar/dtype.h"
 #include "ctxpar/error_catalog.h"
 #include "ctxpar/quant.h"
 #include "ctxpar/thread_pool.h"
@@ -50,6 +52,17 @@ const Shape kSmolLm2[] = {
     {"lm_head 49152x576", 49152, 576, WeightType::kQ8_0, 1},
 };
 
+// SmolLM2-135M in BF16 (llama.cpp's converter of the transformers checkpoint): its shapes, every
+// matrix BF16 (the tied embedding too). With --act int8 they take the bf16 products.
+const Shape kSmolLm2Bf16[] = {
+    {"q 576x576 BF16", 576, 576, WeightType::kBF16, 30},
+    {"o 576x576 BF16", 576, 576, WeightType::kBF16, 30},
+    {"k/v 192x576 BF16", 192, 576, WeightType::kBF16, 60},
+    {"gate/up 1536x576 BF16", 1536, 576, WeightType::kBF16, 60},
+    {"down 576x1536 BF16", 576, 1536, WeightType::kBF16, 30},
+    {"lm_head 49152x576 BF16", 49152, 576, WeightType::kBF16, 1},
+};
+
 // Gemma 3 270M, Q4_K_M: 18 layers of dim 640, 4 q heads and 1 KV head of 256, ffn 2048; half the
 // layers hold v in Q5_0 and ffn_down in Q4_K, the other half v in Q8_0 and ffn_down in Q6_K; the
 // Q8_0 embedding is the tied lm_head (vocab 262144).
@@ -66,8 +79,17 @@ const Shape kGemma3[] = {
 };
 
 // Random blocks with fp16 scales of the model's size: the kernels' time does not depend on them.
+// BF16 weights are normal values (random bits would hold NaN and subnormals).
 std::vector<std::uint8_t> RandomWeights(std::size_t bytes, WeightType type, std::mt19937& rng) {
   std::vector<std::uint8_t> w(bytes);
+  if (type == WeightType::kBF16) {
+    std::normal_distribution<float> normal(0.0f, 0.05f);
+    for (std::size_t i = 0; i + 2 <= bytes; i += 2) {
+      const std::uint16_t b = FloatToBf16(normal(rng));
+      std::memcpy(&w[i], &b, 2);
+    }
+    return w;
+  }
   std::uniform_int_distribution<int> byte(0, 255);
   for (auto& b : w) b = static_cast<std::uint8_t>(byte(rng));
   const std::uint16_t d = Fp32ToFp16(0.01f), m = Fp32ToFp16(-0.08f), dk = Fp32ToFp16(0.001f);
@@ -142,9 +164,9 @@ int RunMatMulBench(const std::vector<std::string>& args) {
   int weights_mib = 64;
   bool json = false;
   app.add_option("--model", model_name,
-                 "shapes and weight types: smollm2 (SmolLM2-135M Q4_1) or gemma3 (Gemma 3 270M "
-                 "Q4_K_M)")
-      ->check(CLI::IsMember({"smollm2", "gemma3"}));
+                 "shapes and weight types: smollm2 (SmolLM2-135M Q4_1), smollm2-bf16 (its BF16 "
+                 "conversion) or gemma3 (Gemma 3 270M Q4_K_M)")
+      ->check(CLI::IsMember({"smollm2", "smollm2-bf16", "gemma3"}));
   app.add_option("--threads", thread_list, "thread counts");
   app.add_option("--rows", row_list, "activation rows per call (sequences decoding together)");
   app.add_option("--act", act_name,
@@ -182,12 +204,18 @@ int RunMatMulBench(const std::vector<std::string>& args) {
   if (act == compute::ActFormat::kInt8) {
     if (Status s = compute::CheckInt8Isa(); !s.ok()) return fail(s);
   }
-  // The peak column: the FMA units, or the int8 units the int8 path runs on.
-  const std::string int8_isa = compute::MatMulInt8Isa();
-  const bool int8_peak = act == compute::ActFormat::kInt8 && int8_isa != "scalar";
-  const bool gemma = model_name == "gemma3";
-  const std::span<const Shape> shapes =
-      gemma ? std::span<const Shape>(kGemma3) : std::span<const Shape>(kSmolLm2);
+  // The peak column: the FMA units, or the int8 (bf16) units the int8 path runs on.
+  const bool gemma = model_name == "gemma3", bf16 = model_name == "smollm2-bf16";
+  const bool bf16_products =
+      bf16 && act == compute::ActFormat::kInt8 && compute::Bf16Takes(WeightType::kBF16);
+  const std::string int8_isa = bf16_products ? compute::MatMulBf16Isa() : compute::MatMulInt8Isa();
+  const bool int8_peak =
+      act == compute::ActFormat::kInt8 && int8_isa != "scalar" && (!bf16 || bf16_products);
+  const char* peak_name = bf16_products ? "bf16" : "int8";
+  const char* peak_unit = bf16_products ? "GFLOP/s" : "GOP/s";
+  const std::span<const Shape> shapes = gemma  ? std::span<const Shape>(kGemma3)
+                                        : bf16 ? std::span<const Shape>(kSmolLm2Bf16)
+                                               : std::span<const Shape>(kSmolLm2);
   for (const Shape& s : shapes) {
     if (!compute::CheckActFormat(act, s.type).ok()) {
       return fail(CatalogError(
@@ -215,7 +243,9 @@ int RunMatMulBench(const std::vector<std::string>& args) {
   for (int threads : *threads_list) {
     const Rate read = MeasureReadCeiling(threads, std::size_t(ceiling_mib) << 20, 5, *isa);
     const Rate fma = MeasureComputePeak(threads, *isa, false, 3);
-    const Rate peak = int8_peak ? MeasureInt8Peak(threads, int8_isa == "amx", 3) : fma;
+    const Rate peak = !int8_peak      ? fma
+                      : bf16_products ? MeasureBf16Peak(threads, int8_isa == "amx_bf16", *isa, 3)
+                                      : MeasureInt8Peak(threads, int8_isa == "amx", 3);
     Expected<std::unique_ptr<ThreadPool>> pool = ThreadPool::Create(threads);
     if (!pool.ok()) return fail(pool.status());
     if (!json) {
@@ -223,8 +253,8 @@ int RunMatMulBench(const std::vector<std::string>& args) {
           "\nthreads %d: read ceiling %.1f GB/s (%.1f by CPU time), FMA peak %.1f GFLOP/s "
           "(%.1f)%s\n%-23s %3s %9s %7s %5s %7s %5s %6s | %8s %5s %7s %5s %6s\n",
           threads, read.wall, read.cpu, fma.wall, fma.cpu,
-          int8_peak ? fmt::format(", int8 peak ({}) {:.1f} GOP/s ({:.1f}); %peak is of it",
-                                  int8_isa, peak.wall, peak.cpu)
+          int8_peak ? fmt::format(", {} peak ({}) {:.1f} {} ({:.1f}); %peak is of it", peak_name,
+                                  int8_isa, peak.wall, peak_unit, peak.cpu)
                           .c_str()
                     : "",
           "shape", "n", "us/call", "w GB/s", "%read", "GFLOP/s", "%peak", "x n=1", "cpu:GB/s",
@@ -241,24 +271,27 @@ int RunMatMulBench(const std::vector<std::string>& args) {
         step[i].wall += p.time.wall * s.per_token;
         step[i].cpu += p.time.cpu * s.per_token;
         const Rate gain = {first.wall / (p.time.wall / n), first.cpu / (p.time.cpu / n)};
-        out["results"].push_back({{"threads", threads},
-                                  {"shape", s.name},
-                                  {"n", n},
-                                  {"seconds", p.time.wall},
-                                  {"weight_gbps", p.gbps.wall},
-                                  {"read_ceiling_gbps", read.wall},
-                                  {"gflops", p.gflops.wall},
-                                  {"fma_peak_gflops", fma.wall},
-                                  {"int8_peak_gops", int8_peak ? peak.wall : 0.0},
-                                  {"rows_per_s_vs_first", gain.wall},
-                                  {"cpu_time",
-                                   {{"seconds", p.time.cpu},
-                                    {"weight_gbps", p.gbps.cpu},
-                                    {"read_ceiling_gbps", read.cpu},
-                                    {"gflops", p.gflops.cpu},
-                                    {"fma_peak_gflops", fma.cpu},
-                                    {"int8_peak_gops", int8_peak ? peak.cpu : 0.0},
-                                    {"rows_per_s_vs_first", gain.cpu}}}});
+        out["results"].push_back(
+            {{"threads", threads},
+             {"shape", s.name},
+             {"n", n},
+             {"seconds", p.time.wall},
+             {"weight_gbps", p.gbps.wall},
+             {"read_ceiling_gbps", read.wall},
+             {"gflops", p.gflops.wall},
+             {"fma_peak_gflops", fma.wall},
+             {"int8_peak_gops", int8_peak && !bf16_products ? peak.wall : 0.0},
+             {"bf16_peak_gflops", bf16_products ? peak.wall : 0.0},
+             {"rows_per_s_vs_first", gain.wall},
+             {"cpu_time",
+              {{"seconds", p.time.cpu},
+               {"weight_gbps", p.gbps.cpu},
+               {"read_ceiling_gbps", read.cpu},
+               {"gflops", p.gflops.cpu},
+               {"fma_peak_gflops", fma.cpu},
+               {"int8_peak_gops", int8_peak && !bf16_products ? peak.cpu : 0.0},
+               {"bf16_peak_gflops", bf16_products ? peak.cpu : 0.0},
+               {"rows_per_s_vs_first", gain.cpu}}}});
         if (!json) {
           std::printf(
               "%-23s %3d %9.1f %7.2f %4.0f%% %7.1f %4.0f%% %5.2fx | %8.2f %4.0f%% %7.1f "
@@ -280,8 +313,10 @@ int RunMatMulBench(const std::vector<std::string>& args) {
         std::printf(
             "decode step, every matmul of a %s token, n %d: %.0f tokens/s (%.2fx) | "
             "cpu: %.0f (%.2fx)\n",
-            gemma ? "Gemma 3" : "SmolLM2", (*rows_list)[i], rate.wall, rate.wall / first.wall,
-            rate.cpu, rate.cpu / first.cpu);
+            gemma  ? "Gemma 3"
+            : bf16 ? "SmolLM2 BF16"
+                   : "SmolLM2",
+            (*rows_list)[i], rate.wall, rate.wall / first.wall, rate.cpu, rate.cpu / first.cpu);
       }
     }
   }

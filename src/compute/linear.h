@@ -214,7 +214,9 @@ struct Acts {
   // (int8_internal::ScaleAt).
   LineVector<std::int8_t> i8;
   std::vector<float> i8_d, i8_xs;
-  // kInt8 for the types of Bf16Takes: [n rounded up to 16, cols] bf16 (rows past n zero).
+  // kInt8 for the types of Bf16Takes: bf16, tile-major [n / 16][cols / 32][16 tokens][32] (n
+  // rounded up to 16, tokens past n zero): a block of 16 tokens' 32 columns is an AMX A tile
+  // (bf16_internal::ActAt).
   LineVector<std::uint16_t> bf16;
   // kF32: [n, blocks_per_row * 32] at f32, the caller's rows themselves when they are contiguous
   // and cache-line aligned, else a copy in x.

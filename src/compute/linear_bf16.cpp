@@ -17,11 +17,12 @@ namespace {
 constexpr int kTileRows = 16;
 constexpr int kTileTokens = 16;
 
-// Tokens per chunk: about 64 KiB of bf16 activations, a multiple of 16, re-read from cache by
-// every row tile.
+// Tokens per chunk: about 128 KiB of bf16 activations, a multiple of 32 (the AMX kernel's two
+// token blocks), re-read from cache by every row tile.
 int TokenChunk(int cols) {
-  const int tokens = (32 << 10) / cols;
-  return std::max(kTileTokens, tokens / kTileTokens * kTileTokens);
+  constexpr int kBlockPair = 2 * kTileTokens;
+  const int tokens = (64 << 10) / cols;
+  return std::max(kBlockPair, tokens / kBlockPair * kBlockPair);
 }
 
 // The instructions' operand and result rules: subnormal inputs read as zero, subnormal results
@@ -39,11 +40,11 @@ void ScalarTile(const Bf16Tile& t) {
   const Bf16Pack& w = *t.w;
   const int rows = std::min(kTileRows, w.rows - t.tile * kTileRows);
   for (int tok = t.t0; tok < t.t0 + t.nt; ++tok) {
-    const std::uint16_t* x = t.x + std::size_t(tok) * w.cols;
     for (int r = 0; r < rows; ++r) {
       float acc = 0.0f;
       for (int p = 0; p < w.cols / 2; ++p) {
         const std::uint16_t* pair = w.Line(t.tile, p) + 2 * r;
+        const std::uint16_t* x = t.x + ActAt(w.cols, tok, 2 * p) - 2 * p;
         acc = FmaFtz(Daz(pair[1]), Daz(x[2 * p + 1]), acc);
         acc = FmaFtz(Daz(pair[0]), Daz(x[2 * p]), acc);
       }
@@ -85,15 +86,29 @@ std::shared_ptr<const Bf16Pack> PackBf16(const QuantMatrix& m) {
   return pack;
 }
 
+void RoundToBf16(const float* in, int n, std::uint16_t* out, Bf16Isa isa) {
+#if defined(CTXPAR_X86_KERNELS)
+  // Where a bf16 path runs, AVX-512 F/BW do too.
+  if (isa == Bf16Isa::kAvx512Bf16 || isa == Bf16Isa::kAmx) return RoundToBf16Avx512(in, n, out);
+#endif
+  for (int i = 0; i < n; ++i) out[i] = FloatToBf16(in[i]);
+}
+
 void PrepareBf16Acts(const float* x, int n, int cols, int ldx, Acts* out, ThreadPool* pool) {
   const int padded = (n + kTileTokens - 1) / kTileTokens * kTileTokens;
   out->bf16.resize(std::size_t(padded) * cols);
-  std::fill(out->bf16.begin() + std::size_t(n) * cols, out->bf16.end(), std::uint16_t{0});
+  // Zero the padding tokens of the last block.
+  for (int t = n; t < padded; ++t) {
+    for (int c = 0; c < cols; c += 32) {
+      std::fill_n(&out->bf16[ActAt(cols, t, c)], 32, std::uint16_t{0});
+    }
+  }
+  const Bf16Isa isa = SelectBf16();
   auto rows = [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t t = begin; t < end; ++t) {
-      const float* in = x + std::size_t(t) * ldx;
-      std::uint16_t* q = out->bf16.data() + std::size_t(t) * cols;
-      for (int c = 0; c < cols; ++c) q[c] = FloatToBf16(in[c]);
+    for (int t = static_cast<int>(begin); t < end; ++t) {
+      for (int c = 0; c < cols; c += 32) {
+        RoundToBf16(x + std::size_t(t) * ldx + c, 32, &out->bf16[ActAt(cols, t, c)], isa);
+      }
     }
   };
   if (pool != nullptr && n >= kTileTokens) return pool->ParallelFor(n, rows);

@@ -56,6 +56,13 @@ enum class Bf16Isa { kNone, kScalar, kAvx512Bf16, kAmx };
 Bf16Isa SelectBf16();
 
 std::shared_ptr<const Bf16Pack> PackBf16(const QuantMatrix& w);
+// out[i] = FloatToBf16(in[i]) for i < n, bit for bit: AVX-512 code where `isa` is kAvx512Bf16 or
+// kAmx, else scalar.
+void RoundToBf16(const float* in, int n, std::uint16_t* out, Bf16Isa isa);
+// Where token t's columns [c, c + 32 - c % 32) are in Acts::bf16 (`cols` a multiple of 32).
+inline std::size_t ActAt(int cols, int t, int c) {
+  return (std::size_t(t / 16) * (cols / 32) + c / 32) * 512 + (t % 16) * 32 + c % 32;
+}
 // Acts::bf16 from x [n, cols] (row stride ldx): [n rounded up to 16][cols], rows past n zero.
 void PrepareBf16Acts(const float* x, int n, int cols, int ldx, Acts* out, ThreadPool* pool);
 // MatMulMany for F16 / BF16 weights and bf16 activations, on `isa` (not kNone).
@@ -67,7 +74,7 @@ struct Bf16Tile {
   const Bf16Pack* w = nullptr;
   int tile = 0;
   int tiles = 1;
-  const std::uint16_t* x = nullptr;  // Acts::bf16
+  const std::uint16_t* x = nullptr;  // Acts::bf16 (ActAt)
   int t0 = 0;
   int nt = 0;
   float* y = nullptr;
@@ -76,6 +83,7 @@ struct Bf16Tile {
 
 void Bf16TileScalar(const Bf16Tile& t);
 #if defined(CTXPAR_X86_KERNELS)
+void RoundToBf16Avx512(const float* in, int n, std::uint16_t* out);
 void Bf16TileAvx512(const Bf16Tile& t);  // AVX-512 F/BW/VL + BF16
 void Bf16TileAmx(const Bf16Tile& t);     // AMX-TILE + AMX-BF16
 #endif

@@ -26,8 +26,9 @@ template <int NT, int KT>
 void Tokens(const Bf16Tile& t, int t0) {
   const Bf16Pack& w = *t.w;
   const int pairs = w.cols / 2;
+  // Token t0 + i's columns of pair p are at x[i] + ActAt(cols, 0, 2p), its block's stride.
   const std::uint16_t* x[NT];
-  for (int i = 0; i < NT; ++i) x[i] = t.x + std::size_t(t0 + i) * w.cols;
+  for (int i = 0; i < NT; ++i) x[i] = t.x + ActAt(w.cols, t0 + i, 0);
   __m512 acc[KT][NT];
   for (int k = 0; k < KT; ++k) {
     for (int i = 0; i < NT; ++i) acc[k][i] = _mm512_setzero_ps();
@@ -42,7 +43,7 @@ void Tokens(const Bf16Tile& t, int t0) {
     }
     for (int i = 0; i < NT; ++i) {
       std::int32_t pair;
-      std::memcpy(&pair, x[i] + 2 * p, 4);
+      std::memcpy(&pair, x[i] + ActAt(w.cols, 0, 2 * p), 4);
       const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
       for (int k = 0; k < KT; ++k) acc[k][i] = _mm512_dpbf16_ps(acc[k][i], wv[k], xv);
     }
@@ -62,6 +63,24 @@ void Dispatch(const Bf16Tile& t, int t0, int nt, std::integer_sequence<int, NT..
 }
 
 }  // namespace
+
+// FloatToBf16's integer rounding, 16 floats at a time.
+void RoundToBf16Avx512(const float* in, int n, std::uint16_t* out) {
+  const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff);
+  const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i quiet = _mm512_set1_epi32(0x0040);
+  for (int i = 0; i < n; i += 16) {
+    const __mmask16 live = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+    const __m512i bits = _mm512_maskz_loadu_epi32(live, in + i);
+    const __m512i top = _mm512_srli_epi32(bits, 16);
+    const __m512i odd = _mm512_and_si512(top, one);
+    const __m512i rounded =
+        _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, half), odd), 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, abs), inf);
+    const __m512i r = _mm512_mask_or_epi32(rounded, nan, top, quiet);
+    _mm512_mask_cvtepi32_storeu_epi16(out + i, live, r);
+  }
+}
 
 void Bf16TileAvx512(const Bf16Tile& tiles) {
   Bf16Tile t = tiles;

@@ -104,7 +104,10 @@ TEST(CliBench, MatMulRefusesWhatTheKernelsDoNotTake) {
                 "Invalid value q8 for --act: int8 activations take Q4_1 and Q8_0 weights; gemma3 "
                 "has Q5_0");
   ExpectRefused({"bench", "matmul", "--model", "llama"}, "CTXPAR-FLAG-005",
-                "--model: llama not in {smollm2,gemma3}");
+                "--model: llama not in {smollm2,smollm2-bf16,gemma3}");
+  ExpectRefused({"bench", "matmul", "--model", "smollm2-bf16", "--act", "q8"}, "CTXPAR-FLAG-008",
+                "Invalid value q8 for --act: int8 activations take Q4_1 and Q8_0 weights; "
+                "smollm2-bf16 has BF16");
 }
 
 // An error's usage goes to stderr with the error, none of it to stdout.

@@ -8,6 +8,8 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -140,6 +142,34 @@ TEST(Bf16MatMul, SubnormalInputsReadAsZeroOnEveryPath) {
   for (Bf16Isa isa : paths) {
     const std::vector<float> y = Product(w.m, x, 1, isa, nullptr);
     for (int r = 0; r < rows; ++r) EXPECT_EQ(y[r], 0.0f) << "isa " << int(isa) << " row " << r;
+  }
+}
+
+// The activations' rounding to bf16 on this CPU's path (AVX-512's integer sequence where a bf16
+// path runs) is FloatToBf16 bit for bit, NaN
+// (kept a quiet NaN) and the rounding's carry into the exponent included, over every 997th
+// pattern and a tail shorter than a register.
+TEST(Bf16MatMul, VectorRoundingIsFloatToBf16Bitwise) {
+  std::vector<float> in;
+  for (std::uint64_t b = 0; b <= 0xffffffffu; b += 997) {
+    const auto bits = static_cast<std::uint32_t>(b);
+    float f;
+    std::memcpy(&f, &bits, 4);
+    in.push_back(f);
+  }
+  for (std::uint32_t bits : {0x7f7fffffu, 0x3f808000u, 0x3f818000u, 0x7f800001u, 0xff800000u}) {
+    float f;
+    std::memcpy(&f, &bits, 4);
+    in.push_back(f);
+  }
+  for (int n : {static_cast<int>(in.size()), 37, 5}) {
+    std::vector<std::uint16_t> got(n + 1, 0xabcd);
+    bf16_internal::RoundToBf16(in.data() + (in.size() - n), n, got.data(),
+                               bf16_internal::SelectBf16());
+    for (int i = 0; i < n; ++i) {
+      ASSERT_EQ(got[i], FloatToBf16(in[in.size() - n + i])) << "n " << n << " i " << i;
+    }
+    EXPECT_EQ(got[n], 0xabcd) << "written past n = " << n;
   }
 }
 
