@@ -41,9 +41,10 @@ void Tokens(const Bf16Tile& t, int t0) {
       if constexpr (NT < kPrefetchTokens) __builtin_prefetch(lines[k] + p * 32 + kPrefetchElements);
       wv[k] = reinterpret_cast<__m512bh>(_mm512_load_si512(lines[k] + p * 32));
     }
+    const std::size_t at = ActAt(w.cols, 0, 2 * p);
     for (int i = 0; i < NT; ++i) {
       std::int32_t pair;
-      std::memcpy(&pair, x[i] + ActAt(w.cols, 0, 2 * p), 4);
+      std::memcpy(&pair, x[i] + at, 4);
       const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
       for (int k = 0; k < KT; ++k) acc[k][i] = _mm512_dpbf16_ps(acc[k][i], wv[k], xv);
     }
