@@ -44,9 +44,9 @@ void ScalarTile(const Bf16Tile& t) {
       float acc = 0.0f;
       for (int p = 0; p < w.cols / 2; ++p) {
         const std::uint16_t* pair = w.Line(t.tile, p) + 2 * r;
-        const std::uint16_t* x = t.x + ActAt(w.cols, tok, 2 * p) - 2 * p;
-        acc = FmaFtz(Daz(pair[1]), Daz(x[2 * p + 1]), acc);
-        acc = FmaFtz(Daz(pair[0]), Daz(x[2 * p]), acc);
+        const std::uint16_t* x = t.x + ActAt(w.cols, tok, 2 * p);
+        acc = FmaFtz(Daz(pair[1]), Daz(x[1]), acc);
+        acc = FmaFtz(Daz(pair[0]), Daz(x[0]), acc);
       }
       t.y[std::size_t(tok) * t.ldy + t.tile * kTileRows + r] = acc;
     }

@@ -59,11 +59,12 @@ std::shared_ptr<const Bf16Pack> PackBf16(const QuantMatrix& w);
 // out[i] = FloatToBf16(in[i]) for i < n, bit for bit: AVX-512 code where `isa` is kAvx512Bf16 or
 // kAmx, else scalar.
 void RoundToBf16(const float* in, int n, std::uint16_t* out, Bf16Isa isa);
-// Where token t's columns [c, c + 32 - c % 32) are in Acts::bf16 (`cols` a multiple of 32).
+// The index of token t's column c in Acts::bf16 (`cols` a multiple of 32); the columns after c
+// up to the end of its 32-group follow it.
 inline std::size_t ActAt(int cols, int t, int c) {
   return (std::size_t(t / 16) * (cols / 32) + c / 32) * 512 + (t % 16) * 32 + c % 32;
 }
-// Acts::bf16 from x [n, cols] (row stride ldx): [n rounded up to 16][cols], rows past n zero.
+// Acts::bf16 from x [n, cols] (row stride ldx), in ActAt's layout, tokens past n zero.
 void PrepareBf16Acts(const float* x, int n, int cols, int ldx, Acts* out, ThreadPool* pool);
 // MatMulMany for F16 / BF16 weights and bf16 activations, on `isa` (not kNone).
 void MatMulBf16(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool, Bf16Isa isa);
