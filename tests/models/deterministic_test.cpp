@@ -2,7 +2,8 @@
 // logits of the prompt and of 24 greedy steps are the same bits at tp 1 and over tp 3 / dcp 3 with
 // every combine backend and replicated Q on SmolLM2, and at tp 2 / dcp 2 and tp 4 / dcp 4 on
 // Gemma 3 (its window layers included), on the fast path (--dtype auto: int8 activations, whose
-// rounding turns any 1-ulp difference into a different token within a few steps) and with fp8 KV.
+// rounding turns any 1-ulp difference into a different token within a few steps) and with fp8 KV,
+// and on a model in BF16 (the bf16 products, tp 2 / dcp 2).
 // Without the flag the same fast path gives other bits at dcp 3 (asserted: the test can fail).
 #include <gtest/gtest.h>
 
@@ -134,6 +135,19 @@ TEST(DeterministicInference, Gemma3LogitsAreTheSameBitsOnEveryLayout) {
   const std::vector<int32_t> prompt = GoldenPrompt("gemma3", "");
   ASSERT_FALSE(prompt.empty());
   const Config configs[] = {{2, 2, "a2a", false}, {4, 4, "ag_rs", false}, {4, 2, "a2a", true}};
+  ExpectSameBits(path, prompt, configs, "auto");
+}
+
+// BF16 weights take the bf16 products under --dtype auto where AVX512-BF16 or AMX-BF16 runs
+// (linear_bf16.h; elsewhere the fp32 sequence): the tiny transformers Llama in BF16 over a
+// 700-token prompt (token blocks of 32 and 16 in the AMX kernel, deterministic chunks of 64 keys)
+// gives the same bits at tp 1, tp 2 and tp 2 / dcp 2 with either backend and replicated Q.
+TEST(DeterministicInference, Bf16WeightsGiveTheSameBitsOnEveryLayout) {
+  const std::string path = std::string(CTXPAR_TEST_DATA_DIR) + "/hf_tiny/llama/llama-bf16.gguf";
+  const std::vector<int32_t> prompt = GoldenPrompt("hf_tiny/llama", "ids_700");
+  ASSERT_EQ(prompt.size(), 700u);
+  const Config configs[] = {
+      {2, 1, "ag_rs", false}, {2, 2, "ag_rs", false}, {2, 2, "a2a", false}, {2, 2, "a2a", true}};
   ExpectSameBits(path, prompt, configs, "auto");
 }
 
