@@ -65,7 +65,8 @@ struct EngineConfig {
 
   // Memory and scheduling.
   int page_size = 16;
-  // kF32 (auto), kBF16, kF8E4M3 (fp8_e4m3, e4m3fn) or kF8E5M2; fp8 with a scale of 1.
+  // kF32, kBF16, kF8E4M3 (fp8_e4m3, e4m3fn) or kF8E5M2; fp8 with a scale of 1. auto: kBF16 under
+  // --dtype auto (without --llama-cpp-numerics), else kF32.
   DataType kv_cache_dtype = DataType::kF32;
   int64_t kv_cache_mib = 0;                 // KV memory budget per rank
   std::optional<int64_t> max_total_tokens;  // cap on the pool's tokens

@@ -102,6 +102,10 @@ Expected<EngineConfig> MakeEngineConfig(const ResolvedConfig& c, const Platform&
     return Internal(fmt::format(
         "MakeEngineConfig: kv_cache_dtype {} must have been refused by _handle_cpu_engine",
         kv_dtype));
+  } else if (c.dtype() == "auto" && !c.llama_cpp_numerics()) {
+    // SGLang's auto is the model's data type: the fast path's products are 16-bit or narrower
+    // (and llama.cpp's cache is f16), float32 keeps fp32.
+    e.kv_cache_dtype = DataType::kBF16;
   }
   e.kv_cache_mib = c.kv_cache_mib();
   e.max_total_tokens = c.max_total_tokens();

@@ -133,9 +133,9 @@ const std::vector<FieldSpec>& Table() {
                          "attention kernels)."));
     f.push_back(StrField("kv_cache_dtype", std::string("auto"), "--kv-cache-dtype",
                          {"auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"},
-                         "Data type of the KV cache (auto: the model's, fp32 on ctxpar's CPU "
-                         "engine; bf16 halves the KV memory of a token, fp8_e4m3 and fp8_e5m2 "
-                         "quarter it)."));
+                         "Data type of the KV cache (auto: the model's, bf16 under --dtype auto "
+                         "and fp32 under float32 on ctxpar's CPU engine; bf16 halves fp32's KV "
+                         "memory of a token, fp8_e4m3 and fp8_e5m2 quarter it)."));
     f.push_back(IntField("kv_cache_mib", int64_t{1024}, "--kv-cache-mib", 1,
                          "KV cache memory per rank, in MiB."));
     f.push_back(

@@ -139,6 +139,27 @@ TEST(LaunchAgreement, DcpMultipliesTheTokensOfTheSameKvBudget) {
             2 * Capacity("--kv-cache-mib 64 --tp-size 9 --dcp-size 3"));
 }
 
+std::string KvDtype(const std::string& flags) {
+  const RunResult r = Check(flags, /*as_json=*/true);
+  EXPECT_EQ(r.exit_status, 0) << flags << "\n" << r.err << r.out;
+  return json::parse(r.out).value("kv_cache_dtype", std::string());
+}
+
+// --kv-cache-dtype auto is the model's data type, as in SGLang: bf16 on the fast path (--dtype
+// auto, whose products are 16-bit or narrower), fp32 under float32 and --llama-cpp-numerics; a
+// named type wins on either path. The capacity follows the bytes.
+TEST(LaunchAgreement, AutoKvCacheFollowsTheDtype) {
+  EXPECT_EQ(KvDtype(""), "f32");
+  EXPECT_EQ(KvDtype("--dtype float32"), "f32");
+  EXPECT_EQ(KvDtype("--dtype auto"), "bf16");
+  EXPECT_EQ(KvDtype("--dtype auto --kv-cache-dtype auto"), "bf16");
+  EXPECT_EQ(KvDtype("--dtype auto --llama-cpp-numerics"), "f32");
+  EXPECT_EQ(KvDtype("--dtype auto --kv-cache-dtype fp8_e5m2"), "f8_e5m2");
+  EXPECT_EQ(KvDtype("--dtype float32 --kv-cache-dtype bf16"), "bf16");
+  EXPECT_EQ(Capacity("--kv-cache-mib 64 --dtype auto"),
+            Capacity("--kv-cache-mib 64 --kv-cache-dtype bf16"));
+}
+
 // The ranks of one machine share its memory: a KV budget of half the machine fits one rank, not
 // the three of a tp 3 job here.
 TEST(LaunchAgreement, KvBudgetsAreCheckedAgainstTheMemoryOfTheRanks) {
