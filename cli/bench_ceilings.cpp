@@ -155,17 +155,20 @@ __attribute__((target("avx512f,avx512vnni"))) float VnniLoop(int64_t iters) {
   return static_cast<float>(std::accumulate(s, s + 16, 0));
 }
 
-// Four accumulator tiles (0-3) over two A (4, 5) and two B (6, 7) tiles, all 16 x 64 bytes:
-// each tdpbssd is 16 x 16 x 64 multiply-adds. The tile instructions are inline assembly in GCC's
-// headers; ldtilecfg and tilerelease are per thread.
-__attribute__((target("amx-tile,amx-int8"))) float AmxLoop(int64_t iters) {
+// Four accumulator tiles (0-3) over two A (4, 5) and two B (6, 7) tiles, all 16 x 64 bytes: each
+// tdpbssd is 16 x 16 x 64 int8 multiply-adds, each tdpbf16ps (kBf16) 16 x 16 x 32 of bf16 pairs
+// into fp32. The tile instructions are inline assembly in GCC's headers; ldtilecfg and
+// tilerelease are per thread. The result only keeps the loop alive.
+template <bool kBf16>
+__attribute__((target("amx-tile,amx-int8,amx-bf16"))) float AmxLoop(int64_t iters) {
   struct alignas(64) {
     std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
     std::uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
     std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
   } config;
-  alignas(64) std::int8_t ab[16 * 64];
-  std::fill(std::begin(ab), std::end(ab), std::int8_t(1));
+  alignas(64) std::uint16_t ab[16 * 32];
+  // bf16 1.0, or int8 1s.
+  std::fill(std::begin(ab), std::end(ab), kBf16 ? std::uint16_t{0x3f80} : std::uint16_t{0x0101});
   alignas(64) std::int32_t c[16 * 16];
   _tile_loadconfig(&config);
   _tile_zero(0);
@@ -177,44 +180,21 @@ __attribute__((target("amx-tile,amx-int8"))) float AmxLoop(int64_t iters) {
   _tile_loadd(6, ab, 64);
   _tile_loadd(7, ab, 64);
   for (int64_t i = 0; i < iters; ++i) {
-    _tile_dpbssd(0, 4, 6);
-    _tile_dpbssd(1, 4, 7);
-    _tile_dpbssd(2, 5, 6);
-    _tile_dpbssd(3, 5, 7);
+    if constexpr (kBf16) {
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    } else {
+      _tile_dpbssd(0, 4, 6);
+      _tile_dpbssd(1, 4, 7);
+      _tile_dpbssd(2, 5, 6);
+      _tile_dpbssd(3, 5, 7);
+    }
   }
   _tile_stored(0, c, 64);
   _tile_release();
   return static_cast<float>(c[0]);
-}
-
-// AmxLoop's tiles with tdpbf16ps: each is 16 x 16 x 32 multiply-adds of bf16 pairs into fp32.
-__attribute__((target("amx-tile,amx-bf16"))) float AmxBf16Loop(int64_t iters) {
-  struct alignas(64) {
-    std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
-    std::uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-    std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-  } config;
-  alignas(64) std::uint16_t ab[16 * 32];
-  std::fill(std::begin(ab), std::end(ab), std::uint16_t{0x3f80});  // 1.0
-  alignas(64) float c[16 * 16];
-  _tile_loadconfig(&config);
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  _tile_loadd(4, ab, 64);
-  _tile_loadd(5, ab, 64);
-  _tile_loadd(6, ab, 64);
-  _tile_loadd(7, ab, 64);
-  for (int64_t i = 0; i < iters; ++i) {
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-  }
-  _tile_stored(0, c, 64);
-  _tile_release();
-  return c[0];
 }
 
 float FmaLoopScalar(int64_t iters) {
@@ -283,8 +263,8 @@ Rate MeasureInt8Peak(int threads, bool amx, int reps) {
   std::vector<float> sink(threads);
   Timing best;
   for (int r = 0; r < reps; ++r) {
-    best.KeepBest(
-        TimeOnThreads(threads, [&](int t) { sink[t] = amx ? AmxLoop(iters) : VnniLoop(iters); }));
+    best.KeepBest(TimeOnThreads(
+        threads, [&](int t) { sink[t] = amx ? AmxLoop<false>(iters) : VnniLoop(iters); }));
   }
   const double macs_per_iter = amx ? 4.0 * 16 * 16 * 64 : kPeakAccs * 64.0;
   const double gop = 2.0 * static_cast<double>(iters) * macs_per_iter * threads / 1e9;
@@ -297,7 +277,7 @@ Rate MeasureBf16Peak(int threads, bool amx, CpuIsa isa, int reps) {
   std::vector<float> sink(threads);
   Timing best;
   for (int r = 0; r < reps; ++r) {
-    best.KeepBest(TimeOnThreads(threads, [&](int t) { sink[t] = AmxBf16Loop(iters); }));
+    best.KeepBest(TimeOnThreads(threads, [&](int t) { sink[t] = AmxLoop<true>(iters); }));
   }
   const double gflop = 2.0 * static_cast<double>(iters) * 4 * 16 * 16 * 32 * threads / 1e9;
   return {gflop / best.wall, gflop / best.cpu};
