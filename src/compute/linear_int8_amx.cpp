@@ -170,6 +170,9 @@ const std::int8_t* Widen(const Int8Pack& w, int tile, LineVector<std::int8_t>& o
 // The tile configuration is checked once per call (its row tiles and their tokens): sttilecfg
 // waits for the tile unit to drain.
 void Int8TileAmx(const Int8Tile& tiles) {
+  // Too few tokens for a tile multiply (decode): VNNI reads the pack as it lies, with no widened
+  // copy of the nibbles, which at one token cost as much as the products.
+  if (tiles.nt < kAmxMinTokens) return Int8TileVnni(tiles);
   Configure(tiles.w->sub);
   auto tile16 = tiles.w->has_min     ? Tile16<true, 32>
                 : tiles.w->sub == 32 ? Tile16<false, 32>
