@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "compute/linear_int8.h"
 #include "ctxpar/cpu_features.h"
 
 namespace ctxpar::compute {
@@ -32,8 +33,11 @@ std::string CpuCompute::Describe() const {
       return fmt::format(
           "cpu: matmul int8 {}{}, F16/BF16 weights bf16 {}, fp32 {} for the other types; "
           "attention {}",
-          int8, int8 == "amx" ? " (avx512_vnni below 4 tokens)" : "", MatMulBf16Isa(), MatMulIsa(),
-          attention);
+          int8,
+          int8 == "amx"
+              ? fmt::format(" (avx512_vnni below {} tokens)", int8_internal::kAmxMinTokens)
+              : "",
+          MatMulBf16Isa(), MatMulIsa(), attention);
     }
     case ActFormat::kQ8:
       return fmt::format("cpu: matmul q8 blocks (llama.cpp's); attention {}", attention);

@@ -79,8 +79,9 @@ inline constexpr int kTileTokens = 16;
 inline std::size_t ScaleAt(int t, int g, int groups) {
   return (std::size_t(t / kTileTokens) * groups + g) * kTileTokens + t % kTileTokens;
 }
-// Tokens at the end of a call that the AMX kernel leaves to VNNI (same bits, no padding spent).
-inline constexpr int kAmxMinTokens = 4;
+// Fewer tokens than this the AMX kernel leaves to VNNI (same bits): below it VNNI's products cost
+// less than AMX's padded tile and the widening of 4-bit weights (docs/perf-model.md).
+inline constexpr int kAmxMinTokens = 6;
 
 // With fewer tokens than this a kernel streams the pack faster than the hardware prefetcher runs
 // ahead of it, and prefetches the sub-block kPackPrefetchBytes ahead (docs/perf-model.md).
