@@ -6,15 +6,17 @@ llama-perplexity scores it: the text tokenized once (with the model's BOS), cut 
 of its second half scored (positions ctx / 2 + 1 .. ctx - 1, each given all before it in the
 chunk). ctxpar is asked through its server, `POST /v1/completions` with the chunk's token ids,
 `echo` and `logprobs` (the prompt's log-probabilities), once per --dtype; llama-perplexity runs
-on the same file and text (-c ctx -b ctx --chunks N). Prints a markdown table: NLL, perplexity
-and each one's difference from float32, and from llama.cpp.
+on the same file and text (-c ctx -b ctx --chunks N); with --hf-python, HF transformers in
+float32 on the weights it dequantizes from the same GGUF scores the same chunks (hf_nll.py), the
+outside reference. Prints a markdown table: NLL, perplexity and each one's difference from
+float32, from transformers and from llama.cpp.
 
 The default text is this repository's docs/*.md in name order: prose written after these models
 were trained, so held out from them. The script needs `requests` (bench/serve's environment).
 
     python bench/quality/perplexity.py --model $(bash scripts/fetch-model.sh | tail -1)
     python bench/quality/perplexity.py --model ... --ctx 512 --chunks 8 --dtypes float32,auto \\
-        --text a.txt --text b.txt
+        --text a.txt --text b.txt --hf-python /path/to/venv/bin/python
 """
 
 import argparse
@@ -98,10 +100,12 @@ def ctxpar_nll(args, dtype, text, log_dir, given):
             raise RuntimeError(f"the text is {len(tokens)} tokens, less than one chunk of {args.ctx}")
         first = args.ctx // 2
         nll, count = 0.0, 0
+        chunks = []
         for c in range(n_chunk):
             ids = list(tokens[c * args.ctx:(c + 1) * args.ctx])
             if bos is not None:
                 ids[0] = bos
+            chunks.append(ids)
             s, n = chunk_nll(url, ids, first)
             nll += s
             count += n
@@ -109,7 +113,7 @@ def ctxpar_nll(args, dtype, text, log_dir, given):
                   file=sys.stderr)
         agree = given is None or own == given
         return {"nll": nll / count, "tokens": count, "chunks": n_chunk, "text_tokens": len(tokens),
-                "tokenizations_equal": agree}
+                "tokenizations_equal": agree, "chunk_ids": chunks}
     finally:
         server.stop()
 
@@ -128,6 +132,17 @@ def llama_nll(args, text_path, n_chunk):
             "chunks": n_chunk}
 
 
+def hf_nll(args, chunk_ids, log_dir):
+    job = os.path.join(log_dir, "hf-job.json")
+    with open(job, "w", encoding="utf-8") as f:
+        json.dump({"model": os.path.abspath(args.model), "chunks": chunk_ids,
+                   "first": args.ctx // 2}, f)
+    out = subprocess.run([args.hf_python, os.path.join(HERE, "hf_nll.py"), job],
+                         stdout=subprocess.PIPE, text=True, check=True)
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    return {"nll": r["nll"] / r["tokens"], "tokens": r["tokens"], "chunks": len(chunk_ids)}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="a GGUF file")
@@ -139,6 +154,9 @@ def main():
     p.add_argument("--chunks", type=int, default=0, help="chunks scored (0: all the text holds)")
     p.add_argument("--dtypes", default="float32,auto")
     p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--hf-python", default=None,
+                   help="a Python with torch, transformers, gguf and accelerate: adds "
+                        "transformers' float32 NLL of the same chunks (default: skipped)")
     args = p.parse_args()
     if args.llama_bin is None:
         args.llama_bin = subprocess.run(["bash", os.path.join(ROOT, "bench", "llama_cpp",
@@ -159,10 +177,14 @@ def main():
     for dtype in args.dtypes.split(","):
         results[f"ctxpar --dtype {dtype}"] = ctxpar_nll(args, dtype, text, log_dir, given)
     chunks = next(iter(results.values()))["chunks"]
+    if args.hf_python:
+        results["transformers float32"] = hf_nll(
+            args, next(iter(results.values()))["chunk_ids"], log_dir)
     if args.llama_bin:
         results["llama-perplexity"] = llama_nll(args, text_path, chunks)
 
     base = results.get("ctxpar --dtype float32")
+    ref = results.get("transformers float32")
     peer = results.get("llama-perplexity")
     print(f"Model {os.path.basename(args.model)}; text: {len(paths)} file(s), "
           f"{next(iter(results.values())).get('text_tokens', '?')} tokens; {chunks} chunks of "
@@ -170,13 +192,16 @@ def main():
     if given is not None:
         same = all(r.get("tokenizations_equal", True) for r in results.values())
         print(f"ctxpar's tokenization of the text equals llama-tokenize's: {same}\n")
-    print("| engine | NLL / token | perplexity | NLL vs float32 | PPL vs llama.cpp |")
-    print("|---|---|---|---|---|")
+    print("| engine | NLL / token | perplexity | NLL vs float32 | NLL vs transformers "
+          "| PPL vs llama.cpp |")
+    print("|---|---|---|---|---|---|")
     for name, r in results.items():
         vs_base = f"{100 * (r['nll'] / base['nll'] - 1):+.3f} %" if base else "-"
+        vs_ref = f"{100 * (r['nll'] / ref['nll'] - 1):+.3f} %" if ref else "-"
         vs_peer = f"{100 * (math.exp(r['nll']) / math.exp(peer['nll']) - 1):+.3f} %" \
             if peer else "-"
-        print(f"| {name} | {r['nll']:.5f} | {math.exp(r['nll']):.4f} | {vs_base} | {vs_peer} |")
+        print(f"| {name} | {r['nll']:.5f} | {math.exp(r['nll']):.4f} | {vs_base} | {vs_ref} "
+              f"| {vs_peer} |")
 
 
 if __name__ == "__main__":
