@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -31,16 +32,18 @@ constexpr int kChunksPerThread = 4;
 // Multiply-adds below which extra threads cost more to start than they save.
 constexpr double kFmasPerThread = 2e5;
 
-Status Bad(const std::string& field, long long value, const std::string& rule) {
-  return InvalidArgument("PartialAttentionParams." + field + " = " + std::to_string(value) + ": " +
-                         rule);
+// Fields and rules as views: Validate runs on every call, and builds a string only to fail.
+Status Bad(std::string_view field, long long value, std::string_view rule) {
+  return InvalidArgument("PartialAttentionParams." + std::string(field) + " = " +
+                         std::to_string(value) + ": " + std::string(rule));
 }
 
-Status NullField(const std::string& field) {
-  return InvalidArgument("PartialAttentionParams." + field + " is null: it must point to data");
+Status NullField(std::string_view field) {
+  return InvalidArgument("PartialAttentionParams." + std::string(field) +
+                         " is null: it must point to data");
 }
 
-Status CheckHeadDim(const std::string& field, int value) {
+Status CheckHeadDim(std::string_view field, int value) {
   if (value < 16 || value > 1024 || value % 16 != 0) {
     return Bad(field, value, "must be a multiple of 16 in [16, 1024]");
   }

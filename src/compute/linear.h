@@ -209,9 +209,9 @@ struct Acts {
   int n = 0;
   int blocks_per_row = 0;
   std::vector<ActBlock> blocks;  // kQ8
-  // kInt8: [n rounded up to 16, cols] int8 (rows past n zero), and per token and 32-group the
-  // scale dx and dx * sum(q) (zero past n), tile-major: [n / 16][blocks_per_row][16]
-  // (int8_internal::ScaleAt).
+  // kInt8: [n rounded up to 16, cols] int8, and per token and 32-group the scale dx and dx *
+  // sum(q), tile-major: [n / 16][blocks_per_row][16] (int8_internal::ScaleAt). What lies past
+  // row n is unspecified: only rows of results that are dropped read it.
   LineVector<std::int8_t> i8;
   std::vector<float> i8_d, i8_xs;
   // kInt8 for the types of Bf16Takes: bf16, tile-major [n / 16][cols / 32][16 tokens][32] (n

@@ -245,16 +245,11 @@ void QuantizeRowScalar(const float* x, int groups, std::int8_t* q, float* d, flo
 void PrepareInt8Acts(const float* x, int n, int cols, int ldx, Acts* out, ThreadPool* pool) {
   const int groups = cols / kBlock;
   const int padded = (n + kTileTokens - 1) / kTileTokens * kTileTokens;
-  // Every row below n is written; only the padding is cleared.
+  // Every row below n is written. The padding is left as it is: an AMX tile reads it into rows of
+  // its sums that are dropped, and each row of sums depends on its own token alone.
   out->i8.resize(std::size_t(padded) * cols);
   out->i8_d.resize(std::size_t(padded) * groups);
   out->i8_xs.resize(std::size_t(padded) * groups);
-  std::fill(out->i8.begin() + std::size_t(n) * cols, out->i8.end(), std::int8_t{0});
-  for (int t = n; t < padded; ++t) {
-    for (int g = 0; g < groups; ++g) {
-      out->i8_d[ScaleAt(t, g, groups)] = out->i8_xs[ScaleAt(t, g, groups)] = 0.0f;
-    }
-  }
   auto row = QuantizeRowScalar;
 #if defined(CTXPAR_X86_KERNELS)
   if (SelectInt8() >= Int8Isa::kVnni) row = QuantizeRowAvx512;

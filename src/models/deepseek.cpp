@@ -88,8 +88,7 @@ Status DeepseekModel::Forward(const Batch& batch, KvPool& kv, std::vector<float>
   for (int l = 0; l < c_.num_hidden_layers; ++l) {
     CTXPAR_RETURN_IF_ERROR(attn_->Run(layers_[l].attn, l, batch, kv, x_.data()));
     CTXPAR_RETURN_IF_ERROR(ffn_->Run(layers_[l].ffn, n, x_.data()));
-    CTXPAR_RETURN_IF_ERROR(CheckFinite(x_.data(), x_.size(),
-                                       fmt::format("the output of layer {}", l), weights_->path()));
+    CTXPAR_RETURN_IF_ERROR(CheckLayerFinite(x_.data(), x_.size(), l, weights_->path()));
   }
   return head_.Logits(tp_, batch, x_.data(), weights_->path(), logits);
 }

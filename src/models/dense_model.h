@@ -11,8 +11,6 @@
 // Thread safety: one rank's thread; Forward is collective over the TP group.
 #pragma once
 
-#include <fmt/format.h>
-
 #include <memory>
 #include <span>
 #include <string>
@@ -106,8 +104,7 @@ class DenseModel : public Model {
   }
   // The output of layer l is finite (check_finite.h).
   Status CheckLayer(int l) const {
-    return CheckFinite(x_.data(), x_.size(), fmt::format("the output of layer {}", l),
-                       file_->path());
+    return CheckLayerFinite(x_.data(), x_.size(), l, file_->path());
   }
   Status Logits(const Batch& batch, std::vector<float>& logits) {
     return head_.Logits(tp_, batch, x_.data(), file_->path(), logits);

@@ -1,5 +1,5 @@
-// CheckFinite: finite values pass; NaN and infinities anywhere (alone, or as inf - inf would
-// give) are counted and the first is named with the model file.
+// CheckFinite and CheckLayerFinite: finite values pass; NaN and infinities anywhere (alone, or as
+// inf - inf would give) are counted and the first is named with the model file.
 #include "models/check_finite.h"
 
 #include <gtest/gtest.h>
@@ -32,6 +32,15 @@ TEST(CheckFinite, NamesTheFirstValueThatIsNotANumber) {
   EXPECT_EQ(CheckFinite(one.data(), one.size(), "the logits", "m.gguf").message(),
             "The model 'm.gguf' computed values that are not finite in the logits: 1 of them, the "
             "first at index 1 (nan).");
+}
+
+TEST(CheckLayerFinite, NamesTheLayerOnlyWhenAValueIsNotANumber) {
+  std::vector<float> v(576, -2.0f);
+  EXPECT_TRUE(CheckLayerFinite(v.data(), v.size(), 29, "m.gguf").ok());
+  v[100] = -std::numeric_limits<float>::infinity();
+  EXPECT_EQ(CheckLayerFinite(v.data(), v.size(), 29, "m.gguf").message(),
+            "The model 'm.gguf' computed values that are not finite in the output of layer 29: 1 "
+            "of them, the first at index 100 (-inf).");
 }
 
 }  // namespace
