@@ -33,6 +33,7 @@ struct Group {
   std::int8_t q[kBlock];
   float scale[2];
   float min = 0.0f;
+  std::uint16_t scale16 = 0, min16 = 0;  // the fp16 bits of scale[0] and min (Q4_1, Q8_0, Q5_0)
 };
 
 Group DecodeGroup(WeightType type, const std::uint8_t* row, int g) {
@@ -46,12 +47,15 @@ Group DecodeGroup(WeightType type, const std::uint8_t* row, int g) {
       }
       out.scale[0] = Fp16ToFp32(b.d);
       out.min = Fp16ToFp32(b.m);
+      out.scale16 = b.d;
+      out.min16 = b.m;
       break;
     }
     case WeightType::kQ8_0: {
       const auto b = LoadBlock<BlockQ8_0>(row + g * sizeof(BlockQ8_0));
       std::memcpy(out.q, b.qs, kBlock);
       out.scale[0] = Fp16ToFp32(b.d);
+      out.scale16 = b.d;
       break;
     }
     case WeightType::kQ5_0: {
@@ -63,6 +67,7 @@ Group DecodeGroup(WeightType type, const std::uint8_t* row, int g) {
         out.q[j + 16] = std::int8_t(((b.qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
       }
       out.scale[0] = Fp16ToFp32(b.d);
+      out.scale16 = b.d;
       break;
     }
     case WeightType::kQ4_K:
@@ -123,10 +128,18 @@ std::shared_ptr<const Int8Pack> PackInt8(const QuantMatrix& w) {
   const int groups = w.cols / kBlock, per_group = kBlock / p->sub;
   const std::size_t lanes = std::size_t(p->tiles) * kTileRows;
   p->q.assign(std::size_t(p->tiles) * p->subs * p->SubBytes(), 0);
-  p->scale.assign(lanes * p->subs, 0.0f);
-  if (p->has_min) {
-    p->min.assign(lanes * groups, 0.0f);
+  // These types' scale and min are the file's fp16 values: kept as such, half the bytes.
+  p->half =
+      w.type == WeightType::kQ4_1 || w.type == WeightType::kQ8_0 || w.type == WeightType::kQ5_0;
+  const std::size_t scales = lanes * p->subs, mins = p->has_min ? lanes * groups : 0;
+  if (p->half) {
+    p->scale16.resize(scales);
+    p->min16.resize(mins);
   } else {
+    p->scale.resize(scales);
+    p->min.resize(mins);
+  }
+  if (!p->has_min) {
     p->sum128.assign(lanes * p->subs, 0);
   }
   for (int r = 0; r < w.rows; ++r) {
@@ -151,10 +164,15 @@ std::shared_ptr<const Int8Pack> PackInt8(const QuantMatrix& w) {
           }
           sum += v;
         }
-        p->scale[at * 16 + lane] = grp.scale[h];
+        if (p->half) {
+          p->scale16[at * 16 + lane] = grp.scale16;
+        } else {
+          p->scale[at * 16 + lane] = grp.scale[h];
+        }
         if (!p->has_min) p->sum128[at * 16 + lane] = 128 * sum;
       }
-      if (p->has_min) p->min[p->Group(tile, g) * 16 + lane] = grp.min;
+      if (p->has_min && p->half) p->min16[p->Group(tile, g) * 16 + lane] = grp.min16;
+      if (p->has_min && !p->half) p->min[p->Group(tile, g) * 16 + lane] = grp.min;
     }
   }
   return p;
@@ -285,9 +303,9 @@ void ScalarTile(const Int8Tile& t) {
           for (int j = 0; j < w.sub; ++j) {
             sum += std::int32_t(w.QAt(q, j / 4, r * 4 + j % 4)) * xq[s * w.sub + j];
           }
-          acc = std::fma(w.Scale(t.tile, s)[r] * dx[g * kTileTokens], float(sum), acc);
+          acc = std::fma(w.ScaleOf(t.tile, s, r) * dx[g * kTileTokens], float(sum), acc);
         }
-        if (w.has_min) acc = std::fma(w.Min(t.tile, g)[r], xs[g * kTileTokens], acc);
+        if (w.has_min) acc = std::fma(w.MinOf(t.tile, g, r), xs[g * kTileTokens], acc);
       }
       t.y[std::size_t(tok) * t.ldy + t.tile * kTileRows + r] = acc;
     }

@@ -21,11 +21,13 @@
 // VNNI's vpdpbusd over 16 rows at once. The 4-bit types (Q4_1, Q4_K) keep two lines per line
 // instead (`nibbles`): line j's low nibbles are line j, its high ones line j + sub / 8, widened
 // in registers (VNNI, AVX2) or once per tile and call into a scratch tile (AMX). Memory: 1 byte
-// per weight (half a byte for the 4-bit types) plus 4 bytes per sub-block and row for the scale
-// and 4 more for the min (Q4_1, Q4_K, Q5_K) or the sum of q (the others, for VNNI's unsigned
-// operand): 0.75 bytes per weight for Q4_1 and Q4_K (their files': 0.625 and 0.5625), 1.25 for
-// Q8_0 and the 5-bit types, 1.5 for Q6_K. A decode step reads all of it, so fewer bytes are a
-// faster memory-bound decode.
+// per weight (half a byte for the 4-bit types) plus, per sub-block and row, the scale, the min
+// (Q4_1, Q4_K, Q5_K) or 4 bytes of 128 * sum(q) (the others, for VNNI's unsigned operand). The
+// types whose scale and min are the file's fp16 values (Q4_1, Q8_0, Q5_0: `half`) keep them in
+// fp16, 2 bytes each, exactly; the K-quants' products of two scales take 4 bytes of fp32. So
+// 0.625 bytes per weight for Q4_1 (as its file), 0.75 for Q4_K (0.5625), 1.1875 for Q8_0 and
+// Q5_0 (1.0625, 0.6875), 1.25 for Q5_K, 1.5 for Q6_K. A decode step reads all of it, so fewer
+// bytes are a faster memory-bound decode.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +37,7 @@
 #include <vector>
 
 #include "compute/linear.h"
+#include "ctxpar/dtype.h"
 
 namespace ctxpar::compute {
 
@@ -45,11 +48,13 @@ struct Int8Pack {
   int sub = 32;   // elements per scale: 32, or 16 (Q6_K)
   int subs = 0;   // cols / sub
   bool has_min = false;
-  bool nibbles = false;              // q in 4 bits (Q4_1, Q4_K)
-  LineVector<std::int8_t> q;         // [tiles][subs][sub / 4 (sub / 8 with nibbles)][16][4]
-  std::vector<float> scale;          // [tiles][subs][16]
-  std::vector<float> min;            // [tiles][cols / 32][16] (has_min)
-  std::vector<std::int32_t> sum128;  // [tiles][subs][16]: 128 * sum of q (signed types)
+  bool nibbles = false;       // q in 4 bits (Q4_1, Q4_K)
+  bool half = false;          // scale and min in fp16 (scale16, min16), else fp32
+  LineVector<std::int8_t> q;  // [tiles][subs][sub / 4 (sub / 8 with nibbles)][16][4]
+  std::vector<float> scale;   // [tiles][subs][16]
+  std::vector<float> min;     // [tiles][cols / 32][16] (has_min)
+  std::vector<std::uint16_t> scale16, min16;  // the same, with half
+  std::vector<std::int32_t> sum128;           // [tiles][subs][16]: 128 * sum of q (signed types)
 
   // Sub: index of tile `tile`'s sub-block s, the unit of q (SubBytes), scale and sum128 (16
   // each); Group: of its 32-group g, the unit of min (16).
@@ -66,6 +71,15 @@ struct Int8Pack {
   }
   const float* Scale(int tile, int s) const { return scale.data() + Sub(tile, s) * 16; }
   const float* Min(int tile, int g) const { return min.data() + Group(tile, g) * 16; }
+  const std::uint16_t* Scale16(int tile, int s) const { return scale16.data() + Sub(tile, s) * 16; }
+  const std::uint16_t* Min16(int tile, int g) const { return min16.data() + Group(tile, g) * 16; }
+  // Row r's scale of sub-block s and min of group g, whichever way they are held.
+  float ScaleOf(int tile, int s, int r) const {
+    return half ? Fp16ToFp32(Scale16(tile, s)[r]) : Scale(tile, s)[r];
+  }
+  float MinOf(int tile, int g, int r) const {
+    return half ? Fp16ToFp32(Min16(tile, g)[r]) : Min(tile, g)[r];
+  }
   const std::int32_t* Sum128(int tile, int s) const { return sum128.data() + Sub(tile, s) * 16; }
 };
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "compute/linear_int8.h"
 
@@ -50,24 +51,34 @@ bool RequestAmxTileState() {
 namespace {
 
 // One row tile times 16 tokens, every operand reached from a few base pointers at constant
-// offsets: the tokens' scales of a group are one line (ScaleAt).
-template <bool kMin, int kSub>
+// offsets: the tokens' scales of a group are one line (ScaleAt). kHalf: the weights' scales and
+// mins in fp16 (Int8Pack::half), of type Scale.
+template <bool kMin, int kSub, bool kHalf>
 struct TileOf {
+  using Scale = std::conditional_t<kHalf, std::uint16_t, float>;
   static constexpr int kPer = kBlock / kSub;  // sub-blocks per 32-group
   const std::int8_t* xq;                      // A: 16 tokens, row stride ldx
   std::size_t ldx;
   const std::int8_t* wq;  // B: sub-block s at s * kSub * 16
-  const float* scale;     // [subs][16]
-  const float* min;       // [groups][16]
+  const Scale* scale;     // [subs][16]
+  const Scale* min;       // [groups][16]
   const float* dx;        // [groups][16 tokens]
   const float* xs;        // [groups][16 tokens]
   __m512 acc[kTileTokens];
 
   // Sub-block s's sums c [16 tokens][16 rows] into acc, then the group's min after its last
   // sub-block. Inlined with the token loop unrolled, so acc stays in registers.
-  __attribute__((always_inline)) void Scale(int s, const std::int32_t* c) {
+  static __m512 Line(const Scale* p) {
+    if constexpr (kHalf) {
+      return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    } else {
+      return _mm512_loadu_ps(p);
+    }
+  }
+
+  __attribute__((always_inline)) void ScaleSums(int s, const std::int32_t* c) {
     const int g = s / kPer;
-    const __m512 sc = _mm512_loadu_ps(scale + s * 16);
+    const __m512 sc = Line(scale + s * 16);
     const float* d = dx + g * kTileTokens;
 #pragma GCC unroll 16
     for (int m = 0; m < kTileTokens; ++m) {
@@ -75,7 +86,7 @@ struct TileOf {
       acc[m] = _mm512_fmadd_ps(sd, _mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * m)), acc[m]);
     }
     if (kMin) {
-      const __m512 mn = _mm512_loadu_ps(min + g * 16);
+      const __m512 mn = Line(min + g * 16);
       const float* x = xs + g * kTileTokens;
 #pragma GCC unroll 16
       for (int m = 0; m < kTileTokens; ++m) {
@@ -97,16 +108,21 @@ struct TileOf {
 
 // Tiles 0 / 2 / 4 (C, A, B) take the even sub-blocks, 1 / 3 / 5 the odd ones. wq: the row
 // tile's q as bytes, sub-block s at s * kSub * 16.
-template <bool kMin, int kSub>
+template <bool kMin, int kSub, bool kHalf>
 void Tile16(const Int8Tile& t, const std::int8_t* wq) {
   const Int8Pack& w = *t.w;
   const int groups = w.cols / kBlock, subs = w.subs;
-  TileOf<kMin, kSub> k;
+  TileOf<kMin, kSub, kHalf> k;
   k.xq = t.x->i8.data() + std::size_t(t.t0) * w.cols;
   k.ldx = std::size_t(w.cols);
   k.wq = wq;
-  k.scale = w.Scale(t.tile, 0);
-  k.min = kMin ? w.Min(t.tile, 0) : nullptr;
+  if constexpr (kHalf) {
+    k.scale = w.Scale16(t.tile, 0);
+    k.min = kMin ? w.Min16(t.tile, 0) : nullptr;
+  } else {
+    k.scale = w.Scale(t.tile, 0);
+    k.min = kMin ? w.Min(t.tile, 0) : nullptr;
+  }
   k.dx = t.x->i8_d.data() + ScaleAt(t.t0, 0, groups);
   k.xs = t.x->i8_xs.data() + ScaleAt(t.t0, 0, groups);
   alignas(64) std::int32_t c0[kTileTokens * 16], c1[kTileTokens * 16];
@@ -120,16 +136,16 @@ void Tile16(const Int8Tile& t, const std::int8_t* wq) {
   for (; s < subs; s += 2) {
     if (s + 1 < subs) CTXPAR_AMX_ISSUE(1, 3, 5, s + 1);
     _tile_stored(0, c0, 64);
-    if (s > 0) k.Scale(s - 1, c1);
+    if (s > 0) k.ScaleSums(s - 1, c1);
     if (s + 1 == subs) break;
     if (s + 2 < subs) CTXPAR_AMX_ISSUE(0, 2, 4, s + 2);
     _tile_stored(1, c1, 64);
-    k.Scale(s, c0);
+    k.ScaleSums(s, c0);
   }
   if (s < subs) {
-    k.Scale(s, c0);  // an odd count's last
+    k.ScaleSums(s, c0);  // an odd count's last
   } else {
-    k.Scale(subs - 1, c1);
+    k.ScaleSums(subs - 1, c1);
   }
   const int rows = std::min(kTileRows, w.rows - t.tile * kTileRows);
   const __mmask16 mask = static_cast<__mmask16>((1u << rows) - 1);
@@ -174,9 +190,12 @@ void Int8TileAmx(const Int8Tile& tiles) {
   // copy of the nibbles, which at one token cost as much as the products.
   if (tiles.nt < kAmxMinTokens) return Int8TileVnni(tiles);
   Configure(tiles.w->sub);
-  auto tile16 = tiles.w->has_min     ? Tile16<true, 32>
-                : tiles.w->sub == 32 ? Tile16<false, 32>
-                                     : Tile16<false, 16>;
+  const Int8Pack& w = *tiles.w;
+  auto tile16 = w.has_min && w.half ? Tile16<true, 32, true>
+                : w.has_min         ? Tile16<true, 32, false>
+                : w.half            ? Tile16<false, 32, true>
+                : w.sub == 32       ? Tile16<false, 32, false>
+                                    : Tile16<false, 16, false>;
   ForEachTile(tiles, [&](const Int8Tile& t) {
     thread_local LineVector<std::int8_t> widened;
     const std::int8_t* wq = t.w->nibbles ? Widen(*t.w, t.tile, widened) : t.w->Q(t.tile, 0);

@@ -2,7 +2,8 @@
 // unsigned by signed bytes into int16 pairs, vpmaddwd adds the pairs into int32. No sum
 // saturates: the types with a min take q (0..31) as the unsigned operand (|pair| <= 2 * 31 *
 // 127), the signed ones |q| (<= 128) and the activation with q's sign (|x| <= 127; |pair| <= 2 *
-// 128 * 127 = 32,512). Compiled with AVX2 and FMA, run only where cpuid has them.
+// 128 * 127 = 32,512). Compiled with AVX2, FMA and F16C (fp16 scales), run only where cpuid has
+// them.
 #include <immintrin.h>
 
 #include <algorithm>

@@ -16,6 +16,18 @@ namespace {
 // Tokens per register tile: kTokens int32 and kTokens fp32 accumulators.
 constexpr int kTokens = 8;
 
+// The 16 rows' scales of sub-block s and mins of group g as fp32, held in fp16 or fp32
+// (Int8Pack::half).
+__m512 Half16(const std::uint16_t* h) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
+}
+__attribute__((always_inline)) inline __m512 ScaleLine(const Int8Pack& w, int tile, int s) {
+  return w.half ? Half16(w.Scale16(tile, s)) : _mm512_loadu_ps(w.Scale(tile, s));
+}
+__attribute__((always_inline)) inline __m512 MinLine(const Int8Pack& w, int tile, int g) {
+  return w.half ? Half16(w.Min16(tile, g)) : _mm512_loadu_ps(w.Min(tile, g));
+}
+
 // kNib: q packed two lines per line (Int8Pack::nibbles; the 4-bit types, which have a min).
 template <int NT, bool kMin, bool kNib>
 void Tokens(const Int8Tile& t, int t0) {
@@ -58,7 +70,7 @@ void Tokens(const Int8Tile& t, int t0) {
       } else {
         for (int k = 0; k < w.sub / 4; ++k) line(k, _mm512_load_si512(q + k * 64));
       }
-      const __m512 scale = _mm512_loadu_ps(w.Scale(t.tile, s));
+      const __m512 scale = ScaleLine(w, t.tile, s);
       __m512i corr = _mm512_setzero_si512();
       if (!kMin) corr = _mm512_loadu_si512(w.Sum128(t.tile, s));
       for (int i = 0; i < NT; ++i) {
@@ -68,7 +80,7 @@ void Tokens(const Int8Tile& t, int t0) {
       }
     }
     if (kMin) {
-      const __m512 mn = _mm512_loadu_ps(w.Min(t.tile, g));
+      const __m512 mn = MinLine(w, t.tile, g);
       for (int i = 0; i < NT; ++i)
         acc[i] = _mm512_fmadd_ps(mn, _mm512_set1_ps(xs[i][g * kTileTokens]), acc[i]);
     }

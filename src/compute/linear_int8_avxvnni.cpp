@@ -1,8 +1,8 @@
 // The AVX-VNNI kernel of the int8 path (linear_int8.h), for CPUs with the VEX-encoded vpdpbusd
 // but no AVX-512: each instruction adds 4 bytes of 8 rows. As in the AVX512-VNNI kernel, the
 // types with a min take q (0..31) as the unsigned operand; the signed types take the activations
-// plus 128 (x ^ 0x80) and subtract 128 * sum(q) after, exactly. Compiled with AVX2, FMA and
-// AVX-VNNI, run only where cpuid has them.
+// plus 128 (x ^ 0x80) and subtract 128 * sum(q) after, exactly. Compiled with AVX2, FMA, F16C
+// (fp16 scales) and AVX-VNNI, run only where cpuid has them.
 #include <immintrin.h>
 
 #include <algorithm>

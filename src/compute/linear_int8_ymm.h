@@ -8,6 +8,18 @@
 
 constexpr int kYmmTokens = 4;
 
+// Rows 8p..8p+7 of the scales of sub-block s and the mins of group g, held in fp16 or fp32
+// (Int8Pack::half).
+__m256 Half8(const std::uint16_t* h) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+}
+__attribute__((always_inline)) inline __m256 ScaleLine(const Int8Pack& w, int tile, int s, int p) {
+  return w.half ? Half8(w.Scale16(tile, s) + 8 * p) : _mm256_loadu_ps(w.Scale(tile, s) + 8 * p);
+}
+__attribute__((always_inline)) inline __m256 MinLine(const Int8Pack& w, int tile, int g, int p) {
+  return w.half ? Half8(w.Min16(tile, g) + 8 * p) : _mm256_loadu_ps(w.Min(tile, g) + 8 * p);
+}
+
 // Dot: static __m256i Weights(__m256i q) (q as the product takes it), static void Add(__m256i&
 // isum, __m256i w, __m256i q, __m256i x) (x: 4 bytes of the token, broadcast; q: the raw
 // weights), and static __m256i Exact(__m256i isum, const std::int32_t* sum128) (the exact sum of
@@ -67,7 +79,7 @@ void YmmTokens(const Int8Tile& t, int t0) {
         }
       }
       for (int p = 0; p < 2; ++p) {
-        const __m256 scale = _mm256_loadu_ps(w.Scale(t.tile, s) + 8 * p);
+        const __m256 scale = ScaleLine(w, t.tile, s, p);
         const std::int32_t* sum128 = kMin ? nullptr : w.Sum128(t.tile, s) + 8 * p;
         for (int i = 0; i < NT; ++i) {
           const __m256i exact = kMin ? isum[i][p] : Dot::Exact(isum[i][p], sum128);
@@ -78,7 +90,7 @@ void YmmTokens(const Int8Tile& t, int t0) {
     }
     if (kMin) {
       for (int p = 0; p < 2; ++p) {
-        const __m256 mn = _mm256_loadu_ps(w.Min(t.tile, g) + 8 * p);
+        const __m256 mn = MinLine(w, t.tile, g, p);
         for (int i = 0; i < NT; ++i) {
           acc[i][p] = _mm256_fmadd_ps(mn, _mm256_set1_ps(xs[i][g * kTileTokens]), acc[i][p]);
         }
