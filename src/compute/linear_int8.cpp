@@ -234,10 +234,12 @@ Int8Isa SelectInt8() {
 }
 
 // Tokens per chunk: about 64 KiB of int8 activations, a multiple of the AMX tile's 16, re-read
-// by each row tile of a thread while they stay in L2.
-int TokenChunk(int cols) {
+// by each row tile of a thread while they stay in L2. With 4-bit weights, which AMX widens once
+// per row tile and chunk, at least kWidenTokens, so that a widening serves 4 tile multiplies.
+constexpr int kWidenTokens = 64;
+int TokenChunk(int cols, bool nibbles) {
   const int tokens = (64 << 10) / cols;
-  return std::max(kTileTokens, tokens / kTileTokens * kTileTokens);
+  return std::max(nibbles ? kWidenTokens : kTileTokens, tokens / kTileTokens * kTileTokens);
 }
 
 void QuantizeRowScalar(const float* x, int groups, std::int8_t* q, float* d, float* xs) {
@@ -331,7 +333,9 @@ void MatMulInt8(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool
   if (isa == Int8Isa::kVnni) kernel = Int8TileVnni;
   if (isa == Int8Isa::kAmx) kernel = Int8TileAmx;
 #endif
-  const int chunk = TokenChunk(x.blocks_per_row * kBlock);
+  const bool nibbles =
+      std::any_of(packs.begin(), packs.end(), [](const auto& p) { return p->nibbles; });
+  const int chunk = TokenChunk(x.blocks_per_row * kBlock, nibbles);
   auto body = [&](std::int64_t begin, std::int64_t end) {
     for (int c0 = 0; c0 < x.n; c0 += chunk) {
       const int c1 = std::min(x.n, c0 + chunk);
