@@ -4,7 +4,8 @@
 // half a quantization step of each activation) and with the activations quantized here by the
 // Q8 rule (bound: fp32 rounding); each ISA bitwise equal to the scalar sequence; a row's bits
 // alone equal to its bits among 63 others, on 1 and 3 threads; fused products equal to separate
-// ones; and a matrix packed once at load equal to one packed per call.
+// ones; a matrix packed once at load equal to one packed per call; and the activations'
+// quantization of each ISA equal to the scalar code's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -181,6 +182,48 @@ TEST_F(Int8MatMul, BestPathOfTheCpu) {
   if (BestCpuIsa(f) >= CpuIsa::kAvx512 && f.avx512_vnni && f.amx_tile && f.amx_int8) {
     EXPECT_EQ(isas.back(), "amx") << "Linux refused the AMX tile state";
     EXPECT_STREQ(MatMulInt8Isa(), "amx");
+  }
+}
+
+// The activations' quantization (dx, xq and dx * sum(xq) per 32-group) of every ISA equals the
+// scalar code's bit for bit, on rows of 18 and 48 groups (the vector code takes 16 groups at a
+// time, then single ones) with a zero group, exact halves (ties to even) and wide magnitudes.
+TEST_F(Int8MatMul, QuantizedActivationsEqualScalarBitwise) {
+  for (int cols : {576, 1536}) {
+    const int n = 3;
+    std::mt19937 rng(cols);
+    std::vector<float> x = Normal(std::size_t(n) * cols, rng);
+    for (float& v : x) v *= 3.0f;
+    std::fill(x.begin() + 64, x.begin() + 96, 0.0f);  // token 0, group 2: all zero
+    for (int j = 0; j < 32; ++j) x[cols + 32 * 5 + j] = float(j % 2 == 0 ? 127 : j) - 0.5f;
+    x[cols + 32 * 5] = 127.0f;  // token 1, group 5: dx = 1, every other value a tie
+    for (int j = 0; j < 32; ++j) x[2 * cols + 32 * 17 + j] = std::ldexp(x[j + 100], -120);
+    for (int j = 0; j < 32; ++j) x[2 * cols + j] *= 1e30f;
+    auto quantized = [&](const std::string& isa) {
+      Force(isa);
+      Acts acts;
+      PrepareActs(ActFormat::kInt8, WeightType::kQ8_0, x.data(), n, cols, cols, &acts, nullptr);
+      return acts;
+    };
+    const Acts want = quantized("scalar");
+    for (const std::string& isa : Isas()) {
+      const Acts got = quantized(isa);
+      const int groups = cols / 32;
+      for (int t = 0; t < n; ++t) {
+        EXPECT_EQ(0, std::memcmp(got.i8.data() + std::size_t(t) * cols,
+                                 want.i8.data() + std::size_t(t) * cols, cols))
+            << isa << " token " << t << " of " << cols;
+        for (int g = 0; g < groups; ++g) {
+          const std::size_t at = (std::size_t(t / 16) * groups + g) * 16 + t % 16;
+          EXPECT_EQ(std::bit_cast<std::uint32_t>(got.i8_d[at]),
+                    std::bit_cast<std::uint32_t>(want.i8_d[at]))
+              << isa << " token " << t << " group " << g;
+          EXPECT_EQ(std::bit_cast<std::uint32_t>(got.i8_xs[at]),
+                    std::bit_cast<std::uint32_t>(want.i8_xs[at]))
+              << isa << " token " << t << " group " << g;
+        }
+      }
+    }
   }
 }
 
