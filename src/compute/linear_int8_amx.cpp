@@ -66,8 +66,7 @@ struct TileOf {
   const float* xs;        // [groups][16 tokens]
   __m512 acc[kTileTokens];
 
-  // Sub-block s's sums c [16 tokens][16 rows] into acc, then the group's min after its last
-  // sub-block. Inlined with the token loop unrolled, so acc stays in registers.
+  // The 16 rows' scales or mins at p as fp32.
   static __m512 Line(const Scale* p) {
     if constexpr (kHalf) {
       return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
@@ -76,6 +75,8 @@ struct TileOf {
     }
   }
 
+  // Sub-block s's sums c [16 tokens][16 rows] into acc, then the group's min after its last
+  // sub-block. Inlined with the token loop unrolled, so acc stays in registers.
   __attribute__((always_inline)) void ScaleSums(int s, const std::int32_t* c) {
     const int g = s / kPer;
     const __m512 sc = Line(scale + s * 16);
