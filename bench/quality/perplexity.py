@@ -12,7 +12,9 @@ outside reference. Prints a markdown table: NLL, perplexity and each one's diffe
 float32, from transformers and from llama.cpp.
 
 The default text is this repository's docs/*.md in name order: prose written after these models
-were trained, so held out from them. The script needs `requests` (bench/serve's environment).
+were trained, so held out from them. The script needs `requests` (bench/serve's environment);
+--hf-python another environment, made once with `python3 -m venv VENV && VENV/bin/pip install
+torch transformers gguf accelerate`.
 
     python bench/quality/perplexity.py --model $(bash scripts/fetch-model.sh | tail -1)
     python bench/quality/perplexity.py --model ... --ctx 512 --chunks 8 --dtypes float32,auto \\
