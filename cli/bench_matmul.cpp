@@ -204,13 +204,14 @@ int RunMatMulBench(const std::vector<std::string>& args) {
   if (act == compute::ActFormat::kInt8) {
     if (Status s = compute::CheckInt8Isa(); !s.ok()) return fail(s);
   }
-  // The peak column: the FMA units, or the int8 (bf16) units the int8 path runs on.
+  // The peak column: the FMA units, or the matrix units the int8 path runs on (unit_isa: the int8
+  // kernel's, or the bf16 kernel's for BF16 weights).
   const bool gemma = model_name == "gemma3", bf16 = model_name == "smollm2-bf16";
   const bool bf16_products =
       bf16 && act == compute::ActFormat::kInt8 && compute::Bf16Takes(WeightType::kBF16);
-  const std::string int8_isa = bf16_products ? compute::MatMulBf16Isa() : compute::MatMulInt8Isa();
-  const bool int8_peak =
-      act == compute::ActFormat::kInt8 && int8_isa != "scalar" && (!bf16 || bf16_products);
+  const std::string unit_isa = bf16_products ? compute::MatMulBf16Isa() : compute::MatMulInt8Isa();
+  const bool unit_peak =
+      act == compute::ActFormat::kInt8 && unit_isa != "scalar" && (!bf16 || bf16_products);
   const char* peak_name = bf16_products ? "bf16" : "int8";
   const char* peak_unit = bf16_products ? "GFLOP/s" : "GOP/s";
   const std::span<const Shape> shapes = gemma  ? std::span<const Shape>(kGemma3)
@@ -227,7 +228,7 @@ int RunMatMulBench(const std::vector<std::string>& args) {
            {"valid", "f32 (q8 with --model smollm2)"}}));
     }
   }
-  nlohmann::json out = {{"isa", act == compute::ActFormat::kInt8 ? int8_isa : compute::MatMulIsa()},
+  nlohmann::json out = {{"isa", act == compute::ActFormat::kInt8 ? unit_isa : compute::MatMulIsa()},
                         {"model", model_name},
                         {"activations", act_name},
                         {"load_average_1min", LoadAverage()},
@@ -236,16 +237,16 @@ int RunMatMulBench(const std::vector<std::string>& args) {
     std::printf(
         "ctxpar bench matmul  %s  isa=%s  activations %s  load average %.2f  (best of %d)\n",
         model_name.c_str(),
-        act == compute::ActFormat::kInt8 ? int8_isa.c_str() : compute::MatMulIsa(),
+        act == compute::ActFormat::kInt8 ? unit_isa.c_str() : compute::MatMulIsa(),
         act_name.c_str(), LoadAverage(), reps);
   }
   std::mt19937 rng(1);
   for (int threads : *threads_list) {
     const Rate read = MeasureReadCeiling(threads, std::size_t(ceiling_mib) << 20, 5, *isa);
     const Rate fma = MeasureComputePeak(threads, *isa, false, 3);
-    const Rate peak = !int8_peak      ? fma
-                      : bf16_products ? MeasureBf16Peak(threads, int8_isa == "amx_bf16", *isa, 3)
-                                      : MeasureInt8Peak(threads, int8_isa == "amx", 3);
+    const Rate peak = !unit_peak      ? fma
+                      : bf16_products ? MeasureBf16Peak(threads, unit_isa == "amx_bf16", *isa, 3)
+                                      : MeasureInt8Peak(threads, unit_isa == "amx", 3);
     Expected<std::unique_ptr<ThreadPool>> pool = ThreadPool::Create(threads);
     if (!pool.ok()) return fail(pool.status());
     if (!json) {
@@ -253,8 +254,8 @@ int RunMatMulBench(const std::vector<std::string>& args) {
           "\nthreads %d: read ceiling %.1f GB/s (%.1f by CPU time), FMA peak %.1f GFLOP/s "
           "(%.1f)%s\n%-23s %3s %9s %7s %5s %7s %5s %6s | %8s %5s %7s %5s %6s\n",
           threads, read.wall, read.cpu, fma.wall, fma.cpu,
-          int8_peak ? fmt::format(", {} peak ({}) {:.1f} {} ({:.1f}); %peak is of it", peak_name,
-                                  int8_isa, peak.wall, peak_unit, peak.cpu)
+          unit_peak ? fmt::format(", {} peak ({}) {:.1f} {} ({:.1f}); %peak is of it", peak_name,
+                                  unit_isa, peak.wall, peak_unit, peak.cpu)
                           .c_str()
                     : "",
           "shape", "n", "us/call", "w GB/s", "%read", "GFLOP/s", "%peak", "x n=1", "cpu:GB/s",
@@ -280,7 +281,7 @@ int RunMatMulBench(const std::vector<std::string>& args) {
              {"read_ceiling_gbps", read.wall},
              {"gflops", p.gflops.wall},
              {"fma_peak_gflops", fma.wall},
-             {"int8_peak_gops", int8_peak && !bf16_products ? peak.wall : 0.0},
+             {"int8_peak_gops", unit_peak && !bf16_products ? peak.wall : 0.0},
              {"bf16_peak_gflops", bf16_products ? peak.wall : 0.0},
              {"rows_per_s_vs_first", gain.wall},
              {"cpu_time",
@@ -289,7 +290,7 @@ int RunMatMulBench(const std::vector<std::string>& args) {
                {"read_ceiling_gbps", read.cpu},
                {"gflops", p.gflops.cpu},
                {"fma_peak_gflops", fma.cpu},
-               {"int8_peak_gops", int8_peak && !bf16_products ? peak.cpu : 0.0},
+               {"int8_peak_gops", unit_peak && !bf16_products ? peak.cpu : 0.0},
                {"bf16_peak_gflops", bf16_products ? peak.cpu : 0.0},
                {"rows_per_s_vs_first", gain.cpu}}}});
         if (!json) {
