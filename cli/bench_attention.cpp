@@ -168,7 +168,7 @@ Result RunOne(const Kind& kind, KvPageFormat format, int context, int prefill, i
   const double gb = static_cast<double>(context) * kind.num_kv_heads *
                     (kind.head_dim_qk + (kind.mla ? 0 : kind.head_dim_v)) * elem / 1e9;
   const double gflop = 2.0 * keys * kind.num_q_heads * (kind.head_dim_qk + kind.head_dim_v) / 1e9;
-  const bool dpbf16 = kind.dtype == DataType::kBF16 && isa == CpuIsa::kAvx512Bf16;
+  const bool dpbf16 = kind.dtype == DataType::kBF16 && isa >= CpuIsa::kAvx512Bf16;
   return {kind.name,
           KvName(kind.dtype),
           p.kv.format == KvPageFormat::kRows ? "rows" : "tiles16",
@@ -278,7 +278,7 @@ int RunAttentionBench(const std::vector<std::string>& args) {
     const Rate read = MeasureReadCeiling(threads, static_cast<size_t>(ceiling_mib) << 20, 5, *isa);
     const Rate fma = MeasureComputePeak(threads, *isa, false, 3);
     const Rate dp =
-        *isa == CpuIsa::kAvx512Bf16 ? MeasureComputePeak(threads, *isa, true, 3) : Rate{};
+        *isa >= CpuIsa::kAvx512Bf16 ? MeasureComputePeak(threads, *isa, true, 3) : Rate{};
     out["ceilings"].push_back(
         {{"threads", threads},
          {"read_gbps", read.wall},

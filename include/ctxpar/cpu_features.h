@@ -3,7 +3,7 @@
 //
 // The kernels are compiled once per instruction set, each in its own translation unit, and the
 // path is chosen at run time, so one binary runs on any x86-64. The environment variable
-// CTXPAR_CPU_ISA=scalar|avx2|avx512|avx512_bf16 forces a path no higher than the hardware's
+// CTXPAR_CPU_ISA=scalar|avx2|avx512|avx512_bf16|amx forces a path no higher than the hardware's
 // (tests use it to check every path against the reference); unset or empty means the best one.
 //
 // Thread safety: DetectCpuFeatures caches its result and is safe to call from any thread;
@@ -25,8 +25,10 @@ struct CpuFeatures {
   bool avx512vl = false;
   bool avx512_bf16 = false;  // vdpbf16ps
   bool avx512_vbmi = false;  // vpermb: the AVX-512 fp8 KV kernels need it (else the AVX2 ones)
-  // The int8 matmuls (linear.h's ActFormat::kInt8): vpdpbusd, and AMX tiles where the OS saves
-  // their state (XCR0 bits 17, 18; Linux also wants a per-process request, linear_int8.h).
+  // The int8 matmuls (linear.h's ActFormat::kInt8): vpdpbusd. The AMX flags are set only where
+  // the OS saves the tile state (XCR0 bits 17, 18) and, on Linux, granted this process's request
+  // for it (arch_prctl ARCH_REQ_XCOMP_PERM, made once by DetectCpuFeatures): without that grant
+  // the first tile instruction faults.
   bool avx512_vnni = false;
   bool avx_vnni = false;
   bool amx_tile = false;
@@ -34,8 +36,9 @@ struct CpuFeatures {
   bool amx_bf16 = false;
 };
 
-// Ordered: each path needs everything the ones before it need.
-enum class CpuIsa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3 };
+// Ordered: each path needs everything the ones before it need. kAmx adds AMX-BF16 tiles: the
+// bf16 products of the attention (bf16 KV in kTiles16 pages) and of F16 / BF16 weights.
+enum class CpuIsa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3, kAmx = 4 };
 
 // cpuid and xgetbv (the OS must save the wider registers), read once.
 const CpuFeatures& DetectCpuFeatures();
@@ -43,7 +46,7 @@ const CpuFeatures& DetectCpuFeatures();
 // The best path the features allow.
 CpuIsa BestCpuIsa(const CpuFeatures& features);
 
-// "scalar", "avx2", "avx512", "avx512_bf16".
+// "scalar", "avx2", "avx512", "avx512_bf16", "amx".
 std::string_view CpuIsaName(CpuIsa isa);
 
 // The path to use now: CTXPAR_CPU_ISA when set (InvalidArgument for an unknown name,

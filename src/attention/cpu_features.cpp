@@ -6,12 +6,32 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && (defined(__x86_64__) || defined(__i386__))
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace ctxpar {
 
 namespace {
 
 #if defined(__x86_64__) || defined(__i386__)
+// Linux asks each process to request the tile data's XSAVE state (feature 18) before its first
+// tile instruction (asm/prctl.h's codes). Elsewhere XCR0 is the whole answer.
+bool RequestAmxTileState() {
+#if defined(__linux__)
+  constexpr int kArchGetXcompPerm = 0x1022;
+  constexpr int kArchReqXcompPerm = 0x1023;
+  constexpr int kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) return false;
+  unsigned long mask = 0;
+  if (syscall(SYS_arch_prctl, kArchGetXcompPerm, &mask) != 0) return false;
+  return (mask >> kXfeatureXtiledata & 1) != 0;
+#else
+  return true;
+#endif
+}
+
 uint64_t ReadXcr0() {
   uint32_t eax = 0;
   uint32_t edx = 0;
@@ -41,7 +61,7 @@ CpuFeatures Detect() {
   f.avx512vl = os_avx512 && ((ebx >> 31) & 1);
   f.avx512_vnni = f.avx512f && ((ecx >> 11) & 1);
   f.avx512_vbmi = f.avx512f && ((ecx >> 1) & 1);
-  const bool os_amx = (xcr0 & 0x60000) == 0x60000;
+  const bool os_amx = (xcr0 & 0x60000) == 0x60000 && ((edx >> 24) & 1) && RequestAmxTileState();
   f.amx_bf16 = os_amx && ((edx >> 22) & 1);
   f.amx_tile = os_amx && ((edx >> 24) & 1);
   f.amx_int8 = os_amx && ((edx >> 25) & 1);
@@ -65,6 +85,7 @@ const CpuFeatures& DetectCpuFeatures() {
 CpuIsa BestCpuIsa(const CpuFeatures& f) {
   const bool avx2 = f.avx2 && f.fma && f.f16c;
   const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl;
+  if (avx512 && f.avx512_bf16 && f.amx_tile && f.amx_bf16) return CpuIsa::kAmx;
   if (avx512 && f.avx512_bf16) return CpuIsa::kAvx512Bf16;
   if (avx512) return CpuIsa::kAvx512;
   if (avx2) return CpuIsa::kAvx2;
@@ -81,6 +102,8 @@ std::string_view CpuIsaName(CpuIsa isa) {
       return "avx512";
     case CpuIsa::kAvx512Bf16:
       return "avx512_bf16";
+    case CpuIsa::kAmx:
+      return "amx";
   }
   return "unknown";
 }
@@ -90,7 +113,8 @@ Expected<CpuIsa> SelectCpuIsa() {
   const char* env = std::getenv("CTXPAR_CPU_ISA");
   if (env == nullptr || *env == '\0') return best;
   const std::string want(env);
-  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16}) {
+  for (CpuIsa isa :
+       {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
     if (want != CpuIsaName(isa)) continue;
     if (isa > best) {
       return FailedPrecondition("CTXPAR_CPU_ISA=" + want + " asks for a path this CPU lacks; " +
@@ -99,7 +123,7 @@ Expected<CpuIsa> SelectCpuIsa() {
     return isa;
   }
   return InvalidArgument("CTXPAR_CPU_ISA=" + want +
-                         " is not one of scalar, avx2, avx512, avx512_bf16");
+                         " is not one of scalar, avx2, avx512, avx512_bf16, amx");
 }
 
 }  // namespace ctxpar

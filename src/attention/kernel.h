@@ -98,7 +98,8 @@ inline size_t ScratchLines(size_t floats) { return (floats + 15) / 16 * 16; }
 
 // Per row: scaled Q, one block of scores of one KV head, running max and sum; for kTiles16 also
 // the weights as bf16 pairs; then two V word-rows (the edges of a partial tile), and for several
-// rows their O. Each part starts on a line (kernel_tiles.h's TilesState).
+// rows their O, and 24 * head_dim_v for the AMX path's V copy and block of P V. Each part
+// starts on a line (kernel_tiles.h's TilesState).
 inline size_t KernelScratchFloats(int kv_heads, int group, int head_dim_qk, int head_dim_v,
                                   int rows = 1) {
   const size_t heads = static_cast<size_t>(kv_heads) * group * rows;
@@ -106,6 +107,7 @@ inline size_t KernelScratchFloats(int kv_heads, int group, int head_dim_qk, int 
   return ScratchLines(heads * head_dim_qk) + ScratchLines(pairs * kKeyBlock) +
          2 * ScratchLines(heads) + ScratchLines(pairs * kKeyBlock / 2) +
          ScratchLines(2 * static_cast<size_t>(head_dim_v)) +
+         ScratchLines(24 * static_cast<size_t>(head_dim_v)) +
          (rows > 1 ? ScratchLines(heads * head_dim_v) : 0);
 }
 
@@ -123,6 +125,7 @@ void AttendAvx512Bf16(const KernelArgs& args);
 void AttendAvx512Fp8E4M3(const KernelArgs& args);
 void AttendAvx512Fp8E5M2(const KernelArgs& args);
 void AttendAvx512DpBf16(const KernelArgs& args);
+void AttendAmxBf16(const KernelArgs& args);  // kTiles16 on AMX, other formats AttendAvx512DpBf16
 #endif
 
 KernelFn SelectKernel(CpuIsa isa, DataType dtype);

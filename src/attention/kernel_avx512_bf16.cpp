@@ -13,18 +13,10 @@ namespace {
 #include "attention/kernel_impl.h"
 #include "attention/kernel_tiles.h"
 #include "attention/simd_avx512.h"
+#include "attention/simd_avx512_bf16.h"
 
-struct Avx512DpBf16Isa : Avx512Isa {
-  using QElem = uint16_t;
+struct Avx512DpBf16Isa : Avx512Bf16Rounding {
   static constexpr int kDotStep = 32;
-  // Q times scale, rounded to nearest-even bf16, in the element order of the K row (n % 32 == 0).
-  static void PrepareQ(const float* q, float scale, QElem* out, int n) {
-    const V s = Set1(scale);
-    for (int i = 0; i < n; i += 32) {
-      const __m512bh h = _mm512_cvtne2ps_pbh(Mul(Load(q + i + 16), s), Mul(Load(q + i), s));
-      _mm512_storeu_si512(out + i, reinterpret_cast<const __m512i&>(h));
-    }
-  }
   static constexpr bool kPairedPv = true;
   // 4 x 4 accumulators, 4 interleaved V vectors, two index vectors and the loads: 32 registers.
   static constexpr int kPvHeads = 4;
@@ -140,12 +132,6 @@ struct Avx512DpBf16Isa : Avx512Isa {
       for (int sp = 1; sp < kSplit; ++sp) sum = Add(sum, acc[i][sp]);
       Store(s + i * kTileKeys, sum);
     }
-  }
-
-  // The 16 weights of a head as 8 words of bf16 pairs (keys 2j, 2j + 1).
-  static void PackPairs(const float* p, uint32_t* pairs) {
-    const __m256bh b = _mm512_cvtneps_pbh(Load(p));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(pairs), reinterpret_cast<const __m256i&>(b));
   }
 
   template <int HB, int DB>

@@ -18,7 +18,8 @@
 // partial sums per score vector, to cover the multiply-add latency), kTilePvVecs (vectors of d
 // per P V register tile), LoadWords(p) (kLanes 32-bit words), Part<KElem, x>(w) (element x of
 // each word, bf16 or fp8, as fp32), and kDpTiles: when true the traits supply TileScores and TilePv
-// themselves (vdpbf16ps on bf16 pairs).
+// themselves (vdpbf16ps on bf16 pairs). Traits with kAmxTiles (kernel_amx_bf16.cpp) instead take
+// both products on AMX tiles: Configure(m), AmxScores and AmxPv.
 
 // No include guard on purpose: each ISA's file includes this once inside its own namespace.
 
@@ -30,6 +31,11 @@ constexpr int kTileKeys = 16;
 // layer at 505 tokens made 16 such requests decode 15 % faster on Zen 3.
 constexpr int64_t kPrefetchMinBytes = int64_t{1} << 20;
 static_assert(kTileKeys == kKeyBlock, "a tile is one softmax block (SoftmaxBlock)");
+
+template <class T>
+constexpr bool kAmx = requires {
+  T::kAmxTiles;
+};
 
 __attribute__((always_inline)) inline void PrefetchLine(const void* p) {
   __builtin_prefetch(p, 0, 3);
@@ -339,6 +345,7 @@ struct TilesState {
     l = take(pairs);
     packed = reinterpret_cast<uint32_t*>(take(kvh_pairs * kTileKeys / 2));
     vpart = reinterpret_cast<KElem*>(take(2 * static_cast<int64_t>(a.head_dim_v)));
+    amx = take(24 * static_cast<int64_t>(a.head_dim_v));
     // One row accumulates in its own O ([heads, dv] is the pair order then).
     o = rows > 1 ? take(pairs * a.head_dim_v) : a.o;
   }
@@ -348,6 +355,7 @@ struct TilesState {
   float* l;              // [pairs]
   uint32_t* packed;      // [pairs of a KV head, kTileKeys / 2]: the weights as bf16 pairs
   KElem* vpart;          // two V word-rows: the edges of a partial tile
+  float* amx;            // AmxPv's scratch: a V tile's copy and a block of P V
   float* o;              // [pairs, head_dim_v]
 };
 
@@ -387,6 +395,7 @@ void AttendTilesD(const KernelArgs& a) {
   const int kvh_pairs = nr * group;
   const int64_t pairs = static_cast<int64_t>(a.kv_heads) * kvh_pairs;
   TilesState<T, KElem> st(a, nr);
+  if constexpr (kAmx<T>) T::Configure(std::min(16, nr * group));
   for (int64_t i = 0; i < pairs * dv; i += T::kLanes) T::Store(st.o + i, T::Zero());
   // Q scaled by scale * log2(e) once: the softmax runs in base 2 (exp2 is cheaper than exp).
   constexpr float kShortfall = WidenShortfall<T, KElem>();
@@ -439,16 +448,18 @@ void AttendTilesD(const KernelArgs& a) {
     const KElem* vt = v_of(cur);
     const int key0 = cur.block * kTileKeys;
     const int lo = std::max(a.key_begin - key0, 0);
-    // Rows [first, nr) have keys in this tile; rows [full, nr) have all of its keys from lo on.
+    // Rows [first, nr) have keys in this tile.
     int first = 0;
     while (rows[first].key_end <= key0) ++first;
-    int full = first;
-    while (full < nr && rows[full].key_end < key0 + kTileKeys) ++full;
     const int64_t p0 = static_cast<int64_t>(cur.kvh) * kvh_pairs;
     const int act = first * group;
     float* s = st.s;
-    GroupScores<T, KElem, T::kTileHeads, kD>(st.q + (p0 + act) * dqk, kvh_pairs - act, dqk, kt,
-                                             &k_pf, s + act * kTileKeys);
+    if constexpr (kAmx<T>) {
+      T::template AmxScores<kD>(st.q + p0 * dqk, act, kvh_pairs, dqk, kt, &k_pf, s);
+    } else {
+      GroupScores<T, KElem, T::kTileHeads, kD>(st.q + (p0 + act) * dqk, kvh_pairs - act, dqk, kt,
+                                               &k_pf, s + act * kTileKeys);
+    }
     // Capped before the keys outside a row's range get score -inf; see VRows for their V.
     for (int i = act; i < kvh_pairs; ++i) SoftcapScores(s + i * kTileKeys, kTileKeys, a.softcap);
     for (int r = first; r < nr; ++r) {
@@ -465,18 +476,28 @@ void AttendTilesD(const KernelArgs& a) {
       SoftmaxBlock<T>(si, st.m[p0 + i], st.l[p0 + i], st.o + (p0 + i) * dv, dv);
       if constexpr (T::kDpTiles) T::PackPairs(si, st.packed + i * (kTileKeys / 2));
     }
-    // P V: the rows that see the whole tile together, then each of the others alone. Only the
-    // first call prefetches.
-    const TilePrefetch* v_next = &v_pf;
-    auto pv = [&](int r0, int r1, int hi) {
-      const VRows<KElem> vrows = TileVRows<KElem>(vt, lo, hi, dv, st.vpart);
-      GroupPv<T, KElem, T::kTileHeads, kD>(
-          s + r0 * group * kTileKeys, st.packed + r0 * group * (kTileKeys / 2), (r1 - r0) * group,
-          vrows, dv, v_next, st.o + (p0 + r0 * group) * dv);
-      v_next = nullptr;
-    };
-    if (full < nr) pv(full, nr, kTileKeys);
-    for (int r = first; r < full; ++r) pv(r, r + 1, rows[r].key_end - key0);
+    if constexpr (kAmx<T>) {
+      // Every active pair in one pass: a row's keys past its end have weight 0, and only keys
+      // outside every row's range may hold what is not V (AmxPv zeroes them).
+      const int hi = std::min(rows[nr - 1].key_end - key0, kTileKeys);
+      T::template AmxPv<kD>(st.packed, act, kvh_pairs, vt, lo, hi, dv, &v_pf, st.o + p0 * dv,
+                            st.amx);
+    } else {
+      // P V: the rows that see the whole tile from lo on ([full, nr)) together, then each of the
+      // others alone. Only the first call prefetches.
+      int full = first;
+      while (full < nr && rows[full].key_end < key0 + kTileKeys) ++full;
+      const TilePrefetch* v_next = &v_pf;
+      auto pv = [&](int r0, int r1, int hi) {
+        const VRows<KElem> vrows = TileVRows<KElem>(vt, lo, hi, dv, st.vpart);
+        GroupPv<T, KElem, T::kTileHeads, kD>(
+            s + r0 * group * kTileKeys, st.packed + r0 * group * (kTileKeys / 2), (r1 - r0) * group,
+            vrows, dv, v_next, st.o + (p0 + r0 * group) * dv);
+        v_next = nullptr;
+      };
+      if (full < nr) pv(full, nr, kTileKeys);
+      for (int r = first; r < full; ++r) pv(r, r + 1, rows[r].key_end - key0);
+    }
   }
   // FinishHead for every pair; a row that saw no key gets O = 0 and lse = -inf.
   for (int r = 0; r < nr; ++r) {

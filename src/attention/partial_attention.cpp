@@ -226,6 +226,9 @@ KernelFn SelectKernel(CpuIsa isa, DataType dtype) {
   // The AVX-512 fp8 kernels permute bytes with vpermb (AVX512_VBMI).
   if (isa >= CpuIsa::kAvx512 && t >= 2 && !DetectCpuFeatures().avx512_vbmi) isa = CpuIsa::kAvx2;
   switch (isa) {
+    case CpuIsa::kAmx:
+      if (t == 1) return &AttendAmxBf16;
+      [[fallthrough]];
     case CpuIsa::kAvx512Bf16:
       if (t == 1) return &AttendAvx512DpBf16;
       [[fallthrough]];
@@ -252,7 +255,7 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
   CTXPAR_ASSIGN_OR_RETURN(CpuIsa isa, SelectCpuIsa());
   const PagedKv& kv = p.kv;
   // vdpbf16ps consumes pairs, two registers' worth of lanes per step.
-  if (isa == CpuIsa::kAvx512Bf16 && kv.head_dim_qk % 32 != 0) isa = CpuIsa::kAvx512;
+  if (isa >= CpuIsa::kAvx512Bf16 && kv.head_dim_qk % 32 != 0) isa = CpuIsa::kAvx512;
   const KernelFn kernel = attention_internal::SelectKernel(isa, kv.dtype);
 
   const int heads = p.num_q_heads;

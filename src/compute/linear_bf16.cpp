@@ -59,9 +59,7 @@ Bf16Isa SelectBf16() {
 #if defined(CTXPAR_X86_KERNELS)
   const Expected<CpuIsa> cpu = SelectCpuIsa();
   if (!cpu.ok() || *cpu < CpuIsa::kAvx512Bf16) return Bf16Isa::kNone;
-  const CpuFeatures& f = DetectCpuFeatures();
-  static const bool amx = f.amx_tile && f.amx_bf16 && int8_internal::RequestAmxTileState();
-  return amx ? Bf16Isa::kAmx : Bf16Isa::kAvx512Bf16;
+  return *cpu == CpuIsa::kAmx ? Bf16Isa::kAmx : Bf16Isa::kAvx512Bf16;
 #else
   return Bf16Isa::kNone;
 #endif

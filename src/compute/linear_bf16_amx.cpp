@@ -18,7 +18,7 @@ namespace {
 
 constexpr int kPrefetchBytes = 4096;
 
-#include "compute/amx_config.h"
+#include "core/amx_config.h"
 
 // Tiles 0-3: C (16 tokens x 16 fp32), token block i and row tile j at 2i + j; 4, 5: A (16
 // tokens x 32 bf16) of the two token blocks; 6, 7: B (16 pairs x 16 rows x 2) of the two row

@@ -193,8 +193,7 @@ Int8Isa BestInt8Isa() {
   const CpuFeatures& f = DetectCpuFeatures();
   if (BestCpuIsa(f) < CpuIsa::kAvx2) return Int8Isa::kScalar;
   if (BestCpuIsa(f) < CpuIsa::kAvx512 || !f.avx512_vnni) return BestYmm(f);
-  static const bool amx = f.amx_tile && f.amx_int8 && RequestAmxTileState();
-  return amx ? Int8Isa::kAmx : Int8Isa::kVnni;
+  return f.amx_tile && f.amx_int8 ? Int8Isa::kAmx : Int8Isa::kVnni;
 #else
   return Int8Isa::kScalar;
 #endif

@@ -145,9 +145,6 @@ void Int8TileAvx2(const Int8Tile& t);     // AVX2 + FMA
 void Int8TileAvxVnni(const Int8Tile& t);  // AVX2 + FMA + AVX-VNNI
 void Int8TileVnni(const Int8Tile& t);     // AVX-512 F/BW/VL + VNNI
 void Int8TileAmx(const Int8Tile& t);      // AMX-TILE + AMX-INT8 (+ VNNI); t0 a multiple of 16
-// Asks Linux for the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM, once per process): false
-// where the kernel refuses it, and the AMX path must not run.
-bool RequestAmxTileState();
 #endif
 
 }  // namespace int8_internal

@@ -4,8 +4,6 @@
 // AVX-512 registers in the sequence's order. Two sets of tiles alternate. Compiled with
 // AMX-TILE/INT8 and AVX-512 flags, run only where cpuid, XCR0 and the OS's tile permission allow.
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -17,12 +15,7 @@
 namespace ctxpar::compute::int8_internal {
 namespace {
 
-// Linux's arch_prctl codes and the tile data's XSAVE feature number (asm/prctl.h).
-constexpr int kArchGetXcompPerm = 0x1022;
-constexpr int kArchReqXcompPerm = 0x1023;
-constexpr int kXfeatureXtiledata = 18;
-
-#include "compute/amx_config.h"
+#include "core/amx_config.h"
 
 // Tiles 0, 1: C (16 tokens x 16 int32); 2, 3: A (16 tokens x sub bytes); 4, 5: B (sub / 4 lines
 // of 64 bytes).
@@ -38,17 +31,6 @@ void Configure(int sub) {
   }
   LoadTileConfig(want);
 }
-
-}  // namespace
-
-bool RequestAmxTileState() {
-  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) return false;
-  unsigned long mask = 0;
-  if (syscall(SYS_arch_prctl, kArchGetXcompPerm, &mask) != 0) return false;
-  return (mask >> kXfeatureXtiledata & 1) != 0;
-}
-
-namespace {
 
 // One row tile times 16 tokens, every operand reached from a few base pointers at constant
 // offsets: the tokens' scales of a group are one line (ScaleAt). kHalf: the weights' scales and

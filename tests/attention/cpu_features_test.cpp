@@ -23,6 +23,13 @@ TEST(CpuFeatures, BestIsaNeedsEveryFeatureOfItsLevel) {
   EXPECT_EQ(BestCpuIsa(f), CpuIsa::kAvx512);
   f.avx512_bf16 = true;
   EXPECT_EQ(BestCpuIsa(f), CpuIsa::kAvx512Bf16);
+  f.amx_tile = true;
+  EXPECT_EQ(BestCpuIsa(f), CpuIsa::kAvx512Bf16) << "AMX tiles without AMX-BF16";
+  f.amx_bf16 = true;
+  EXPECT_EQ(BestCpuIsa(f), CpuIsa::kAmx);
+  f.avx512_bf16 = false;
+  EXPECT_EQ(BestCpuIsa(f), CpuIsa::kAvx512) << "AMX without AVX512-BF16";
+  f.avx512_bf16 = true;
   f.avx2 = false;
   EXPECT_EQ(BestCpuIsa(f), CpuIsa::kScalar);
 }
@@ -31,6 +38,7 @@ TEST(CpuFeatures, DetectedFeaturesAreConsistent) {
   const CpuFeatures& f = DetectCpuFeatures();
   if (f.avx512bw || f.avx512vl) EXPECT_TRUE(f.avx512f);
   if (f.avx512_bf16) EXPECT_TRUE(f.avx512f);
+  if (f.amx_bf16 || f.amx_int8) EXPECT_TRUE(f.amx_tile);
   EXPECT_EQ(&f, &DetectCpuFeatures());
 }
 
@@ -60,14 +68,12 @@ TEST_F(IsaEnv, UnknownNameIsRejected) {
   ASSERT_FALSE(isa.ok());
   EXPECT_EQ(isa.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(isa.status().message(),
-            "CTXPAR_CPU_ISA=sse9 is not one of scalar, avx2, avx512, avx512_bf16");
+            "CTXPAR_CPU_ISA=sse9 is not one of scalar, avx2, avx512, avx512_bf16, amx");
 }
 
 TEST_F(IsaEnv, PathAboveTheHardwareIsRefused) {
-  if (BestCpuIsa(DetectCpuFeatures()) == CpuIsa::kAvx512Bf16) {
-    GTEST_SKIP() << "this CPU has every path";
-  }
-  setenv("CTXPAR_CPU_ISA", "avx512_bf16", 1);
+  if (BestCpuIsa(DetectCpuFeatures()) == CpuIsa::kAmx) GTEST_SKIP() << "this CPU has every path";
+  setenv("CTXPAR_CPU_ISA", "amx", 1);
   Expected<CpuIsa> isa = SelectCpuIsa();
   ASSERT_FALSE(isa.ok());
   EXPECT_EQ(isa.status().code(), StatusCode::kFailedPrecondition);

@@ -1,6 +1,7 @@
-// The AMX tile configuration and its load, shared by the AMX units (linear_int8_amx.cpp,
-// linear_bf16_amx.cpp). Internal: each unit includes it inside its own unnamed namespace, after
-// <immintrin.h>, <cstdint> and <cstring>, so that it compiles its own copy with the AMX flags.
+// The AMX tile configuration and its load, shared by the AMX units (the int8 and bf16 matmuls in
+// src/compute, the attention in src/attention). Internal: each unit includes it inside its own
+// unnamed namespace, after <immintrin.h>, <cstdint> and <cstring>, so that it compiles its own
+// copy with the AMX flags.
 
 // No include guard on purpose: each AMX unit includes this once inside its own namespace.
 

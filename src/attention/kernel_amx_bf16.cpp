@@ -1,0 +1,122 @@
+// The AMX path for bf16 KV in kTiles16 pages: q . k and P V as tile multiplies (tdpbf16ps), the
+// online softmax in AVX-512 registers between them. A K tile of the page is already a B operand
+// (16 pair lines of 16 keys) and a V tile's key-pair rows are one (16 d of two keys per 64-byte
+// line, a row of D pairs apart), so the pages are read in place. Every row, a lone decode row
+// included, takes the same tile sequence, whatever the other rows of its task: a tile multiply
+// computes each output from its own row of A, so a row's bits do not depend on the batch
+// (attention.h). Other page formats go to the vdpbf16ps kernel. Compiled with AMX-TILE/BF16 and
+// AVX-512 BF16 flags, run only where cpuid, XCR0 and the OS's tile permission allow.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "attention/kernel.h"
+
+namespace ctxpar::attention_internal {
+namespace {
+
+#include "attention/kernel_impl.h"
+#include "attention/kernel_tiles.h"
+#include "attention/simd_avx512.h"
+#include "attention/simd_avx512_bf16.h"
+#include "core/amx_config.h"
+
+// Rows of an A or C tile: the (row, head) pairs of one KV head that a multiply takes at once.
+constexpr int kAmxRows = 16;
+
+struct AmxBf16Isa : Avx512Bf16Rounding {
+  static constexpr bool kDpTiles = true;  // PackPairs gives the weights as bf16 pairs
+  static constexpr bool kAmxTiles = true;
+
+  // Tile 0: C (scores, or a block of P V; m x 16 fp32); 1: A, Q (m x 32 bf16); 2: B, a K tile's
+  // 16 pair lines; 3: A, P (m x 16 bf16); 4: B, 8 key-pair rows of V.
+  static void Configure(int m) {
+    TileConfig want;
+    const int rows[] = {m, m, 16, m, 8};
+    const int colsb[] = {64, 64, 64, 32, 64};
+    for (int i = 0; i < 5; ++i) {
+      want.rows[i] = static_cast<std::uint8_t>(rows[i]);
+      want.colsb[i] = static_cast<std::uint16_t>(colsb[i]);
+    }
+    LoadTileConfig(want);
+  }
+
+  // The scores of pairs [act, n) of one KV head (q: its n pairs' bf16 Q, row stride dqk) for the
+  // 16 keys of K tile kt: s[i * 16 + j]. Blocks of m = min(16, n) pairs, the last one shifted to
+  // end at n (rows it repeats get the same bits again; rows below act are scratch).
+  template <int kD>
+  static void AmxScores(const uint16_t* q, int act, int n, int dqk_arg, const uint16_t* kt,
+                        const TilePrefetch* pf, float* s) {
+    const int dqk = kD != 0 ? kD : dqk_arg;
+    for (int64_t off = 0; off < int64_t{32} * dqk; off += 64) pf->Line(off);
+    const int m = std::min(kAmxRows, n);
+    for (int start = act; start < n; start += m) {
+      const int at = std::min(start, n - m);
+      _tile_zero(0);
+      for (int c = 0; c < dqk; c += 32) {
+        _tile_loadd(1, q + static_cast<int64_t>(at) * dqk + c, dqk * 2);
+        _tile_loadd(2, kt + c * kTileKeys, 64);
+        _tile_dpbf16ps(0, 1, 2);
+      }
+      _tile_stored(0, s + at * kTileKeys, 64);
+    }
+  }
+
+  // O[i] += P[i] V for pairs [act, n) over V tile vt, where P's keys outside [lo, hi) are 0: each
+  // block's product goes through a zeroed C tile and is added to O in fp32. `scratch` holds 24 *
+  // dv floats: the tile with the keys outside [lo, hi) zeroed (they may hold anything, NaN
+  // included, and 0 * NaN is NaN), then the block's m x dv products.
+  template <int kD>
+  static void AmxPv(const uint32_t* packed, int act, int n, const uint16_t* vt, int lo, int hi,
+                    int dv_arg, const TilePrefetch* pf, float* o, float* scratch) {
+    const int dv = kD != 0 ? kD : dv_arg;
+    for (int64_t off = 0; off < int64_t{32} * dv; off += 64) pf->Line(off);
+    const uint16_t* v = vt;
+    if (lo > 0 || hi < kTileKeys) v = ZeroOutside(vt, lo, hi, dv, scratch);
+    float* blk = scratch + 8 * dv;
+    const int m = std::min(kAmxRows, n);
+    for (int start = act; start < n; start += m) {
+      const int at = std::min(start, n - m);
+      _tile_loadd(3, packed + at * (kTileKeys / 2), 32);
+      for (int d = 0; d < dv; d += 16) {
+        _tile_zero(0);
+        _tile_loadd(4, v + d * 2, dv * 4);
+        _tile_dpbf16ps(0, 3, 4);
+        _tile_stored(0, blk + d, dv * 4);
+      }
+      for (int i = start; i < std::min(start + m, n); ++i) {
+        float* oi = o + static_cast<int64_t>(i) * dv;
+        const float* bi = blk + static_cast<int64_t>(i - at) * dv;
+        for (int d = 0; d < dv; d += kLanes) Store(oi + d, Add(Load(oi + d), Load(bi + d)));
+      }
+    }
+  }
+
+  // A copy of V tile vt (8 rows of dv words, a word holding keys 2r and 2r + 1) with the keys
+  // outside [lo, hi) zeroed.
+  static const uint16_t* ZeroOutside(const uint16_t* vt, int lo, int hi, int dv, float* scratch) {
+    auto* out = reinterpret_cast<uint32_t*>(scratch);
+    const auto* in = reinterpret_cast<const uint32_t*>(vt);
+    for (int r = 0; r < kTileKeys / 2; ++r) {
+      const bool even = 2 * r >= lo && 2 * r < hi;
+      const bool odd = 2 * r + 1 >= lo && 2 * r + 1 < hi;
+      const __m512i keep =
+          _mm512_set1_epi32(static_cast<int>((even ? 0xffffu : 0u) | (odd ? 0xffff0000u : 0u)));
+      for (int d = 0; d < dv; d += kLanes) {
+        const int64_t at = static_cast<int64_t>(r) * dv + d;
+        _mm512_storeu_si512(out + at, _mm512_and_si512(_mm512_loadu_si512(in + at), keep));
+      }
+    }
+    return reinterpret_cast<const uint16_t*>(scratch);
+  }
+};
+
+}  // namespace
+
+void AttendAmxBf16(const KernelArgs& args) {
+  if (!args.tiles) return AttendAvx512DpBf16(args);
+  AttendTiles<AmxBf16Isa, uint16_t>(args);
+}
+
+}  // namespace ctxpar::attention_internal
