@@ -32,6 +32,12 @@ static_assert(kKeyBlock % 16 == 0, "the softmax and bf16 packing take whole 16-l
 // SmolLM2's three query heads per KV head are 12 (row, head) pairs: three full register tiles of
 // AVX2's four heads (docs/perf-attention.md has the measurements).
 inline constexpr int kMaxTaskRows = 4;
+// The AMX path's tiles hold 16 (row, head) pairs of a KV head: it takes as many rows per task
+// as fill them (16 / G, at least kMaxTaskRows), since a tile multiply costs the same for fewer.
+inline constexpr int kAmxTileRows = 16;
+inline int TaskRows(bool amx, int group) {
+  return amx ? std::max(kMaxTaskRows, kAmxTileRows / group) : kMaxTaskRows;
+}
 
 // One row of a several-row task: its Q [kv_heads * G, head_dim_qk], where its O and lse go, and
 // the end of its keys (> key_begin).
@@ -71,7 +77,7 @@ struct KernelArgs {
   bool tiles = false;
   int64_t k_page_stride = 0;
   int64_t v_page_stride = 0;
-  // kTiles16 only: num_rows (2 to kMaxTaskRows) rows in non-decreasing key_end, instead of q, o,
+  // kTiles16 only: num_rows (2 to TaskRows) rows in non-decreasing key_end, instead of q, o,
   // lse and key_end; key_end must then be the last row's.
   const KernelRow* rows = nullptr;
   int num_rows = 1;

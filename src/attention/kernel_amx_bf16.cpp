@@ -22,9 +22,6 @@ namespace {
 #include "attention/simd_avx512_bf16.h"
 #include "core/amx_config.h"
 
-// Rows of an A or C tile: the (row, head) pairs of one KV head that a multiply takes at once.
-constexpr int kAmxRows = 16;
-
 struct AmxBf16Isa : Avx512Bf16Rounding {
   static constexpr bool kDpTiles = true;  // PackPairs gives the weights as bf16 pairs
   static constexpr bool kAmxTiles = true;
@@ -50,7 +47,7 @@ struct AmxBf16Isa : Avx512Bf16Rounding {
                         const TilePrefetch* pf, float* s) {
     const int dqk = kD != 0 ? kD : dqk_arg;
     for (int64_t off = 0; off < int64_t{32} * dqk; off += 64) pf->Line(off);
-    const int m = std::min(kAmxRows, n);
+    const int m = std::min(kAmxTileRows, n);
     for (int start = act; start < n; start += m) {
       const int at = std::min(start, n - m);
       _tile_zero(0);
@@ -75,7 +72,7 @@ struct AmxBf16Isa : Avx512Bf16Rounding {
     const uint16_t* v = vt;
     if (lo > 0 || hi < kTileKeys) v = ZeroOutside(vt, lo, hi, dv, scratch);
     float* blk = scratch + 8 * dv;
-    const int m = std::min(kAmxRows, n);
+    const int m = std::min(kAmxTileRows, n);
     for (int start = act; start < n; start += m) {
       const int at = std::min(start, n - m);
       _tile_loadd(3, packed + at * (kTileKeys / 2), 32);

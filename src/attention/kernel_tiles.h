@@ -395,7 +395,7 @@ void AttendTilesD(const KernelArgs& a) {
   const int kvh_pairs = nr * group;
   const int64_t pairs = static_cast<int64_t>(a.kv_heads) * kvh_pairs;
   TilesState<T, KElem> st(a, nr);
-  if constexpr (kAmx<T>) T::Configure(std::min(16, nr * group));
+  if constexpr (kAmx<T>) T::Configure(std::min(kAmxTileRows, nr * group));
   for (int64_t i = 0; i < pairs * dv; i += T::kLanes) T::Store(st.o + i, T::Zero());
   // Q scaled by scale * log2(e) once: the softmax runs in base 2 (exp2 is cheaper than exp).
   constexpr float kShortfall = WidenShortfall<T, KElem>();

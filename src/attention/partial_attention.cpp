@@ -152,7 +152,7 @@ Status Validate(const PartialAttentionParams& p) {
 
 // One unit of work: keys [begin, end) of one row, every KV head. Its O and lse go to the
 // output directly when the row has one split, else to partial buffers that the merge combines.
-// With kTiles16 a task may instead take rows (2 to kMaxTaskRows) of one causal prefill chunk:
+// With kTiles16 a task may instead take rows (2 to TaskRows) of one causal prefill chunk:
 // keys from begin to each row's own end, the rows listed in task_rows[rows_at, rows_at + rows).
 struct Task {
   int row;
@@ -343,17 +343,19 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
     return c >= first_chunk[i] && c < first_chunk[i] + splits[i];
   };
   // Consecutive rows of one sequence whose ranges do not move back (a causal prefill chunk,
-  // windowed or not): with kTiles16 up to kMaxTaskRows of them that start a chunk at the same
-  // key make one task.
+  // windowed or not): with kTiles16 up to TaskRows of them that start a chunk at the same key
+  // make one task.
   const bool multi = kv.format == KvPageFormat::kTiles16;
+  const int max_rows =
+      attention_internal::TaskRows(isa == CpuIsa::kAmx && kv.dtype == DataType::kBF16, group);
   std::vector<Task> tasks;
   std::vector<attention_internal::KernelRow> task_rows;
   for (int i = 0; i < p.num_rows;) {
     int last = i + 1;
     if (multi && p.row_kv_len[i] > start_of(i)) {
-      while (last < p.num_rows && last - i < attention_internal::kMaxTaskRows &&
-             seq_of(last) == seq_of(i) && p.row_kv_len[last] >= p.row_kv_len[last - 1] &&
-             start_of(last) >= start_of(last - 1) && p.row_kv_len[last] > start_of(last)) {
+      while (last < p.num_rows && last - i < max_rows && seq_of(last) == seq_of(i) &&
+             p.row_kv_len[last] >= p.row_kv_len[last - 1] && start_of(last) >= start_of(last - 1) &&
+             p.row_kv_len[last] > start_of(last)) {
         ++last;
       }
     }
@@ -388,8 +390,8 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
   }
   threads = std::min<int>(threads, static_cast<int>(tasks.size()));
 
-  const size_t scratch_floats = attention_internal::KernelScratchFloats(
-      kv.num_kv_heads, group, dqk, dv, multi ? attention_internal::kMaxTaskRows : 1);
+  const size_t scratch_floats = attention_internal::KernelScratchFloats(kv.num_kv_heads, group, dqk,
+                                                                        dv, multi ? max_rows : 1);
   std::atomic<bool> out_of_memory{false};
   KernelArgs base;
   base.kv_heads = kv.num_kv_heads;
