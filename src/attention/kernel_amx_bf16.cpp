@@ -27,12 +27,13 @@ struct AmxBf16Isa : Avx512Bf16Rounding {
   static constexpr bool kAmxTiles = true;
 
   // Tile 0: C (scores, or a block of P V; m x 16 fp32); 1: A, Q (m x 32 bf16); 2: B, a K tile's
-  // 16 pair lines; 3: A, P (m x 16 bf16); 4: B, 8 key-pair rows of V.
+  // 16 pair lines; 3: A, P (m x 16 bf16); 4: B, 8 key-pair rows of V; 5, 6: a second C and B
+  // for P V, so that one block's store overlaps the next one's multiply.
   static void Configure(int m) {
     TileConfig want;
-    const int rows[] = {m, m, 16, m, 8};
-    const int colsb[] = {64, 64, 64, 32, 64};
-    for (int i = 0; i < 5; ++i) {
+    const int rows[] = {m, m, 16, m, 8, m, 8};
+    const int colsb[] = {64, 64, 64, 32, 64, 64, 64};
+    for (int i = 0; i < 7; ++i) {
       want.rows[i] = static_cast<std::uint8_t>(rows[i]);
       want.colsb[i] = static_cast<std::uint16_t>(colsb[i]);
     }
@@ -60,6 +61,65 @@ struct AmxBf16Isa : Avx512Bf16Rounding {
     }
   }
 
+  // SoftmaxBlock for pairs [act, n) (scores s[i * 16 + j], running max m[i] and sum l[i], O
+  // rows o + i * dv), 16 pairs at a time: their block maxima and sums come out of one
+  // transposing reduction each (lane i: pair i's, each lane in one fixed order), the correction
+  // exp2(m - m_new) is one vector, and the weights are packed as bf16 pairs for AmxPv.
+  static void AmxSoftmax(float* s, int act, int n, float* m, float* l, float* o, int dv,
+                         uint32_t* packed) {
+    for (int i0 = act; i0 < n; i0 += kAmxTileRows) {
+      const int cnt = std::min(kAmxTileRows, n - i0);
+      const __mmask16 live = static_cast<__mmask16>((1u << cnt) - 1);
+      V v[kAmxTileRows];
+      for (int i = 0; i < kAmxTileRows; ++i)
+        v[i] = i < cnt ? Load(s + (i0 + i) * kTileKeys) : Zero();
+      const V m_old = _mm512_maskz_loadu_ps(live, m + i0);
+      const V m_new = Max(m_old, Transposed<true>(v));
+      alignas(64) float mn[kAmxTileRows];
+      Store(mn, m_new);
+      for (int i = 0; i < cnt; ++i) {
+        v[i] = Exp2(Add(v[i], Set1(-mn[i])));
+        Store(s + (i0 + i) * kTileKeys, v[i]);
+        PackPairs(s + (i0 + i) * kTileKeys, packed + (i0 + i) * (kTileKeys / 2));
+      }
+      const V corr = Exp2(_mm512_sub_ps(m_old, m_new));
+      const V l_new = Add(Mul(_mm512_maskz_loadu_ps(live, l + i0), corr), Transposed<false>(v));
+      _mm512_mask_storeu_ps(l + i0, live, l_new);
+      _mm512_mask_storeu_ps(m + i0, live, m_new);
+      alignas(64) float c[kAmxTileRows];
+      Store(c, corr);
+      unsigned grew = _mm512_mask_cmp_ps_mask(live, m_new, m_old, _CMP_GT_OQ);
+      for (; grew != 0; grew &= grew - 1) {
+        const int i = __builtin_ctz(grew);
+        ScaleRow<AmxBf16Isa>(o + static_cast<int64_t>(i0 + i) * dv, dv, c[i]);
+      }
+    }
+  }
+
+  // Lane i: the max (kMax) or sum of v[i]'s lanes, by a transposing tree: pairs of rows, then
+  // pairs of pairs, then across the 128-bit lanes.
+  template <bool kMax>
+  static V Transposed(const V (&v)[kAmxTileRows]) {
+    auto op = [](V a, V b) { return kMax ? Max(a, b) : Add(a, b); };
+    V w[8], u[4], z[2];
+    for (int k = 0; k < 8; ++k) {
+      w[k] = op(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]),
+                _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]));
+    }
+    for (int k = 0; k < 4; ++k) {
+      const __m512d a = _mm512_castps_pd(w[2 * k]);
+      const __m512d b = _mm512_castps_pd(w[2 * k + 1]);
+      u[k] = op(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    }
+    for (int k = 0; k < 2; ++k) {
+      z[k] = op(_mm512_shuffle_f32x4(u[2 * k], u[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                _mm512_shuffle_f32x4(u[2 * k], u[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+    return op(_mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
+              _mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+
   // O[i] += P[i] V for pairs [act, n) over V tile vt, where P's keys outside [lo, hi) are 0: each
   // block's product goes through a zeroed C tile and is added to O in fp32. `scratch` holds 24 *
   // dv floats: the tile with the keys outside [lo, hi) zeroed (they may hold anything, NaN
@@ -76,11 +136,15 @@ struct AmxBf16Isa : Avx512Bf16Rounding {
     for (int start = act; start < n; start += m) {
       const int at = std::min(start, n - m);
       _tile_loadd(3, packed + at * (kTileKeys / 2), 32);
-      for (int d = 0; d < dv; d += 16) {
+      for (int d = 0; d < dv; d += 32) {
         _tile_zero(0);
         _tile_loadd(4, v + d * 2, dv * 4);
         _tile_dpbf16ps(0, 3, 4);
+        _tile_zero(5);
+        _tile_loadd(6, v + d * 2 + 32, dv * 4);
+        _tile_dpbf16ps(5, 3, 6);
         _tile_stored(0, blk + d, dv * 4);
+        _tile_stored(5, blk + d + 16, dv * 4);
       }
       for (int i = start; i < std::min(start + m, n); ++i) {
         float* oi = o + static_cast<int64_t>(i) * dv;

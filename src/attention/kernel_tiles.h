@@ -471,10 +471,14 @@ void AttendTilesD(const KernelArgs& a) {
         }
       }
     }
-    for (int i = act; i < kvh_pairs; ++i) {
-      float* si = s + i * kTileKeys;
-      SoftmaxBlock<T>(si, st.m[p0 + i], st.l[p0 + i], st.o + (p0 + i) * dv, dv);
-      if constexpr (T::kDpTiles) T::PackPairs(si, st.packed + i * (kTileKeys / 2));
+    if constexpr (kAmx<T>) {
+      T::AmxSoftmax(s, act, kvh_pairs, st.m + p0, st.l + p0, st.o + p0 * dv, dv, st.packed);
+    } else {
+      for (int i = act; i < kvh_pairs; ++i) {
+        float* si = s + i * kTileKeys;
+        SoftmaxBlock<T>(si, st.m[p0 + i], st.l[p0 + i], st.o + (p0 + i) * dv, dv);
+        if constexpr (T::kDpTiles) T::PackPairs(si, st.packed + i * (kTileKeys / 2));
+      }
     }
     if constexpr (kAmx<T>) {
       // Every active pair in one pass: a row's keys past its end have weight 0, and only keys

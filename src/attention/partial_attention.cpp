@@ -256,6 +256,8 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
   const PagedKv& kv = p.kv;
   // vdpbf16ps consumes pairs, two registers' worth of lanes per step.
   if (isa >= CpuIsa::kAvx512Bf16 && kv.head_dim_qk % 32 != 0) isa = CpuIsa::kAvx512;
+  // AMX's P V takes 32 of head_dim_v per step.
+  if (isa == CpuIsa::kAmx && kv.head_dim_v % 32 != 0) isa = CpuIsa::kAvx512Bf16;
   const KernelFn kernel = attention_internal::SelectKernel(isa, kv.dtype);
 
   const int heads = p.num_q_heads;
