@@ -1,7 +1,8 @@
 // `ctxpar bench attention`: CPU partial decode attention (one sequence, batch 1) against two
 // ceilings measured in the same run with the same thread count: a STREAM-like read of a buffer
 // far larger than the caches (GB/s) and a register-blocked FMA loop (GFLOP/s; for bf16 KV on a
-// CPU with avx512_bf16, a vdpbf16ps loop, the instruction the kernel uses for q.k). With
+// CPU with avx512_bf16, a vdpbf16ps loop, or on the amx path tile multiplies: the units the
+// kernel's products use). With
 // --prefill N the query rows are instead the last N tokens of the context, each seeing the keys
 // up to itself (a causal prefill chunk, split-KV as the engine runs it): that work reads its keys
 // from the caches and is bounded by the FMA peak.
@@ -54,7 +55,7 @@ struct Result {
   int context;
   Timing time;
   Rate gbps, gflops, read_ceiling, compute_peak;
-  bool dpbf16;
+  bool bf16;  // compute_peak is the bf16 unit's
 };
 
 // The KV type as the kinds name it.
@@ -77,7 +78,7 @@ std::string KvName(DataType dtype) {
 // whole call and the process CPU time per thread is each thread's (a pool's idle worker would
 // inflate the CPU-time rates); the start costs about 30 us, under 1 % of a call at 32k.
 Result RunOne(const Kind& kind, KvPageFormat format, int context, int prefill, int threads,
-              int reps, Rate read_ceiling, Rate fp32_peak, Rate dpbf16_peak, CpuIsa isa) {
+              int reps, Rate read_ceiling, Rate fp32_peak, Rate bf16_peak, CpuIsa isa) {
   constexpr int kPage = 64;
   const int pages = (context + kPage - 1) / kPage;
   const size_t elem = DataTypeSize(kind.dtype);
@@ -168,7 +169,7 @@ Result RunOne(const Kind& kind, KvPageFormat format, int context, int prefill, i
   const double gb = static_cast<double>(context) * kind.num_kv_heads *
                     (kind.head_dim_qk + (kind.mla ? 0 : kind.head_dim_v)) * elem / 1e9;
   const double gflop = 2.0 * keys * kind.num_q_heads * (kind.head_dim_qk + kind.head_dim_v) / 1e9;
-  const bool dpbf16 = kind.dtype == DataType::kBF16 && isa >= CpuIsa::kAvx512Bf16;
+  const bool bf16 = kind.dtype == DataType::kBF16 && isa >= CpuIsa::kAvx512Bf16;
   return {kind.name,
           KvName(kind.dtype),
           p.kv.format == KvPageFormat::kRows ? "rows" : "tiles16",
@@ -178,8 +179,8 @@ Result RunOne(const Kind& kind, KvPageFormat format, int context, int prefill, i
           {gb / best.wall, gb / best.cpu},
           {gflop / best.wall, gflop / best.cpu},
           read_ceiling,
-          dpbf16 ? dpbf16_peak : fp32_peak,
-          dpbf16};
+          bf16 ? bf16_peak : fp32_peak,
+          bf16};
 }
 
 int RunAttentionBench(const std::vector<std::string>& args) {
@@ -277,21 +278,27 @@ int RunAttentionBench(const std::vector<std::string>& args) {
   for (int threads : *threads_list) {
     const Rate read = MeasureReadCeiling(threads, static_cast<size_t>(ceiling_mib) << 20, 5, *isa);
     const Rate fma = MeasureComputePeak(threads, *isa, false, 3);
-    const Rate dp =
-        *isa >= CpuIsa::kAvx512Bf16 ? MeasureComputePeak(threads, *isa, true, 3) : Rate{};
+    // bf16 KV's products: AMX tile multiplies on the amx path, else vdpbf16ps.
+    const Rate dp = *isa >= CpuIsa::kAvx512Bf16
+                        ? MeasureBf16Peak(threads, *isa == CpuIsa::kAmx, *isa, 3)
+                        : Rate{};
+    const char* bf16_unit = *isa == CpuIsa::kAmx ? "amx" : "dpbf16";
     out["ceilings"].push_back(
         {{"threads", threads},
          {"read_gbps", read.wall},
          {"fma_gflops", fma.wall},
-         {"dpbf16_gflops", dp.wall},
+         {"bf16_unit", bf16_unit},
+         {"bf16_gflops", dp.wall},
          {"cpu_time",
-          {{"read_gbps", read.cpu}, {"fma_gflops", fma.cpu}, {"dpbf16_gflops", dp.cpu}}}});
+          {{"read_gbps", read.cpu}, {"fma_gflops", fma.cpu}, {"bf16_gflops", dp.cpu}}}});
     if (!json) {
       std::printf(
           "\nthreads %d: read ceiling %.1f GB/s (%.1f by CPU time), FMA peak %.1f GFLOP/s "
           "(%.1f)",
           threads, read.wall, read.cpu, fma.wall, fma.cpu);
-      if (dp.wall > 0) std::printf(", dpbf16 peak %.1f GFLOP/s (%.1f)", dp.wall, dp.cpu);
+      if (dp.wall > 0) {
+        std::printf(", %s bf16 peak %.1f GFLOP/s (%.1f)", bf16_unit, dp.wall, dp.cpu);
+      }
       std::printf("\n%-4s %-7s %7s %9s %7s %6s %8s %6s | %7s %6s %8s %6s\n", "kind", "kv",
                   "context", "time ms", "GB/s", "%read", "GFLOP/s", "%peak", "cpu:GB/s", "%read",
                   "GFLOP/s", "%peak");
@@ -311,7 +318,7 @@ int RunAttentionBench(const std::vector<std::string>& args) {
                                   {"gflops", r.gflops.wall},
                                   {"read_ceiling_gbps", r.read_ceiling.wall},
                                   {"compute_peak_gflops", r.compute_peak.wall},
-                                  {"compute_peak_is_dpbf16", r.dpbf16},
+                                  {"compute_peak_is_bf16", r.bf16},
                                   {"cpu_time",
                                    {{"seconds_per_thread", r.time.cpu},
                                     {"kv_read_gbps", r.gbps.cpu},
