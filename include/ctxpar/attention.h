@@ -39,8 +39,8 @@
 //   block of softmax weights p_j to bf16 before O += p V (the sum of the weights stays fp32).
 //   Each rounding is a relative error of at most 2^-9, so O and lse agree with an exact
 //   computation to about 1e-2 relative (typically 1e-3); fp32 KV: about 1e-5 on every path. On
-//   amx (kTiles16 pages; kRows takes avx512_bf16's kernel) each 16-key block's P V is summed in
-//   a tile and then added to O in fp32, and the tile unit rounds its sums its own way: the bits
+//   amx (kTiles16 pages; kRows takes avx512_bf16's kernel) each 16-key block's P V is added to
+//   O inside a tile multiply, and the tile unit rounds its sums its own way: the bits
 //   differ from avx512_bf16's, never between layouts or batches on one machine.
 // - Work is split over rows, KV heads and chunks of keys (split-KV); the chunks of one row are
 //   merged with merge.h, so a single long sequence uses every thread. With kTiles16, up to four

@@ -104,8 +104,8 @@ inline size_t ScratchLines(size_t floats) { return (floats + 15) / 16 * 16; }
 
 // Per row: scaled Q, one block of scores of one KV head, running max and sum; for kTiles16 also
 // the weights as bf16 pairs; then two V word-rows (the edges of a partial tile), and for several
-// rows their O, and 24 * head_dim_v for the AMX path's V copy and block of P V. Each part
-// starts on a line (kernel_tiles.h's TilesState).
+// rows their O, and 8 * head_dim_v for the AMX path's copy of a partial V tile. Each part starts
+// on a line (kernel_tiles.h's TilesState).
 inline size_t KernelScratchFloats(int kv_heads, int group, int head_dim_qk, int head_dim_v,
                                   int rows = 1) {
   const size_t heads = static_cast<size_t>(kv_heads) * group * rows;
@@ -113,7 +113,7 @@ inline size_t KernelScratchFloats(int kv_heads, int group, int head_dim_qk, int 
   return ScratchLines(heads * head_dim_qk) + ScratchLines(pairs * kKeyBlock) +
          2 * ScratchLines(heads) + ScratchLines(pairs * kKeyBlock / 2) +
          ScratchLines(2 * static_cast<size_t>(head_dim_v)) +
-         ScratchLines(24 * static_cast<size_t>(head_dim_v)) +
+         ScratchLines(8 * static_cast<size_t>(head_dim_v)) +
          (rows > 1 ? ScratchLines(heads * head_dim_v) : 0);
 }
 

@@ -26,38 +26,51 @@ struct AmxBf16Isa : Avx512Bf16Rounding {
   static constexpr bool kDpTiles = true;  // PackPairs gives the weights as bf16 pairs
   static constexpr bool kAmxTiles = true;
 
-  // Tile 0: C (scores, or a block of P V; m x 16 fp32); 1: A, Q (m x 32 bf16); 2: B, a K tile's
-  // 16 pair lines; 3: A, P (m x 16 bf16); 4: B, 8 key-pair rows of V; 5, 6: a second C and B
-  // for P V, so that one block's store overlaps the next one's multiply.
-  static void Configure(int m) {
+  // The n (row, head) pairs of a KV head go in blocks of 16 and a last one of r = n % 16 (n < 16:
+  // one block of n), the same blocks for every tile, so a pair's bits never depend on the others.
+  // Tiles 0: C (m x 16 fp32), 1: A, Q (m x 32 bf16), 3: A, P (m x 16 bf16), with m = min(n, 16);
+  // 5, 6, 7 the same with r rows; 2: B, a K tile's 16 pair lines; 4: B, 8 key-pair rows of V.
+  // Without a last block 5 and 6 are a second C and B, so that P V's steps overlap.
+  static void Configure(int n) {
+    const int m = std::min(kAmxTileRows, n);
+    const int r = n > kAmxTileRows ? n % kAmxTileRows : 0;
+    const int rows[] = {m, m, 16, m, 8, r != 0 ? r : m, r != 0 ? r : 8, r};
+    const int colsb[] = {64, 64, 64, 32, 64, 64, 64, 32};
     TileConfig want;
-    const int rows[] = {m, m, 16, m, 8, m, 8};
-    const int colsb[] = {64, 64, 64, 32, 64, 64, 64};
-    for (int i = 0; i < 7; ++i) {
+    for (int i = 0; i < 8; ++i) {
+      if (rows[i] == 0) continue;
       want.rows[i] = static_cast<std::uint8_t>(rows[i]);
       want.colsb[i] = static_cast<std::uint16_t>(colsb[i]);
     }
     LoadTileConfig(want);
   }
 
+  // One block's scores into s (row stride 16): C += Q K over D in steps of 32.
+  template <int kC, int kA>
+  static void ScoreBlock(const uint16_t* q, int dqk, const uint16_t* kt, float* s) {
+    _tile_zero(kC);
+    for (int c = 0; c < dqk; c += 32) {
+      _tile_loadd(kA, q + c, dqk * 2);
+      _tile_loadd(2, kt + c * kTileKeys, 64);
+      _tile_dpbf16ps(kC, kA, 2);
+    }
+    _tile_stored(kC, s, 64);
+  }
+
   // The scores of pairs [act, n) of one KV head (q: its n pairs' bf16 Q, row stride dqk) for the
-  // 16 keys of K tile kt: s[i * 16 + j]. Blocks of m = min(16, n) pairs, the last one shifted to
-  // end at n (rows it repeats get the same bits again; rows below act are scratch).
+  // 16 keys of K tile kt: s[i * 16 + j] (the rest of an active block's rows are scratch).
   template <int kD>
   static void AmxScores(const uint16_t* q, int act, int n, int dqk_arg, const uint16_t* kt,
                         const TilePrefetch* pf, float* s) {
     const int dqk = kD != 0 ? kD : dqk_arg;
     for (int64_t off = 0; off < int64_t{32} * dqk; off += 64) pf->Line(off);
-    const int m = std::min(kAmxTileRows, n);
-    for (int start = act; start < n; start += m) {
-      const int at = std::min(start, n - m);
-      _tile_zero(0);
-      for (int c = 0; c < dqk; c += 32) {
-        _tile_loadd(1, q + static_cast<int64_t>(at) * dqk + c, dqk * 2);
-        _tile_loadd(2, kt + c * kTileKeys, 64);
-        _tile_dpbf16ps(0, 1, 2);
+    for (int b0 = act / kAmxTileRows * kAmxTileRows; b0 < n; b0 += kAmxTileRows) {
+      const uint16_t* qb = q + static_cast<int64_t>(b0) * dqk;
+      if (n - b0 >= kAmxTileRows || n < kAmxTileRows) {
+        ScoreBlock<0, 1>(qb, dqk, kt, s + b0 * kTileKeys);
+      } else {
+        ScoreBlock<5, 6>(qb, dqk, kt, s + b0 * kTileKeys);
       }
-      _tile_stored(0, s + at * kTileKeys, 64);
     }
   }
 
@@ -120,36 +133,49 @@ struct AmxBf16Isa : Avx512Bf16Rounding {
               _mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
   }
 
-  // O[i] += P[i] V for pairs [act, n) over V tile vt, where P's keys outside [lo, hi) are 0: each
-  // block's product goes through a zeroed C tile and is added to O in fp32. `scratch` holds 24 *
-  // dv floats: the tile with the keys outside [lo, hi) zeroed (they may hold anything, NaN
-  // included, and 0 * NaN is NaN), then the block's m x dv products.
+  // O += P V for one block (O rows at o, stride dv), in the tile: C is loaded from O, takes the
+  // product and goes back, 16 of D at a time (two C / B pairs alternating when kPair).
+  template <int kC, int kP, bool kPair>
+  static void PvBlock(const uint32_t* packed, const uint16_t* v, int dv, float* o) {
+    _tile_loadd(kP, packed, 32);
+    for (int d = 0; d < dv; d += kPair ? 32 : 16) {
+      _tile_loadd(kC, o + d, dv * 4);
+      _tile_loadd(4, v + d * 2, dv * 4);
+      _tile_dpbf16ps(kC, kP, 4);
+      if constexpr (kPair) {
+        _tile_loadd(5, o + d + 16, dv * 4);
+        _tile_loadd(6, v + d * 2 + 32, dv * 4);
+        _tile_dpbf16ps(5, kP, 6);
+      }
+      _tile_stored(kC, o + d, dv * 4);
+      if constexpr (kPair) _tile_stored(5, o + d + 16, dv * 4);
+    }
+  }
+
+  // O[i] += P[i] V for pairs [act, n) of one KV head (O rows o + i * dv) over V tile vt, where
+  // P's keys outside [lo, hi) are 0, on AMX's own rounding of the sum. The blocks' rows below act
+  // get P = 0: they add 0 to an O that a tile multiply wrote last. `scratch` (8 * dv floats)
+  // takes the tile with the keys outside [lo, hi) zeroed: they may hold anything, NaN included,
+  // and 0 * NaN is NaN.
   template <int kD>
-  static void AmxPv(const uint32_t* packed, int act, int n, const uint16_t* vt, int lo, int hi,
+  static void AmxPv(uint32_t* packed, int act, int n, const uint16_t* vt, int lo, int hi,
                     int dv_arg, const TilePrefetch* pf, float* o, float* scratch) {
     const int dv = kD != 0 ? kD : dv_arg;
     for (int64_t off = 0; off < int64_t{32} * dv; off += 64) pf->Line(off);
     const uint16_t* v = vt;
     if (lo > 0 || hi < kTileKeys) v = ZeroOutside(vt, lo, hi, dv, scratch);
-    float* blk = scratch + 8 * dv;
-    const int m = std::min(kAmxTileRows, n);
-    for (int start = act; start < n; start += m) {
-      const int at = std::min(start, n - m);
-      _tile_loadd(3, packed + at * (kTileKeys / 2), 32);
-      for (int d = 0; d < dv; d += 32) {
-        _tile_zero(0);
-        _tile_loadd(4, v + d * 2, dv * 4);
-        _tile_dpbf16ps(0, 3, 4);
-        _tile_zero(5);
-        _tile_loadd(6, v + d * 2 + 32, dv * 4);
-        _tile_dpbf16ps(5, 3, 6);
-        _tile_stored(0, blk + d, dv * 4);
-        _tile_stored(5, blk + d + 16, dv * 4);
-      }
-      for (int i = start; i < std::min(start + m, n); ++i) {
-        float* oi = o + static_cast<int64_t>(i) * dv;
-        const float* bi = blk + static_cast<int64_t>(i - at) * dv;
-        for (int d = 0; d < dv; d += kLanes) Store(oi + d, Add(Load(oi + d), Load(bi + d)));
+    const int first = act / kAmxTileRows * kAmxTileRows;
+    std::memset(packed + first * (kTileKeys / 2), 0,
+                sizeof(uint32_t) * (kTileKeys / 2) * (act - first));
+    for (int b0 = first; b0 < n; b0 += kAmxTileRows) {
+      const uint32_t* pb = packed + b0 * (kTileKeys / 2);
+      float* ob = o + static_cast<int64_t>(b0) * dv;
+      if (n <= kAmxTileRows || n % kAmxTileRows == 0) {
+        PvBlock<0, 3, true>(pb, v, dv, ob);  // dv % 32 == 0 on this path (partial_attention.cpp)
+      } else if (n - b0 >= kAmxTileRows) {
+        PvBlock<0, 3, false>(pb, v, dv, ob);
+      } else {
+        PvBlock<5, 7, false>(pb, v, dv, ob);
       }
     }
   }

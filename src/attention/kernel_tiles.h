@@ -19,7 +19,7 @@
 // per P V register tile), LoadWords(p) (kLanes 32-bit words), Part<KElem, x>(w) (element x of
 // each word, bf16 or fp8, as fp32), and kDpTiles: when true the traits supply TileScores and TilePv
 // themselves (vdpbf16ps on bf16 pairs). Traits with kAmxTiles (kernel_amx_bf16.cpp) instead take
-// both products on AMX tiles: Configure(m), AmxScores and AmxPv.
+// both products on AMX tiles: Configure(pairs of a KV head), AmxScores, AmxSoftmax and AmxPv.
 
 // No include guard on purpose: each ISA's file includes this once inside its own namespace.
 
@@ -345,7 +345,7 @@ struct TilesState {
     l = take(pairs);
     packed = reinterpret_cast<uint32_t*>(take(kvh_pairs * kTileKeys / 2));
     vpart = reinterpret_cast<KElem*>(take(2 * static_cast<int64_t>(a.head_dim_v)));
-    amx = take(24 * static_cast<int64_t>(a.head_dim_v));
+    amx = take(8 * static_cast<int64_t>(a.head_dim_v));
     // One row accumulates in its own O ([heads, dv] is the pair order then).
     o = rows > 1 ? take(pairs * a.head_dim_v) : a.o;
   }
@@ -355,7 +355,7 @@ struct TilesState {
   float* l;              // [pairs]
   uint32_t* packed;      // [pairs of a KV head, kTileKeys / 2]: the weights as bf16 pairs
   KElem* vpart;          // two V word-rows: the edges of a partial tile
-  float* amx;            // AmxPv's scratch: a V tile's copy and a block of P V
+  float* amx;            // AmxPv's scratch: a partial V tile's copy
   float* o;              // [pairs, head_dim_v]
 };
 
@@ -395,7 +395,7 @@ void AttendTilesD(const KernelArgs& a) {
   const int kvh_pairs = nr * group;
   const int64_t pairs = static_cast<int64_t>(a.kv_heads) * kvh_pairs;
   TilesState<T, KElem> st(a, nr);
-  if constexpr (kAmx<T>) T::Configure(std::min(kAmxTileRows, nr * group));
+  if constexpr (kAmx<T>) T::Configure(nr * group);
   for (int64_t i = 0; i < pairs * dv; i += T::kLanes) T::Store(st.o + i, T::Zero());
   // Q scaled by scale * log2(e) once: the softmax runs in base 2 (exp2 is cheaper than exp).
   constexpr float kShortfall = WidenShortfall<T, KElem>();
