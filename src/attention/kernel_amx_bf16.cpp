@@ -45,16 +45,31 @@ struct AmxBf16Isa : Avx512Bf16Rounding {
     LoadTileConfig(want);
   }
 
-  // One block's scores into s (row stride 16): C += Q K over D in steps of 32.
-  template <int kC, int kA>
+  // One block's scores into s (row stride 16): C += Q K over D in steps of 32; kRest: the last,
+  // shorter block's tiles (5, 6). GCC's tile intrinsics paste the tile's number into the
+  // instruction, hence the literals.
+  template <bool kRest>
   static void ScoreBlock(const uint16_t* q, int dqk, const uint16_t* kt, float* s) {
-    _tile_zero(kC);
-    for (int c = 0; c < dqk; c += 32) {
-      _tile_loadd(kA, q + c, dqk * 2);
-      _tile_loadd(2, kt + c * kTileKeys, 64);
-      _tile_dpbf16ps(kC, kA, 2);
+    if constexpr (kRest) {
+      _tile_zero(5);
+    } else {
+      _tile_zero(0);
     }
-    _tile_stored(kC, s, 64);
+    for (int c = 0; c < dqk; c += 32) {
+      _tile_loadd(2, kt + c * kTileKeys, 64);
+      if constexpr (kRest) {
+        _tile_loadd(6, q + c, dqk * 2);
+        _tile_dpbf16ps(5, 6, 2);
+      } else {
+        _tile_loadd(1, q + c, dqk * 2);
+        _tile_dpbf16ps(0, 1, 2);
+      }
+    }
+    if constexpr (kRest) {
+      _tile_stored(5, s, 64);
+    } else {
+      _tile_stored(0, s, 64);
+    }
   }
 
   // The scores of pairs [act, n) of one KV head (q: its n pairs' bf16 Q, row stride dqk) for the
@@ -67,9 +82,9 @@ struct AmxBf16Isa : Avx512Bf16Rounding {
     for (int b0 = act / kAmxTileRows * kAmxTileRows; b0 < n; b0 += kAmxTileRows) {
       const uint16_t* qb = q + static_cast<int64_t>(b0) * dqk;
       if (n - b0 >= kAmxTileRows || n < kAmxTileRows) {
-        ScoreBlock<0, 1>(qb, dqk, kt, s + b0 * kTileKeys);
+        ScoreBlock<false>(qb, dqk, kt, s + b0 * kTileKeys);
       } else {
-        ScoreBlock<5, 6>(qb, dqk, kt, s + b0 * kTileKeys);
+        ScoreBlock<true>(qb, dqk, kt, s + b0 * kTileKeys);
       }
     }
   }
@@ -133,23 +148,30 @@ struct AmxBf16Isa : Avx512Bf16Rounding {
               _mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
   }
 
-  // O += P V for one block (O rows at o, stride dv), in the tile: C is loaded from O, takes the
-  // product and goes back, 16 of D at a time (two C / B pairs alternating when kPair).
-  template <int kC, int kP, bool kPair>
+  // O += P V for one block (O rows at o, stride dv) in the tile: C is loaded from O, takes the
+  // product and goes back, 16 of D at a time. kPair (no last block): two C / B pairs (0 / 4, 5 /
+  // 6) alternate; else a full block takes C 0 and P 3, the last one C 5 and P 7.
+  enum class PvTiles { kPair, kFull, kRest };
+  template <PvTiles kT>
   static void PvBlock(const uint32_t* packed, const uint16_t* v, int dv, float* o) {
-    _tile_loadd(kP, packed, 32);
-    for (int d = 0; d < dv; d += kPair ? 32 : 16) {
-      _tile_loadd(kC, o + d, dv * 4);
-      _tile_loadd(4, v + d * 2, dv * 4);
-      _tile_dpbf16ps(kC, kP, 4);
-      if constexpr (kPair) {
-        _tile_loadd(5, o + d + 16, dv * 4);
-        _tile_loadd(6, v + d * 2 + 32, dv * 4);
-        _tile_dpbf16ps(5, kP, 6);
+#define CTXPAR_PV_STEP(C, P, B, d)     \
+  do {                                 \
+    _tile_loadd(C, o + (d), dv * 4);   \
+    _tile_loadd(B, v + (d)*2, dv * 4); \
+    _tile_dpbf16ps(C, P, B);           \
+    _tile_stored(C, o + (d), dv * 4);  \
+  } while (0)
+    if constexpr (kT == PvTiles::kRest) {
+      _tile_loadd(7, packed, 32);
+      for (int d = 0; d < dv; d += 16) CTXPAR_PV_STEP(5, 7, 4, d);
+    } else {
+      _tile_loadd(3, packed, 32);
+      for (int d = 0; d < dv; d += kT == PvTiles::kPair ? 32 : 16) {
+        CTXPAR_PV_STEP(0, 3, 4, d);
+        if constexpr (kT == PvTiles::kPair) CTXPAR_PV_STEP(5, 3, 6, d + 16);
       }
-      _tile_stored(kC, o + d, dv * 4);
-      if constexpr (kPair) _tile_stored(5, o + d + 16, dv * 4);
     }
+#undef CTXPAR_PV_STEP
   }
 
   // O[i] += P[i] V for pairs [act, n) of one KV head (O rows o + i * dv) over V tile vt, where
@@ -171,11 +193,11 @@ struct AmxBf16Isa : Avx512Bf16Rounding {
       const uint32_t* pb = packed + b0 * (kTileKeys / 2);
       float* ob = o + static_cast<int64_t>(b0) * dv;
       if (n <= kAmxTileRows || n % kAmxTileRows == 0) {
-        PvBlock<0, 3, true>(pb, v, dv, ob);  // dv % 32 == 0 on this path (partial_attention.cpp)
+        PvBlock<PvTiles::kPair>(pb, v, dv, ob);  // dv % 32 == 0 here (partial_attention.cpp)
       } else if (n - b0 >= kAmxTileRows) {
-        PvBlock<0, 3, false>(pb, v, dv, ob);
+        PvBlock<PvTiles::kFull>(pb, v, dv, ob);
       } else {
-        PvBlock<5, 7, false>(pb, v, dv, ob);
+        PvBlock<PvTiles::kRest>(pb, v, dv, ob);
       }
     }
   }

@@ -26,7 +26,9 @@ void ForRows(ThreadPool* pool, std::int64_t n, const F& f) {
 
 std::string CpuCompute::Describe() const {
   const Expected<CpuIsa> isa = SelectCpuIsa();
-  const std::string attention(isa.ok() ? CpuIsaName(*isa) : "scalar");
+  std::string attention(isa.ok() ? CpuIsaName(*isa) : "scalar");
+  // The bf16 paths are bf16 KV's only (attention.h): fp32 and fp8 KV take avx512's kernels.
+  if (isa.ok() && *isa >= CpuIsa::kAvx512Bf16) attention += " for bf16 KV, avx512 for fp32 / fp8";
   switch (format_) {
     case ActFormat::kInt8: {
       const std::string_view int8 = MatMulInt8Isa();

@@ -157,6 +157,9 @@ TEST_P(PartialAttention, RowsAreBatchInvariant) {
   for (int split : {16, 40, 64}) {
     CheckRowsAreBatchInvariant({9, 3, 64, 64, false, DataType::kF32, 16, kTiles16}, split, 40);
     CheckRowsAreBatchInvariant({8, 2, 128, 128, false, DataType::kBF16, 16, kTiles16}, split, 41);
+    // amx's blocks of (row, head) pairs: 5 rows of 3 heads in one; 4 rows of 7 in 16 and 12.
+    CheckRowsAreBatchInvariant({9, 3, 64, 64, false, DataType::kBF16, 16, kTiles16}, split, 45);
+    CheckRowsAreBatchInvariant({14, 2, 64, 64, false, DataType::kBF16, 16, kTiles16}, split, 46);
     CheckRowsAreBatchInvariant({6, 2, 64, 64, false, DataType::kF32, 8}, split, 42);
     CheckRowsAreBatchInvariant({9, 3, 64, 64, false, kE4M3, 16, kTiles16}, split, 43);
     CheckRowsAreBatchInvariant({6, 2, 64, 64, false, kE5M2, 8}, split, 44);
@@ -382,6 +385,11 @@ TEST_P(PartialAttention, Tiles16MhaOneHeadPerKvHead) {
 }
 
 // bf16 V words pair keys 2i and 2i+1, so a causal row that ends at an odd key ends inside one.
+TEST_P(PartialAttention, Tiles16Bf16SevenHeadsPerKvHead) {
+  RunDecode({14, 2, 64, 64, false, DataType::kBF16, 16, kTiles16}, kMixedLens, 32);
+  RunPrefill({14, 2, 64, 64, false, DataType::kBF16, 16, kTiles16}, {0, 16, 24}, 33);
+}
+
 TEST_P(PartialAttention, Tiles16CausalPrefillRows) {
   RunPrefill({6, 2, 64, 64, false, DataType::kF32, 16, kTiles16}, {0, 16, 24}, 29);
   RunPrefill({6, 2, 64, 64, false, DataType::kBF16, 16, kTiles16}, {0, 16, 24}, 30);
