@@ -44,9 +44,9 @@
 //   differ from avx512_bf16's, never between layouts or batches on one machine.
 // - Work is split over rows, KV heads and chunks of keys (split-KV); the chunks of one row are
 //   merged with merge.h, so a single long sequence uses every thread. With kTiles16, up to four
-//   consecutive rows of one sequence whose row_kv_start and row_kv_len do not decrease (a causal
-//   prefill) share each chunk's task where they start at the same key, and read each tile once
-//   for all of them.
+//   (on the amx path with bf16 KV, 16 / G if more) consecutive rows of one sequence whose
+//   row_kv_start and row_kv_len do not decrease (a causal prefill) share each chunk's task where
+//   they start at the same key, and read each tile once for all of them.
 // - Batch invariance: with split_kv_keys > 0, a row's chunks are its visible rows in [c *
 //   split_kv_keys, (c + 1) * split_kv_keys), for the c that meet [row_kv_start, row_kv_len): the
 //   chunk boundaries are absolute, not relative to the row's start. Each chunk is computed by one
