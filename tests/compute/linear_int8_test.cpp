@@ -105,7 +105,7 @@ TEST_F(Int8MatMul, IsasEqualScalarBitwise) {
   for (WeightType type : kTypes) {
     const Matrix m = RandomMatrix(type, rows, cols, rng);
     const QuantMatrix packed = WithInt8Pack(m.m, ActFormat::kInt8);
-    for (int n : {1, 3, 17, 40}) {
+    for (int n : {1, 3, 17, 35, 40}) {
       const std::vector<float> x = Normal(std::size_t(n) * cols, rng);
       Force("scalar");
       const std::vector<float> ref = Run(packed, x, n, nullptr);
