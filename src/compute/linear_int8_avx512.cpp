@@ -132,11 +132,12 @@ void Dispatch(const Int8Tile& t, int tile, int t0, int nt, std::integer_sequence
   ((nt == NT + 1 ? Tokens<R, NT + 1, kMin, kNib>(t, tile, t0) : void()), ...);
 }
 
-template <int R, int kTokens>
+// Every token of t over row tiles [tile, tile + R), kMaxNT tokens at a time.
+template <int R, int kMaxNT>
 void RowTiles(const Int8Tile& t, int tile) {
-  for (int t0 = t.t0; t0 < t.t0 + t.nt; t0 += kTokens) {
-    const int nt = std::min(kTokens, t.t0 + t.nt - t0);
-    const auto seq = std::make_integer_sequence<int, kTokens>();
+  for (int t0 = t.t0; t0 < t.t0 + t.nt; t0 += kMaxNT) {
+    const int nt = std::min(kMaxNT, t.t0 + t.nt - t0);
+    const auto seq = std::make_integer_sequence<int, kMaxNT>();
     if (t.w->nibbles) {
       Dispatch<R, true, true>(t, tile, t0, nt, seq);
     } else if (t.w->has_min) {
