@@ -15,9 +15,8 @@ namespace {
 
 // Tokens per register tile of one row tile (kTokens int32 and kTokens fp32 accumulators), and of
 // two row tiles (2 x kPairTokens each), which the prefill's chunks of at least kPairMinTokens
-// take: one broadcast of a token's bytes then feeds two vpdpbusd, which made the matmuls of a
-// 512-token prefill 8-9 % faster on Zen 4; a decode row over two tiles' streams at once was 1.6x
-// slower (docs/perf-model.md).
+// take: one broadcast of a token's bytes then feeds two vpdpbusd. A decode row is slower over
+// two tiles' streams at once, so it keeps one (docs/perf-model.md).
 constexpr int kTokens = 8;
 constexpr int kPairTokens = 4;
 constexpr int kPairMinTokens = 32;
