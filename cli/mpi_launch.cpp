@@ -92,8 +92,10 @@ std::vector<pid_t> ChildrenOf(pid_t parent) {
 }
 
 // Rank 0's connection to the launcher (RunUnderMpirun), held until the process ends: its close
-// without kFinished first tells the launcher that rank 0 has ended abnormally.
+// without kFinished first tells the launcher that rank 0 has ended abnormally, and kUnreachable
+// before the close that mpirun cannot end the job (TellLauncherAHostIsUnreachable).
 constexpr char kFinished = 'E';
+constexpr char kUnreachable = 'U';
 int g_launcher_link = -1;
 
 void ConnectToLauncher() {
@@ -115,6 +117,12 @@ void ConnectToLauncher() {
 }
 
 }  // namespace
+
+void TellLauncherAHostIsUnreachable() {
+  if (g_launcher_link >= 0) {
+    [[maybe_unused]] const ssize_t sent = send(g_launcher_link, &kUnreachable, 1, MSG_NOSIGNAL);
+  }
+}
 
 bool UnderMpi() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"}) {
@@ -200,12 +208,12 @@ int RunUnderMpirun(std::string_view command, int n, const std::vector<std::strin
   constexpr auto kSecondSignalGrace = std::chrono::seconds(1);
   // Once rank 0 has ended without finishing (a rank lost, a collective timed out), mpirun ends
   // the job within a moment, unless a daemon it must stop is on a host it no longer reaches (a
-  // link down): then it would wait for it for good.
+  // link down): then it would wait for it for good. When rank 0 has said so, it gets no grace.
   constexpr auto kJobEndGrace = std::chrono::seconds(3);
   int forwarded = 0;
   std::optional<std::chrono::steady_clock::time_point> second_at, rank0_ended;
   int rank0 = -1;
-  bool rank0_finished = false, stopped_mpirun = false;
+  bool rank0_finished = false, unreachable = false, stopped_mpirun = false;
   int status = 0;
   while (waitpid(child, &status, WNOHANG) == 0) {
     const auto now = std::chrono::steady_clock::now();
@@ -217,9 +225,10 @@ int RunUnderMpirun(std::string_view command, int n, const std::vector<std::strin
       char byte = 0;
       const ssize_t got = recv(rank0, &byte, 1, MSG_DONTWAIT);
       if (got == 1 && byte == kFinished) rank0_finished = true;
+      if (got == 1 && byte == kUnreachable) unreachable = true;
       if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) rank0_ended = now;
     }
-    if (rank0_ended && !stopped_mpirun && now - *rank0_ended >= kJobEndGrace) {
+    if (rank0_ended && !stopped_mpirun && (unreachable || now - *rank0_ended >= kJobEndGrace)) {
       std::fprintf(stderr,
                    "ctxpar %s: rank 0 has ended, but mpirun is still waiting for ranks it "
                    "cannot reach: stopping it\n",
@@ -230,7 +239,8 @@ int RunUnderMpirun(std::string_view command, int n, const std::vector<std::strin
       for (std::size_t i = 0; i < tree.size(); ++i) {
         for (pid_t c : ChildrenOf(tree[i])) tree.push_back(c);
       }
-      for (auto p = tree.rbegin(); p != tree.rend(); ++p) kill(*p, SIGKILL);
+      // Parents first: a launch agent's shell that saw its daemon killed would say "Killed".
+      for (pid_t p : tree) kill(p, SIGKILL);
       stopped_mpirun = true;
     }
     const int seen = g_signals.load();

@@ -18,7 +18,8 @@
 // -x) and says when it has finished normally. When the connection closes without that, mpirun
 // gets three seconds to end the job; a job it cannot end (a daemon on a host it no longer
 // reaches) is then stopped with SIGKILL to mpirun and its local ranks, and the exit status is 1
-// (rank 0 has printed the error).
+// (rank 0 has printed the error). Rank 0 that knows a host to be unreachable (its ranks silent,
+// CTXPAR-RUN-004) says so first, and mpirun is stopped as soon as rank 0 has ended.
 //
 // Report (FinishRank): every rank passes its final Status. The ranks agree on the lowest failing
 // rank (an all-reduce) and broadcast its Status; rank 0 prints it and returns its exit status,
@@ -43,6 +44,10 @@ bool UnderMpi();
 
 // Runs `command args` on n ranks under mpirun as described above and returns the exit status.
 int RunUnderMpirun(std::string_view command, int n, const std::vector<std::string>& args);
+
+// Rank 0, about to exit because a host is unreachable: mpirun is stopped at rank 0's end rather
+// than given time to end the job. Nothing outside a launch by RunUnderMpirun.
+void TellLauncherAHostIsUnreachable();
 
 // Ends a rank's run as described above; returns the rank's exit status (or does not return).
 int FinishRank(Communicator& world, const Status& status);

@@ -160,6 +160,9 @@ case "${1:-}" in
       done
       ip netns delete "$host" 2>/dev/null || true
       ip link delete "${prefix:0:8}-v${host##*-h}" 2>/dev/null || true
+      # Open MPI's session folders of the host's daemons (/tmp is the machine's), which a
+      # killed daemon leaves behind with its 8 MB of PMIx segments.
+      rm -rf "${TMPDIR:-/tmp}/ompi.$host."*
     done
     ip link delete "$bridge" 2>/dev/null || true
     rm -rf "$state"

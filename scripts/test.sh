@@ -12,4 +12,12 @@ export CTXPAR_LLAMA_SDIST="${CTXPAR_LLAMA_SDIST:-$(bash scripts/fetch-llama-sdis
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 cmake --preset default
 cmake --build --preset default
-ctest --preset default "$@"
+# CI shows only the end of this output: on a failure, the failed tests' own failure lines come
+# last (from CTest's log, before anything else overwrites it).
+if ! ctest --preset default "$@"; then
+  log=build/default/Testing/Temporary/LastTest.log
+  echo "== the failures, from $log:"
+  grep -E '^(FAILED|ERROR) |\[  FAILED  \] [A-Za-z]|: Failure$|^Expected|^  Actual|^Which is' "$log" |
+    cut -c1-300 | tail -n 10 || true
+  exit 8
+fi

@@ -47,8 +47,8 @@ class Server:
             try:
                 if requests.get(self.url + "/health", timeout=2).status_code == 200:
                     break
-            except requests.ConnectionError:
-                pass
+            except (requests.ConnectionError, requests.Timeout):
+                pass  # not listening yet, or a loaded machine slow to answer: try again
             if time.time() > deadline:
                 self.kill()
                 pytest.fail(f"ctxpar serve was not ready in {ready_timeout} s:\n{self.output()}")

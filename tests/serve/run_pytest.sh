@@ -9,4 +9,4 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 export CTXPAR_BIN="$1"
 cd "$(dirname "$0")"
-exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$2"
+exec "$venv/bin/python" -m pytest -q -rfEs -p no:cacheprovider "$2"
