@@ -318,13 +318,15 @@ void ScalarTile(const Int8Tile& t) {
 void Int8TileScalar(const Int8Tile& t) { ForEachTile(t, ScalarTile); }
 
 void MatMulInt8(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool) {
+  const Int8Isa isa = SelectInt8();
+  // The pool hands out units of `unit` row tiles; outs[i]'s are [first[i], first[i + 1]).
+  const int unit = isa == Int8Isa::kVnni && x.n >= kVnniPairMinTokens ? 2 : 1;
   std::vector<std::shared_ptr<const Int8Pack>> packs(outs.size());
-  std::vector<std::int64_t> first(1, 0);  // outs[i]'s tiles are [first[i], first[i + 1])
+  std::vector<std::int64_t> first(1, 0);
   for (std::size_t i = 0; i < outs.size(); ++i) {
     packs[i] = outs[i].w.int8 != nullptr ? outs[i].w.int8 : PackInt8(outs[i].w);
-    first.push_back(first.back() + packs[i]->tiles);
+    first.push_back(first.back() + (packs[i]->tiles + unit - 1) / unit);
   }
-  const Int8Isa isa = SelectInt8();
   Int8TileFn kernel = Int8TileScalar;
 #if defined(CTXPAR_X86_KERNELS)
   if (isa == Int8Isa::kAvx2) kernel = Int8TileAvx2;
@@ -340,14 +342,14 @@ void MatMulInt8(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool
       const int c1 = std::min(x.n, c0 + chunk);
       for (std::size_t i = 0; i < outs.size(); ++i) {
         const std::int64_t lo = std::max(begin, first[i]), hi = std::min(end, first[i + 1]);
+        if (lo >= hi) continue;
         Int8Tile t;
         t.w = packs[i].get();
         t.x = &x;
         t.y = outs[i].y;
         t.ldy = std::size_t(outs[i].ldy);
-        if (lo >= hi) continue;
-        t.tile = static_cast<int>(lo - first[i]);
-        t.tiles = static_cast<int>(hi - lo);
+        t.tile = static_cast<int>((lo - first[i]) * unit);
+        t.tiles = std::min(t.w->tiles, static_cast<int>((hi - first[i]) * unit)) - t.tile;
         t.t0 = c0;
         t.nt = c1 - c0;
         kernel(t);

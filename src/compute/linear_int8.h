@@ -97,6 +97,11 @@ inline std::size_t ScaleAt(int t, int g, int groups) {
 // less than AMX's padded tile and the widening of 4-bit weights (docs/perf-model.md).
 inline constexpr int kAmxMinTokens = 6;
 
+// The VNNI kernel multiplies chunks of at least this many tokens two row tiles at a time (one
+// broadcast of a token's bytes feeds both); such calls are scheduled in pairs of tiles, so that
+// no thread's share ends in a lone tile at one tile's rate.
+inline constexpr int kVnniPairMinTokens = 32;
+
 // With fewer tokens than this a kernel streams the pack faster than the hardware prefetcher runs
 // ahead of it, and prefetches the sub-block kPackPrefetchBytes ahead (docs/perf-model.md).
 inline constexpr int kPrefetchTokens = 4;

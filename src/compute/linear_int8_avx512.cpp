@@ -14,12 +14,11 @@ namespace ctxpar::compute::int8_internal {
 namespace {
 
 // Tokens per register tile of one row tile (kTokens int32 and kTokens fp32 accumulators), and of
-// two row tiles (2 x kPairTokens each), which the prefill's chunks of at least kPairMinTokens
-// take: one broadcast of a token's bytes then feeds two vpdpbusd. A decode row is slower over
-// two tiles' streams at once, so it keeps one (docs/perf-model.md).
+// two row tiles (2 x kPairTokens each), which the prefill's chunks of at least
+// kVnniPairMinTokens take: one broadcast of a token's bytes then feeds two vpdpbusd. A decode row
+// is slower over two tiles' streams at once, so it keeps one (docs/perf-model.md).
 constexpr int kTokens = 8;
 constexpr int kPairTokens = 4;
-constexpr int kPairMinTokens = 32;
 
 // The 16 rows' scales of sub-block s and mins of group g as fp32, held in fp16 or fp32
 // (Int8Pack::half).
@@ -172,7 +171,7 @@ void QuantizeRowAvx512(const float* x, int groups, std::int8_t* q, float* d, flo
 
 void Int8TileVnni(const Int8Tile& t) {
   int tile = t.tile;
-  if (t.nt >= kPairMinTokens) {
+  if (t.nt >= kVnniPairMinTokens) {
     for (; tile + 2 <= t.tile + t.tiles; tile += 2) RowTiles<2, kPairTokens>(t, tile);
   }
   for (; tile < t.tile + t.tiles; ++tile) RowTiles<1, kTokens>(t, tile);

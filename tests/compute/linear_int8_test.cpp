@@ -151,20 +151,27 @@ TEST_F(Int8MatMul, RowAloneEqualsRowAmong63) {
 
 TEST_F(Int8MatMul, FusedAndUnpackedEqualSeparate) {
   std::mt19937 rng(5);
-  const int cols = 512, n = 19;
+  const int cols = 512;
+  // 3 and 1 row tiles: odd counts, which the pool's pairs of tiles (n >= kVnniPairMinTokens on
+  // VNNI) split unevenly.
   const Matrix a = RandomMatrix(WeightType::kQ5_0, 33, cols, rng);
   const Matrix b = RandomMatrix(WeightType::kQ4_K, 16, cols, rng);
-  const std::vector<float> x = Normal(std::size_t(n) * cols, rng);
   auto pool = ThreadPool::Create(2);
   const QuantMatrix pa = WithInt8Pack(a.m, ActFormat::kInt8);
   const QuantMatrix pb = WithInt8Pack(b.m, ActFormat::kInt8);
-  Acts acts;
-  PrepareActs(ActFormat::kInt8, pa.type, x.data(), n, cols, cols, &acts);
-  std::vector<float> ya(std::size_t(n) * 33), yb(std::size_t(n) * 16);
-  const MatMulOut outs[] = {{pa, ya.data(), 33}, {pb, yb.data(), 16}};
-  MatMulMany(outs, acts, (*pool).get());
-  EXPECT_EQ(ya, Run(a.m, x, n, nullptr));
-  EXPECT_EQ(yb, Run(b.m, x, n, nullptr));
+  for (int n : {19, 40}) {
+    const std::vector<float> x = Normal(std::size_t(n) * cols, rng);
+    Acts acts;
+    PrepareActs(ActFormat::kInt8, pa.type, x.data(), n, cols, cols, &acts);
+    std::vector<float> ya(std::size_t(n) * 33), yb(std::size_t(n) * 16);
+    const MatMulOut outs[] = {{pa, ya.data(), 33}, {pb, yb.data(), 16}};
+    MatMulMany(outs, acts, (*pool).get());
+    // The scalar kernel, which the others equal bit for bit, takes the tiles one at a time.
+    Force("scalar");
+    EXPECT_EQ(ya, Run(a.m, x, n, nullptr)) << "n " << n;
+    EXPECT_EQ(yb, Run(b.m, x, n, nullptr)) << "n " << n;
+    unsetenv("CTXPAR_INT8_ISA");
+  }
 }
 
 TEST_F(Int8MatMul, BestPathOfTheCpu) {
