@@ -320,7 +320,7 @@ void Int8TileScalar(const Int8Tile& t) { ForEachTile(t, ScalarTile); }
 void MatMulInt8(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool) {
   const Int8Isa isa = SelectInt8();
   // The pool hands out units of `unit` row tiles; outs[i]'s are [first[i], first[i + 1]).
-  const int unit = isa == Int8Isa::kVnni && x.n >= kVnniPairMinTokens ? 2 : 1;
+  const int unit = isa == Int8Isa::kVnni && x.n >= kPrefillMinTokens ? 2 : 1;
   std::vector<std::shared_ptr<const Int8Pack>> packs(outs.size());
   std::vector<std::int64_t> first(1, 0);
   for (std::size_t i = 0; i < outs.size(); ++i) {

@@ -97,14 +97,14 @@ inline std::size_t ScaleAt(int t, int g, int groups) {
 // less than AMX's padded tile and the widening of 4-bit weights (docs/perf-model.md).
 inline constexpr int kAmxMinTokens = 6;
 
-// The VNNI kernel multiplies chunks of at least this many tokens two row tiles at a time (one
-// broadcast of a token's bytes feeds both); such calls are scheduled in pairs of tiles, so that
-// no thread's share ends in a lone tile at one tile's rate.
-inline constexpr int kVnniPairMinTokens = 32;
-
-// With fewer tokens than this a kernel streams the pack faster than the hardware prefetcher runs
-// ahead of it, and prefetches the sub-block kPackPrefetchBytes ahead (docs/perf-model.md).
-inline constexpr int kPrefetchTokens = 4;
+// Calls of at least this many tokens are prefill chunks, which re-read each row tile's lines from
+// cache once per group of tokens: the VNNI kernel multiplies them two row tiles at a time (one
+// broadcast of a token's bytes feeds both), and they are scheduled in pairs of tiles so that no
+// thread's share ends in a lone tile. Calls of fewer tokens (decode, batched decode) stream the
+// pack once, with too little work between its lines for the hardware prefetcher to hide them
+// (at 16 tokens as at 1): the kernels prefetch each sub-block kPackPrefetchBytes ahead
+// (docs/perf-model.md).
+inline constexpr int kPrefillMinTokens = 32;
 inline constexpr int kPackPrefetchBytes = 2048;
 inline void PrefetchAhead(const Int8Pack& w, const std::int8_t* sub_q) {
   // prefetcht0 is baseline x86-64, so every ISA's unit may share this; past the end it is a no-op.

@@ -14,9 +14,9 @@ namespace ctxpar::compute::int8_internal {
 namespace {
 
 // Tokens per register tile of one row tile (kTokens int32 and kTokens fp32 accumulators), and of
-// two row tiles (2 x kPairTokens each), which the prefill's chunks of at least
-// kVnniPairMinTokens take: one broadcast of a token's bytes then feeds two vpdpbusd. A decode row
-// is slower over two tiles' streams at once, so it keeps one (docs/perf-model.md).
+// two row tiles (2 x kPairTokens each), which the prefill's chunks of at least kPrefillMinTokens
+// take: one broadcast of a token's bytes then feeds two vpdpbusd. A decode row is slower over
+// two tiles' streams at once, so it keeps one (docs/perf-model.md).
 constexpr int kTokens = 8;
 constexpr int kPairTokens = 4;
 
@@ -58,7 +58,7 @@ void Tokens(const Int8Tile& t, int tile, int t0) {
       const int s = g * per_group + h;
       const std::int8_t* q[R];
       for (int r = 0; r < R; ++r) q[r] = w.Q(tile + r, s);
-      if constexpr (NT < kPrefetchTokens) {
+      if (t.nt < kPrefillMinTokens) {
         for (int r = 0; r < R; ++r) PrefetchAhead(w, q[r]);
       }
       __m512i isum[R][NT];
@@ -171,7 +171,7 @@ void QuantizeRowAvx512(const float* x, int groups, std::int8_t* q, float* d, flo
 
 void Int8TileVnni(const Int8Tile& t) {
   int tile = t.tile;
-  if (t.nt >= kVnniPairMinTokens) {
+  if (t.nt >= kPrefillMinTokens) {
     for (; tile + 2 <= t.tile + t.tiles; tile += 2) RowTiles<2, kPairTokens>(t, tile);
   }
   for (; tile < t.tile + t.tiles; ++tile) RowTiles<1, kTokens>(t, tile);

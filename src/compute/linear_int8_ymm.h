@@ -43,7 +43,7 @@ void YmmTokens(const Int8Tile& t, int t0) {
     for (int h = 0; h < per_group; ++h) {
       const int s = g * per_group + h;
       const std::int8_t* q = w.Q(t.tile, s);
-      if constexpr (NT < kPrefetchTokens) PrefetchAhead(w, q);
+      if (t.nt < kPrefillMinTokens) PrefetchAhead(w, q);
       __m256i isum[NT][2];
       for (int i = 0; i < NT; ++i) isum[i][0] = isum[i][1] = _mm256_setzero_si256();
       // Line k's two halves (rows 0-7, 8-15): wq as stored, wv as the product takes them.

@@ -152,7 +152,7 @@ TEST_F(Int8MatMul, RowAloneEqualsRowAmong63) {
 TEST_F(Int8MatMul, FusedAndUnpackedEqualSeparate) {
   std::mt19937 rng(5);
   const int cols = 512;
-  // 3 and 1 row tiles: odd counts, which the pool's pairs of tiles (n >= kVnniPairMinTokens on
+  // 3 and 1 row tiles: odd counts, which the pool's pairs of tiles (n >= kPrefillMinTokens on
   // VNNI) split unevenly.
   const Matrix a = RandomMatrix(WeightType::kQ5_0, 33, cols, rng);
   const Matrix b = RandomMatrix(WeightType::kQ4_K, 16, cols, rng);
