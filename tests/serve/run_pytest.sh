@@ -8,5 +8,7 @@ if [ ! -x "$venv/bin/python" ]; then
   exit 1
 fi
 export CTXPAR_BIN="$1"
+# Wide enough that pytest's summary lines (-rfEs) carry the failure's message whole.
+export COLUMNS=300
 cd "$(dirname "$0")"
 exec "$venv/bin/python" -m pytest -q -rfEs -p no:cacheprovider "$2"
