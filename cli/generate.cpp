@@ -269,7 +269,7 @@ Status RunRank(Communicator& world, const Launch& launch, const GenerateOptions&
     watcher = std::jthread([w = watch.get()](std::stop_token stop) {
       while (!stop.stop_requested()) {
         if (std::optional<Status> death = w->Wait(std::chrono::milliseconds(100))) {
-          if (death->error_id() == "CTXPAR-RUN-004") TellLauncherAHostIsUnreachable();
+          TellLauncherWhyRank0Ends(*death);
           std::_Exit(ReportError(*death));
         }
       }

@@ -93,7 +93,7 @@ std::vector<pid_t> ChildrenOf(pid_t parent) {
 
 // Rank 0's connection to the launcher (RunUnderMpirun), held until the process ends: its close
 // without kFinished first tells the launcher that rank 0 has ended abnormally, and kUnreachable
-// before the close that mpirun cannot end the job (TellLauncherAHostIsUnreachable).
+// before the close that mpirun cannot end the job (TellLauncherWhyRank0Ends).
 constexpr char kFinished = 'E';
 constexpr char kUnreachable = 'U';
 int g_launcher_link = -1;
@@ -118,8 +118,8 @@ void ConnectToLauncher() {
 
 }  // namespace
 
-void TellLauncherAHostIsUnreachable() {
-  if (g_launcher_link >= 0) {
+void TellLauncherWhyRank0Ends(const Status& fault) {
+  if (g_launcher_link >= 0 && fault.error_id() == "CTXPAR-RUN-004") {
     [[maybe_unused]] const ssize_t sent = send(g_launcher_link, &kUnreachable, 1, MSG_NOSIGNAL);
   }
 }

@@ -45,9 +45,10 @@ bool UnderMpi();
 // Runs `command args` on n ranks under mpirun as described above and returns the exit status.
 int RunUnderMpirun(std::string_view command, int n, const std::vector<std::string>& args);
 
-// Rank 0, about to exit because a host is unreachable: mpirun is stopped at rank 0's end rather
-// than given time to end the job. Nothing outside a launch by RunUnderMpirun.
-void TellLauncherAHostIsUnreachable();
+// Rank 0, about to exit on `fault`: when it says a host is unreachable (CTXPAR-RUN-004), mpirun
+// is stopped at rank 0's end rather than given time to end the job. Nothing otherwise, or
+// outside a launch by RunUnderMpirun.
+void TellLauncherWhyRank0Ends(const Status& fault);
 
 // Ends a rank's run as described above; returns the rank's exit status (or does not return).
 int FinishRank(Communicator& world, const Status& status);

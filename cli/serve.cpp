@@ -84,7 +84,7 @@ std::string ServerArgsLine(const Launch& launch, const ServerOptions& o) {
   Log(flushed ? "ctxpar serve: every open request was ended with that error; exiting"
               : "ctxpar serve: some responses could not be written in time; exiting");
   std::this_thread::sleep_until(began + kFlush);
-  if (fault.error_id() == "CTXPAR-RUN-004") TellLauncherAHostIsUnreachable();
+  TellLauncherWhyRank0Ends(fault);
   std::_Exit(ExitStatusFor(fault));
 }
 
