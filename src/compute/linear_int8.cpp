@@ -163,6 +163,7 @@ std::shared_ptr<const Int8Pack> PackInt8(const QuantMatrix& w) {
             dst[k * 64 + b] = v;
           }
           sum += v;
+          p->qmax = std::max(p->qmax, p->has_min ? int(v) : std::abs(int(v)));
         }
         if (p->half) {
           p->scale16[at * 16 + lane] = grp.scale16;
@@ -271,7 +272,11 @@ void PrepareInt8Acts(const float* x, int n, int cols, int ldx, Acts* out, Thread
   out->i8_xs.resize(std::size_t(padded) * groups);
   auto row = QuantizeRowScalar;
 #if defined(CTXPAR_X86_KERNELS)
-  if (SelectInt8() >= Int8Isa::kVnni) row = QuantizeRowAvx512;
+  if (SelectInt8() >= Int8Isa::kVnni) {
+    row = QuantizeRowAvx512;
+  } else if (SelectInt8() >= Int8Isa::kAvx2) {
+    row = QuantizeRowAvx2;
+  }
 #endif
   auto rows = [&](std::int64_t begin, std::int64_t end) {
     for (auto t = static_cast<int>(begin); t < end; ++t) {

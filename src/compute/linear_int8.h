@@ -48,8 +48,9 @@ struct Int8Pack {
   int sub = 32;   // elements per scale: 32, or 16 (Q6_K)
   int subs = 0;   // cols / sub
   bool has_min = false;
-  bool nibbles = false;       // q in 4 bits (Q4_1, Q4_K)
-  bool half = false;          // scale and min in fp16 (scale16, min16), else fp32
+  bool nibbles = false;  // q in 4 bits (Q4_1, Q4_K)
+  bool half = false;     // scale and min in fp16 (scale16, min16), else fp32
+  int qmax = 0;          // the largest q as the products take it: q (types with a min), else |q|
   LineVector<std::int8_t> q;  // [tiles][subs][sub / 4 (sub / 8 with nibbles)][16][4]
   std::vector<float> scale;   // [tiles][subs][16]
   std::vector<float> min;     // [tiles][cols / 32][16] (has_min)
@@ -143,9 +144,10 @@ void MatMulInt8(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool
 
 void Int8TileScalar(const Int8Tile& t);
 #if defined(CTXPAR_X86_KERNELS)
-// One token's activations quantized as PrepareInt8Acts does, bit for bit (AVX-512); group g's
-// scales go to d[g * kTileTokens] and xs[g * kTileTokens].
+// One token's activations quantized as PrepareInt8Acts does, bit for bit, with AVX-512 or AVX2;
+// group g's scales go to d[g * kTileTokens] and xs[g * kTileTokens].
 void QuantizeRowAvx512(const float* x, int groups, std::int8_t* q, float* d, float* xs);
+void QuantizeRowAvx2(const float* x, int groups, std::int8_t* q, float* d, float* xs);
 void Int8TileAvx2(const Int8Tile& t);     // AVX2 + FMA
 void Int8TileAvxVnni(const Int8Tile& t);  // AVX2 + FMA + AVX-VNNI
 void Int8TileVnni(const Int8Tile& t);     // AVX-512 F/BW/VL + VNNI

@@ -1,9 +1,11 @@
 // The AVX2 kernel of the int8 path (linear_int8.h), for CPUs without VNNI: vpmaddubsw multiplies
-// unsigned by signed bytes into int16 pairs, vpmaddwd adds the pairs into int32. No sum
-// saturates: the types with a min take q (0..31) as the unsigned operand (|pair| <= 2 * 31 *
-// 127), the signed ones |q| (<= 128) and the activation with q's sign (|x| <= 127; |pair| <= 2 *
-// 128 * 127 = 32,512). Compiled with AVX2, FMA and F16C (fp16 scales), run only where cpuid has
-// them.
+// unsigned by signed bytes into int16 pairs, which add up in int16 over as many lines as cannot
+// overflow (Int8Pack::qmax), and vpmaddwd widens them to int32 once per that many lines. The
+// types with a min take q (0..31) as the unsigned operand, the signed ones |q| (<= 128) and the
+// activation with q's sign (|x| <= 127): a pair is at most 2 * qmax * 127 (32,512), so 4-bit
+// weights sum a whole sub-block of 8 lines in int16 and Q8_0 one line. The sums are exact, so
+// the bits are those of every other ISA. Compiled with AVX2, FMA and F16C (fp16 scales), run
+// only where cpuid has them.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -20,15 +22,58 @@ namespace {
 struct MaddDot {
   static __m256i Weights(__m256i q) { return _mm256_abs_epi8(q); }
   template <bool kMin>
-  static void Add(__m256i& isum, __m256i w, __m256i q, __m256i x) {
+  static void Add(__m256i& part, __m256i w, __m256i q, __m256i x) {
     const __m256i signed_x = kMin ? x : _mm256_sign_epi8(x, q);
-    const __m256i pairs = _mm256_maddubs_epi16(w, signed_x);
-    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+    part = _mm256_add_epi16(part, _mm256_maddubs_epi16(w, signed_x));
+  }
+  static __m256i Widen(__m256i part) { return _mm256_madd_epi16(part, _mm256_set1_epi16(1)); }
+  static int PartLines(const Int8Pack& w) {
+    const int pair = 2 * std::max(w.qmax, 1) * 127;
+    int lines = 1;
+    while (lines * 2 <= w.sub / 4 && lines * 2 * pair <= 32767) lines *= 2;
+    return lines;
   }
   static __m256i Exact(__m256i isum, const std::int32_t*) { return isum; }
 };
 
 }  // namespace
+
+void QuantizeRowAvx2(const float* x, int groups, std::int8_t* q, float* d, float* xs) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  // vpackssdw / vpacksswb interleave the 128-bit lanes; this puts the 32 bytes back in order.
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int g = 0; g < groups; ++g) {
+    __m256 v[4];
+    __m256 amax8 = _mm256_setzero_ps();
+    for (int j = 0; j < 4; ++j) {
+      v[j] = _mm256_loadu_ps(x + g * kBlock + 8 * j);
+      amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign, v[j]));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    const float dg = amax / 127.0f;
+    const __m256 id = _mm256_set1_ps(dg != 0.0f ? 1.0f / dg : 0.0f);
+    __m256i qi[4];
+    for (int j = 0; j < 4; ++j) {
+      const __m256 r =
+          _mm256_round_ps(_mm256_mul_ps(v[j], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      qi[j] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
+    }
+    const __m256i bytes =
+        _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + g * kBlock),
+                        _mm256_permutevar8x32_epi32(bytes, order));
+    const __m256i s8 =
+        _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    d[g * kTileTokens] = dg;
+    xs[g * kTileTokens] = dg * float(_mm_cvtsi128_si32(s4));
+  }
+}
 
 void Int8TileAvx2(const Int8Tile& t) { YmmTile<MaddDot>(t); }
 

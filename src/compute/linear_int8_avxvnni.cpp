@@ -23,6 +23,8 @@ struct VnniDot {
     isum = kMin ? _mm256_dpbusd_avx_epi32(isum, w, x)
                 : _mm256_dpbusd_avx_epi32(isum, _mm256_xor_si256(x, _mm256_set1_epi8(-128)), w);
   }
+  static __m256i Widen(__m256i part) { return part; }
+  static int PartLines(const Int8Pack& w) { return w.sub / 4; }
   static __m256i Exact(__m256i isum, const std::int32_t* sum128) {
     return _mm256_sub_epi32(isum, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sum128)));
   }

@@ -1,8 +1,9 @@
 // The 256-bit kernels of the int8 path (linear_int8.h), shared by the AVX2 unit and the
 // AVX-VNNI unit: two registers hold the 16 rows of a tile (8 each), and `Dot` adds the products
-// of 4 bytes of each row with 4 bytes of one token into int32 lanes. Internal: each unit includes
-// it inside its own unnamed namespace, after <immintrin.h>, <algorithm>, <cstring>, <utility> and
-// linear_int8.h, so that it compiles its own copy with its own instruction set.
+// of 4 bytes of each row with 4 bytes of one token into a part (int32 lanes, or AVX2's int16
+// pairs, widened every few lines). Internal: each unit includes it inside its own unnamed
+// namespace, after <immintrin.h>, <algorithm>, <cstring>, <utility> and linear_int8.h, so that it
+// compiles its own copy with its own instruction set.
 
 // No include guard on purpose: each ISA's file includes this once inside its own namespace.
 
@@ -21,22 +22,25 @@ __attribute__((always_inline)) inline __m256 MinLine(const Int8Pack& w, int tile
 }
 
 // Dot: static __m256i Weights(__m256i q) (q as the product takes it), static void Add(__m256i&
-// isum, __m256i w, __m256i q, __m256i x) (x: 4 bytes of the token, broadcast; q: the raw
-// weights), and static __m256i Exact(__m256i isum, const std::int32_t* sum128) (the exact sum of
-// q * x for a signed type, given 128 * sum(q) of the 8 rows).
-// kNib: q packed two lines per line (Int8Pack::nibbles; the 4-bit types, which have a min).
-template <class Dot, int NT, bool kMin, bool kNib>
+// part, __m256i w, __m256i q, __m256i x) (x: 4 bytes of the token, broadcast; q: the raw weights),
+// static __m256i Widen(__m256i part) (part's sums as int32 lanes), static int PartLines(const
+// Int8Pack&) (the lines a part may sum before Widen, a power of two that divides sub / 4) and
+// static __m256i Exact(__m256i isum, const std::int32_t* sum128) (the exact sum of q * x for a
+// signed type, given 128 * sum(q) of the 8 rows). kSub: w.sub, known to the compiler so that it
+// unrolls a sub-block's lines. kWhole: a part holds a whole sub-block. kNib: q packed two lines
+// per line (Int8Pack::nibbles; the 4-bit types, which have a min).
+template <class Dot, int NT, int kSub, bool kMin, bool kNib, bool kWhole>
 void YmmTokens(const Int8Tile& t, int t0) {
   const Int8Pack& w = *t.w;
-  const int groups = w.cols / kBlock, per_group = kBlock / w.sub;
-  const std::int8_t* xq[NT];
-  const float* dx[NT];
-  const float* xs[NT];
-  for (int i = 0; i < NT; ++i) {
-    xq[i] = t.x->i8.data() + std::size_t(t0 + i) * w.cols;
-    dx[i] = t.x->i8_d.data() + ScaleAt(t0 + i, 0, groups);
-    xs[i] = t.x->i8_xs.data() + ScaleAt(t0 + i, 0, groups);
-  }
+  const int groups = w.cols / kBlock, per_group = kBlock / kSub;
+  // Token i's bytes at xq + i * cols, its scales at dx + i and xs + i (the NT tokens lie in one
+  // block of kTileTokens: YmmTile's chunks do not cross one), group g's kTileTokens further each:
+  // three pointers rather than 3 * NT, which the 16 general registers would not hold.
+  const std::int8_t* xq = t.x->i8.data() + std::size_t(t0) * w.cols;
+  const std::size_t ldx = w.cols;
+  const float* dx = t.x->i8_d.data() + ScaleAt(t0, 0, groups);
+  const float* xs = t.x->i8_xs.data() + ScaleAt(t0, 0, groups);
+  const int part_lines = Dot::PartLines(w);
   __m256 acc[NT][2];
   for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
   for (int g = 0; g < groups; ++g) {
@@ -44,17 +48,38 @@ void YmmTokens(const Int8Tile& t, int t0) {
       const int s = g * per_group + h;
       const std::int8_t* q = w.Q(t.tile, s);
       if (t.nt < kPrefillMinTokens) PrefetchAhead(w, q);
-      __m256i isum[NT][2];
-      for (int i = 0; i < NT; ++i) isum[i][0] = isum[i][1] = _mm256_setzero_si256();
+      // part: the products of the lines since the last Widen; isum: the int32 sums before.
+      __m256i part[NT][2], isum[NT][2];
+      for (int i = 0; i < NT; ++i) {
+        part[i][0] = part[i][1] = isum[i][0] = isum[i][1] = _mm256_setzero_si256();
+      }
+      auto widen = [&] {
+        for (int i = 0; i < NT; ++i) {
+          for (int p = 0; p < 2; ++p) {
+            isum[i][p] = kWhole ? Dot::Widen(part[i][p])
+                                : _mm256_add_epi32(isum[i][p], Dot::Widen(part[i][p]));
+            part[i][p] = _mm256_setzero_si256();
+          }
+        }
+      };
+      int pending = 0;
       // Line k's two halves (rows 0-7, 8-15): wq as stored, wv as the product takes them.
       auto line = [&](int k, const __m256i(&wq)[2]) {
         __m256i wv[2];
         for (int p = 0; p < 2; ++p) wv[p] = kMin ? wq[p] : Dot::Weights(wq[p]);
         for (int i = 0; i < NT; ++i) {
           std::int32_t bytes;
-          std::memcpy(&bytes, xq[i] + s * w.sub + 4 * k, 4);
+          std::memcpy(&bytes, xq + i * ldx + s * kSub + 4 * k, 4);
           const __m256i xv = _mm256_set1_epi32(bytes);
-          for (int p = 0; p < 2; ++p) Dot::template Add<kMin>(isum[i][p], wv[p], wq[p], xv);
+          for (int p = 0; p < 2; ++p) {
+            Dot::template Add<kMin>(part[i][p], wv[p], wq[p], xv);
+            // GCC otherwise reassociates a sub-block's sums into a tree and spills its leaves.
+            asm("" : "+x"(part[i][p]));
+          }
+        }
+        if (!kWhole && ++pending == part_lines) {
+          widen();
+          pending = 0;
         }
       };
       auto load = [&](int k, int p) {
@@ -62,7 +87,8 @@ void YmmTokens(const Int8Tile& t, int t0) {
       };
       if constexpr (kNib) {
         const __m256i low = _mm256_set1_epi8(15);
-        for (int j = 0; j < w.sub / 8; ++j) {
+#pragma GCC unroll 4
+        for (int j = 0; j < kSub / 8; ++j) {
           __m256i lo[2], hi[2];
           for (int p = 0; p < 2; ++p) {
             const __m256i packed = load(j, p);
@@ -70,20 +96,22 @@ void YmmTokens(const Int8Tile& t, int t0) {
             hi[p] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
           }
           line(j, lo);
-          line(j + w.sub / 8, hi);
+          line(j + kSub / 8, hi);
         }
       } else {
-        for (int k = 0; k < w.sub / 4; ++k) {
+#pragma GCC unroll 8
+        for (int k = 0; k < kSub / 4; ++k) {
           const __m256i wq[2] = {load(k, 0), load(k, 1)};
           line(k, wq);
         }
       }
+      if (kWhole) widen();
       for (int p = 0; p < 2; ++p) {
         const __m256 scale = ScaleLine(w, t.tile, s, p);
         const std::int32_t* sum128 = kMin ? nullptr : w.Sum128(t.tile, s) + 8 * p;
         for (int i = 0; i < NT; ++i) {
           const __m256i exact = kMin ? isum[i][p] : Dot::Exact(isum[i][p], sum128);
-          const __m256 sd = _mm256_mul_ps(scale, _mm256_set1_ps(dx[i][g * kTileTokens]));
+          const __m256 sd = _mm256_mul_ps(scale, _mm256_set1_ps(dx[g * kTileTokens + i]));
           acc[i][p] = _mm256_fmadd_ps(sd, _mm256_cvtepi32_ps(exact), acc[i][p]);
         }
       }
@@ -92,7 +120,7 @@ void YmmTokens(const Int8Tile& t, int t0) {
       for (int p = 0; p < 2; ++p) {
         const __m256 mn = MinLine(w, t.tile, g, p);
         for (int i = 0; i < NT; ++i) {
-          acc[i][p] = _mm256_fmadd_ps(mn, _mm256_set1_ps(xs[i][g * kTileTokens]), acc[i][p]);
+          acc[i][p] = _mm256_fmadd_ps(mn, _mm256_set1_ps(xs[g * kTileTokens + i]), acc[i][p]);
         }
       }
     }
@@ -107,23 +135,36 @@ void YmmTokens(const Int8Tile& t, int t0) {
   }
 }
 
-template <class Dot, bool kMin, bool kNib, int... NT>
+template <class Dot, int kSub, bool kMin, bool kNib, bool kWhole, int... NT>
 void YmmDispatch(const Int8Tile& t, int t0, int nt, std::integer_sequence<int, NT...>) {
-  ((nt == NT + 1 ? YmmTokens<Dot, NT + 1, kMin, kNib>(t, t0) : void()), ...);
+  ((nt == NT + 1 ? YmmTokens<Dot, NT + 1, kSub, kMin, kNib, kWhole>(t, t0) : void()), ...);
+}
+
+// The kernel of t's weight type: the 4-bit ones (q <= 15) always sum a whole sub-block in a part.
+template <class Dot>
+void YmmKind(const Int8Tile& t, int t0, int nt) {
+  const auto seq = std::make_integer_sequence<int, kYmmTokens>();
+  const bool whole = Dot::PartLines(*t.w) == t.w->sub / 4;
+  if (t.w->nibbles) {
+    YmmDispatch<Dot, 32, true, true, true>(t, t0, nt, seq);
+  } else if (t.w->has_min) {
+    whole ? YmmDispatch<Dot, 32, true, false, true>(t, t0, nt, seq)
+          : YmmDispatch<Dot, 32, true, false, false>(t, t0, nt, seq);
+  } else if (t.w->sub == 16) {
+    whole ? YmmDispatch<Dot, 16, false, false, true>(t, t0, nt, seq)
+          : YmmDispatch<Dot, 16, false, false, false>(t, t0, nt, seq);
+  } else {
+    whole ? YmmDispatch<Dot, 32, false, false, true>(t, t0, nt, seq)
+          : YmmDispatch<Dot, 32, false, false, false>(t, t0, nt, seq);
+  }
 }
 
 template <class Dot>
 void YmmTile(const Int8Tile& tiles) {
   ForEachTile(tiles, [](const Int8Tile& t) {
-    for (int t0 = t.t0; t0 < t.t0 + t.nt; t0 += kYmmTokens) {
-      const int nt = std::min(kYmmTokens, t.t0 + t.nt - t0);
-      if (t.w->nibbles) {
-        YmmDispatch<Dot, true, true>(t, t0, nt, std::make_integer_sequence<int, kYmmTokens>());
-      } else if (t.w->has_min) {
-        YmmDispatch<Dot, true, false>(t, t0, nt, std::make_integer_sequence<int, kYmmTokens>());
-      } else {
-        YmmDispatch<Dot, false, false>(t, t0, nt, std::make_integer_sequence<int, kYmmTokens>());
-      }
+    for (int t0 = t.t0, nt = 0; t0 < t.t0 + t.nt; t0 += nt) {
+      nt = std::min({kYmmTokens, t.t0 + t.nt - t0, kTileTokens - t0 % kTileTokens});
+      YmmKind<Dot>(t, t0, nt);
     }
   });
 }

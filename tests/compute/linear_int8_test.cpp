@@ -2,15 +2,17 @@
 // every int8 ISA this CPU runs (CTXPAR_INT8_ISA forces the lower ones): close to a float64
 // reference over ctxpar::DequantizeRow's weights, both with the original activations (bound:
 // half a quantization step of each activation) and with the activations quantized here by the
-// Q8 rule (bound: fp32 rounding); each ISA bitwise equal to the scalar sequence; a row's bits
-// alone equal to its bits among 63 others, on 1 and 3 threads; fused products equal to separate
-// ones; a matrix packed once at load equal to one packed per call; and the activations'
-// quantization of each ISA equal to the scalar code's.
+// Q8 rule (bound: fp32 rounding); each ISA bitwise equal to the scalar sequence, on random
+// integers and on integers at their extremes; a row's bits alone equal to its bits among 63
+// others, on 1 and 3 threads; fused products equal to separate ones; a matrix packed once at load
+// equal to one packed per call; and the activations' quantization of each ISA equal to the scalar
+// code's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -116,6 +118,70 @@ TEST_F(Int8MatMul, IsasEqualScalarBitwise) {
           ASSERT_EQ(std::bit_cast<std::uint32_t>(y[i]), std::bit_cast<std::uint32_t>(ref[i]))
               << Name(type) << " " << isa << " n " << n << " at " << i;
         }
+      }
+    }
+  }
+}
+
+// Every q at the type's extreme (15 for the 4-bit types, 31 for Q5_K, -16 for Q5_0, -32 for Q6_K,
+// and -128, which ggml never writes but a file may hold, for Q8_0) and every activation at 127
+// with q's sign: each int32 sum sits at its bound, which a kernel that sums products in int16
+// over too many lines overflows.
+TEST_F(Int8MatMul, ExtremeIntegersEqualScalarBitwise) {
+  std::mt19937 rng(17);
+  const int rows = 20, cols = 512, n = 5;
+  for (WeightType type : kTypes) {
+    Matrix m = RandomMatrix(type, rows, cols, rng);
+    float sign = -1.0f;
+    for (std::size_t at = 0; at < m.bytes.size(); at += BlockBytes(type)) {
+      std::uint8_t* blk = m.bytes.data() + at;
+      switch (type) {
+        case WeightType::kQ4_1:
+          std::memset(blk + offsetof(BlockQ4_1, qs), 0xff, sizeof(BlockQ4_1::qs));
+          sign = 1.0f;
+          break;
+        case WeightType::kQ8_0:
+          std::memset(blk + offsetof(BlockQ8_0, qs), 0x80, sizeof(BlockQ8_0::qs));
+          break;
+        case WeightType::kQ5_0:
+          std::memset(blk + offsetof(BlockQ5_0, qh), 0, 4 + sizeof(BlockQ5_0::qs));
+          break;
+        case WeightType::kQ4_K:
+          std::memset(blk + offsetof(BlockQ4K, qs), 0xff, sizeof(BlockQ4K::qs));
+          sign = 1.0f;
+          break;
+        case WeightType::kQ5_K:
+          std::memset(blk + offsetof(BlockQ5K, qh), 0xff,
+                      sizeof(BlockQ5K::qh) + sizeof(BlockQ5K::qs));
+          sign = 1.0f;
+          break;
+        case WeightType::kQ6_K:
+          std::memset(blk + offsetof(BlockQ6K, ql), 0, sizeof(BlockQ6K::ql) + sizeof(BlockQ6K::qh));
+          break;
+        default:
+          FAIL() << Name(type);
+      }
+    }
+    const QuantMatrix packed = WithInt8Pack(m.m, ActFormat::kInt8);
+    const std::vector<float> x(std::size_t(n) * cols, sign);
+    Force("scalar");
+    const std::vector<float> ref = Run(packed, x, n, nullptr);
+    std::vector<float> w(cols);
+    for (int r = 0; r < rows; ++r) {
+      DequantizeRow(m.m, r, w.data());
+      double exact = 0, magnitude = 0;
+      for (float v : w) {
+        exact += double(v) * sign;
+        magnitude += std::fabs(v);
+      }
+      ASSERT_NEAR(ref[r], exact, 2e-5 * magnitude) << Name(type) << " r " << r;
+    }
+    for (const std::string& isa : Isas()) {
+      Force(isa);
+      const std::vector<float> y = Run(packed, x, n, nullptr);
+      for (std::size_t i = 0; i < y.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(y[i]), std::bit_cast<std::uint32_t>(ref[i]))
+            << Name(type) << " " << isa << " at " << i;
       }
     }
   }
