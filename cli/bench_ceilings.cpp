@@ -155,6 +155,46 @@ __attribute__((target("avx512f,avx512vnni"))) float VnniLoop(int64_t iters) {
   return static_cast<float>(std::accumulate(s, s + 16, 0));
 }
 
+// 256-bit int8 products: AVX-VNNI's vpdpbusd on 8 chains in named registers (GCC 12 stores
+// arrays of them to the stack on every pass), and AVX2's vpmaddubsw, whose int16 pairs the kernel
+// adds up with vpaddw on other ports: its throughput alone, written out because GCC spills even
+// named registers of that loop (no value is read).
+constexpr int kYmmInt8Chains = 8;
+
+float MaddubsLoopAvx2(int64_t iters) {
+#define CTXPAR_MADDUBS(d) "vpmaddubsw %%ymm15, %%ymm14, %%ymm" #d "\n\t"
+  for (int64_t i = 0; i < iters; ++i) {
+    asm volatile(CTXPAR_MADDUBS(0) CTXPAR_MADDUBS(1) CTXPAR_MADDUBS(2) CTXPAR_MADDUBS(3)
+                     CTXPAR_MADDUBS(4) CTXPAR_MADDUBS(5) CTXPAR_MADDUBS(6) CTXPAR_MADDUBS(7)
+                 :
+                 :
+                 : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7");
+  }
+#undef CTXPAR_MADDUBS
+  return 0.0f;
+}
+
+__attribute__((target("avx2,avxvnni"))) float VnniLoopYmm(int64_t iters) {
+  __m256i a0 = _mm256_set1_epi32(0), a1 = _mm256_set1_epi32(1), a2 = _mm256_set1_epi32(2),
+          a3 = _mm256_set1_epi32(3), a4 = _mm256_set1_epi32(4), a5 = _mm256_set1_epi32(5),
+          a6 = _mm256_set1_epi32(6), a7 = _mm256_set1_epi32(7);
+  const __m256i x = _mm256_set1_epi8(3), y = _mm256_set1_epi8(-2);
+  for (int64_t i = 0; i < iters; ++i) {
+    a0 = _mm256_dpbusd_avx_epi32(a0, x, y);
+    a1 = _mm256_dpbusd_avx_epi32(a1, x, y);
+    a2 = _mm256_dpbusd_avx_epi32(a2, x, y);
+    a3 = _mm256_dpbusd_avx_epi32(a3, x, y);
+    a4 = _mm256_dpbusd_avx_epi32(a4, x, y);
+    a5 = _mm256_dpbusd_avx_epi32(a5, x, y);
+    a6 = _mm256_dpbusd_avx_epi32(a6, x, y);
+    a7 = _mm256_dpbusd_avx_epi32(a7, x, y);
+  }
+  const __m256i sum =
+      _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)),
+                       _mm256_add_epi32(_mm256_add_epi32(a4, a5), _mm256_add_epi32(a6, a7)));
+  return static_cast<float>(_mm256_extract_epi32(sum, 0));
+}
+
 // Four accumulator tiles (0-3) over two A (4, 5) and two B (6, 7) tiles, all 16 x 64 bytes: each
 // tdpbssd is 16 x 16 x 64 int8 multiply-adds, each tdpbf16ps (kBf16) 16 x 16 x 32 of bf16 pairs
 // into fp32. The tile instructions are inline assembly in GCC's headers; ldtilecfg and
@@ -258,15 +298,22 @@ Rate MeasureComputePeak(int threads, CpuIsa isa, bool dpbf16, int reps) {
   return {gflop / best.wall, gflop / best.cpu};
 }
 
-Rate MeasureInt8Peak(int threads, bool amx, int reps) {
+Rate MeasureInt8Peak(int threads, std::string_view unit, int reps) {
+  const bool amx = unit == "amx", zmm = unit == "avx512_vnni", vnni = unit == "avx_vnni";
   const int64_t iters = amx ? 2'000'000 : 20'000'000;
   std::vector<float> sink(threads);
   Timing best;
   for (int r = 0; r < reps; ++r) {
-    best.KeepBest(TimeOnThreads(
-        threads, [&](int t) { sink[t] = amx ? AmxLoop<false>(iters) : VnniLoop(iters); }));
+    best.KeepBest(TimeOnThreads(threads, [&](int t) {
+      sink[t] = amx    ? AmxLoop<false>(iters)
+                : zmm  ? VnniLoop(iters)
+                : vnni ? VnniLoopYmm(iters)
+                       : MaddubsLoopAvx2(iters);
+    }));
   }
-  const double macs_per_iter = amx ? 4.0 * 16 * 16 * 64 : kPeakAccs * 64.0;
+  const double macs_per_iter = amx   ? 4.0 * 16 * 16 * 64
+                               : zmm ? kPeakAccs * 64.0
+                                     : kYmmInt8Chains * 32.0;
   const double gop = 2.0 * static_cast<double>(iters) * macs_per_iter * threads / 1e9;
   return {gop / best.wall, gop / best.cpu};
 }

@@ -10,6 +10,7 @@
 #include <ctime>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ctxpar/cpu_features.h"
@@ -48,10 +49,12 @@ Rate MeasureReadCeiling(int threads, size_t bytes, int reps, CpuIsa isa);
 // Peak GFLOP/s (a multiply-add counts 2) of `threads` threads; dpbf16 counts 4 per lane.
 Rate MeasureComputePeak(int threads, CpuIsa isa, bool dpbf16, int reps);
 
-// Peak int8 GOP/s (a multiply-add counts 2) of `threads` threads: AMX tile multiplies
-// (tdpbssd on full 16 x 64 tiles) when `amx`, else AVX512-VNNI vpdpbusd. The caller has made
-// sure the CPU has them (and, for AMX, that Linux granted the tile state: compute::MatMulInt8Isa).
-Rate MeasureInt8Peak(int threads, bool amx, int reps);
+// Peak int8 GOP/s (a multiply-add counts 2) of `threads` threads on the units of the int8 path
+// `unit` (compute::MatMulInt8Isa's name): AMX tile multiplies (tdpbssd on full 16 x 64 tiles),
+// AVX512-VNNI vpdpbusd, AVX-VNNI's 256-bit vpdpbusd, or AVX2's vpmaddubsw (32 byte products
+// a 256-bit instruction). The caller has made sure the CPU has them (and, for AMX, that Linux
+// granted the tile state: compute::MatMulInt8Isa).
+Rate MeasureInt8Peak(int threads, std::string_view unit, int reps);
 
 // Peak bf16 GFLOP/s (a multiply-add counts 2) of `threads` threads: AMX tile multiplies
 // (tdpbf16ps on full tiles) when `amx`, else vdpbf16ps (MeasureComputePeak's dpbf16 loop). The

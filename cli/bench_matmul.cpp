@@ -2,10 +2,10 @@
 // types (SmolLM2-135M's Q4_1 file or its BF16 conversion, or Gemma 3 270M's Q4_K_M one) for n
 // activation rows (n = 1 is batch-1 decode, 16 is 16 sequences decoding together), beside the
 // read ceiling and FMA peak of the same run (bench_ceilings.h), and with --act int8 (the matrix
-// units, --dtype auto) beside the int8 peak of the path's units (AMX tiles or AVX512-VNNI), or
-// for BF16 weights the bf16 peak (AMX-BF16 tiles or vdpbf16ps), measured in the same run. Each
-// shape is timed over enough copies of its weights to pass the caches, as a decode step streams
-// every layer's weights.
+// units, --dtype auto) beside the int8 peak of the path's units (AMX tiles, AVX512-VNNI, AVX-VNNI
+// or AVX2), or for BF16 weights the bf16 peak (AMX-BF16 tiles or vdpbf16ps), measured in the same
+// run. Each shape is timed over enough copies of its weights to pass the caches, as a decode step
+// streams every layer's weights.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -246,7 +246,7 @@ int RunMatMulBench(const std::vector<std::string>& args) {
     const Rate fma = MeasureComputePeak(threads, *isa, false, 3);
     const Rate peak = !unit_peak      ? fma
                       : bf16_products ? MeasureBf16Peak(threads, unit_isa == "amx_bf16", *isa, 3)
-                                      : MeasureInt8Peak(threads, unit_isa == "amx", 3);
+                                      : MeasureInt8Peak(threads, unit_isa, 3);
     Expected<std::unique_ptr<ThreadPool>> pool = ThreadPool::Create(threads);
     if (!pool.ok()) return fail(pool.status());
     if (!json) {
