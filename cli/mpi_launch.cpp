@@ -143,7 +143,16 @@ int RunUnderMpirun(std::string_view command, int n, const std::vector<std::strin
                        "ctxpar " + std::string(command) + ": ");
   }
   std::vector<std::string> argv = {launcher, "--quiet"};
-  for (std::string& a : SplitBlanks(std::getenv("CTXPAR_MPIRUN_ARGS"))) argv.push_back(a);
+  const std::vector<std::string> user = SplitBlanks(std::getenv("CTXPAR_MPIRUN_ARGS"));
+  // mpirun binds up to two ranks to one core each, and each rank then runs all its --threads
+  // there; unbound, the ranks' threads share the cores, which the default --threads divides. A
+  // binding the user asks for (--bind-to, or cores per rank with PE=) stands.
+  auto binds = [](const std::string& a) {
+    return a.find("bind-to") != std::string::npos || a.find("PE=") != std::string::npos ||
+           a.find("pe=") != std::string::npos;
+  };
+  if (std::none_of(user.begin(), user.end(), binds)) argv.insert(argv.end(), {"--bind-to", "none"});
+  argv.insert(argv.end(), user.begin(), user.end());
   // Rank 0 holds a connection to this process (rank_watch.h), whose close says it has ended.
   Contact contact;
   const int listener = Listen(&contact);

@@ -28,8 +28,8 @@
 //                                         checks: CTXPAR-MOE-001 and CTXPAR-DCP-006. A probed
 //                                         platform skips them here.
 //   6. _handle_cpu_engine                 ctxpar's CPU engine: page_size 16, chunked_prefill_size
-//                                         2048, max_running_requests 256 and threads (cores /
-//                                         tp_size) when unset; CTXPAR-ENGINE-004 and
+//                                         2048, max_running_requests 256 and threads (usable
+//                                         cores / tp_size) when unset; CTXPAR-ENGINE-004 and
 //                                         CTXPAR-KV-001. With a known model (a run): a named
 //                                         platform that is not the CPU (CTXPAR-ENGINE-001),
 //                                         dp_size (CTXPAR-ENGINE-002), threads beyond the machine

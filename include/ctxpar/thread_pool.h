@@ -57,4 +57,8 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
 };
 
+// The CPUs this process may run on: its affinity mask, which taskset, a container's cpuset or an
+// MPI launcher's binding narrow below the machine's count; at least 1.
+int UsableCores();
+
 }  // namespace ctxpar

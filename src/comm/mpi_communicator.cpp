@@ -21,6 +21,7 @@
 
 #include "ctxpar/communicator.h"
 #include "ctxpar/error_catalog.h"
+#include "ctxpar/thread_pool.h"
 #include "reduce.h"
 
 namespace ctxpar {
@@ -566,14 +567,6 @@ class MpiCommunicator final : public Communicator {
   std::vector<int> counts_, sd_, rc_, rd_;
   std::vector<char> scratch_;  // the peer's share in the two-rank reductions
 };
-
-// The cores this process may run on.
-int UsableCores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
-  return std::max(1, CPU_COUNT(&set));
-}
 
 // Whether the ranks on this rank's machine outnumber its cores. A machine is a kernel (its boot
 // id): ranks in containers or network namespaces of one machine, which MPI counts as separate

@@ -168,8 +168,8 @@ const std::vector<FieldSpec>& Table() {
     f.push_back(IntField("chunked_prefill_size", {}, "--chunked-prefill-size", -1,
                          "Prefill tokens per step; -1 prefills whole prompts (unset: 2048)."));
     f.push_back(IntField("threads", {}, "--threads", 1,
-                         "Compute threads per rank (unset: the machine's cores divided among the "
-                         "ranks)."));
+                         "Compute threads per rank (unset: the cores this process may use, "
+                         "divided among the ranks)."));
     f.push_back(BoolField("llama_cpp_numerics", "--llama-cpp-numerics",
                           "Quantize activations to int8 before each matmul, as llama.cpp's CPU "
                           "backend does (GGUF models)."));

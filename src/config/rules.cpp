@@ -9,6 +9,7 @@
 #include "ctxpar/config.h"
 #include "ctxpar/dcp_rules.h"
 #include "ctxpar/error_catalog.h"
+#include "ctxpar/thread_pool.h"
 
 namespace ctxpar {
 namespace {
@@ -168,8 +169,9 @@ Status HandleCpuEngine(Resolution& r, const ResolveContext& ctx) {
   }
   const int64_t hardware = std::max(1u, std::thread::hardware_concurrency());
   if (!cfg.IsSet("threads")) {
+    // The cores this process may use (taskset, a cpuset), shared by the tp ranks.
     CTXPAR_RETURN_IF_ERROR(
-        r.Declare(kSource, {{"threads", std::max<int64_t>(1, hardware / cfg.tp_size())}}));
+        r.Declare(kSource, {{"threads", std::max<int64_t>(1, UsableCores() / cfg.tp_size())}}));
   }
   if (cfg.chunked_prefill_size() == 0) return CatalogError("CTXPAR-ENGINE-004", {});
   const int page = cfg.page_size(), interleave = cfg.dcp_kv_cache_interleave_size();

@@ -1,5 +1,7 @@
 #include "ctxpar/thread_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <exception>
 #include <string>
@@ -11,6 +13,13 @@
 #endif
 
 namespace ctxpar {
+
+int UsableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
 
 Expected<std::unique_ptr<ThreadPool>> ThreadPool::Create(int num_threads) {
   if (num_threads < 1) {

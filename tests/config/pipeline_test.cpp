@@ -1,7 +1,9 @@
 // The resolution pipeline: handler order, append-only declarations, the live and the frozen
 // view, provenance, unknown fields.
 #include <gtest/gtest.h>
+#include <sched.h>
 
+#include <algorithm>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -155,6 +157,25 @@ TEST(ConfigPipeline, NonDefaultFieldsInTableOrder) {
                                                   "threads"}));
   EXPECT_EQ(c.Provenance("page_size")->source, "_handle_cpu_engine");
   EXPECT_EQ(c.Provenance("threads")->source, "user");
+}
+
+// The default --threads counts the cores this process may use (taskset, a container's cpuset),
+// not the machine's: with one core allowed, one thread, where more would take turns on it.
+TEST(ConfigPipeline, DefaultThreadsFollowTheAffinityMask) {
+  cpu_set_t all;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  int first = 0;
+  while (!CPU_ISSET(first, &all)) ++first;
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  const Expected<ResolvedConfig> narrowed = Resolve(Launch({}), Probed("cpu"), nullptr);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(all), &all), 0);
+  ASSERT_TRUE(narrowed.ok()) << narrowed.status().message();
+  EXPECT_EQ(narrowed->threads(), 1);
+  const ResolvedConfig whole = *Resolve(Launch({{"tp_size", I(2)}}), Probed("cpu"), nullptr);
+  EXPECT_EQ(whole.threads(), std::max(1, CPU_COUNT(&all) / 2));
 }
 
 TEST(LaunchConfigTest, SetValidatesAtTheBoundary) {
