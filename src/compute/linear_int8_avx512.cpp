@@ -34,12 +34,12 @@ __attribute__((always_inline)) inline __m512 MinLine(const Int8Pack& w, int tile
 
 // R row tiles (16 * R rows) times NT tokens: each broadcast of a token's 4 bytes serves R
 // vpdpbusd. Every row keeps the sequence of linear_int8.h whatever R and NT, so the bits do not
-// depend on them. kNib: q packed two lines per line (Int8Pack::nibbles; the 4-bit types, which
-// have a min).
-template <int R, int NT, bool kMin, bool kNib>
+// depend on them. kSub: w.sub, known to the compiler so that it unrolls a sub-block's lines. kNib:
+// q packed two lines per line (Int8Pack::nibbles; the 4-bit types, which have a min).
+template <int R, int NT, int kSub, bool kMin, bool kNib>
 void Tokens(const Int8Tile& t, int tile, int t0) {
   const Int8Pack& w = *t.w;
-  const int groups = w.cols / kBlock, per_group = kBlock / w.sub;
+  const int groups = w.cols / kBlock, per_group = kBlock / kSub;
   const std::int8_t* xq[NT];
   const float* dx[NT];
   const float* xs[NT];
@@ -68,7 +68,7 @@ void Tokens(const Int8Tile& t, int tile, int t0) {
       auto line = [&](int k, const __m512i(&wv)[R]) {
         for (int i = 0; i < NT; ++i) {
           std::int32_t bytes;
-          std::memcpy(&bytes, xq[i] + s * w.sub + 4 * k, 4);
+          std::memcpy(&bytes, xq[i] + s * kSub + 4 * k, 4);
           __m512i xv = _mm512_set1_epi32(bytes);
           if (!kMin) xv = _mm512_xor_si512(xv, flip);
           for (int r = 0; r < R; ++r) {
@@ -79,7 +79,8 @@ void Tokens(const Int8Tile& t, int tile, int t0) {
       };
       if constexpr (kNib) {
         const __m512i low = _mm512_set1_epi8(15);
-        for (int j = 0; j < w.sub / 8; ++j) {
+#pragma GCC unroll 4
+        for (int j = 0; j < kSub / 8; ++j) {
           __m512i lo[R], hi[R];
           for (int r = 0; r < R; ++r) {
             const __m512i packed = _mm512_load_si512(q[r] + j * 64);
@@ -87,10 +88,11 @@ void Tokens(const Int8Tile& t, int tile, int t0) {
             hi[r] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low);
           }
           line(j, lo);
-          line(j + w.sub / 8, hi);
+          line(j + kSub / 8, hi);
         }
       } else {
-        for (int k = 0; k < w.sub / 4; ++k) {
+#pragma GCC unroll 8
+        for (int k = 0; k < kSub / 4; ++k) {
           __m512i wv[R];
           for (int r = 0; r < R; ++r) wv[r] = _mm512_load_si512(q[r] + k * 64);
           line(k, wv);
@@ -125,9 +127,9 @@ void Tokens(const Int8Tile& t, int tile, int t0) {
   }
 }
 
-template <int R, bool kMin, bool kNib, int... NT>
+template <int R, int kSub, bool kMin, bool kNib, int... NT>
 void Dispatch(const Int8Tile& t, int tile, int t0, int nt, std::integer_sequence<int, NT...>) {
-  ((nt == NT + 1 ? Tokens<R, NT + 1, kMin, kNib>(t, tile, t0) : void()), ...);
+  ((nt == NT + 1 ? Tokens<R, NT + 1, kSub, kMin, kNib>(t, tile, t0) : void()), ...);
 }
 
 // Every token of t over row tiles [tile, tile + R), kMaxNT tokens at a time.
@@ -137,11 +139,13 @@ void RowTiles(const Int8Tile& t, int tile) {
     const int nt = std::min(kMaxNT, t.t0 + t.nt - t0);
     const auto seq = std::make_integer_sequence<int, kMaxNT>();
     if (t.w->nibbles) {
-      Dispatch<R, true, true>(t, tile, t0, nt, seq);
+      Dispatch<R, 32, true, true>(t, tile, t0, nt, seq);
     } else if (t.w->has_min) {
-      Dispatch<R, true, false>(t, tile, t0, nt, seq);
+      Dispatch<R, 32, true, false>(t, tile, t0, nt, seq);
+    } else if (t.w->sub == 16) {
+      Dispatch<R, 16, false, false>(t, tile, t0, nt, seq);
     } else {
-      Dispatch<R, false, false>(t, tile, t0, nt, seq);
+      Dispatch<R, 32, false, false>(t, tile, t0, nt, seq);
     }
   }
 }
