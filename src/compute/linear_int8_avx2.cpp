@@ -48,7 +48,7 @@ void QuantizeRowAvx2(const float* x, int groups, std::int8_t* q, float* d, float
     __m256 amax8 = _mm256_setzero_ps();
     for (int j = 0; j < 4; ++j) {
       v[j] = _mm256_loadu_ps(x + g * kBlock + 8 * j);
-      amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign, v[j]));
+      amax8 = _mm256_max_ps(_mm256_andnot_ps(sign, v[j]), amax8);  // a NaN keeps amax8, as std::max
     }
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
