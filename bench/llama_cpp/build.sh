@@ -6,7 +6,10 @@
 # it.
 #
 #   bash bench/llama_cpp/build.sh     # env: LLAMA_CPP_PYTHON_VERSION (0.3.36), JOBS (2),
-#                                     #      XDG_CACHE_HOME
+#                                     #      XDG_CACHE_HOME, LLAMA_CPU (native)
+#
+# LLAMA_CPU=avx2 builds for AVX2, FMA and F16C only (GGML_NATIVE off), in its own directory: the
+# peer of ctxpar's AVX2 path (CTXPAR_CPU_ISA=avx2) on a CPU that has more.
 #
 # Flags: -march=native (GGML_NATIVE) with AMX off. -march=native turns AMX on where the CPU has
 # it (Sapphire Rapids and later) and ggml's AMX path then dies with SIGILL in VMs that do not
@@ -16,7 +19,12 @@ set -euo pipefail
 version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 jobs="${JOBS:-2}"
 root="${XDG_CACHE_HOME:-$HOME/.cache}/ctxpar/llama.cpp"
-build="$root/build-$version"
+cpu="${LLAMA_CPU:-native}"
+case "$cpu" in
+  native) build="$root/build-$version" ;;
+  avx2) build="$root/build-$version-avx2" ;;
+  *) echo "LLAMA_CPU=$cpu: expected native or avx2" >&2; exit 2 ;;
+esac
 bin="$build/bin"
 
 if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-cli" ] && [ -x "$bin/llama-server" ] &&
@@ -33,9 +41,12 @@ for f in -mno-amx-tile -mno-amx-int8 -mno-amx-bf16; do
     no_amx="$no_amx $f"
   fi
 done
-
+arch=(-DGGML_NATIVE=ON)
+if [ "$cpu" = avx2 ]; then
+  arch=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON)
+fi
 cmake -S "$src/vendor/llama.cpp" -B "$build" -DCMAKE_BUILD_TYPE=Release \
-  -DGGML_NATIVE=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
+  "${arch[@]}" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
   -DCMAKE_C_FLAGS="$no_amx" -DCMAKE_CXX_FLAGS="$no_amx" \
   -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_OPENMP=ON \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
