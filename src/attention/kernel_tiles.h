@@ -6,13 +6,12 @@
 // a broadcast element (or, for vdpbf16ps, a broadcast pair) of q: no horizontal sums. In V a
 // line holds 16 d of e consecutive keys, so P V is the same pattern with the weights broadcast.
 // A task reads its tiles in address order, page by page: within a page every KV head's tiles
-// follow each other, so K and V are two streams of contiguous bytes. Each line of the next tile
-// of a stream is requested three times (TilePrefetch): all at once when the current tile starts,
-// then, paced by the work, a line half a tile further on and the line one tile on from each line
-// consumed. Requested once per line at one distance, the kernel read at 70-88 % of the read
-// ceiling on one thread; with the three requests at 80-103 % (docs/perf-attention.md; our reading:
-// the core drops software prefetches while its miss buffers are full, and a request for a line
-// already on its way costs one instruction). Further ahead, or into L2 only, measured slower.
+// follow each other, so K and V are two streams of contiguous bytes. As each line of a tile is
+// consumed, the same line of the stream's next tile is requested into L1 (prefetcht0) and that
+// of a tile about 12 KiB further on into L2 (prefetcht2), so that the work paces both: the L2
+// request covers the memory latency, the L1 one the L2 latency. An earlier scheme also requested
+// the whole next tile at each tile's start; Zen 4 stalled on those requests and read at under half
+// the rate (docs/perf-attention.md).
 //
 // Extra traits used here: kTileHeads (query heads per register tile), kTileSplit (independent
 // partial sums per score vector, to cover the multiply-add latency), kTilePvVecs (vectors of d
@@ -31,45 +30,32 @@ constexpr int kTileKeys = 16;
 // layer at 505 tokens made 16 such requests decode 15 % faster on Zen 3.
 constexpr int64_t kPrefetchMinBytes = int64_t{1} << 20;
 static_assert(kTileKeys == kKeyBlock, "a tile is one softmax block (SoftmaxBlock)");
+// How far ahead of the current tile a stream's lines are requested into L2 (TilePrefetch): at
+// least one tile past the next one, and as many more as make this many bytes.
+constexpr int64_t kPrefetchFarBytes = 12 << 10;
 
 template <class T>
 constexpr bool kAmx = requires {
   T::kAmxTiles;
 };
 
-__attribute__((always_inline)) inline void PrefetchLine(const void* p) {
-  __builtin_prefetch(p, 0, 3);
-}
-
 // The prefetches of one stream (K or V) while a tile of it is worked on, given the stream's next
-// two tiles (`after` null at the end of the task; `next` null: no prefetch).
-struct TilePrefetch {
-  TilePrefetch(const char* next, const char* after, int64_t tile_bytes)
-      : next_(next), tile_bytes_(tile_bytes), half_(tile_bytes / 2) {
-    if (next_ == nullptr) return;
-    far_lo_ = next_ + half_;
-    // Past the end of the task the far lines fall back on the next tile's second half.
-    far_hi_ = (after != nullptr ? after : next_) - half_;
-  }
+// tile and the one kPrefetchFarBytes on (`far` null past the end of the task; `next` null: no
+// prefetch).
+class TilePrefetch {
+ public:
+  TilePrefetch(const char* next, const char* far) : next_(next), far_(far) {}
 
-  void Burst() const {
-    if (next_ == nullptr) return;
-    for (int64_t off = 0; off < tile_bytes_; off += 64) PrefetchLine(next_ + off);
-  }
-  // Called as the line at byte `off` of the current tile is consumed: the line one tile on, and
-  // the one half a tile further (in the tile after next for the second half of the tile).
+  // Called as the line at byte `off` of the current tile is consumed.
   __attribute__((always_inline)) void Line(int64_t off) const {
     if (next_ == nullptr) return;
-    PrefetchLine(next_ + off);
-    PrefetchLine((off < half_ ? far_lo_ : far_hi_) + off);
+    __builtin_prefetch(next_ + off, 0, 3);                      // prefetcht0
+    if (far_ != nullptr) __builtin_prefetch(far_ + off, 0, 1);  // prefetcht2
   }
 
  private:
   const char* next_;
-  int64_t tile_bytes_;
-  int64_t half_;
-  const char* far_lo_ = nullptr;  // next + half: the far line of the first half
-  const char* far_hi_ = nullptr;  // after - half: the far line of the second half
+  const char* far_;
 };
 
 // The e elements of each of kLanes words, widened to fp32: part[x][at] lane l = element x of word
@@ -435,15 +421,16 @@ void AttendTilesD(const KernelArgs& a) {
   const TileWalk walk(a.key_begin, key_end, blocks_per_page, a.kv_heads);
   Tile first_tile = a.key_begin < key_end ? walk.First() : Tile{};
   Tile next = walk.Next(first_tile);
-  Tile after = walk.Next(next);
+  // The tile whose lines go to L2: about kPrefetchFarBytes of a stream past the current tile.
+  const int64_t stream_tile = std::max(k_tile, v_tile) * static_cast<int64_t>(sizeof(KElem));
+  Tile far = walk.Next(next);
+  for (int64_t ahead = 2 * stream_tile; ahead < kPrefetchFarBytes; ahead += stream_tile) {
+    far = walk.Next(far);
+  }
   for (Tile cur = first_tile; cur.page_index >= 0;
-       cur = next, next = after, after = walk.Next(after)) {
-    const TilePrefetch k_pf{prefetch ? bytes(k_of(next)) : nullptr, bytes(k_of(after)),
-                            k_tile * static_cast<int64_t>(sizeof(KElem))};
-    const TilePrefetch v_pf{prefetch ? bytes(v_of(next)) : nullptr, bytes(v_of(after)),
-                            v_tile * static_cast<int64_t>(sizeof(KElem))};
-    k_pf.Burst();
-    v_pf.Burst();
+       cur = next, next = walk.Next(next), far = walk.Next(far)) {
+    const TilePrefetch k_pf{prefetch ? bytes(k_of(next)) : nullptr, bytes(k_of(far))};
+    const TilePrefetch v_pf{prefetch ? bytes(v_of(next)) : nullptr, bytes(v_of(far))};
     const KElem* kt = k_of(cur);
     const KElem* vt = v_of(cur);
     const int key0 = cur.block * kTileKeys;
