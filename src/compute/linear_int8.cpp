@@ -272,9 +272,10 @@ void PrepareInt8Acts(const float* x, int n, int cols, int ldx, Acts* out, Thread
   out->i8_xs.resize(std::size_t(padded) * groups);
   auto row = QuantizeRowScalar;
 #if defined(CTXPAR_X86_KERNELS)
-  if (SelectInt8() >= Int8Isa::kVnni) {
+  const Int8Isa isa = SelectInt8();
+  if (isa >= Int8Isa::kVnni) {
     row = QuantizeRowAvx512;
-  } else if (SelectInt8() >= Int8Isa::kAvx2) {
+  } else if (isa >= Int8Isa::kAvx2) {
     row = QuantizeRowAvx2;
   }
 #endif
