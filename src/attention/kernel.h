@@ -131,6 +131,9 @@ void AttendAvx512Bf16(const KernelArgs& args);
 void AttendAvx512Fp8E4M3(const KernelArgs& args);
 void AttendAvx512Fp8E5M2(const KernelArgs& args);
 void AttendAvx512DpBf16(const KernelArgs& args);
+// fp8 kTiles16 on vdpbf16ps (AVX512_VBMI too); kRows take AttendAvx512Fp8*.
+void AttendAvx512DpFp8E4M3(const KernelArgs& args);
+void AttendAvx512DpFp8E5M2(const KernelArgs& args);
 void AttendAmxBf16(const KernelArgs& args);  // kTiles16 on AMX, other formats AttendAvx512DpBf16
 #endif
 

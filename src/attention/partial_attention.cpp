@@ -231,6 +231,8 @@ KernelFn SelectKernel(CpuIsa isa, DataType dtype) {
       [[fallthrough]];
     case CpuIsa::kAvx512Bf16:
       if (t == 1) return &AttendAvx512DpBf16;
+      if (t == 2) return &AttendAvx512DpFp8E4M3;
+      if (t == 3) return &AttendAvx512DpFp8E5M2;
       [[fallthrough]];
     case CpuIsa::kAvx512:
       return kAvx512[t];

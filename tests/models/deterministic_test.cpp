@@ -110,8 +110,9 @@ TEST(DeterministicInference, SmolLm2LogitsAreTheSameBitsOnEveryLayout) {
                             {3, 3, "a2a", true},
                             {3, 3, "shm_a2a", false}};
   ExpectSameBits(testing::ModelPath(), prompt, configs, "auto");
-  const Config fp8[] = {{3, 3, "a2a", false}};
-  ExpectSameBits(testing::ModelPath(), prompt, fp8, "fp8_e5m2");
+  const Config fp8[] = {{3, 3, "ag_rs", false}, {3, 3, "a2a", false}, {3, 3, "a2a", true}};
+  for (const char* kv : {"fp8_e4m3", "fp8_e5m2"})
+    ExpectSameBits(testing::ModelPath(), prompt, fp8, kv);
 }
 
 TEST(DeterministicInference, WithoutItTheFastPathDependsOnTheLayout) {

@@ -125,31 +125,36 @@ TEST_F(DcpInvariance, PromptOf2025Tokens) {
   CheckConfigs(prompt, kLongConfigs);
 }
 
-// fp8 KV: e4m3 (--kv-cache-dtype fp8_e4m3) keeps the invariance over tp 3 / dcp 3 with every
-// combine backend and replicated Q. e5m2 keeps it over TP (tp 3 and 9, dcp 1), but at dcp 3 its
-// greedy tokens measured to part from tp 1's after 21 (ag_rs) and 5 (a2a) of 128: not asserted.
+// fp8 KV keeps the invariance over TP (tp 3 and 9, dcp 1), where every rank runs whole heads
+// through the same kernel. Over DCP it is not promised without --enable-deterministic-inference
+// (tests/models/deterministic_test.cpp holds both formats to the same bits at tp 3 / dcp 3): the
+// avx512_bf16 path rounds the softmax weights to bf16 against a running max that depends on the
+// keys a rank holds, and e4m3's greedy tokens on this prompt measured to part from tp 1's at the
+// first token at dcp 3 there; on the exact-widening paths e4m3 kept them and e5m2 parted after
+// 5-21 tokens.
 TEST_F(DcpInvariance, ChatPromptFp8Kv) {
-  const Config e4m3[] = {{3, 1, "ag_rs", false, "fp8_e4m3"},
-                         {3, 3, "ag_rs", false, "fp8_e4m3"},
-                         {3, 3, "a2a", false, "fp8_e4m3"},
-                         {3, 3, "a2a", true, "fp8_e4m3"}};
-  CheckConfigs(Prompt("chat_poem", 1), e4m3, "fp8_e4m3");
-  const Config e5m2[] = {{3, 1, "ag_rs", false, "fp8_e5m2"}, {9, 1, "ag_rs", false, "fp8_e5m2"}};
-  CheckConfigs(Prompt("chat_poem", 1), e5m2, "fp8_e5m2");
+  for (const char* dtype : {"fp8_e4m3", "fp8_e5m2"}) {
+    const Config configs[] = {{3, 1, "ag_rs", false, dtype}, {9, 1, "ag_rs", false, dtype}};
+    CheckConfigs(Prompt("chat_poem", 1), configs, dtype);
+  }
 }
 
 // fp8 KV against fp32 KV at tp 1: the greedy tokens that agree before the first difference,
-// measured out of 128 (bf16 KV: 128 on all but plain_code's 75):
-//   prompt         e4m3  e5m2
-//   long_history    128   128
-//   plain_france     71    10
-//   plain_code       51     6
-//   plain_story       8    10
-//   chat_sky          1     1
-//   chat_poem         0     0
+// measured out of 128 on the avx512_bf16 path (Q and the weights rounded to bf16) and, in
+// brackets, on the paths that widen fp8 exactly to fp32 (CTXPAR_CPU_ISA=avx512, avx2, scalar);
+// bf16 KV: 128 on all but plain_code's 75 (and chat_sky's 89 widened exactly):
+//   prompt         e4m3       e5m2
+//   long_history   128 (128)  128 (128)
+//   plain_france    26  (71)   24  (10)
+//   plain_code      63  (51)    6   (6)
+//   plain_story      8   (8)   10  (10)
+//   chat_sky        16   (1)    1   (1)
+//   chat_poem        4   (0)    0   (0)
 // SmolLM2-135M's K reach |22| (no saturation), but 3 or 2 mantissa bits move scores enough to
-// swap near-tied tokens of the chat prompts at once. Asserted, with margin: half of the measured
-// long_history and plain_france (e4m3) runs.
+// swap near-tied tokens of the chat prompts at once; which near-tie flips first depends on the
+// path's rounding, not on one path being closer (their NLL agrees within 0.1 %,
+// docs/perf-attention.md). Asserted, with margin: half of the smaller of the two long_history
+// and plain_france (e4m3) counts.
 TEST_F(DcpInvariance, Fp8KvKeepsFp32sFirstTokens) {
   struct Want {
     const char* prompt;
@@ -157,7 +162,7 @@ TEST_F(DcpInvariance, Fp8KvKeepsFp32sFirstTokens) {
     size_t min_same;
   };
   for (const Want& w : {Want{"long_history", "fp8_e4m3", 64}, Want{"long_history", "fp8_e5m2", 64},
-                        Want{"plain_france", "fp8_e4m3", 35}}) {
+                        Want{"plain_france", "fp8_e4m3", 13}}) {
     Status st;
     const std::vector<int32_t> prompt = Prompt(w.prompt, 1);
     const std::vector<int32_t> f32 = Generate({1, 1, "ag_rs", false}, prompt, &st);
