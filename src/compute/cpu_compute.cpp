@@ -27,8 +27,12 @@ void ForRows(ThreadPool* pool, std::int64_t n, const F& f) {
 std::string CpuCompute::Describe() const {
   const Expected<CpuIsa> isa = SelectCpuIsa();
   std::string attention(isa.ok() ? CpuIsaName(*isa) : "scalar");
-  // The bf16 paths are bf16 KV's only (attention.h): fp32 and fp8 KV take avx512's kernels.
-  if (isa.ok() && *isa >= CpuIsa::kAvx512Bf16) attention += " for bf16 KV, avx512 for fp32 / fp8";
+  // The bf16 paths take bf16 KV and, with AVX512_VBMI's byte lookups, fp8 KV (attention.h);
+  // fp32 KV takes avx512's kernels, and fp8 without VBMI avx2's.
+  if (isa.ok() && *isa >= CpuIsa::kAvx512Bf16) {
+    attention += DetectCpuFeatures().avx512_vbmi ? " for bf16 / fp8 KV, avx512 for fp32"
+                                                 : " for bf16 KV, avx512 for fp32, avx2 for fp8";
+  }
   switch (format_) {
     case ActFormat::kInt8: {
       const std::string_view int8 = MatMulInt8Isa();
