@@ -309,7 +309,8 @@ bool BeginTask(const KernelArgs& a, TaskScratch<T>* t, float shortfall) {
 // range at -inf): the scores become the weights exp2(s - m_new) in place, the running sum takes
 // their sum, and the head's O row is rescaled when the max grew.
 template <class T>
-void SoftmaxBlock(float* sg, float& mh, float& lh, float* o_row, int dv) {
+__attribute__((always_inline)) inline void SoftmaxBlock(float* sg, float& mh, float& lh,
+                                                        float* o_row, int dv) {
   using V = typename T::V;
   V vmax = T::Load(sg);
   for (int j = T::kLanes; j < kKeyBlock; j += T::kLanes) vmax = T::Max(vmax, T::Load(sg + j));
