@@ -35,9 +35,10 @@
 // - Numerics: online softmax with a running max and sum in fp32, accumulation in fp32. bf16 and
 //   fp8 K/V are widened exactly to fp32 (fp8 by dtype.h's Fp8*ToFloat steps, the same bits on
 //   every path), except on the avx512_bf16 and amx paths (cpu_features.h) for bf16, and for fp8
-//   in kTiles16 pages (each code widened exactly to the bf16 of its value), which feed
-//   vdpbf16ps or AMX's tdpbf16ps: Q (times scale) is rounded to bf16 once per row and each
-//   block of softmax weights p_j to bf16 before O += p V (the sum of the weights stays fp32).
+//   in kTiles16 pages where the CPU has AVX512_VBMI (each code looked up to the exact bf16 of its
+//   value), which feed vdpbf16ps or AMX's tdpbf16ps: Q (times scale) is rounded to bf16 once
+//   per row and each block of softmax weights p_j to bf16 before O += p V (the sum of the
+//   weights stays fp32).
 //   Each rounding is a relative error of at most 2^-9, so O and lse agree with an exact
 //   computation to about 1e-2 relative (typically 1e-3); fp32 KV: about 1e-5 on every path. On
 //   amx with bf16 KV (kTiles16 pages; kRows and fp8 take avx512_bf16's kernels) each 16-key

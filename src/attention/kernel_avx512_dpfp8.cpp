@@ -9,7 +9,6 @@
 
 #include <array>
 #include <cstdint>
-#include <type_traits>
 
 #include "attention/kernel.h"
 
