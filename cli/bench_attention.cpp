@@ -1,8 +1,9 @@
 // `ctxpar bench attention`: CPU partial decode attention (one sequence, batch 1) against two
 // ceilings measured in the same run with the same thread count: a STREAM-like read of a buffer
 // far larger than the caches (GB/s) and a register-blocked FMA loop (GFLOP/s; for bf16 KV on a
-// CPU with avx512_bf16, a vdpbf16ps loop, or on the amx path tile multiplies: the units the
-// kernel's products use). With
+// CPU with avx512_bf16, a vdpbf16ps loop, or on the amx path tile multiplies, and for fp8 KV in
+// tiles16 pages there (with AVX512_VBMI) a vdpbf16ps loop: the units the kernel's products use).
+// With
 // --prefill N the query rows are instead the last N tokens of the context, each seeing the keys
 // up to itself (a causal prefill chunk, split-KV as the engine runs it): that work reads its keys
 // from the caches and is bounded by the FMA peak.
@@ -55,7 +56,7 @@ struct Result {
   int context;
   Timing time;
   Rate gbps, gflops, read_ceiling, compute_peak;
-  bool bf16;  // compute_peak is the bf16 unit's
+  bool bf16;  // compute_peak is the bf16 unit's (vdpbf16ps or AMX)
 };
 
 // The KV type as the kinds name it.
@@ -78,7 +79,8 @@ std::string KvName(DataType dtype) {
 // whole call and the process CPU time per thread is each thread's (a pool's idle worker would
 // inflate the CPU-time rates); the start costs about 30 us, under 1 % of a call at 32k.
 Result RunOne(const Kind& kind, KvPageFormat format, int context, int prefill, int threads,
-              int reps, Rate read_ceiling, Rate fp32_peak, Rate bf16_peak, CpuIsa isa) {
+              int reps, Rate read_ceiling, Rate fp32_peak, Rate bf16_peak, Rate dpbf16_peak,
+              CpuIsa isa) {
   constexpr int kPage = 64;
   const int pages = (context + kPage - 1) / kPage;
   const size_t elem = DataTypeSize(kind.dtype);
@@ -170,6 +172,10 @@ Result RunOne(const Kind& kind, KvPageFormat format, int context, int prefill, i
                     (kind.head_dim_qk + (kind.mla ? 0 : kind.head_dim_v)) * elem / 1e9;
   const double gflop = 2.0 * keys * kind.num_q_heads * (kind.head_dim_qk + kind.head_dim_v) / 1e9;
   const bool bf16 = kind.dtype == DataType::kBF16 && isa >= CpuIsa::kAvx512Bf16;
+  // fp8 in tiles16 pages on the bf16 paths: vdpbf16ps, on the amx path too (attention.h).
+  const bool fp8_dp = (kind.dtype == DataType::kF8E4M3 || kind.dtype == DataType::kF8E5M2) &&
+                      p.kv.format == KvPageFormat::kTiles16 && isa >= CpuIsa::kAvx512Bf16 &&
+                      DetectCpuFeatures().avx512_vbmi;
   return {kind.name,
           KvName(kind.dtype),
           p.kv.format == KvPageFormat::kRows ? "rows" : "tiles16",
@@ -179,8 +185,10 @@ Result RunOne(const Kind& kind, KvPageFormat format, int context, int prefill, i
           {gb / best.wall, gb / best.cpu},
           {gflop / best.wall, gflop / best.cpu},
           read_ceiling,
-          bf16 ? bf16_peak : fp32_peak,
-          bf16};
+          bf16     ? bf16_peak
+          : fp8_dp ? dpbf16_peak
+                   : fp32_peak,
+          bf16 || fp8_dp};
 }
 
 int RunAttentionBench(const std::vector<std::string>& args) {
@@ -283,14 +291,19 @@ int RunAttentionBench(const std::vector<std::string>& args) {
                         ? MeasureBf16Peak(threads, *isa == CpuIsa::kAmx, *isa, 3)
                         : Rate{};
     const char* bf16_unit = *isa == CpuIsa::kAmx ? "amx" : "dpbf16";
-    out["ceilings"].push_back(
-        {{"threads", threads},
-         {"read_gbps", read.wall},
-         {"fma_gflops", fma.wall},
-         {"bf16_unit", bf16_unit},
-         {"bf16_gflops", dp.wall},
-         {"cpu_time",
-          {{"read_gbps", read.cpu}, {"fma_gflops", fma.cpu}, {"bf16_gflops", dp.cpu}}}});
+    // fp8's products on the amx path are vdpbf16ps, not tiles.
+    const Rate dp_vec = *isa == CpuIsa::kAmx ? MeasureBf16Peak(threads, false, *isa, 3) : dp;
+    out["ceilings"].push_back({{"threads", threads},
+                               {"read_gbps", read.wall},
+                               {"fma_gflops", fma.wall},
+                               {"bf16_unit", bf16_unit},
+                               {"bf16_gflops", dp.wall},
+                               {"dpbf16_gflops", dp_vec.wall},
+                               {"cpu_time",
+                                {{"read_gbps", read.cpu},
+                                 {"fma_gflops", fma.cpu},
+                                 {"bf16_gflops", dp.cpu},
+                                 {"dpbf16_gflops", dp_vec.cpu}}}});
     if (!json) {
       std::printf(
           "\nthreads %d: read ceiling %.1f GB/s (%.1f by CPU time), FMA peak %.1f GFLOP/s "
@@ -298,6 +311,9 @@ int RunAttentionBench(const std::vector<std::string>& args) {
           threads, read.wall, read.cpu, fma.wall, fma.cpu);
       if (dp.wall > 0) {
         std::printf(", %s bf16 peak %.1f GFLOP/s (%.1f)", bf16_unit, dp.wall, dp.cpu);
+      }
+      if (*isa == CpuIsa::kAmx) {
+        std::printf(", dpbf16 peak (fp8 KV) %.1f GFLOP/s (%.1f)", dp_vec.wall, dp_vec.cpu);
       }
       std::printf("\n%-4s %-7s %7s %9s %7s %6s %8s %6s | %7s %6s %8s %6s\n", "kind", "kv",
                   "context", "time ms", "GB/s", "%read", "GFLOP/s", "%peak", "cpu:GB/s", "%read",
@@ -307,7 +323,8 @@ int RunAttentionBench(const std::vector<std::string>& args) {
       const std::string name = kind.name + "-" + KvName(kind.dtype);
       if (std::find(kinds.begin(), kinds.end(), name) == kinds.end()) continue;
       for (int ctx : *ctx_list) {
-        const Result r = RunOne(kind, format, ctx, prefill, threads, reps, read, fma, dp, *isa);
+        const Result r =
+            RunOne(kind, format, ctx, prefill, threads, reps, read, fma, dp, dp_vec, *isa);
         out["results"].push_back({{"kind", r.kind},
                                   {"kv_dtype", r.dtype},
                                   {"page_format", r.format},
