@@ -158,17 +158,6 @@ struct Avx512DpBf16Isa : Avx512Bf16Rounding {
     }
   }
 
-  template <int HB, int kD>
-  static void TilePv(const uint32_t* pairs, const VRows<uint16_t>& v, int dv_arg,
-                     const TilePrefetch* pf, float* o) {
-    const int dv = kD != 0 ? kD : dv_arg;
-    int d = 0;
-    for (; d + kTilePvVecs * kLanes <= dv; d += kTilePvVecs * kLanes) {
-      TilePvChunk<HB, kTilePvVecs>(pairs, v, dv, d, pf, o);
-    }
-    for (; d < dv; d += kLanes) TilePvChunk<HB, 1>(pairs, v, dv, d, pf, o);
-  }
-
   static V Dot(V acc, const QElem* q, const uint16_t* k) {
     const __m512i qv = _mm512_loadu_si512(q);
     const __m512i kv = _mm512_loadu_si512(k);

@@ -150,17 +150,6 @@ struct Avx512DpFp8Isa : Avx512Bf16Rounding {
       for (int b = 0; b < DB; ++b) Store(o + i * dv + d0 + b * kLanes, acc[i][b]);
     }
   }
-
-  template <int HB, int kD, class F8>
-  static void TilePv(const uint32_t* pairs, const VRows<F8>& v, int dv_arg, const TilePrefetch* pf,
-                     float* o) {
-    const int dv = kD != 0 ? kD : dv_arg;
-    int d = 0;
-    for (; d + kTilePvVecs * kLanes <= dv; d += kTilePvVecs * kLanes) {
-      TilePvChunk<HB, kTilePvVecs>(pairs, v, dv, d, pf, o);
-    }
-    for (; d < dv; d += kLanes) TilePvChunk<HB, 1>(pairs, v, dv, d, pf, o);
-  }
 };
 
 }  // namespace

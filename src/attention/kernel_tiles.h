@@ -16,9 +16,10 @@
 // Extra traits used here: kTileHeads (query heads per register tile), kTileSplit (independent
 // partial sums per score vector, to cover the multiply-add latency), kTilePvVecs (vectors of d
 // per P V register tile), LoadWords(p) (kLanes 32-bit words), Part<KElem, x>(w) (element x of
-// each word, bf16 or fp8, as fp32), and kDpTiles: when true the traits supply TileScores and TilePv
-// themselves (vdpbf16ps on bf16 pairs). Traits with kAmxTiles (kernel_amx_bf16.cpp) instead take
-// both products on AMX tiles: Configure(pairs of a KV head), AmxScores, AmxSoftmax and AmxPv.
+// each word, bf16 or fp8, as fp32), and kDpTiles: when true the traits supply TileScores and
+// TilePvChunk themselves (vdpbf16ps on bf16 pairs). Traits with kAmxTiles (kernel_amx_bf16.cpp)
+// instead take both products on AMX tiles: Configure(pairs of a KV head), AmxScores, AmxSoftmax
+// and AmxPv.
 
 // No include guard on purpose: each ISA's file includes this once inside its own namespace.
 
@@ -232,6 +233,20 @@ void TilePvFma(const float* p, const VRows<KElem>& v, int dv, const TilePrefetch
   TilePvChunks<T, KElem, HB, kD, false>(p, v, dv, nullptr, o);
 }
 
+// P V for kDpTiles traits: their TilePvChunk<HB, DB> on the weights' bf16 pairs, DB vectors of d
+// at a time.
+template <class T, class KElem, int HB, int kD>
+void TilePvDp(const uint32_t* pairs, const VRows<KElem>& v, int dv_arg, const TilePrefetch* pf,
+              float* o) {
+  constexpr int DB = T::kTilePvVecs;
+  const int dv = kD != 0 ? kD : dv_arg;
+  int d = 0;
+  for (; d + DB * T::kLanes <= dv; d += DB * T::kLanes) {
+    T::template TilePvChunk<HB, DB>(pairs, v, dv, d, pf, o);
+  }
+  for (; d < dv; d += T::kLanes) T::template TilePvChunk<HB, 1>(pairs, v, dv, d, pf, o);
+}
+
 // Every head chunk of a KV head's group: the generic (fp32 arithmetic) path, or the traits' own.
 template <class T, class KElem, int HB, int kD>
 void GroupScores(const typename T::QElem* q, int group, int dqk, const KElem* kt,
@@ -271,7 +286,7 @@ void GroupPv(float* p, uint32_t* pairs, int group, const VRows<KElem>& vt, int d
     const TilePrefetch* pf = h == 0 ? next : nullptr;
     float* oh = o + static_cast<int64_t>(h) * dv;
     if constexpr (T::kDpTiles) {
-      T::template TilePv<HB, kD>(pairs + h * (kTileKeys / 2), vt, dv, pf, oh);
+      TilePvDp<T, KElem, HB, kD>(pairs + h * (kTileKeys / 2), vt, dv, pf, oh);
     } else {
       TilePvFma<T, KElem, HB, kD>(p + h * kTileKeys, vt, dv, pf, oh);
     }
