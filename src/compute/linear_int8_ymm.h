@@ -27,10 +27,12 @@ __attribute__((always_inline)) inline __m256 MinLine(const Int8Pack& w, int tile
 // Int8Pack&) (the lines a part may sum before Widen, a power of two that divides sub / 4) and
 // static __m256i Exact(__m256i isum, const std::int32_t* sum128) (the exact sum of q * x for a
 // signed type, given 128 * sum(q) of the 8 rows). kSub: w.sub, known to the compiler so that it
-// unrolls a sub-block's lines. kWhole: a part holds a whole sub-block. kNib: q packed two lines
-// per line (Int8Pack::nibbles; the 4-bit types, which have a min).
-template <class Dot, int NT, int kSub, bool kMin, bool kNib, bool kWhole>
+// unrolls a sub-block's lines. kPart: Dot::PartLines(w), known to the compiler too (with the
+// count at run time GCC kept the sums on the stack). kNib: q packed two lines per line
+// (Int8Pack::nibbles; the 4-bit types, which have a min).
+template <class Dot, int NT, int kSub, bool kMin, bool kNib, int kPart>
 void YmmTokens(const Int8Tile& t, int t0) {
+  constexpr bool kWhole = kPart == kSub / 4;  // a part holds a whole sub-block
   const Int8Pack& w = *t.w;
   const int groups = w.cols / kBlock, per_group = kBlock / kSub;
   // Token i's bytes at xq + i * cols, its scales at dx + i and xs + i (the NT tokens lie in one
@@ -40,7 +42,6 @@ void YmmTokens(const Int8Tile& t, int t0) {
   const std::size_t ldx = w.cols;
   const float* dx = t.x->i8_d.data() + ScaleAt(t0, 0, groups);
   const float* xs = t.x->i8_xs.data() + ScaleAt(t0, 0, groups);
-  const int part_lines = Dot::PartLines(w);
   __m256 acc[NT][2];
   for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
   for (int g = 0; g < groups; ++g) {
@@ -48,16 +49,18 @@ void YmmTokens(const Int8Tile& t, int t0) {
       const int s = g * per_group + h;
       const std::int8_t* q = w.Q(t.tile, s);
       if (t.nt < kPrefillMinTokens) PrefetchAhead(w, q);
-      // part: the products of the lines since the last Widen; isum: the int32 sums before.
+      // part: the products of the lines since the last Widen; isum: the int32 sums before (not
+      // kWhole: there the one part is widened as the scales take it, so that neither goes through
+      // the stack).
       __m256i part[NT][2], isum[NT][2];
       for (int i = 0; i < NT; ++i) {
-        part[i][0] = part[i][1] = isum[i][0] = isum[i][1] = _mm256_setzero_si256();
+        part[i][0] = part[i][1] = _mm256_setzero_si256();
+        if (!kWhole) isum[i][0] = isum[i][1] = _mm256_setzero_si256();
       }
       auto widen = [&] {
         for (int i = 0; i < NT; ++i) {
           for (int p = 0; p < 2; ++p) {
-            isum[i][p] = kWhole ? Dot::Widen(part[i][p])
-                                : _mm256_add_epi32(isum[i][p], Dot::Widen(part[i][p]));
+            isum[i][p] = _mm256_add_epi32(isum[i][p], Dot::Widen(part[i][p]));
             part[i][p] = _mm256_setzero_si256();
           }
         }
@@ -77,7 +80,7 @@ void YmmTokens(const Int8Tile& t, int t0) {
             asm("" : "+x"(part[i][p]));
           }
         }
-        if (!kWhole && ++pending == part_lines) {
+        if (!kWhole && ++pending == kPart) {
           widen();
           pending = 0;
         }
@@ -105,12 +108,12 @@ void YmmTokens(const Int8Tile& t, int t0) {
           line(k, wq);
         }
       }
-      if (kWhole) widen();
       for (int p = 0; p < 2; ++p) {
         const __m256 scale = ScaleLine(w, t.tile, s, p);
         const std::int32_t* sum128 = kMin ? nullptr : w.Sum128(t.tile, s) + 8 * p;
         for (int i = 0; i < NT; ++i) {
-          const __m256i exact = kMin ? isum[i][p] : Dot::Exact(isum[i][p], sum128);
+          const __m256i sum = kWhole ? Dot::Widen(part[i][p]) : isum[i][p];
+          const __m256i exact = kMin ? sum : Dot::Exact(sum, sum128);
           const __m256 sd = _mm256_mul_ps(scale, _mm256_set1_ps(dx[g * kTileTokens + i]));
           acc[i][p] = _mm256_fmadd_ps(sd, _mm256_cvtepi32_ps(exact), acc[i][p]);
         }
@@ -135,27 +138,36 @@ void YmmTokens(const Int8Tile& t, int t0) {
   }
 }
 
-template <class Dot, int kSub, bool kMin, bool kNib, bool kWhole, int... NT>
-void YmmDispatch(const Int8Tile& t, int t0, int nt, std::integer_sequence<int, NT...>) {
-  ((nt == NT + 1 ? YmmTokens<Dot, NT + 1, kSub, kMin, kNib, kWhole>(t, t0) : void()), ...);
+template <class Dot, int kSub, bool kMin, bool kNib, int kPart, int... NT>
+void YmmTokenCount(const Int8Tile& t, int t0, int nt, std::integer_sequence<int, NT...>) {
+  ((nt == NT + 1 ? YmmTokens<Dot, NT + 1, kSub, kMin, kNib, kPart>(t, t0) : void()), ...);
 }
 
-// The kernel of t's weight type: the 4-bit ones (q <= 15) always sum a whole sub-block in a part.
+// YmmTokens for nt tokens and the pack's part length (1, 2, 4 or 8 lines: PartLines divides
+// kSub / 4; the 4-bit types, q <= 15, always sum a whole sub-block in a part).
+template <class Dot, int kSub, bool kMin, bool kNib>
+void YmmDispatch(const Int8Tile& t, int t0, int nt) {
+  const auto seq = std::make_integer_sequence<int, kYmmTokens>();
+  const int part = kNib ? kSub / 4 : Dot::PartLines(*t.w);
+  if (part == kSub / 4) return YmmTokenCount<Dot, kSub, kMin, kNib, kSub / 4>(t, t0, nt, seq);
+  if constexpr (!kNib) {
+    if (part == 4) return YmmTokenCount<Dot, kSub, kMin, kNib, 4>(t, t0, nt, seq);
+    if (part == 2) return YmmTokenCount<Dot, kSub, kMin, kNib, 2>(t, t0, nt, seq);
+    YmmTokenCount<Dot, kSub, kMin, kNib, 1>(t, t0, nt, seq);
+  }
+}
+
+// The kernel of t's weight type.
 template <class Dot>
 void YmmKind(const Int8Tile& t, int t0, int nt) {
-  const auto seq = std::make_integer_sequence<int, kYmmTokens>();
-  const bool whole = Dot::PartLines(*t.w) == t.w->sub / 4;
   if (t.w->nibbles) {
-    YmmDispatch<Dot, 32, true, true, true>(t, t0, nt, seq);
+    YmmDispatch<Dot, 32, true, true>(t, t0, nt);
   } else if (t.w->has_min) {
-    whole ? YmmDispatch<Dot, 32, true, false, true>(t, t0, nt, seq)
-          : YmmDispatch<Dot, 32, true, false, false>(t, t0, nt, seq);
+    YmmDispatch<Dot, 32, true, false>(t, t0, nt);
   } else if (t.w->sub == 16) {
-    whole ? YmmDispatch<Dot, 16, false, false, true>(t, t0, nt, seq)
-          : YmmDispatch<Dot, 16, false, false, false>(t, t0, nt, seq);
+    YmmDispatch<Dot, 16, false, false>(t, t0, nt);
   } else {
-    whole ? YmmDispatch<Dot, 32, false, false, true>(t, t0, nt, seq)
-          : YmmDispatch<Dot, 32, false, false, false>(t, t0, nt, seq);
+    YmmDispatch<Dot, 32, false, false>(t, t0, nt);
   }
 }
 
