@@ -279,10 +279,18 @@ void PrepareInt8Acts(const float* x, int n, int cols, int ldx, Acts* out, Thread
     row = QuantizeRowAvx2;
   }
 #endif
+  out->u8.clear();
+#if defined(CTXPAR_X86_KERNELS)
+  if (isa == Int8Isa::kAvx2) out->u8.resize(std::size_t(padded) * cols);
+#endif
   auto rows = [&](std::int64_t begin, std::int64_t end) {
     for (auto t = static_cast<int>(begin); t < end; ++t) {
-      row(x + std::size_t(t) * ldx, groups, out->i8.data() + std::size_t(t) * cols,
-          out->i8_d.data() + ScaleAt(t, 0, groups), out->i8_xs.data() + ScaleAt(t, 0, groups));
+      std::int8_t* q = out->i8.data() + std::size_t(t) * cols;
+      row(x + std::size_t(t) * ldx, groups, q, out->i8_d.data() + ScaleAt(t, 0, groups),
+          out->i8_xs.data() + ScaleAt(t, 0, groups));
+      if (out->u8.empty()) continue;
+      std::uint8_t* u = out->u8.data() + std::size_t(t) * cols;
+      for (int j = 0; j < cols; ++j) u[j] = static_cast<std::uint8_t>(q[j] ^ 0x80);
     }
   };
   // A decode row's quantization is too short to share.

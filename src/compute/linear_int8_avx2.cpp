@@ -1,11 +1,12 @@
 // The AVX2 kernel of the int8 path (linear_int8.h), for CPUs without VNNI: vpmaddubsw multiplies
 // unsigned by signed bytes into int16 pairs, which add up in int16 over as many lines as cannot
 // overflow (Int8Pack::qmax), and vpmaddwd widens them to int32 once per that many lines. The
-// types with a min take q (0..31) as the unsigned operand, the signed ones |q| (<= 128) and the
-// activation with q's sign (|x| <= 127): a pair is at most 2 * qmax * 127 (32,512), so 4-bit
-// weights sum a whole sub-block of 8 lines in int16 and Q8_0 one line. The sums are exact, so
-// the bits are those of every other ISA. Compiled with AVX2, FMA and F16C (fp16 scales), run
-// only where cpuid has them.
+// types with a min take q (0..31) as the unsigned operand; the signed ones with |q| <= 64 (Q5_0,
+// Q6_K) the activation plus 128 and q (BiasTile); Q8_0 |q| (<= 128) and the activation with q's
+// sign (|x| <= 127): a pair is at most 2 * qmax * 127 (32,512), so 4-bit weights sum a whole
+// sub-block of 8 lines in int16 and Q8_0 one line. The sums are exact, so the bits are those of
+// every other ISA. Compiled with AVX2, FMA and F16C (fp16 scales), run only where cpuid has
+// them.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -35,6 +36,102 @@ struct MaddDot {
   }
   static __m256i Exact(__m256i isum, const std::int32_t*) { return isum; }
 };
+
+// The signed types whose |q| is at most kBiasMaxQ (Q5_0, Q6_K) take instead the activations plus
+// 128 (Acts::u8) as the unsigned operand and q itself as the signed one, then subtract 128 *
+// sum(q), as the VNNI kernels do: no vpsignb and no vpabsb. A pair is then at most 2 * 255 *
+// qmax, so a part sums fewer lines (4 for Q5_0), and a tile's 16 rows of int32 sums, parts and
+// fp32 sums would not fit the 16 registers: the kernel takes the rows in two passes of 8 (the
+// second reads the tile's lines from L1).
+constexpr int kBiasMaxQ = 64;
+
+int BiasPartLines(const Int8Pack& w) {
+  const int pair = 2 * 255 * std::max(w.qmax, 1);
+  int lines = 1;
+  while (lines * 2 <= w.sub / 4 && lines * 2 * pair <= 32767) lines *= 2;
+  return lines;
+}
+
+template <int NT, int kSub, int kPart>
+void BiasTokens(const Int8Tile& t, int t0) {
+  const Int8Pack& w = *t.w;
+  const int groups = w.cols / kBlock, per_group = kBlock / kSub;
+  const std::uint8_t* xu = t.x->u8.data() + std::size_t(t0) * w.cols;
+  const std::size_t ldx = w.cols;
+  const float* dx = t.x->i8_d.data() + ScaleAt(t0, 0, groups);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int p = 0; p < 2; ++p) {
+    __m256 acc[NT];
+    for (int i = 0; i < NT; ++i) acc[i] = _mm256_setzero_ps();
+    for (int s = 0; s < w.subs; ++s) {
+      const std::int8_t* q = w.Q(t.tile, s);
+      if (p == 0 && t.nt < kPrefillMinTokens) PrefetchAhead(w, q);
+      __m256i isum[NT];
+#pragma GCC unroll 8
+      for (int k0 = 0; k0 < kSub / 4; k0 += kPart) {
+        __m256i part[NT];
+#pragma GCC unroll 8
+        for (int k = k0; k < k0 + kPart; ++k) {
+          const __m256i wq =
+              _mm256_load_si256(reinterpret_cast<const __m256i*>(q + k * 64 + 32 * p));
+          for (int i = 0; i < NT; ++i) {
+            std::int32_t bytes;
+            std::memcpy(&bytes, xu + i * ldx + s * kSub + 4 * k, 4);
+            const __m256i product = _mm256_maddubs_epi16(_mm256_set1_epi32(bytes), wq);
+            part[i] = k == k0 ? product : _mm256_add_epi16(part[i], product);
+            asm("" : "+x"(part[i]));  // as in YmmTokens: no tree of spilled leaves
+          }
+        }
+        for (int i = 0; i < NT; ++i) {
+          const __m256i wide = _mm256_madd_epi16(part[i], ones);
+          isum[i] = k0 == 0 ? wide : _mm256_add_epi32(isum[i], wide);
+        }
+      }
+      const __m256 scale = ScaleLine(w, t.tile, s, p);
+      const __m256i sum128 =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.Sum128(t.tile, s) + 8 * p));
+      const int g = s / per_group;
+      for (int i = 0; i < NT; ++i) {
+        const __m256 sd = _mm256_mul_ps(scale, _mm256_set1_ps(dx[g * kTileTokens + i]));
+        const __m256i exact = _mm256_sub_epi32(isum[i], sum128);
+        acc[i] = _mm256_fmadd_ps(sd, _mm256_cvtepi32_ps(exact), acc[i]);
+      }
+    }
+    const int rows = std::clamp(w.rows - t.tile * kTileRows - 8 * p, 0, 8);
+    for (int i = 0; i < NT; ++i) {
+      float* y = t.y + std::size_t(t0 + i) * t.ldy + t.tile * kTileRows + 8 * p;
+      alignas(32) float out[8];
+      _mm256_store_ps(out, acc[i]);
+      std::memcpy(y, out, sizeof(float) * rows);
+    }
+  }
+}
+
+template <int kSub, int kPart, int... NT>
+void BiasTokenCount(const Int8Tile& t, int t0, int nt, std::integer_sequence<int, NT...>) {
+  ((nt == NT + 1 ? BiasTokens<NT + 1, kSub, kPart>(t, t0) : void()), ...);
+}
+
+template <int kSub>
+void BiasDispatch(const Int8Tile& t, int t0, int nt, int part) {
+  const auto seq = std::make_integer_sequence<int, kYmmTokens>();
+  if constexpr (kSub == 32) {
+    if (part == 8) return BiasTokenCount<kSub, 8>(t, t0, nt, seq);
+  }
+  if (part == 4) return BiasTokenCount<kSub, 4>(t, t0, nt, seq);
+  if (part == 2) return BiasTokenCount<kSub, 2>(t, t0, nt, seq);
+  BiasTokenCount<kSub, 1>(t, t0, nt, seq);
+}
+
+void BiasTile(const Int8Tile& tiles) {
+  const int part = BiasPartLines(*tiles.w);
+  ForEachTile(tiles, [part](const Int8Tile& t) {
+    for (int t0 = t.t0, nt = 0; t0 < t.t0 + t.nt; t0 += nt) {
+      nt = std::min({kYmmTokens, t.t0 + t.nt - t0, kTileTokens - t0 % kTileTokens});
+      t.w->sub == 16 ? BiasDispatch<16>(t, t0, nt, part) : BiasDispatch<32>(t, t0, nt, part);
+    }
+  });
+}
 
 }  // namespace
 
@@ -75,6 +172,9 @@ void QuantizeRowAvx2(const float* x, int groups, std::int8_t* q, float* d, float
   }
 }
 
-void Int8TileAvx2(const Int8Tile& t) { YmmTile<MaddDot>(t); }
+void Int8TileAvx2(const Int8Tile& t) {
+  if (!t.w->has_min && t.w->qmax <= kBiasMaxQ && !t.x->u8.empty()) return BiasTile(t);
+  YmmTile<MaddDot>(t);
+}
 
 }  // namespace ctxpar::compute::int8_internal

@@ -163,25 +163,29 @@ TEST_F(Int8MatMul, ExtremeIntegersEqualScalarBitwise) {
       }
     }
     const QuantMatrix packed = WithInt8Pack(m.m, ActFormat::kInt8);
-    const std::vector<float> x(std::size_t(n) * cols, sign);
-    Force("scalar");
-    const std::vector<float> ref = Run(packed, x, n, nullptr);
-    std::vector<float> w(cols);
-    for (int r = 0; r < rows; ++r) {
-      DequantizeRow(m.m, r, w.data());
-      double exact = 0, magnitude = 0;
-      for (float v : w) {
-        exact += double(v) * sign;
-        magnitude += std::fabs(v);
+    // x at q's sign: the largest products with |q| as the unsigned operand; at the other sign,
+    // x + 128 = 255, those of the signed types with x + 128 as the unsigned one (AVX2's bias).
+    for (const float x_sign : {sign, -sign}) {
+      const std::vector<float> x(std::size_t(n) * cols, x_sign);
+      Force("scalar");
+      const std::vector<float> ref = Run(packed, x, n, nullptr);
+      std::vector<float> w(cols);
+      for (int r = 0; r < rows; ++r) {
+        DequantizeRow(m.m, r, w.data());
+        double exact = 0, magnitude = 0;
+        for (float v : w) {
+          exact += double(v) * x_sign;
+          magnitude += std::fabs(v);
+        }
+        ASSERT_NEAR(ref[r], exact, 2e-5 * magnitude) << Name(type) << " r " << r;
       }
-      ASSERT_NEAR(ref[r], exact, 2e-5 * magnitude) << Name(type) << " r " << r;
-    }
-    for (const std::string& isa : Isas()) {
-      Force(isa);
-      const std::vector<float> y = Run(packed, x, n, nullptr);
-      for (std::size_t i = 0; i < y.size(); ++i) {
-        ASSERT_EQ(std::bit_cast<std::uint32_t>(y[i]), std::bit_cast<std::uint32_t>(ref[i]))
-            << Name(type) << " " << isa << " at " << i;
+      for (const std::string& isa : Isas()) {
+        Force(isa);
+        const std::vector<float> y = Run(packed, x, n, nullptr);
+        for (std::size_t i = 0; i < y.size(); ++i) {
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(y[i]), std::bit_cast<std::uint32_t>(ref[i]))
+              << Name(type) << " " << isa << " x " << x_sign << " at " << i;
+        }
       }
     }
   }
