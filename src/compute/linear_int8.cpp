@@ -271,6 +271,7 @@ void PrepareInt8Acts(const float* x, int n, int cols, int ldx, Acts* out, Thread
   out->i8_d.resize(std::size_t(padded) * groups);
   out->i8_xs.resize(std::size_t(padded) * groups);
   auto row = QuantizeRowScalar;
+  out->u8.clear();
 #if defined(CTXPAR_X86_KERNELS)
   const Int8Isa isa = SelectInt8();
   if (isa >= Int8Isa::kVnni) {
@@ -278,9 +279,6 @@ void PrepareInt8Acts(const float* x, int n, int cols, int ldx, Acts* out, Thread
   } else if (isa >= Int8Isa::kAvx2) {
     row = QuantizeRowAvx2;
   }
-#endif
-  out->u8.clear();
-#if defined(CTXPAR_X86_KERNELS)
   if (isa == Int8Isa::kAvx2) out->u8.resize(std::size_t(padded) * cols);
 #endif
   auto rows = [&](std::int64_t begin, std::int64_t end) {
@@ -288,9 +286,9 @@ void PrepareInt8Acts(const float* x, int n, int cols, int ldx, Acts* out, Thread
       std::int8_t* q = out->i8.data() + std::size_t(t) * cols;
       row(x + std::size_t(t) * ldx, groups, q, out->i8_d.data() + ScaleAt(t, 0, groups),
           out->i8_xs.data() + ScaleAt(t, 0, groups));
-      if (out->u8.empty()) continue;
-      std::uint8_t* u = out->u8.data() + std::size_t(t) * cols;
-      for (int j = 0; j < cols; ++j) u[j] = static_cast<std::uint8_t>(q[j] ^ 0x80);
+#if defined(CTXPAR_X86_KERNELS)
+      if (!out->u8.empty()) BiasRowAvx2(q, cols, out->u8.data() + std::size_t(t) * cols);
+#endif
     }
   };
   // A decode row's quantization is too short to share.

@@ -148,6 +148,8 @@ void Int8TileScalar(const Int8Tile& t);
 // group g's scales go to d[g * kTileTokens] and xs[g * kTileTokens].
 void QuantizeRowAvx512(const float* x, int groups, std::int8_t* q, float* d, float* xs);
 void QuantizeRowAvx2(const float* x, int groups, std::int8_t* q, float* d, float* xs);
+// u[j] = q[j] + 128 (Acts::u8) for j < cols (a multiple of 32), with AVX2.
+void BiasRowAvx2(const std::int8_t* q, int cols, std::uint8_t* u);
 void Int8TileAvx2(const Int8Tile& t);     // AVX2 + FMA
 void Int8TileAvxVnni(const Int8Tile& t);  // AVX2 + FMA + AVX-VNNI
 void Int8TileVnni(const Int8Tile& t);     // AVX-512 F/BW/VL + VNNI

@@ -37,26 +37,32 @@ struct MaddDot {
   static __m256i Exact(__m256i isum, const std::int32_t*) { return isum; }
 };
 
-// The signed types whose |q| is at most kBiasMaxQ (Q5_0, Q6_K) take instead the activations plus
-// 128 (Acts::u8) as the unsigned operand and q itself as the signed one, then subtract 128 *
-// sum(q), as the VNNI kernels do: no vpsignb and no vpabsb. A pair is then at most 2 * 255 *
-// qmax, so a part sums fewer lines (4 for Q5_0), and a tile's 16 rows of int32 sums, parts and
-// fp32 sums would not fit the 16 registers: the kernel takes the rows in two passes of 8 (the
-// second reads the tile's lines from L1).
+// The signed types take a tile's rows in two passes of 8 (the second reads the tile's lines from
+// L1), so that the int32 sums, the parts and the fp32 sums of 4 tokens stay in the 16 registers.
+// Those whose |q| is at most kBiasMaxQ (Q5_0, Q6_K; kBias) take the activations plus 128
+// (Acts::u8) as the unsigned operand and q itself as the signed one, then subtract 128 * sum(q),
+// as the VNNI kernels do: no vpsignb and no vpabsb, but a pair is then at most 2 * 255 * qmax,
+// so a part sums fewer lines (4 for Q5_0). Q8_0 keeps |q| and x with q's sign, one line a part.
 constexpr int kBiasMaxQ = 64;
+// Below this many tokens a call streams the pack (decode), and two passes over each tile lose to
+// one; the sequence, so the bits, are the same either way.
+constexpr int kHalfMinTokens = 8;
 
-int BiasPartLines(const Int8Pack& w) {
-  const int pair = 2 * 255 * std::max(w.qmax, 1);
+template <bool kBias>
+int HalfPartLines(const Int8Pack& w) {
+  const int pair = 2 * std::max(w.qmax, 1) * (kBias ? 255 : 127);
   int lines = 1;
   while (lines * 2 <= w.sub / 4 && lines * 2 * pair <= 32767) lines *= 2;
   return lines;
 }
 
-template <int NT, int kSub, int kPart>
-void BiasTokens(const Int8Tile& t, int t0) {
+template <bool kBias, int NT, int kSub, int kPart>
+void HalfTokens(const Int8Tile& t, int t0) {
   const Int8Pack& w = *t.w;
   const int groups = w.cols / kBlock, per_group = kBlock / kSub;
-  const std::uint8_t* xu = t.x->u8.data() + std::size_t(t0) * w.cols;
+  const auto* xb =
+      kBias ? static_cast<const void*>(t.x->u8.data()) : static_cast<const void*>(t.x->i8.data());
+  const char* x = static_cast<const char*>(xb) + std::size_t(t0) * w.cols;
   const std::size_t ldx = w.cols;
   const float* dx = t.x->i8_d.data() + ScaleAt(t0, 0, groups);
   const __m256i ones = _mm256_set1_epi16(1);
@@ -74,10 +80,13 @@ void BiasTokens(const Int8Tile& t, int t0) {
         for (int k = k0; k < k0 + kPart; ++k) {
           const __m256i wq =
               _mm256_load_si256(reinterpret_cast<const __m256i*>(q + k * 64 + 32 * p));
+          const __m256i wabs = kBias ? wq : _mm256_abs_epi8(wq);
           for (int i = 0; i < NT; ++i) {
             std::int32_t bytes;
-            std::memcpy(&bytes, xu + i * ldx + s * kSub + 4 * k, 4);
-            const __m256i product = _mm256_maddubs_epi16(_mm256_set1_epi32(bytes), wq);
+            std::memcpy(&bytes, x + i * ldx + s * kSub + 4 * k, 4);
+            const __m256i xv = _mm256_set1_epi32(bytes);
+            const __m256i product = kBias ? _mm256_maddubs_epi16(xv, wq)
+                                          : _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(xv, wq));
             part[i] = k == k0 ? product : _mm256_add_epi16(part[i], product);
             asm("" : "+x"(part[i]));  // as in YmmTokens: no tree of spilled leaves
           }
@@ -88,12 +97,14 @@ void BiasTokens(const Int8Tile& t, int t0) {
         }
       }
       const __m256 scale = ScaleLine(w, t.tile, s, p);
-      const __m256i sum128 =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.Sum128(t.tile, s) + 8 * p));
+      __m256i sum128 = _mm256_setzero_si256();
+      if (kBias) {
+        sum128 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.Sum128(t.tile, s) + 8 * p));
+      }
       const int g = s / per_group;
       for (int i = 0; i < NT; ++i) {
         const __m256 sd = _mm256_mul_ps(scale, _mm256_set1_ps(dx[g * kTileTokens + i]));
-        const __m256i exact = _mm256_sub_epi32(isum[i], sum128);
+        const __m256i exact = kBias ? _mm256_sub_epi32(isum[i], sum128) : isum[i];
         acc[i] = _mm256_fmadd_ps(sd, _mm256_cvtepi32_ps(exact), acc[i]);
       }
     }
@@ -107,28 +118,30 @@ void BiasTokens(const Int8Tile& t, int t0) {
   }
 }
 
-template <int kSub, int kPart, int... NT>
-void BiasTokenCount(const Int8Tile& t, int t0, int nt, std::integer_sequence<int, NT...>) {
-  ((nt == NT + 1 ? BiasTokens<NT + 1, kSub, kPart>(t, t0) : void()), ...);
+template <bool kBias, int kSub, int kPart, int... NT>
+void HalfTokenCount(const Int8Tile& t, int t0, int nt, std::integer_sequence<int, NT...>) {
+  ((nt == NT + 1 ? HalfTokens<kBias, NT + 1, kSub, kPart>(t, t0) : void()), ...);
 }
 
-template <int kSub>
-void BiasDispatch(const Int8Tile& t, int t0, int nt, int part) {
+template <bool kBias, int kSub>
+void HalfDispatch(const Int8Tile& t, int t0, int nt, int part) {
   const auto seq = std::make_integer_sequence<int, kYmmTokens>();
   if constexpr (kSub == 32) {
-    if (part == 8) return BiasTokenCount<kSub, 8>(t, t0, nt, seq);
+    if (part == 8) return HalfTokenCount<kBias, kSub, 8>(t, t0, nt, seq);
   }
-  if (part == 4) return BiasTokenCount<kSub, 4>(t, t0, nt, seq);
-  if (part == 2) return BiasTokenCount<kSub, 2>(t, t0, nt, seq);
-  BiasTokenCount<kSub, 1>(t, t0, nt, seq);
+  if (part == 4) return HalfTokenCount<kBias, kSub, 4>(t, t0, nt, seq);
+  if (part == 2) return HalfTokenCount<kBias, kSub, 2>(t, t0, nt, seq);
+  HalfTokenCount<kBias, kSub, 1>(t, t0, nt, seq);
 }
 
-void BiasTile(const Int8Tile& tiles) {
-  const int part = BiasPartLines(*tiles.w);
+template <bool kBias>
+void HalfTile(const Int8Tile& tiles) {
+  const int part = HalfPartLines<kBias>(*tiles.w);
   ForEachTile(tiles, [part](const Int8Tile& t) {
     for (int t0 = t.t0, nt = 0; t0 < t.t0 + t.nt; t0 += nt) {
       nt = std::min({kYmmTokens, t.t0 + t.nt - t0, kTileTokens - t0 % kTileTokens});
-      t.w->sub == 16 ? BiasDispatch<16>(t, t0, nt, part) : BiasDispatch<32>(t, t0, nt, part);
+      t.w->sub == 16 ? HalfDispatch<kBias, 16>(t, t0, nt, part)
+                     : HalfDispatch<kBias, 32>(t, t0, nt, part);
     }
   });
 }
@@ -172,9 +185,18 @@ void QuantizeRowAvx2(const float* x, int groups, std::int8_t* q, float* d, float
   }
 }
 
+void BiasRowAvx2(const std::int8_t* q, int cols, std::uint8_t* u) {
+  const __m256i flip = _mm256_set1_epi8(-128);
+  for (int j = 0; j < cols; j += 32) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + j));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + j), _mm256_xor_si256(v, flip));
+  }
+}
+
 void Int8TileAvx2(const Int8Tile& t) {
-  if (!t.w->has_min && t.w->qmax <= kBiasMaxQ && !t.x->u8.empty()) return BiasTile(t);
-  YmmTile<MaddDot>(t);
+  if (t.w->has_min || t.nt < kHalfMinTokens) return YmmTile<MaddDot>(t);
+  if (t.w->qmax <= kBiasMaxQ && !t.x->u8.empty()) return HalfTile<true>(t);
+  HalfTile<false>(t);
 }
 
 }  // namespace ctxpar::compute::int8_internal

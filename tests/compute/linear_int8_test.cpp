@@ -17,6 +17,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compute/linear.h"
@@ -125,11 +126,11 @@ TEST_F(Int8MatMul, IsasEqualScalarBitwise) {
 
 // Every q at the type's extreme (15 for the 4-bit types, 31 for Q5_K, -16 for Q5_0, -32 for Q6_K,
 // and -128, which ggml never writes but a file may hold, for Q8_0) and every activation at 127
-// with q's sign: each int32 sum sits at its bound, which a kernel that sums products in int16
-// over too many lines overflows.
+// with q's sign, then at the other sign: each int32 sum sits at its bound, which a kernel that
+// sums products in int16 over too many lines overflows.
 TEST_F(Int8MatMul, ExtremeIntegersEqualScalarBitwise) {
   std::mt19937 rng(17);
-  const int rows = 20, cols = 512, n = 5;
+  const int rows = 20, cols = 512;
   for (WeightType type : kTypes) {
     Matrix m = RandomMatrix(type, rows, cols, rng);
     float sign = -1.0f;
@@ -165,7 +166,8 @@ TEST_F(Int8MatMul, ExtremeIntegersEqualScalarBitwise) {
     const QuantMatrix packed = WithInt8Pack(m.m, ActFormat::kInt8);
     // x at q's sign: the largest products with |q| as the unsigned operand; at the other sign,
     // x + 128 = 255, those of the signed types with x + 128 as the unsigned one (AVX2's bias).
-    for (const float x_sign : {sign, -sign}) {
+    // 5 and 9 tokens: AVX2's kernels for a decode step's few tokens and for more.
+    for (const auto [n, x_sign] : {std::pair{5, sign}, {5, -sign}, {9, sign}, {9, -sign}}) {
       const std::vector<float> x(std::size_t(n) * cols, x_sign);
       Force("scalar");
       const std::vector<float> ref = Run(packed, x, n, nullptr);
@@ -184,7 +186,7 @@ TEST_F(Int8MatMul, ExtremeIntegersEqualScalarBitwise) {
         const std::vector<float> y = Run(packed, x, n, nullptr);
         for (std::size_t i = 0; i < y.size(); ++i) {
           ASSERT_EQ(std::bit_cast<std::uint32_t>(y[i]), std::bit_cast<std::uint32_t>(ref[i]))
-              << Name(type) << " " << isa << " x " << x_sign << " at " << i;
+              << Name(type) << " " << isa << " n " << n << " x " << x_sign << " at " << i;
         }
       }
     }
