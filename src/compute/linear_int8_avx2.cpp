@@ -38,7 +38,7 @@ struct MaddDot {
 };
 
 // The signed types take a tile's rows in two passes of 8 (the second reads the tile's lines from
-// L1), so that the int32 sums, the parts and the fp32 sums of 4 tokens stay in the 16 registers.
+// L1), so that the int32 sums, the parts and the fp32 sums of its tokens stay in the 16 registers.
 // Those whose |q| is at most kBiasMaxQ (Q5_0, Q6_K; kBias) take the activations plus 128
 // (Acts::u8) as the unsigned operand and q itself as the signed one, then subtract 128 * sum(q),
 // as the VNNI kernels do: no vpsignb and no vpabsb, but a pair is then at most 2 * 255 * qmax,
@@ -125,9 +125,14 @@ void HalfTokenCount(const Int8Tile& t, int t0, int nt, std::integer_sequence<int
   ((nt == NT + 1 ? HalfTokens<kBias, NT + 1, kSub, kPart>(t, t0) : void()), ...);
 }
 
+// Tokens a pass: 4 with parts of several lines (each token holds a part, an int32 sum and an fp32
+// sum), 8 with Q8_0's one line a part (no part is kept).
+template <bool kBias>
+constexpr int kHalfTokens = kBias ? 4 : 8;
+
 template <bool kBias, int kSub>
 void HalfDispatch(const Int8Tile& t, int t0, int nt, int part) {
-  const auto seq = std::make_integer_sequence<int, kYmmTokens>();
+  const auto seq = std::make_integer_sequence<int, kHalfTokens<kBias>>();
   if constexpr (kSub == 32) {
     if (part == 8) return HalfTokenCount<kBias, kSub, 8>(t, t0, nt, seq);
   }
@@ -141,7 +146,7 @@ void HalfTile(const Int8Tile& tiles) {
   const int part = HalfPartLines<kBias>(*tiles.w);
   ForEachTile(tiles, [part](const Int8Tile& t) {
     for (int t0 = t.t0, nt = 0; t0 < t.t0 + t.nt; t0 += nt) {
-      nt = std::min({kYmmTokens, t.t0 + t.nt - t0, kTileTokens - t0 % kTileTokens});
+      nt = std::min({kHalfTokens<kBias>, t.t0 + t.nt - t0, kTileTokens - t0 % kTileTokens});
       t.w->sub == 16 ? HalfDispatch<kBias, 16>(t, t0, nt, part)
                      : HalfDispatch<kBias, 32>(t, t0, nt, part);
     }
