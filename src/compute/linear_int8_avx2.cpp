@@ -1,12 +1,12 @@
 // The AVX2 kernel of the int8 path (linear_int8.h), for CPUs without VNNI: vpmaddubsw multiplies
 // unsigned by signed bytes into int16 pairs, which add up in int16 over as many lines as cannot
 // overflow (Int8Pack::qmax), and vpmaddwd widens them to int32 once per that many lines. The
-// types with a min take q (0..31) as the unsigned operand; the signed ones with |q| <= 64 (Q5_0,
-// Q6_K) the activation plus 128 and q (BiasTile); Q8_0 |q| (<= 128) and the activation with q's
-// sign (|x| <= 127): a pair is at most 2 * qmax * 127 (32,512), so 4-bit weights sum a whole
-// sub-block of 8 lines in int16 and Q8_0 one line. The sums are exact, so the bits are those of
-// every other ISA. Compiled with AVX2, FMA and F16C (fp16 scales), run only where cpuid has
-// them.
+// types with a min take q (0..31) as the unsigned operand; the signed ones |q| (<= 128) and the
+// activation with q's sign (|x| <= 127), or, in calls of 8 tokens or more, for |q| <= 64 (Q5_0,
+// Q6_K), the activation plus 128 and q (HalfTile). A pair is at most 2 * qmax * 127 (32,512) the
+// first way, so 4-bit weights sum a whole sub-block of 8 lines in int16 and Q8_0 one line. The
+// sums are exact, so the bits are those of every other ISA. Compiled with AVX2, FMA and F16C
+// (fp16 scales), run only where cpuid has them.
 #include <immintrin.h>
 
 #include <algorithm>
