@@ -20,6 +20,16 @@ namespace {
 
 #include "compute/linear_int8_ymm.h"
 
+// The lines of a sub-block whose vpmaddubsw pairs add up in int16 without overflow (a power of
+// two that divides sub / 4), the activations' bytes being at most xmax in magnitude: a pair is at
+// most 2 * qmax * xmax.
+int Int16Lines(const Int8Pack& w, int xmax) {
+  const int pair = 2 * std::max(w.qmax, 1) * xmax;
+  int lines = 1;
+  while (lines * 2 <= w.sub / 4 && lines * 2 * pair <= 32767) lines *= 2;
+  return lines;
+}
+
 struct MaddDot {
   static __m256i Weights(__m256i q) { return _mm256_abs_epi8(q); }
   template <bool kMin>
@@ -28,12 +38,7 @@ struct MaddDot {
     part = _mm256_add_epi16(part, _mm256_maddubs_epi16(w, signed_x));
   }
   static __m256i Widen(__m256i part) { return _mm256_madd_epi16(part, _mm256_set1_epi16(1)); }
-  static int PartLines(const Int8Pack& w) {
-    const int pair = 2 * std::max(w.qmax, 1) * 127;
-    int lines = 1;
-    while (lines * 2 <= w.sub / 4 && lines * 2 * pair <= 32767) lines *= 2;
-    return lines;
-  }
+  static int PartLines(const Int8Pack& w) { return Int16Lines(w, 127); }
   static __m256i Exact(__m256i isum, const std::int32_t*) { return isum; }
 };
 
@@ -48,21 +53,13 @@ constexpr int kBiasMaxQ = 64;
 // one; the sequence, so the bits, are the same either way.
 constexpr int kHalfMinTokens = 8;
 
-template <bool kBias>
-int HalfPartLines(const Int8Pack& w) {
-  const int pair = 2 * std::max(w.qmax, 1) * (kBias ? 255 : 127);
-  int lines = 1;
-  while (lines * 2 <= w.sub / 4 && lines * 2 * pair <= 32767) lines *= 2;
-  return lines;
-}
-
 template <bool kBias, int NT, int kSub, int kPart>
 void HalfTokens(const Int8Tile& t, int t0) {
   const Int8Pack& w = *t.w;
   const int groups = w.cols / kBlock, per_group = kBlock / kSub;
-  const auto* xb =
-      kBias ? static_cast<const void*>(t.x->u8.data()) : static_cast<const void*>(t.x->i8.data());
-  const char* x = static_cast<const char*>(xb) + std::size_t(t0) * w.cols;
+  const char* x = kBias ? reinterpret_cast<const char*>(t.x->u8.data())
+                        : reinterpret_cast<const char*>(t.x->i8.data());
+  x += std::size_t(t0) * w.cols;
   const std::size_t ldx = w.cols;
   const float* dx = t.x->i8_d.data() + ScaleAt(t0, 0, groups);
   const __m256i ones = _mm256_set1_epi16(1);
@@ -143,7 +140,7 @@ void HalfDispatch(const Int8Tile& t, int t0, int nt, int part) {
 
 template <bool kBias>
 void HalfTile(const Int8Tile& tiles) {
-  const int part = HalfPartLines<kBias>(*tiles.w);
+  const int part = Int16Lines(*tiles.w, kBias ? 255 : 127);
   ForEachTile(tiles, [part](const Int8Tile& t) {
     for (int t0 = t.t0, nt = 0; t0 < t.t0 + t.nt; t0 += nt) {
       nt = std::min({kHalfTokens<kBias>, t.t0 + t.nt - t0, kTileTokens - t0 % kTileTokens});
