@@ -48,6 +48,7 @@
 #include <span>
 #include <vector>
 
+#include "ctxpar/pack_arena.h"
 #include "ctxpar/quant.h"
 #include "ctxpar/status.h"
 #include "ctxpar/thread_pool.h"
@@ -179,6 +180,21 @@ struct LineAllocator {
 };
 template <class T>
 using LineVector = std::vector<T, LineAllocator<T>>;
+
+// The same alignment for the weight packs, from the pack arena (ctxpar/pack_arena.h: huge pages
+// for the streams of a decode step).
+template <class T>
+struct PackAllocator {
+  using value_type = T;
+  PackAllocator() = default;
+  template <class U>
+  PackAllocator(const PackAllocator<U>&) {}
+  T* allocate(std::size_t n) { return static_cast<T*>(AllocatePack(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) { FreePack(p, n * sizeof(T)); }
+  bool operator==(const PackAllocator&) const { return true; }
+};
+template <class T>
+using PackVector = std::vector<T, PackAllocator<T>>;
 
 // How activations enter a matmul.
 // - kF32: as they are. A perturbation of the

@@ -40,7 +40,7 @@ struct Bf16Pack {
   int tiles = 0;  // ceil(rows / 16)
   // [tiles][cols / 2][16 rows][2]: the 16 rows' pair p of a tile in one 64-byte line, the
   // layout of an AMX B tile and of one vdpbf16ps operand. Rows past `rows` are zero.
-  LineVector<std::uint16_t> w;
+  PackVector<std::uint16_t> w;
 
   const std::uint16_t* Line(int tile, int p) const {
     return w.data() + (std::size_t(tile) * (cols / 2) + p) * 32;

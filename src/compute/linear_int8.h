@@ -51,11 +51,11 @@ struct Int8Pack {
   bool nibbles = false;  // q in 4 bits (Q4_1, Q4_K)
   bool half = false;     // scale and min in fp16 (scale16, min16), else fp32
   int qmax = 0;          // the largest q as the products take it: q (types with a min), else |q|
-  LineVector<std::int8_t> q;  // [tiles][subs][sub / 4 (sub / 8 with nibbles)][16][4]
-  std::vector<float> scale;   // [tiles][subs][16]
-  std::vector<float> min;     // [tiles][cols / 32][16] (has_min)
-  std::vector<std::uint16_t> scale16, min16;  // the same, with half
-  std::vector<std::int32_t> sum128;           // [tiles][subs][16]: 128 * sum of q (signed types)
+  PackVector<std::int8_t> q;                 // [tiles][subs][sub / 4 (sub / 8 with nibbles)][16][4]
+  PackVector<float> scale;                   // [tiles][subs][16]
+  PackVector<float> min;                     // [tiles][cols / 32][16] (has_min)
+  PackVector<std::uint16_t> scale16, min16;  // the same, with half
+  PackVector<std::int32_t> sum128;           // [tiles][subs][16]: 128 * sum of q (signed types)
 
   // Sub: index of tile `tile`'s sub-block s, the unit of q (SubBytes), scale and sum128 (16
   // each); Group: of its 32-group g, the unit of min (16).
