@@ -166,35 +166,33 @@ struct ActBlock {
 };
 
 // Cache-line-aligned storage for the kernels' operands: an unaligned 32- or 64-byte load that
-// crosses a line costs two, and the widened path issues seven loads per twelve FMAs.
-template <class T>
+// crosses a line costs two, and the widened path issues seven loads per twelve FMAs. Memory:
+// where it comes from (Allocate(bytes), Free(p, bytes), both 64-byte aligned).
+template <class T, class Memory>
 struct LineAllocator {
   using value_type = T;
-  static constexpr std::align_val_t kAlign{64};
   LineAllocator() = default;
   template <class U>
-  LineAllocator(const LineAllocator<U>&) {}
-  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
-  void deallocate(T* p, std::size_t) { ::operator delete(p, kAlign); }
+  LineAllocator(const LineAllocator<U, Memory>&) {}
+  T* allocate(std::size_t n) { return static_cast<T*>(Memory::Allocate(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) { Memory::Free(p, n * sizeof(T)); }
   bool operator==(const LineAllocator&) const { return true; }
 };
-template <class T>
-using LineVector = std::vector<T, LineAllocator<T>>;
-
-// The same alignment for the weight packs, from the pack arena (ctxpar/pack_arena.h: huge pages
-// for the streams of a decode step).
-template <class T>
-struct PackAllocator {
-  using value_type = T;
-  PackAllocator() = default;
-  template <class U>
-  PackAllocator(const PackAllocator<U>&) {}
-  T* allocate(std::size_t n) { return static_cast<T*>(AllocatePack(n * sizeof(T))); }
-  void deallocate(T* p, std::size_t n) { FreePack(p, n * sizeof(T)); }
-  bool operator==(const PackAllocator&) const { return true; }
+struct HeapLines {
+  static constexpr std::align_val_t kAlign{64};
+  static void* Allocate(std::size_t bytes) { return ::operator new(bytes, kAlign); }
+  static void Free(void* p, std::size_t) { ::operator delete(p, kAlign); }
+};
+// The weight packs: the pack arena (ctxpar/pack_arena.h: huge pages for the streams of a decode
+// step).
+struct PackLines {
+  static void* Allocate(std::size_t bytes) { return AllocatePack(bytes); }
+  static void Free(void* p, std::size_t bytes) { FreePack(p, bytes); }
 };
 template <class T>
-using PackVector = std::vector<T, PackAllocator<T>>;
+using LineVector = std::vector<T, LineAllocator<T, HeapLines>>;
+template <class T>
+using PackVector = std::vector<T, LineAllocator<T, PackLines>>;
 
 // How activations enter a matmul.
 // - kF32: as they are. A perturbation of the
