@@ -140,7 +140,7 @@ std::shared_ptr<const Int8Pack> PackInt8(const QuantMatrix& w) {
     p->min.resize(mins);
   }
   if (!p->has_min) {
-    p->sum128.assign(lanes * p->subs, 0);
+    p->qsum.assign(lanes * p->subs, 0);
   }
   for (int r = 0; r < w.rows; ++r) {
     const int tile = r / kTileRows, lane = r % kTileRows;
@@ -170,7 +170,7 @@ std::shared_ptr<const Int8Pack> PackInt8(const QuantMatrix& w) {
         } else {
           p->scale[at * 16 + lane] = grp.scale[h];
         }
-        if (!p->has_min) p->sum128[at * 16 + lane] = 128 * sum;
+        if (!p->has_min) p->qsum[at * 16 + lane] = static_cast<std::int16_t>(sum);
       }
       if (p->has_min && p->half) p->min16[p->Group(tile, g) * 16 + lane] = grp.min16;
       if (p->has_min && !p->half) p->min[p->Group(tile, g) * 16 + lane] = grp.min;

@@ -22,11 +22,12 @@
 // instead (`nibbles`): line j's low nibbles are line j, its high ones line j + sub / 8, widened
 // in registers (VNNI, AVX2) or once per tile and call into a scratch tile (AMX). Memory: 1 byte
 // per weight (half a byte for the 4-bit types) plus, per sub-block and row, the scale, the min
-// (Q4_1, Q4_K, Q5_K) or 4 bytes of 128 * sum(q) (the others, for VNNI's unsigned operand). The
+// (Q4_1, Q4_K, Q5_K) or 2 bytes of sum(q) (the others: VNNI's unsigned operand is x + 128, so the
+// kernels subtract 128 * sum(q), |sum(q)| <= 32 * 127 fitting int16). The
 // types whose scale and min are the file's fp16 values (Q4_1, Q8_0, Q5_0: `half`) keep them in
 // fp16, 2 bytes each, exactly; the K-quants' products of two scales take 4 bytes of fp32. So
-// 0.625 bytes per weight for Q4_1 (as its file), 0.75 for Q4_K (0.5625), 1.1875 for Q8_0 and
-// Q5_0 (1.0625, 0.6875), 1.25 for Q5_K, 1.5 for Q6_K. A decode step reads all of it, so fewer
+// 0.625 bytes per weight for Q4_1 (as its file), 0.75 for Q4_K (0.5625), 1.125 for Q8_0 and
+// Q5_0 (1.0625, 0.6875), 1.25 for Q5_K, 1.375 for Q6_K. A decode step reads all of it, so fewer
 // bytes are a faster memory-bound decode.
 #pragma once
 
@@ -55,9 +56,9 @@ struct Int8Pack {
   PackVector<float> scale;                   // [tiles][subs][16]
   PackVector<float> min;                     // [tiles][cols / 32][16] (has_min)
   PackVector<std::uint16_t> scale16, min16;  // the same, with half
-  PackVector<std::int32_t> sum128;           // [tiles][subs][16]: 128 * sum of q (signed types)
+  PackVector<std::int16_t> qsum;             // [tiles][subs][16]: sum of q (signed types)
 
-  // Sub: index of tile `tile`'s sub-block s, the unit of q (SubBytes), scale and sum128 (16
+  // Sub: index of tile `tile`'s sub-block s, the unit of q (SubBytes), scale and qsum (16
   // each); Group: of its 32-group g, the unit of min (16).
   std::size_t Sub(int tile, int s) const { return std::size_t(tile) * subs + s; }
   std::size_t Group(int tile, int g) const { return std::size_t(tile) * (cols / kBlock) + g; }
@@ -81,7 +82,7 @@ struct Int8Pack {
   float MinOf(int tile, int g, int r) const {
     return half ? Fp16ToFp32(Min16(tile, g)[r]) : Min(tile, g)[r];
   }
-  const std::int32_t* Sum128(int tile, int s) const { return sum128.data() + Sub(tile, s) * 16; }
+  const std::int16_t* QSum(int tile, int s) const { return qsum.data() + Sub(tile, s) * 16; }
 };
 
 namespace int8_internal {

@@ -39,7 +39,7 @@ struct MaddDot {
   }
   static __m256i Widen(__m256i part) { return _mm256_madd_epi16(part, _mm256_set1_epi16(1)); }
   static int PartLines(const Int8Pack& w) { return Int16Lines(w, 127); }
-  static __m256i Exact(__m256i isum, const std::int32_t*) { return isum; }
+  static __m256i Exact(__m256i isum, __m256i) { return isum; }
 };
 
 // The signed types take a tile's rows in two passes of 8 (the second reads the tile's lines from
@@ -96,10 +96,7 @@ void HalfTokens(const Int8Tile& t, int t0) {
         }
       }
       const __m256 scale = ScaleLine(w, t.tile, s, p);
-      __m256i sum128 = _mm256_setzero_si256();
-      if (kBias) {
-        sum128 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.Sum128(t.tile, s) + 8 * p));
-      }
+      const __m256i sum128 = kBias ? Sum128Line(w, t.tile, s, p) : _mm256_setzero_si256();
       const int g = s / per_group;
       for (int i = 0; i < NT; ++i) {
         const __m256 sd = _mm256_mul_ps(scale, _mm256_set1_ps(dx[g * kTileTokens + i]));

@@ -101,7 +101,11 @@ void Tokens(const Int8Tile& t, int tile, int t0) {
       for (int r = 0; r < R; ++r) {
         const __m512 scale = ScaleLine(w, tile + r, s);
         __m512i corr = _mm512_setzero_si512();
-        if (!kMin) corr = _mm512_loadu_si512(w.Sum128(tile + r, s));
+        if (!kMin) {
+          const __m256i sums =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.QSum(tile + r, s)));
+          corr = _mm512_slli_epi32(_mm512_cvtepi16_epi32(sums), 7);
+        }
         for (int i = 0; i < NT; ++i) {
           const __m512i exact = kMin ? isum[r][i] : _mm512_sub_epi32(isum[r][i], corr);
           const __m512 sd = _mm512_mul_ps(scale, _mm512_set1_ps(dx[i][g * kTileTokens]));

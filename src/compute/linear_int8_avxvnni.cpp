@@ -25,9 +25,7 @@ struct VnniDot {
   }
   static __m256i Widen(__m256i part) { return part; }
   static int PartLines(const Int8Pack& w) { return w.sub / 4; }
-  static __m256i Exact(__m256i isum, const std::int32_t* sum128) {
-    return _mm256_sub_epi32(isum, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sum128)));
-  }
+  static __m256i Exact(__m256i isum, __m256i sum128) { return _mm256_sub_epi32(isum, sum128); }
 };
 
 }  // namespace

@@ -17,6 +17,12 @@ __m256 Half8(const std::uint16_t* h) {
 __attribute__((always_inline)) inline __m256 ScaleLine(const Int8Pack& w, int tile, int s, int p) {
   return w.half ? Half8(w.Scale16(tile, s) + 8 * p) : _mm256_loadu_ps(w.Scale(tile, s) + 8 * p);
 }
+// 128 * sum(q) of rows 8p..8p+7 of sub-block s (a signed type's correction for VNNI's x + 128).
+__attribute__((always_inline)) inline __m256i Sum128Line(const Int8Pack& w, int tile, int s,
+                                                         int p) {
+  const __m128i sums = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.QSum(tile, s) + 8 * p));
+  return _mm256_slli_epi32(_mm256_cvtepi16_epi32(sums), 7);
+}
 __attribute__((always_inline)) inline __m256 MinLine(const Int8Pack& w, int tile, int g, int p) {
   return w.half ? Half8(w.Min16(tile, g) + 8 * p) : _mm256_loadu_ps(w.Min(tile, g) + 8 * p);
 }
@@ -25,8 +31,8 @@ __attribute__((always_inline)) inline __m256 MinLine(const Int8Pack& w, int tile
 // part, __m256i w, __m256i q, __m256i x) (x: 4 bytes of the token, broadcast; q: the raw weights),
 // static __m256i Widen(__m256i part) (part's sums as int32 lanes), static int PartLines(const
 // Int8Pack&) (the lines a part may sum before Widen, a power of two that divides sub / 4) and
-// static __m256i Exact(__m256i isum, const std::int32_t* sum128) (the exact sum of q * x for a
-// signed type, given 128 * sum(q) of the 8 rows). kSub: w.sub, known to the compiler so that it
+// static __m256i Exact(__m256i isum, __m256i sum128) (the exact sum of q * x for a signed type,
+// given 128 * sum(q) of the 8 rows). kSub: w.sub, known to the compiler so that it
 // unrolls a sub-block's lines. kPart: Dot::PartLines(w), known to the compiler too (with the
 // count at run time GCC kept the sums on the stack). kNib: q packed two lines per line
 // (Int8Pack::nibbles; the 4-bit types, which have a min).
@@ -110,7 +116,7 @@ void YmmTokens(const Int8Tile& t, int t0) {
       }
       for (int p = 0; p < 2; ++p) {
         const __m256 scale = ScaleLine(w, t.tile, s, p);
-        const std::int32_t* sum128 = kMin ? nullptr : w.Sum128(t.tile, s) + 8 * p;
+        const __m256i sum128 = kMin ? _mm256_setzero_si256() : Sum128Line(w, t.tile, s, p);
         for (int i = 0; i < NT; ++i) {
           const __m256i sum = kWhole ? Dot::Widen(part[i][p]) : isum[i][p];
           const __m256i exact = kMin ? sum : Dot::Exact(sum, sum128);
