@@ -101,12 +101,13 @@ void ThreadPool::ParallelFor(std::int64_t n,
 }
 
 // Chunks are taken from a shared counter rather than split statically, so that a thread the
-// (shared) machine has descheduled does not hold up the others. Each is a share of what is left
-// (guided scheduling): large first, single items last, so that the threads finish together. A
-// fixed n / (4 x threads) left 9 chunks of a 36-tile matmul, 5 for one of 2 threads and 4 for
-// the other.
+// (shared) machine has descheduled does not hold up the others. Each is 1 / threads of what is
+// left (guided scheduling): large first, single items last, so that the threads finish together.
+// A fixed n / (4 x threads) left 9 chunks of a 36-tile matmul, 5 for one of 2 threads and 4 for
+// the other. Fewer, larger chunks matter for decode: each starts a new stream of weights whose
+// first lines miss, and 1 / (2 x threads) made SmolLM2's decode 14 % slower (docs/perf-model.md).
 void ThreadPool::RunChunks() {
-  const std::int64_t share = 2 * std::int64_t{size()};
+  const std::int64_t share = std::int64_t{size()};
   std::int64_t begin = next_.load(std::memory_order_relaxed);
   for (;;) {
     if (begin >= n_) return;
