@@ -105,7 +105,7 @@ void ThreadPool::ParallelFor(std::int64_t n,
 // left (guided scheduling): large first, single items last, so that the threads finish together.
 // A fixed n / (4 x threads) left 9 chunks of a 36-tile matmul, 5 for one of 2 threads and 4 for
 // the other. Fewer, larger chunks matter for decode: each starts a new stream of weights whose
-// first lines miss, and 1 / (2 x threads) made SmolLM2's decode 14 % slower (docs/perf-model.md).
+// first lines miss: 1 / (2 x threads) made SmolLM2's decode 7 % slower (docs/perf-model.md).
 void ThreadPool::RunChunks() {
   const std::int64_t share = std::int64_t{size()};
   std::int64_t begin = next_.load(std::memory_order_relaxed);
