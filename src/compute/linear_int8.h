@@ -23,9 +23,9 @@
 // in registers (VNNI, AVX2) or once per tile and call into a scratch tile (AMX). Memory: 1 byte
 // per weight (half a byte for the 4-bit types) plus, per sub-block and row, the scale, the min
 // (Q4_1, Q4_K, Q5_K) or 2 bytes of sum(q) (the others: VNNI's unsigned operand is x + 128, so the
-// kernels subtract 128 * sum(q), |sum(q)| <= 32 * 127 fitting int16). The
-// types whose scale and min are the file's fp16 values (Q4_1, Q8_0, Q5_0: `half`) keep them in
-// fp16, 2 bytes each, exactly; the K-quants' products of two scales take 4 bytes of fp32. So
+// kernels subtract 128 * sum(q); |sum(q)| <= 32 * 128 fits int16). The types whose scale and min
+// are the file's fp16 values (Q4_1, Q8_0, Q5_0: `half`) keep them in fp16, 2 bytes each,
+// exactly; the K-quants' products of two scales take 4 bytes of fp32. So
 // 0.625 bytes per weight for Q4_1 (as its file), 0.75 for Q4_K (0.5625), 1.125 for Q8_0 and
 // Q5_0 (1.0625, 0.6875), 1.25 for Q5_K, 1.375 for Q6_K. A decode step reads all of it, so fewer
 // bytes are a faster memory-bound decode.
