@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Decode at batch 1 beside the read ceiling of the same run (issue 36's 80 % target).
+
+Each round measures the read ceiling (`ctxpar bench attention`: what one thread per core
+streams from DRAM), then runs `ctxpar generate` of bench_generate.sh's prompt (--warmup 1
+--ignore-eos) with each binary given, in turn; the ceiling is measured once more at the end.
+The bytes a decode step must read are counted from the file, not from ctxpar's packs: every
+tensor but the token embedding (one row a token; it counts when it is also the output
+projection), and the KV cache at each step's context (the model's KV heads and dims, the
+sliding-window layers up to their window, the element size `ctxpar check` reports). Prints each
+run, then per binary the median tokens/s and its GB/s and share of the median ceiling.
+
+Usage: decode_ceiling.py --model FILE [--ctxpar BIN ...] [--cores 0,1] [--rounds 3]
+                         [--new-tokens 128] [--flags "--dtype auto"]
+Needs only the Python standard library.
+"""
+import argparse
+import os
+import re
+import statistics
+import struct
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROMPT_UNIT = (
+    "Decode context parallelism shards the KV cache of each sequence across the ranks of a "
+    "group. Every rank attends over its own shard and the partial results are merged with "
+    "their log-sum-exp, so the output is exact whatever the number of ranks. "
+    "The prefill writes each token's keys and values to the rank that owns its position; "
+    "during decode every rank reads only what it owns, which divides the memory traffic. ")
+
+
+def read_gguf(path):
+    """(metadata dict, {tensor name: bytes in the file}) of a GGUF file."""
+    scalars = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
+               11: "<q", 12: "<d"}
+    with open(path, "rb") as f:
+        if f.read(4) != b"GGUF":
+            sys.exit(f"{path}: not a GGUF file")
+        version, n_tensors, n_kv = struct.unpack("<IQQ", f.read(20))
+        if version < 2:
+            sys.exit(f"{path}: GGUF version {version} is older than this script reads (2, 3)")
+
+        def string():
+            (n,) = struct.unpack("<Q", f.read(8))
+            return f.read(n).decode("utf-8", "replace")
+
+        def value(t):
+            if t in scalars:
+                fmt = scalars[t]
+                return struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
+            if t == 8:
+                return string()
+            if t == 9:
+                item, n = struct.unpack("<IQ", f.read(12))
+                return [value(item) for _ in range(n)]
+            sys.exit(f"{path}: unknown GGUF value type {t}")
+
+        meta = {}
+        for _ in range(n_kv):
+            key = string()
+            (t,) = struct.unpack("<I", f.read(4))
+            meta[key] = value(t)
+        infos = []
+        for _ in range(n_tensors):
+            name = string()
+            (n_dims,) = struct.unpack("<I", f.read(4))
+            f.read(8 * n_dims)
+            _, offset = struct.unpack("<IQ", f.read(12))
+            infos.append((offset, name))
+        align = meta.get("general.alignment", 32)
+        data_start = (f.tell() + align - 1) // align * align
+        end = os.fstat(f.fileno()).st_size - data_start
+    # A tensor's bytes run to the next one's offset (the padding between them is under
+    # `align` bytes): no table of block sizes to keep up to date.
+    infos.sort()
+    sizes = {}
+    for i, (offset, name) in enumerate(infos):
+        sizes[name] = (infos[i + 1][0] if i + 1 < len(infos) else end) - offset
+    return meta, sizes
+
+
+def run(cmd, cores):
+    out = subprocess.run(["taskset", "-c", cores] + cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stderr[-2000:]}")
+    return out.stdout + out.stderr
+
+
+def ceiling(ctxpar, cores, threads):
+    text = run([ctxpar, "bench", "attention", "--kinds", "smollm2-bf16", "--contexts", "1k",
+                "--threads", str(threads)], cores)
+    found = re.findall(r"read ceiling ([0-9.]+) GB/s", text)
+    if not found:
+        sys.exit("ctxpar bench attention printed no read ceiling")
+    return float(found[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True)
+    built = os.path.join(HERE, "..", "..", "build", "default", "cli", "ctxpar")
+    ap.add_argument("--ctxpar", nargs="+", default=[os.path.normpath(built)],
+                    help="binaries to alternate (default: this checkout's build)")
+    ap.add_argument("--cores", default="0,1", help="taskset's list; one thread per core")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--flags", default="--dtype auto", help="extra flags for ctxpar generate")
+    args = ap.parse_args()
+    threads = len(args.cores.split(","))
+    flags = args.flags.split()
+
+    meta, sizes = read_gguf(args.model)
+    arch = meta["general.architecture"]
+    tied = "output.weight" not in sizes
+    weights = sum(b for n, b in sizes.items() if n != "token_embd.weight" or tied)
+    layers = meta[f"{arch}.block_count"]
+    heads = meta[f"{arch}.attention.head_count"]
+    kv_heads = meta.get(f"{arch}.attention.head_count_kv", heads)
+    if isinstance(kv_heads, list):
+        sys.exit("per-layer KV head counts are not counted by this script")
+    head_dim = meta.get(f"{arch}.attention.key_length", meta[f"{arch}.embedding_length"] // heads)
+    value_dim = meta.get(f"{arch}.attention.value_length", head_dim)
+
+    check = run([args.ctxpar[0], "check", "--model-path", args.model] + flags, args.cores)
+    elem = re.search(r"K/V in (\w+)", check)
+    elem_bytes = {"f32": 4, "bf16": 2, "f16": 2, "f8_e4m3": 1, "f8_e5m2": 1}
+    if elem is None or elem.group(1) not in elem_bytes:
+        sys.exit("ctxpar check did not say the KV cache's element type")
+    kv_token_layer = kv_heads * (head_dim + value_dim) * elem_bytes[elem.group(1)]
+    swa = re.search(r"sliding-window KV pool of (\d+) layers with a window of (\d+)", check)
+    swa_layers, window = (int(swa.group(1)), int(swa.group(2))) if swa else (0, 0)
+
+    prompt = (PROMPT_UNIT * 8)[:2600]
+    print(f"{os.path.basename(args.model)}: {arch}, {weights / 1e6:.1f} MB of weights a token "
+          f"(embedding {'counted: tied output' if tied else 'not counted'}), KV "
+          f"{kv_token_layer} B a token per layer over {layers} layers ({swa_layers} of them up "
+          f"to a window of {window}); cores {args.cores}; {' '.join(flags)}")
+    rates = {b: [] for b in args.ctxpar}
+    gbs = {b: [] for b in args.ctxpar}
+    ceilings = []
+    for r in range(args.rounds):
+        ceilings.append(ceiling(args.ctxpar[0], args.cores, threads))
+        print(f"read ceiling {ceilings[-1]:.1f} GB/s")
+        for b in args.ctxpar:
+            text = run([b, "generate", "--warmup", "1", "--ignore-eos", "--max-new-tokens",
+                        str(args.new_tokens), "--threads", str(threads), "--model-path",
+                        args.model] + flags + [prompt], args.cores)
+            m = re.search(r"prefill (\d+) tokens .*?decode (\d+) tokens in [0-9.]+ s "
+                          r"\(([0-9.]+) tokens/s\)", text)
+            if m is None:
+                sys.exit(f"{b} generate printed no decode rate:\n{text[-2000:]}")
+            prompt_tokens, steps, rate = int(m.group(1)), int(m.group(2)), float(m.group(3))
+            # Decode step i (1-based) attends over the prompt, the first token and i earlier ones.
+            kv = 0
+            for i in range(1, steps + 1):
+                ctx = prompt_tokens + i
+                kv += kv_token_layer * ((layers - swa_layers) * ctx +
+                                        swa_layers * min(ctx, window or ctx))
+            step_bytes = weights + kv / max(steps, 1)
+            rates[b].append(rate)
+            gbs[b].append(rate * step_bytes / 1e9)
+            print(f"round {r + 1} {b}: {rate:.1f} tokens/s, {step_bytes / 1e6:.1f} MB a token, "
+                  f"{gbs[b][-1]:.1f} GB/s")
+    ceilings.append(ceiling(args.ctxpar[0], args.cores, threads))
+    print(f"read ceiling {ceilings[-1]:.1f} GB/s")
+    ceil = statistics.median(ceilings)
+    for b in args.ctxpar:
+        g = statistics.median(gbs[b])
+        print(f"{b}: median {statistics.median(rates[b]):.1f} tokens/s, {g:.1f} GB/s, "
+              f"{100 * g / ceil:.0f} % of the read ceiling ({ceil:.1f} GB/s, the median of "
+              f"{', '.join(f'{c:.1f}' for c in ceilings)})")
+
+
+if __name__ == "__main__":
+    main()
