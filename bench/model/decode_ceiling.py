@@ -112,15 +112,22 @@ def main():
     flags = args.flags.split()
 
     meta, sizes = read_gguf(args.model)
-    arch = meta["general.architecture"]
+
+    def need(key):
+        if key not in meta:
+            sys.exit(f"{args.model}: no {key} in its metadata")
+        return meta[key]
+
+    arch = need("general.architecture")
     tied = "output.weight" not in sizes
     weights = sum(b for n, b in sizes.items() if n != "token_embd.weight" or tied)
-    layers = meta[f"{arch}.block_count"]
-    heads = meta[f"{arch}.attention.head_count"]
+    layers = need(f"{arch}.block_count")
+    heads = need(f"{arch}.attention.head_count")
     kv_heads = meta.get(f"{arch}.attention.head_count_kv", heads)
     if isinstance(kv_heads, list):
         sys.exit("per-layer KV head counts are not counted by this script")
-    head_dim = meta.get(f"{arch}.attention.key_length", meta[f"{arch}.embedding_length"] // heads)
+    head_dim = meta.get(f"{arch}.attention.key_length")
+    head_dim = head_dim or need(f"{arch}.embedding_length") // heads
     value_dim = meta.get(f"{arch}.attention.value_length", head_dim)
 
     check = run([args.ctxpar[0], "check", "--model-path", args.model] + flags, args.cores)
