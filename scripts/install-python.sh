@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The Python tools of the server tests, the serving benchmark and the plan's JSON-schema test
-# (jsonschema), in a virtual environment outside the repository; prints its python on the last
+# The Python tools of the server tests, the serving benchmark, the plan's JSON-schema test
+# (jsonschema) and bench/model/decode_ceiling.py (gguf), in a virtual environment outside the repository; prints its python on the last
 # line. A no-op when it is up to date.
 #
 #   bash scripts/install-python.sh      # env: CTXPAR_VENV (default ~/.cache/ctxpar/venv)
@@ -12,7 +12,7 @@
 # pytablewriter, sqlitedict, dill, word2number, more_itertools, jinja2, pyyaml, numpy).
 set -euo pipefail
 venv="${CTXPAR_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ctxpar/venv}"
-packages=(openai pytest requests aiohttp matplotlib jsonschema
+packages=(openai pytest requests aiohttp matplotlib jsonschema gguf
           tenacity tqdm numpy pyyaml jinja2 dill sqlitedict more_itertools word2number
           pytablewriter sacrebleu datasets)
 lm_eval="lm-eval==0.4.13"

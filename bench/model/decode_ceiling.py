@@ -10,17 +10,22 @@ projection), and the KV cache at each step's context (the model's KV heads and d
 sliding-window layers up to their window, the element size `ctxpar check` reports). Prints each
 run, then per binary the median tokens/s and its GB/s and share of the median ceiling.
 
-Usage: decode_ceiling.py --model FILE [--ctxpar BIN ...] [--cores 0,1] [--rounds 3]
-                         [--new-tokens 128] [--flags "--dtype auto"]
-Needs only the Python standard library.
+Usage: $(bash scripts/install-python.sh) bench/model/decode_ceiling.py --model FILE
+           [--ctxpar BIN ...] [--cores 0,1] [--rounds 3] [--new-tokens 128]
+           [--flags "--dtype auto"]
+(the project's venv has gguf-py, which reads the file).
 """
 import argparse
 import os
 import re
 import statistics
-import struct
 import subprocess
 import sys
+
+try:
+    import gguf  # gguf-py, llama.cpp's GGUF library (PyPI: gguf)
+except ImportError:
+    sys.exit("needs gguf-py: run it with the python that scripts/install-python.sh prints")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROMPT_UNIT = (
@@ -32,53 +37,13 @@ PROMPT_UNIT = (
 
 
 def read_gguf(path):
-    """(metadata dict, {tensor name: bytes in the file}) of a GGUF file."""
-    scalars = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
-               11: "<q", 12: "<d"}
-    with open(path, "rb") as f:
-        if f.read(4) != b"GGUF":
-            sys.exit(f"{path}: not a GGUF file")
-        version, n_tensors, n_kv = struct.unpack("<IQQ", f.read(20))
-        if version < 2:
-            sys.exit(f"{path}: GGUF version {version} is older than this script reads (2, 3)")
-
-        def string():
-            (n,) = struct.unpack("<Q", f.read(8))
-            return f.read(n).decode("utf-8", "replace")
-
-        def value(t):
-            if t in scalars:
-                fmt = scalars[t]
-                return struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
-            if t == 8:
-                return string()
-            if t == 9:
-                item, n = struct.unpack("<IQ", f.read(12))
-                return [value(item) for _ in range(n)]
-            sys.exit(f"{path}: unknown GGUF value type {t}")
-
-        meta = {}
-        for _ in range(n_kv):
-            key = string()
-            (t,) = struct.unpack("<I", f.read(4))
-            meta[key] = value(t)
-        infos = []
-        for _ in range(n_tensors):
-            name = string()
-            (n_dims,) = struct.unpack("<I", f.read(4))
-            f.read(8 * n_dims)
-            _, offset = struct.unpack("<IQ", f.read(12))
-            infos.append((offset, name))
-        align = meta.get("general.alignment", 32)
-        data_start = (f.tell() + align - 1) // align * align
-        end = os.fstat(f.fileno()).st_size - data_start
-    # A tensor's bytes run to the next one's offset (the padding between them is under
-    # `align` bytes): no table of block sizes to keep up to date.
-    infos.sort()
-    sizes = {}
-    for i, (offset, name) in enumerate(infos):
-        sizes[name] = (infos[i + 1][0] if i + 1 < len(infos) else end) - offset
-    return meta, sizes
+    """(metadata dict, {tensor name: bytes in the file}) of a GGUF file, through gguf-py."""
+    try:
+        reader = gguf.GGUFReader(path)
+    except (ValueError, OSError) as e:
+        sys.exit(f"{path}: cannot read it as GGUF: {e}")
+    meta = {key: field.contents() for key, field in reader.fields.items()}
+    return meta, {t.name: int(t.n_bytes) for t in reader.tensors}
 
 
 def run(cmd, cores):

@@ -31,6 +31,11 @@ __attribute__((always_inline)) inline __m512 ScaleLine(const Int8Pack& w, int ti
 __attribute__((always_inline)) inline __m512 MinLine(const Int8Pack& w, int tile, int g) {
   return w.half ? Half16(w.Min16(tile, g)) : _mm512_loadu_ps(w.Min(tile, g));
 }
+// 128 * sum(q) of the 16 rows of sub-block s (a signed type's correction for x + 128).
+__attribute__((always_inline)) inline __m512i Sum128Line(const Int8Pack& w, int tile, int s) {
+  const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.QSum(tile, s)));
+  return _mm512_slli_epi32(_mm512_cvtepi16_epi32(sums), 7);
+}
 
 // R row tiles (16 * R rows) times NT tokens: each broadcast of a token's 4 bytes serves R
 // vpdpbusd. Every row keeps the sequence of linear_int8.h whatever R and NT, so the bits do not
@@ -100,12 +105,7 @@ void Tokens(const Int8Tile& t, int tile, int t0) {
       }
       for (int r = 0; r < R; ++r) {
         const __m512 scale = ScaleLine(w, tile + r, s);
-        __m512i corr = _mm512_setzero_si512();
-        if (!kMin) {
-          const __m256i sums =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.QSum(tile + r, s)));
-          corr = _mm512_slli_epi32(_mm512_cvtepi16_epi32(sums), 7);
-        }
+        const __m512i corr = kMin ? _mm512_setzero_si512() : Sum128Line(w, tile + r, s);
         for (int i = 0; i < NT; ++i) {
           const __m512i exact = kMin ? isum[r][i] : _mm512_sub_epi32(isum[r][i], corr);
           const __m512 sd = _mm512_mul_ps(scale, _mm512_set1_ps(dx[i][g * kTileTokens]));
