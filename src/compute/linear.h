@@ -228,9 +228,9 @@ struct Acts {
   // row n is unspecified: only rows of results that are dropped read it.
   LineVector<std::int8_t> i8;
   std::vector<float> i8_d, i8_xs;
-  // kInt8 on the AVX2 kernel: i8 + 128 (i8 ^ 0x80), vpmaddubsw's unsigned operand for the signed
-  // types with small |q|; empty on the other paths.
-  LineVector<std::uint8_t> u8;
+  // kInt8: per token and 16 elements, sum(xq), tile-major as i8_d with cols / 16 in place of the
+  // groups: the correction of the kernels that take q + bias as the unsigned operand.
+  std::vector<std::int32_t> i8_sum16;
   // kInt8 for the types of Bf16Takes: bf16, tile-major [n / 16][cols / 32][16 tokens][32] (n
   // rounded up to 16, tokens past n zero): a block of 16 tokens' 32 columns is an AMX A tile
   // (bf16_internal::ActAt).

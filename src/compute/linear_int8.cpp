@@ -124,7 +124,9 @@ std::shared_ptr<const Int8Pack> PackInt8(const QuantMatrix& w) {
   p->subs = w.cols / p->sub;
   p->has_min =
       w.type == WeightType::kQ4_1 || w.type == WeightType::kQ4_K || w.type == WeightType::kQ5_K;
-  p->nibbles = w.type == WeightType::kQ4_1 || w.type == WeightType::kQ4_K;
+  p->nibbles =
+      w.type == WeightType::kQ4_1 || w.type == WeightType::kQ4_K || w.type == WeightType::kQ5_0;
+  p->high = w.type == WeightType::kQ5_0;
   const int groups = w.cols / kBlock, per_group = kBlock / p->sub;
   const std::size_t lanes = std::size_t(p->tiles) * kTileRows;
   p->q.assign(std::size_t(p->tiles) * p->subs * p->SubBytes(), 0);
@@ -139,9 +141,10 @@ std::shared_ptr<const Int8Pack> PackInt8(const QuantMatrix& w) {
     p->scale.resize(scales);
     p->min.resize(mins);
   }
-  if (!p->has_min) {
-    p->qsum.assign(lanes * p->subs, 0);
-  }
+  p->bias = w.type == WeightType::kQ8_0   ? 128
+            : w.type == WeightType::kQ5_0 ? 16
+            : w.type == WeightType::kQ6_K ? 32
+                                          : 0;
   for (int r = 0; r < w.rows; ++r) {
     const int tile = r / kTileRows, lane = r % kTileRows;
     const std::uint8_t* row = w.data + std::size_t(r) * w.row_stride;
@@ -151,18 +154,20 @@ std::shared_ptr<const Int8Pack> PackInt8(const QuantMatrix& w) {
         const int s = g * per_group + h;
         const std::size_t at = p->Sub(tile, s);
         std::int8_t* dst = p->q.data() + at * p->SubBytes();
-        int sum = 0;
         for (int j = 0; j < p->sub; ++j) {
           const std::int8_t v = grp.q[h * p->sub + j];
           const int k = j / 4, b = lane * 4 + j % 4;
           if (p->nibbles) {
-            const int lines = p->sub / 8;
+            const int lines = p->sub / 8, u = v + p->bias;
             auto& byte = reinterpret_cast<std::uint8_t&>(dst[(k % lines) * 64 + b]);
-            byte = static_cast<std::uint8_t>(byte | (k < lines ? v : v << 4));
+            byte = static_cast<std::uint8_t>(byte | (k < lines ? u & 15 : (u & 15) << 4));
+            if (p->high) {
+              auto& top = reinterpret_cast<std::uint8_t&>(dst[p->sub * 8 + b]);
+              top = static_cast<std::uint8_t>(top | (u >> 4 & 1) << k);
+            }
           } else {
             dst[k * 64 + b] = v;
           }
-          sum += v;
           p->qmax = std::max(p->qmax, p->has_min ? int(v) : std::abs(int(v)));
         }
         if (p->half) {
@@ -170,7 +175,6 @@ std::shared_ptr<const Int8Pack> PackInt8(const QuantMatrix& w) {
         } else {
           p->scale[at * 16 + lane] = grp.scale[h];
         }
-        if (!p->has_min) p->qsum[at * 16 + lane] = static_cast<std::int16_t>(sum);
       }
       if (p->has_min && p->half) p->min16[p->Group(tile, g) * 16 + lane] = grp.min16;
       if (p->has_min && !p->half) p->min[p->Group(tile, g) * 16 + lane] = grp.min;
@@ -242,21 +246,24 @@ int TokenChunk(int cols, bool nibbles) {
   return std::max(nibbles ? kWidenTokens : kTileTokens, tokens / kTileTokens * kTileTokens);
 }
 
-void QuantizeRowScalar(const float* x, int groups, std::int8_t* q, float* d, float* xs) {
+void QuantizeRowScalar(const float* x, int groups, std::int8_t* q, float* d, float* xs,
+                       std::int32_t* sum16) {
   for (int g = 0; g < groups; ++g) {
     const float* v = x + g * kBlock;
     float amax = 0.0f;
     for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
     const float dg = amax / 127.0f;
     const float id = dg != 0.0f ? 1.0f / dg : 0.0f;
-    int sum = 0;
+    int half[2] = {0, 0};
     for (int j = 0; j < kBlock; ++j) {
       const float r = std::clamp(std::nearbyint(v[j] * id), -127.0f, 127.0f);
       q[g * kBlock + j] = static_cast<std::int8_t>(r);
-      sum += q[g * kBlock + j];
+      half[j / 16] += q[g * kBlock + j];
     }
     d[g * kTileTokens] = dg;
-    xs[g * kTileTokens] = dg * float(sum);
+    xs[g * kTileTokens] = dg * float(half[0] + half[1]);
+    sum16[2 * g * kTileTokens] = half[0];
+    sum16[(2 * g + 1) * kTileTokens] = half[1];
   }
 }
 
@@ -270,8 +277,8 @@ void PrepareInt8Acts(const float* x, int n, int cols, int ldx, Acts* out, Thread
   out->i8.resize(std::size_t(padded) * cols);
   out->i8_d.resize(std::size_t(padded) * groups);
   out->i8_xs.resize(std::size_t(padded) * groups);
+  out->i8_sum16.resize(std::size_t(padded) * groups * 2);
   auto row = QuantizeRowScalar;
-  out->u8.clear();
 #if defined(CTXPAR_X86_KERNELS)
   const Int8Isa isa = SelectInt8();
   if (isa >= Int8Isa::kVnni) {
@@ -279,16 +286,13 @@ void PrepareInt8Acts(const float* x, int n, int cols, int ldx, Acts* out, Thread
   } else if (isa >= Int8Isa::kAvx2) {
     row = QuantizeRowAvx2;
   }
-  if (isa == Int8Isa::kAvx2) out->u8.resize(std::size_t(padded) * cols);
 #endif
   auto rows = [&](std::int64_t begin, std::int64_t end) {
     for (auto t = static_cast<int>(begin); t < end; ++t) {
       std::int8_t* q = out->i8.data() + std::size_t(t) * cols;
       row(x + std::size_t(t) * ldx, groups, q, out->i8_d.data() + ScaleAt(t, 0, groups),
-          out->i8_xs.data() + ScaleAt(t, 0, groups));
-#if defined(CTXPAR_X86_KERNELS)
-      if (!out->u8.empty()) BiasRowAvx2(q, cols, out->u8.data() + std::size_t(t) * cols);
-#endif
+          out->i8_xs.data() + ScaleAt(t, 0, groups),
+          out->i8_sum16.data() + ScaleAt(t, 0, 2 * groups));
     }
   };
   // A decode row's quantization is too short to share.

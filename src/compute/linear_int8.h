@@ -18,19 +18,24 @@
 // Layout of the repacked weights (Int8Pack): rows in tiles of 16 (the last padded with zero
 // rows); tile i, sub-block s holds sub / 4 lines of 64 bytes, line k holding bytes 4k..4k+3 of
 // the sub-block for each of the 16 rows: the B operand of an AMX tile multiply and the operand of
-// VNNI's vpdpbusd over 16 rows at once. The 4-bit types (Q4_1, Q4_K) keep two lines per line
-// instead (`nibbles`): line j's low nibbles are line j, its high ones line j + sub / 8, widened
-// in registers (VNNI, AVX2) or once per tile and call into a scratch tile (AMX). Memory: 1 byte
-// per weight (half a byte for the 4-bit types) plus, per sub-block and row, the scale, the min
-// (Q4_1, Q4_K, Q5_K) or 2 bytes of sum(q) (the others: VNNI's unsigned operand is x + 128, so the
-// kernels subtract 128 * sum(q); |sum(q)| <= 32 * 128 fits int16). The types whose scale and min
+// VNNI's vpdpbusd over 16 rows at once. The kernels that take the weights as the unsigned operand
+// of vpdpbusd or vpmaddubsw take u = q + bias (`bias`: 0 for the types with a min, whose q is
+// unsigned; 128 for Q8_0, 16 for Q5_0, 32 for Q6_K) and subtract bias * sum(xq) of the
+// sub-block, which the activations carry (Acts::i8_sum16): exact, and no sum of q in the pack.
+// The 4- and 5-bit types (Q4_1, Q4_K, Q5_0) hold u in two lines per line instead (`nibbles`):
+// line j's low nibbles are line j's low 4 bits, its high ones line j + sub / 8's; Q5_0 (`high`)
+// then has one more line, whose byte b holds bit 4 of u of byte b of line k at bit k. They are
+// widened in registers (VNNI, AVX2) or once per tile and call into a scratch tile (AMX,
+// WidenNibbles). Memory: per weight 1 byte, 0.5 (nibbles) or 0.625 (high), plus, per sub-block
+// and row, the scale and, per 32-group, the min (Q4_1, Q4_K, Q5_K). The types whose scale and min
 // are the file's fp16 values (Q4_1, Q8_0, Q5_0: `half`) keep them in fp16, 2 bytes each,
-// exactly; the K-quants' products of two scales take 4 bytes of fp32. So
-// 0.625 bytes per weight for Q4_1 (as its file), 0.75 for Q4_K (0.5625), 1.125 for Q8_0 and
-// Q5_0 (1.0625, 0.6875), 1.25 for Q5_K, 1.375 for Q6_K. A decode step reads all of it, so fewer
-// bytes are a faster memory-bound decode.
+// exactly; the K-quants' products of two scales take 4 bytes of fp32. So 0.625 bytes per weight
+// for Q4_1, 1.0625 for Q8_0 and 0.6875 for Q5_0 (each as its file), 0.75 for Q4_K (0.5625), 1.25
+// for Q5_K and Q6_K (0.6875, 0.8203). A decode step reads all of it, so fewer bytes are a faster
+// memory-bound decode.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -49,28 +54,33 @@ struct Int8Pack {
   int sub = 32;   // elements per scale: 32, or 16 (Q6_K)
   int subs = 0;   // cols / sub
   bool has_min = false;
-  bool nibbles = false;  // q in 4 bits (Q4_1, Q4_K)
+  bool nibbles = false;  // u in 4 bits (Q4_1, Q4_K), or 5 with `high` (Q5_0)
+  bool high = false;     // a line of u's fifth bits after the nibbles' lines (Q5_0)
   bool half = false;     // scale and min in fp16 (scale16, min16), else fp32
   int qmax = 0;          // the largest q as the products take it: q (types with a min), else |q|
-  PackVector<std::int8_t> q;                 // [tiles][subs][sub / 4 (sub / 8 with nibbles)][16][4]
+  int bias = 0;          // q + bias >= 0 for every q of the type: the unsigned operand
+  PackVector<std::int8_t> q;                 // [tiles][subs][SubBytes()]
   PackVector<float> scale;                   // [tiles][subs][16]
   PackVector<float> min;                     // [tiles][cols / 32][16] (has_min)
   PackVector<std::uint16_t> scale16, min16;  // the same, with half
-  PackVector<std::int16_t> qsum;             // [tiles][subs][16]: sum of q (signed types)
 
-  // Sub: index of tile `tile`'s sub-block s, the unit of q (SubBytes), scale and qsum (16
-  // each); Group: of its 32-group g, the unit of min (16).
+  // Sub: index of tile `tile`'s sub-block s, the unit of q (SubBytes) and scale (16 each);
+  // Group: of its 32-group g, the unit of min (16).
   std::size_t Sub(int tile, int s) const { return std::size_t(tile) * subs + s; }
   std::size_t Group(int tile, int g) const { return std::size_t(tile) * (cols / kBlock) + g; }
-  int SubBytes() const { return nibbles ? sub * 8 : sub * 16; }
+  int SubBytes() const { return nibbles ? sub * 8 + (high ? 64 : 0) : sub * 16; }
   const std::int8_t* Q(int tile, int s) const { return q.data() + Sub(tile, s) * SubBytes(); }
-  // Byte b of line k (b = 4 * row + j, j < 4) of a sub-block at q, widened.
+  // q of byte b of line k (b = 4 * row + j, j < 4) of a sub-block at sub_q, widened.
   std::int8_t QAt(const std::int8_t* sub_q, int k, int b) const {
     if (!nibbles) return sub_q[k * 64 + b];
     const int lines = sub / 8;
     const auto byte = static_cast<std::uint8_t>(sub_q[(k % lines) * 64 + b]);
-    return static_cast<std::int8_t>(k < lines ? byte & 15 : byte >> 4);
+    int u = k < lines ? byte & 15 : byte >> 4;
+    if (high) u |= (static_cast<std::uint8_t>(sub_q[sub * 8 + b]) >> k & 1) << 4;
+    return static_cast<std::int8_t>(u - bias);
   }
+  // The largest u = q + bias (at most 2 * bias - 1 with a bias).
+  int UMax() const { return bias == 0 ? qmax : bias + std::min(qmax, bias - 1); }
   const float* Scale(int tile, int s) const { return scale.data() + Sub(tile, s) * 16; }
   const float* Min(int tile, int g) const { return min.data() + Group(tile, g) * 16; }
   const std::uint16_t* Scale16(int tile, int s) const { return scale16.data() + Sub(tile, s) * 16; }
@@ -82,7 +92,6 @@ struct Int8Pack {
   float MinOf(int tile, int g, int r) const {
     return half ? Fp16ToFp32(Min16(tile, g)[r]) : Min(tile, g)[r];
   }
-  const std::int16_t* QSum(int tile, int s) const { return qsum.data() + Sub(tile, s) * 16; }
 };
 
 namespace int8_internal {
@@ -94,6 +103,16 @@ inline constexpr int kTileTokens = 16;
 // that a kernel reaches each of them at a constant offset.
 inline std::size_t ScaleAt(int t, int g, int groups) {
   return (std::size_t(t / kTileTokens) * groups + g) * kTileTokens + t % kTileTokens;
+}
+// sum(xq) of sub-block s (of kSub elements: 16 or 32) of the token whose i8_sum16 starts at
+// `sums` (ScaleAt(t, 0, cols / 16)).
+template <int kSub>
+std::int32_t SubSum(const std::int32_t* sums, int s) {
+  if constexpr (kSub == 16) {
+    return sums[s * kTileTokens];
+  } else {
+    return sums[2 * s * kTileTokens] + sums[(2 * s + 1) * kTileTokens];
+  }
 }
 // Fewer tokens than this the AMX kernel leaves to VNNI (same bits): below it VNNI's products cost
 // less than AMX's padded tile and the widening of 4-bit weights (docs/perf-model.md).
@@ -146,16 +165,21 @@ void MatMulInt8(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool
 void Int8TileScalar(const Int8Tile& t);
 #if defined(CTXPAR_X86_KERNELS)
 // One token's activations quantized as PrepareInt8Acts does, bit for bit, with AVX-512 or AVX2;
-// group g's scales go to d[g * kTileTokens] and xs[g * kTileTokens].
-void QuantizeRowAvx512(const float* x, int groups, std::int8_t* q, float* d, float* xs);
-void QuantizeRowAvx2(const float* x, int groups, std::int8_t* q, float* d, float* xs);
-// u[j] = q[j] + 128 (Acts::u8) for j < cols (a multiple of 32), with AVX2.
-void BiasRowAvx2(const std::int8_t* q, int cols, std::uint8_t* u);
+// group g's scales go to d[g * kTileTokens] and xs[g * kTileTokens], the sums of its halves to
+// sum16[2 * g * kTileTokens] and sum16[(2 * g + 1) * kTileTokens].
+void QuantizeRowAvx512(const float* x, int groups, std::int8_t* q, float* d, float* xs,
+                       std::int32_t* sum16);
+void QuantizeRowAvx2(const float* x, int groups, std::int8_t* q, float* d, float* xs,
+                     std::int32_t* sum16);
 void Int8TileAvx2(const Int8Tile& t);     // AVX2 + FMA
 void Int8TileAvxVnni(const Int8Tile& t);  // AVX2 + FMA + AVX-VNNI
 void Int8TileVnni(const Int8Tile& t);     // AVX-512 F/BW/VL + VNNI
 void Int8TileAmx(const Int8Tile& t);      // AMX-TILE + AMX-INT8 (+ VNNI); t0 a multiple of 16
 #endif
+// Row tile `tile` of a pack with nibbles as the byte form's lines of q (u - bias), the B tiles of
+// AMX's tdpbssd, into `out`; returns out.data(). With AVX-512 F/BW; defined in the x86 kernels'
+// build only.
+const std::int8_t* WidenNibbles(const Int8Pack& w, int tile, LineVector<std::int8_t>& out);
 
 }  // namespace int8_internal
 }  // namespace ctxpar::compute

@@ -144,28 +144,6 @@ void Tile16(const Int8Tile& t, const std::int8_t* wq) {
 
 }  // namespace
 
-namespace {
-
-// The row tile's nibble-packed q (Int8Pack::nibbles) as the bytes a B tile loads, into `out`.
-const std::int8_t* Widen(const Int8Pack& w, int tile, LineVector<std::int8_t>& out) {
-  const int lines = w.sub / 8;
-  out.resize(std::size_t(w.subs) * w.sub * 16);
-  const __m512i low = _mm512_set1_epi8(15);
-  for (int s = 0; s < w.subs; ++s) {
-    const std::int8_t* in = w.Q(tile, s);
-    std::int8_t* dst = out.data() + std::size_t(s) * w.sub * 16;
-    for (int j = 0; j < lines; ++j) {
-      const __m512i packed = _mm512_load_si512(in + j * 64);
-      _mm512_store_si512(dst + j * 64, _mm512_and_si512(packed, low));
-      _mm512_store_si512(dst + (j + lines) * 64,
-                         _mm512_and_si512(_mm512_srli_epi16(packed, 4), low));
-    }
-  }
-  return out.data();
-}
-
-}  // namespace
-
 // The tile configuration is checked once per call (its row tiles and their tokens): sttilecfg
 // waits for the tile unit to drain.
 void Int8TileAmx(const Int8Tile& tiles) {
@@ -181,7 +159,7 @@ void Int8TileAmx(const Int8Tile& tiles) {
                                     : Tile16<false, 16, false>;
   ForEachTile(tiles, [&](const Int8Tile& t) {
     thread_local LineVector<std::int8_t> widened;
-    const std::int8_t* wq = t.w->nibbles ? Widen(*t.w, t.tile, widened) : t.w->Q(t.tile, 0);
+    const std::int8_t* wq = t.w->nibbles ? WidenNibbles(*t.w, t.tile, widened) : t.w->Q(t.tile, 0);
     Int8Tile part = t;
     for (part.t0 = t.t0; part.t0 < t.t0 + t.nt; part.t0 += kTileTokens) {
       part.nt = std::min(kTileTokens, t.t0 + t.nt - part.t0);

@@ -2,9 +2,10 @@
 // unsigned by signed bytes into int16 pairs, which add up in int16 over as many lines as cannot
 // overflow (Int8Pack::qmax), and vpmaddwd widens them to int32 once per that many lines. The
 // types with a min take q (0..31) as the unsigned operand; the signed ones |q| (<= 128) and the
-// activation with q's sign (|x| <= 127), or, in calls of 8 tokens or more, for |q| <= 64 (Q5_0,
-// Q6_K), the activation plus 128 and q (HalfTile). A pair is at most 2 * qmax * 127 (32,512) the
-// first way, so 4-bit weights sum a whole sub-block of 8 lines in int16 and Q8_0 one line. The
+// activation with q's sign (|x| <= 127), or, in calls of 8 tokens or more, for a small bias (Q5_0,
+// Q6_K), q + bias and the activation (HalfTile). A pair is at most 2 * 127 times the unsigned
+// operand's largest value (32,512 for Q8_0's |q|), so 4-bit weights sum a whole sub-block of 8
+// lines in int16 and Q8_0 one line. The
 // sums are exact, so the bits are those of every other ISA. Compiled with AVX2, FMA and F16C
 // (fp16 scales), run only where cpuid has them.
 #include <immintrin.h>
@@ -21,69 +22,82 @@ namespace {
 #include "compute/linear_int8_ymm.h"
 
 // The lines of a sub-block whose vpmaddubsw pairs add up in int16 without overflow (a power of
-// two that divides sub / 4), the activations' bytes being at most xmax in magnitude: a pair is at
-// most 2 * qmax * xmax.
-int Int16Lines(const Int8Pack& w, int xmax) {
-  const int pair = 2 * std::max(w.qmax, 1) * xmax;
+// two that divides sub / 4), the unsigned operand being at most umax and the activations' bytes
+// at most 127 in magnitude: a pair is at most 2 * umax * 127.
+int Int16Lines(const Int8Pack& w, int umax) {
+  const int pair = 2 * std::max(umax, 1) * 127;
   int lines = 1;
   while (lines * 2 <= w.sub / 4 && lines * 2 * pair <= 32767) lines *= 2;
   return lines;
 }
 
 struct MaddDot {
-  static __m256i Weights(__m256i q) { return _mm256_abs_epi8(q); }
-  template <bool kMin>
+  static constexpr bool kBiased = false;
+  static __m256i Weights(__m256i q, __m256i) { return _mm256_abs_epi8(q); }
+  template <bool kSigned>
   static void Add(__m256i& part, __m256i w, __m256i q, __m256i x) {
-    const __m256i signed_x = kMin ? x : _mm256_sign_epi8(x, q);
+    const __m256i signed_x = kSigned ? _mm256_sign_epi8(x, q) : x;
     part = _mm256_add_epi16(part, _mm256_maddubs_epi16(w, signed_x));
   }
   static __m256i Widen(__m256i part) { return _mm256_madd_epi16(part, _mm256_set1_epi16(1)); }
-  static int PartLines(const Int8Pack& w) { return Int16Lines(w, 127); }
-  static __m256i Exact(__m256i isum, __m256i) { return isum; }
+  static int PartLines(const Int8Pack& w) { return Int16Lines(w, w.nibbles ? w.UMax() : w.qmax); }
 };
 
 // The signed types take a tile's rows in two passes of 8 (the second reads the tile's lines from
 // L1), so that the int32 sums, the parts and the fp32 sums of its tokens stay in the 16 registers.
-// Those whose |q| is at most kBiasMaxQ (Q5_0, Q6_K; kBias) take the activations plus 128
-// (Acts::u8) as the unsigned operand and q itself as the signed one, then subtract 128 * sum(q),
-// as the VNNI kernels do: no vpsignb and no vpabsb, but a pair is then at most 2 * 255 * qmax,
-// so a part sums fewer lines (4 for Q5_0). Q8_0 keeps |q| and x with q's sign, one line a part.
-constexpr int kBiasMaxQ = 64;
+// Those whose bias is at most kBiasMax (Q5_0, Q6_K; kBias) take u = q + bias (at most 2 * bias -
+// 1; Q5_0's widened from its nibbles and fifth bits, kHigh) as the unsigned operand and the
+// activations as the signed one, then subtract bias * sum(xq), as the VNNI kernels do: no vpsignb
+// and no vpabsb per token (4 lines a part for Q5_0, 2 for Q6_K). Q8_0 keeps |q| and x with q's
+// sign, one line a part.
+constexpr int kBiasMax = 64;
 // Below this many tokens a call streams the pack (decode), and two passes over each tile lose to
 // one; the sequence, so the bits, are the same either way.
 constexpr int kHalfMinTokens = 8;
 
-template <bool kBias, int NT, int kSub, int kPart>
+template <bool kBias, bool kHigh, int NT, int kSub, int kPart>
 void HalfTokens(const Int8Tile& t, int t0) {
   const Int8Pack& w = *t.w;
   const int groups = w.cols / kBlock, per_group = kBlock / kSub;
-  const char* x = kBias ? reinterpret_cast<const char*>(t.x->u8.data())
-                        : reinterpret_cast<const char*>(t.x->i8.data());
-  x += std::size_t(t0) * w.cols;
+  const std::int8_t* x = t.x->i8.data() + std::size_t(t0) * w.cols;
   const std::size_t ldx = w.cols;
   const float* dx = t.x->i8_d.data() + ScaleAt(t0, 0, groups);
+  const std::int32_t* xsum = t.x->i8_sum16.data() + ScaleAt(t0, 0, 2 * groups);
   const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(w.bias));
+  const __m256i low = _mm256_set1_epi8(15);
+  auto load = [](const std::int8_t* at) {
+    return _mm256_load_si256(reinterpret_cast<const __m256i*>(at));
+  };
   for (int p = 0; p < 2; ++p) {
     __m256 acc[NT];
     for (int i = 0; i < NT; ++i) acc[i] = _mm256_setzero_ps();
     for (int s = 0; s < w.subs; ++s) {
       const std::int8_t* q = w.Q(t.tile, s);
       if (p == 0 && t.nt < kPrefillMinTokens) PrefetchAhead(w, q);
+      const __m256i top = kHigh ? load(q + kSub * 8 + 32 * p) : _mm256_setzero_si256();
       __m256i isum[NT];
 #pragma GCC unroll 8
       for (int k0 = 0; k0 < kSub / 4; k0 += kPart) {
         __m256i part[NT];
 #pragma GCC unroll 8
         for (int k = k0; k < k0 + kPart; ++k) {
-          const __m256i wq =
-              _mm256_load_si256(reinterpret_cast<const __m256i*>(q + k * 64 + 32 * p));
-          const __m256i wabs = kBias ? wq : _mm256_abs_epi8(wq);
+          __m256i wq, wu;
+          if constexpr (kHigh) {
+            constexpr int kLines = kSub / 8;
+            const __m256i packed = load(q + (k % kLines) * 64 + 32 * p);
+            wq = k < kLines ? _mm256_and_si256(packed, low)
+                            : _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
+            wu = AddHigh(wq, top, k);
+          } else {
+            wq = load(q + k * 64 + 32 * p);
+            wu = kBias ? _mm256_add_epi8(wq, bias) : _mm256_abs_epi8(wq);
+          }
           for (int i = 0; i < NT; ++i) {
             std::int32_t bytes;
             std::memcpy(&bytes, x + i * ldx + s * kSub + 4 * k, 4);
             const __m256i xv = _mm256_set1_epi32(bytes);
-            const __m256i product = kBias ? _mm256_maddubs_epi16(xv, wq)
-                                          : _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(xv, wq));
+            const __m256i product = _mm256_maddubs_epi16(wu, kBias ? xv : _mm256_sign_epi8(xv, wq));
             part[i] = k == k0 ? product : _mm256_add_epi16(part[i], product);
             asm("" : "+x"(part[i]));  // as in YmmTokens: no tree of spilled leaves
           }
@@ -96,11 +110,12 @@ void HalfTokens(const Int8Tile& t, int t0) {
         }
       }
       const __m256 scale = ScaleLine(w, t.tile, s, p);
-      const __m256i sum128 = kBias ? Sum128Line(w, t.tile, s, p) : _mm256_setzero_si256();
       const int g = s / per_group;
       for (int i = 0; i < NT; ++i) {
         const __m256 sd = _mm256_mul_ps(scale, _mm256_set1_ps(dx[g * kTileTokens + i]));
-        const __m256i exact = kBias ? _mm256_sub_epi32(isum[i], sum128) : isum[i];
+        const __m256i exact =
+            kBias ? _mm256_sub_epi32(isum[i], _mm256_set1_epi32(w.bias * SubSum<kSub>(xsum + i, s)))
+                  : isum[i];
         acc[i] = _mm256_fmadd_ps(sd, _mm256_cvtepi32_ps(exact), acc[i]);
       }
     }
@@ -114,9 +129,9 @@ void HalfTokens(const Int8Tile& t, int t0) {
   }
 }
 
-template <bool kBias, int kSub, int kPart, int... NT>
+template <bool kBias, bool kHigh, int kSub, int kPart, int... NT>
 void HalfTokenCount(const Int8Tile& t, int t0, int nt, std::integer_sequence<int, NT...>) {
-  ((nt == NT + 1 ? HalfTokens<kBias, NT + 1, kSub, kPart>(t, t0) : void()), ...);
+  ((nt == NT + 1 ? HalfTokens<kBias, kHigh, NT + 1, kSub, kPart>(t, t0) : void()), ...);
 }
 
 // Tokens a pass: 4 with parts of several lines (each token holds a part, an int32 sum and an fp32
@@ -124,32 +139,38 @@ void HalfTokenCount(const Int8Tile& t, int t0, int nt, std::integer_sequence<int
 template <bool kBias>
 constexpr int kHalfTokens = kBias ? 4 : 8;
 
-template <bool kBias, int kSub>
+template <bool kBias, bool kHigh, int kSub>
 void HalfDispatch(const Int8Tile& t, int t0, int nt, int part) {
   const auto seq = std::make_integer_sequence<int, kHalfTokens<kBias>>();
   if constexpr (kSub == 32) {
-    if (part == 8) return HalfTokenCount<kBias, kSub, 8>(t, t0, nt, seq);
+    if (part == 8) return HalfTokenCount<kBias, kHigh, kSub, 8>(t, t0, nt, seq);
   }
-  if (part == 4) return HalfTokenCount<kBias, kSub, 4>(t, t0, nt, seq);
-  if (part == 2) return HalfTokenCount<kBias, kSub, 2>(t, t0, nt, seq);
-  HalfTokenCount<kBias, kSub, 1>(t, t0, nt, seq);
+  if (part == 4) return HalfTokenCount<kBias, kHigh, kSub, 4>(t, t0, nt, seq);
+  if (part == 2) return HalfTokenCount<kBias, kHigh, kSub, 2>(t, t0, nt, seq);
+  HalfTokenCount<kBias, kHigh, kSub, 1>(t, t0, nt, seq);
 }
 
-template <bool kBias>
+template <bool kBias, bool kHigh>
 void HalfTile(const Int8Tile& tiles) {
-  const int part = Int16Lines(*tiles.w, kBias ? 255 : 127);
+  const Int8Pack& w = *tiles.w;
+  const int part = Int16Lines(w, kBias ? w.UMax() : w.qmax);
   ForEachTile(tiles, [part](const Int8Tile& t) {
     for (int t0 = t.t0, nt = 0; t0 < t.t0 + t.nt; t0 += nt) {
       nt = std::min({kHalfTokens<kBias>, t.t0 + t.nt - t0, kTileTokens - t0 % kTileTokens});
-      t.w->sub == 16 ? HalfDispatch<kBias, 16>(t, t0, nt, part)
-                     : HalfDispatch<kBias, 32>(t, t0, nt, part);
+      if constexpr (kHigh) {
+        HalfDispatch<kBias, kHigh, 32>(t, t0, nt, part);
+      } else {
+        t.w->sub == 16 ? HalfDispatch<kBias, kHigh, 16>(t, t0, nt, part)
+                       : HalfDispatch<kBias, kHigh, 32>(t, t0, nt, part);
+      }
     }
   });
 }
 
 }  // namespace
 
-void QuantizeRowAvx2(const float* x, int groups, std::int8_t* q, float* d, float* xs) {
+void QuantizeRowAvx2(const float* x, int groups, std::int8_t* q, float* d, float* xs,
+                     std::int32_t* sum16) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
   // vpackssdw / vpacksswb interleave the 128-bit lanes; this puts the 32 bytes back in order.
@@ -176,28 +197,24 @@ void QuantizeRowAvx2(const float* x, int groups, std::int8_t* q, float* d, float
         _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + g * kBlock),
                         _mm256_permutevar8x32_epi32(bytes, order));
-    const __m256i s8 =
-        _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    // The halves' sums: lanes 0-7 of qi[0] + qi[1] and of qi[2] + qi[3], side by side.
+    const __m256i h0 = _mm256_add_epi32(qi[0], qi[1]), h1 = _mm256_add_epi32(qi[2], qi[3]);
+    __m256i s8 = _mm256_hadd_epi32(h0, h1);  // lanes 0-1, 4-5: h0's; 2-3, 6-7: h1's
+    s8 = _mm256_hadd_epi32(s8, s8);          // lane 0, 4: h0's; 1, 5: h1's
+    const __m128i s2 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+    const std::int32_t sa = _mm_cvtsi128_si32(s2), sb = _mm_extract_epi32(s2, 1);
     d[g * kTileTokens] = dg;
-    xs[g * kTileTokens] = dg * float(_mm_cvtsi128_si32(s4));
-  }
-}
-
-void BiasRowAvx2(const std::int8_t* q, int cols, std::uint8_t* u) {
-  const __m256i flip = _mm256_set1_epi8(-128);
-  for (int j = 0; j < cols; j += 32) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + j));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + j), _mm256_xor_si256(v, flip));
+    xs[g * kTileTokens] = dg * float(sa + sb);
+    sum16[2 * g * kTileTokens] = sa;
+    sum16[(2 * g + 1) * kTileTokens] = sb;
   }
 }
 
 void Int8TileAvx2(const Int8Tile& t) {
   if (t.w->has_min || t.nt < kHalfMinTokens) return YmmTile<MaddDot>(t);
-  if (t.w->qmax <= kBiasMaxQ && !t.x->u8.empty()) return HalfTile<true>(t);
-  HalfTile<false>(t);
+  if (t.w->high) return HalfTile<true, true>(t);
+  if (t.w->bias <= kBiasMax) return HalfTile<true, false>(t);
+  HalfTile<false, false>(t);
 }
 
 }  // namespace ctxpar::compute::int8_internal

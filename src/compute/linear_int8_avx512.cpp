@@ -1,8 +1,8 @@
 // The AVX512-VNNI kernel of the int8 path (linear_int8.h): one register holds the 16 rows of a
 // tile; each vpdpbusd adds 4 bytes of a sub-block for all of them. vpdpbusd multiplies unsigned
-// by signed bytes: the types with a min store q in 0..31 and take it as the unsigned operand;
-// the signed types take the activations plus 128 (x ^ 0x80) and subtract 128 * sum(q) after,
-// exactly. Compiled with AVX-512 F/BW/VL and VNNI, run only where cpuid has them.
+// by signed bytes: the weights are the unsigned operand, u = q + bias (Int8Pack::bias: 0 for the
+// types with a min, whose q is 0..31), and the sums start at -bias * sum(xq), exactly. Compiled
+// with AVX-512 F/BW/VL and VNNI, run only where cpuid has them.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -31,29 +31,31 @@ __attribute__((always_inline)) inline __m512 ScaleLine(const Int8Pack& w, int ti
 __attribute__((always_inline)) inline __m512 MinLine(const Int8Pack& w, int tile, int g) {
   return w.half ? Half16(w.Min16(tile, g)) : _mm512_loadu_ps(w.Min(tile, g));
 }
-// 128 * sum(q) of the 16 rows of sub-block s (a signed type's correction for x + 128).
-__attribute__((always_inline)) inline __m512i Sum128Line(const Int8Pack& w, int tile, int s) {
-  const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.QSum(tile, s)));
-  return _mm512_slli_epi32(_mm512_cvtepi16_epi32(sums), 7);
+// Line k's low 4 bits of u (nib) with their fifth bits from the pack's `high` line (top).
+__attribute__((always_inline)) inline __m512i AddHigh(__m512i nib, __m512i top, int k) {
+  const __mmask64 set = _mm512_test_epi8_mask(top, _mm512_set1_epi8(static_cast<char>(1 << k)));
+  return _mm512_mask_add_epi8(nib, set, nib, _mm512_set1_epi8(16));
 }
 
 // R row tiles (16 * R rows) times NT tokens: each broadcast of a token's 4 bytes serves R
 // vpdpbusd. Every row keeps the sequence of linear_int8.h whatever R and NT, so the bits do not
 // depend on them. kSub: w.sub, known to the compiler so that it unrolls a sub-block's lines. kNib:
-// q packed two lines per line (Int8Pack::nibbles; the 4-bit types, which have a min).
-template <int R, int NT, int kSub, bool kMin, bool kNib>
+// u packed two lines per line (Int8Pack::nibbles), kHigh: with a line of fifth bits (high).
+template <int R, int NT, int kSub, bool kMin, bool kNib, bool kHigh>
 void Tokens(const Int8Tile& t, int tile, int t0) {
   const Int8Pack& w = *t.w;
   const int groups = w.cols / kBlock, per_group = kBlock / kSub;
   const std::int8_t* xq[NT];
   const float* dx[NT];
   const float* xs[NT];
+  const std::int32_t* xsum[NT];
   for (int i = 0; i < NT; ++i) {
     xq[i] = t.x->i8.data() + std::size_t(t0 + i) * w.cols;
     dx[i] = t.x->i8_d.data() + ScaleAt(t0 + i, 0, groups);
     xs[i] = t.x->i8_xs.data() + ScaleAt(t0 + i, 0, groups);
+    xsum[i] = t.x->i8_sum16.data() + ScaleAt(t0 + i, 0, 2 * groups);
   }
-  const __m512i flip = _mm512_set1_epi32(int(0x80808080u));
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(w.bias));
   __m512 acc[R][NT];
   for (int r = 0; r < R; ++r) {
     for (int i = 0; i < NT; ++i) acc[r][i] = _mm512_setzero_ps();
@@ -67,23 +69,25 @@ void Tokens(const Int8Tile& t, int tile, int t0) {
         for (int r = 0; r < R; ++r) PrefetchAhead(w, q[r]);
       }
       __m512i isum[R][NT];
-      for (int r = 0; r < R; ++r) {
-        for (int i = 0; i < NT; ++i) isum[r][i] = _mm512_setzero_si512();
+      for (int i = 0; i < NT; ++i) {
+        const __m512i start =
+            kMin ? _mm512_setzero_si512() : _mm512_set1_epi32(-w.bias * SubSum<kSub>(xsum[i], s));
+        for (int r = 0; r < R; ++r) isum[r][i] = start;
       }
       auto line = [&](int k, const __m512i(&wv)[R]) {
         for (int i = 0; i < NT; ++i) {
           std::int32_t bytes;
           std::memcpy(&bytes, xq[i] + s * kSub + 4 * k, 4);
-          __m512i xv = _mm512_set1_epi32(bytes);
-          if (!kMin) xv = _mm512_xor_si512(xv, flip);
-          for (int r = 0; r < R; ++r) {
-            isum[r][i] = kMin ? _mm512_dpbusd_epi32(isum[r][i], wv[r], xv)
-                              : _mm512_dpbusd_epi32(isum[r][i], xv, wv[r]);
-          }
+          const __m512i xv = _mm512_set1_epi32(bytes);
+          for (int r = 0; r < R; ++r) isum[r][i] = _mm512_dpbusd_epi32(isum[r][i], wv[r], xv);
         }
       };
       if constexpr (kNib) {
         const __m512i low = _mm512_set1_epi8(15);
+        __m512i top[R];
+        if constexpr (kHigh) {
+          for (int r = 0; r < R; ++r) top[r] = _mm512_load_si512(q[r] + kSub * 8);
+        }
 #pragma GCC unroll 4
         for (int j = 0; j < kSub / 8; ++j) {
           __m512i lo[R], hi[R];
@@ -91,6 +95,10 @@ void Tokens(const Int8Tile& t, int tile, int t0) {
             const __m512i packed = _mm512_load_si512(q[r] + j * 64);
             lo[r] = _mm512_and_si512(packed, low);
             hi[r] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low);
+            if constexpr (kHigh) {
+              lo[r] = AddHigh(lo[r], top[r], j);
+              hi[r] = AddHigh(hi[r], top[r], j + kSub / 8);
+            }
           }
           line(j, lo);
           line(j + kSub / 8, hi);
@@ -99,17 +107,18 @@ void Tokens(const Int8Tile& t, int tile, int t0) {
 #pragma GCC unroll 8
         for (int k = 0; k < kSub / 4; ++k) {
           __m512i wv[R];
-          for (int r = 0; r < R; ++r) wv[r] = _mm512_load_si512(q[r] + k * 64);
+          for (int r = 0; r < R; ++r) {
+            wv[r] = _mm512_load_si512(q[r] + k * 64);
+            if (!kMin) wv[r] = _mm512_add_epi8(wv[r], bias);
+          }
           line(k, wv);
         }
       }
       for (int r = 0; r < R; ++r) {
         const __m512 scale = ScaleLine(w, tile + r, s);
-        const __m512i corr = kMin ? _mm512_setzero_si512() : Sum128Line(w, tile + r, s);
         for (int i = 0; i < NT; ++i) {
-          const __m512i exact = kMin ? isum[r][i] : _mm512_sub_epi32(isum[r][i], corr);
           const __m512 sd = _mm512_mul_ps(scale, _mm512_set1_ps(dx[i][g * kTileTokens]));
-          acc[r][i] = _mm512_fmadd_ps(sd, _mm512_cvtepi32_ps(exact), acc[r][i]);
+          acc[r][i] = _mm512_fmadd_ps(sd, _mm512_cvtepi32_ps(isum[r][i]), acc[r][i]);
         }
       }
     }
@@ -131,9 +140,9 @@ void Tokens(const Int8Tile& t, int tile, int t0) {
   }
 }
 
-template <int R, int kSub, bool kMin, bool kNib, int... NT>
+template <int R, int kSub, bool kMin, bool kNib, bool kHigh, int... NT>
 void Dispatch(const Int8Tile& t, int tile, int t0, int nt, std::integer_sequence<int, NT...>) {
-  ((nt == NT + 1 ? Tokens<R, NT + 1, kSub, kMin, kNib>(t, tile, t0) : void()), ...);
+  ((nt == NT + 1 ? Tokens<R, NT + 1, kSub, kMin, kNib, kHigh>(t, tile, t0) : void()), ...);
 }
 
 // Every token of t over row tiles [tile, tile + R), kMaxNT tokens at a time.
@@ -142,21 +151,24 @@ void RowTiles(const Int8Tile& t, int tile) {
   for (int t0 = t.t0; t0 < t.t0 + t.nt; t0 += kMaxNT) {
     const int nt = std::min(kMaxNT, t.t0 + t.nt - t0);
     const auto seq = std::make_integer_sequence<int, kMaxNT>();
-    if (t.w->nibbles) {
-      Dispatch<R, 32, true, true>(t, tile, t0, nt, seq);
+    if (t.w->high) {
+      Dispatch<R, 32, false, true, true>(t, tile, t0, nt, seq);
+    } else if (t.w->nibbles) {
+      Dispatch<R, 32, true, true, false>(t, tile, t0, nt, seq);
     } else if (t.w->has_min) {
-      Dispatch<R, 32, true, false>(t, tile, t0, nt, seq);
+      Dispatch<R, 32, true, false, false>(t, tile, t0, nt, seq);
     } else if (t.w->sub == 16) {
-      Dispatch<R, 16, false, false>(t, tile, t0, nt, seq);
+      Dispatch<R, 16, false, false, false>(t, tile, t0, nt, seq);
     } else {
-      Dispatch<R, 32, false, false>(t, tile, t0, nt, seq);
+      Dispatch<R, 32, false, false, false>(t, tile, t0, nt, seq);
     }
   }
 }
 
 }  // namespace
 
-void QuantizeRowAvx512(const float* x, int groups, std::int8_t* q, float* d, float* xs) {
+void QuantizeRowAvx512(const float* x, int groups, std::int8_t* q, float* d, float* xs,
+                       std::int32_t* sum16) {
   for (int g = 0; g < groups; ++g) {
     const __m512 a = _mm512_loadu_ps(x + g * kBlock);
     const __m512 b = _mm512_loadu_ps(x + g * kBlock + 16);
@@ -172,9 +184,32 @@ void QuantizeRowAvx512(const float* x, int groups, std::int8_t* q, float* d, flo
     const __m512i qa = quant(a), qb = quant(b);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + g * kBlock), _mm512_cvtepi32_epi8(qa));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + g * kBlock + 16), _mm512_cvtepi32_epi8(qb));
+    const std::int32_t sa = _mm512_reduce_add_epi32(qa), sb = _mm512_reduce_add_epi32(qb);
     d[g * kTileTokens] = dg;
-    xs[g * kTileTokens] = dg * float(_mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb)));
+    xs[g * kTileTokens] = dg * float(sa + sb);
+    sum16[2 * g * kTileTokens] = sa;
+    sum16[(2 * g + 1) * kTileTokens] = sb;
   }
+}
+
+const std::int8_t* WidenNibbles(const Int8Pack& w, int tile, LineVector<std::int8_t>& out) {
+  const int lines = w.sub / 8;
+  out.resize(std::size_t(w.subs) * w.sub * 16);
+  const __m512i low = _mm512_set1_epi8(15), bias = _mm512_set1_epi8(static_cast<char>(w.bias));
+  for (int s = 0; s < w.subs; ++s) {
+    const std::int8_t* in = w.Q(tile, s);
+    std::int8_t* dst = out.data() + std::size_t(s) * w.sub * 16;
+    const __m512i top = w.high ? _mm512_load_si512(in + w.sub * 8) : _mm512_setzero_si512();
+    for (int j = 0; j < lines; ++j) {
+      const __m512i packed = _mm512_load_si512(in + j * 64);
+      const __m512i lo = AddHigh(_mm512_and_si512(packed, low), top, j);
+      const __m512i hi =
+          AddHigh(_mm512_and_si512(_mm512_srli_epi16(packed, 4), low), top, j + lines);
+      _mm512_store_si512(dst + j * 64, _mm512_sub_epi8(lo, bias));
+      _mm512_store_si512(dst + (j + lines) * 64, _mm512_sub_epi8(hi, bias));
+    }
+  }
+  return out.data();
 }
 
 void Int8TileVnni(const Int8Tile& t) {

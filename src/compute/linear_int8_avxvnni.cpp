@@ -1,7 +1,7 @@
 // The AVX-VNNI kernel of the int8 path (linear_int8.h), for CPUs with the VEX-encoded vpdpbusd
 // but no AVX-512: each instruction adds 4 bytes of 8 rows. As in the AVX512-VNNI kernel, the
-// types with a min take q (0..31) as the unsigned operand; the signed types take the activations
-// plus 128 (x ^ 0x80) and subtract 128 * sum(q) after, exactly. Compiled with AVX2, FMA, F16C
+// weights are the unsigned operand, u = q + bias (Int8Pack::bias: 0 for the types with a min,
+// whose q is 0..31), and bias * sum(xq) is subtracted after, exactly. Compiled with AVX2, FMA, F16C
 // (fp16 scales) and AVX-VNNI, run only where cpuid has them.
 #include <immintrin.h>
 
@@ -17,15 +17,14 @@ namespace {
 #include "compute/linear_int8_ymm.h"
 
 struct VnniDot {
-  static __m256i Weights(__m256i q) { return q; }
-  template <bool kMin>
+  static constexpr bool kBiased = true;
+  static __m256i Weights(__m256i q, __m256i bias) { return _mm256_add_epi8(q, bias); }
+  template <bool kSigned>
   static void Add(__m256i& isum, __m256i w, __m256i, __m256i x) {
-    isum = kMin ? _mm256_dpbusd_avx_epi32(isum, w, x)
-                : _mm256_dpbusd_avx_epi32(isum, _mm256_xor_si256(x, _mm256_set1_epi8(-128)), w);
+    isum = _mm256_dpbusd_avx_epi32(isum, w, x);
   }
   static __m256i Widen(__m256i part) { return part; }
   static int PartLines(const Int8Pack& w) { return w.sub / 4; }
-  static __m256i Exact(__m256i isum, __m256i sum128) { return _mm256_sub_epi32(isum, sum128); }
 };
 
 }  // namespace

@@ -17,28 +17,31 @@ __m256 Half8(const std::uint16_t* h) {
 __attribute__((always_inline)) inline __m256 ScaleLine(const Int8Pack& w, int tile, int s, int p) {
   return w.half ? Half8(w.Scale16(tile, s) + 8 * p) : _mm256_loadu_ps(w.Scale(tile, s) + 8 * p);
 }
-// 128 * sum(q) of rows 8p..8p+7 of sub-block s (a signed type's correction for VNNI's x + 128).
-__attribute__((always_inline)) inline __m256i Sum128Line(const Int8Pack& w, int tile, int s,
-                                                         int p) {
-  const __m128i sums = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.QSum(tile, s) + 8 * p));
-  return _mm256_slli_epi32(_mm256_cvtepi16_epi32(sums), 7);
-}
 __attribute__((always_inline)) inline __m256 MinLine(const Int8Pack& w, int tile, int g, int p) {
   return w.half ? Half8(w.Min16(tile, g) + 8 * p) : _mm256_loadu_ps(w.Min(tile, g) + 8 * p);
 }
 
-// Dot: static __m256i Weights(__m256i q) (q as the product takes it), static void Add(__m256i&
-// part, __m256i w, __m256i q, __m256i x) (x: 4 bytes of the token, broadcast; q: the raw weights),
-// static __m256i Widen(__m256i part) (part's sums as int32 lanes), static int PartLines(const
-// Int8Pack&) (the lines a part may sum before Widen, a power of two that divides sub / 4) and
-// static __m256i Exact(__m256i isum, __m256i sum128) (the exact sum of q * x for a signed type,
-// given 128 * sum(q) of the 8 rows). kSub: w.sub, known to the compiler so that it
-// unrolls a sub-block's lines. kPart: Dot::PartLines(w), known to the compiler too (with the
-// count at run time GCC kept the sums on the stack). kNib: q packed two lines per line
-// (Int8Pack::nibbles; the 4-bit types, which have a min).
-template <class Dot, int NT, int kSub, bool kMin, bool kNib, int kPart>
+// The 8 rows' u of line k from its low 4 bits (nib) and the pack's line of fifth bits (top):
+// bit k of each byte of top to bit 4.
+__attribute__((always_inline)) inline __m256i AddHigh(__m256i nib, __m256i top, int k) {
+  const __m256i fifth = k < 4 ? _mm256_slli_epi16(top, 4 - k) : _mm256_srli_epi16(top, k - 4);
+  return _mm256_or_si256(nib, _mm256_and_si256(fifth, _mm256_set1_epi8(16)));
+}
+
+// Dot: static __m256i Weights(__m256i q, __m256i bias) (a signed byte-form q as the product takes
+// it; bias: Int8Pack::bias in every byte), static void Add<kSigned>(__m256i& part, __m256i w,
+// __m256i q, __m256i x) (x: 4 bytes of the token, broadcast; w: Weights(q) of a signed byte-form
+// q, else u), static __m256i Widen(__m256i part) (part's sums as int32 lanes), static int
+// PartLines(const Int8Pack&) (the lines a part may sum before Widen, a power of two that divides
+// sub / 4) and kBiased (whether Weights' products need bias * sum(xq) taken off). kSub: w.sub,
+// known to the compiler so that it unrolls a sub-block's lines. kPart: Dot::PartLines(w), known
+// to the compiler too (with the count at run time GCC kept the sums on the stack). kNib: u packed
+// two lines per line (Int8Pack::nibbles), kHigh: with a line of fifth bits (high).
+template <class Dot, int NT, int kSub, bool kMin, bool kNib, bool kHigh, int kPart>
 void YmmTokens(const Int8Tile& t, int t0) {
   constexpr bool kWhole = kPart == kSub / 4;  // a part holds a whole sub-block
+  constexpr bool kSigned = !kMin && !kNib;    // the byte form's signed q
+  constexpr bool kCorrect = !kMin && (kNib || Dot::kBiased);
   const Int8Pack& w = *t.w;
   const int groups = w.cols / kBlock, per_group = kBlock / kSub;
   // Token i's bytes at xq + i * cols, its scales at dx + i and xs + i (the NT tokens lie in one
@@ -48,6 +51,8 @@ void YmmTokens(const Int8Tile& t, int t0) {
   const std::size_t ldx = w.cols;
   const float* dx = t.x->i8_d.data() + ScaleAt(t0, 0, groups);
   const float* xs = t.x->i8_xs.data() + ScaleAt(t0, 0, groups);
+  const std::int32_t* xsum = t.x->i8_sum16.data() + ScaleAt(t0, 0, 2 * groups);
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(w.bias));
   __m256 acc[NT][2];
   for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
   for (int g = 0; g < groups; ++g) {
@@ -75,13 +80,13 @@ void YmmTokens(const Int8Tile& t, int t0) {
       // Line k's two halves (rows 0-7, 8-15): wq as stored, wv as the product takes them.
       auto line = [&](int k, const __m256i(&wq)[2]) {
         __m256i wv[2];
-        for (int p = 0; p < 2; ++p) wv[p] = kMin ? wq[p] : Dot::Weights(wq[p]);
+        for (int p = 0; p < 2; ++p) wv[p] = kSigned ? Dot::Weights(wq[p], bias) : wq[p];
         for (int i = 0; i < NT; ++i) {
           std::int32_t bytes;
           std::memcpy(&bytes, xq + i * ldx + s * kSub + 4 * k, 4);
           const __m256i xv = _mm256_set1_epi32(bytes);
           for (int p = 0; p < 2; ++p) {
-            Dot::template Add<kMin>(part[i][p], wv[p], wq[p], xv);
+            Dot::template Add<kSigned>(part[i][p], wv[p], wq[p], xv);
             // GCC otherwise reassociates a sub-block's sums into a tree and spills its leaves.
             asm("" : "+x"(part[i][p]));
           }
@@ -96,6 +101,8 @@ void YmmTokens(const Int8Tile& t, int t0) {
       };
       if constexpr (kNib) {
         const __m256i low = _mm256_set1_epi8(15);
+        __m256i top[2];
+        if constexpr (kHigh) top[0] = load(kSub / 8, 0), top[1] = load(kSub / 8, 1);
 #pragma GCC unroll 4
         for (int j = 0; j < kSub / 8; ++j) {
           __m256i lo[2], hi[2];
@@ -103,6 +110,10 @@ void YmmTokens(const Int8Tile& t, int t0) {
             const __m256i packed = load(j, p);
             lo[p] = _mm256_and_si256(packed, low);
             hi[p] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
+            if constexpr (kHigh) {
+              lo[p] = AddHigh(lo[p], top[p], j);
+              hi[p] = AddHigh(hi[p], top[p], j + kSub / 8);
+            }
           }
           line(j, lo);
           line(j + kSub / 8, hi);
@@ -116,10 +127,12 @@ void YmmTokens(const Int8Tile& t, int t0) {
       }
       for (int p = 0; p < 2; ++p) {
         const __m256 scale = ScaleLine(w, t.tile, s, p);
-        const __m256i sum128 = kMin ? _mm256_setzero_si256() : Sum128Line(w, t.tile, s, p);
         for (int i = 0; i < NT; ++i) {
           const __m256i sum = kWhole ? Dot::Widen(part[i][p]) : isum[i][p];
-          const __m256i exact = kMin ? sum : Dot::Exact(sum, sum128);
+          const __m256i exact =
+              kCorrect
+                  ? _mm256_sub_epi32(sum, _mm256_set1_epi32(w.bias * SubSum<kSub>(xsum + i, s)))
+                  : sum;
           const __m256 sd = _mm256_mul_ps(scale, _mm256_set1_ps(dx[g * kTileTokens + i]));
           acc[i][p] = _mm256_fmadd_ps(sd, _mm256_cvtepi32_ps(exact), acc[i][p]);
         }
@@ -144,36 +157,40 @@ void YmmTokens(const Int8Tile& t, int t0) {
   }
 }
 
-template <class Dot, int kSub, bool kMin, bool kNib, int kPart, int... NT>
+template <class Dot, int kSub, bool kMin, bool kNib, bool kHigh, int kPart, int... NT>
 void YmmTokenCount(const Int8Tile& t, int t0, int nt, std::integer_sequence<int, NT...>) {
-  ((nt == NT + 1 ? YmmTokens<Dot, NT + 1, kSub, kMin, kNib, kPart>(t, t0) : void()), ...);
+  ((nt == NT + 1 ? YmmTokens<Dot, NT + 1, kSub, kMin, kNib, kHigh, kPart>(t, t0) : void()), ...);
 }
 
 // YmmTokens for nt tokens and the pack's part length (1, 2, 4 or 8 lines: PartLines divides
-// kSub / 4; the 4-bit types, q <= 15, always sum a whole sub-block in a part).
-template <class Dot, int kSub, bool kMin, bool kNib>
+// kSub / 4; the 4-bit types, u <= 15, always sum a whole sub-block in a part).
+template <class Dot, int kSub, bool kMin, bool kNib, bool kHigh>
 void YmmDispatch(const Int8Tile& t, int t0, int nt) {
   const auto seq = std::make_integer_sequence<int, kYmmTokens>();
-  const int part = kNib ? kSub / 4 : Dot::PartLines(*t.w);
-  if (part == kSub / 4) return YmmTokenCount<Dot, kSub, kMin, kNib, kSub / 4>(t, t0, nt, seq);
-  if constexpr (!kNib) {
-    if (part == 4) return YmmTokenCount<Dot, kSub, kMin, kNib, 4>(t, t0, nt, seq);
-    if (part == 2) return YmmTokenCount<Dot, kSub, kMin, kNib, 2>(t, t0, nt, seq);
-    YmmTokenCount<Dot, kSub, kMin, kNib, 1>(t, t0, nt, seq);
+  const int part = kNib && !kHigh ? kSub / 4 : Dot::PartLines(*t.w);
+  if (part == kSub / 4) {
+    return YmmTokenCount<Dot, kSub, kMin, kNib, kHigh, kSub / 4>(t, t0, nt, seq);
+  }
+  if constexpr (!kNib || kHigh) {
+    if (part == 4) return YmmTokenCount<Dot, kSub, kMin, kNib, kHigh, 4>(t, t0, nt, seq);
+    if (part == 2) return YmmTokenCount<Dot, kSub, kMin, kNib, kHigh, 2>(t, t0, nt, seq);
+    YmmTokenCount<Dot, kSub, kMin, kNib, kHigh, 1>(t, t0, nt, seq);
   }
 }
 
 // The kernel of t's weight type.
 template <class Dot>
 void YmmKind(const Int8Tile& t, int t0, int nt) {
-  if (t.w->nibbles) {
-    YmmDispatch<Dot, 32, true, true>(t, t0, nt);
+  if (t.w->high) {
+    YmmDispatch<Dot, 32, false, true, true>(t, t0, nt);
+  } else if (t.w->nibbles) {
+    YmmDispatch<Dot, 32, true, true, false>(t, t0, nt);
   } else if (t.w->has_min) {
-    YmmDispatch<Dot, 32, true, false>(t, t0, nt);
+    YmmDispatch<Dot, 32, true, false, false>(t, t0, nt);
   } else if (t.w->sub == 16) {
-    YmmDispatch<Dot, 16, false, false>(t, t0, nt);
+    YmmDispatch<Dot, 16, false, false, false>(t, t0, nt);
   } else {
-    YmmDispatch<Dot, 32, false, false>(t, t0, nt);
+    YmmDispatch<Dot, 32, false, false, false>(t, t0, nt);
   }
 }
 

@@ -7,6 +7,8 @@
 // others, on 1 and 3 threads; fused products equal to separate ones; a matrix packed once at load
 // equal to one packed per call; and the activations' quantization of each ISA equal to the scalar
 // code's.
+#include "compute/linear_int8.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -124,48 +126,56 @@ TEST_F(Int8MatMul, IsasEqualScalarBitwise) {
   }
 }
 
-// Every q at the type's extreme (15 for the 4-bit types, 31 for Q5_K, -16 for Q5_0, -32 for Q6_K,
-// and -128, which ggml never writes but a file may hold, for Q8_0) and every activation at 127
-// with q's sign, then at the other sign: each int32 sum sits at its bound, which a kernel that
-// sums products in int16 over too many lines overflows.
+// Every q at the type's extreme (15 for the 4-bit types, 31 for Q5_K; for the signed types both
+// ends: -16 and 15 for Q5_0, -32 and 31 for Q6_K, 127 and -128, which ggml never writes but a
+// file may hold, for Q8_0) and every activation at 127 with q's sign, then at the other sign:
+// each int32 sum sits at its bound, which a kernel that sums products in int16 over too many
+// lines overflows.
 TEST_F(Int8MatMul, ExtremeIntegersEqualScalarBitwise) {
   std::mt19937 rng(17);
   const int rows = 20, cols = 512;
-  for (WeightType type : kTypes) {
+  for (const auto [type, top] : {std::pair{WeightType::kQ4_1, true},
+                                 {WeightType::kQ8_0, false},
+                                 {WeightType::kQ8_0, true},
+                                 {WeightType::kQ5_0, false},
+                                 {WeightType::kQ5_0, true},
+                                 {WeightType::kQ4_K, true},
+                                 {WeightType::kQ5_K, true},
+                                 {WeightType::kQ6_K, false},
+                                 {WeightType::kQ6_K, true}}) {
     Matrix m = RandomMatrix(type, rows, cols, rng);
-    float sign = -1.0f;
+    const float sign = top ? 1.0f : -1.0f;
+    const int fill = top ? 0xff : 0;
     for (std::size_t at = 0; at < m.bytes.size(); at += BlockBytes(type)) {
       std::uint8_t* blk = m.bytes.data() + at;
       switch (type) {
         case WeightType::kQ4_1:
-          std::memset(blk + offsetof(BlockQ4_1, qs), 0xff, sizeof(BlockQ4_1::qs));
-          sign = 1.0f;
+          std::memset(blk + offsetof(BlockQ4_1, qs), fill, sizeof(BlockQ4_1::qs));
           break;
         case WeightType::kQ8_0:
-          std::memset(blk + offsetof(BlockQ8_0, qs), 0x80, sizeof(BlockQ8_0::qs));
+          std::memset(blk + offsetof(BlockQ8_0, qs), top ? 0x7f : 0x80, sizeof(BlockQ8_0::qs));
           break;
         case WeightType::kQ5_0:
-          std::memset(blk + offsetof(BlockQ5_0, qh), 0, 4 + sizeof(BlockQ5_0::qs));
+          std::memset(blk + offsetof(BlockQ5_0, qh), fill, 4 + sizeof(BlockQ5_0::qs));
           break;
         case WeightType::kQ4_K:
-          std::memset(blk + offsetof(BlockQ4K, qs), 0xff, sizeof(BlockQ4K::qs));
-          sign = 1.0f;
+          std::memset(blk + offsetof(BlockQ4K, qs), fill, sizeof(BlockQ4K::qs));
           break;
         case WeightType::kQ5_K:
-          std::memset(blk + offsetof(BlockQ5K, qh), 0xff,
+          std::memset(blk + offsetof(BlockQ5K, qh), fill,
                       sizeof(BlockQ5K::qh) + sizeof(BlockQ5K::qs));
-          sign = 1.0f;
           break;
         case WeightType::kQ6_K:
-          std::memset(blk + offsetof(BlockQ6K, ql), 0, sizeof(BlockQ6K::ql) + sizeof(BlockQ6K::qh));
+          std::memset(blk + offsetof(BlockQ6K, ql), fill,
+                      sizeof(BlockQ6K::ql) + sizeof(BlockQ6K::qh));
           break;
         default:
           FAIL() << Name(type);
       }
     }
     const QuantMatrix packed = WithInt8Pack(m.m, ActFormat::kInt8);
-    // x at q's sign: the largest products with |q| as the unsigned operand; at the other sign,
-    // x + 128 = 255, those of the signed types with x + 128 as the unsigned one (AVX2's bias).
+    // x at q's sign, then at the other: the largest sums whichever way a kernel takes the
+    // operands (|q| and x with q's sign, or q + bias and x).
     // 5 and 9 tokens: AVX2's kernels for a decode step's few tokens and for more.
     for (const auto [n, x_sign] : {std::pair{5, sign}, {5, -sign}, {9, sign}, {9, -sign}}) {
       const std::vector<float> x(std::size_t(n) * cols, x_sign);
@@ -264,9 +274,10 @@ TEST_F(Int8MatMul, BestPathOfTheCpu) {
   }
 }
 
-// The activations' quantization (dx, xq and dx * sum(xq) per 32-group) of every ISA equals the
-// scalar code's bit for bit, on rows of 18 and 48 groups (the vector code takes 16 groups at a
-// time, then single ones) with a zero group, exact halves (ties to even) and wide magnitudes.
+// The activations' quantization (dx, xq and dx * sum(xq) per 32-group, sum(xq) per 16) of every
+// ISA equals the scalar code's bit for bit, on rows of 18 and 48 groups (the vector code takes 16
+// groups at a time, then single ones) with a zero group, exact halves (ties to even) and wide
+// magnitudes.
 TEST_F(Int8MatMul, QuantizedActivationsEqualScalarBitwise) {
   for (int cols : {576, 1536}) {
     const int n = 3;
@@ -300,11 +311,61 @@ TEST_F(Int8MatMul, QuantizedActivationsEqualScalarBitwise) {
           EXPECT_EQ(std::bit_cast<std::uint32_t>(got.i8_xs[at]),
                     std::bit_cast<std::uint32_t>(want.i8_xs[at]))
               << isa << " token " << t << " group " << g;
+          for (int h = 0; h < 2; ++h) {
+            const std::size_t half = (std::size_t(t / 16) * 2 * groups + 2 * g + h) * 16 + t % 16;
+            int sum = 0;
+            for (int j = 0; j < 16; ++j)
+              sum += want.i8[std::size_t(t) * cols + 32 * g + 16 * h + j];
+            EXPECT_EQ(want.i8_sum16[half], sum) << "scalar token " << t << " group " << g;
+            EXPECT_EQ(got.i8_sum16[half], sum) << isa << " token " << t << " group " << g;
+          }
         }
       }
     }
   }
 }
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))  // the x86 kernels' build
+// AMX's widening of the nibble packs (Q4_1, Q4_K, and Q5_0 with its fifth bits) into the byte
+// form's signed q equals the scalar kernel's reading of the pack, byte for byte, at both ends of
+// each type's range and in between.
+TEST_F(Int8MatMul, WidenedNibblesEqualScalarReading) {
+  if (BestCpuIsa(DetectCpuFeatures()) < CpuIsa::kAvx512) GTEST_SKIP() << "no AVX-512 here";
+  std::mt19937 rng(3);
+  for (WeightType type : {WeightType::kQ4_1, WeightType::kQ4_K, WeightType::kQ5_0}) {
+    Matrix m = RandomMatrix(type, 40, 256, rng);
+    // Row 0's blocks at the top of the range (every bit set), the rest random.
+    const std::size_t row0 = m.m.row_stride;
+    const std::size_t quants = type == WeightType::kQ4_K   ? offsetof(BlockQ4K, qs)
+                               : type == WeightType::kQ5_0 ? offsetof(BlockQ5_0, qh)
+                                                           : offsetof(BlockQ4_1, qs);
+    for (std::size_t at = 0; at < row0; at += BlockBytes(type)) {
+      std::memset(m.bytes.data() + at + quants, 0xff, BlockBytes(type) - quants);
+    }
+    const QuantMatrix packed = WithInt8Pack(m.m, ActFormat::kInt8);
+    const Int8Pack& w = *packed.int8;
+    ASSERT_TRUE(w.nibbles) << Name(type);
+    LineVector<std::int8_t> out;
+    int lowest = 127, highest = -128;
+    for (int tile = 0; tile < w.tiles; ++tile) {
+      const std::int8_t* wide = int8_internal::WidenNibbles(w, tile, out);
+      for (int s = 0; s < w.subs; ++s) {
+        for (int k = 0; k < w.sub / 4; ++k) {
+          for (int b = 0; b < 64; ++b) {
+            const std::int8_t want = w.QAt(w.Q(tile, s), k, b);
+            ASSERT_EQ(wide[std::size_t(s) * w.sub * 16 + k * 64 + b], want)
+                << Name(type) << " tile " << tile << " s " << s << " line " << k << " byte " << b;
+            lowest = std::min<int>(lowest, want);
+            highest = std::max<int>(highest, want);
+          }
+        }
+      }
+    }
+    EXPECT_EQ(highest, 15) << Name(type);
+    EXPECT_EQ(lowest, type == WeightType::kQ5_0 ? -16 : 0) << Name(type);
+  }
+}
+#endif
 
 TEST_F(Int8MatMul, ForcedIsaChecked) {
   setenv("CTXPAR_INT8_ISA", "vnni2", 1);
