@@ -176,10 +176,11 @@ void Int8TileAvxVnni(const Int8Tile& t);  // AVX2 + FMA + AVX-VNNI
 void Int8TileVnni(const Int8Tile& t);     // AVX-512 F/BW/VL + VNNI
 void Int8TileAmx(const Int8Tile& t);      // AMX-TILE + AMX-INT8 (+ VNNI); t0 a multiple of 16
 #endif
-// Row tile `tile` of a pack with nibbles as the byte form's lines of q (u - bias), the B tiles of
-// AMX's tdpbssd, into `out`; returns out.data(). With AVX-512 F/BW; defined in the x86 kernels'
-// build only.
-const std::int8_t* WidenNibbles(const Int8Pack& w, int tile, LineVector<std::int8_t>& out);
+// Row tiles [tile, tile + tiles) of a pack with nibbles as the byte form's lines of q (u - bias),
+// the B tiles of AMX's tdpbssd and the VNNI prefill's operand, into `out`, tile after tile;
+// returns out.data(). With AVX-512 F/BW; defined in the x86 kernels' build only.
+const std::int8_t* WidenNibbles(const Int8Pack& w, int tile, int tiles,
+                                LineVector<std::int8_t>& out);
 
 }  // namespace int8_internal
 }  // namespace ctxpar::compute

@@ -159,7 +159,8 @@ void Int8TileAmx(const Int8Tile& tiles) {
                                     : Tile16<false, 16, false>;
   ForEachTile(tiles, [&](const Int8Tile& t) {
     thread_local LineVector<std::int8_t> widened;
-    const std::int8_t* wq = t.w->nibbles ? WidenNibbles(*t.w, t.tile, widened) : t.w->Q(t.tile, 0);
+    const std::int8_t* wq =
+        t.w->nibbles ? WidenNibbles(*t.w, t.tile, 1, widened) : t.w->Q(t.tile, 0);
     Int8Tile part = t;
     for (part.t0 = t.t0; part.t0 < t.t0 + t.nt; part.t0 += kTileTokens) {
       part.nt = std::min(kTileTokens, t.t0 + t.nt - part.t0);

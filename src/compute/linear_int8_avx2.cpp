@@ -43,20 +43,49 @@ struct MaddDot {
   static int PartLines(const Int8Pack& w) { return Int16Lines(w, w.nibbles ? w.UMax() : w.qmax); }
 };
 
+// Row tile `tile` of a pack with nibbles as the byte form's lines of u, into `out`; returns
+// out.data().
+const std::int8_t* WidenTile(const Int8Pack& w, int tile, LineVector<std::int8_t>& out) {
+  const int lines = w.sub / 8;
+  out.resize(std::size_t(w.subs) * w.sub * 16);
+  const __m256i low = _mm256_set1_epi8(15);
+  auto load = [](const std::int8_t* at) {
+    return _mm256_load_si256(reinterpret_cast<const __m256i*>(at));
+  };
+  for (int s = 0; s < w.subs; ++s) {
+    const std::int8_t* in = w.Q(tile, s);
+    PrefetchAhead(w, in);
+    std::int8_t* dst = out.data() + std::size_t(s) * w.sub * 16;
+    for (int p = 0; p < 2; ++p) {
+      const __m256i top = w.high ? load(in + w.sub * 8 + 32 * p) : _mm256_setzero_si256();
+      for (int j = 0; j < lines; ++j) {
+        const __m256i packed = load(in + j * 64 + 32 * p);
+        const __m256i lo = AddHigh(_mm256_and_si256(packed, low), top, j);
+        const __m256i hi =
+            AddHigh(_mm256_and_si256(_mm256_srli_epi16(packed, 4), low), top, j + lines);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(dst + j * 64 + 32 * p), lo);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(dst + (j + lines) * 64 + 32 * p), hi);
+      }
+    }
+  }
+  return out.data();
+}
+
 // The signed types take a tile's rows in two passes of 8 (the second reads the tile's lines from
 // L1), so that the int32 sums, the parts and the fp32 sums of its tokens stay in the 16 registers.
 // Those whose bias is at most kBiasMax (Q5_0, Q6_K; kBias) take u = q + bias (at most 2 * bias -
-// 1; Q5_0's widened from its nibbles and fifth bits, kHigh) as the unsigned operand and the
-// activations as the signed one, then subtract bias * sum(xq), as the VNNI kernels do: no vpsignb
-// and no vpabsb per token (4 lines a part for Q5_0, 2 for Q6_K). Q8_0 keeps |q| and x with q's
-// sign, one line a part.
+// 1) as the unsigned operand and the activations as the signed one, then subtract bias * sum(xq),
+// as the VNNI kernels do: no vpsignb and no vpabsb per token (4 lines a part for Q5_0, 2 for Q6_K).
+// Q8_0 keeps |q| and x with q's sign, one line a part.
 constexpr int kBiasMax = 64;
 // Below this many tokens a call streams the pack (decode), and two passes over each tile lose to
 // one; the sequence, so the bits, are the same either way.
 constexpr int kHalfMinTokens = 8;
 
-template <bool kBias, bool kHigh, int NT, int kSub, int kPart>
-void HalfTokens(const Int8Tile& t, int t0) {
+// q0: the tile's sub-block 0 in the byte form, the next sub_bytes further each; kWide: as u
+// (WidenTile), else q.
+template <bool kBias, bool kWide, int NT, int kSub, int kPart>
+void HalfTokens(const Int8Tile& t, int t0, const std::int8_t* q0, std::size_t sub_bytes) {
   const Int8Pack& w = *t.w;
   const int groups = w.cols / kBlock, per_group = kBlock / kSub;
   const std::int8_t* x = t.x->i8.data() + std::size_t(t0) * w.cols;
@@ -65,34 +94,21 @@ void HalfTokens(const Int8Tile& t, int t0) {
   const std::int32_t* xsum = t.x->i8_sum16.data() + ScaleAt(t0, 0, 2 * groups);
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256i bias = _mm256_set1_epi8(static_cast<char>(w.bias));
-  const __m256i low = _mm256_set1_epi8(15);
-  auto load = [](const std::int8_t* at) {
-    return _mm256_load_si256(reinterpret_cast<const __m256i*>(at));
-  };
   for (int p = 0; p < 2; ++p) {
     __m256 acc[NT];
     for (int i = 0; i < NT; ++i) acc[i] = _mm256_setzero_ps();
     for (int s = 0; s < w.subs; ++s) {
-      const std::int8_t* q = w.Q(t.tile, s);
+      const std::int8_t* q = q0 + s * sub_bytes;
       if (p == 0 && t.nt < kPrefillMinTokens) PrefetchAhead(w, q);
-      const __m256i top = kHigh ? load(q + kSub * 8 + 32 * p) : _mm256_setzero_si256();
       __m256i isum[NT];
 #pragma GCC unroll 8
       for (int k0 = 0; k0 < kSub / 4; k0 += kPart) {
         __m256i part[NT];
 #pragma GCC unroll 8
         for (int k = k0; k < k0 + kPart; ++k) {
-          __m256i wq, wu;
-          if constexpr (kHigh) {
-            constexpr int kLines = kSub / 8;
-            const __m256i packed = load(q + (k % kLines) * 64 + 32 * p);
-            wq = k < kLines ? _mm256_and_si256(packed, low)
-                            : _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
-            wu = AddHigh(wq, top, k);
-          } else {
-            wq = load(q + k * 64 + 32 * p);
-            wu = kBias ? _mm256_add_epi8(wq, bias) : _mm256_abs_epi8(wq);
-          }
+          const __m256i wq =
+              _mm256_load_si256(reinterpret_cast<const __m256i*>(q + k * 64 + 32 * p));
+          const __m256i wu = kWide ? wq : kBias ? _mm256_add_epi8(wq, bias) : _mm256_abs_epi8(wq);
           for (int i = 0; i < NT; ++i) {
             std::int32_t bytes;
             std::memcpy(&bytes, x + i * ldx + s * kSub + 4 * k, 4);
@@ -129,9 +145,11 @@ void HalfTokens(const Int8Tile& t, int t0) {
   }
 }
 
-template <bool kBias, bool kHigh, int kSub, int kPart, int... NT>
-void HalfTokenCount(const Int8Tile& t, int t0, int nt, std::integer_sequence<int, NT...>) {
-  ((nt == NT + 1 ? HalfTokens<kBias, kHigh, NT + 1, kSub, kPart>(t, t0) : void()), ...);
+template <bool kBias, bool kWide, int kSub, int kPart, int... NT>
+void HalfTokenCount(const Int8Tile& t, int t0, int nt, const std::int8_t* q0, std::size_t sub_bytes,
+                    std::integer_sequence<int, NT...>) {
+  ((nt == NT + 1 ? HalfTokens<kBias, kWide, NT + 1, kSub, kPart>(t, t0, q0, sub_bytes) : void()),
+   ...);
 }
 
 // Tokens a pass: 4 with parts of several lines (each token holds a part, an int32 sum and an fp32
@@ -139,29 +157,41 @@ void HalfTokenCount(const Int8Tile& t, int t0, int nt, std::integer_sequence<int
 template <bool kBias>
 constexpr int kHalfTokens = kBias ? 4 : 8;
 
-template <bool kBias, bool kHigh, int kSub>
-void HalfDispatch(const Int8Tile& t, int t0, int nt, int part) {
+template <bool kBias, bool kWide, int kSub>
+void HalfDispatch(const Int8Tile& t, int t0, int nt, int part, const std::int8_t* q0,
+                  std::size_t sub_bytes) {
   const auto seq = std::make_integer_sequence<int, kHalfTokens<kBias>>();
   if constexpr (kSub == 32) {
-    if (part == 8) return HalfTokenCount<kBias, kHigh, kSub, 8>(t, t0, nt, seq);
+    if (part == 8) return HalfTokenCount<kBias, kWide, kSub, 8>(t, t0, nt, q0, sub_bytes, seq);
   }
-  if (part == 4) return HalfTokenCount<kBias, kHigh, kSub, 4>(t, t0, nt, seq);
-  if (part == 2) return HalfTokenCount<kBias, kHigh, kSub, 2>(t, t0, nt, seq);
-  HalfTokenCount<kBias, kHigh, kSub, 1>(t, t0, nt, seq);
+  if (part == 4) return HalfTokenCount<kBias, kWide, kSub, 4>(t, t0, nt, q0, sub_bytes, seq);
+  if (part == 2) return HalfTokenCount<kBias, kWide, kSub, 2>(t, t0, nt, q0, sub_bytes, seq);
+  HalfTokenCount<kBias, kWide, kSub, 1>(t, t0, nt, q0, sub_bytes, seq);
 }
 
-template <bool kBias, bool kHigh>
+// Each row tile of a pack with nibbles (Q5_0) is widened once per call (WidenTile) rather than
+// once per kHalfTokens tokens.
+template <bool kBias>
 void HalfTile(const Int8Tile& tiles) {
   const Int8Pack& w = *tiles.w;
   const int part = Int16Lines(w, kBias ? w.UMax() : w.qmax);
-  ForEachTile(tiles, [part](const Int8Tile& t) {
+  ForEachTile(tiles, [&w, part](const Int8Tile& t) {
+    thread_local LineVector<std::int8_t> wide;
+    const bool widened = kBias && w.nibbles;
+    const std::int8_t* q0 = widened ? WidenTile(w, t.tile, wide) : w.Q(t.tile, 0);
+    const std::size_t sub_bytes = widened ? std::size_t(w.sub) * 16 : w.SubBytes();
     for (int t0 = t.t0, nt = 0; t0 < t.t0 + t.nt; t0 += nt) {
       nt = std::min({kHalfTokens<kBias>, t.t0 + t.nt - t0, kTileTokens - t0 % kTileTokens});
-      if constexpr (kHigh) {
-        HalfDispatch<kBias, kHigh, 32>(t, t0, nt, part);
+      if constexpr (kBias) {
+        if (widened) {
+          HalfDispatch<kBias, true, 32>(t, t0, nt, part, q0, sub_bytes);
+          continue;
+        }
+      }
+      if (w.sub == 16) {
+        HalfDispatch<kBias, false, 16>(t, t0, nt, part, q0, sub_bytes);
       } else {
-        t.w->sub == 16 ? HalfDispatch<kBias, kHigh, 16>(t, t0, nt, part)
-                       : HalfDispatch<kBias, kHigh, 32>(t, t0, nt, part);
+        HalfDispatch<kBias, false, 32>(t, t0, nt, part, q0, sub_bytes);
       }
     }
   });
@@ -212,9 +242,8 @@ void QuantizeRowAvx2(const float* x, int groups, std::int8_t* q, float* d, float
 
 void Int8TileAvx2(const Int8Tile& t) {
   if (t.w->has_min || t.nt < kHalfMinTokens) return YmmTile<MaddDot>(t);
-  if (t.w->high) return HalfTile<true, true>(t);
-  if (t.w->bias <= kBiasMax) return HalfTile<true, false>(t);
-  HalfTile<false, false>(t);
+  if (t.w->bias <= kBiasMax) return HalfTile<true>(t);
+  HalfTile<false>(t);
 }
 
 }  // namespace ctxpar::compute::int8_internal

@@ -37,12 +37,23 @@ __attribute__((always_inline)) inline __m512i AddHigh(__m512i nib, __m512i top, 
   return _mm512_mask_add_epi8(nib, set, nib, _mm512_set1_epi8(16));
 }
 
+// Where a kernel reads row tile `tile + r`'s sub-block s: the pack, or a widened copy of it.
+struct QSource {
+  const std::int8_t* base;  // sub-block 0 of row tile `tile`
+  std::size_t tile_bytes;   // from one row tile to the next
+  std::size_t sub_bytes;    // from one sub-block to the next
+  const std::int8_t* At(int r, int s) const { return base + r * tile_bytes + s * sub_bytes; }
+};
+QSource PackSource(const Int8Pack& w, int tile) {
+  return {w.Q(tile, 0), std::size_t(w.subs) * w.SubBytes(), std::size_t(w.SubBytes())};
+}
+
 // R row tiles (16 * R rows) times NT tokens: each broadcast of a token's 4 bytes serves R
 // vpdpbusd. Every row keeps the sequence of linear_int8.h whatever R and NT, so the bits do not
 // depend on them. kSub: w.sub, known to the compiler so that it unrolls a sub-block's lines. kNib:
 // u packed two lines per line (Int8Pack::nibbles), kHigh: with a line of fifth bits (high).
 template <int R, int NT, int kSub, bool kMin, bool kNib, bool kHigh>
-void Tokens(const Int8Tile& t, int tile, int t0) {
+void Tokens(const Int8Tile& t, int tile, int t0, const QSource& src) {
   const Int8Pack& w = *t.w;
   const int groups = w.cols / kBlock, per_group = kBlock / kSub;
   const std::int8_t* xq[NT];
@@ -64,7 +75,7 @@ void Tokens(const Int8Tile& t, int tile, int t0) {
     for (int h = 0; h < per_group; ++h) {
       const int s = g * per_group + h;
       const std::int8_t* q[R];
-      for (int r = 0; r < R; ++r) q[r] = w.Q(tile + r, s);
+      for (int r = 0; r < R; ++r) q[r] = src.At(r, s);
       if (t.nt < kPrefillMinTokens) {
         for (int r = 0; r < R; ++r) PrefetchAhead(w, q[r]);
       }
@@ -141,28 +152,43 @@ void Tokens(const Int8Tile& t, int tile, int t0) {
 }
 
 template <int R, int kSub, bool kMin, bool kNib, bool kHigh, int... NT>
-void Dispatch(const Int8Tile& t, int tile, int t0, int nt, std::integer_sequence<int, NT...>) {
-  ((nt == NT + 1 ? Tokens<R, NT + 1, kSub, kMin, kNib, kHigh>(t, tile, t0) : void()), ...);
+void Dispatch(const Int8Tile& t, int tile, int t0, int nt, const QSource& src,
+              std::integer_sequence<int, NT...>) {
+  ((nt == NT + 1 ? Tokens<R, NT + 1, kSub, kMin, kNib, kHigh>(t, tile, t0, src) : void()), ...);
 }
 
-// Every token of t over row tiles [tile, tile + R), kMaxNT tokens at a time.
-template <int R, int kMaxNT>
-void RowTiles(const Int8Tile& t, int tile) {
+// Every token of t over row tiles [tile, tile + R), kMaxNT tokens at a time, from the pack
+// (kWide: from src, the nibbles widened to the byte form's signed q).
+template <int R, int kMaxNT, bool kWide>
+void RowTiles(const Int8Tile& t, int tile, const QSource& src) {
   for (int t0 = t.t0; t0 < t.t0 + t.nt; t0 += kMaxNT) {
     const int nt = std::min(kMaxNT, t.t0 + t.nt - t0);
     const auto seq = std::make_integer_sequence<int, kMaxNT>();
-    if (t.w->high) {
-      Dispatch<R, 32, false, true, true>(t, tile, t0, nt, seq);
-    } else if (t.w->nibbles) {
-      Dispatch<R, 32, true, true, false>(t, tile, t0, nt, seq);
+    if (!kWide && t.w->high) {
+      Dispatch<R, 32, false, true, true>(t, tile, t0, nt, src, seq);
+    } else if (!kWide && t.w->nibbles) {
+      Dispatch<R, 32, true, true, false>(t, tile, t0, nt, src, seq);
     } else if (t.w->has_min) {
-      Dispatch<R, 32, true, false, false>(t, tile, t0, nt, seq);
+      Dispatch<R, 32, true, false, false>(t, tile, t0, nt, src, seq);
     } else if (t.w->sub == 16) {
-      Dispatch<R, 16, false, false, false>(t, tile, t0, nt, seq);
+      Dispatch<R, 16, false, false, false>(t, tile, t0, nt, src, seq);
     } else {
-      Dispatch<R, 32, false, false, false>(t, tile, t0, nt, seq);
+      Dispatch<R, 32, false, false, false>(t, tile, t0, nt, src, seq);
     }
   }
+}
+
+// Row tiles [tile, tile + R) of t; a prefill chunk's nibbles are widened once (WidenNibbles)
+// rather than once per kMaxNT tokens.
+template <int R, int kMaxNT>
+void RowTiles(const Int8Tile& t, int tile) {
+  const Int8Pack& w = *t.w;
+  if (!w.nibbles || t.nt < kPrefillMinTokens)
+    return RowTiles<R, kMaxNT, false>(t, tile, PackSource(w, tile));
+  thread_local LineVector<std::int8_t> wide;
+  const std::size_t tile_bytes = std::size_t(w.subs) * w.sub * 16;
+  const QSource src{WidenNibbles(w, tile, R, wide), tile_bytes, std::size_t(w.sub) * 16};
+  RowTiles<R, kMaxNT, true>(t, tile, src);
 }
 
 }  // namespace
@@ -192,13 +218,14 @@ void QuantizeRowAvx512(const float* x, int groups, std::int8_t* q, float* d, flo
   }
 }
 
-const std::int8_t* WidenNibbles(const Int8Pack& w, int tile, LineVector<std::int8_t>& out) {
+const std::int8_t* WidenNibbles(const Int8Pack& w, int tile, int tiles,
+                                LineVector<std::int8_t>& out) {
   const int lines = w.sub / 8;
-  out.resize(std::size_t(w.subs) * w.sub * 16);
+  out.resize(std::size_t(tiles) * w.subs * w.sub * 16);
   const __m512i low = _mm512_set1_epi8(15), bias = _mm512_set1_epi8(static_cast<char>(w.bias));
-  for (int s = 0; s < w.subs; ++s) {
-    const std::int8_t* in = w.Q(tile, s);
-    std::int8_t* dst = out.data() + std::size_t(s) * w.sub * 16;
+  for (int ts = 0; ts < tiles * w.subs; ++ts) {
+    const std::int8_t* in = w.Q(tile + ts / w.subs, ts % w.subs);
+    std::int8_t* dst = out.data() + std::size_t(ts) * w.sub * 16;
     const __m512i top = w.high ? _mm512_load_si512(in + w.sub * 8) : _mm512_setzero_si512();
     for (int j = 0; j < lines; ++j) {
       const __m512i packed = _mm512_load_si512(in + j * 64);

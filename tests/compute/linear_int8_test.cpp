@@ -348,7 +348,7 @@ TEST_F(Int8MatMul, WidenedNibblesEqualScalarReading) {
     LineVector<std::int8_t> out;
     int lowest = 127, highest = -128;
     for (int tile = 0; tile < w.tiles; ++tile) {
-      const std::int8_t* wide = int8_internal::WidenNibbles(w, tile, out);
+      const std::int8_t* wide = int8_internal::WidenNibbles(w, tile, 1, out);
       for (int s = 0; s < w.subs; ++s) {
         for (int k = 0; k < w.sub / 4; ++k) {
           for (int b = 0; b < 64; ++b) {
