@@ -228,9 +228,10 @@ struct Acts {
   // row n is unspecified: only rows of results that are dropped read it.
   LineVector<std::int8_t> i8;
   std::vector<float> i8_d, i8_xs;
-  // kInt8: per token and 16 elements, sum(xq), tile-major as i8_d with cols / 16 in place of the
-  // groups: the correction of the kernels that take q + bias as the unsigned operand.
-  std::vector<std::int32_t> i8_sum16;
+  // kInt8: per token and 32-group, sum(xq) of the group and of each of its halves, tile-major as
+  // i8_d with 3 values per group (int8_internal::SumAt): the correction of the kernels that take
+  // q + bias as the unsigned operand.
+  std::vector<std::int32_t> i8_sums;
   // kInt8 for the types of Bf16Takes: bf16, tile-major [n / 16][cols / 32][16 tokens][32] (n
   // rounded up to 16, tokens past n zero): a block of 16 tokens' 32 columns is an AMX A tile
   // (bf16_internal::ActAt).

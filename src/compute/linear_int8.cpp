@@ -247,7 +247,7 @@ int TokenChunk(int cols, bool nibbles) {
 }
 
 void QuantizeRowScalar(const float* x, int groups, std::int8_t* q, float* d, float* xs,
-                       std::int32_t* sum16) {
+                       std::int32_t* sums) {
   for (int g = 0; g < groups; ++g) {
     const float* v = x + g * kBlock;
     float amax = 0.0f;
@@ -262,8 +262,9 @@ void QuantizeRowScalar(const float* x, int groups, std::int8_t* q, float* d, flo
     }
     d[g * kTileTokens] = dg;
     xs[g * kTileTokens] = dg * float(half[0] + half[1]);
-    sum16[2 * g * kTileTokens] = half[0];
-    sum16[(2 * g + 1) * kTileTokens] = half[1];
+    sums[3 * g * kTileTokens] = half[0] + half[1];
+    sums[(3 * g + 1) * kTileTokens] = half[0];
+    sums[(3 * g + 2) * kTileTokens] = half[1];
   }
 }
 
@@ -277,7 +278,7 @@ void PrepareInt8Acts(const float* x, int n, int cols, int ldx, Acts* out, Thread
   out->i8.resize(std::size_t(padded) * cols);
   out->i8_d.resize(std::size_t(padded) * groups);
   out->i8_xs.resize(std::size_t(padded) * groups);
-  out->i8_sum16.resize(std::size_t(padded) * groups * 2);
+  out->i8_sums.resize(std::size_t(padded) * groups * 3);
   auto row = QuantizeRowScalar;
 #if defined(CTXPAR_X86_KERNELS)
   const Int8Isa isa = SelectInt8();
@@ -291,8 +292,7 @@ void PrepareInt8Acts(const float* x, int n, int cols, int ldx, Acts* out, Thread
     for (auto t = static_cast<int>(begin); t < end; ++t) {
       std::int8_t* q = out->i8.data() + std::size_t(t) * cols;
       row(x + std::size_t(t) * ldx, groups, q, out->i8_d.data() + ScaleAt(t, 0, groups),
-          out->i8_xs.data() + ScaleAt(t, 0, groups),
-          out->i8_sum16.data() + ScaleAt(t, 0, 2 * groups));
+          out->i8_xs.data() + ScaleAt(t, 0, groups), out->i8_sums.data() + SumAt(t, 0, 0, groups));
     }
   };
   // A decode row's quantization is too short to share.

@@ -36,6 +36,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -58,7 +59,7 @@ struct Int8Pack {
   bool high = false;     // a line of u's fifth bits after the nibbles' lines (Q5_0)
   bool half = false;     // scale and min in fp16 (scale16, min16), else fp32
   int qmax = 0;          // the largest q as the products take it: q (types with a min), else |q|
-  int bias = 0;          // q + bias >= 0 for every q of the type: the unsigned operand
+  int bias = 0;          // q + bias >= 0 for every q of the type: the unsigned operand; 0 or 2^k
   PackVector<std::int8_t> q;                 // [tiles][subs][SubBytes()]
   PackVector<float> scale;                   // [tiles][subs][16]
   PackVector<float> min;                     // [tiles][cols / 32][16] (has_min)
@@ -79,6 +80,8 @@ struct Int8Pack {
     if (high) u |= (static_cast<std::uint8_t>(sub_q[sub * 8 + b]) >> k & 1) << 4;
     return static_cast<std::int8_t>(u - bias);
   }
+  // bias = 1 << BiasShift() (types without a min).
+  int BiasShift() const { return std::countr_zero(static_cast<unsigned>(bias)); }
   // The largest u = q + bias (at most 2 * bias - 1 with a bias).
   int UMax() const { return bias == 0 ? qmax : bias + std::min(qmax, bias - 1); }
   const float* Scale(int tile, int s) const { return scale.data() + Sub(tile, s) * 16; }
@@ -104,14 +107,18 @@ inline constexpr int kTileTokens = 16;
 inline std::size_t ScaleAt(int t, int g, int groups) {
   return (std::size_t(t / kTileTokens) * groups + g) * kTileTokens + t % kTileTokens;
 }
-// sum(xq) of sub-block s (of kSub elements: 16 or 32) of the token whose i8_sum16 starts at
-// `sums` (ScaleAt(t, 0, cols / 16)).
+// Where token t's sum(xq) of group g (k = 0) or of its half k - 1 (k = 1, 2) is in Acts::i8_sums.
+inline std::size_t SumAt(int t, int g, int k, int groups) {
+  return ScaleAt(t, 3 * g + k, 3 * groups);
+}
+// sum(xq) of sub-block s (of kSub elements: 16 or 32) of the token whose sums start at `sums`
+// (SumAt(t, 0, 0, groups)).
 template <int kSub>
 std::int32_t SubSum(const std::int32_t* sums, int s) {
   if constexpr (kSub == 16) {
-    return sums[s * kTileTokens];
+    return sums[(3 * (s / 2) + 1 + s % 2) * kTileTokens];
   } else {
-    return sums[2 * s * kTileTokens] + sums[(2 * s + 1) * kTileTokens];
+    return sums[3 * s * kTileTokens];
   }
 }
 // Fewer tokens than this the AMX kernel leaves to VNNI (same bits): below it VNNI's products cost
@@ -165,12 +172,12 @@ void MatMulInt8(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool
 void Int8TileScalar(const Int8Tile& t);
 #if defined(CTXPAR_X86_KERNELS)
 // One token's activations quantized as PrepareInt8Acts does, bit for bit, with AVX-512 or AVX2;
-// group g's scales go to d[g * kTileTokens] and xs[g * kTileTokens], the sums of its halves to
-// sum16[2 * g * kTileTokens] and sum16[(2 * g + 1) * kTileTokens].
+// group g's scales go to d[g * kTileTokens] and xs[g * kTileTokens], its sums to
+// sums[(3 * g + k) * kTileTokens] (SumAt).
 void QuantizeRowAvx512(const float* x, int groups, std::int8_t* q, float* d, float* xs,
-                       std::int32_t* sum16);
+                       std::int32_t* sums);
 void QuantizeRowAvx2(const float* x, int groups, std::int8_t* q, float* d, float* xs,
-                     std::int32_t* sum16);
+                     std::int32_t* sums);
 void Int8TileAvx2(const Int8Tile& t);     // AVX2 + FMA
 void Int8TileAvxVnni(const Int8Tile& t);  // AVX2 + FMA + AVX-VNNI
 void Int8TileVnni(const Int8Tile& t);     // AVX-512 F/BW/VL + VNNI

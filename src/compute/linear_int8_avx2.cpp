@@ -91,7 +91,8 @@ void HalfTokens(const Int8Tile& t, int t0, const std::int8_t* q0, std::size_t su
   const std::int8_t* x = t.x->i8.data() + std::size_t(t0) * w.cols;
   const std::size_t ldx = w.cols;
   const float* dx = t.x->i8_d.data() + ScaleAt(t0, 0, groups);
-  const std::int32_t* xsum = t.x->i8_sum16.data() + ScaleAt(t0, 0, 2 * groups);
+  const std::int32_t* xsum = t.x->i8_sums.data() + SumAt(t0, 0, 0, groups);
+  const __m128i shift = _mm_cvtsi32_si128(kBias ? w.BiasShift() : 0);
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256i bias = _mm256_set1_epi8(static_cast<char>(w.bias));
   for (int p = 0; p < 2; ++p) {
@@ -130,7 +131,9 @@ void HalfTokens(const Int8Tile& t, int t0, const std::int8_t* q0, std::size_t su
       for (int i = 0; i < NT; ++i) {
         const __m256 sd = _mm256_mul_ps(scale, _mm256_set1_ps(dx[g * kTileTokens + i]));
         const __m256i exact =
-            kBias ? _mm256_sub_epi32(isum[i], _mm256_set1_epi32(w.bias * SubSum<kSub>(xsum + i, s)))
+            kBias ? _mm256_sub_epi32(
+                        isum[i],
+                        _mm256_sll_epi32(_mm256_set1_epi32(SubSum<kSub>(xsum + i, s)), shift))
                   : isum[i];
         acc[i] = _mm256_fmadd_ps(sd, _mm256_cvtepi32_ps(exact), acc[i]);
       }
@@ -200,7 +203,7 @@ void HalfTile(const Int8Tile& tiles) {
 }  // namespace
 
 void QuantizeRowAvx2(const float* x, int groups, std::int8_t* q, float* d, float* xs,
-                     std::int32_t* sum16) {
+                     std::int32_t* sums) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
   // vpackssdw / vpacksswb interleave the 128-bit lanes; this puts the 32 bytes back in order.
@@ -235,8 +238,9 @@ void QuantizeRowAvx2(const float* x, int groups, std::int8_t* q, float* d, float
     const std::int32_t sa = _mm_cvtsi128_si32(s2), sb = _mm_extract_epi32(s2, 1);
     d[g * kTileTokens] = dg;
     xs[g * kTileTokens] = dg * float(sa + sb);
-    sum16[2 * g * kTileTokens] = sa;
-    sum16[(2 * g + 1) * kTileTokens] = sb;
+    sums[3 * g * kTileTokens] = sa + sb;
+    sums[(3 * g + 1) * kTileTokens] = sa;
+    sums[(3 * g + 2) * kTileTokens] = sb;
   }
 }
 

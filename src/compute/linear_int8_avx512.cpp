@@ -64,9 +64,10 @@ void Tokens(const Int8Tile& t, int tile, int t0, const QSource& src) {
     xq[i] = t.x->i8.data() + std::size_t(t0 + i) * w.cols;
     dx[i] = t.x->i8_d.data() + ScaleAt(t0 + i, 0, groups);
     xs[i] = t.x->i8_xs.data() + ScaleAt(t0 + i, 0, groups);
-    xsum[i] = t.x->i8_sum16.data() + ScaleAt(t0 + i, 0, 2 * groups);
+    xsum[i] = t.x->i8_sums.data() + SumAt(t0 + i, 0, 0, groups);
   }
   const __m512i bias = _mm512_set1_epi8(static_cast<char>(w.bias));
+  const __m128i shift = _mm_cvtsi32_si128(kMin ? 0 : w.BiasShift());
   __m512 acc[R][NT];
   for (int r = 0; r < R; ++r) {
     for (int i = 0; i < NT; ++i) acc[r][i] = _mm512_setzero_ps();
@@ -82,7 +83,10 @@ void Tokens(const Int8Tile& t, int tile, int t0, const QSource& src) {
       __m512i isum[R][NT];
       for (int i = 0; i < NT; ++i) {
         const __m512i start =
-            kMin ? _mm512_setzero_si512() : _mm512_set1_epi32(-w.bias * SubSum<kSub>(xsum[i], s));
+            kMin ? _mm512_setzero_si512()
+                 : _mm512_sub_epi32(
+                       _mm512_setzero_si512(),
+                       _mm512_sll_epi32(_mm512_set1_epi32(SubSum<kSub>(xsum[i], s)), shift));
         for (int r = 0; r < R; ++r) isum[r][i] = start;
       }
       auto line = [&](int k, const __m512i(&wv)[R]) {
@@ -194,7 +198,7 @@ void RowTiles(const Int8Tile& t, int tile) {
 }  // namespace
 
 void QuantizeRowAvx512(const float* x, int groups, std::int8_t* q, float* d, float* xs,
-                       std::int32_t* sum16) {
+                       std::int32_t* sums) {
   for (int g = 0; g < groups; ++g) {
     const __m512 a = _mm512_loadu_ps(x + g * kBlock);
     const __m512 b = _mm512_loadu_ps(x + g * kBlock + 16);
@@ -213,8 +217,9 @@ void QuantizeRowAvx512(const float* x, int groups, std::int8_t* q, float* d, flo
     const std::int32_t sa = _mm512_reduce_add_epi32(qa), sb = _mm512_reduce_add_epi32(qb);
     d[g * kTileTokens] = dg;
     xs[g * kTileTokens] = dg * float(sa + sb);
-    sum16[2 * g * kTileTokens] = sa;
-    sum16[(2 * g + 1) * kTileTokens] = sb;
+    sums[3 * g * kTileTokens] = sa + sb;
+    sums[(3 * g + 1) * kTileTokens] = sa;
+    sums[(3 * g + 2) * kTileTokens] = sb;
   }
 }
 

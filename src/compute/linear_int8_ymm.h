@@ -51,7 +51,8 @@ void YmmTokens(const Int8Tile& t, int t0) {
   const std::size_t ldx = w.cols;
   const float* dx = t.x->i8_d.data() + ScaleAt(t0, 0, groups);
   const float* xs = t.x->i8_xs.data() + ScaleAt(t0, 0, groups);
-  const std::int32_t* xsum = t.x->i8_sum16.data() + ScaleAt(t0, 0, 2 * groups);
+  const std::int32_t* xsum = t.x->i8_sums.data() + SumAt(t0, 0, 0, groups);
+  const __m128i shift = _mm_cvtsi32_si128(kMin ? 0 : w.BiasShift());
   const __m256i bias = _mm256_set1_epi8(static_cast<char>(w.bias));
   __m256 acc[NT][2];
   for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
@@ -131,7 +132,8 @@ void YmmTokens(const Int8Tile& t, int t0) {
           const __m256i sum = kWhole ? Dot::Widen(part[i][p]) : isum[i][p];
           const __m256i exact =
               kCorrect
-                  ? _mm256_sub_epi32(sum, _mm256_set1_epi32(w.bias * SubSum<kSub>(xsum + i, s)))
+                  ? _mm256_sub_epi32(
+                        sum, _mm256_sll_epi32(_mm256_set1_epi32(SubSum<kSub>(xsum + i, s)), shift))
                   : sum;
           const __m256 sd = _mm256_mul_ps(scale, _mm256_set1_ps(dx[g * kTileTokens + i]));
           acc[i][p] = _mm256_fmadd_ps(sd, _mm256_cvtepi32_ps(exact), acc[i][p]);

@@ -274,7 +274,7 @@ TEST_F(Int8MatMul, BestPathOfTheCpu) {
   }
 }
 
-// The activations' quantization (dx, xq and dx * sum(xq) per 32-group, sum(xq) per 16) of every
+// The activations' quantization (dx, xq, dx * sum(xq) and sum(xq) per 32-group and half) of every
 // ISA equals the scalar code's bit for bit, on rows of 18 and 48 groups (the vector code takes 16
 // groups at a time, then single ones) with a zero group, exact halves (ties to even) and wide
 // magnitudes.
@@ -311,13 +311,16 @@ TEST_F(Int8MatMul, QuantizedActivationsEqualScalarBitwise) {
           EXPECT_EQ(std::bit_cast<std::uint32_t>(got.i8_xs[at]),
                     std::bit_cast<std::uint32_t>(want.i8_xs[at]))
               << isa << " token " << t << " group " << g;
-          for (int h = 0; h < 2; ++h) {
-            const std::size_t half = (std::size_t(t / 16) * 2 * groups + 2 * g + h) * 16 + t % 16;
+          // The group's sum, then its halves'.
+          for (int k = 0; k < 3; ++k) {
+            const std::size_t where = (std::size_t(t / 16) * 3 * groups + 3 * g + k) * 16 + t % 16;
+            const int first = k == 2 ? 16 : 0, count = k == 0 ? 32 : 16;
             int sum = 0;
-            for (int j = 0; j < 16; ++j)
-              sum += want.i8[std::size_t(t) * cols + 32 * g + 16 * h + j];
-            EXPECT_EQ(want.i8_sum16[half], sum) << "scalar token " << t << " group " << g;
-            EXPECT_EQ(got.i8_sum16[half], sum) << isa << " token " << t << " group " << g;
+            for (int j = first; j < first + count; ++j) {
+              sum += want.i8[std::size_t(t) * cols + 32 * g + j];
+            }
+            EXPECT_EQ(want.i8_sums[where], sum) << "scalar token " << t << " group " << g;
+            EXPECT_EQ(got.i8_sums[where], sum) << isa << " token " << t << " group " << g;
           }
         }
       }
@@ -339,8 +342,9 @@ TEST_F(Int8MatMul, WidenedNibblesEqualScalarReading) {
     const std::size_t quants = type == WeightType::kQ4_K   ? offsetof(BlockQ4K, qs)
                                : type == WeightType::kQ5_0 ? offsetof(BlockQ5_0, qh)
                                                            : offsetof(BlockQ4_1, qs);
-    for (std::size_t at = 0; at < row0; at += BlockBytes(type)) {
-      std::memset(m.bytes.data() + at + quants, 0xff, BlockBytes(type) - quants);
+    const std::size_t block = BlockBytes(type);
+    for (std::size_t at = 0; at < row0; at += block) {
+      std::fill(m.bytes.begin() + at + quants, m.bytes.begin() + at + block, 0xff);
     }
     const QuantMatrix packed = WithInt8Pack(m.m, ActFormat::kInt8);
     const Int8Pack& w = *packed.int8;
