@@ -21,12 +21,12 @@
 // VNNI's vpdpbusd over 16 rows at once. The kernels that take the weights as the unsigned operand
 // of vpdpbusd or vpmaddubsw take u = q + bias (`bias`: 0 for the types with a min, whose q is
 // unsigned; 128 for Q8_0, 16 for Q5_0, 32 for Q6_K) and subtract bias * sum(xq) of the
-// sub-block, which the activations carry (Acts::i8_sum16): exact, and no sum of q in the pack.
+// sub-block, which the activations carry (Acts::i8_sums): exact, and no sum of q in the pack.
 // The 4- and 5-bit types (Q4_1, Q4_K, Q5_0) hold u in two lines per line instead (`nibbles`):
 // line j's low nibbles are line j's low 4 bits, its high ones line j + sub / 8's; Q5_0 (`high`)
 // then has one more line, whose byte b holds bit 4 of u of byte b of line k at bit k. They are
-// widened in registers (VNNI, AVX2) or once per tile and call into a scratch tile (AMX,
-// WidenNibbles). Memory: per weight 1 byte, 0.5 (nibbles) or 0.625 (high), plus, per sub-block
+// widened in registers for a decode step, or once per tile and call into a scratch copy for a
+// prefill chunk (VNNI, AVX2) and for AMX's tiles (WidenNibbles). Memory: per weight 1 byte, 0.5 (nibbles) or 0.625 (high), plus, per sub-block
 // and row, the scale and, per 32-group, the min (Q4_1, Q4_K, Q5_K). The types whose scale and min
 // are the file's fp16 values (Q4_1, Q8_0, Q5_0: `half`) keep them in fp16, 2 bytes each,
 // exactly; the K-quants' products of two scales take 4 bytes of fp32. So 0.625 bytes per weight
