@@ -285,8 +285,9 @@ const char* MatMulIsa();
 // The int8 (kInt8) path MatMul takes now: "amx" (AMX tiles for groups of 4 to 16 tokens, VNNI
 // for fewer), "avx512_vnni", "avx_vnni", "avx2" or "scalar". CTXPAR_CPU_ISA lowers it (avx2:
 // avx_vnni where the CPU has it, else avx2; scalar: scalar), and so does
-// CTXPAR_INT8_ISA=scalar|avx2|avx_vnni|avx512_vnni|amx (tests); a value naming no path, or one
-// this CPU lacks, is ignored here and reported by CheckInt8Isa.
+// CTXPAR_INT8_ISA=scalar|avx2|avx_vnni|avx512_vnni|amx (tests; avx_vnni forced on a CPU with
+// AVX512-VNNI but not AVX-VNNI runs its kernel with the EVEX encoding); a value naming no path,
+// or one this CPU lacks, is ignored here and reported by CheckInt8Isa.
 const char* MatMulInt8Isa();
 // The bf16 path (kInt8, F16 / BF16 weights) MatMul takes now: "amx_bf16", "avx512_bf16", or
 // "none" (the fp32 sequence).

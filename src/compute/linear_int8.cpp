@@ -192,6 +192,11 @@ constexpr const char* kIsaNames[] = {"scalar", "avx2", "avx_vnni", "avx512_vnni"
 
 // The best 256-bit path: AVX-VNNI where the CPU has it.
 Int8Isa BestYmm(const CpuFeatures& f) { return f.avx_vnni ? Int8Isa::kAvxVnni : Int8Isa::kAvx2; }
+// Whether the AVX-VNNI kernel runs here: VEX-encoded, or (forced only) with the AVX512-VNNI/VL
+// encoding of the same instruction (Int8TileAvxVnniEvex).
+bool HasVnni256(const CpuFeatures& f) {
+  return f.avx_vnni || (BestCpuIsa(f) >= CpuIsa::kAvx512 && f.avx512_vnni);
+}
 
 Int8Isa BestInt8Isa() {
 #if defined(CTXPAR_X86_KERNELS)
@@ -211,11 +216,11 @@ Expected<Int8Isa> Forced(Int8Isa best) {
   for (int i = 0; i <= int(Int8Isa::kAmx); ++i) {
     if (std::string(env) != kIsaNames[i]) continue;
 #if defined(CTXPAR_X86_KERNELS)
-    const bool lacks_vex_vnni = Int8Isa(i) == Int8Isa::kAvxVnni && !DetectCpuFeatures().avx_vnni;
+    const bool lacks_vnni256 = Int8Isa(i) == Int8Isa::kAvxVnni && !HasVnni256(DetectCpuFeatures());
 #else
-    const bool lacks_vex_vnni = false;
+    const bool lacks_vnni256 = false;
 #endif
-    if (Int8Isa(i) > best || lacks_vex_vnni) {
+    if (Int8Isa(i) > best || lacks_vnni256) {
       return FailedPrecondition(
           fmt::format("CTXPAR_INT8_ISA={} asks for a path this CPU lacks; the best it has is {}",
                       env, kIsaNames[int(best)]));
@@ -346,7 +351,9 @@ void MatMulInt8(std::span<const MatMulOut> outs, const Acts& x, ThreadPool* pool
   Int8TileFn kernel = Int8TileScalar;
 #if defined(CTXPAR_X86_KERNELS)
   if (isa == Int8Isa::kAvx2) kernel = Int8TileAvx2;
-  if (isa == Int8Isa::kAvxVnni) kernel = Int8TileAvxVnni;
+  if (isa == Int8Isa::kAvxVnni) {
+    kernel = DetectCpuFeatures().avx_vnni ? Int8TileAvxVnni : Int8TileAvxVnniEvex;
+  }
   if (isa == Int8Isa::kVnni) kernel = Int8TileVnni;
   if (isa == Int8Isa::kAmx) kernel = Int8TileAmx;
 #endif

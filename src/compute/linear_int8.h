@@ -26,13 +26,13 @@
 // line j's low nibbles are line j's low 4 bits, its high ones line j + sub / 8's; Q5_0 (`high`)
 // then has one more line, whose byte b holds bit 4 of u of byte b of line k at bit k. They are
 // widened in registers for a decode step, or once per tile and call into a scratch copy for a
-// prefill chunk (VNNI, AVX2) and for AMX's tiles (WidenNibbles). Memory: per weight 1 byte, 0.5 (nibbles) or 0.625 (high), plus, per sub-block
-// and row, the scale and, per 32-group, the min (Q4_1, Q4_K, Q5_K). The types whose scale and min
-// are the file's fp16 values (Q4_1, Q8_0, Q5_0: `half`) keep them in fp16, 2 bytes each,
-// exactly; the K-quants' products of two scales take 4 bytes of fp32. So 0.625 bytes per weight
-// for Q4_1, 1.0625 for Q8_0 and 0.6875 for Q5_0 (each as its file), 0.75 for Q4_K (0.5625), 1.25
-// for Q5_K and Q6_K (0.6875, 0.8203). A decode step reads all of it, so fewer bytes are a faster
-// memory-bound decode.
+// prefill chunk (VNNI, AVX2) and for AMX's tiles (WidenNibbles). Memory: per weight 1 byte, 0.5
+// (nibbles) or 0.625 (high), plus, per sub-block and row, the scale and, per 32-group, the min
+// (Q4_1, Q4_K, Q5_K). The types whose scale and min are the file's fp16 values (Q4_1, Q8_0, Q5_0:
+// `half`) keep them in fp16, 2 bytes each, exactly; the K-quants' products of two scales take 4
+// bytes of fp32. So 0.625 bytes per weight for Q4_1, 1.0625 for Q8_0 and 0.6875 for Q5_0 (each as
+// its file), 0.75 for Q4_K (0.5625), 1.25 for Q5_K and Q6_K (0.6875, 0.8203). A decode step reads
+// all of it, so fewer bytes are a faster memory-bound decode.
 #pragma once
 
 #include <algorithm>
@@ -180,8 +180,10 @@ void QuantizeRowAvx2(const float* x, int groups, std::int8_t* q, float* d, float
                      std::int32_t* sums);
 void Int8TileAvx2(const Int8Tile& t);     // AVX2 + FMA
 void Int8TileAvxVnni(const Int8Tile& t);  // AVX2 + FMA + AVX-VNNI
-void Int8TileVnni(const Int8Tile& t);     // AVX-512 F/BW/VL + VNNI
-void Int8TileAmx(const Int8Tile& t);      // AMX-TILE + AMX-INT8 (+ VNNI); t0 a multiple of 16
+// The same with the EVEX encoding: AVX2 + FMA + AVX-512 F/BW/VL + VNNI.
+void Int8TileAvxVnniEvex(const Int8Tile& t);
+void Int8TileVnni(const Int8Tile& t);  // AVX-512 F/BW/VL + VNNI
+void Int8TileAmx(const Int8Tile& t);   // AMX-TILE + AMX-INT8 (+ VNNI); t0 a multiple of 16
 #endif
 // Row tiles [tile, tile + tiles) of a pack with nibbles as the byte form's lines of q (u - bias),
 // the B tiles of AMX's tdpbssd and the VNNI prefill's operand, into `out`, tile after tile;

@@ -37,6 +37,26 @@ __attribute__((always_inline)) inline __m256i AddHigh(__m256i nib, __m256i top, 
 // known to the compiler so that it unrolls a sub-block's lines. kPart: Dot::PartLines(w), known
 // to the compiler too (with the count at run time GCC kept the sums on the stack). kNib: u packed
 // two lines per line (Int8Pack::nibbles), kHigh: with a line of fifth bits (high).
+// The 256-bit vpdpbusd: each instruction adds 4 bytes of 8 rows. As in the AVX512-VNNI kernel,
+// the weights are the unsigned operand, u = q + bias (Int8Pack::bias: 0 for the types with a min,
+// whose q is 0..31), and bias * sum(xq) is subtracted after, exactly. kEvex: its AVX512-VNNI/VL
+// encoding, which CPUs with AVX-512 VNNI but not AVX-VNNI have (Int8TileAvxVnniEvex).
+template <bool kEvex>
+struct VnniDot {
+  static constexpr bool kBiased = true;
+  static __m256i Weights(__m256i q, __m256i bias) { return _mm256_add_epi8(q, bias); }
+  template <bool kSigned>
+  static void Add(__m256i& isum, __m256i w, __m256i, __m256i x) {
+    if constexpr (kEvex) {
+      isum = _mm256_dpbusd_epi32(isum, w, x);
+    } else {
+      isum = _mm256_dpbusd_avx_epi32(isum, w, x);
+    }
+  }
+  static __m256i Widen(__m256i part) { return part; }
+  static int PartLines(const Int8Pack& w) { return w.sub / 4; }
+};
+
 template <class Dot, int NT, int kSub, bool kMin, bool kNib, bool kHigh, int kPart>
 void YmmTokens(const Int8Tile& t, int t0) {
   constexpr bool kWhole = kPart == kSub / 4;  // a part holds a whole sub-block
