@@ -1,13 +1,12 @@
 // The AVX2 kernel of the int8 path (linear_int8.h), for CPUs without VNNI: vpmaddubsw multiplies
 // unsigned by signed bytes into int16 pairs, which add up in int16 over as many lines as cannot
-// overflow (Int8Pack::qmax), and vpmaddwd widens them to int32 once per that many lines. The
-// types with a min take q (0..31) as the unsigned operand; the signed ones |q| (<= 128) and the
+// overflow (Int16Lines), and vpmaddwd widens them to int32 once per that many lines. The types
+// with a min take q (0..31) as the unsigned operand; the signed ones |q| (<= 128) and the
 // activation with q's sign (|x| <= 127), or, in calls of 8 tokens or more, for a small bias (Q5_0,
 // Q6_K), q + bias and the activation (HalfTile). A pair is at most 2 * 127 times the unsigned
 // operand's largest value (32,512 for Q8_0's |q|), so 4-bit weights sum a whole sub-block of 8
-// lines in int16 and Q8_0 one line. The
-// sums are exact, so the bits are those of every other ISA. Compiled with AVX2, FMA and F16C
-// (fp16 scales), run only where cpuid has them.
+// lines in int16 and Q8_0 one line. The sums are exact, so the bits are those of every other ISA.
+// Compiled with AVX2, FMA and F16C (fp16 scales), run only where cpuid has them.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -130,11 +129,7 @@ void HalfTokens(const Int8Tile& t, int t0, const std::int8_t* q0, std::size_t su
       const int g = s / per_group;
       for (int i = 0; i < NT; ++i) {
         const __m256 sd = _mm256_mul_ps(scale, _mm256_set1_ps(dx[g * kTileTokens + i]));
-        const __m256i exact =
-            kBias ? _mm256_sub_epi32(
-                        isum[i],
-                        _mm256_sll_epi32(_mm256_set1_epi32(SubSum<kSub>(xsum + i, s)), shift))
-                  : isum[i];
+        const __m256i exact = kBias ? LessBias<kSub>(isum[i], xsum + i, s, shift) : isum[i];
         acc[i] = _mm256_fmadd_ps(sd, _mm256_cvtepi32_ps(exact), acc[i]);
       }
     }

@@ -37,6 +37,13 @@ __attribute__((always_inline)) inline __m256i AddHigh(__m256i nib, __m256i top, 
 // known to the compiler so that it unrolls a sub-block's lines. kPart: Dot::PartLines(w), known
 // to the compiler too (with the count at run time GCC kept the sums on the stack). kNib: u packed
 // two lines per line (Int8Pack::nibbles), kHigh: with a line of fifth bits (high).
+// sum less bias * sum(xq) of sub-block s, bias = 1 << shift, the token's sums at `sums` (SumAt).
+template <int kSub>
+__attribute__((always_inline)) inline __m256i LessBias(__m256i sum, const std::int32_t* sums, int s,
+                                                       __m128i shift) {
+  return _mm256_sub_epi32(sum, _mm256_sll_epi32(_mm256_set1_epi32(SubSum<kSub>(sums, s)), shift));
+}
+
 // The 256-bit vpdpbusd: each instruction adds 4 bytes of 8 rows. As in the AVX512-VNNI kernel,
 // the weights are the unsigned operand, u = q + bias (Int8Pack::bias: 0 for the types with a min,
 // whose q is 0..31), and bias * sum(xq) is subtracted after, exactly. kEvex: its AVX512-VNNI/VL
@@ -150,11 +157,7 @@ void YmmTokens(const Int8Tile& t, int t0) {
         const __m256 scale = ScaleLine(w, t.tile, s, p);
         for (int i = 0; i < NT; ++i) {
           const __m256i sum = kWhole ? Dot::Widen(part[i][p]) : isum[i][p];
-          const __m256i exact =
-              kCorrect
-                  ? _mm256_sub_epi32(
-                        sum, _mm256_sll_epi32(_mm256_set1_epi32(SubSum<kSub>(xsum + i, s)), shift))
-                  : sum;
+          const __m256i exact = kCorrect ? LessBias<kSub>(sum, xsum + i, s, shift) : sum;
           const __m256 sd = _mm256_mul_ps(scale, _mm256_set1_ps(dx[g * kTileTokens + i]));
           acc[i][p] = _mm256_fmadd_ps(sd, _mm256_cvtepi32_ps(exact), acc[i][p]);
         }
