@@ -4,6 +4,9 @@
 Each round measures the read ceiling (`ctxpar bench attention`: what one thread per core
 streams from DRAM), then runs `ctxpar generate` of bench_generate.sh's prompt (--warmup 1
 --ignore-eos) with each binary given, in turn; the ceiling is measured once more at the end.
+The binaries' order is reversed every other round: on the Zen 4 host the binary run second in
+a round was the faster in 13 of 16 rounds (docs/perf-model.md), so an even count of rounds
+gives each order the same weight.
 The bytes a decode step must read are counted from the file, not from ctxpar's packs: every
 tensor but the token embedding (one row a token; it counts when it is also the output
 projection), and the KV cache at each step's context (the model's KV heads and dims, the
@@ -11,7 +14,7 @@ sliding-window layers up to their window, the element size `ctxpar check` report
 run, then per binary the median tokens/s and its GB/s and share of the median ceiling.
 
 Usage: $(bash scripts/install-python.sh) bench/model/decode_ceiling.py --model FILE
-           [--ctxpar BIN ...] [--cores 0,1] [--rounds 3] [--new-tokens 128]
+           [--ctxpar BIN ...] [--cores 0,1] [--rounds 4] [--new-tokens 128]
            [--flags "--dtype auto"]
 (the project's venv has gguf-py, which reads the file).
 """
@@ -69,7 +72,8 @@ def main():
     ap.add_argument("--ctxpar", nargs="+", default=[os.path.normpath(built)],
                     help="binaries to alternate (default: this checkout's build)")
     ap.add_argument("--cores", default="0,1", help="taskset's list; one thread per core")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=4,
+                    help="rounds; the order of the binaries flips every other one")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--flags", default="--dtype auto", help="extra flags for ctxpar generate")
     args = ap.parse_args()
@@ -115,7 +119,7 @@ def main():
     for r in range(args.rounds):
         ceilings.append(ceiling(args.ctxpar[0], args.cores, threads))
         print(f"read ceiling {ceilings[-1]:.1f} GB/s")
-        for b in args.ctxpar:
+        for b in args.ctxpar if r % 2 == 0 else args.ctxpar[::-1]:
             text = run([b, "generate", "--warmup", "1", "--ignore-eos", "--max-new-tokens",
                         str(args.new_tokens), "--threads", str(threads), "--model-path",
                         args.model] + flags + [prompt], args.cores)
