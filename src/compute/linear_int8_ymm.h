@@ -28,16 +28,7 @@ __attribute__((always_inline)) inline __m256i AddHigh(__m256i nib, __m256i top, 
   return _mm256_or_si256(nib, _mm256_and_si256(fifth, _mm256_set1_epi8(16)));
 }
 
-// Dot: static __m256i Weights(__m256i q, __m256i bias) (a signed byte-form q as the product takes
-// it; bias: Int8Pack::bias in every byte), static void Add<kSigned>(__m256i& part, __m256i w,
-// __m256i q, __m256i x) (x: 4 bytes of the token, broadcast; w: Weights(q) of a signed byte-form
-// q, else u), static __m256i Widen(__m256i part) (part's sums as int32 lanes), static int
-// PartLines(const Int8Pack&) (the lines a part may sum before Widen, a power of two that divides
-// sub / 4) and kBiased (whether Weights' products need bias * sum(xq) taken off). kSub: w.sub,
-// known to the compiler so that it unrolls a sub-block's lines. kPart: Dot::PartLines(w), known
-// to the compiler too (with the count at run time GCC kept the sums on the stack). kNib: u packed
-// two lines per line (Int8Pack::nibbles), kHigh: with a line of fifth bits (high).
-// sum less bias * sum(xq) of sub-block s, bias = 1 << shift, the token's sums at `sums` (SumAt).
+// sum less bias * sum(xq) of sub-block s (bias = 1 << shift), the token's sums at `sums` (SumAt).
 template <int kSub>
 __attribute__((always_inline)) inline __m256i LessBias(__m256i sum, const std::int32_t* sums, int s,
                                                        __m128i shift) {
@@ -64,6 +55,15 @@ struct VnniDot {
   static int PartLines(const Int8Pack& w) { return w.sub / 4; }
 };
 
+// Dot: static __m256i Weights(__m256i q, __m256i bias) (a signed byte-form q as the product takes
+// it; bias: Int8Pack::bias in every byte), static void Add<kSigned>(__m256i& part, __m256i w,
+// __m256i q, __m256i x) (x: 4 bytes of the token, broadcast; w: Weights(q) of a signed byte-form
+// q, else u), static __m256i Widen(__m256i part) (part's sums as int32 lanes), static int
+// PartLines(const Int8Pack&) (the lines a part may sum before Widen, a power of two that divides
+// sub / 4) and kBiased (whether Weights' products need bias * sum(xq) taken off). kSub: w.sub,
+// known to the compiler so that it unrolls a sub-block's lines. kPart: Dot::PartLines(w), known
+// to the compiler too (with the count at run time GCC kept the sums on the stack). kNib: u packed
+// two lines per line (Int8Pack::nibbles), kHigh: with a line of fifth bits (high).
 template <class Dot, int NT, int kSub, bool kMin, bool kNib, bool kHigh, int kPart>
 void YmmTokens(const Int8Tile& t, int t0) {
   constexpr bool kWhole = kPart == kSub / 4;  // a part holds a whole sub-block
