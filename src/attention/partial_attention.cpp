@@ -30,7 +30,7 @@ constexpr int kMinSplitKeys = 256;
 // Chunks per thread: enough slack to even out rows of different lengths.
 constexpr int kChunksPerThread = 4;
 // Multiply-adds below which extra threads cost more to start than they save.
-constexpr double kFmasPerThread = 2e5;
+constexpr double kFmasPerThread = 5e4;
 
 // Fields and rules as views: Validate runs on every call, and builds a string only to fail.
 Status Bad(std::string_view field, long long value, std::string_view rule) {
@@ -150,8 +150,9 @@ Status Validate(const PartialAttentionParams& p) {
   return Status::Ok();
 }
 
-// One unit of work: keys [begin, end) of one row, every KV head. Its O and lse go to the
-// output directly when the row has one split, else to partial buffers that the merge combines.
+// One unit of work: keys [begin, end) of one row, its KV heads [kv_head, kv_head + kv_count)
+// (kv_count 0: every head). Its O and lse go to the output directly when the row has one split,
+// else to partial buffers that the merge combines.
 // With kTiles16 a task may instead take rows (2 to TaskRows) of one causal prefill chunk:
 // keys from begin to each row's own end, the rows listed in task_rows[rows_at, rows_at + rows).
 struct Task {
@@ -162,6 +163,8 @@ struct Task {
   float* lse;  // [num_q_heads]
   int rows = 1;
   int rows_at = 0;
+  int kv_head = 0;
+  int kv_count = 0;
 };
 
 // A row whose keys were split, and where its partials live.
@@ -392,6 +395,29 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
     }
     i = last;
   }
+  // Fewer tasks than threads (a decode row of a context within one chunk is one task): single-row
+  // tasks split by KV heads. Each head's arithmetic is its own, so no bit changes. Splitting
+  // further, to kChunksPerThread tasks a thread, cost more in per-task work than it gained.
+  const int64_t num_tasks = static_cast<int64_t>(tasks.size());
+  if (threads > 1 && kv.num_kv_heads > 1 && kv.v != nullptr && num_tasks < threads) {
+    const int parts =
+        static_cast<int>(std::min<int64_t>(kv.num_kv_heads, (threads + num_tasks - 1) / num_tasks));
+    std::vector<Task> by_head;
+    by_head.reserve(tasks.size() * parts);
+    for (const Task& t : tasks) {
+      if (t.rows > 1) {
+        by_head.push_back(t);
+        continue;
+      }
+      for (int i = 0; i < parts; ++i) {
+        Task part = t;
+        part.kv_head = kv.num_kv_heads * i / parts;
+        part.kv_count = kv.num_kv_heads * (i + 1) / parts - part.kv_head;
+        by_head.push_back(part);
+      }
+    }
+    tasks.swap(by_head);
+  }
   threads = std::min<int>(threads, static_cast<int>(tasks.size()));
 
   const size_t scratch_floats = attention_internal::KernelScratchFloats(kv.num_kv_heads, group, dqk,
@@ -429,6 +455,16 @@ Status PartialAttentionCpu(const PartialAttentionParams& p) {
     a.o = t.o;
     a.lse = t.lse;
     a.pages = kv.block_table + static_cast<int64_t>(seq) * kv.max_pages_per_seq;
+    if (t.kv_count > 0) {
+      const int64_t q_head = static_cast<int64_t>(t.kv_head) * group;
+      const int64_t elem = static_cast<int64_t>(DataTypeSize(kv.dtype));
+      a.kv_heads = t.kv_count;
+      a.q += q_head * dqk;
+      a.o += q_head * dv;
+      a.lse += q_head;
+      a.k = static_cast<const char*>(kv.k) + KvElementOffset(kv, false, 0, 0, t.kv_head, 0) * elem;
+      a.v = static_cast<const char*>(kv.v) + KvElementOffset(kv, true, 0, 0, t.kv_head, 0) * elem;
+    }
     a.key_begin = t.begin;
     a.key_end = t.end;
     if (t.rows > 1) {

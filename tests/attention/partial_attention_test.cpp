@@ -169,6 +169,45 @@ TEST_P(PartialAttention, RowsAreBatchInvariant) {
   }
 }
 
+// Bitwise: a decode row on 2-4 threads equals the row on one. Its few tasks (one per chunk) split
+// by KV heads there, heads dividing unevenly among the threads; each head's arithmetic is its
+// own, so no bit may move: every KV type, both page formats, contexts of one chunk and of many.
+TEST_P(PartialAttention, DecodeRowSplitByKvHeadsIsBitwise) {
+  for (const Shape& shape : {Shape{9, 3, 64, 64, false, DataType::kBF16, 16, kTiles16},
+                             Shape{32, 8, 128, 128, false, DataType::kBF16, 16, kTiles16},
+                             Shape{10, 5, 64, 64, false, DataType::kF32, 16, kTiles16},
+                             Shape{9, 3, 64, 64, false, kE4M3, 16, kTiles16},
+                             Shape{8, 2, 64, 64, false, kE5M2, 32, kTiles16},
+                             Shape{9, 3, 64, 64, false, DataType::kF32, 8},
+                             Shape{6, 2, 64, 64, false, DataType::kBF16, 16},
+                             Shape{8, 4, 64, 64, false, kE4M3, 16}}) {
+    const int heads = shape.num_q_heads, dv = shape.head_dim_v;
+    for (int len : {120, 300, 1000}) {
+      Problem prob(shape, {len}, 70 + len);
+      prob.DecodeRows();
+      for (int split : {64, 256}) {
+        PartialAttentionParams p = prob.Params();
+        p.split_kv_keys = split;
+        p.num_threads = 1;
+        ASSERT_TRUE(PartialAttentionCpu(p).ok());
+        const std::vector<float> o1(p.o, p.o + heads * dv), lse1(p.lse, p.lse + heads);
+        for (int threads : {2, 3, 4}) {
+          p = prob.Params();
+          p.split_kv_keys = split;
+          p.num_threads = threads;
+          ASSERT_TRUE(PartialAttentionCpu(p).ok());
+          const std::string what = std::string(DataTypeName(shape.dtype)) + " kv heads " +
+                                   std::to_string(shape.num_kv_heads) + " len " +
+                                   std::to_string(len) + " split " + std::to_string(split) +
+                                   " threads " + std::to_string(threads);
+          ASSERT_EQ(std::memcmp(p.o, o1.data(), sizeof(float) * o1.size()), 0) << what;
+          ASSERT_EQ(std::memcmp(p.lse, lse1.data(), sizeof(float) * lse1.size()), 0) << what;
+        }
+      }
+    }
+  }
+}
+
 TEST_P(PartialAttention, GqaD64F32) {
   RunDecode({8, 2, 64, 64, false, DataType::kF32, 16}, kMixedLens, 1);
 }
