@@ -173,14 +173,14 @@ TEST_P(PartialAttention, RowsAreBatchInvariant) {
 // by KV heads there, heads dividing unevenly among the threads; each head's arithmetic is its
 // own, so no bit may move: every KV type, both page formats, contexts of one chunk and of many.
 TEST_P(PartialAttention, DecodeRowSplitByKvHeadsIsBitwise) {
-  for (const Shape& shape : {Shape{9, 3, 64, 64, false, DataType::kBF16, 16, kTiles16},
-                             Shape{32, 8, 128, 128, false, DataType::kBF16, 16, kTiles16},
-                             Shape{10, 5, 64, 64, false, DataType::kF32, 16, kTiles16},
-                             Shape{9, 3, 64, 64, false, kE4M3, 16, kTiles16},
-                             Shape{8, 2, 64, 64, false, kE5M2, 32, kTiles16},
-                             Shape{9, 3, 64, 64, false, DataType::kF32, 8},
-                             Shape{6, 2, 64, 64, false, DataType::kBF16, 16},
-                             Shape{8, 4, 64, 64, false, kE4M3, 16}}) {
+  for (const Shape& shape :
+       {Shape{9, 3, 64, 64, false, DataType::kBF16, 16, kTiles16},
+        Shape{32, 8, 128, 128, false, DataType::kBF16, 16, kTiles16},
+        Shape{10, 5, 64, 64, false, DataType::kF32, 16, kTiles16},
+        Shape{9, 3, 64, 64, false, kE4M3, 16, kTiles16},
+        Shape{8, 2, 64, 64, false, kE5M2, 32, kTiles16},
+        Shape{9, 3, 64, 64, false, DataType::kF32, 8},
+        Shape{6, 2, 64, 64, false, DataType::kBF16, 16}, Shape{8, 4, 64, 64, false, kE4M3, 16}}) {
     const int heads = shape.num_q_heads, dv = shape.head_dim_v;
     for (int len : {120, 300, 1000}) {
       Problem prob(shape, {len}, 70 + len);
