@@ -225,7 +225,8 @@ struct Acts {
   std::vector<ActBlock> blocks;  // kQ8
   // kInt8: [n rounded up to 16, cols] int8, and per token and 32-group the scale dx and dx *
   // sum(q), tile-major: [n / 16][blocks_per_row][16] (int8_internal::ScaleAt). What lies past
-  // row n is unspecified: only rows of results that are dropped read it.
+  // row n is unspecified: only rows of results that are dropped read it. The buffers may be
+  // longer than that (they only grow).
   LineVector<std::int8_t> i8;
   std::vector<float> i8_d, i8_xs;
   // kInt8: per token and 32-group, sum(xq) of the group and of each of its halves, tile-major as

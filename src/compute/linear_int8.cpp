@@ -279,11 +279,16 @@ void PrepareInt8Acts(const float* x, int n, int cols, int ldx, Acts* out, Thread
   const int groups = cols / kBlock;
   const int padded = (n + kTileTokens - 1) / kTileTokens * kTileTokens;
   // Every row below n is written. The padding is left as it is: an AMX tile reads it into rows of
-  // its sums that are dropped, and each row of sums depends on its own token alone.
-  out->i8.resize(std::size_t(padded) * cols);
-  out->i8_d.resize(std::size_t(padded) * groups);
-  out->i8_xs.resize(std::size_t(padded) * groups);
-  out->i8_sums.resize(std::size_t(padded) * groups * 3);
+  // its sums that are dropped, and each row of sums depends on its own token alone. The buffers
+  // only grow: a decode layer's activations alternate between widths (576 and 1536 on SmolLM2),
+  // and a resize back up would zero the difference every time.
+  auto grow = [](auto& v, std::size_t size) {
+    if (v.size() < size) v.resize(size);
+  };
+  grow(out->i8, std::size_t(padded) * cols);
+  grow(out->i8_d, std::size_t(padded) * groups);
+  grow(out->i8_xs, std::size_t(padded) * groups);
+  grow(out->i8_sums, std::size_t(padded) * groups * 3);
   auto row = QuantizeRowScalar;
 #if defined(CTXPAR_X86_KERNELS)
   const Int8Isa isa = SelectInt8();
