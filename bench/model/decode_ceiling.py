@@ -11,11 +11,13 @@ The bytes a decode step must read are counted from the file, not from ctxpar's p
 tensor but the token embedding (one row a token; it counts when it is also the output
 projection), and the KV cache at each step's context (the model's KV heads and dims, the
 sliding-window layers up to their window, the element size `ctxpar check` reports). Prints each
-run, then per binary the median tokens/s and its GB/s and share of the median ceiling.
+run, then per binary the median tokens/s and its GB/s and share of the median ceiling, and for
+each binary after the first the median of the rounds' ratios to the first (the host moves both
+binaries of a round together, so the ratio spreads less than either rate).
 
 Usage: $(bash scripts/install-python.sh) bench/model/decode_ceiling.py --model FILE
            [--ctxpar BIN ...] [--cores 0,1] [--rounds 4] [--new-tokens 128]
-           [--flags "--dtype auto"]
+           [--flags "--dtype auto"] [--prompt-chars 2600]
 (the project's venv has gguf-py, which reads the file).
 """
 import argparse
@@ -75,6 +77,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=4,
                     help="rounds; the order of the binaries flips every other one")
     ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--prompt-chars", type=int, default=2600,
+                    help="the prompt's length in characters (2600: about 530 tokens)")
     ap.add_argument("--flags", default="--dtype auto", help="extra flags for ctxpar generate")
     args = ap.parse_args()
     threads = len(args.cores.split(","))
@@ -108,7 +112,9 @@ def main():
     swa = re.search(r"sliding-window KV pool of (\d+) layers with a window of (\d+)", check)
     swa_layers, window = (int(swa.group(1)), int(swa.group(2))) if swa else (0, 0)
 
-    prompt = (PROMPT_UNIT * 8)[:2600]
+    if args.prompt_chars < 1:
+        sys.exit("--prompt-chars must be at least 1")
+    prompt = (PROMPT_UNIT * (args.prompt_chars // len(PROMPT_UNIT) + 1))[:args.prompt_chars]
     print(f"{os.path.basename(args.model)}: {arch}, {weights / 1e6:.1f} MB of weights a token "
           f"(embedding {'counted: tied output' if tied else 'not counted'}), KV "
           f"{kv_token_layer} B a token per layer over {layers} layers ({swa_layers} of them up "
@@ -147,6 +153,13 @@ def main():
         print(f"{b}: median {statistics.median(rates[b]):.1f} tokens/s, {g:.1f} GB/s, "
               f"{100 * g / ceil:.0f} % of the read ceiling ({ceil:.1f} GB/s, the median of "
               f"{', '.join(f'{c:.1f}' for c in ceilings)})")
+    # The host moves both binaries of a round together: the per-round ratio spreads less than
+    # either binary's rate.
+    first = args.ctxpar[0]
+    for b in args.ctxpar[1:]:
+        ratios = [x / y for x, y in zip(rates[b], rates[first])]
+        print(f"{b} / {first}: median of the rounds' ratios {statistics.median(ratios):.3f} "
+              f"({' '.join(f'{x:.3f}' for x in ratios)})")
 
 
 if __name__ == "__main__":
