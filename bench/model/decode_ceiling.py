@@ -81,6 +81,8 @@ def main():
                     help="the prompt's length in characters (2600: about 530 tokens)")
     ap.add_argument("--flags", default="--dtype auto", help="extra flags for ctxpar generate")
     args = ap.parse_args()
+    if args.prompt_chars < 1:
+        sys.exit("--prompt-chars must be at least 1")
     threads = len(args.cores.split(","))
     flags = args.flags.split()
 
@@ -112,8 +114,6 @@ def main():
     swa = re.search(r"sliding-window KV pool of (\d+) layers with a window of (\d+)", check)
     swa_layers, window = (int(swa.group(1)), int(swa.group(2))) if swa else (0, 0)
 
-    if args.prompt_chars < 1:
-        sys.exit("--prompt-chars must be at least 1")
     prompt = (PROMPT_UNIT * (args.prompt_chars // len(PROMPT_UNIT) + 1))[:args.prompt_chars]
     print(f"{os.path.basename(args.model)}: {arch}, {weights / 1e6:.1f} MB of weights a token "
           f"(embedding {'counted: tied output' if tied else 'not counted'}), KV "
@@ -153,8 +153,6 @@ def main():
         print(f"{b}: median {statistics.median(rates[b]):.1f} tokens/s, {g:.1f} GB/s, "
               f"{100 * g / ceil:.0f} % of the read ceiling ({ceil:.1f} GB/s, the median of "
               f"{', '.join(f'{c:.1f}' for c in ceilings)})")
-    # The host moves both binaries of a round together: the per-round ratio spreads less than
-    # either binary's rate.
     first = args.ctxpar[0]
     for b in args.ctxpar[1:]:
         ratios = [x / y for x, y in zip(rates[b], rates[first])]
