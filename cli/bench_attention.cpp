@@ -6,7 +6,9 @@
 // With
 // --prefill N the query rows are instead the last N tokens of the context, each seeing the keys
 // up to itself (a causal prefill chunk, split-KV as the engine runs it): that work reads its keys
-// from the caches and is bounded by the FMA peak.
+// from the caches and is bounded by the FMA peak. With --engine-chunks a decode row is run as the
+// engine runs it: its keys in kSplitKvKeys chunks, one task each, on a thread pool that lives for
+// the whole benchmark (the automatic split instead cuts a row into 4 chunks a thread).
 #include <immintrin.h>
 
 #include <CLI/CLI.hpp>
@@ -35,7 +37,9 @@
 #include "ctxpar/cpu_features.h"
 #include "ctxpar/dtype.h"
 #include "ctxpar/host_buffer.h"
+#include "ctxpar/thread_pool.h"
 #include "error_report.h"
+#include "models/batch_attention.h"
 #include "option_checks.h"
 
 namespace ctxpar::cli {
@@ -77,10 +81,12 @@ std::string KvName(DataType dtype) {
 // given page format (MLA: always kRows); one decode row, or the last `prefill` tokens as rows.
 // Threads are started per call rather than taken from a pool, so that every thread works for the
 // whole call and the process CPU time per thread is each thread's (a pool's idle worker would
-// inflate the CPU-time rates); the start costs about 30 us, under 1 % of a call at 32k.
+// inflate the CPU-time rates); the start costs about 30 us, under 1 % of a call at 32k. `pool`
+// (--engine-chunks) runs the call on the pool instead, in the engine's chunks; its idle worker
+// spins, so that the CPU-time rates there are the wall ones.
 Result RunOne(const Kind& kind, KvPageFormat format, int context, int prefill, int threads,
               int reps, Rate read_ceiling, Rate fp32_peak, Rate bf16_peak, Rate dpbf16_peak,
-              CpuIsa isa) {
+              CpuIsa isa, ThreadPool* pool) {
   constexpr int kPage = 64;
   const int pages = (context + kPage - 1) / kPage;
   const size_t elem = DataTypeSize(kind.dtype);
@@ -140,8 +146,9 @@ Result RunOne(const Kind& kind, KvPageFormat format, int context, int prefill, i
   p.num_seqs = 1;
   p.row_kv_len = row_len.data();
   // The engine's split-KV chunk (models/batch_attention.h), which prefill rows need to be
-  // batch-invariant; a decode row keeps the automatic split that spreads it over the threads.
-  if (prefill > 0) p.split_kv_keys = 256;
+  // batch-invariant; a decode row keeps the automatic split that spreads it over the threads,
+  // unless it runs as the engine's (`pool`).
+  if (prefill > 0 || pool != nullptr) p.split_kv_keys = model::kSplitKvKeys;
   p.scale = 1.0f / std::sqrt(static_cast<float>(kind.head_dim_qk));
   p.kv.k = k.data();
   p.kv.v = kind.mla ? nullptr : v.data();
@@ -155,6 +162,7 @@ Result RunOne(const Kind& kind, KvPageFormat format, int context, int prefill, i
   p.kv.max_pages_per_seq = pages;
   p.kv.num_pages = pages;
   p.num_threads = threads;
+  p.pool = pool;
   Timing best;
   for (int r = 0; r < reps + 1; ++r) {
     const double c0 = CpuSeconds(CLOCK_PROCESS_CPUTIME_ID);
@@ -191,6 +199,21 @@ Result RunOne(const Kind& kind, KvPageFormat format, int context, int prefill, i
           bf16 || fp8_dp};
 }
 
+// Keeps every thread of `pool` busy for 100 ms. Right after the ceilings' threads exit, Linux
+// placed the pool's worker on the caller's core for tens of milliseconds, where the two took
+// turns: 0.11-0.13 ms a call that takes 0.005-0.014 (SmolLM2's shape, 256-768 keys, Zen 4).
+// Threads that all stay busy are spread over the cores.
+void WarmPool(ThreadPool& pool) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  while (std::chrono::steady_clock::now() < end) {
+    pool.ParallelFor(pool.size(), [](int64_t, int64_t) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    });
+  }
+}
+
 int RunAttentionBench(const std::vector<std::string>& args) {
   CLI::App app{"ctxpar bench attention: CPU partial decode attention vs measured ceilings"};
   std::string contexts = "4k,16k,32k,64k,128k,256k";
@@ -206,6 +229,7 @@ int RunAttentionBench(const std::vector<std::string>& args) {
   bool json = false;
   std::string format_name = "tiles16";
   int prefill = 0;
+  bool engine_chunks = false;
   app.add_option("--contexts", contexts, "context lengths in tokens (k = 1024)");
   app.add_option("--format", format_name,
                  "GQA page format: tiles16 (the KV cache's) or rows (MLA is always rows)")
@@ -223,6 +247,10 @@ int RunAttentionBench(const std::vector<std::string>& args) {
                  "query rows: 0 one decode row; N the last N tokens of each context, causally "
                  "(a prefill chunk; compare with the FMA peak)")
       ->check(CLI::Range(0, 1 << 16));
+  app.add_flag("--engine-chunks", engine_chunks,
+               "run each call as the engine does: keys in chunks of " +
+                   std::to_string(model::kSplitKvKeys) +
+                   " (one task each), on a pool of the thread count kept across calls");
   app.add_option("--reps", reps, "timed runs per point (best is reported)")
       ->check(CLI::Range(1, 100));
   app.add_option("--ceiling-mib", ceiling_mib, "buffer read by the bandwidth ceiling")
@@ -271,6 +299,7 @@ int RunAttentionBench(const std::vector<std::string>& args) {
   nlohmann::json out = {{"isa", std::string(CpuIsaName(*isa))},
                         {"gqa_page_format", format_name},
                         {"prefill_rows", prefill},
+                        {"engine_chunks", engine_chunks},
                         {"hardware_threads", std::thread::hardware_concurrency()},
                         {"load_average_1min", LoadAverage()},
                         {"ceilings", nlohmann::json::array()},
@@ -281,9 +310,18 @@ int RunAttentionBench(const std::vector<std::string>& args) {
         "8 KV heads, D 128, %s pages; MLA: 128 heads, 576/512, rows; %s)\n",
         std::string(CpuIsaName(*isa)).c_str(), LoadAverage(), reps, format_name.c_str(),
         prefill > 0 ? ("causal prefill of the last " + std::to_string(prefill) + " tokens").c_str()
-                    : "batch 1");
+        : engine_chunks ? ("batch 1, the engine's " + std::to_string(model::kSplitKvKeys) +
+                           "-key chunks on a pool")
+                              .c_str()
+                        : "batch 1");
   }
   for (int threads : *threads_list) {
+    std::unique_ptr<ThreadPool> pool;
+    if (engine_chunks) {
+      Expected<std::unique_ptr<ThreadPool>> created = ThreadPool::Create(threads);
+      if (!created.ok()) return fail(created.status());
+      pool = std::move(*created);
+    }
     const Rate read = MeasureReadCeiling(threads, static_cast<size_t>(ceiling_mib) << 20, 5, *isa);
     const Rate fma = MeasureComputePeak(threads, *isa, false, 3);
     // bf16 KV's products: AMX tile multiplies on the amx path, else vdpbf16ps.
@@ -319,12 +357,13 @@ int RunAttentionBench(const std::vector<std::string>& args) {
                   "context", "time ms", "GB/s", "%read", "GFLOP/s", "%peak", "cpu:GB/s", "%read",
                   "GFLOP/s", "%peak");
     }
+    if (pool != nullptr) WarmPool(*pool);
     for (const Kind& kind : all) {
       const std::string name = kind.name + "-" + KvName(kind.dtype);
       if (std::find(kinds.begin(), kinds.end(), name) == kinds.end()) continue;
       for (int ctx : *ctx_list) {
-        const Result r =
-            RunOne(kind, format, ctx, prefill, threads, reps, read, fma, dp, dp_vec, *isa);
+        const Result r = RunOne(kind, format, ctx, prefill, threads, reps, read, fma, dp, dp_vec,
+                                *isa, pool.get());
         out["results"].push_back({{"kind", r.kind},
                                   {"kv_dtype", r.dtype},
                                   {"page_format", r.format},

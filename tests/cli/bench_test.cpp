@@ -1,7 +1,9 @@
 // `ctxpar bench` option checks: values that only look like numbers, NaN and thread counts beyond
-// the machine are refused with their catalog entry before anything is measured.
+// the machine are refused with their catalog entry before anything is measured; and the options
+// that change what is measured reach the report.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -117,6 +119,24 @@ TEST(CliBench, NoKindIsAnErrorOnStderr) {
   EXPECT_TRUE(r.out.empty()) << r.out;
   EXPECT_NE(r.err.find("usage: ctxpar bench KIND"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("attention"), std::string::npos) << r.err;
+}
+
+// --engine-chunks runs the decode row as the engine does, on a pool, and says so in the report;
+// every point of every thread count is measured.
+TEST(CliBench, AttentionEngineChunksReachesTheReport) {
+  const std::string threads = std::thread::hardware_concurrency() >= 2 ? "1,2" : "1";
+  testing::RunResult r = RunCtxpar({"bench", "attention", "--kinds", "smollm2-bf16", "--contexts",
+                                    "300,768", "--threads", threads, "--reps", "1", "--ceiling-mib",
+                                    "64", "--engine-chunks", "--json"});
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(report.at("engine_chunks").get<bool>());
+  const nlohmann::json& results = report.at("results");
+  ASSERT_EQ(results.size(), threads == "1" ? 2u : 4u) << r.out;
+  for (const nlohmann::json& point : results) {
+    EXPECT_EQ(point.at("kind"), "smollm2");
+    EXPECT_GT(point.at("seconds").get<double>(), 0.0) << point;
+  }
 }
 
 }  // namespace
