@@ -199,9 +199,9 @@ Result RunOne(const Kind& kind, KvPageFormat format, int context, int prefill, i
           bf16 || fp8_dp};
 }
 
-// Keeps every thread of `pool` busy for 100 ms. Right after the ceilings' threads exit, Linux
-// placed the pool's worker on the caller's core for tens of milliseconds, where the two took
-// turns: 0.11-0.13 ms a call that takes 0.005-0.014 (SmolLM2's shape, 256-768 keys, Zen 4).
+// Keeps every thread of a pool of two or more busy for 100 ms. Right after the ceilings' threads
+// exit, Linux placed the pool's worker on the caller's core for tens of milliseconds, where the two
+// took turns: 0.11-0.13 ms a call that takes 0.005-0.014 (SmolLM2's shape, 256-768 keys, Zen 4).
 // Threads that all stay busy are spread over the cores.
 void WarmPool(ThreadPool& pool) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
@@ -305,15 +305,16 @@ int RunAttentionBench(const std::vector<std::string>& args) {
                         {"ceilings", nlohmann::json::array()},
                         {"results", nlohmann::json::array()}};
   if (!json) {
+    const std::string rows =
+        prefill > 0     ? "causal prefill of the last " + std::to_string(prefill) + " tokens"
+        : engine_chunks ? "batch 1, the engine's " + std::to_string(model::kSplitKvKeys) +
+                              "-key chunks on a pool"
+                        : "batch 1";
     std::printf(
         "ctxpar bench attention  isa=%s  load average %.2f  (best of %d runs; GQA: 32 q heads, "
         "8 KV heads, D 128, %s pages; MLA: 128 heads, 576/512, rows; %s)\n",
         std::string(CpuIsaName(*isa)).c_str(), LoadAverage(), reps, format_name.c_str(),
-        prefill > 0 ? ("causal prefill of the last " + std::to_string(prefill) + " tokens").c_str()
-        : engine_chunks ? ("batch 1, the engine's " + std::to_string(model::kSplitKvKeys) +
-                           "-key chunks on a pool")
-                              .c_str()
-                        : "batch 1");
+        rows.c_str());
   }
   for (int threads : *threads_list) {
     std::unique_ptr<ThreadPool> pool;
@@ -357,7 +358,7 @@ int RunAttentionBench(const std::vector<std::string>& args) {
                   "context", "time ms", "GB/s", "%read", "GFLOP/s", "%peak", "cpu:GB/s", "%read",
                   "GFLOP/s", "%peak");
     }
-    if (pool != nullptr) WarmPool(*pool);
+    if (pool != nullptr && pool->size() > 1) WarmPool(*pool);
     for (const Kind& kind : all) {
       const std::string name = kind.name + "-" + KvName(kind.dtype);
       if (std::find(kinds.begin(), kinds.end(), name) == kinds.end()) continue;
