@@ -47,3 +47,21 @@ function(ctxpar_mpi_test name)
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
   endforeach()
 endfunction()
+
+# ctxpar_emulated_test(NAME CPU model TARGET test-binary [FILTER gtest-filter]): a GoogleTest
+# binary run under QEMU's user-mode emulator as CPU model (qemu-x86_64 -cpu), labelled emulated;
+# a skip naming the missing package where the emulator is not found (CTXPAR_QEMU_X86_64).
+function(ctxpar_emulated_test name)
+  cmake_parse_arguments(ARG "" "CPU;TARGET;FILTER" "" ${ARGN})
+  if(NOT ARG_FILTER)
+    set(ARG_FILTER "*")
+  endif()
+  if(CTXPAR_QEMU_X86_64)
+    add_test(NAME ${name} COMMAND ${CTXPAR_QEMU_X86_64} -cpu ${ARG_CPU}
+                                  $<TARGET_FILE:${ARG_TARGET}> --gtest_filter=${ARG_FILTER})
+  else()
+    add_test(NAME ${name} COMMAND sh -c "echo '${CTXPAR_QEMU_MISSING}'; exit 77")
+  endif()
+  set_tests_properties(${name} PROPERTIES LABELS emulated TIMEOUT 300 PROCESSORS 2
+                                          SKIP_RETURN_CODE 77)
+endfunction()

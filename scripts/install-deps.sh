@@ -3,7 +3,7 @@
 set -euo pipefail
 packages=(cmake g++ make pkg-config libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev libcli11-dev
           nlohmann-json3-dev libboost-dev libopenmpi-dev openmpi-bin unzip python3-pip python3-venv
-          iproute2 util-linux)
+          iproute2 util-linux qemu-user)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,7 +1,7 @@
-// Runs the built ctxpar binary (CTXPAR_BIN) with an exact argv, no shell in between, and
-// captures its exit status, stdout and stderr; `input`, when given, is its stdin. CTXPAR_PLATFORM
-// is removed from the environment unless the caller sets it, so the tests do not depend on the
-// caller's shell.
+// Runs a program (RunProgram: argv[0] is its path; RunCtxpar: the built ctxpar binary,
+// CTXPAR_BIN) with an exact argv, no shell in between, and captures its exit status, stdout and
+// stderr; `input`, when given, is its stdin. CTXPAR_PLATFORM is removed from the environment
+// unless the caller sets it, so the tests do not depend on the caller's shell.
 #pragma once
 
 #include <fcntl.h>
@@ -16,6 +16,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 extern char** environ;
@@ -36,11 +37,9 @@ inline std::string ReadAll(const std::string& path) {
   return s.str();
 }
 
-inline RunResult RunCtxpar(const std::vector<std::string>& args,
-                           const std::vector<std::string>& env = {},
-                           const std::optional<std::string>& input = std::nullopt) {
-  std::vector<std::string> argv_store = {CTXPAR_BIN};
-  argv_store.insert(argv_store.end(), args.begin(), args.end());
+inline RunResult RunProgram(std::vector<std::string> argv_store,
+                            const std::vector<std::string>& env = {},
+                            const std::optional<std::string>& input = std::nullopt) {
   std::vector<char*> argv;
   for (std::string& a : argv_store) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -97,6 +96,14 @@ inline RunResult RunCtxpar(const std::vector<std::string>& args,
   unlink(out_path);
   unlink(err_path);
   return result;
+}
+
+inline RunResult RunCtxpar(const std::vector<std::string>& args,
+                           const std::vector<std::string>& env = {},
+                           const std::optional<std::string>& input = std::nullopt) {
+  std::vector<std::string> argv = {CTXPAR_BIN};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunProgram(std::move(argv), env, input);
 }
 
 }  // namespace ctxpar::testing
