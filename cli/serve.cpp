@@ -112,8 +112,10 @@ Status RunRank(Communicator& world, Launch& launch, const ServerOptions& options
   if (!ok) {
     return leader ? bound : Unavailable("rank 0 could not start the HTTP server");
   }
+  EngineConfig engine_config = launch.config;
+  engine_config.populate_kv_cache = true;
   Expected<std::unique_ptr<Engine>> engine =
-      Engine::Create(launch.config, *launch.source, world, leader ? Log : nullptr);
+      Engine::Create(engine_config, *launch.source, world, leader ? Log : nullptr);
   if (!engine.ok()) return engine.status();
   Expected<std::unique_ptr<RankWatch>> watch = RankWatch::Create(world);
   if (!watch.ok()) return watch.status();

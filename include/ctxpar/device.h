@@ -56,4 +56,9 @@ class DeviceAllocator {
 // Host memory through HostBuffer (2 MiB aligned, transparent huge pages advised).
 const DeviceAllocator& HostAllocator();
 
+// Backs a host buffer's pages now rather than at first touch (PopulateHostMemory, host_buffer.h):
+// Unavailable when the system cannot give the memory. A no-op for a kCuda buffer, whose
+// managed memory the driver places on use.
+Status Populate(const DeviceBuffer& buffer);
+
 }  // namespace ctxpar

@@ -76,7 +76,10 @@ struct EngineConfig {
   int chunked_prefill_size = 0;            // prefill tokens per step; -1: whole prompts
   double schedule_conservativeness = 1.0;  // admission's new_token_ratio starts at 0.7 x this
   bool disable_radix_cache = false;        // the prefix cache is on unless this is set
-  bool allow_auto_truncate = false;        // cut prompts too long to run (Engine::Prepare)
+  // Back the KV pool's pages at start (KvPoolOptions::populate): ctxpar serve sets it, so that
+  // no request pays for first touches and a pool the machine cannot hold fails at start.
+  bool populate_kv_cache = false;
+  bool allow_auto_truncate = false;  // cut prompts too long to run (Engine::Prepare)
   SchedulePolicy schedule_policy = SchedulePolicy::kFcfs;
   double watchdog_timeout = 300.0;  // seconds a step may run (Engine::Health)
   int threads = 0;                  // compute threads per rank

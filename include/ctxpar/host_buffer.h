@@ -14,6 +14,14 @@
 
 namespace ctxpar {
 
+// Backs every page of [data, data + bytes), memory of an anonymous mapping such as a
+// HostBuffer's, now instead of at its first touch (Linux's MADV_POPULATE_WRITE; one write of
+// zero per 4 KiB page where the kernel predates it, 5.14): a transparent huge page is zeroed
+// when first touched, 2 MiB at once, which took 4-5 ms on a VM whose host backs memory lazily,
+// in the middle of whichever step touched it. Unavailable, with the system's reason, when the
+// kernel refuses (no memory to give). The memory's contents are kept.
+Status PopulateHostMemory(void* data, std::size_t bytes);
+
 class HostBuffer {
  public:
   HostBuffer() = default;

@@ -111,6 +111,9 @@ struct KvPoolOptions {
   // Where the K/V pages live (not owned, outlives the pool): the compute seam the model runs on
   // (docs/compute.md); null: HostAllocator().
   const DeviceAllocator* allocator = nullptr;
+  // Back every page of K/V memory at Create (Populate, device.h) instead of when a request first
+  // writes it; Create then fails with Unavailable where the system cannot give the memory.
+  bool populate = false;
 };
 
 class KvPool {

@@ -19,6 +19,11 @@ class Host final : public DeviceAllocator {
 
 std::string_view DeviceName(Device device) { return device == Device::kCuda ? "cuda" : "cpu"; }
 
+Status Populate(const DeviceBuffer& buffer) {
+  if (buffer.device() != Device::kCpu) return Status::Ok();
+  return PopulateHostMemory(buffer.data(), buffer.size());
+}
+
 const DeviceAllocator& HostAllocator() {
   static const Host host;
   return host;

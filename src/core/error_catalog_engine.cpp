@@ -314,9 +314,10 @@ std::vector<CatalogEntry> EngineCatalogEntries() {
        "The KV pool would take {pages} pages ({gib} GiB) on each rank, more than {limit}: "
        "lower --kv-cache-mib to at most {max_mib}, or cap the pool with --max-total-tokens.",
        kConfig,
-       "The CPU engine reserves the whole pool at start and touches its pages as requests fill "
-       "them, so a pool larger than the machine's memory starts and then fails (or is killed) "
-       "when it fills. The ranks of one machine share its memory: each may take the machine's "
+       "The CPU engine reserves the whole pool at start; `ctxpar generate` touches its pages as "
+       "requests fill them, so a pool larger than the machine's memory would start and then fail "
+       "(or be killed) when it fills, and `ctxpar serve` backs them all at start. The ranks of one "
+       "machine share its memory: each may take the machine's "
        "memory divided by the ranks there (tp_size when ctxpar starts mpirun itself). A block "
        "table also addresses pages with 32-bit integers.",
        "--kv-cache-mib larger than the machine's physical memory over its ranks, or so large "

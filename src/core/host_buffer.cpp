@@ -40,6 +40,30 @@ Expected<HostBuffer> HostBuffer::Allocate(std::size_t bytes) {
   return b;
 }
 
+Status PopulateHostMemory(void* data, std::size_t bytes) {
+  if (bytes == 0) return Status::Ok();
+  constexpr std::uintptr_t kPage = 4096;
+  const auto begin = reinterpret_cast<std::uintptr_t>(data) / kPage * kPage;
+  const std::uintptr_t end =
+      (reinterpret_cast<std::uintptr_t>(data) + bytes + kPage - 1) / kPage * kPage;
+#if defined(MADV_POPULATE_WRITE)
+  // An empty range tells whether the kernel knows the advice (EINVAL if not) and nothing else.
+  if (madvise(reinterpret_cast<void*>(begin), 0, MADV_POPULATE_WRITE) == 0) {
+    if (madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE) == 0) {
+      return Status::Ok();
+    }
+    return Unavailable("backing " + std::to_string(bytes) +
+                       " bytes of host memory failed: " + std::strerror(errno));
+  }
+#endif
+  // A kernel without MADV_POPULATE_WRITE: a write per page faults it in. An atomic
+  // read-modify-write of 0 keeps whatever another thread has stored there.
+  for (std::uintptr_t page = begin; page < end; page += kPage) {
+    __atomic_fetch_add(reinterpret_cast<unsigned char*>(page), 0, __ATOMIC_RELAXED);
+  }
+  return Status::Ok();
+}
+
 HostBuffer::HostBuffer(HostBuffer&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),

@@ -156,8 +156,10 @@ Expected<KvPoolOptions> KvPoolFor(const EngineConfig& config, const ModelSource&
     pool_bytes += double(pages) * double(KvPool::PageBytes(o, static_cast<int>(g)));
   }
   const double page_bytes = pool_bytes / double(o.num_pages);
-  // Pages are touched as requests fill them, so an oversized pool would start and fail later,
-  // when the machine runs out of memory; a block table addresses pages with int32.
+  o.populate = config.populate_kv_cache;
+  // Unless populated, pages are touched as requests fill them, so an oversized pool would start
+  // and fail later, when the machine runs out of memory; a block table addresses pages with
+  // int32.
   const double pool_gib = pool_bytes / double(kMiB * 1024);
   // The ranks of one machine share its memory: under MPI the launcher says how many there are;
   // before one (check, or the launcher itself) every rank of the TP group will run here.
@@ -253,7 +255,10 @@ Expected<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config,
   CTXPAR_ASSIGN_OR_RETURN(KvPoolOptions kv,
                           KvPoolFor(config, source, world.rank() % config.dcp_size));
   kv.allocator = impl->compute.get();
+  const auto pool_start = std::chrono::steady_clock::now();
   CTXPAR_ASSIGN_OR_RETURN(KvPool pool, KvPool::Create(kv));
+  const double pool_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - pool_start).count();
   impl->kv.emplace(std::move(pool));
   impl->config.max_running_requests = kv.max_slots;
   impl->scheduler.emplace(
@@ -292,6 +297,7 @@ Expected<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config,
       log(fmt::format("KV Cache is allocated. #tokens: {}, K size: {:.2f} GB, V size: {:.2f} GB",
                       pool.capacity_tokens(g), gb * k_share, gb * (1 - k_share)));
     }
+    if (kv.populate) log(fmt::format("KV cache pages backed in {:.2f} s", pool_seconds));
     log(fmt::format(
         "max_total_num_tokens={}, chunked_prefill_size={}, max_running_requests={}, "
         "context_len={}, page_size={}, dcp_size={}, threads={}, radix_cache={}",

@@ -170,11 +170,15 @@ Expected<KvPool> KvPool::Create(const KvPoolOptions& o) {
     const int64_t pages = groups[layer_group[l]].num_pages;
     CTXPAR_ASSIGN_OR_RETURN(DeviceBuffer kb,
                             memory.Allocate(pages * PageElements(o, false) * element));
-    k.push_back(std::move(kb));
     DeviceBuffer vb;
     if (!o.v_in_k) {
       CTXPAR_ASSIGN_OR_RETURN(vb, memory.Allocate(pages * PageElements(o, true) * element));
     }
+    if (o.populate) {
+      CTXPAR_RETURN_IF_ERROR(Populate(kb));
+      CTXPAR_RETURN_IF_ERROR(Populate(vb));
+    }
+    k.push_back(std::move(kb));
     v.push_back(std::move(vb));
   }
   return KvPool(o, layout, std::move(groups), std::move(layer_group), std::move(k), std::move(v));

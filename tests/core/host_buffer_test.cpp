@@ -1,9 +1,12 @@
 #include "ctxpar/host_buffer.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 namespace ctxpar {
 namespace {
@@ -55,6 +58,51 @@ TEST(HostBuffer, MoveTransfersOwnershipAndEmptiesTheSource) {
   EXPECT_EQ(c->as<int>()[0], 42);
   EXPECT_EQ(b.data(), nullptr);
   EXPECT_EQ(b.size(), 0u);
+}
+
+// Pages of [p, p + bytes) the kernel reports resident (mincore), in 4 KiB pages.
+std::size_t ResidentPages(const void* p, std::size_t bytes) {
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in(bytes / page);
+  if (mincore(const_cast<void*>(p), bytes, in.data()) != 0) return 0;
+  std::size_t n = 0;
+  for (unsigned char c : in) n += c & 1;
+  return n;
+}
+
+// Populate backs every page of a buffer nobody has touched (mincore: none resident before, all
+// after), and keeps what was written before it: the bytes written, and zeros elsewhere.
+TEST(HostBuffer, PopulateBacksEveryPageAndKeepsTheContents) {
+  const std::size_t bytes = 6 * kMiB;
+  Expected<HostBuffer> b = HostBuffer::Allocate(bytes);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  const std::size_t pages = bytes / static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  EXPECT_EQ(ResidentPages(b->data(), bytes), 0u);
+  unsigned char* p = b->as<unsigned char>();
+  p[4 * kMiB + 17] = 0x5a;
+  EXPECT_LT(ResidentPages(b->data(), bytes), pages);
+  ASSERT_TRUE(PopulateHostMemory(p + 1, bytes - 1).ok());  // an unaligned range: whole pages
+  EXPECT_EQ(ResidentPages(b->data(), bytes), pages);
+  for (std::size_t i = 0; i < bytes; ++i) {
+    ASSERT_EQ(p[i], i == 4 * kMiB + 17 ? 0x5a : 0) << "byte " << i;
+  }
+  EXPECT_TRUE(PopulateHostMemory(nullptr, 0).ok());
+}
+
+// The system's refusal is a status, not a crash: a range that is not mapped.
+TEST(HostBuffer, PopulateOfUnmappedMemoryIsUnavailable) {
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  void* m = mmap(nullptr, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  if (madvise(m, 0, MADV_POPULATE_WRITE) != 0) {
+    munmap(m, page);
+    GTEST_SKIP() << "this kernel has no MADV_POPULATE_WRITE (Linux < 5.14): pages are touched";
+  }
+  const Status s = PopulateHostMemory(m, page);
+  munmap(m, page);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("backing 4096 bytes of host memory failed: "), std::string::npos)
+      << s.message();
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <map>
@@ -194,6 +196,40 @@ TEST_P(KvPoolFormatTest, VirtualPagesAreSharedReservedAllOrNothingAndReusedLowes
   EXPECT_EQ(pool->View(0).block_table[b * 2 + 1], 0);  // lowest free id first
   const std::vector<float> k(16, 1.0f);
   EXPECT_EQ(pool->Write(0, b, 4 * page, 1, k.data(), k.data()).code(), StatusCode::kOutOfRange);
+}
+
+// Resident 4 KiB pages of [p, p + bytes) (mincore).
+std::size_t ResidentPages(const void* p, std::size_t bytes) {
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in((bytes + page - 1) / page);
+  if (mincore(const_cast<void*>(p), bytes, in.data()) != 0) return 0;
+  return static_cast<std::size_t>(
+      std::count_if(in.begin(), in.end(), [](unsigned char c) { return (c & 1) != 0; }));
+}
+
+// populate backs every page of every layer's K and V at Create; without it the pool leaves
+// them to the first write (what ctxpar generate does, and serve does not: docs/engine.md).
+TEST(KvPool, PopulateBacksTheKAndVOfEveryLayerAtCreate) {
+  for (const bool populate : {false, true}) {
+    auto pool = KvPool::Create({.num_layers = 3,
+                                .num_kv_heads = 2,
+                                .head_dim_k = 64,
+                                .head_dim_v = 64,
+                                .dtype = DataType::kBF16,
+                                .page_size = 16,
+                                .num_pages = 512,  // 2 MiB of K and of V a layer
+                                .max_slots = 1,
+                                .max_pages_per_slot = 512,
+                                .populate = populate});
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+    const std::size_t bytes = std::size_t{512} * 16 * 2 * 64 * 2;
+    const std::size_t pages = bytes / static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    for (int l = 0; l < 3; ++l) {
+      const PagedKv kv = pool->View(l);
+      EXPECT_EQ(ResidentPages(kv.k, bytes), populate ? pages : 0u) << "layer " << l;
+      EXPECT_EQ(ResidentPages(kv.v, bytes), populate ? pages : 0u) << "layer " << l;
+    }
+  }
 }
 
 // GQA K and V in bf16 and fp8, every d of every head: kTiles16 packs two bf16 (four fp8) per
