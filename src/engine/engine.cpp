@@ -255,6 +255,11 @@ Expected<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config,
   CTXPAR_ASSIGN_OR_RETURN(KvPoolOptions kv,
                           KvPoolFor(config, source, world.rank() % config.dcp_size));
   kv.allocator = impl->compute.get();
+  if (kv.populate && log && world.rank() == 0) {
+    // Seconds a GiB on a VM whose host backs memory lazily: say what the wait is.
+    log(fmt::format("KV cache: backing the pool's pages (--kv-cache-mib {}) now",
+                    config.kv_cache_mib));
+  }
   const auto pool_start = std::chrono::steady_clock::now();
   CTXPAR_ASSIGN_OR_RETURN(KvPool pool, KvPool::Create(kv));
   const double pool_seconds =
