@@ -6,10 +6,13 @@
 
 #include <cstdint>
 #include <utility>
-#include <vector>
+
+#include "core/resident_pages.h"
 
 namespace ctxpar {
 namespace {
+
+using testing::ResidentPages;
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
@@ -58,16 +61,6 @@ TEST(HostBuffer, MoveTransfersOwnershipAndEmptiesTheSource) {
   EXPECT_EQ(c->as<int>()[0], 42);
   EXPECT_EQ(b.data(), nullptr);
   EXPECT_EQ(b.size(), 0u);
-}
-
-// Pages of [p, p + bytes) the kernel reports resident (mincore), in 4 KiB pages.
-std::size_t ResidentPages(const void* p, std::size_t bytes) {
-  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-  std::vector<unsigned char> in(bytes / page);
-  if (mincore(const_cast<void*>(p), bytes, in.data()) != 0) return 0;
-  std::size_t n = 0;
-  for (unsigned char c : in) n += c & 1;
-  return n;
 }
 
 // Populate backs every page of a buffer nobody has touched (mincore: none resident before, all

@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/resident_pages.h"
 #include "ctxpar/dtype.h"
 
 namespace ctxpar {
@@ -198,18 +198,10 @@ TEST_P(KvPoolFormatTest, VirtualPagesAreSharedReservedAllOrNothingAndReusedLowes
   EXPECT_EQ(pool->Write(0, b, 4 * page, 1, k.data(), k.data()).code(), StatusCode::kOutOfRange);
 }
 
-// Resident 4 KiB pages of [p, p + bytes) (mincore).
-std::size_t ResidentPages(const void* p, std::size_t bytes) {
-  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-  std::vector<unsigned char> in((bytes + page - 1) / page);
-  if (mincore(const_cast<void*>(p), bytes, in.data()) != 0) return 0;
-  return static_cast<std::size_t>(
-      std::count_if(in.begin(), in.end(), [](unsigned char c) { return (c & 1) != 0; }));
-}
-
 // populate backs every page of every layer's K and V at Create; without it the pool leaves
 // them to the first write (what ctxpar generate does, and serve does not: docs/engine.md).
 TEST(KvPool, PopulateBacksTheKAndVOfEveryLayerAtCreate) {
+  using testing::ResidentPages;
   for (const bool populate : {false, true}) {
     auto pool = KvPool::Create({.num_layers = 3,
                                 .num_kv_heads = 2,
